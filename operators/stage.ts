@@ -1,0 +1,778 @@
+import * as z from 'zod';
+import { Observable, Subscriber, asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
+import { Flow, withLink, type DemandLink, type Outlet, type Producer, type Resumable } from '../src/flow/demand.js';
+import { Inlet, type RoomOwner } from '../src/flow/inlet.js';
+import { KillSwitch, type KillEvent } from '../src/flow/kill-switch.js';
+import { POLICIES, functionSchema, parseOptions, positiveInt, schedulerSchema, type Policy, type ShedReason } from '../src/flow/options.js';
+import { Ring } from '../src/flow/ring.js';
+import { StageStats } from '../src/flow/stats.js';
+import {
+  AbortedError,
+  DrainTimeoutError,
+  OverflowError,
+  SluiceError,
+  StageError,
+  StageTimeoutError,
+  UnpausableSourceError,
+} from '../src/errors.js';
+import { TraceContext, Traced, sampler, type StageRecord } from '../src/trace/trace.js';
+
+/** What the work function receives beside the value. */
+export interface StageContext {
+  readonly stage: string;
+  /** Sequence number of the element at this stage (0-based, in arrival order). */
+  readonly seq: number;
+  readonly trace: TraceContext;
+  /** Fires on unsubscribe, cancel, kill switch or timeout. Created on first read. */
+  readonly signal: AbortSignal;
+}
+
+/** One value, a Promise of one, or many: an Observable or an AsyncIterable (a token stream). */
+export type WorkResult<O> = O | PromiseLike<O> | Observable<O> | AsyncIterable<O>;
+export type Work<I, O> = (value: I, context: StageContext) => WorkResult<O>;
+
+export interface ShedEvent<T> {
+  readonly stage: string;
+  readonly reason: ShedReason;
+  readonly value: T;
+  readonly seq: number;
+  readonly trace: TraceContext;
+}
+
+export interface FailureEvent<T> {
+  readonly stage: string;
+  readonly error: SluiceError;
+  readonly value: T;
+  readonly seq: number;
+  readonly trace: TraceContext;
+}
+
+export interface StageOptions<I> {
+  /** Names the stage in errors, traces and metrics. Default: the work function's name, else `stage-N`. */
+  name?: string;
+  /** Elements the stage may buffer before work starts. Default 16. */
+  capacity?: number;
+  /** Work running at once (including results waiting for downstream demand). Default 1. */
+  concurrency?: number;
+  /** What happens when the buffer is full. Default `pause`. */
+  policy?: Policy;
+  /** `conflate` policy: merges an arriving element into the newest buffered one. */
+  conflate?: (pending: I, incoming: I) => I;
+  /** Emit results in arrival order (default) or as they complete. */
+  ordered?: boolean;
+  /** Per-element deadline in ms: the signal aborts and the element fails with `StageTimeoutError`. */
+  timeout?: number;
+  /** A failing element ends the stream (`fail`, default) or is reported to `onFailure` and skipped (`skip`). */
+  errorPolicy?: 'fail' | 'skip';
+  /** After upstream completes, how long buffered and in-flight work may take before it is failed (ms). */
+  drainTimeout?: number;
+  killSwitch?: KillSwitch;
+  /** Timers (timeout, drain deadline) and the clock. Inject `TestScheduler` for virtual time. */
+  scheduler?: SchedulerLike;
+  /** Fraction of elements whose per-stage timing is recorded, when this stage starts their trace. Default 0. */
+  sampleRate?: number;
+  /** How long a link waits for an element a deferring plain operator may have dropped (ms). Default 1000. */
+  transitTimeout?: number;
+  onShed?: (event: ShedEvent<I>) => void;
+  onFailure?: (event: FailureEvent<I>) => void;
+  /** Counters shared by every subscription of this stage. */
+  stats?: StageStats;
+}
+
+/** The operator a stage is: any source of `I` (plain or traced) in, a Flow of traced outputs out. */
+export type StageOperator<I, O> = (source: Observable<I | Traced<I>>) => Flow<Traced<O>>;
+
+const stageOptionsSchema = z
+  .object({
+    name: z.string().min(1, { error: 'name must not be empty' }).optional(),
+    capacity: positiveInt('capacity').default(16),
+    concurrency: positiveInt('concurrency').default(1),
+    policy: z.enum(POLICIES, { error: `policy must be one of ${POLICIES.map((p) => `"${p}"`).join(', ')}` }).default('pause'),
+    conflate: functionSchema<(pending: unknown, incoming: unknown) => unknown>().optional(),
+    ordered: z.boolean().default(true),
+    timeout: z.number().positive({ error: 'timeout must be > 0 ms' }).optional(),
+    errorPolicy: z.enum(['fail', 'skip']).default('fail'),
+    drainTimeout: z.number().positive({ error: 'drainTimeout must be > 0 ms' }).optional(),
+    killSwitch: z.instanceof(KillSwitch, { error: 'killSwitch must be a KillSwitch' }).optional(),
+    scheduler: schedulerSchema.optional(),
+    sampleRate: z.number().min(0).max(1).default(0),
+    transitTimeout: z.number().positive().default(1000),
+    onShed: functionSchema<(event: ShedEvent<unknown>) => void>().optional(),
+    onFailure: functionSchema<(event: FailureEvent<unknown>) => void>().optional(),
+    stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
+  })
+  .strict()
+  .refine((o) => o.policy !== 'conflate' || o.conflate !== undefined, {
+    error: 'policy "conflate" needs a conflate(pending, incoming) reducer',
+    path: ['conflate'],
+  });
+
+type Config = z.output<typeof stageOptionsSchema> & { name: string };
+
+let unnamed = 0;
+
+/**
+ * Turns `work` into a pipeline stage with a bounded buffer and pull-based backpressure.
+ *
+ * Elements wait in a buffer of `capacity`; up to `concurrency` of them are worked on
+ * at once. With the default `pause` policy the stage asks its producer for more only
+ * while it has room, so memory stays bounded whatever the speeds. Every output is a
+ * `Traced<O>`: the value and its trace (ids, per-stage timing when sampled).
+ *
+ * ```
+ * source:  --a--b--c--d--|
+ * stage(x => x.toUpperCase())
+ * output:  --A--B--C--D--|      (each a Traced<string>)
+ * ```
+ *
+ * `work` may return a value, a Promise, an Observable or an AsyncIterable (one input,
+ * many outputs: a token stream, paused while downstream has no demand). Its
+ * `context.signal` aborts on unsubscribe, kill switch or timeout.
+ *
+ * ## Example
+ * ```ts
+ * fromIterable(prompts).pipe(
+ *   stage(embed, { name: 'embed', concurrency: 4, capacity: 64 }),
+ *   stage((vector, { signal }) => index.search(vector, { signal }), { name: 'retrieve' }),
+ * );
+ * ```
+ *
+ * Invalid options throw `InvalidOptionsError` naming each bad field.
+ *
+ * @see Policy for the overflow policies; `KillSwitch`; `StageStats`.
+ */
+export function stage<I, O>(work: Work<I, O>, options: StageOptions<I> = {}): StageOperator<I, O> {
+  const parsed = parseOptions(stageOptionsSchema, options, `stage${options?.name ? ` "${options.name}"` : ''} options`);
+  const config: Config = { ...parsed, name: parsed.name ?? (work.name && work.name !== 'work' ? work.name : `stage-${++unnamed}`) };
+  const stats = config.stats ?? new StageStats();
+  return (source) => new Flow<Traced<O>>((outlet) => new StageRun(source, work, config, stats, outlet));
+}
+
+const PLAIN = 0;
+const PROMISE = 1;
+const OBSERVABLE = 2;
+const ASYNC_ITERABLE = 3;
+
+function kindOf(result: unknown): number {
+  if (result === null || (typeof result !== 'object' && typeof result !== 'function')) return PLAIN;
+  if (typeof (result as PromiseLike<unknown>).then === 'function') return PROMISE;
+  if (result instanceof Observable) return OBSERVABLE;
+  if (typeof (result as AsyncIterable<unknown>)[Symbol.asyncIterator] === 'function') return ASYNC_ITERABLE;
+  return PLAIN;
+}
+
+class WorkContext implements StageContext {
+  private controller: AbortController | undefined;
+  private abortReason: unknown;
+  private aborted = false;
+
+  constructor(
+    readonly stage: string,
+    readonly seq: number,
+    readonly trace: TraceContext,
+  ) {}
+
+  get signal(): AbortSignal {
+    if (this.controller === undefined) {
+      this.controller = new AbortController();
+      if (this.aborted) this.controller.abort(this.abortReason);
+    }
+    return this.controller.signal;
+  }
+
+  abort(reason: unknown): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.abortReason = reason;
+    this.controller?.abort(reason);
+  }
+}
+
+/** An element waiting in the buffer. */
+class Pending<I> {
+  merged = 0;
+  constructor(
+    public value: I,
+    readonly trace: TraceContext,
+    readonly seq: number,
+    readonly enqueuedAt: number,
+  ) {}
+}
+
+/**
+ * Work in flight for one input. It is also the demand link of an Observable result,
+ * so a Flow of tokens returned by the work is paused while its output waits.
+ */
+class Task<I, O> implements DemandLink {
+  readonly outputs = new Ring<O>(2);
+  done = false;
+  failed = false;
+  closed = false;
+  queued = false;
+  subscription: Subscription | undefined;
+  iterator: AsyncIterator<O> | undefined;
+  iterating = false;
+  timer: Subscription | undefined;
+  startedAt = 0;
+  queueWait = 0;
+  waitingSince = -1;
+  paused = 0;
+  merged = 0;
+  private readonly outlets: Resumable[] = [];
+
+  constructor(
+    readonly value: I,
+    readonly context: WorkContext,
+  ) {}
+
+  wants(): boolean {
+    return !this.closed && this.outputs.length === 0;
+  }
+  beforeEmit(): number {
+    return 0;
+  }
+  afterEmit(): void {}
+  attach(outlet: Resumable): void {
+    this.outlets.push(outlet);
+  }
+  detach(outlet: Resumable): void {
+    const index = this.outlets.indexOf(outlet);
+    if (index >= 0) this.outlets.splice(index, 1);
+  }
+  resumeProducers(): void {
+    for (const outlet of this.outlets.slice()) outlet.resume();
+  }
+}
+
+interface UpstreamHandler<I> {
+  onNext(value: I | Traced<I>): void;
+  onUpstreamError(err: unknown): void;
+  onUpstreamComplete(): void;
+}
+
+/** Subscribes upstream without RxJS's SafeSubscriber wrapping: one call per element. */
+class UpstreamSubscriber<I> extends Subscriber<I | Traced<I>> {
+  constructor(private readonly run: UpstreamHandler<I>) {
+    super();
+  }
+  protected override _next(value: I | Traced<I>): void {
+    this.run.onNext(value);
+  }
+  protected override _error(err: unknown): void {
+    this.unsubscribe();
+    this.run.onUpstreamError(err);
+  }
+  protected override _complete(): void {
+    this.unsubscribe();
+    this.run.onUpstreamComplete();
+  }
+}
+
+/** One subscription of a stage: the whole state machine, demand accounting included. */
+class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I> {
+  private readonly inlet = new Inlet(this);
+  private readonly buffer: Ring<Pending<I>>;
+  /** Ordered: every task in start order. Unordered: tasks with something to deliver. */
+  private readonly queue = new Ring<Task<I, O>>(4);
+  private readonly tasks = new Set<Task<I, O>>();
+  private readonly now: () => number;
+  private readonly sample: (seq: number) => boolean;
+  private readonly scheduler: SchedulerLike;
+  private upstream: UpstreamSubscriber<I> | undefined;
+  private upstreamDone = false;
+  private terminated = false;
+  private pendingError: { error: unknown } | undefined;
+  private inFlight = 0;
+  private seq = 0;
+  private wip = 0;
+  private stopKillListener: (() => void) | undefined;
+  private drainTimer: Subscription | undefined;
+  private probeTimer: Subscription | undefined;
+
+  constructor(
+    private readonly source: Observable<I | Traced<I>>,
+    private readonly work: Work<I, O>,
+    private readonly config: Config,
+    private readonly stats: StageStats,
+    private readonly outlet: Outlet<Traced<O>>,
+  ) {
+    this.buffer = new Ring(Math.min(config.capacity, 1024));
+    this.scheduler = config.scheduler ?? asyncScheduler;
+    this.now = config.scheduler ? () => config.scheduler!.now() : () => performance.now();
+    this.sample = sampler(config.sampleRate);
+  }
+
+  // ---- Producer (downstream side) ----
+
+  start(): void {
+    this.stopKillListener = this.config.killSwitch?.listen((event) => this.onKill(event));
+    if (this.terminated) return;
+    const upstream = new UpstreamSubscriber<I>(this);
+    this.upstream = upstream;
+    withLink(this.inlet, () => this.source.subscribe(upstream));
+    if (this.terminated || this.upstreamDone) upstream.unsubscribe();
+  }
+
+  pull(): void {
+    this.drain();
+  }
+
+  /** The consumer went away: abort work, shed what is buffered, release everything. */
+  cancel(): void {
+    if (this.terminated) return;
+    this.terminated = true;
+    const reason = new AbortedError(this.config.name, 'the consumer unsubscribed');
+    for (const pending of this.takeBuffered()) this.shed(pending.value, pending.trace, pending.seq, 'cancelled', 1 + pending.merged);
+    for (const task of this.tasks) {
+      task.context.abort(reason);
+      this.closeTask(task);
+      if (!task.failed) this.shed(task.value, task.context.trace, task.context.seq, 'cancelled', 1 + task.merged);
+    }
+    this.releaseAll();
+  }
+
+  // ---- RoomOwner (upstream side) ----
+
+  room(): number {
+    if (this.terminated || this.upstreamDone) return 0;
+    if (this.config.policy !== 'pause') return Infinity;
+    return this.config.capacity - this.buffer.length + (this.config.concurrency - this.inFlight);
+  }
+
+  // ---- upstream signals ----
+
+  onNext(input: I | Traced<I>): void {
+    if (this.terminated || this.upstreamDone) return; // §2.8: late elements after cancel are ignored
+    const asked = this.inlet.arrive();
+    if (this.probeTimer !== undefined) this.stopProbe();
+    this.stats.received++;
+    const seq = this.seq++;
+    let value: I;
+    let trace: TraceContext;
+    if (input instanceof Traced) {
+      value = (input as Traced<I>).value;
+      trace = (input as Traced<I>).trace;
+    } else {
+      value = input;
+      trace = new TraceContext(seq, this.sample(seq));
+    }
+    if (
+      this.wip === 0 &&
+      this.buffer.length === 0 &&
+      (this.config.ordered ? this.inFlight === 0 : this.inFlight < this.config.concurrency) &&
+      this.outlet.wants()
+    ) {
+      this.begin(value, trace, seq, -1, 0, true);
+      if (this.inFlight > 0) this.drain();
+      return;
+    }
+    this.enqueue(value, trace, seq, asked);
+    this.drain();
+  }
+
+  onUpstreamComplete(): void {
+    if (this.terminated || this.upstreamDone) return;
+    this.finishInput();
+  }
+
+  onUpstreamError(err: unknown): void {
+    if (this.terminated) return;
+    this.fail(err);
+  }
+
+  // ---- the state machine ----
+
+  private enqueue(value: I, trace: TraceContext, seq: number, asked: boolean): void {
+    const enqueuedAt = trace.sampled ? this.now() : -1;
+    if (this.buffer.length < this.config.capacity) {
+      this.buffer.push(new Pending(value, trace, seq, enqueuedAt));
+      this.stats.buffered++;
+      return;
+    }
+    switch (this.config.policy) {
+      case 'pause':
+        // A linked producer asked first; a bounded overshoot comes only from a plain
+        // operator that expands one element into several. Anything else cannot be paused.
+        if (asked) {
+          this.buffer.push(new Pending(value, trace, seq, enqueuedAt));
+          this.stats.buffered++;
+        } else {
+          this.stats.failed++;
+          this.fail(new UnpausableSourceError(this.config.name, this.config.capacity));
+        }
+        return;
+      case 'shed-incoming':
+        this.shed(value, trace, seq, 'buffer-full', 1);
+        return;
+      case 'shed-oldest': {
+        const oldest = this.buffer.shift()!;
+        this.stats.buffered--;
+        this.shed(oldest.value, oldest.trace, oldest.seq, 'evicted', 1 + oldest.merged);
+        this.buffer.push(new Pending(value, trace, seq, enqueuedAt));
+        this.stats.buffered++;
+        return;
+      }
+      case 'fail':
+        // Documented choice: what is buffered and in flight is delivered first, then the error.
+        this.stats.failed++;
+        this.pendingError = { error: new OverflowError(this.config.name, this.config.capacity) };
+        this.finishInput();
+        return;
+      case 'conflate': {
+        const newest = this.buffer.peekLast()!;
+        try {
+          newest.value = (this.config.conflate as (pending: I, incoming: I) => I)(newest.value, value);
+        } catch (err) {
+          this.stats.failed++;
+          this.fail(new StageError(this.config.name, seq, err));
+          return;
+        }
+        newest.merged++;
+        this.stats.conflated++;
+        return;
+      }
+    }
+  }
+
+  /** Starts work on one element. `direct`: the stage was idle and downstream wants, so a plain result goes straight out. */
+  private begin(value: I, trace: TraceContext, seq: number, enqueuedAt: number, merged: number, direct: boolean): void {
+    const context = new WorkContext(this.config.name, seq, trace);
+    let startedAt = 0;
+    if (trace.sampled) startedAt = enqueuedAt >= 0 ? this.now() : trace.lastExit > 0 ? trace.lastExit : this.now();
+    let result: WorkResult<O>;
+    try {
+      result = this.work(value, context);
+    } catch (err) {
+      this.workFailed(value, context, merged, err);
+      return;
+    }
+    const kind = kindOf(result);
+    if (kind === PLAIN && direct) {
+      this.stats.delivered += 1 + merged;
+      this.stats.emitted++;
+      if (trace.sampled) {
+        const end = this.now();
+        this.record(trace, 0, end - startedAt, 0, merged);
+        trace.lastExit = end;
+      }
+      this.outlet.next(new Traced(result as O, trace));
+      return;
+    }
+    const task = new Task<I, O>(value, context);
+    task.merged = merged;
+    if (trace.sampled) {
+      task.startedAt = startedAt;
+      task.queueWait = enqueuedAt >= 0 ? startedAt - enqueuedAt : 0;
+    }
+    this.inFlight++;
+    this.stats.inFlight++;
+    this.tasks.add(task);
+    if (this.config.ordered) this.queue.push(task);
+    if (this.config.timeout !== undefined) {
+      task.timer = this.scheduler.schedule(() => {
+        task.timer = undefined;
+        const error = new StageTimeoutError(this.config.name, seq, this.config.timeout!);
+        task.context.abort(error);
+        this.taskFailed(task, error);
+      }, this.config.timeout);
+    }
+    switch (kind) {
+      case PLAIN:
+        task.outputs.push(result as O);
+        this.taskDone(task);
+        return;
+      case PROMISE:
+        (result as PromiseLike<O>).then(
+          (output) => {
+            if (task.closed) return;
+            task.outputs.push(output);
+            this.taskDone(task);
+          },
+          (err: unknown) => this.taskFailed(task, err),
+        );
+        return;
+      case OBSERVABLE:
+        task.subscription = withLink(task, () =>
+          (result as Observable<O>).subscribe({
+            next: (output) => this.taskOutput(task, output),
+            error: (err: unknown) => this.taskFailed(task, err),
+            complete: () => this.taskDone(task),
+          }),
+        );
+        if (task.closed) task.subscription.unsubscribe();
+        return;
+      case ASYNC_ITERABLE:
+        task.iterator = (result as AsyncIterable<O>)[Symbol.asyncIterator]();
+        this.pullIterator(task);
+        return;
+    }
+  }
+
+  private pullIterator(task: Task<I, O>): void {
+    const iterator = task.iterator!;
+    if (task.iterating || task.done || task.closed) return;
+    task.iterating = true;
+    iterator.next().then(
+      (step) => {
+        task.iterating = false;
+        if (task.closed) return;
+        if (step.done) this.taskDone(task);
+        else this.taskOutput(task, step.value);
+      },
+      (err: unknown) => {
+        task.iterating = false;
+        this.taskFailed(task, err);
+      },
+    );
+  }
+
+  private taskOutput(task: Task<I, O>, output: O): void {
+    if (task.closed) return;
+    task.outputs.push(output);
+    this.ready(task);
+  }
+
+  private taskDone(task: Task<I, O>): void {
+    if (task.closed || task.done) return;
+    task.done = true;
+    if (task.timer) {
+      task.timer.unsubscribe();
+      task.timer = undefined;
+    }
+    this.ready(task);
+  }
+
+  private taskFailed(task: Task<I, O>, err: unknown): void {
+    if (task.closed || task.failed) return;
+    const error = err instanceof SluiceError ? err : new StageError(this.config.name, task.context.seq, err);
+    if (this.config.errorPolicy === 'fail') {
+      this.fail(error);
+      return;
+    }
+    task.failed = true;
+    task.done = true;
+    this.closeTask(task);
+    this.stats.failed += 1 + task.merged;
+    this.config.onFailure?.({ stage: this.config.name, error, value: task.value, seq: task.context.seq, trace: task.context.trace });
+    this.ready(task);
+  }
+
+  private workFailed(value: I, context: WorkContext, merged: number, err: unknown): void {
+    const error = new StageError(this.config.name, context.seq, err);
+    this.stats.failed += 1 + merged;
+    if (this.config.errorPolicy === 'fail') {
+      this.fail(error);
+      return;
+    }
+    this.config.onFailure?.({ stage: this.config.name, error, value, seq: context.seq, trace: context.trace });
+  }
+
+  private ready(task: Task<I, O>): void {
+    if (!this.config.ordered && !task.queued) {
+      task.queued = true;
+      this.queue.push(task);
+    }
+    this.drain();
+  }
+
+  /** The drain loop: deliver, start work, finish; then ask upstream for more. Never re-entered. */
+  private drain(): void {
+    if (this.wip++ !== 0) return;
+    do {
+      let progressed = true;
+      while (progressed && !this.terminated) {
+        progressed = this.config.ordered ? this.deliverOrdered() : this.deliverUnordered();
+        while (!this.terminated && this.buffer.length > 0 && this.inFlight < this.config.concurrency) {
+          const pending = this.buffer.shift()!;
+          this.stats.buffered--;
+          this.begin(pending.value, pending.trace, pending.seq, pending.enqueuedAt, pending.merged, false);
+          progressed = true;
+        }
+      }
+      if (this.terminated) {
+        this.wip = 0;
+        return;
+      }
+      if (this.upstreamDone && this.buffer.length === 0 && this.inFlight === 0) {
+        this.wip = 0;
+        this.finish();
+        return;
+      }
+    } while (--this.wip !== 0);
+    if (this.upstreamDone) return;
+    if (this.room() > 0) {
+      this.inlet.signal();
+    } else {
+      this.stats.pauses++;
+    }
+    if (this.inlet.inTransit > 0 && this.buffer.length === 0 && this.inFlight === 0 && this.probeTimer === undefined && !this.terminated) {
+      this.probeTimer = this.scheduler.schedule(() => {
+        this.probeTimer = undefined;
+        this.inlet.forgiveOne();
+        this.drain();
+      }, this.config.transitTimeout);
+    }
+  }
+
+  private deliverOrdered(): boolean {
+    let progressed = false;
+    for (let task = this.queue.peek(); task !== undefined && !this.terminated; task = this.queue.peek()) {
+      if (task.outputs.length > 0) {
+        if (!this.emitFrom(task)) break;
+        progressed = true;
+      } else if (task.done) {
+        this.queue.shift();
+        this.retire(task);
+        progressed = true;
+      } else {
+        break;
+      }
+    }
+    return progressed;
+  }
+
+  private deliverUnordered(): boolean {
+    let progressed = false;
+    for (let task = this.queue.peek(); task !== undefined && !this.terminated; task = this.queue.peek()) {
+      if (task.outputs.length > 0) {
+        if (!this.emitFrom(task)) break;
+        progressed = true;
+      } else {
+        this.queue.shift();
+        task.queued = false;
+        if (task.done) this.retire(task);
+        progressed = true;
+      }
+    }
+    return progressed;
+  }
+
+  /** Emits one output of `task` if downstream wants it; returns whether it did. */
+  private emitFrom(task: Task<I, O>): boolean {
+    const sampled = task.context.trace.sampled;
+    if (!this.outlet.wants()) {
+      if (sampled && task.waitingSince < 0) task.waitingSince = this.now();
+      return false;
+    }
+    const output = task.outputs.shift() as O;
+    if (sampled && task.waitingSince >= 0) {
+      task.paused += this.now() - task.waitingSince;
+      task.waitingSince = -1;
+    }
+    this.stats.emitted++;
+    if (task.outputs.length === 0 && !task.done) {
+      if (task.iterator) this.pullIterator(task);
+      else if (task.subscription) task.resumeProducers();
+    }
+    this.outlet.next(new Traced(output, task.context.trace));
+    return true;
+  }
+
+  private retire(task: Task<I, O>): void {
+    this.inFlight--;
+    this.stats.inFlight--;
+    this.tasks.delete(task);
+    this.closeTask(task);
+    if (!task.failed) this.stats.delivered += 1 + task.merged;
+    const trace = task.context.trace;
+    if (trace.sampled) {
+      const end = this.now();
+      this.record(trace, task.queueWait, end - task.startedAt - task.paused, task.paused, task.merged);
+      trace.lastExit = end;
+    }
+  }
+
+  private record(trace: TraceContext, queueWait: number, service: number, paused: number, conflated: number): void {
+    const record: StageRecord = { stage: this.config.name, queueWait, service, paused, retries: 0, conflated };
+    trace.records!.push(record);
+  }
+
+  private shed(value: I, trace: TraceContext, seq: number, reason: ShedReason, count: number): void {
+    this.stats.shed[reason] += count;
+    this.config.onShed?.({ stage: this.config.name, reason, value, seq, trace });
+  }
+
+  private closeTask(task: Task<I, O>): void {
+    if (task.closed) return;
+    task.closed = true;
+    task.timer?.unsubscribe();
+    task.timer = undefined;
+    task.subscription?.unsubscribe();
+    if (task.iterator && !task.done) {
+      task.iterator.return?.().then(undefined, () => {});
+    }
+  }
+
+  /** No more input will be taken; what is buffered and in flight still finishes. */
+  private finishInput(): void {
+    this.upstreamDone = true;
+    this.upstream?.unsubscribe();
+    if (this.config.drainTimeout !== undefined && (this.buffer.length > 0 || this.inFlight > 0)) {
+      this.drainTimer = this.scheduler.schedule(() => {
+        this.drainTimer = undefined;
+        const abandoned = this.buffer.length + this.inFlight;
+        this.fail(new DrainTimeoutError(this.config.name, this.config.drainTimeout!, abandoned));
+      }, this.config.drainTimeout);
+    }
+    this.drain();
+  }
+
+  private finish(): void {
+    this.terminated = true;
+    this.releaseAll();
+    if (this.pendingError) this.outlet.error(this.pendingError.error);
+    else this.outlet.complete();
+  }
+
+  /** Ends the stream now with `error`: in-flight work is aborted and it and the buffer count as failed. */
+  private fail(error: unknown): void {
+    if (this.terminated) return;
+    this.terminated = true;
+    let lost = 0;
+    for (const pending of this.takeBuffered()) lost += 1 + pending.merged;
+    for (const task of this.tasks) {
+      task.context.abort(error);
+      this.closeTask(task);
+      if (!task.failed) lost += 1 + task.merged;
+    }
+    this.stats.failed += lost;
+    this.releaseAll();
+    this.outlet.error(error);
+  }
+
+  private onKill(event: KillEvent): void {
+    if (this.terminated) return;
+    if (event.kind === 'shutdown') {
+      if (!this.upstreamDone) this.finishInput();
+    } else {
+      this.fail(event.reason instanceof SluiceError ? event.reason : new AbortedError(this.config.name, describe(event.reason)));
+    }
+  }
+
+  private stopProbe(): void {
+    this.probeTimer?.unsubscribe();
+    this.probeTimer = undefined;
+  }
+
+  private takeBuffered(): Pending<I>[] {
+    this.stats.buffered -= this.buffer.length;
+    return this.buffer.drain();
+  }
+
+  private releaseAll(): void {
+    this.takeBuffered();
+    this.stats.inFlight -= this.inFlight;
+    this.inFlight = 0;
+    this.tasks.clear();
+    this.upstream?.unsubscribe();
+    this.drainTimer?.unsubscribe();
+    this.drainTimer = undefined;
+    this.stopProbe();
+    this.stopKillListener?.();
+    this.stopKillListener = undefined;
+  }
+}
+
+function describe(reason: unknown): string {
+  return reason instanceof Error ? reason.message : String(reason);
+}

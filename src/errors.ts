@@ -1,0 +1,101 @@
+/**
+ * Every error sluice raises is a `SluiceError` with a stable `code`, the stage it
+ * came from (when there is one) and a hint saying what to do about it.
+ */
+export type SluiceErrorCode =
+  | 'INVALID_OPTIONS'
+  | 'ILLEGAL_DEMAND'
+  | 'OVERFLOW'
+  | 'UNPAUSABLE_SOURCE'
+  | 'WORK_FAILED'
+  | 'TIMEOUT'
+  | 'DRAIN_TIMEOUT'
+  | 'ABORTED';
+
+export class SluiceError extends Error {
+  readonly code: SluiceErrorCode;
+  readonly stage: string | undefined;
+  readonly hint: string | undefined;
+
+  constructor(code: SluiceErrorCode, message: string, details: { stage?: string; hint?: string; cause?: unknown } = {}) {
+    super(details.hint ? `${message} ${details.hint}` : message, details.cause === undefined ? undefined : { cause: details.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.stage = details.stage;
+    this.hint = details.hint;
+  }
+}
+
+/** Options that fail validation. `issues` carry the path of each bad field. */
+export class InvalidOptionsError extends SluiceError {
+  readonly issues: readonly { path: string; message: string }[];
+  constructor(what: string, issues: readonly { path: string; message: string }[]) {
+    const list = issues.map((i) => `  - ${i.path || '(root)'}: ${i.message}`).join('\n');
+    super('INVALID_OPTIONS', `Invalid ${what}:\n${list}`);
+    this.issues = issues;
+  }
+}
+
+/** Reactive Streams §3.9: a non-positive request signals an error instead of throwing. */
+export class IllegalDemandError extends SluiceError {
+  constructor(readonly requested: number) {
+    super('ILLEGAL_DEMAND', `request(${requested}) is not allowed: demand must be a positive integer (Reactive Streams §3.9).`);
+  }
+}
+
+/** Policy `fail`: an element arrived while the buffer was full. */
+export class OverflowError extends SluiceError {
+  constructor(stage: string, readonly capacity: number) {
+    super('OVERFLOW', `Stage "${stage}" overflowed its buffer (capacity ${capacity}, policy "fail").`, {
+      stage,
+      hint: 'Raise the capacity, or choose policy "pause", "shed-newest", "shed-oldest" or "conflate".',
+    });
+  }
+}
+
+/** Policy `pause` met a producer that cannot be paused. */
+export class UnpausableSourceError extends SluiceError {
+  constructor(stage: string, readonly capacity: number) {
+    super(
+      'UNPAUSABLE_SOURCE',
+      `Stage "${stage}" (capacity ${capacity}, policy "pause") is full and its source cannot be paused (a plain Observable, Subject or event source pushes without demand).`,
+      {
+        stage,
+        hint: 'Wrap the source with fromPush(source, { capacity, policy }) choosing "shed-newest", "shed-oldest", "conflate" or "fail", or build it with fromIterable/fromAsyncIterable/fromReadable so it can be paused.',
+      },
+    );
+  }
+}
+
+/** User work threw or rejected; carries the stage and the element's sequence number. */
+export class StageError extends SluiceError {
+  constructor(stage: string, readonly seq: number, cause: unknown) {
+    super('WORK_FAILED', `Stage "${stage}" failed on element #${seq}: ${describe(cause)}`, { stage, cause });
+  }
+}
+
+export class StageTimeoutError extends SluiceError {
+  constructor(stage: string, readonly seq: number, readonly timeout: number) {
+    super('TIMEOUT', `Stage "${stage}" timed out on element #${seq} after ${timeout} ms.`, {
+      stage,
+      hint: 'Raise `timeout`, or make the work honour its AbortSignal sooner.',
+    });
+  }
+}
+
+export class DrainTimeoutError extends SluiceError {
+  constructor(stage: string, readonly deadline: number, readonly abandoned: number) {
+    super('DRAIN_TIMEOUT', `Stage "${stage}" did not drain within ${deadline} ms; ${abandoned} element(s) were failed.`, { stage });
+  }
+}
+
+/** The reason a kill switch or an abort gives to in-flight work. */
+export class AbortedError extends SluiceError {
+  constructor(stage: string | undefined, reason: string) {
+    super('ABORTED', stage ? `Stage "${stage}" was aborted: ${reason}` : `Aborted: ${reason}`, stage === undefined ? {} : { stage });
+  }
+}
+
+function describe(cause: unknown): string {
+  return cause instanceof Error ? cause.message : String(cause);
+}

@@ -1,0 +1,286 @@
+/**
+ * The demand protocol: how a sluice `Flow` learns how much its consumer can take.
+ *
+ * A `Flow<T>` is an RxJS `Observable<T>`. Subscribed by a plain subscriber it has
+ * unbounded demand and behaves like any cold Observable. Subscribed by a sluice stage
+ * (or through `subscribeWithDemand`) it is *linked* to its consumer and emits only
+ * while the consumer `wants()` more — Reactive Streams `request(n)` semantics,
+ * without a new subscribe API.
+ *
+ * ## How a link is made
+ *
+ * RxJS subscribes a `pipe()` chain synchronously from the last operator to the
+ * first, and `Observable.lift` returns a plain Observable, so nothing can ride on the
+ * class of the Observable through `map` or `filter`. Instead a consumer opens a
+ * *link scope* while it subscribes its source: every Flow whose subscription starts
+ * inside that synchronous window links to the consumer. That reaches through any
+ * plain operator that subscribes its source synchronously (`map`, `filter`, `tap`,
+ * `scan`, `take`, `merge`, `concat`...). An outlet also opens its link's scope
+ * while it emits, so Flows that plain operators subscribe *because of* an element
+ * (the inner Flows of `mergeMap`, `concatMap`, `switchMap`) link to the same
+ * consumer and are paused with the rest.
+ *
+ * ## Why demand is a question, not a credit
+ *
+ * Between stages, demand is asked (`wants()`) before every element rather than
+ * granted as credits: a `filter` between two stages swallows elements, and credits
+ * granted for them would leak until the pipeline stalls. Asking again after every
+ * element cannot leak. Explicit credits (`request(n)`) exist for consumers that want
+ * them — the test kit, or code bridging to another Reactive Streams library.
+ *
+ * ## Plain operators that defer elements
+ *
+ * An operator that holds elements and emits them later (`delay`, `observeOn`,
+ * `mergeMap` over Promises) hides them from the consumer. A link notices an element
+ * arriving outside its producer's `next` call and from then on counts every element
+ * that did not arrive synchronously as *in transit*; in-transit elements count
+ * against the consumer's capacity, so the segment between two stages holds at most
+ * `capacity` elements. See `Inlet`.
+ *
+ * Rules kept (Reactive Streams numbering): never more than requested (§1.1), serial
+ * signals (§1.3), nothing after a terminal signal or cancel (§1.7, §3.6), additive
+ * demand (§3.8), non-positive request errors the stream (§3.9), unbounded demand
+ * without overflow (§3.17), and re-entrant demand is trampolined, never recursive (§3.3).
+ */
+import { Observable, type Observer, type Subscriber, type Subscription } from 'rxjs';
+import { IllegalDemandError } from '../errors.js';
+
+/** What a consumer tells its producers. */
+export interface DemandLink {
+  /** True while the consumer can take one more element now. */
+  wants(): boolean;
+  /** Called by an outlet around each element it emits; returns a token for `afterEmit`. */
+  beforeEmit(): number;
+  afterEmit(token: number): void;
+  /** Producers that must be resumed when demand returns. */
+  attach(outlet: Resumable): void;
+  detach(outlet: Resumable): void;
+}
+
+export interface Resumable {
+  resume(): void;
+}
+
+/** A producer's view of its consumer. */
+export interface Outlet<T> {
+  readonly closed: boolean;
+  /** True while the consumer can take one more element now (§1.1: emit only then). */
+  wants(): boolean;
+  next(value: T): void;
+  error(err: unknown): void;
+  complete(): void;
+}
+
+/** The producing side of a Flow, one per subscription. */
+export interface Producer {
+  /** Subscribe upstream, open files... Called once, after the outlet is linked. */
+  start?(): void;
+  /** Demand is available: emit while `outlet.wants()`. Never called re-entrantly. */
+  pull(): void;
+  /** The consumer went away (unsubscribe, cancel, or after a terminal signal). Release everything. */
+  cancel(): void;
+}
+
+let scope: DemandLink | undefined;
+
+/** Runs `fn` with `link` as the link scope: Flows subscribed synchronously inside link to it. */
+export function withLink<R>(link: DemandLink | undefined, fn: () => R): R {
+  const previous = scope;
+  scope = link;
+  try {
+    return fn();
+  } finally {
+    scope = previous;
+  }
+}
+
+/** The link scope currently open, if any. */
+export function currentLink(): DemandLink | undefined {
+  return scope;
+}
+
+class FlowOutlet<T> implements Outlet<T>, Resumable {
+  closed = false;
+  private producer: Producer | undefined;
+  private pulling = false;
+  private pullAgain = false;
+
+  constructor(
+    private readonly subscriber: Subscriber<T>,
+    readonly link: DemandLink | undefined,
+  ) {}
+
+  bind(producer: Producer): void {
+    this.producer = producer;
+  }
+
+  wants(): boolean {
+    if (this.closed) return false;
+    return this.link === undefined ? true : this.link.wants();
+  }
+
+  next(value: T): void {
+    if (this.closed) return;
+    const link = this.link;
+    if (link === undefined) {
+      this.subscriber.next(value);
+      return;
+    }
+    const token = link.beforeEmit();
+    const previous = scope;
+    scope = link; // inner Flows subscribed because of this element link to the same consumer
+    try {
+      this.subscriber.next(value);
+    } finally {
+      scope = previous;
+      link.afterEmit(token);
+    }
+  }
+
+  error(err: unknown): void {
+    if (this.closed) return;
+    this.close();
+    this.subscriber.error(err);
+  }
+
+  complete(): void {
+    if (this.closed) return;
+    this.close();
+    this.subscriber.complete();
+  }
+
+  /** Trampolined: demand signalled while the producer is already emitting only makes it loop again (§3.3). */
+  resume(): void {
+    if (this.closed || this.producer === undefined) return;
+    if (this.pulling) {
+      this.pullAgain = true;
+      return;
+    }
+    this.pulling = true;
+    try {
+      do {
+        this.pullAgain = false;
+        this.producer.pull();
+      } while (this.pullAgain && !this.closed);
+    } finally {
+      this.pulling = false;
+    }
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.link?.detach(this);
+    const producer = this.producer;
+    this.producer = undefined;
+    producer?.cancel();
+  }
+}
+
+/**
+ * An RxJS Observable that speaks demand. Build one from a producer factory; most
+ * users get Flows from sources (`fromIterable`...) and stages instead.
+ */
+export class Flow<T> extends Observable<T> {
+  constructor(produce: (outlet: Outlet<T>) => Producer) {
+    super((subscriber) => {
+      const outlet = new FlowOutlet<T>(subscriber, scope);
+      const producer = produce(outlet);
+      outlet.bind(producer);
+      outlet.link?.attach(outlet);
+      // Subscribing our own upstream must not link it to *our* consumer.
+      withLink(undefined, () => producer.start?.());
+      outlet.resume();
+      return () => outlet.close();
+    });
+  }
+
+  /**
+   * Subscribes with explicit Reactive Streams demand: nothing is emitted until
+   * `request(n)`. Demand is additive and saturates at `Infinity` (§3.8, §3.17); a
+   * non-positive or non-integer `n` errors the stream with `IllegalDemandError`
+   * (§3.9); `request` after `cancel` is a no-op (§3.6).
+   */
+  subscribeWithDemand(observer: Partial<Observer<T>>): DemandSubscription {
+    return subscribeWithDemand(this, observer);
+  }
+}
+
+/** A subscription with Reactive Streams demand. */
+export interface DemandSubscription {
+  request(n: number): void;
+  cancel(): void;
+  readonly closed: boolean;
+  /** Demand granted and not yet used. */
+  readonly outstanding: number;
+}
+
+class CreditLink implements DemandLink {
+  credits = 0;
+  private readonly outlets = new Set<Resumable>();
+
+  wants(): boolean {
+    return this.credits > 0;
+  }
+  beforeEmit(): number {
+    if (this.credits !== Infinity) this.credits--;
+    return 0;
+  }
+  afterEmit(): void {}
+  attach(outlet: Resumable): void {
+    this.outlets.add(outlet);
+  }
+  detach(outlet: Resumable): void {
+    this.outlets.delete(outlet);
+  }
+  grant(n: number): void {
+    this.credits = this.credits + n >= Number.MAX_SAFE_INTEGER ? Infinity : this.credits + n;
+    for (const outlet of [...this.outlets]) outlet.resume();
+  }
+}
+
+/**
+ * Subscribes to any Observable with explicit demand. A Flow (or a chain of plain
+ * operators over Flows) honours it; a plain Observable cannot be paused and pushes
+ * regardless — `request` then only records what was asked.
+ */
+export function subscribeWithDemand<T>(source: Observable<T>, observer: Partial<Observer<T>>): DemandSubscription {
+  const link = new CreditLink();
+  let failed = false;
+  let subscription: Subscription | undefined;
+  const forward = {
+    next: (value: T) => observer.next?.(value),
+    error: (err: unknown) => observer.error?.(err),
+    complete: () => observer.complete?.(),
+  };
+  subscription = withLink(link, () => source.subscribe(forward));
+  return {
+    request(n: number): void {
+      if (subscription === undefined || subscription.closed || failed) return;
+      if (!(n > 0) || !Number.isInteger(n)) {
+        if (n !== Infinity) {
+          failed = true;
+          subscription.unsubscribe();
+          observer.error?.(new IllegalDemandError(n));
+          return;
+        }
+      }
+      link.grant(n);
+    },
+    cancel(): void {
+      subscription?.unsubscribe();
+      subscription = undefined;
+    },
+    get closed(): boolean {
+      return subscription === undefined || subscription.closed || failed;
+    },
+    get outstanding(): number {
+      return link.credits;
+    },
+  };
+}
+
+/** True when `source` is a sluice Flow (speaks demand directly). */
+export function isFlow<T>(source: Observable<T>): source is Flow<T> {
+  return source instanceof Flow;
+}

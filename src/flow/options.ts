@@ -1,0 +1,43 @@
+import * as z from 'zod';
+import type { SchedulerLike } from 'rxjs';
+import { InvalidOptionsError } from '../errors.js';
+
+/**
+ * Overflow policies — one vocabulary for types, metrics labels, trace records and docs.
+ *
+ * | policy          | when the buffer is full                                        | lossless |
+ * |-----------------|----------------------------------------------------------------|----------|
+ * | `pause`         | no more demand goes upstream (default)                         | yes      |
+ * | `shed-incoming` | the arriving element is shed                                   | no       |
+ * | `shed-oldest`   | the oldest buffered element is shed, the arriving one kept     | no       |
+ * | `fail`          | the stream fails with `OverflowError` after delivering the buffer | no    |
+ * | `conflate`      | the arriving element is merged into the newest buffered one    | content  |
+ */
+export const POLICIES = ['pause', 'shed-incoming', 'shed-oldest', 'fail', 'conflate'] as const;
+export type Policy = (typeof POLICIES)[number];
+
+/** Why an element was shed. */
+export type ShedReason = 'buffer-full' | 'evicted' | 'lagging' | 'cancelled';
+
+/** How an element left a stage: every element that enters leaves exactly once. */
+export type Outcome = 'delivered' | 'shed' | 'failed';
+
+export const positiveInt = (what: string) =>
+  z.number({ error: `${what} must be a number` }).int({ error: `${what} must be an integer` }).positive({ error: `${what} must be ≥ 1` });
+
+export const schedulerSchema = z.custom<SchedulerLike>(
+  (v) => typeof v === 'object' && v !== null && typeof (v as SchedulerLike).schedule === 'function' && typeof (v as SchedulerLike).now === 'function',
+  { error: 'must be an RxJS SchedulerLike (with schedule() and now())' },
+);
+
+export const functionSchema = <F>() => z.custom<F>((v) => typeof v === 'function', { error: 'must be a function' });
+
+/** Validates `input` against `schema`; throws `InvalidOptionsError` naming every bad field's path. */
+export function parseOptions<S extends z.ZodType>(schema: S, input: unknown, what: string): z.output<S> {
+  const result = schema.safeParse(input ?? {});
+  if (result.success) return result.data;
+  throw new InvalidOptionsError(
+    what,
+    result.error.issues.map((issue) => ({ path: issue.path.map(String).join('.'), message: issue.message })),
+  );
+}

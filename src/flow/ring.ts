@@ -1,0 +1,74 @@
+/**
+ * A bounded FIFO ring buffer with O(1) push/shift (RxJS's `mergeInternals` uses
+ * `Array.prototype.shift()`, which is O(n) per element).
+ *
+ * `push` beyond `capacity` grows the backing store: callers that promise a bound
+ * check `length` against their capacity before pushing; growth exists only so a
+ * bounded overshoot (documented where it can happen) never loses an element.
+ */
+export class Ring<T> {
+  private items: (T | undefined)[];
+  private head = 0;
+  private size = 0;
+
+  constructor(initialCapacity = 16) {
+    this.items = new Array<T | undefined>(Math.max(2, initialCapacity));
+  }
+
+  get length(): number {
+    return this.size;
+  }
+
+  push(item: T): void {
+    if (this.size === this.items.length) this.grow();
+    this.items[(this.head + this.size) % this.items.length] = item;
+    this.size++;
+  }
+
+  shift(): T | undefined {
+    if (this.size === 0) return undefined;
+    const item = this.items[this.head];
+    this.items[this.head] = undefined; // let the element be collected
+    this.head = (this.head + 1) % this.items.length;
+    this.size--;
+    return item;
+  }
+
+  peek(): T | undefined {
+    return this.size === 0 ? undefined : this.items[this.head];
+  }
+
+  peekLast(): T | undefined {
+    return this.size === 0 ? undefined : this.items[(this.head + this.size - 1) % this.items.length];
+  }
+
+  /** Replaces the newest element (used by conflation). */
+  replaceLast(item: T): void {
+    if (this.size === 0) throw new RangeError('Ring is empty');
+    this.items[(this.head + this.size - 1) % this.items.length] = item;
+  }
+
+  /** Removes and returns the newest element. */
+  pop(): T | undefined {
+    if (this.size === 0) return undefined;
+    const index = (this.head + this.size - 1) % this.items.length;
+    const item = this.items[index];
+    this.items[index] = undefined;
+    this.size--;
+    return item;
+  }
+
+  /** Removes every element, returning them oldest first. */
+  drain(): T[] {
+    const out: T[] = [];
+    while (this.size > 0) out.push(this.shift() as T);
+    return out;
+  }
+
+  private grow(): void {
+    const next = new Array<T | undefined>(this.items.length * 2);
+    for (let i = 0; i < this.size; i++) next[i] = this.items[(this.head + i) % this.items.length];
+    this.items = next;
+    this.head = 0;
+  }
+}

@@ -1,0 +1,15 @@
+export { Flow, subscribeWithDemand, isFlow, withLink, currentLink } from './flow/demand.js';
+export type { DemandLink, DemandSubscription, Outlet, Producer, Resumable } from './flow/demand.js';
+export { Inlet } from './flow/inlet.js';
+export { Ring } from './flow/ring.js';
+export { KillSwitch } from './flow/kill-switch.js';
+export type { KillEvent } from './flow/kill-switch.js';
+export { StageStats } from './flow/stats.js';
+export { POLICIES } from './flow/options.js';
+export type { Policy, ShedReason, Outcome } from './flow/options.js';
+export * from './errors.js';
+export { Traced, TraceContext, traced, parseTraceparent, sampler } from './trace/trace.js';
+export type { StageRecord } from './trace/trace.js';
+export { stage } from '../operators/stage.js';
+export type { StageContext, StageOperator, StageOptions, Work, WorkResult, ShedEvent, FailureEvent } from '../operators/stage.js';
+export { fromIterable, fromAsyncIterable, fromReadable } from './flow/sources.js';

@@ -1,0 +1,117 @@
+/**
+ * Trace metadata that rides beside every element, never inside it: a `Traced<T>`
+ * envelope holds the payload by reference and a `TraceContext` shared by every
+ * output derived from the same input element.
+ *
+ * Ids are always on and cost nothing until read (formatted lazily). Timing is
+ * sampled: a clock read costs ~40 ns here, more than a whole RxJS `map`, so only
+ * sampled elements carry per-stage records.
+ */
+import { randomBytes } from 'node:crypto';
+
+/** What one stage did to one element (only for sampled elements). Times in ms. */
+export interface StageRecord {
+  readonly stage: string;
+  /** Time spent waiting in the stage's buffer before work started. */
+  queueWait: number;
+  /** Time spent in the work function (until its last output). */
+  service: number;
+  /** Time results waited for downstream demand (backpressure). */
+  paused: number;
+  /** Attempts beyond the first (retry operators). */
+  retries: number;
+  /** Inputs merged into this element by the `conflate` policy. */
+  conflated: number;
+  /** Free-form annotations from stages (cache hit, route taken, guard verdict...). */
+  notes?: Record<string, string | number | boolean>;
+}
+
+const ORIGIN = randomBytes(8).toString('hex');
+let spanCounter = Number.parseInt(randomBytes(4).toString('hex'), 16);
+
+function hex16(n: number): string {
+  return n.toString(16).padStart(16, '0').slice(-16);
+}
+
+export class TraceContext {
+  /** Sequence number of the element at the point its trace began. */
+  readonly seq: number;
+  /** Whether per-stage timing is recorded for this element. */
+  readonly sampled: boolean;
+  /** Per-stage records, in stage order (sampled elements only). */
+  records: StageRecord[] | undefined;
+  private parentTraceId: string | undefined;
+  private parentSpanId: string | undefined;
+  private span: string | undefined;
+  /** Clock reading when the element last left a stage: lets the next stage read the clock once per hop. */
+  lastExit = 0;
+
+  constructor(seq: number, sampled: boolean, parent?: { traceId: string; spanId: string }) {
+    this.seq = seq;
+    this.sampled = sampled;
+    this.records = sampled ? [] : undefined;
+    this.parentTraceId = parent?.traceId;
+    this.parentSpanId = parent?.spanId;
+  }
+
+  /** W3C trace-id: 32 lowercase hex digits. Inherited from a parent traceparent when one was given. */
+  get traceId(): string {
+    return this.parentTraceId ?? (this.parentTraceId = ORIGIN + hex16(this.seq + 1));
+  }
+
+  /** W3C parent-id of this element's span: 16 lowercase hex digits. */
+  get spanId(): string {
+    return this.span ?? (this.span = hex16((spanCounter = (spanCounter + 0x9e3779b1) >>> 0) * 0x100000 + (this.seq & 0xfffff) + 1));
+  }
+
+  /** The span this element's trace continues, when it was started from a traceparent. */
+  get parentSpan(): string | undefined {
+    return this.parentSpanId;
+  }
+
+  /** `00-<trace-id>-<span-id>-<flags>`, ready for an HTTP header or a message field. */
+  get traceparent(): string {
+    return `00-${this.traceId}-${this.spanId}-${this.sampled ? '01' : '00'}`;
+  }
+
+  /** The record of `stage`, if this element was sampled and passed it. */
+  record(stage: string): StageRecord | undefined {
+    return this.records?.find((r) => r.stage === stage);
+  }
+}
+
+/** An element with its trace. The payload is held by reference, never copied. */
+export class Traced<T> {
+  constructor(
+    readonly value: T,
+    readonly trace: TraceContext,
+  ) {}
+}
+
+const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+
+/** Parses a W3C `traceparent`; returns undefined when it is malformed or all-zero. */
+export function parseTraceparent(header: string): { traceId: string; spanId: string; sampled: boolean } | undefined {
+  const match = TRACEPARENT.exec(header.trim());
+  if (!match) return undefined;
+  const [, traceId, spanId, flags] = match as unknown as [string, string, string, string];
+  if (/^0+$/.test(traceId) || /^0+$/.test(spanId)) return undefined;
+  return { traceId, spanId, sampled: (Number.parseInt(flags, 16) & 1) === 1 };
+}
+
+/**
+ * Starts a trace for a value: `traced(prompt, { traceparent })` makes every element
+ * derived from it carry the caller's trace id.
+ */
+export function traced<T>(value: T, options: { seq?: number; sampled?: boolean; traceparent?: string } = {}): Traced<T> {
+  const parent = options.traceparent === undefined ? undefined : parseTraceparent(options.traceparent);
+  return new Traced(value, new TraceContext(options.seq ?? 0, options.sampled ?? parent?.sampled ?? false, parent));
+}
+
+/** Every `n`-th element is sampled, deterministically (rate 1 = all, 0 = none). */
+export function sampler(rate: number): (seq: number) => boolean {
+  if (rate >= 1) return () => true;
+  if (rate <= 0) return () => false;
+  const every = Math.round(1 / rate);
+  return (seq) => seq % every === 0;
+}
