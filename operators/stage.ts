@@ -1,7 +1,8 @@
 import * as z from 'zod';
-import { Observable, Subscriber, asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
+import { Observable, asyncScheduler, type SchedulerLike, type Subscriber, type Subscription } from 'rxjs';
 import { Flow, withLink, type DemandLink, type Outlet, type Producer, type Resumable } from '../src/flow/demand.js';
 import { Inlet, type RoomOwner } from '../src/flow/inlet.js';
+import { subscribeUpstream, type UpstreamHandler } from '../src/flow/upstream.js';
 import { KillSwitch, type KillEvent } from '../src/flow/kill-switch.js';
 import { POLICIES, functionSchema, parseOptions, positiveInt, schedulerSchema, type Policy, type ShedReason } from '../src/flow/options.js';
 import { Ring } from '../src/flow/ring.js';
@@ -228,6 +229,9 @@ class Task<I, O> implements DemandLink {
   wants(): boolean {
     return !this.closed && this.outputs.length === 0;
   }
+  demand(): number {
+    return this.wants() ? 1 : 0;
+  }
   beforeEmit(): number {
     return 0;
   }
@@ -244,32 +248,8 @@ class Task<I, O> implements DemandLink {
   }
 }
 
-interface UpstreamHandler<I> {
-  onNext(value: I | Traced<I>): void;
-  onUpstreamError(err: unknown): void;
-  onUpstreamComplete(): void;
-}
-
-/** Subscribes upstream without RxJS's SafeSubscriber wrapping: one call per element. */
-class UpstreamSubscriber<I> extends Subscriber<I | Traced<I>> {
-  constructor(private readonly run: UpstreamHandler<I>) {
-    super();
-  }
-  protected override _next(value: I | Traced<I>): void {
-    this.run.onNext(value);
-  }
-  protected override _error(err: unknown): void {
-    this.unsubscribe();
-    this.run.onUpstreamError(err);
-  }
-  protected override _complete(): void {
-    this.unsubscribe();
-    this.run.onUpstreamComplete();
-  }
-}
-
 /** One subscription of a stage: the whole state machine, demand accounting included. */
-class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I> {
+class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<I>> {
   private readonly inlet = new Inlet(this);
   private readonly buffer: Ring<Pending<I>>;
   /** Ordered: every task in start order. Unordered: tasks with something to deliver. */
@@ -278,7 +258,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I> {
   private readonly now: () => number;
   private readonly sample: (seq: number) => boolean;
   private readonly scheduler: SchedulerLike;
-  private upstream: UpstreamSubscriber<I> | undefined;
+  private upstream: Subscriber<I | Traced<I>> | undefined;
   private upstreamDone = false;
   private terminated = false;
   private pendingError: { error: unknown } | undefined;
@@ -307,10 +287,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I> {
   start(): void {
     this.stopKillListener = this.config.killSwitch?.listen((event) => this.onKill(event));
     if (this.terminated) return;
-    const upstream = new UpstreamSubscriber<I>(this);
-    this.upstream = upstream;
-    withLink(this.inlet, () => this.source.subscribe(upstream));
-    if (this.terminated || this.upstreamDone) upstream.unsubscribe();
+    this.upstream = subscribeUpstream(this.source, this.inlet, this);
+    if (this.terminated || this.upstreamDone) this.upstream.unsubscribe();
   }
 
   pull(): void {

@@ -13,3 +13,6 @@ export type { StageRecord } from './trace/trace.js';
 export { stage } from '../operators/stage.js';
 export type { StageContext, StageOperator, StageOptions, Work, WorkResult, ShedEvent, FailureEvent } from '../operators/stage.js';
 export { fromIterable, fromAsyncIterable, fromReadable } from './flow/sources.js';
+export { subscribeUpstream } from './flow/upstream.js';
+export type { UpstreamHandler } from './flow/upstream.js';
+export type { RoomOwner } from './flow/inlet.js';

@@ -49,6 +49,8 @@ import { IllegalDemandError } from '../errors.js';
 export interface DemandLink {
   /** True while the consumer can take one more element now. */
   wants(): boolean;
+  /** How many elements the consumer would take now (for probes and tests; `Infinity` when unbounded). */
+  demand(): number;
   /** Called by an outlet around each element it emits; returns a token for `afterEmit`. */
   beforeEmit(): number;
   afterEmit(token: number): void;
@@ -221,6 +223,9 @@ class CreditLink implements DemandLink {
 
   wants(): boolean {
     return this.credits > 0;
+  }
+  demand(): number {
+    return this.credits;
   }
   beforeEmit(): number {
     if (this.credits !== Infinity) this.credits--;

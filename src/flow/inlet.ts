@@ -35,6 +35,10 @@ export class Inlet implements DemandLink {
     return false;
   }
 
+  demand(): number {
+    return Math.max(0, this.owner.room() - this.inTransit);
+  }
+
   beforeEmit(): number {
     this.emitting++;
     return this.received;

@@ -1,0 +1,38 @@
+import { Subscriber, type Observable } from 'rxjs';
+import { withLink, type DemandLink } from './demand.js';
+
+/** What a demand-aware operator does with its upstream's signals. */
+export interface UpstreamHandler<T> {
+  onNext(value: T): void;
+  onUpstreamError(err: unknown): void;
+  onUpstreamComplete(): void;
+}
+
+/** Subscribes upstream without RxJS's SafeSubscriber wrapping: one call per element. */
+class UpstreamSubscriber<T> extends Subscriber<T> {
+  constructor(private readonly handler: UpstreamHandler<T>) {
+    super();
+  }
+  protected override _next(value: T): void {
+    this.handler.onNext(value);
+  }
+  protected override _error(err: unknown): void {
+    this.unsubscribe();
+    this.handler.onUpstreamError(err);
+  }
+  protected override _complete(): void {
+    this.unsubscribe();
+    this.handler.onUpstreamComplete();
+  }
+}
+
+/**
+ * Subscribes `source` with `link` as its demand link: every Flow reached synchronously
+ * through plain operators asks `link` before each element. Elements may arrive before
+ * this returns (a synchronous source); the returned subscription ends the upstream.
+ */
+export function subscribeUpstream<T>(source: Observable<T>, link: DemandLink, handler: UpstreamHandler<T>): Subscriber<T> {
+  const subscriber = new UpstreamSubscriber<T>(handler);
+  withLink(link, () => source.subscribe(subscriber));
+  return subscriber;
+}
