@@ -1,20 +1,366 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { TestScheduler } from 'rxjs/testing';
-import { map } from 'rxjs';
-import { stage } from '../operators/stage.js';
+import { NEVER, Observable, delay, map, of, type OperatorFunction } from 'rxjs';
+import { stage, type ShedEvent } from '../operators/stage.js';
+import { fromIterable } from '../src/flow/sources.js';
+import { StageStats } from '../src/flow/stats.js';
+import { KillSwitch } from '../src/flow/kill-switch.js';
+import { Traced } from '../src/trace/trace.js';
+import {
+  AbortedError,
+  DrainTimeoutError,
+  InvalidOptionsError,
+  OverflowError,
+  StageError,
+  StageTimeoutError,
+  UnpausableSourceError,
+} from '../src/errors.js';
 
-const values = map(<T>(t: { value: T }) => t.value);
+const values = <T>(): OperatorFunction<Traced<T>, T> => map((t) => t.value);
 
 function scheduler(): TestScheduler {
   return new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));
 }
 
-describe('stage: marbles', () => {
+/** Work that takes `frames` of virtual time. */
+const slow =
+  (frames: number) =>
+  <T>(x: T): Observable<T> =>
+    of(x).pipe(delay(frames));
+
+function shedLog(): { events: ShedEvent<string>[]; onShed: (e: ShedEvent<string>) => void } {
+  const events: ShedEvent<string>[] = [];
+  return { events, onShed: (e) => events.push(e) };
+}
+
+describe('stage: values and timing', () => {
   it('maps each element and keeps the timing of a synchronous stage', () => {
     scheduler().run(({ cold, expectObservable }) => {
       const source = cold('-a-b-c|', { a: 1, b: 2, c: 3 });
-      expectObservable(source.pipe(stage((x: number) => x * 10), values)).toBe('-a-b-c|', { a: 10, b: 20, c: 30 });
+      expectObservable(source.pipe(stage((x: number) => x * 10), values())).toBe('-a-b-c|', { a: 10, b: 20, c: 30 });
     });
   });
+
+  it('serialises work at concurrency 1: each element waits for the previous one', () => {
+    scheduler().run(({ cold, expectObservable }) => {
+      const source = cold('ab|');
+      expectObservable(source.pipe(stage(slow(5), { capacity: 4 }), values())).toBe('5ms a 4ms (b|)');
+    });
+  });
+
+  it('runs work concurrently and, unordered, emits whichever finishes first', () => {
+    scheduler().run(({ cold, expectObservable }) => {
+      const source = cold('ab|');
+      const work = (x: string) => of(x).pipe(delay(x === 'a' ? 10 : 2));
+      expectObservable(source.pipe(stage(work, { concurrency: 2, ordered: false }), values())).toBe('---b 6ms (a|)');
+    });
+  });
+
+  it('runs work concurrently but, ordered, emits in arrival order', () => {
+    scheduler().run(({ cold, expectObservable }) => {
+      const source = cold('ab|');
+      const work = (x: string) => of(x).pipe(delay(x === 'a' ? 10 : 2));
+      expectObservable(source.pipe(stage(work, { concurrency: 2 }), values())).toBe('10ms (ab|)');
+    });
+  });
+
+  it('streams many outputs per element from an Observable result (one prompt, many tokens)', () => {
+    scheduler().run(({ cold, expectObservable }) => {
+      const source = cold('a|');
+      const tokens = () => cold('-x-y-(z|)');
+      expectObservable(source.pipe(stage(tokens), values())).toBe('-x-y-(z|)');
+    });
+  });
+});
+
+describe('stage: overflow policies (hot source 1 element / 2 frames, work 10 frames, capacity 1)', () => {
+  const marbles = '-a-b-c-d-e|';
+
+  it('pause fails loudly when a source that cannot be paused overflows it', () => {
+    scheduler().run(({ hot, expectObservable, expectSubscriptions }) => {
+      const source = hot(marbles);
+      expectObservable(source.pipe(stage(slow(10), { name: 's', capacity: 1 }), values())).toBe(
+        '-----#',
+        undefined,
+        new UnpausableSourceError('s', 1),
+      );
+      expectSubscriptions(source.subscriptions).toBe('^----!');
+    });
+  });
+
+  it('pause loses nothing when the source can be paused', () => {
+    scheduler().run(({ expectObservable }) => {
+      const source = fromIterable(['a', 'b', 'c', 'd']);
+      expectObservable(source.pipe(stage(slow(10), { capacity: 1 }), values())).toBe('10ms a 9ms b 9ms c 9ms (d|)');
+    });
+  });
+
+  it('shed-incoming sheds the arriving element and reports it with reason buffer-full', () => {
+    const log = shedLog();
+    const stats = new StageStats();
+    scheduler().run(({ hot, expectObservable }) => {
+      const source = hot(marbles);
+      expectObservable(
+        source.pipe(stage(slow(10), { name: 's', capacity: 1, policy: 'shed-incoming', onShed: log.onShed, stats }), values()),
+      ).toBe('- 10ms a 9ms (b|)');
+    });
+    assert.deepEqual(
+      log.events.map((e) => [e.value, e.reason, e.stage]),
+      [
+        ['c', 'buffer-full', 's'],
+        ['d', 'buffer-full', 's'],
+        ['e', 'buffer-full', 's'],
+      ],
+    );
+    assert.equal(stats.shed['buffer-full'], 3);
+    assert.equal(stats.received, stats.delivered + stats.shedTotal + stats.failed);
+  });
+
+  it('shed-oldest evicts the oldest buffered element and keeps the arriving one', () => {
+    const log = shedLog();
+    scheduler().run(({ hot, expectObservable }) => {
+      const source = hot(marbles);
+      expectObservable(source.pipe(stage(slow(10), { capacity: 1, policy: 'shed-oldest', onShed: log.onShed }), values())).toBe(
+        '- 10ms a 9ms (e|)',
+      );
+    });
+    assert.deepEqual(
+      log.events.map((e) => [e.value, e.reason]),
+      [
+        ['b', 'evicted'],
+        ['c', 'evicted'],
+        ['d', 'evicted'],
+      ],
+    );
+  });
+
+  it('fail delivers what was buffered and in flight, then errors with OverflowError naming stage and capacity', () => {
+    const stats = new StageStats();
+    scheduler().run(({ hot, expectObservable, expectSubscriptions }) => {
+      const source = hot(marbles);
+      expectObservable(source.pipe(stage(slow(10), { name: 's', capacity: 1, policy: 'fail', stats }), values())).toBe(
+        '- 10ms a 9ms (b#)',
+        undefined,
+        new OverflowError('s', 1),
+      );
+      expectSubscriptions(source.subscriptions).toBe('^----!');
+    });
+    assert.deepEqual([stats.received, stats.delivered, stats.failed], [3, 2, 1]);
+  });
+
+  it('conflate merges pending elements with the reducer: lossless in content, bounded in count', () => {
+    const stats = new StageStats();
+    scheduler().run(({ hot, expectObservable }) => {
+      const source = hot(marbles);
+      const joined = source.pipe(stage(slow(10), { capacity: 1, policy: 'conflate', conflate: (a: string, b: string) => a + b, stats }), values());
+      expectObservable(joined).toBe('- 10ms a 9ms (x|)', { a: 'a', x: 'bcde' });
+    });
+    assert.equal(stats.conflated, 3);
+    assert.equal(stats.received, stats.delivered + stats.shedTotal + stats.failed);
+  });
+});
+
+describe('stage: errors', () => {
+  it('a throwing work function ends the stream with a StageError carrying stage and sequence', () => {
+    scheduler().run(({ cold, expectObservable }) => {
+      const work = (x: string) => {
+        if (x === 'b') throw new Error('bad input');
+        return x;
+      };
+      expectObservable(cold('a-b-c|').pipe(stage(work, { name: 'parse' }), values())).toBe(
+        'a-#',
+        { a: 'a' },
+        new StageError('parse', 1, new Error('bad input')),
+      );
+    });
+  });
+
+  it('errorPolicy skip reports the failed element and goes on', () => {
+    const failures: [string, number, string][] = [];
+    scheduler().run(({ cold, expectObservable }) => {
+      const work = (x: string) => {
+        if (x === 'b') throw new Error('bad input');
+        return x;
+      };
+      const op = stage(work, { name: 'parse', errorPolicy: 'skip', onFailure: (e) => failures.push([e.value, e.seq, e.error.code]) });
+      expectObservable(cold('a-b-c|').pipe(op, values())).toBe('a---c|');
+    });
+    assert.deepEqual(failures, [['b', 1, 'WORK_FAILED']]);
+  });
+
+  it('a timeout aborts the work signal and fails the element with StageTimeoutError', () => {
+    const signals: AbortSignal[] = [];
+    scheduler().run(({ cold, expectObservable }) => {
+      const work = (_: string, ctx: { signal: AbortSignal }) => {
+        signals.push(ctx.signal);
+        return NEVER;
+      };
+      expectObservable(cold('a|').pipe(stage(work, { name: 'llm', timeout: 5 }), values())).toBe('-----#', undefined, new StageTimeoutError('llm', 0, 5));
+    });
+    assert.equal(signals.length, 1);
+    assert.equal(signals[0]!.aborted, true);
+    assert.ok(signals[0]!.reason instanceof StageTimeoutError);
+  });
+
+  it('an upstream error passes through', () => {
+    scheduler().run(({ cold, expectObservable }) => {
+      expectObservable(cold('a-#', undefined, new Error('boom')).pipe(stage((x: string) => x), values())).toBe('a-#', undefined, new Error('boom'));
+    });
+  });
+});
+
+describe('stage: lifecycle', () => {
+  it('completion drains buffered and in-flight work before completing', () => {
+    scheduler().run(({ cold, expectObservable }) => {
+      expectObservable(cold('(abc|)').pipe(stage(slow(3), { capacity: 4 }), values())).toBe('---a--b--(c|)');
+    });
+  });
+
+  it('a drain deadline fails what is left when upstream has completed', () => {
+    scheduler().run(({ cold, expectObservable }) => {
+      const work = (x: string) => (x === 'a' ? of(x).pipe(delay(2)) : NEVER);
+      expectObservable(cold('(ab|)').pipe(stage(work, { name: 'gen', drainTimeout: 10, capacity: 4 }), values())).toBe(
+        '--a 7ms #',
+        undefined,
+        new DrainTimeoutError('gen', 10, 1),
+      );
+    });
+  });
+
+  it('kill switch shutdown stops taking input, finishes what it holds, then completes', () => {
+    const kill = new KillSwitch();
+    scheduler().run(({ hot, expectObservable, expectSubscriptions, cold }) => {
+      const source = hot('-a-b-c-d|');
+      cold('----k').subscribe(() => kill.shutdown());
+      expectObservable(source.pipe(stage(slow(4), { capacity: 4, killSwitch: kill }), values())).toBe('-----a---(b|)');
+      expectSubscriptions(source.subscriptions).toBe('^---!');
+    });
+    assert.equal(kill.listenerCount, 0);
+  });
+
+  it('kill switch abort errors at once and aborts in-flight work', () => {
+    const kill = new KillSwitch();
+    const signals: AbortSignal[] = [];
+    scheduler().run(({ hot, expectObservable, cold }) => {
+      const source = hot('-a-b-c|');
+      cold('----k').subscribe(() => kill.abort(new AbortedError('s', 'operator pulled the plug')));
+      const work = (x: string, ctx: { signal: AbortSignal }) => {
+        signals.push(ctx.signal);
+        return of(x).pipe(delay(10));
+      };
+      expectObservable(source.pipe(stage(work, { name: 's', capacity: 4, killSwitch: kill }), values())).toBe(
+        '----#',
+        undefined,
+        new AbortedError('s', 'operator pulled the plug'),
+      );
+    });
+    assert.equal(signals.length, 1);
+    assert.equal(signals[0]!.aborted, true);
+  });
+
+  it('unsubscribing aborts in-flight work, sheds the buffer as cancelled and leaves no timer or subscription', () => {
+    const ts = scheduler();
+    const stats = new StageStats();
+    const kill = new KillSwitch();
+    const signals: AbortSignal[] = [];
+    ts.run(({ cold, expectSubscriptions }) => {
+      // A cold source that completes at once: the only timers left are the stage's own.
+      const source = cold('(abcd|)');
+      const work = (x: string, ctx: { signal: AbortSignal }) => {
+        signals.push(ctx.signal);
+        return of(x).pipe(delay(20));
+      };
+      const subscription = source.pipe(stage(work, { capacity: 4, timeout: 100, drainTimeout: 100, killSwitch: kill, stats })).subscribe();
+      ts.schedule(() => {
+        subscription.unsubscribe();
+        assert.equal(ts.actions.filter((a) => !a.closed).length, 0, 'no timer may survive the unsubscribe');
+      }, 6);
+      expectSubscriptions(source.subscriptions).toBe('(^!)');
+    });
+    assert.equal(signals.length, 1);
+    assert.equal(signals[0]!.aborted, true);
+    assert.equal(stats.shed.cancelled, 4, 'three buffered and one in flight');
+    assert.deepEqual([stats.buffered, stats.inFlight], [0, 0]);
+    assert.equal(stats.received, stats.delivered + stats.shedTotal + stats.failed);
+    assert.equal(kill.listenerCount, 0);
+  });
+});
+
+describe('stage: traces', () => {
+  it('wraps plain inputs in a trace, passes traced inputs through, and records timing for sampled elements', () => {
+    const ts = scheduler();
+    const seen: Traced<string>[] = [];
+    ts.run(({ cold, expectObservable }) => {
+      const pipeline = cold('a--b|').pipe(
+        stage((x: string) => x.toUpperCase(), { name: 'upper', sampleRate: 1, scheduler: ts }),
+        stage(slow(2), { name: 'wait', scheduler: ts }),
+        map((t) => (seen.push(t), t.value)),
+      );
+      expectObservable(pipeline).toBe('--a--(b|)', { a: 'A', b: 'B' });
+    });
+    // A streaming result's record is completed when its stream ends; the trace object is shared.
+    assert.deepEqual(
+      seen.map((t) => t.trace.records!.map((r) => [r.stage, r.queueWait, r.service, r.paused])),
+      [
+        [['upper', 0, 0, 0], ['wait', 0, 2, 0]],
+        [['upper', 0, 0, 0], ['wait', 0, 2, 0]],
+      ],
+    );
+  });
+
+  it('records queue wait and time paused by backpressure', () => {
+    const ts = scheduler();
+    const seen: Traced<string>[] = [];
+    ts.run(({ cold, expectObservable }) => {
+      const pipeline = cold('(ab|)').pipe(
+        stage((x: string) => x, { name: 'source', sampleRate: 1, scheduler: ts }),
+        stage(slow(3), { name: 'slow', capacity: 4, scheduler: ts }),
+        map((t) => (seen.push(t), t.value)),
+      );
+      expectObservable(pipeline).toBe('---a--(b|)');
+    });
+    const slowRecords = seen.map((t) => t.trace.record('slow')!);
+    assert.deepEqual(slowRecords.map((r) => [r.queueWait, r.service]), [[0, 3], [3, 3]]);
+  });
+
+  it('gives every element W3C-compatible ids, shared by all outputs of one input', async () => {
+    const out: Traced<string>[] = [];
+    await new Promise<void>((resolve) =>
+      fromIterable(['p'])
+        .pipe(stage(() => fromIterable(['t1', 't2'])))
+        .subscribe({ next: (t) => out.push(t), complete: resolve }),
+    );
+    assert.equal(out.length, 2);
+    assert.match(out[0]!.trace.traceId, /^[0-9a-f]{32}$/);
+    assert.match(out[0]!.trace.spanId, /^[0-9a-f]{16}$/);
+    assert.match(out[0]!.trace.traceparent, /^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$/);
+    assert.equal(out[0]!.trace, out[1]!.trace);
+  });
+});
+
+describe('stage: options', () => {
+  const bad: [string, Record<string, unknown>, string][] = [
+    ['capacity 0', { capacity: 0 }, 'capacity'],
+    ['capacity not an integer', { capacity: 1.5 }, 'capacity'],
+    ['concurrency below 1', { concurrency: 0 }, 'concurrency'],
+    ['an unknown policy', { policy: 'drop-latest' }, 'policy'],
+    ['conflate without a reducer', { policy: 'conflate' }, 'conflate'],
+    ['a negative timeout', { timeout: -1 }, 'timeout'],
+    ['an unknown field', { capactiy: 4 }, ''],
+  ];
+  for (const [what, options, path] of bad) {
+    it(`rejects ${what} at construction, naming the field`, () => {
+      assert.throws(
+        () => stage((x: number) => x, options as never),
+        (err: unknown) => {
+          assert.ok(err instanceof InvalidOptionsError);
+          assert.equal(err.code, 'INVALID_OPTIONS');
+          assert.ok(err.issues.some((i) => i.path === path), `expected an issue at "${path}", got ${JSON.stringify(err.issues)}`);
+          if (path) assert.match(err.message, new RegExp(path));
+          return true;
+        },
+      );
+    });
+  }
 });

@@ -219,6 +219,7 @@ class Task<I, O> implements DemandLink {
   waitingSince = -1;
   paused = 0;
   merged = 0;
+  recorded = false;
   private readonly outlets: Resumable[] = [];
 
   constructor(
@@ -638,9 +639,13 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       task.waitingSince = -1;
     }
     this.stats.emitted++;
-    if (task.outputs.length === 0 && !task.done) {
-      if (task.iterator) this.pullIterator(task);
-      else if (task.subscription) task.resumeProducers();
+    if (task.outputs.length === 0) {
+      if (!task.done) {
+        if (task.iterator) this.pullIterator(task);
+        else if (task.subscription) task.resumeProducers();
+      } else if (sampled) {
+        this.finishRecord(task); // the last output carries the complete record downstream
+      }
     }
     this.outlet.next(new Traced(output, task.context.trace));
     return true;
@@ -652,12 +657,15 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.tasks.delete(task);
     this.closeTask(task);
     if (!task.failed) this.stats.delivered += 1 + task.merged;
-    const trace = task.context.trace;
-    if (trace.sampled) {
-      const end = this.now();
-      this.record(trace, task.queueWait, end - task.startedAt - task.paused, task.paused, task.merged);
-      trace.lastExit = end;
-    }
+    if (task.context.trace.sampled) this.finishRecord(task);
+  }
+
+  private finishRecord(task: Task<I, O>): void {
+    if (task.recorded) return;
+    task.recorded = true;
+    const end = this.now();
+    this.record(task.context.trace, task.queueWait, end - task.startedAt - task.paused, task.paused, task.merged);
+    task.context.trace.lastExit = end;
   }
 
   private record(trace: TraceContext, queueWait: number, service: number, paused: number, conflated: number): void {

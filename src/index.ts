@@ -16,3 +16,5 @@ export { fromIterable, fromAsyncIterable, fromReadable } from './flow/sources.js
 export { subscribeUpstream } from './flow/upstream.js';
 export type { UpstreamHandler } from './flow/upstream.js';
 export type { RoomOwner } from './flow/inlet.js';
+export { fromPush } from './flow/push.js';
+export type { PushOptions, PushPolicy } from './flow/push.js';
