@@ -1,0 +1,219 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Readable } from 'node:stream';
+import { TestScheduler } from 'rxjs/testing';
+import { Subject, delay, firstValueFrom, map, of, toArray } from 'rxjs';
+import { fromAsyncIterable, fromIterable, fromReadable } from '../src/flow/sources.js';
+import { fromPush } from '../src/flow/push.js';
+import { subscribeWithDemand } from '../src/flow/demand.js';
+import { stage } from '../operators/stage.js';
+import { StageStats } from '../src/flow/stats.js';
+import { InvalidOptionsError, OverflowError } from '../src/errors.js';
+
+function scheduler(): TestScheduler {
+  return new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));
+}
+
+function counting(limit = Infinity): { pulled: () => number; generator: Generator<number> } {
+  let pulled = 0;
+  function* generate(): Generator<number> {
+    for (let i = 0; i < limit; i++) {
+      pulled++;
+      yield i;
+    }
+  }
+  return { pulled: () => pulled, generator: generate() };
+}
+
+const tick = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+describe('fromIterable', () => {
+  it('emits synchronously to a plain subscriber, like from(array)', () => {
+    const seen: number[] = [];
+    fromIterable([1, 2, 3]).subscribe((x) => seen.push(x));
+    assert.deepEqual(seen, [1, 2, 3]);
+  });
+
+  it('pulls an infinite generator only as far as demand goes', () => {
+    const source = counting();
+    const seen: number[] = [];
+    const subscription = subscribeWithDemand(fromIterable(source.generator), { next: (x) => seen.push(x) });
+    assert.equal(source.pulled(), 0);
+    subscription.request(3);
+    assert.deepEqual(seen, [0, 1, 2]);
+    assert.equal(source.pulled(), 3);
+    subscription.cancel();
+  });
+
+  it('closes the generator when the consumer cancels (its finally block runs)', () => {
+    let finalized = false;
+    function* generate(): Generator<number> {
+      try {
+        for (let i = 0; ; i++) yield i;
+      } finally {
+        finalized = true;
+      }
+    }
+    const subscription = subscribeWithDemand(fromIterable(generate()), {});
+    subscription.request(2);
+    subscription.cancel();
+    assert.equal(finalized, true);
+  });
+
+  it('an iterator that throws errors the Flow', () => {
+    function* broken(): Generator<number> {
+      yield 1;
+      throw new Error('disk gone');
+    }
+    const events: string[] = [];
+    fromIterable(broken()).subscribe({ next: (x) => events.push(`next ${x}`), error: (e: Error) => events.push(`error ${e.message}`) });
+    assert.deepEqual(events, ['next 1', 'error disk gone']);
+  });
+
+  it('keeps a slow stage fed without ever holding more than capacity + concurrency', async () => {
+    const source = counting(2_000);
+    const stats = new StageStats();
+    let worst = 0;
+    const work = async (x: number) => {
+      worst = Math.max(worst, source.pulled() - stats.delivered);
+      await tick();
+      return x;
+    };
+    const out = await firstValueFrom(fromIterable(source.generator).pipe(stage(work, { capacity: 8, concurrency: 2, stats }), toArray()));
+    assert.equal(out.length, 2_000);
+    assert.ok(worst <= 8 + 2, `held ${worst} elements, bound is 10`);
+  });
+});
+
+describe('fromAsyncIterable', () => {
+  it('calls next() only on demand, one at a time', async () => {
+    let calls = 0;
+    const iterable: AsyncIterable<number> = {
+      [Symbol.asyncIterator]: () => ({
+        next: async () => ({ done: false, value: calls++ }),
+        return: async () => ({ done: true, value: undefined }),
+      }),
+    };
+    const seen: number[] = [];
+    const subscription = subscribeWithDemand(fromAsyncIterable(iterable), { next: (x) => seen.push(x) });
+    await tick();
+    assert.equal(calls, 0);
+    subscription.request(2);
+    await tick();
+    await tick();
+    assert.deepEqual(seen, [0, 1]);
+    assert.equal(calls, 2);
+    subscription.cancel();
+  });
+
+  it('delivers an async generator completely and in order through a stage', async () => {
+    async function* generate() {
+      for (let i = 0; i < 50; i++) yield i;
+    }
+    const out = await firstValueFrom(fromAsyncIterable(generate()).pipe(stage(async (x: number) => x * 2, { capacity: 2 }), map((t) => t.value), toArray()));
+    assert.deepEqual(out, Array.from({ length: 50 }, (_, i) => i * 2));
+  });
+});
+
+describe('fromReadable', () => {
+  it('reads an object-mode Readable in paused mode, only as far as demand goes', async () => {
+    let produced = 0;
+    const readable = new Readable({
+      objectMode: true,
+      highWaterMark: 4,
+      read() {
+        this.push(produced < 1000 ? produced++ : null);
+      },
+    });
+    const seen: number[] = [];
+    const subscription = subscribeWithDemand(fromReadable<number>(readable), { next: (x) => seen.push(x) });
+    subscription.request(5);
+    await tick();
+    assert.deepEqual(seen, [0, 1, 2, 3, 4]);
+    assert.ok(produced <= 5 + 4 + 1, `the Readable produced ${produced}; its highWaterMark bounds read-ahead`);
+    subscription.cancel();
+    assert.equal(readable.destroyed, true);
+  });
+
+  it('delivers a whole Readable and completes', async () => {
+    const out = await firstValueFrom(fromReadable<string>(Readable.from(['a', 'b', 'c'])).pipe(toArray()));
+    assert.deepEqual(out, ['a', 'b', 'c']);
+  });
+
+  it('a Readable error errors the Flow', async () => {
+    const readable = new Readable({ objectMode: true, read() {} });
+    const result = firstValueFrom(fromReadable(readable));
+    readable.destroy(new Error('socket reset'));
+    await assert.rejects(result, /socket reset/);
+  });
+});
+
+describe('fromPush', () => {
+  it('refuses policy pause at construction, saying why', () => {
+    assert.throws(
+      () => fromPush(new Subject<number>(), { capacity: 4, policy: 'pause' as never }),
+      (err: unknown) => err instanceof InvalidOptionsError && err.issues[0]!.path === 'policy' && /cannot be paused|emits without being asked/.test(err.message),
+    );
+  });
+
+  it('shed-oldest keeps the newest elements while the consumer is slow, and counts every shed', () => {
+    const stats = new StageStats();
+    const shed: number[] = [];
+    const subject = new Subject<number>();
+    const seen: number[] = [];
+    const subscription = subscribeWithDemand(fromPush(subject, { capacity: 2, policy: 'shed-oldest', stats, onShed: (e) => shed.push(e.value) }), {
+      next: (x) => seen.push(x),
+    });
+    for (let i = 0; i < 6; i++) subject.next(i);
+    subscription.request(10);
+    assert.deepEqual(seen, [4, 5]);
+    assert.deepEqual(shed, [0, 1, 2, 3]);
+    assert.equal(stats.shed.evicted, 4);
+    assert.equal(stats.received, stats.delivered + stats.shedTotal + stats.failed);
+  });
+
+  it('conflate merges what the consumer could not take yet', () => {
+    const subject = new Subject<string>();
+    const seen: string[] = [];
+    const subscription = subscribeWithDemand(fromPush(subject, { capacity: 1, policy: 'conflate', conflate: (a, b) => a + b }), {
+      next: (x) => seen.push(x),
+    });
+    for (const token of ['Hel', 'lo', ' wor', 'ld']) subject.next(token);
+    subscription.request(1);
+    assert.deepEqual(seen, ['Hello world']);
+  });
+
+  it('fail delivers what it holds, then errors with OverflowError', () => {
+    const subject = new Subject<number>();
+    const events: string[] = [];
+    const subscription = subscribeWithDemand(fromPush(subject, { name: 'clicks', capacity: 2, policy: 'fail' }), {
+      next: (x) => events.push(`next ${x}`),
+      error: (e: unknown) => events.push(e instanceof OverflowError ? `overflow ${e.stage} ${e.capacity}` : 'other'),
+    });
+    for (let i = 0; i < 3; i++) subject.next(i);
+    assert.equal(subject.observed, false, 'the push source is unsubscribed at the overflow');
+    subscription.request(5);
+    assert.deepEqual(events, ['next 0', 'next 1', 'overflow clicks 2']);
+  });
+
+  it('feeds a pausing stage from a hot source in virtual time: only the push adapter sheds', () => {
+    const stats = new StageStats();
+    scheduler().run(({ hot, expectObservable }) => {
+      const source = fromPush(hot('-a-b-c-d-e|'), { capacity: 1, policy: 'shed-incoming', stats });
+      const slow = (x: string) => of(x).pipe(delay(4));
+      expectObservable(source.pipe(stage(slow, { capacity: 1 }), map((t) => t.value))).toBe('-----a---b---c---(d|)');
+    });
+    assert.equal(stats.shed['buffer-full'], 1);
+  });
+
+  it('sheds what it holds as cancelled when the consumer leaves', () => {
+    const stats = new StageStats();
+    const subject = new Subject<number>();
+    const subscription = subscribeWithDemand(fromPush(subject, { capacity: 4, policy: 'shed-incoming', stats }), {});
+    subject.next(1);
+    subject.next(2);
+    subscription.cancel();
+    assert.equal(stats.shed.cancelled, 2);
+    assert.equal(subject.observed, false);
+  });
+});
