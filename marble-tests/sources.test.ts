@@ -199,7 +199,7 @@ describe('fromPush', () => {
   it('feeds a pausing stage from a hot source in virtual time: only the push adapter sheds', () => {
     const stats = new StageStats();
     scheduler().run(({ hot, expectObservable }) => {
-      const source = fromPush(hot('-a-b-c-d-e|'), { capacity: 1, policy: 'shed-incoming', stats });
+      const source = fromPush(hot<string>('-a-b-c-d-e|', { a: 'a', b: 'b', c: 'c', d: 'd', e: 'e' }), { capacity: 1, policy: 'shed-incoming', stats });
       const slow = (x: string) => of(x).pipe(delay(4));
       expectObservable(source.pipe(stage(slow, { capacity: 1 }), map((t) => t.value))).toBe('-----a---b---c---(d|)');
     });
