@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { Observable, asyncScheduler, type SchedulerLike, type Subscriber, type Subscription } from 'rxjs';
+import { Observable, asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
 import { Flow, withLink, type DemandLink, type Outlet, type Producer, type Resumable } from '../src/flow/demand.js';
 import { Inlet, type RoomOwner } from '../src/flow/inlet.js';
 import { subscribeUpstream, type UpstreamHandler } from '../src/flow/upstream.js';
@@ -251,7 +251,7 @@ class Task<I, O> implements DemandLink {
 
 /** One subscription of a stage: the whole state machine, demand accounting included. */
 class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<I>> {
-  private readonly inlet = new Inlet(this);
+  private readonly inlet: Inlet;
   private readonly buffer: Ring<Pending<I>>;
   /** Ordered: every task in start order. Unordered: tasks with something to deliver. */
   private readonly queue = new Ring<Task<I, O>>(4);
@@ -259,7 +259,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private readonly now: () => number;
   private readonly sample: (seq: number) => boolean;
   private readonly scheduler: SchedulerLike;
-  private upstream: Subscriber<I | Traced<I>> | undefined;
+  private upstream: Subscription | undefined;
   private upstreamDone = false;
   private terminated = false;
   private pendingError: { error: unknown } | undefined;
@@ -268,7 +268,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private wip = 0;
   private stopKillListener: (() => void) | undefined;
   private drainTimer: Subscription | undefined;
-  private probeTimer: Subscription | undefined;
 
   constructor(
     private readonly source: Observable<I | Traced<I>>,
@@ -279,6 +278,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   ) {
     this.buffer = new Ring(Math.min(config.capacity, 1024));
     this.scheduler = config.scheduler ?? asyncScheduler;
+    this.inlet = new Inlet(this, { scheduler: this.scheduler, transitTimeout: config.transitTimeout });
     this.now = config.scheduler ? () => config.scheduler!.now() : () => performance.now();
     this.sample = sampler(config.sampleRate);
   }
@@ -287,9 +287,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   start(): void {
     this.stopKillListener = this.config.killSwitch?.listen((event) => this.onKill(event));
-    if (this.terminated) return;
-    this.upstream = subscribeUpstream(this.source, this.inlet, this);
-    if (this.terminated || this.upstreamDone) this.upstream.unsubscribe();
+    if (this.terminated || this.upstreamDone) return; // a kill switch fired before we started
+    subscribeUpstream(this.source, this.inlet, this);
   }
 
   pull(): void {
@@ -305,7 +304,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     for (const task of this.tasks) {
       task.context.abort(reason);
       this.closeTask(task);
-      if (!task.failed) this.shed(task.value, task.context.trace, task.context.seq, 'cancelled', 1 + task.merged);
+      if (task.failed) continue;
+      if (this.delivered(task)) this.stats.delivered += 1 + task.merged;
+      else this.shed(task.value, task.context.trace, task.context.seq, 'cancelled', 1 + task.merged);
     }
     this.releaseAll();
   }
@@ -320,10 +321,14 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   // ---- upstream signals ----
 
+  /** Known before the first element, so ending early stops even a synchronous source at once. */
+  onSubscribe(subscription: Subscription): void {
+    this.upstream = subscription;
+  }
+
   onNext(input: I | Traced<I>): void {
     if (this.terminated || this.upstreamDone) return; // §2.8: late elements after cancel are ignored
     const asked = this.inlet.arrive();
-    if (this.probeTimer !== undefined) this.stopProbe();
     this.stats.received++;
     const seq = this.seq++;
     let value: I;
@@ -343,6 +348,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     ) {
       this.begin(value, trace, seq, -1, 0, true);
       if (this.inFlight > 0) this.drain();
+      // An element that was in transit arrived: its producer may be waiting on it (drain signals in the other paths).
+      else if (!this.terminated && !this.upstreamDone) this.inlet.signal();
       return;
     }
     this.enqueue(value, trace, seq, asked);
@@ -584,13 +591,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     } else {
       this.stats.pauses++;
     }
-    if (this.inlet.inTransit > 0 && this.buffer.length === 0 && this.inFlight === 0 && this.probeTimer === undefined && !this.terminated) {
-      this.probeTimer = this.scheduler.schedule(() => {
-        this.probeTimer = undefined;
-        this.inlet.forgiveOne();
-        this.drain();
-      }, this.config.transitTimeout);
-    }
   }
 
   private deliverOrdered(): boolean {
@@ -649,6 +649,11 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     }
     this.outlet.next(new Traced(output, task.context.trace));
     return true;
+  }
+
+  /** Finished, and its last output already went downstream (the consumer may end the run while taking it). */
+  private delivered(task: Task<I, O>): boolean {
+    return task.done && task.outputs.length === 0;
   }
 
   private retire(task: Task<I, O>): void {
@@ -719,7 +724,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     for (const task of this.tasks) {
       task.context.abort(error);
       this.closeTask(task);
-      if (!task.failed) lost += 1 + task.merged;
+      if (task.failed) continue;
+      if (this.delivered(task)) this.stats.delivered += 1 + task.merged;
+      else lost += 1 + task.merged;
     }
     this.stats.failed += lost;
     this.releaseAll();
@@ -735,11 +742,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     }
   }
 
-  private stopProbe(): void {
-    this.probeTimer?.unsubscribe();
-    this.probeTimer = undefined;
-  }
-
   private takeBuffered(): Pending<I>[] {
     this.stats.buffered -= this.buffer.length;
     return this.buffer.drain();
@@ -753,7 +755,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.upstream?.unsubscribe();
     this.drainTimer?.unsubscribe();
     this.drainTimer = undefined;
-    this.stopProbe();
+    this.inlet.close();
     this.stopKillListener?.();
     this.stopKillListener = undefined;
   }

@@ -10,7 +10,8 @@ export type SluiceErrorCode =
   | 'WORK_FAILED'
   | 'TIMEOUT'
   | 'DRAIN_TIMEOUT'
-  | 'ABORTED';
+  | 'ABORTED'
+  | 'BATCH_MISMATCH';
 
 export class SluiceError extends Error {
   readonly code: SluiceErrorCode;
@@ -93,6 +94,15 @@ export class DrainTimeoutError extends SluiceError {
 export class AbortedError extends SluiceError {
   constructor(stage: string | undefined, reason: string) {
     super('ABORTED', stage ? `Stage "${stage}" was aborted: ${reason}` : `Aborted: ${reason}`, stage === undefined ? {} : { stage });
+  }
+}
+
+/** A batch was given results (or traces) whose count differs from its items: results could not be mapped back. */
+export class BatchMismatchError extends SluiceError {
+  constructor(readonly expected: number, readonly actual: number) {
+    super('BATCH_MISMATCH', `A batch of ${expected} item(s) got ${actual} result(s); results map back to items by position.`, {
+      hint: 'Return exactly one result per item, in item order (e.g. batch.withResults(outputs) with outputs.length === batch.size).',
+    });
   }
 }
 

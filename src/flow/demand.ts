@@ -31,11 +31,13 @@
  * ## Plain operators that defer elements
  *
  * An operator that holds elements and emits them later (`delay`, `observeOn`,
- * `mergeMap` over Promises) hides them from the consumer. A link notices an element
- * arriving outside its producer's `next` call and from then on counts every element
- * that did not arrive synchronously as *in transit*; in-transit elements count
- * against the consumer's capacity, so the segment between two stages holds at most
- * `capacity` elements. See `Inlet`.
+ * `mergeMap` over Promises) hides them from the consumer, and so does one that drops
+ * them (`filter`). An element that did not arrive during its producer's `next` call
+ * is *in transit* and counts against the consumer's room until it arrives, or until
+ * evidence shows it was dropped: a later element arriving synchronously, or a
+ * scheduler tick passing without it. The segment between two stages therefore holds
+ * a bounded number of elements (its room, plus a small documented slack before the
+ * first deferred element comes back), and a filter never leaks demand. See `Inlet`.
  *
  * Rules kept (Reactive Streams numbering): never more than requested (§1.1), serial
  * signals (§1.3), nothing after a terminal signal or cancel (§1.7, §3.6), additive
@@ -44,16 +46,18 @@
  */
 import { Observable, type Observer, type Subscriber, type Subscription } from 'rxjs';
 import { IllegalDemandError } from '../errors.js';
+import { Inlet } from './inlet.js';
 
 /** What a consumer tells its producers. */
 export interface DemandLink {
-  /** True while the consumer can take one more element now. */
-  wants(): boolean;
+  /** True while the consumer can take one more element now (from `outlet`, when the producer says who it is). */
+  wants(outlet?: Resumable): boolean;
   /** How many elements the consumer would take now (for probes and tests; `Infinity` when unbounded). */
-  demand(): number;
+  demand(outlet?: Resumable): number;
   /** Called by an outlet around each element it emits; returns a token for `afterEmit`. */
   beforeEmit(): number;
-  afterEmit(token: number): void;
+  /** `outlet`: the producer that emitted (so a link can tell its producers' elements apart). */
+  afterEmit(token: number, outlet?: Resumable): void;
   /** Producers that must be resumed when demand returns. */
   attach(outlet: Resumable): void;
   detach(outlet: Resumable): void;
@@ -117,12 +121,13 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
   }
 
   wants(): boolean {
-    if (this.closed) return false;
-    return this.link === undefined ? true : this.link.wants();
+    // A consumer that ends inside a synchronous subscribe (`take(1)`) is closed before our teardown is even registered.
+    if (this.closed || this.subscriber.closed) return false;
+    return this.link === undefined ? true : this.link.wants(this);
   }
 
   next(value: T): void {
-    if (this.closed) return;
+    if (this.closed || this.subscriber.closed) return;
     const link = this.link;
     if (link === undefined) {
       this.subscriber.next(value);
@@ -135,20 +140,31 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
       this.subscriber.next(value);
     } finally {
       scope = previous;
-      link.afterEmit(token);
+      link.afterEmit(token, this);
     }
   }
 
   error(err: unknown): void {
     if (this.closed) return;
     this.close();
-    this.subscriber.error(err);
+    this.signal(() => this.subscriber.error(err));
   }
 
   complete(): void {
     if (this.closed) return;
     this.close();
-    this.subscriber.complete();
+    this.signal(() => this.subscriber.complete());
+  }
+
+  /** Flows subscribed because this one ended (`concatMap`'s next inner, `catchError`'s fallback) link to the same consumer. */
+  private signal(terminal: () => void): void {
+    const previous = scope;
+    scope = this.link;
+    try {
+      terminal();
+    } finally {
+      scope = previous;
+    }
   }
 
   /** Trampolined: demand signalled while the producer is already emitting only makes it loop again (§3.3). */
@@ -217,46 +233,40 @@ export interface DemandSubscription {
   readonly outstanding: number;
 }
 
-class CreditLink implements DemandLink {
-  credits = 0;
-  private readonly outlets = new Set<Resumable>();
-
-  wants(): boolean {
-    return this.credits > 0;
-  }
-  demand(): number {
-    return this.credits;
-  }
-  beforeEmit(): number {
-    if (this.credits !== Infinity) this.credits--;
-    return 0;
-  }
-  afterEmit(): void {}
-  attach(outlet: Resumable): void {
-    this.outlets.add(outlet);
-  }
-  detach(outlet: Resumable): void {
-    this.outlets.delete(outlet);
-  }
-  grant(n: number): void {
-    this.credits = this.credits + n >= Number.MAX_SAFE_INTEGER ? Infinity : this.credits + n;
-    for (const outlet of [...this.outlets]) outlet.resume();
-  }
-}
-
 /**
  * Subscribes to any Observable with explicit demand. A Flow (or a chain of plain
  * operators over Flows) honours it; a plain Observable cannot be paused and pushes
  * regardless — `request` then only records what was asked.
+ *
+ * A credit is used when an element *arrives*, not when a Flow emits it, so demand
+ * does not leak through plain operators: an element a `filter` drops uses none, and
+ * the inner Flows of a `mergeMap` use the credits rather than the outer element. An
+ * element that does not arrive during its emit holds its credit until it arrives or
+ * a scheduler tick passes without it (then it counts as dropped, see `Inlet`): a
+ * filter that drops more elements in a row than there are credits answers after a
+ * tick, and an operator that defers longer than a tick can deliver more than was
+ * requested, one more per tick (doubling while nothing comes back).
  */
 export function subscribeWithDemand<T>(source: Observable<T>, observer: Partial<Observer<T>>): DemandSubscription {
-  const link = new CreditLink();
+  let credits = 0;
   let failed = false;
   let subscription: Subscription | undefined;
+  // No grace: before a deferral is seen, a missing element holds its credit until a tick shows it was dropped (§1.1).
+  const link = new Inlet({ room: () => (failed || subscription?.closed === true ? 0 : credits) }, { grace: 0 });
   const forward = {
-    next: (value: T) => observer.next?.(value),
-    error: (err: unknown) => observer.error?.(err),
-    complete: () => observer.complete?.(),
+    next: (value: T) => {
+      link.arrive();
+      if (credits !== Infinity && credits > 0) credits--;
+      observer.next?.(value);
+    },
+    error: (err: unknown) => {
+      link.close();
+      observer.error?.(err);
+    },
+    complete: () => {
+      link.close();
+      observer.complete?.();
+    },
   };
   subscription = withLink(link, () => source.subscribe(forward));
   return {
@@ -265,14 +275,17 @@ export function subscribeWithDemand<T>(source: Observable<T>, observer: Partial<
       if (!(n > 0) || !Number.isInteger(n)) {
         if (n !== Infinity) {
           failed = true;
+          link.close();
           subscription.unsubscribe();
           observer.error?.(new IllegalDemandError(n));
           return;
         }
       }
-      link.grant(n);
+      credits = credits + n >= Number.MAX_SAFE_INTEGER ? Infinity : credits + n;
+      link.signal();
     },
     cancel(): void {
+      link.close();
       subscription?.unsubscribe();
       subscription = undefined;
     },
@@ -280,7 +293,7 @@ export function subscribeWithDemand<T>(source: Observable<T>, observer: Partial<
       return subscription === undefined || subscription.closed || failed;
     },
     get outstanding(): number {
-      return link.credits;
+      return credits;
     },
   };
 }

@@ -1,3 +1,4 @@
+import { asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
 import type { DemandLink, Resumable } from './demand.js';
 
 /** What an inlet asks of the consumer that owns it. */
@@ -6,70 +7,173 @@ export interface RoomOwner {
   room(): number;
 }
 
+export interface InletOptions {
+  /** Timers of the in-transit wait. Default `asyncScheduler`. */
+  scheduler?: SchedulerLike;
+  /** Once a deferring operator has been seen: how long to wait for an element that may have been dropped (ms). Default 1000. */
+  transitTimeout?: number;
+  /**
+   * Elements that may go missing beyond the room before a deferral has been seen, at
+   * first. Default 16; 0 for a consumer that must never get more than it asked for.
+   */
+  grace?: number;
+}
+
+/** Unconfirmed elements a link lets out beyond its room before it has seen a deferral: at first (by default), and at most. */
+const FIRST_GRACE = 16;
+const MAX_GRACE = 1024;
+
+/** Stands for producers that do not say who they are when they emit. */
+const ANONYMOUS: Resumable = { resume: () => {} };
+/** Holds the in-transit elements of producers that have gone (an inner Flow that completed): they count against every producer. */
+const GONE: Resumable = { resume: () => {} };
+
 /**
  * The upstream-facing side of a consumer: the `DemandLink` its producers ask before
  * every element. One inlet may have several producers (a `merge` of Flows, or the
  * inner Flows of a `mergeMap`).
  *
- * Invariant: elements in transit (emitted upstream, not yet arrived, because a
- * plain operator in between deferred them) count against the consumer's room.
+ * An element emitted upstream that does not arrive during its emit was either dropped
+ * (`filter`) or is held by a plain operator (`delay`, `observeOn`, `mergeMap` over
+ * Promises, `concatMap`'s queue); only time tells the two apart. Such elements are
+ * *in transit* and count against the consumer's room for the producer that emitted
+ * them while it is subscribed (another producer, such as the inner Flow that drains
+ * a `concatMap`'s queue, is not held back by them), and for every producer once it
+ * has gone; so a holding segment stays bounded: by the room, per live producer. The
+ * evidence that settles them:
+ *
+ * - a producer's element arriving *during* its emit: that producer's path is
+ *   synchronous, what it lost before was dropped and what it loses later will be
+ *   (no demand leaks through a `filter`). Only that producer's: another's may be held;
+ * - an element arriving *outside* any emit: a deferral. From then on no path counts
+ *   as synchronous, and every missing element stays in transit until one arrives;
+ * - a Flow subscribed because of an element (`mergeMap`'s inner Flow during the emit,
+ *   `concatMap`'s next inner later): the element became a producer that itself asks
+ *   before each element, so it is no longer in transit (and a later one shows the
+ *   segment holds elements);
+ * - a consumer held back only by in-transit elements waits for them: one scheduler
+ *   tick while the segment has shown no holding (they then count as dropped),
+ *   `transitTimeout` once it has (then one is given up on). A wait ends when any
+ *   element arrives.
+ *
+ * Before a segment has shown holding, up to `grace` elements (16 by default) may go
+ * missing beyond the room without a wait, so a filter dropping a short run before its
+ * first pass never waits; each wait that ends with nothing arrived doubles it, up to
+ * 1024, so a long run waits a few ticks, not one per run. That is also the slack of a
+ * deferring segment before its first element comes back: `grace` more than its room
+ * if it comes back within a tick, and at most `room + grace` more per further tick
+ * (`grace` doubling each tick).
+ *
+ * Invariant: `inTransit` is the sum of the per-producer missing counts, and never
+ * exceeds the elements emitted that have neither arrived nor become producers.
  */
 export class Inlet implements DemandLink {
   private readonly outlets: Resumable[] = [];
+  private readonly scheduler: SchedulerLike;
+  private readonly transitTimeout: number;
   private emitting = 0;
-  private received = 0;
+  /** Arrivals and producers attached during an emit, counted in order: an emit's token is this count before it. */
+  private events = 0;
+  /** `events` at the last arrival, and at the last producer attached during an emit. */
+  private lastArrival = 0;
+  private lastAttach = 0;
+  /** An element arrived outside any emit. */
   private deferredSeen = false;
+  /** An element arrived late, or became a producer late: missing elements are held, not dropped, until shown otherwise. */
+  private holds = false;
   private starved = false;
-  /** Elements emitted upstream that a deferring operator still holds. */
+  /** Unconfirmed elements let out beyond the room while the segment has shown no holding. */
+  private grace: number;
+  /** Elements given up on that may still arrive: they were asked for. */
+  private forgiven = 0;
+  /** Per producer: its elements in transit. */
+  private readonly missing = new Map<Resumable, number>();
+  /** Producers whose elements have come through during their emit: what they lose is dropped. */
+  private readonly synchronous = new Set<Resumable>();
+  private wait: Subscription | undefined;
+  /** Elements emitted upstream that have not arrived (held by a plain operator, or dropped). */
   inTransit = 0;
 
-  constructor(private readonly owner: RoomOwner) {}
+  constructor(
+    private readonly owner: RoomOwner,
+    options: InletOptions = {},
+  ) {
+    this.scheduler = options.scheduler ?? asyncScheduler;
+    this.transitTimeout = options.transitTimeout ?? 1000;
+    this.grace = options.grace ?? FIRST_GRACE;
+  }
 
   get producers(): number {
     return this.outlets.length;
   }
 
-  wants(): boolean {
-    if (this.owner.room() - this.inTransit > 0) return true;
+  /** Asked by `outlet` before each element: its own elements in transit count against the room, not other producers'. */
+  wants(outlet: Resumable = ANONYMOUS): boolean {
+    const room = this.owner.room();
+    if (room - this.unconfirmed(outlet) > 0) return true;
     this.starved = true;
+    if (room > 0) this.waitForTransit(outlet);
     return false;
   }
 
-  demand(): number {
-    return Math.max(0, this.owner.room() - this.inTransit);
+  demand(outlet: Resumable = ANONYMOUS): number {
+    return Math.max(0, this.owner.room() - this.unconfirmed(outlet));
   }
 
   beforeEmit(): number {
     this.emitting++;
-    return this.received;
+    return this.events;
   }
 
-  afterEmit(receivedBefore: number): void {
+  afterEmit(token: number, outlet: Resumable = ANONYMOUS): void {
     this.emitting--;
-    // Nothing arrived during the emit: a filter dropped it, or an operator deferred it.
-    // Only once deferral has been seen on this link is it counted as in transit.
-    if (this.received === receivedBefore && this.deferredSeen) this.inTransit++;
+    if (this.events === token) {
+      // Nothing arrived and no Flow was subscribed for it: dropped, or held.
+      if (this.synchronous.has(outlet)) return;
+      this.inTransit++;
+      this.missing.set(outlet, (this.missing.get(outlet) ?? 0) + 1);
+      return;
+    }
+    // It came through during its emit (not as a new producer): this producer's path is synchronous.
+    if (this.lastArrival > token && this.lastAttach <= token && !this.deferredSeen && outlet !== ANONYMOUS) {
+      this.synchronous.add(outlet);
+      const dropped = this.missing.get(outlet);
+      if (dropped !== undefined) {
+        this.missing.delete(outlet);
+        this.inTransit -= dropped;
+        this.remember(dropped);
+      }
+    }
   }
 
   /**
    * The consumer calls this for every element it receives. Returns whether the
-   * element was asked for (arrived inside a producer's emit, or was in transit):
-   * an element that was not came from a source that cannot be paused.
+   * element was asked for (arrived inside a producer's emit, was in transit, or was
+   * given up on while held): an element that was not came from a source that cannot
+   * be paused.
    */
   arrive(): boolean {
-    this.received++;
+    this.lastArrival = ++this.events;
+    if (this.wait !== undefined) this.stopWaiting();
     if (this.emitting > 0) return true;
-    if (this.outlets.length > 0) this.deferredSeen = true;
+    // Outside any emit: a deferral (or a source that cannot be paused).
+    if (this.inTransit > 0 || this.forgiven > 0 || this.outlets.length > 0) this.deferring();
     if (this.inTransit > 0) {
-      this.inTransit--;
+      this.settle(1);
+      return true;
+    }
+    if (this.forgiven > 0) {
+      this.forgiven--;
       return true;
     }
     return false;
   }
 
   /** Gives up on one in-transit element (a deferring operator dropped it), so the link cannot stall. */
-  forgiveOne(): void {
-    if (this.inTransit > 0) this.inTransit--;
+  forgiveOne(outlet?: Resumable): void {
+    if (this.inTransit === 0) return;
+    this.settle(1, outlet);
+    this.remember(1);
   }
 
   /** Room came back: resume producers that stopped for lack of demand. */
@@ -81,10 +185,95 @@ export class Inlet implements DemandLink {
 
   attach(outlet: Resumable): void {
     this.outlets.push(outlet);
+    if (this.emitting > 0) {
+      this.lastAttach = ++this.events; // an emit turned its element into this producer (mergeMap's inner Flow)
+    } else if (this.inTransit > 0) {
+      this.settle(1); // a held element became this producer (concatMap's next inner)
+      this.holds = true;
+    }
   }
 
   detach(outlet: Resumable): void {
     const index = this.outlets.indexOf(outlet);
     if (index >= 0) this.outlets.splice(index, 1);
+    this.synchronous.delete(outlet);
+    const missing = this.missing.get(outlet);
+    if (missing !== undefined) {
+      this.missing.delete(outlet);
+      this.missing.set(GONE, (this.missing.get(GONE) ?? 0) + missing);
+    }
+    if (this.outlets.length === 0) this.stopWaiting();
+  }
+
+  /** The consumer is done: no more waiting for in-transit elements. */
+  close(): void {
+    this.stopWaiting();
+  }
+
+  /** `count` in-transit elements are accounted for: `first`'s if it has any, then gone producers', then any producer's. */
+  private settle(count: number, first?: Resumable): void {
+    this.inTransit -= count;
+    if (first !== undefined) count = this.take(first, count);
+    count = this.take(GONE, count);
+    for (const outlet of this.missing.keys()) {
+      if (count === 0) return;
+      count = this.take(outlet, count);
+    }
+  }
+
+  /** Takes up to `count` from `outlet`'s missing elements; returns how many are left to take. */
+  private take(outlet: Resumable, count: number): number {
+    const missing = this.missing.get(outlet);
+    if (missing === undefined || count === 0) return count;
+    const taken = Math.min(missing, count);
+    if (taken === missing) this.missing.delete(outlet);
+    else this.missing.set(outlet, missing - taken);
+    return count - taken;
+  }
+
+  /** Forgiven elements are remembered (bounded: most were dropped, and a plain source must not ride on them). */
+  private remember(count: number): void {
+    this.forgiven = Math.min(MAX_GRACE, this.forgiven + count);
+  }
+
+  private deferring(): void {
+    if (this.deferredSeen) return;
+    this.deferredSeen = true;
+    this.holds = true;
+    this.synchronous.clear();
+  }
+
+  private unconfirmed(outlet: Resumable): number {
+    if (this.inTransit === 0) return 0;
+    const missing = (this.missing.get(outlet) ?? 0) + (this.missing.get(GONE) ?? 0);
+    return this.holds ? missing : Math.max(0, missing - this.grace);
+  }
+
+  /** Only in-transit elements hold demand back: wait for them, then give up on them so the link cannot stall. */
+  private waitForTransit(outlet: Resumable): void {
+    if (this.wait !== undefined || this.inTransit === 0 || this.outlets.length === 0) return;
+    this.wait = this.scheduler.schedule(
+      () => {
+        this.wait = undefined;
+        if (this.holds) {
+          this.forgiveOne(outlet);
+        } else {
+          this.remember(this.inTransit);
+          this.inTransit = 0;
+          this.missing.clear();
+          this.grace = Math.min(MAX_GRACE, Math.max(1, this.grace * 2));
+        }
+        this.starved = true;
+        this.signal();
+      },
+      this.holds ? this.transitTimeout : 1,
+    );
+  }
+
+  private stopWaiting(): void {
+    const wait = this.wait;
+    if (wait === undefined) return;
+    this.wait = undefined;
+    wait.unsubscribe();
   }
 }

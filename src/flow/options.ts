@@ -38,6 +38,13 @@ export function parseOptions<S extends z.ZodType>(schema: S, input: unknown, wha
   if (result.success) return result.data;
   throw new InvalidOptionsError(
     what,
-    result.error.issues.map((issue) => ({ path: issue.path.map(String).join('.'), message: issue.message })),
+    result.error.issues.flatMap((issue) => {
+      const path = issue.path.map(String);
+      // An unknown key is reported at its own path, so a misspelt field reads like any bad field.
+      if (issue.code === 'unrecognized_keys') {
+        return issue.keys.map((key) => ({ path: [...path, key].join('.'), message: `unknown option "${key}"` }));
+      }
+      return [{ path: path.join('.'), message: issue.message }];
+    }),
   );
 }

@@ -1,8 +1,13 @@
-import { Subscriber, type Observable } from 'rxjs';
+import { Subscriber, type Observable, type Subscription } from 'rxjs';
 import { withLink, type DemandLink } from './demand.js';
 
 /** What a demand-aware operator does with its upstream's signals. */
 export interface UpstreamHandler<T> {
+  /**
+   * Receives the upstream subscription before the first element: a synchronous source
+   * emits inside `subscribe`, and a handler that ends early must be able to stop it there.
+   */
+  onSubscribe?(subscription: Subscription): void;
   onNext(value: T): void;
   onUpstreamError(err: unknown): void;
   onUpstreamComplete(): void;
@@ -33,6 +38,7 @@ class UpstreamSubscriber<T> extends Subscriber<T> {
  */
 export function subscribeUpstream<T>(source: Observable<T>, link: DemandLink, handler: UpstreamHandler<T>): Subscriber<T> {
   const subscriber = new UpstreamSubscriber<T>(handler);
+  handler.onSubscribe?.(subscriber);
   withLink(link, () => source.subscribe(subscriber));
   return subscriber;
 }

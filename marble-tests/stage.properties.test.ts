@@ -1,0 +1,667 @@
+/**
+ * Properties of the stage operator over random sources, capacities, policies,
+ * concurrency, ordering, work shapes, consumer speeds and a random `filter` between
+ * two stages: source → A → filter → (expand) → (defer) → B → consumer.
+ *
+ * `fc.scheduler()` decides the order in which asynchronous work completes (every
+ * async work function waits on `s.schedule(...)`), and when a `demand` consumer's
+ * requests arrive, so each run explores one interleaving. A `VirtualTimeScheduler`
+ * holds every timer the stages start (timeouts, in-transit waits): the tests advance
+ * it by hand and can see that no timer is left behind.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import {
+  Observable,
+  VirtualTimeScheduler,
+  concatMap,
+  delay,
+  filter,
+  from,
+  map,
+  mergeMap,
+  of,
+  take,
+  tap,
+  type MonoTypeOperatorFunction,
+  type Subscription,
+} from 'rxjs';
+import { fromAsyncIterable, fromIterable } from '../src/flow/sources.js';
+import { subscribeWithDemand, type DemandSubscription } from '../src/flow/demand.js';
+import { KillSwitch } from '../src/flow/kill-switch.js';
+import { stage, type StageContext, type StageOptions, type WorkResult } from '../operators/stage.js';
+import { StageStats } from '../src/flow/stats.js';
+import { Ring } from '../src/flow/ring.js';
+import type { Policy } from '../src/flow/options.js';
+import type { Traced } from '../src/trace/trace.js';
+
+type Scheduler = fc.Scheduler;
+
+// ---- what a run is made of ----
+
+/** `array`/`generator`: `fromIterable`; `async`: `fromAsyncIterable` over scheduled steps; `plain`: RxJS `from` (cannot be paused). */
+type SourceKind = 'array' | 'generator' | 'async' | 'plain';
+
+/**
+ * How the work answers: `sync` a value, `promise` a scheduled Promise, `mixed` one or
+ * the other by element, `observable` an Observable of one scheduled value, `tokens`
+ * an async generator of two values, each after a scheduled wait (a token stream),
+ * `flow` a synchronous Flow of two values (paused while its output waits for demand).
+ */
+type WorkKind = 'sync' | 'promise' | 'mixed' | 'observable' | 'tokens' | 'flow';
+const outputsPerInput = (kind: WorkKind): number => (kind === 'tokens' || kind === 'flow' ? 2 : 1);
+
+interface StagePlan {
+  capacity: number;
+  concurrency: number;
+  ordered: boolean;
+  policy: Policy;
+  work: WorkKind;
+  errorPolicy: 'fail' | 'skip';
+  /** Give the stage a 1000-frame `timeout`. */
+  timeout: boolean;
+  /** Give the stage a 500-frame `drainTimeout`. */
+  drainTimeout: boolean;
+  /** Record per-stage timing of every element (`sampleRate: 1`) or of none. */
+  sampled: boolean;
+}
+
+interface Plan {
+  input: number[];
+  source: SourceKind;
+  a: StagePlan;
+  /** Keeps an element between the stages when it returns true; `undefined`: no filter. */
+  keep: ((value: number) => boolean) | undefined;
+  /** After the filter, `concatMap` each element to an inner Flow of two copies (linked to B like its outer source). */
+  expand: boolean;
+  /** Then defer each element by one virtual frame (`mergeMap(x => of(x).pipe(delay(1)))`): elements in transit. */
+  defer: boolean;
+  b: StagePlan;
+  /**
+   * `stage`: B's output is subscribed plainly. `demand`: it is read with
+   * `subscribeWithDemand`, these request sizes arriving as scheduled tasks, and with
+   * `inNext` one more requested from inside every `next` (re-entrant demand).
+   */
+  consumer: { kind: 'stage' } | { kind: 'demand'; requests: number[]; inNext: boolean };
+  /** The consumer takes this many elements, then unsubscribes from inside `next` (`take`). */
+  take: number | undefined;
+  /** Work on these values throws (sync) or rejects (async). */
+  failing: ((value: number) => boolean) | undefined;
+}
+
+interface PlanOptions {
+  policies: readonly Policy[];
+  sources: readonly SourceKind[];
+  consumerPolicies?: readonly Policy[];
+  /** Allow failing work, `skip` error policies and timeouts. */
+  failures?: boolean;
+}
+
+const WORK_KINDS: readonly WorkKind[] = ['sync', 'promise', 'mixed', 'observable', 'tokens', 'flow'];
+const ALL_POLICIES: readonly Policy[] = ['pause', 'shed-incoming', 'shed-oldest', 'fail', 'conflate'];
+
+const stagePlan = (policies: readonly Policy[], failures: boolean): fc.Arbitrary<StagePlan> =>
+  fc.record({
+    capacity: fc.integer({ min: 1, max: 8 }),
+    concurrency: fc.integer({ min: 1, max: 4 }),
+    ordered: fc.boolean(),
+    policy: fc.constantFrom(...policies),
+    work: fc.constantFrom(...WORK_KINDS),
+    errorPolicy: failures ? fc.constantFrom<'fail' | 'skip'>('fail', 'skip') : fc.constant<'fail'>('fail'),
+    timeout: failures ? fc.boolean() : fc.constant(false),
+    drainTimeout: failures ? fc.boolean() : fc.constant(false),
+    sampled: fc.boolean(),
+  });
+
+/** A predicate true for about one value in `n` (n = 1: always). */
+const oneIn = (n: number): fc.Arbitrary<(value: number) => boolean> =>
+  fc.func(fc.integer({ min: 0, max: n - 1 })).map((f) => (value: number) => f(value) === 0);
+
+/**
+ * A filter keeping about one element in 2, in 8, or none: runs of drops longer than
+ * the consumer's room are common, which is where demand designs leak.
+ */
+const keepArbitrary = fc.option(
+  fc.oneof({ arbitrary: oneIn(2), weight: 2 }, { arbitrary: oneIn(8), weight: 1 }, { arbitrary: fc.constant(() => false), weight: 1 }),
+  { nil: undefined, freq: 2 },
+);
+
+const consumerArbitrary: fc.Arbitrary<Plan['consumer']> = fc.oneof(
+  fc.constant({ kind: 'stage' as const }),
+  fc.record({
+    kind: fc.constant('demand' as const),
+    requests: fc.array(fc.integer({ min: 1, max: 5 }), { minLength: 1, maxLength: 12 }),
+    inNext: fc.boolean(),
+  }),
+);
+
+function planArbitrary(options: PlanOptions): fc.Arbitrary<Plan> {
+  const failures = options.failures ?? false;
+  return fc.record({
+    input: fc.array(fc.integer({ min: 0, max: 1000 }), { maxLength: 60, size: 'max' }),
+    source: fc.constantFrom(...options.sources),
+    a: stagePlan(options.policies, failures),
+    keep: keepArbitrary,
+    expand: fc.boolean(),
+    defer: fc.boolean(),
+    b: stagePlan(options.consumerPolicies ?? ['pause'], failures),
+    consumer: consumerArbitrary,
+    take: fc.option(fc.integer({ min: 1, max: 20 }), { nil: undefined, freq: 3 }),
+    failing: failures ? fc.option(oneIn(8), { nil: undefined }) : fc.constant(undefined),
+  });
+}
+
+/** What happens between starting a run and letting it settle. */
+type Step = 'work' | 'time' | 'shutdown' | 'abort' | 'unsubscribe';
+const stepsArbitrary = (steps: readonly Step[]): fc.Arbitrary<Step[]> => fc.array(fc.constantFrom(...steps), { maxLength: 40 });
+
+// ---- running a plan ----
+
+const mapA = (x: number): number => x * 2;
+const mapB = (x: number): number => x + 1;
+const sum = (a: number, b: number): number => a + b;
+
+interface StageProbe {
+  readonly stats: StageStats;
+  readonly plan: StagePlan;
+  /** Every signal handed to the work, and whether its work finished. */
+  readonly calls: { signal: AbortSignal; finished: boolean }[];
+}
+
+interface Run {
+  readonly plan: Plan;
+  readonly a: StageProbe;
+  readonly b: StageProbe;
+  readonly timers: VirtualTimeScheduler;
+  readonly killSwitch: KillSwitch;
+  /** Elements the source handed out. */
+  pulled: number;
+  /** Elements that reached the consumer. */
+  readonly output: number[];
+  completed: boolean;
+  error: unknown;
+  unsubscribed: boolean;
+  /** Signals the consumer saw after it unsubscribed or after a terminal signal (§1.7). */
+  late: number;
+  /** Elements the filter dropped. */
+  dropped: number;
+  /** Sum of the request sizes granted so far (`demand` consumer). */
+  requested: number;
+  /** Invariants broken along the way, recorded rather than thrown into the pipeline. */
+  readonly violations: string[];
+  unsubscribe(): void;
+  /** `demand` consumer: asks for `n` more. */
+  request(n: number): void;
+}
+
+/** The invariants that must hold at every step. */
+function checkBounds(run: Run, where: string): void {
+  for (const [name, probe] of [['A', run.a] as const, ['B', run.b] as const]) {
+    const { stats, plan } = probe;
+    // Elements a deferring operator held when B's link had not yet seen one come back late may overshoot by the documented slack (16, see Inlet).
+    const slack = name === 'B' && run.plan.defer ? 16 : 0;
+    if (stats.buffered > plan.capacity + slack) run.violations.push(`${where}: stage ${name} buffered ${stats.buffered} > capacity ${plan.capacity}`);
+    if (stats.inFlight > plan.concurrency) run.violations.push(`${where}: stage ${name} in flight ${stats.inFlight} > concurrency ${plan.concurrency}`);
+    if (stats.buffered < 0 || stats.inFlight < 0) run.violations.push(`${where}: stage ${name} gauges went negative`);
+  }
+  if (run.output.length > run.requested) run.violations.push(`${where}: consumer got ${run.output.length} elements, requested ${run.requested} (§1.1)`);
+}
+
+/** Elements that entered a stage and left it (delivered, shed or failed). */
+const accounted = (stats: StageStats): number => stats.delivered + stats.shedTotal + stats.failed;
+
+/** Flags `next` re-entered while a previous `next` is still running (§1.3). */
+function serial<T>(run: Run, where: string): MonoTypeOperatorFunction<T> {
+  return (source) =>
+    new Observable<T>((subscriber) => {
+      let inside = false;
+      return source.subscribe({
+        next: (value) => {
+          if (inside) run.violations.push(`${where}: next re-entered (§1.3)`);
+          inside = true;
+          try {
+            subscriber.next(value);
+          } finally {
+            inside = false;
+          }
+        },
+        error: (error: unknown) => subscriber.error(error),
+        complete: () => subscriber.complete(),
+      });
+    });
+}
+
+function makeWork(s: Scheduler, run: () => Run, probe: StageProbe, fn: (x: number) => number) {
+  const kind = probe.plan.work;
+  return (x: number, context: StageContext): WorkResult<number> => {
+    const call = { signal: context.signal, finished: false };
+    probe.calls.push(call);
+    checkBounds(run(), `work(${x})`);
+    const fails = run().plan.failing?.(x) ?? false;
+    const compute = (value: number): number => {
+      if (fails) throw new Error(`work(${value}) failed`);
+      return fn(value);
+    };
+    const later = (): Promise<number> => s.schedule(Promise.resolve(x), `work(${x})`);
+    switch (kind === 'mixed' ? (x % 2 === 0 ? 'sync' : 'promise') : kind) {
+      case 'sync':
+        call.finished = true;
+        return compute(x);
+      case 'promise':
+        return later().then((value) => {
+          call.finished = true;
+          return compute(value);
+        });
+      case 'flow':
+        call.finished = true;
+        return fromIterable([x, x]).pipe(map(compute));
+      case 'observable':
+        return from(later()).pipe(
+          map(compute),
+          tap({ complete: () => (call.finished = true), error: () => (call.finished = true) }),
+        );
+      default:
+        return (async function* tokens(): AsyncGenerator<number> {
+          try {
+            const first = compute(await later());
+            yield first;
+            await later();
+            yield first;
+          } finally {
+            call.finished = true;
+          }
+        })();
+    }
+  };
+}
+
+function stageOptions(plan: StagePlan, name: string, stats: StageStats, run: Run): StageOptions<number> {
+  return {
+    name,
+    capacity: plan.capacity,
+    concurrency: plan.concurrency,
+    ordered: plan.ordered,
+    policy: plan.policy,
+    ...(plan.policy === 'conflate' ? { conflate: sum } : {}),
+    errorPolicy: plan.errorPolicy,
+    ...(plan.timeout ? { timeout: 1000 } : {}),
+    ...(plan.drainTimeout ? { drainTimeout: 500 } : {}),
+    sampleRate: plan.sampled ? 1 : 0,
+    killSwitch: run.killSwitch,
+    stats,
+    scheduler: run.timers,
+  };
+}
+
+/** Builds source → A → filter → B → consumer, and subscribes. */
+function start(s: Scheduler, plan: Plan): Run {
+  let subscription: Subscription | undefined;
+  let demand: DemandSubscription | undefined;
+  let terminated = false;
+  const run: Run = {
+    plan,
+    a: { stats: new StageStats(), plan: plan.a, calls: [] },
+    b: { stats: new StageStats(), plan: plan.b, calls: [] },
+    timers: new VirtualTimeScheduler(),
+    killSwitch: new KillSwitch(),
+    pulled: 0,
+    output: [],
+    completed: false,
+    error: undefined,
+    unsubscribed: false,
+    late: 0,
+    dropped: 0,
+    requested: plan.consumer.kind === 'stage' ? Infinity : 0,
+    violations: [],
+    unsubscribe: () => {
+      run.unsubscribed = true;
+      subscription?.unsubscribe();
+      demand?.cancel();
+    },
+    request: (n) => {
+      if (demand === undefined || run.unsubscribed) return;
+      run.requested += n;
+      demand.request(n);
+    },
+  };
+  const { a, b } = run;
+
+  let source: Observable<number>;
+  if (plan.source === 'generator') {
+    source = fromIterable(
+      (function* () {
+        for (const x of plan.input) {
+          run.pulled++;
+          // Demand sent upstream never exceeds free capacity. With pause, what A took and has not let go fits in it,
+          // this element included; the other policies keep asking (this element may be shed), but never hold more.
+          // Conflate is left out: a merged element stays unaccounted until the element it joined leaves.
+          const holding = run.pulled - accounted(a.stats) - (plan.a.policy === 'pause' ? 0 : 1);
+          const bound = plan.a.capacity + plan.a.concurrency;
+          if (plan.a.policy !== 'conflate' && holding > bound) run.violations.push(`pull #${run.pulled}: A holds ${holding} > capacity + concurrency ${bound}`);
+          yield x;
+        }
+      })(),
+    );
+  } else if (plan.source === 'async') {
+    source = fromAsyncIterable(
+      (async function* () {
+        for (const x of plan.input) {
+          await s.schedule(Promise.resolve(), `source(${x})`);
+          yield x;
+        }
+      })(),
+    ).pipe(tap(() => run.pulled++)); // counted when handed out: a next() already pending at cancel resolves into the void
+  } else {
+    source = (plan.source === 'array' ? fromIterable(plan.input) : from(plan.input)).pipe(tap(() => run.pulled++));
+  }
+
+  const keep = plan.keep;
+  const pipeline = source.pipe(
+    stage(makeWork(s, () => run, a, mapA), stageOptions(plan.a, 'A', a.stats, run)),
+    tap(() => checkBounds(run, 'after A emitted')),
+    filter((t: Traced<number>) => {
+      if (keep === undefined || keep(t.value)) return true;
+      run.dropped++;
+      return false;
+    }),
+    plan.expand ? concatMap((t: Traced<number>) => fromIterable([t, t])) : (flow: Observable<Traced<number>>) => flow,
+    plan.defer ? mergeMap((t: Traced<number>) => of(t).pipe(delay(1, run.timers))) : (flow: Observable<Traced<number>>) => flow,
+    serial(run, 'into B'),
+    stage(makeWork(s, () => run, b, mapB), stageOptions(plan.b, 'B', b.stats, run)),
+    plan.take === undefined ? (flow: Observable<Traced<number>>) => flow : take(plan.take),
+    serial(run, 'consumer'),
+  );
+
+  const observer = {
+    next: (t: Traced<number>) => {
+      if (run.unsubscribed || terminated) run.late++;
+      run.output.push(t.value);
+      checkBounds(run, 'consumer');
+      if (plan.consumer.kind === 'demand' && plan.consumer.inNext) run.request(1);
+    },
+    error: (error: unknown) => {
+      if (run.unsubscribed || terminated) run.late++;
+      terminated = true;
+      run.error = error;
+    },
+    complete: () => {
+      if (run.unsubscribed || terminated) run.late++;
+      terminated = true;
+      run.completed = true;
+    },
+  };
+  if (plan.consumer.kind === 'stage') {
+    subscription = pipeline.subscribe(observer);
+  } else {
+    demand = subscribeWithDemand(pipeline, observer);
+    for (const n of plan.consumer.requests) void s.schedule(Promise.resolve(n), `request(${n})`).then((size) => run.request(size));
+  }
+  return run;
+}
+
+/** Advances virtual time by `frames`, firing the timers due. */
+function advance(run: Run, frames: number): void {
+  const { timers } = run;
+  const until = timers.frame + frames;
+  timers.maxFrames = until;
+  timers.flush();
+  timers.frame = until; // flush only moves the clock to the last timer it ran
+  timers.maxFrames = Infinity;
+}
+
+async function perform(s: Scheduler, run: Run, steps: readonly Step[]): Promise<void> {
+  for (const step of steps) {
+    if (run.unsubscribed) return;
+    switch (step) {
+      case 'work':
+        if (s.count() > 0) await s.waitNext(1);
+        break;
+      case 'time':
+        advance(run, 400);
+        break;
+      case 'shutdown':
+        run.killSwitch.shutdown();
+        break;
+      case 'abort':
+        run.killSwitch.abort();
+        break;
+      case 'unsubscribe':
+        run.unsubscribe();
+        break;
+    }
+  }
+}
+
+/** Runs scheduled work and timers until nothing is left to do. */
+async function settle(s: Scheduler, run: Run): Promise<void> {
+  for (let round = 0; round < 10_000; round++) {
+    await s.waitIdle();
+    if (run.timers.actions.length === 0) return;
+    run.timers.flush();
+  }
+  throw new Error('the run did not settle');
+}
+
+/** Settles; a `demand` consumer whose requests ran out then asks for the rest, so every run can end. */
+async function settleToEnd(s: Scheduler, run: Run): Promise<void> {
+  await settle(s, run);
+  if (run.plan.consumer.kind === 'demand' && !run.completed && run.error === undefined) {
+    run.request(Number.MAX_SAFE_INTEGER);
+    await settle(s, run);
+  }
+}
+
+function assertNoViolations(run: Run): void {
+  assert.deepEqual(run.violations.slice(0, 5), [], 'invariants broken along the way');
+}
+
+function assertAccounted(probe: StageProbe, name: string): void {
+  const { stats } = probe;
+  const breakdown = `received ${stats.received}, delivered ${stats.delivered}, shed ${stats.shedTotal} ${JSON.stringify(stats.shed)}, failed ${stats.failed}`;
+  assert.equal(stats.received, accounted(stats), `stage ${name}: every element leaves exactly once (${breakdown})`);
+  assert.equal(stats.buffered, 0, `stage ${name}: still buffered (${breakdown})`);
+  assert.equal(stats.inFlight, 0, `stage ${name}: still in flight (${breakdown})`);
+}
+
+const repeat = (value: number, times: number): number[] => Array.from({ length: times }, () => value);
+
+function expectedOutput(plan: Plan): number[] {
+  return plan.input
+    .flatMap((x) => repeat(mapA(x), outputsPerInput(plan.a.work)))
+    .filter((x) => plan.keep === undefined || plan.keep(x))
+    .flatMap((x) => repeat(x, plan.expand ? 2 : 1))
+    .flatMap((x) => repeat(mapB(x), outputsPerInput(plan.b.work)));
+}
+
+const sorted = (values: number[]): number[] => [...values].sort((x, y) => x - y);
+
+// SLUICE_PROPERTY_RUNS raises the count for a longer local hunt.
+const numRuns = Number(process.env.SLUICE_PROPERTY_RUNS ?? 200);
+
+describe('stage: properties', () => {
+  it('pause loses nothing and keeps order when ordered (output = input mapped), whatever the speeds and the filter between', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.scheduler(), planArbitrary({ policies: ['pause'], sources: ['array', 'generator', 'async'] }), async (s, plan) => {
+        const run = start(s, plan);
+        await settleToEnd(s, run);
+        assertNoViolations(run);
+        assert.equal(run.error, undefined, String(run.error));
+        assert.equal(run.completed, true, 'the pipeline completed (no stall)');
+        const expected = expectedOutput(plan);
+        if (plan.take === undefined || plan.take > expected.length) {
+          if (plan.a.ordered && plan.b.ordered) assert.deepEqual(run.output, expected);
+          else assert.deepEqual(sorted(run.output), sorted(expected));
+          assert.equal(run.a.stats.shedTotal + run.a.stats.failed + run.b.stats.shedTotal + run.b.stats.failed, 0, 'nothing shed or failed');
+        } else {
+          // The consumer took the first `take` and left: what was still held (work whose last output went out
+          // included, if the work had not finished) is shed as cancelled, never lost.
+          if (plan.a.ordered && plan.b.ordered) assert.deepEqual(run.output, expected.slice(0, plan.take));
+          else assert.equal(run.output.length, plan.take);
+          assert.equal(run.a.stats.failed + run.b.stats.failed, 0, 'nothing failed');
+        }
+        assertAccounted(run.a, 'A');
+        assertAccounted(run.b, 'B');
+        assert.equal(run.late, 0);
+      }),
+      { numRuns },
+    );
+  });
+
+  it('accounts for every element exactly (received = delivered + shed + failed), for every policy, with failures, timeouts, kill switches and unsubscribing at a random point', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.scheduler(),
+        planArbitrary({ policies: ALL_POLICIES, sources: ['array', 'generator', 'async', 'plain'], consumerPolicies: ALL_POLICIES, failures: true }),
+        stepsArbitrary(['work', 'work', 'work', 'work', 'time', 'time', 'shutdown', 'abort', 'unsubscribe']),
+        async (s, plan, steps) => {
+          const run = start(s, plan);
+          await perform(s, run, steps);
+          await settleToEnd(s, run);
+          assertNoViolations(run);
+          assertAccounted(run.a, 'A');
+          assertAccounted(run.b, 'B');
+          assert.equal(run.a.stats.received, run.pulled, 'A received what the source handed out');
+          // Every output of A reached B unless the filter dropped it (a conflated group is one output).
+          const kept = run.a.stats.emitted - run.dropped;
+          // Elements the plain operators between the stages still held when the run ended are theirs to lose.
+          if (plan.expand || plan.defer) assert.ok(run.b.stats.received <= (plan.expand ? 2 : 1) * kept, 'B received at most what A emitted and the filter kept');
+          else assert.equal(run.b.stats.received, kept, 'B received what A emitted and the filter kept');
+          assert.equal(run.b.stats.emitted, run.output.length, 'the consumer got what B emitted');
+          if (!run.unsubscribed) assert.ok(run.completed || run.error !== undefined, 'the run ended');
+          assert.equal(run.late, 0, 'nothing after a terminal signal or unsubscribe (§1.7)');
+        },
+      ),
+      { numRuns },
+    );
+  });
+
+  it('buffered ≤ capacity and in flight ≤ concurrency at every step, for every policy', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.scheduler(),
+        // A tuple rather than fc.oneof: records holding mapped functions shrink reliably this way.
+        fc
+          .tuple(
+            fc.boolean(),
+            planArbitrary({ policies: ['pause'], sources: ['array', 'generator', 'async'] }),
+            planArbitrary({ policies: ['shed-incoming', 'shed-oldest', 'fail', 'conflate'], sources: ['plain', 'generator'], consumerPolicies: ALL_POLICIES, failures: true }),
+          )
+          .map(([paused, pausePlan, otherPlan]) => (paused ? pausePlan : otherPlan)),
+        stepsArbitrary(['work', 'work', 'work', 'time']),
+        async (s, plan, steps) => {
+          const run = start(s, plan);
+          await perform(s, run, steps);
+          await settleToEnd(s, run);
+          assertNoViolations(run); // checked in every work call, after every emission of A and B, and in the consumer
+          assertAccounted(run.a, 'A');
+          assertAccounted(run.b, 'B');
+        },
+      ),
+      { numRuns },
+    );
+  });
+
+  it('demand sent upstream never exceeds free capacity: pulled − (delivered + shed + failed) ≤ capacity + concurrency at every pull', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.scheduler(),
+        planArbitrary({ policies: ['pause', 'shed-incoming', 'shed-oldest', 'fail'], sources: ['generator'], failures: true }),
+        stepsArbitrary(['work', 'work', 'work', 'time', 'unsubscribe']),
+        async (s, plan, steps) => {
+          const run = start(s, plan);
+          await perform(s, run, steps);
+          await settleToEnd(s, run);
+          assertNoViolations(run); // the generator checks the bound at every pull
+          if (plan.a.policy === 'pause' && plan.take === undefined && !run.unsubscribed && run.error === undefined) assert.equal(run.pulled, plan.input.length);
+        },
+      ),
+      { numRuns },
+    );
+  });
+
+  it('unsubscribing at any point leaves no active work: every signal aborted or its work finished, gauges back to 0, no timers left (timeouts, drain deadlines, in-transit waits)', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.scheduler(),
+        planArbitrary({ policies: ALL_POLICIES, sources: ['array', 'generator', 'async', 'plain'], consumerPolicies: ['pause', 'shed-oldest', 'conflate'] }).map((plan) => ({
+          ...plan,
+          a: { ...plan.a, timeout: true, drainTimeout: true },
+          b: { ...plan.b, timeout: true, drainTimeout: true },
+        })),
+        stepsArbitrary(['work', 'work', 'work', 'work', 'time', 'shutdown']),
+        async (s, plan, steps) => {
+          const run = start(s, plan);
+          await perform(s, run, steps);
+          run.unsubscribe();
+          for (const [name, probe] of [['A', run.a] as const, ['B', run.b] as const]) {
+            probe.calls.forEach((call, i) => assert.ok(call.signal.aborted || call.finished, `stage ${name}: work #${i} neither aborted nor finished`));
+            assert.equal(probe.stats.inFlight, 0, `stage ${name}: in flight after unsubscribe`);
+            assert.equal(probe.stats.buffered, 0, `stage ${name}: buffered after unsubscribe`);
+          }
+          assert.deepEqual(
+            run.timers.actions.map((action) => action.delay),
+            [],
+            'no timer (timeout, in-transit wait) is left scheduled',
+          );
+          const seen = run.output.length;
+          await settle(s, run); // work still scheduled completes now: nothing may come of it
+          assert.equal(run.output.length, seen);
+          assert.equal(run.late, 0);
+          assertAccounted(run.a, 'A');
+          assertAccounted(run.b, 'B');
+          assertNoViolations(run);
+        },
+      ),
+      { numRuns },
+    );
+  });
+});
+
+describe('ring buffer: properties', () => {
+  type Op = { op: 'push'; value: number } | { op: 'shift' } | { op: 'pop' } | { op: 'replaceLast'; value: number } | { op: 'drain' };
+  const opArbitrary: fc.Arbitrary<Op> = fc.oneof(
+    { arbitrary: fc.record({ op: fc.constant('push' as const), value: fc.integer() }), weight: 5 },
+    { arbitrary: fc.constant({ op: 'shift' as const }), weight: 3 },
+    { arbitrary: fc.constant({ op: 'pop' as const }), weight: 1 },
+    { arbitrary: fc.record({ op: fc.constant('replaceLast' as const), value: fc.integer() }), weight: 1 },
+    { arbitrary: fc.constant({ op: 'drain' as const }), weight: 1 },
+  );
+
+  it('behaves like an array used as a FIFO queue, across wrap-around and growth', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 8 }), fc.array(opArbitrary, { maxLength: 200 }), (initialCapacity, ops) => {
+        const ring = new Ring<number>(initialCapacity);
+        const model: number[] = [];
+        for (const step of ops) {
+          switch (step.op) {
+            case 'push':
+              ring.push(step.value);
+              model.push(step.value);
+              break;
+            case 'shift':
+              assert.equal(ring.shift(), model.shift());
+              break;
+            case 'pop':
+              assert.equal(ring.pop(), model.pop());
+              break;
+            case 'replaceLast':
+              if (model.length === 0) assert.throws(() => ring.replaceLast(step.value), RangeError);
+              else {
+                ring.replaceLast(step.value);
+                model[model.length - 1] = step.value;
+              }
+              break;
+            case 'drain':
+              assert.deepEqual(ring.drain(), model.splice(0));
+              break;
+          }
+          assert.equal(ring.length, model.length);
+          assert.equal(ring.peek(), model[0]);
+          assert.equal(ring.peekLast(), model[model.length - 1]);
+        }
+      }),
+      { numRuns: numRuns * 2 },
+    );
+  });
+});
