@@ -1,0 +1,295 @@
+/**
+ * sluice benchmarks: peers side by side, ratios printed, one command.
+ *
+ *     npm run bench
+ *     # = node --conditions=sluice-source --expose-gc --import tsx bench/run.ts
+ *
+ * Sections (in one process, so every pipeline shares one JIT state as in an application):
+ *   1. throughput — 7 identity stages, ns per element per stage, sluice vs RxJS, Node streams, async generators
+ *   2. wakeup latency — element available → idle stage's work starts, p50/p99 in µs
+ *   3. memory bound — 10M elements into a much slower stage: peak buffered elements and heap growth, vs RxJS `mergeMap`
+ *
+ * Environment (all optional):
+ *   BENCH_N=1000000              elements per throughput run
+ *   BENCH_REPEATS=5              timed rounds (median reported, best shown)
+ *   BENCH_RXJS_ASYNC_N=100000    cap for RxJS `mergeMap(Promise, 16)` (quadratic: Array#shift over a buffer of all input)
+ *   BENCH_LATENCY_SAMPLES=20000  wakeup samples per scenario (plus 10% warm-up)
+ *   BENCH_BIG_N=10000000         elements for the sluice memory run
+ *   BENCH_RXJS_BIG_N=250000      elements for the RxJS memory run (quadratic)
+ *   BENCH_ONLY=regex             run only cases / scenarios / sections whose id matches (e.g. `^sluice-sync`);
+ *                                such a run leaves bench/results.json alone unless BENCH_OUT is set
+ *   BENCH_OUT=path               where to write the JSON results (default bench/results.json)
+ *
+ * Figures are reported beside their targets (PASS/MISS); nothing is asserted on time.
+ * Targets are judged on wall-clock medians. CPU time per element is printed beside
+ * them, with the load average: on a shared machine it is the steadier figure.
+ * The terminal tables go to stdout, progress to stderr; markdown tables are printed at
+ * the end for the README and everything is written to bench/results.json.
+ */
+import { execSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { cpus, loadavg, totalmem } from 'node:os';
+import { relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import {
+  canCollect,
+  envInt,
+  formatCount,
+  formatMB,
+  formatNs,
+  formatRatio,
+  markdownTable,
+  selected,
+  settle,
+  target,
+  textTable,
+  type TargetCheck,
+} from './harness.js';
+import { latencyScenarios, measureLatency, type LatencyResult } from './latency.js';
+import { rxjsMemory, sluiceMemory, sourceNsPerElement, type MemoryResult } from './memory.js';
+import { STAGES, measureThroughput, throughputCases, type ThroughputResult } from './throughput.js';
+
+const config = {
+  n: envInt('BENCH_N', 1_000_000),
+  repeats: envInt('BENCH_REPEATS', 5),
+  rxjsAsyncN: envInt('BENCH_RXJS_ASYNC_N', 100_000),
+  latencySamples: envInt('BENCH_LATENCY_SAMPLES', 20_000),
+  bigN: envInt('BENCH_BIG_N', 10_000_000),
+  rxjsBigN: envInt('BENCH_RXJS_BIG_N', 250_000),
+};
+
+const TARGETS = {
+  syncSampled: 25,
+  syncTimed: 75,
+  async: 80,
+  wakeupP99: 5,
+  heapGrowthMB: 10,
+} as const;
+
+const progress = (message: string): void => void process.stderr.write(`  · ${message}\n`);
+const started = Date.now();
+
+function commandLine(): string {
+  const env = Object.entries(process.env)
+    .filter(([key]) => key.startsWith('BENCH_'))
+    .map(([key, value]) => `${key}=${value} `)
+    .join('');
+  const script = relative(process.cwd(), process.argv[1] ?? fileURLToPath(import.meta.url));
+  return `${env}node ${process.execArgv.join(' ')} ${script}`;
+}
+
+function gitRevision(): string | undefined {
+  try {
+    const head = execSync('git rev-parse --short HEAD', { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim();
+    const dirty = execSync('git status --porcelain -- src operators', { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim();
+    return dirty === '' ? head : `${head} (src/operators modified)`;
+  } catch {
+    return undefined;
+  }
+}
+
+const machine = {
+  node: process.version,
+  v8: process.versions.v8,
+  cpu: cpus()[0]?.model ?? 'unknown',
+  cores: cpus().length,
+  memory: formatMB(totalmem()),
+  platform: `${process.platform} ${process.arch}`,
+};
+
+console.log(`# sluice bench — ${new Date().toISOString()}`);
+console.log(`${machine.cpu}, ${machine.cores} cores, Node ${machine.node} (V8 ${machine.v8}), ${machine.platform}`);
+console.log(`command: ${commandLine()}`);
+console.log(`config: ${JSON.stringify(config)}`);
+const loadAtStart = loadavg()[0]!;
+console.log(`load average (1 min) at start: ${loadAtStart.toFixed(2)}`);
+if (loadAtStart > 0.5) console.log(`warning: the machine is busy (load ${loadAtStart.toFixed(2)} on ${machine.cores} cores): wall-clock figures are inflated; compare the cpu column`);
+if (!canCollect) console.log('warning: run with --expose-gc (npm run bench does): without it GC is not settled between runs and heap figures are noisy');
+
+// ---------------------------------------------------------------- 1. throughput
+
+const cases = throughputCases(config.rxjsAsyncN).filter((c) => selected(c.id));
+let throughput: ThroughputResult[] = [];
+if (cases.length > 0) {
+  process.stderr.write(`\n[1/3] throughput: ${cases.length} pipelines × ${config.repeats} rounds\n`);
+  throughput = await measureThroughput(cases, { n: config.n, repeats: config.repeats, onProgress: progress });
+}
+const byId = new Map(throughput.map((r) => [r.id, r]));
+
+function comparison(result: ThroughputResult): { ratio: number; text: string } | undefined {
+  const reference = result.compareTo === undefined ? undefined : byId.get(result.compareTo);
+  if (reference === undefined) return undefined;
+  const ratio = result.median / reference.median;
+  return { ratio, text: ratio >= 1 ? `${formatRatio(ratio)} slower` : `${formatRatio(1 / ratio)} faster` };
+}
+
+const throughputTargets: Record<string, { limit: number; what: string }> = {
+  'sluice-sync-sampled': { limit: TARGETS.syncSampled, what: 'sync, ids on, timing sampled' },
+  'sluice-sync-timed': { limit: TARGETS.syncTimed, what: 'sync, full timing' },
+  'sluice-async-c1': { limit: TARGETS.async, what: 'async, concurrency 1' },
+  'sluice-async-c16': { limit: TARGETS.async, what: 'async, concurrency 16' },
+};
+const checks: TargetCheck[] = [];
+for (const result of throughput) {
+  const t = throughputTargets[result.id];
+  if (t) checks.push(target(`throughput ${t.what} (ns/element/stage)`, result.median, 'ns', 'le', t.limit));
+}
+const checkOf = (what: string) => checks.find((c) => c.what.startsWith(what));
+const targetCell = (id: string): string => {
+  const t = throughputTargets[id];
+  if (!t) return '';
+  const result = byId.get(id)!;
+  return `≤ ${t.limit} ${result.median <= t.limit ? 'PASS' : 'MISS'}`;
+};
+
+const throughputRows = throughput.map((r) => [
+  r.label,
+  r.mode,
+  formatCount(r.n),
+  formatNs(r.median),
+  formatNs(r.best),
+  formatNs(r.cpuMedian),
+  comparison(r)?.text ?? (r.family === 'sluice' ? 'reference' : ''),
+  r.bounded,
+  targetCell(r.id),
+]);
+const throughputHeader = ['pipeline (7 identity stages)', 'mode', 'N', 'ns/el/stage (median)', 'best', 'cpu ns (median)', 'vs sluice', 'bounded', 'target'];
+
+if (throughput.length > 0) {
+  console.log(`\n## 1. Throughput — ${STAGES} identity stages, ns per element per stage (median of ${config.repeats}, lower is better)\n`);
+  console.log(textTable(throughputHeader, throughputRows));
+  console.log('');
+  for (const r of throughput) {
+    const c = comparison(r);
+    const reference = r.compareTo === undefined ? undefined : byId.get(r.compareTo);
+    if (!c || !reference) continue;
+    const line =
+      c.ratio >= 1
+        ? `${r.label} is ${formatRatio(c.ratio)} slower than ${reference.label}`
+        : `${reference.label} is ${formatRatio(1 / c.ratio)} slower than ${r.label}`;
+    console.log(`  - ${line}`);
+  }
+  for (const r of throughput) if (r.note) console.log(`  - note: ${r.label} ran N=${formatCount(r.n)}: ${r.note}`);
+}
+
+// ---------------------------------------------------------------- 2. wakeup latency
+
+const scenarios = latencyScenarios.filter((s) => selected(s.id));
+const latency: LatencyResult[] = [];
+if (scenarios.length > 0) {
+  process.stderr.write(`\n[2/3] wakeup latency: ${scenarios.length} scenarios × ${config.latencySamples} samples\n`);
+  for (const scenario of scenarios) {
+    await settle();
+    const result = await measureLatency(scenario, config.latencySamples, Math.ceil(config.latencySamples / 10));
+    progress(`${scenario.id}: p50 ${result.p50.toFixed(2)} µs, p99 ${result.p99.toFixed(2)} µs`);
+    latency.push(result);
+  }
+  for (const r of latency) {
+    if (r.family === 'sluice') checks.push(target(`wakeup p99, ${r.id.replace('sluice-', '')} (µs)`, r.p99, 'µs', 'lt', TARGETS.wakeupP99));
+  }
+}
+const latencyHeader = ['wakeup: element available → idle stage works', 'p50 µs', 'p90 µs', 'p99 µs', 'p99.9 µs', 'max µs', 'target'];
+const latencyRows = latency.map((r) => [
+  r.label,
+  r.p50.toFixed(2),
+  r.p90.toFixed(2),
+  r.p99.toFixed(2),
+  r.p999.toFixed(2),
+  r.max.toFixed(1),
+  r.family === 'sluice' ? `p99 < ${TARGETS.wakeupP99} ${r.p99 < TARGETS.wakeupP99 ? 'PASS' : 'MISS'}` : '',
+]);
+if (latency.length > 0) {
+  console.log(`\n## 2. Wakeup latency — ${config.latencySamples} samples each, process.hrtime.bigint()\n`);
+  console.log(textTable(latencyHeader, latencyRows));
+}
+
+// ---------------------------------------------------------------- 3. memory bound
+
+const memory: MemoryResult[] = [];
+let sourceNs = NaN;
+if (selected('sluice-memory') || selected('rxjs-memory')) {
+  process.stderr.write(`\n[3/3] memory bound\n`);
+  sourceNs = sourceNsPerElement(Math.min(config.bigN, 2_000_000));
+  if (selected('sluice-memory')) {
+    await settle();
+    progress(`sluice: ${formatCount(config.bigN)} elements`);
+    memory.push(await sluiceMemory(config.bigN));
+  }
+  if (selected('rxjs-memory')) {
+    await settle();
+    progress(`RxJS mergeMap(f, 4): ${formatCount(config.rxjsBigN)} elements`);
+    memory.push(await rxjsMemory(config.rxjsBigN));
+  }
+  const sluiceRun = memory.find((m) => m.id === 'sluice-memory');
+  if (sluiceRun) {
+    checks.push(target(`heap growth, ${formatCount(sluiceRun.n)} elements, peak live (MB)`, sluiceRun.peakLiveGrowth / 2 ** 20, 'MB', 'lt', TARGETS.heapGrowthMB));
+  }
+}
+const memoryHeader = ['memory: generator → slower stage', 'N', 'time s', 'ns/el', 'peak buffered', 'peak live heap Δ', 'peak heapUsed Δ (incl. garbage)', 'retained Δ', 'target'];
+const memoryRows = memory.map((m) => [
+  m.label,
+  formatCount(m.n),
+  m.seconds.toFixed(2),
+  formatNs((m.seconds * 1e9) / m.n),
+  String(m.peakBuffered),
+  formatMB(m.peakLiveGrowth),
+  formatMB(m.peakRawGrowth),
+  formatMB(m.retainedGrowth),
+  m.id === 'sluice-memory' ? `< ${TARGETS.heapGrowthMB} MB ${m.peakLiveGrowth / 2 ** 20 < TARGETS.heapGrowthMB ? 'PASS' : 'MISS'}` : '',
+]);
+if (memory.length > 0) {
+  console.log(`\n## 3. Memory bound — small request objects; the slow stage awaits every 10th element\n`);
+  console.log(textTable(memoryHeader, memoryRows));
+  const sluiceRun = memory.find((m) => m.id === 'sluice-memory');
+  if (sluiceRun) {
+    const stageNs = (sluiceRun.seconds * 1e9) / sluiceRun.n;
+    console.log(`\n  - source alone: ${formatNs(sourceNs)} ns/element; the pipeline ran at ${formatNs(stageNs)} ns/element: the slow stage is ${formatRatio(stageNs / sourceNs)} slower than its source`);
+  }
+  for (const m of memory) console.log(`  - ${m.label}: ${m.samples} heap samples${m.detail ? `; ${m.detail}` : ''}`);
+}
+
+// ---------------------------------------------------------------- targets, markdown, json
+
+const targetHeader = ['target', 'measured', 'limit', 'result'];
+const targetRows = checks.map((c) => [c.what, c.measured.toFixed(c.unit === 'MB' ? 1 : 2), `${c.comparison === 'le' ? '≤' : '<'} ${c.limit}`, c.pass ? 'PASS' : 'MISS']);
+if (checks.length > 0) {
+  console.log(`\n## Targets (benchmark figures, not tests)\n`);
+  console.log(textTable(targetHeader, targetRows));
+}
+
+const command = commandLine();
+console.log(`\n## Markdown (for the README)\n`);
+console.log(
+  `Measured with \`${command}\` (\`npm run bench\`) on ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, load average ${loadAtStart.toFixed(2)}.\n`,
+);
+if (throughput.length > 0) console.log(`${markdownTable(throughputHeader, throughputRows)}\n`);
+if (latency.length > 0) console.log(`${markdownTable(latencyHeader, latencyRows)}\n`);
+if (memory.length > 0) console.log(`${markdownTable(memoryHeader, memoryRows)}\n`);
+if (checks.length > 0) console.log(`${markdownTable(targetHeader, targetRows)}\n`);
+
+const loadAtEnd = loadavg()[0]!;
+console.log(`load average (1 min): ${loadAtStart.toFixed(2)} at start, ${loadAtEnd.toFixed(2)} at the end`);
+
+const results = {
+  date: new Date().toISOString(),
+  loadAverage: { start: loadAtStart, end: loadAtEnd },
+  command,
+  revision: gitRevision(),
+  machine,
+  config,
+  targets: TARGETS,
+  elapsedSeconds: (Date.now() - started) / 1000,
+  throughput: throughput.map((r) => ({ ...r, comparison: comparison(r) })),
+  latency,
+  memory: memory.map((m) => ({ ...m, sourceNsPerElement: sourceNs })),
+  checks,
+};
+// A filtered run must not overwrite the full results: it writes only where BENCH_OUT says.
+const filtered = (process.env.BENCH_ONLY ?? '') !== '';
+const output = process.env.BENCH_OUT ?? (filtered ? undefined : fileURLToPath(new URL('./results.json', import.meta.url)));
+if (output === undefined) {
+  console.log(`BENCH_ONLY run: bench/results.json left as it was (set BENCH_OUT=path to save this run) (${results.elapsedSeconds.toFixed(0)} s)`);
+} else {
+  writeFileSync(output, `${JSON.stringify(results, null, 2)}\n`);
+  console.log(`results written to ${relative(process.cwd(), output)} (${results.elapsedSeconds.toFixed(0)} s)`);
+}
