@@ -287,6 +287,23 @@ describe('stage: lifecycle', () => {
   });
 });
 
+describe('stage: link scope', () => {
+  it('a Flow the work subscribes for itself is not paced by the stage that is emitting to it', () => {
+    const counts: number[] = [];
+    const countAll = (x: number) => {
+      let n = 0;
+      fromIterable(Array.from({ length: 100 }, (_, i) => i)).subscribe(() => n++);
+      counts.push(n);
+      return x;
+    };
+    fromIterable([1, 2, 3])
+      .pipe(stage((x: number) => x), map((t) => t), stage(countAll, { capacity: 1 }))
+      .subscribe();
+    fromIterable([4]).pipe(stage(countAll, { capacity: 1 })).subscribe();
+    assert.deepEqual(counts, [100, 100, 100, 100]);
+  });
+});
+
 describe('stage: traces', () => {
   it('wraps plain inputs in a trace, passes traced inputs through, and records timing for sampled elements', () => {
     const ts = scheduler();

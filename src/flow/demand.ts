@@ -105,16 +105,44 @@ export function currentLink(): DemandLink | undefined {
   return scope;
 }
 
+/**
+ * Opens `link` as the scope and returns the previous one, for hot paths that cannot
+ * afford a closure; the caller must restore it with `swapLink(previous)`.
+ * @internal
+ */
+export function swapLink(link: DemandLink | undefined): DemandLink | undefined {
+  const previous = scope;
+  scope = link;
+  return previous;
+}
+
+/**
+ * A subscriber that is its consumer's own, subscribed with `link`: every element it
+ * gets from a Flow linked to `link` was asked for and arrives during the emit, so the
+ * outlet skips the in-transit bookkeeping and hands elements over directly.
+ * @internal
+ */
+export interface DirectConsumer<T> {
+  readonly directLink: DemandLink;
+  askedNext(value: T): void;
+}
+
 class FlowOutlet<T> implements Outlet<T>, Resumable {
   closed = false;
   private producer: Producer | undefined;
   private pulling = false;
   private pullAgain = false;
 
+  /** Set when the subscriber is the linked consumer itself (no plain operator in between). */
+  private readonly direct: DirectConsumer<T> | undefined;
+
   constructor(
     private readonly subscriber: Subscriber<T>,
     readonly link: DemandLink | undefined,
-  ) {}
+  ) {
+    const candidate = subscriber as Partial<DirectConsumer<T>>;
+    this.direct = link !== undefined && candidate.directLink === link ? (candidate as DirectConsumer<T>) : undefined;
+  }
 
   bind(producer: Producer): void {
     this.producer = producer;
@@ -131,6 +159,10 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
     const link = this.link;
     if (link === undefined) {
       this.subscriber.next(value);
+      return;
+    }
+    if (this.direct !== undefined) {
+      this.direct.askedNext(value);
       return;
     }
     const token = link.beforeEmit();

@@ -1,5 +1,5 @@
 import { Subscriber, type Observable, type Subscription } from 'rxjs';
-import { withLink, type DemandLink } from './demand.js';
+import { withLink, type DemandLink, type DirectConsumer } from './demand.js';
 
 /** What a demand-aware operator does with its upstream's signals. */
 export interface UpstreamHandler<T> {
@@ -9,14 +9,24 @@ export interface UpstreamHandler<T> {
    */
   onSubscribe?(subscription: Subscription): void;
   onNext(value: T): void;
+  /** An element from a Flow linked straight to this handler's inlet: asked for by construction, no inlet bookkeeping. Default: `onNext`. */
+  onAskedNext?(value: T): void;
   onUpstreamError(err: unknown): void;
   onUpstreamComplete(): void;
 }
 
 /** Subscribes upstream without RxJS's SafeSubscriber wrapping: one call per element. */
-class UpstreamSubscriber<T> extends Subscriber<T> {
-  constructor(private readonly handler: UpstreamHandler<T>) {
+class UpstreamSubscriber<T> extends Subscriber<T> implements DirectConsumer<T> {
+  constructor(
+    private readonly handler: UpstreamHandler<T>,
+    readonly directLink: DemandLink,
+  ) {
     super();
+  }
+  askedNext(value: T): void {
+    if (this.isStopped) return;
+    if (this.handler.onAskedNext) this.handler.onAskedNext(value);
+    else this.handler.onNext(value);
   }
   protected override _next(value: T): void {
     this.handler.onNext(value);
@@ -37,7 +47,7 @@ class UpstreamSubscriber<T> extends Subscriber<T> {
  * this returns (a synchronous source); the returned subscription ends the upstream.
  */
 export function subscribeUpstream<T>(source: Observable<T>, link: DemandLink, handler: UpstreamHandler<T>): Subscriber<T> {
-  const subscriber = new UpstreamSubscriber<T>(handler);
+  const subscriber = new UpstreamSubscriber<T>(handler, link);
   handler.onSubscribe?.(subscriber);
   withLink(link, () => source.subscribe(subscriber));
   return subscriber;
