@@ -516,11 +516,11 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     try {
       result = this.work(value, context);
     } catch (err) {
+      if (scope !== undefined) swapLink(scope);
       this.workFailed(value, context, merged, err);
       return;
-    } finally {
-      swapLink(scope);
     }
+    if (scope !== undefined) swapLink(scope);
     const kind = kindOf(result);
     this.lastKind = kind;
     // Nothing queued ahead and downstream wants it: a plain result needs no task.

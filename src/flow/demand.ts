@@ -239,8 +239,11 @@ export class Flow<T> extends Observable<T> {
       outlet.bind(producer);
       outlet.link?.attach(outlet);
       // Subscribing our own upstream must not link it to *our* consumer.
-      withLink(undefined, () => producer.start?.());
-      outlet.resume();
+      withLink(undefined, () => {
+        producer.start?.();
+        // Linking happens at subscribe time only: elements emitted now are not subscriptions.
+        outlet.resume();
+      });
       return () => outlet.close();
     });
   }
