@@ -8,7 +8,11 @@ import assert from 'node:assert/strict';
 import { TestScheduler } from 'rxjs/testing';
 import { Subject, concatMap, delay, filter, from, map, mergeMap, of, take, tap, timer, type Observable } from 'rxjs';
 import { fromIterable } from '../src/flow/sources.js';
-import { subscribeWithDemand, type DemandSubscription } from '../src/flow/demand.js';
+import { subscribeWithDemand, type DemandSubscription, type Flow } from '../src/flow/demand.js';
+import { batch } from '../operators/batch.js';
+import { partition } from '../operators/partition.js';
+import { balance } from '../operators/balance.js';
+import { broadcast } from '../operators/broadcast.js';
 import { stage } from '../operators/stage.js';
 import { StageStats } from '../src/flow/stats.js';
 import { KillSwitch } from '../src/flow/kill-switch.js';
@@ -590,3 +594,30 @@ describe('ending early stops the source at once', () => {
     assert.equal(stats.received, stats.delivered + stats.shedTotal + stats.failed);
   });
 });
+
+describe('a consumer that leaves inside a synchronous subscribe', () => {
+  for (const [name, operator] of [
+    ['stage (pause)', stage((x: number) => x)],
+    ['stage (shed-oldest)', stage((x: number) => x, { policy: 'shed-oldest' })],
+    ['batch', batch<number>({ maxSize: 2, maxWait: 10 })],
+    ['partition', partition({ lanes: 2, key: (x: number) => String(x), lane: (flow) => flow })],
+    ['balance', balance({ workers: 2, worker: (flow: Flow<Traced<number>>) => flow })],
+    ['broadcast', broadcast({ branches: 2, branch: (flow: Flow<Traced<number>>) => flow })],
+  ] as const) {
+    it(`stops an endless synchronous source at once through ${name} (take)`, () => {
+      let pulled = 0;
+      function* naturals(): Generator<number> {
+        for (let i = 0; ; i++) {
+          pulled++;
+          if (pulled > 10_000) throw new Error('runaway source');
+          yield i;
+        }
+      }
+      const received: unknown[] = [];
+      (fromIterable(naturals()).pipe(operator as never) as Observable<unknown>).pipe(take(2)).subscribe({ next: (x) => received.push(x) });
+      assert.equal(received.length, 2);
+      assert.ok(pulled < 100, `pulled ${pulled} elements for 2`);
+    });
+  }
+});
+

@@ -174,7 +174,7 @@ class BatchRun<T> implements Producer, RoomOwner, UpstreamHandler<T | Traced<T>>
   private readonly scheduler: SchedulerLike;
   private readonly now: () => number;
   private readonly sample: (seq: number) => boolean;
-  private upstream: Subscriber<T | Traced<T>> | undefined;
+  private upstream: Subscription | undefined;
   /** Items in open and ready batches: what `capacity` bounds. */
   private held = 0;
   private seq = 0;
@@ -223,6 +223,11 @@ class BatchRun<T> implements Producer, RoomOwner, UpstreamHandler<T | Traced<T>>
   }
 
   // ---- upstream signals ----
+
+  /** Known before the first element, so ending early stops even a synchronous source at once. */
+  onSubscribe(subscription: Subscription): void {
+    this.upstream = subscription;
+  }
 
   onNext(input: T | Traced<T>): void {
     if (this.terminated || this.upstreamDone) return; // §2.8: late elements after cancel are ignored
@@ -474,7 +479,7 @@ class UnbatchRun<T> implements Producer, RoomOwner, UpstreamHandler<Batch<T> | T
   private readonly queue = new Ring<Batch<T>>(2);
   /** Next item of `queue.peek()` to emit. */
   private index = 0;
-  private upstream: Subscriber<Batch<T> | Traced<Batch<T>>> | undefined;
+  private upstream: Subscription | undefined;
   private seq = 0;
   private wip = 0;
   private upstreamDone = false;
@@ -512,6 +517,11 @@ class UnbatchRun<T> implements Producer, RoomOwner, UpstreamHandler<Batch<T> | T
   room(): number {
     if (this.terminated || this.upstreamDone) return 0;
     return this.capacity - this.queue.length;
+  }
+
+  /** Known before the first element, so ending early stops even a synchronous source at once. */
+  onSubscribe(subscription: Subscription): void {
+    this.upstream = subscription;
   }
 
   onNext(input: Batch<T> | Traced<Batch<T>>): void {

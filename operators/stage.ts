@@ -413,6 +413,11 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   private accept(input: I | Traced<I>, asked: boolean): void {
+    if (!this.config.pausing && this.outlet.closed) {
+      // The consumer left inside a synchronous subscribe (`take`): a stage that never pauses must stop its source itself.
+      this.cancel();
+      return;
+    }
     this.stats.received++;
     const seq = this.seq++;
     let value: I;

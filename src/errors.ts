@@ -49,7 +49,7 @@ export class OverflowError extends SluiceError {
   constructor(stage: string, readonly capacity: number) {
     super('OVERFLOW', `Stage "${stage}" overflowed its buffer (capacity ${capacity}, policy "fail").`, {
       stage,
-      hint: 'Raise the capacity, or choose policy "pause", "shed-newest", "shed-oldest" or "conflate".',
+      hint: 'Raise the capacity, or choose policy "pause", "shed-incoming", "shed-oldest" or "conflate".',
     });
   }
 }
@@ -62,7 +62,7 @@ export class UnpausableSourceError extends SluiceError {
       `Stage "${stage}" (capacity ${capacity}, policy "pause") is full and its source cannot be paused (a plain Observable, Subject or event source pushes without demand).`,
       {
         stage,
-        hint: 'Wrap the source with fromPush(source, { capacity, policy }) choosing "shed-newest", "shed-oldest", "conflate" or "fail", or build it with fromIterable/fromAsyncIterable/fromReadable so it can be paused.',
+        hint: 'Wrap the source with fromPush(source, { capacity, policy }) choosing "shed-incoming", "shed-oldest", "conflate" or "fail", or build it with fromIterable/fromAsyncIterable/fromReadable so it can be paused.',
       },
     );
   }

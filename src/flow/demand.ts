@@ -128,7 +128,7 @@ export interface DirectConsumer<T> {
 }
 
 class FlowOutlet<T> implements Outlet<T>, Resumable {
-  closed = false;
+  private ended = false;
   private producer: Producer | undefined;
   private pulling = false;
   private pullAgain = false;
@@ -148,14 +148,18 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
     this.producer = producer;
   }
 
+  /** Ended, or the consumer left (a consumer that ends inside a synchronous subscribe, `take(1)`, does so before our teardown is even registered). */
+  get closed(): boolean {
+    return this.ended || this.subscriber.closed;
+  }
+
   wants(): boolean {
-    // A consumer that ends inside a synchronous subscribe (`take(1)`) is closed before our teardown is even registered.
-    if (this.closed || this.subscriber.closed) return false;
+    if (this.ended || this.subscriber.closed) return false;
     return this.link === undefined ? true : this.link.wants(this);
   }
 
   next(value: T): void {
-    if (this.closed || this.subscriber.closed) return;
+    if (this.ended || this.subscriber.closed) return;
     const link = this.link;
     if (link === undefined) {
       this.subscriber.next(value);
@@ -177,13 +181,13 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
   }
 
   error(err: unknown): void {
-    if (this.closed) return;
+    if (this.ended) return;
     this.close();
     this.signal(() => this.subscriber.error(err));
   }
 
   complete(): void {
-    if (this.closed) return;
+    if (this.ended) return;
     this.close();
     this.signal(() => this.subscriber.complete());
   }
@@ -201,7 +205,7 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
 
   /** Trampolined: demand signalled while the producer is already emitting only makes it loop again (§3.3). */
   resume(): void {
-    if (this.closed || this.producer === undefined) return;
+    if (this.ended || this.producer === undefined) return;
     if (this.pulling) {
       this.pullAgain = true;
       return;
@@ -211,15 +215,15 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
       do {
         this.pullAgain = false;
         this.producer.pull();
-      } while (this.pullAgain && !this.closed);
+      } while (this.pullAgain && !this.ended);
     } finally {
       this.pulling = false;
     }
   }
 
   close(): void {
-    if (this.closed) return;
-    this.closed = true;
+    if (this.ended) return;
+    this.ended = true;
     this.link?.detach(this);
     const producer = this.producer;
     this.producer = undefined;

@@ -179,7 +179,7 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
    * lane and moves in (`settle`) as soon as that lane has room.
    */
   protected readonly held = new Ring<Held<T>>(2);
-  private upstream: Subscriber<T | Traced<T>> | undefined;
+  private upstream: Subscription | undefined;
   private openOutputs: number;
   private seq = 0;
   private wip = 0;
@@ -247,8 +247,18 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
 
   // ---- upstream signals ----
 
+  /** Known before the first element, so ending early stops even a synchronous source at once. */
+  onSubscribe(subscription: Subscription): void {
+    this.upstream = subscription;
+  }
+
   onNext(input: T | Traced<T>): void {
     if (this.terminated || this.upstreamDone) return; // §2.8: late elements after cancel are ignored
+    // A consumer that left inside a synchronous subscribe (`take`) has no teardown registered yet.
+    if (this.subscriber.closed) {
+      this.cancel();
+      return;
+    }
     const asked = this.inlet.arrive();
     const seq = this.seq++;
     const element = input instanceof Traced ? (input as Traced<T>) : new Traced(input, new TraceContext(seq, false));
