@@ -117,6 +117,17 @@ describe('stage: overflow policies (hot source 1 element / 2 frames, work 10 fra
     assert.equal(stats.received, stats.delivered + stats.shedTotal + stats.failed);
   });
 
+  it('records the shed in the trace of a sampled element, so a dead letter says where and why', () => {
+    const log = shedLog();
+    scheduler().run(({ hot, expectObservable }) => {
+      const source = hot('-a-b-c|');
+      expectObservable(source.pipe(stage(slow(10), { name: 'llm', capacity: 1, policy: 'shed-incoming', sampleRate: 1, onShed: log.onShed }), values())).toBe(
+        '- 10ms a 9ms (b|)',
+      );
+    });
+    assert.deepEqual(log.events.map((e) => e.trace.records!.map((r) => [r.stage, r.shed])), [[['llm', 'buffer-full']]]);
+  });
+
   it('shed-oldest evicts the oldest buffered element and keeps the arriving one', () => {
     const log = shedLog();
     scheduler().run(({ hot, expectObservable }) => {

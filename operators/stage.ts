@@ -782,6 +782,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   private shed(value: I, trace: TraceContext, seq: number, reason: ShedReason, count: number): void {
     this.stats.shed[reason] += count;
+    if (trace.sampled) trace.records!.push({ stage: this.config.name, queueWait: 0, service: 0, paused: 0, retries: 0, conflated: 0, shed: reason });
     this.config.onShed?.({ stage: this.config.name, reason, value, seq, trace });
   }
 

@@ -8,6 +8,7 @@
  * sampled elements carry per-stage records.
  */
 import { randomBytes } from 'node:crypto';
+import type { ShedReason } from '../flow/options.js';
 
 /** What one stage did to one element (only for sampled elements). Times in ms. */
 export interface StageRecord {
@@ -22,6 +23,8 @@ export interface StageRecord {
   retries: number;
   /** Inputs merged into this element by the `conflate` policy. */
   conflated: number;
+  /** Set when the element was shed at this stage: why. */
+  shed?: ShedReason;
   /** Free-form annotations from stages (cache hit, route taken, guard verdict...). */
   notes?: Record<string, string | number | boolean>;
 }
