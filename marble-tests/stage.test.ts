@@ -352,6 +352,23 @@ describe('stage: traces', () => {
     assert.deepEqual(slowRecords.map((r) => [r.queueWait, r.service]), [[0, 3], [3, 3]]);
   });
 
+  it('lets work note decisions on the element, always on and namespaced by stage', () => {
+    const out: Traced<number>[] = [];
+    fromIterable([1, 2])
+      .pipe(
+        stage((x: number, ctx) => (ctx.note('hit', x === 1), x), { name: 'cache' }),
+        stage((x: number, ctx) => (ctx.note('variant', 'b'), x), { name: 'route' }),
+      )
+      .subscribe((t) => out.push(t));
+    assert.deepEqual(
+      out.map((t) => t.trace.notes),
+      [
+        { 'cache.hit': true, 'route.variant': 'b' },
+        { 'cache.hit': false, 'route.variant': 'b' },
+      ],
+    );
+  });
+
   it('gives every element W3C-compatible ids, shared by all outputs of one input', async () => {
     const out: Traced<string>[] = [];
     await new Promise<void>((resolve) =>

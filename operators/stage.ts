@@ -27,6 +27,8 @@ export interface StageContext {
   readonly trace: TraceContext;
   /** Fires on unsubscribe, cancel, kill switch or timeout. Created on first read. */
   readonly signal: AbortSignal;
+  /** Notes a decision about this element in its trace (`trace.notes["<stage>.<key>"]`), e.g. a cache hit. */
+  note(key: string, value: string | number | boolean): void;
 }
 
 /** One value, a Promise of one, or many: an Observable or an AsyncIterable (a token stream). */
@@ -227,6 +229,10 @@ class WorkContext implements StageContext {
       if (this.aborted) this.controller.abort(this.abortReason);
     }
     return this.controller.signal;
+  }
+
+  note(key: string, value: string | number | boolean): void {
+    this.trace.note(this.stage, key, value);
   }
 
   abort(reason: unknown): void {

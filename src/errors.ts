@@ -11,7 +11,9 @@ export type SluiceErrorCode =
   | 'TIMEOUT'
   | 'DRAIN_TIMEOUT'
   | 'ABORTED'
-  | 'BATCH_MISMATCH';
+  | 'BATCH_MISMATCH'
+  // Operators define their own codes (e.g. 'CIRCUIT_OPEN'); the union keeps the core ones autocompleted.
+  | (string & {});
 
 export class SluiceError extends Error {
   readonly code: SluiceErrorCode;

@@ -25,8 +25,6 @@ export interface StageRecord {
   conflated: number;
   /** Set when the element was shed at this stage: why. */
   shed?: ShedReason;
-  /** Free-form annotations from stages (cache hit, route taken, guard verdict...). */
-  notes?: Record<string, string | number | boolean>;
 }
 
 const ORIGIN = randomBytes(8).toString('hex');
@@ -48,6 +46,11 @@ export class TraceContext {
   private span: string | undefined;
   /** Clock reading when the element last left a stage: lets the next stage read the clock once per hop. */
   lastExit = 0;
+  /**
+   * Decisions stages made about this element, always on (not sampled): `"<stage>.<key>"`
+   * → value, e.g. `{ "cache.hit": true, "route.variant": "b" }`. Allocated on first note.
+   */
+  notes: Record<string, string | number | boolean> | undefined;
 
   constructor(seq: number, sampled: boolean, parent?: { traceId: string; spanId: string }) {
     this.seq = seq;
@@ -75,6 +78,11 @@ export class TraceContext {
   /** `00-<trace-id>-<span-id>-<flags>`, ready for an HTTP header or a message field. */
   get traceparent(): string {
     return `00-${this.traceId}-${this.spanId}-${this.sampled ? '01' : '00'}`;
+  }
+
+  /** Notes a decision `stage` made about this element (`"<stage>.<key>"`). */
+  note(stage: string, key: string, value: string | number | boolean): void {
+    (this.notes ??= {})[`${stage}.${key}`] = value;
   }
 
   /** The record of `stage`, if this element was sampled and passed it. */
