@@ -7,7 +7,7 @@ import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../s
 import { Ring } from '../src/flow/ring.js';
 import { StageStats } from '../src/flow/stats.js';
 import { BatchMismatchError, StageError, UnpausableSourceError } from '../src/errors.js';
-import { TraceContext, Traced, sampler, type StageRecord } from '../src/trace/trace.js';
+import { TraceContext, Traced, sampler, toTraced, type StageRecord } from '../src/trace/trace.js';
 
 /**
  * Items gathered by `batch`, each with its own trace, so a batched call (one model
@@ -234,15 +234,9 @@ class BatchRun<T> implements Producer, RoomOwner, UpstreamHandler<T | Traced<T>>
     const asked = this.inlet.arrive();
     this.stats.received++;
     const seq = this.seq++;
-    let value: T;
-    let trace: TraceContext;
-    if (input instanceof Traced) {
-      value = (input as Traced<T>).value;
-      trace = (input as Traced<T>).trace;
-    } else {
-      value = input;
-      trace = new TraceContext(seq, this.sample(seq));
-    }
+    const element = input instanceof Traced ? (input as Traced<T>) : toTraced(input, seq, this.sample(seq));
+    const value = element.value;
+    const trace = element.trace;
     // A linked producer asked before emitting; a bounded overshoot comes only from a plain
     // operator expanding one element into several. Anything else cannot be paused.
     if (this.held >= this.config.capacity && !asked) {

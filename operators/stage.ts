@@ -17,7 +17,7 @@ import {
   StageTimeoutError,
   UnpausableSourceError,
 } from '../src/errors.js';
-import { TraceContext, Traced, sampler, type StageRecord } from '../src/trace/trace.js';
+import { TraceContext, Traced, sampler, toTraced, type StageRecord } from '../src/trace/trace.js';
 
 /** What the work function receives beside the value. */
 export interface StageContext {
@@ -426,15 +426,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     }
     this.stats.received++;
     const seq = this.seq++;
-    let value: I;
-    let trace: TraceContext;
-    if (input instanceof Traced) {
-      value = (input as Traced<I>).value;
-      trace = (input as Traced<I>).trace;
-    } else {
-      value = input;
-      trace = new TraceContext(seq, this.sample(seq));
-    }
+    const element = input instanceof Traced ? (input as Traced<I>) : toTraced(input, seq, this.sample(seq));
+    const value = element.value;
+    const trace = element.trace;
     if (
       this.wip === 0 &&
       this.buffer.length === 0 &&

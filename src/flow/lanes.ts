@@ -26,7 +26,7 @@ import { subscribeUpstream, type UpstreamHandler } from './upstream.js';
 import { functionSchema, positiveInt, schedulerSchema, type ShedReason } from './options.js';
 import { Ring } from './ring.js';
 import { StageStats } from './stats.js';
-import { TraceContext, Traced } from '../trace/trace.js';
+import { Traced, toTraced } from '../trace/trace.js';
 import { UnpausableSourceError } from '../errors.js';
 import type { ShedEvent } from '../../operators/stage.js';
 
@@ -261,7 +261,7 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
     }
     const asked = this.inlet.arrive();
     const seq = this.seq++;
-    const element = input instanceof Traced ? (input as Traced<T>) : new Traced(input, new TraceContext(seq, false));
+    const element = toTraced(input, seq, false);
     this.stats.received += this.copies;
     this.route(new Pending(element, seq), asked);
     this.drain();

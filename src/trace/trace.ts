@@ -99,6 +99,14 @@ export class Traced<T> {
   ) {}
 }
 
+/**
+ * An operator's input as a traced element: a `Traced` input passes as it is, a plain
+ * value starts its trace here (with `seq`, sampled or not).
+ */
+export function toTraced<T>(input: T | Traced<T>, seq: number, sampled: boolean): Traced<T> {
+  return input instanceof Traced ? (input as Traced<T>) : new Traced(input, new TraceContext(seq, sampled));
+}
+
 const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
 
 /** Parses a W3C `traceparent`; returns undefined when it is malformed or all-zero. */
