@@ -1,0 +1,143 @@
+import { createHash } from 'node:crypto';
+import { access, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { buildCharLmModel, trainCharLm } from './charlm.js';
+import { DEFAULT_DECODER, buildDecoderModel } from './decoder.js';
+import { buildEmbeddingModel, embeddingTable, type EmbeddingModelConfig } from './embedding.js';
+import { GUARD_LABELS, buildGuardModel, parseGuardExamples, trainGuard } from './guard.js';
+import { SIGNATURES, loadModel, type ModelSignature } from './load.js';
+import { DEFAULT_HASH_TOKENIZER } from './tokenizer.js';
+
+export const EMBEDDING_CONFIG: EmbeddingModelConfig = { tokenizer: DEFAULT_HASH_TOKENIZER, dim: 384, seed: 0x5eed };
+/** Seed of the guard's train/held-out split. */
+export const GUARD_SPLIT_SEED = 1;
+
+/** File names inside the models directory. */
+export const MODEL_FILES = {
+  embedding: 'embed.onnx',
+  embeddingTokenizer: 'embed.tokenizer.json',
+  guard: 'guard.onnx',
+  guardMetadata: 'guard.json',
+  charLm: 'charlm.onnx',
+  charLmVocab: 'charlm.vocab.json',
+  decoder: 'decoder.onnx',
+  decoderConfig: 'decoder.json',
+} as const;
+
+/** What `guard.json` records: how the classifier was trained and how well it did on data it never saw. */
+export interface GuardMetadata {
+  readonly labels: readonly string[];
+  readonly heldOutAccuracy: number;
+  readonly trainAccuracy: number;
+  readonly trainSize: number;
+  readonly testSize: number;
+  readonly split: { readonly seed: number; readonly testShare: number; readonly stratified: true };
+  readonly dataSha256: string;
+  readonly tokenizer: string;
+}
+
+export interface GenerateOptions {
+  readonly outDir: string;
+  /** Holds `guard.jsonl` and `corpus.txt`. */
+  readonly dataDir: string;
+  /** Rewrite files that exist. */
+  readonly force?: boolean;
+  /** Load every model written in onnxruntime and check its signature. */
+  readonly verify?: boolean;
+  readonly log?: (line: string) => void;
+}
+
+export interface GeneratedFile {
+  readonly path: string;
+  readonly written: boolean;
+}
+
+/**
+ * Writes the bundled models into `outDir`. Deterministic: the same data gives the same bytes on every run and
+ * machine (weights come from seeded integer generators and float64 TypeScript, never from onnxruntime).
+ * A group of files is skipped when all of them exist, unless `force`.
+ */
+export async function generateModels(options: GenerateOptions): Promise<GeneratedFile[]> {
+  const log = options.log ?? (() => {});
+  await mkdir(options.outDir, { recursive: true });
+  const files: GeneratedFile[] = [];
+  const group = async (names: readonly string[], build: () => Promise<readonly Uint8Array[]> | readonly Uint8Array[]) => {
+    const paths = names.map((name) => join(options.outDir, name));
+    if (!options.force && (await Promise.all(paths.map(exists))).every(Boolean)) {
+      files.push(...paths.map((path) => ({ path, written: false })));
+      log(`kept     ${names.join(', ')} (exist; --force rewrites)`);
+      return;
+    }
+    const contents = await build();
+    for (const [i, path] of paths.entries()) {
+      // Written aside and renamed, so an interrupted run never leaves a truncated file that later runs keep.
+      await writeFile(`${path}.partial`, contents[i]!);
+      await rename(`${path}.partial`, path);
+      files.push({ path, written: true });
+    }
+    log(`wrote    ${names.map((name, i) => `${name} (${formatBytes(contents[i]!.length)})`).join(', ')}`);
+  };
+  const table = embeddingTable(EMBEDDING_CONFIG);
+
+  await group([MODEL_FILES.embedding, MODEL_FILES.embeddingTokenizer], () => [buildEmbeddingModel(EMBEDDING_CONFIG, table), json(EMBEDDING_CONFIG.tokenizer)]);
+
+  await group([MODEL_FILES.guard, MODEL_FILES.guardMetadata], async () => {
+    const data = await readFile(join(options.dataDir, 'guard.jsonl'), 'utf8');
+    const training = trainGuard(parseGuardExamples(data, 'data/guard.jsonl'), table, EMBEDDING_CONFIG, GUARD_SPLIT_SEED);
+    const metadata: GuardMetadata = {
+      labels: GUARD_LABELS,
+      heldOutAccuracy: round(training.heldOutAccuracy),
+      trainAccuracy: round(training.trainAccuracy),
+      trainSize: training.split.train.length,
+      testSize: training.split.test.length,
+      split: { seed: GUARD_SPLIT_SEED, testShare: 0.25, stratified: true },
+      dataSha256: createHash('sha256').update(data).digest('hex'),
+      tokenizer: MODEL_FILES.embeddingTokenizer,
+    };
+    log(`guard    held-out accuracy ${(metadata.heldOutAccuracy * 100).toFixed(1)}% on ${metadata.testSize} examples (train ${(metadata.trainAccuracy * 100).toFixed(1)}% on ${metadata.trainSize})`);
+    return [buildGuardModel(training.model, table, EMBEDDING_CONFIG, { 'sluice.heldOutAccuracy': String(metadata.heldOutAccuracy) }), json(metadata)];
+  });
+
+  await group([MODEL_FILES.charLm, MODEL_FILES.charLmVocab], async () => {
+    const model = trainCharLm(await readFile(join(options.dataDir, 'corpus.txt'), 'utf8'));
+    return [buildCharLmModel(model), json(model.vocab)];
+  });
+
+  await group([MODEL_FILES.decoder, MODEL_FILES.decoderConfig], () => [buildDecoderModel(DEFAULT_DECODER), json(DEFAULT_DECODER)]);
+
+  if (options.verify) {
+    const checks: [string, ModelSignature][] = [
+      [MODEL_FILES.embedding, SIGNATURES.embedding],
+      [MODEL_FILES.guard, SIGNATURES.classifier],
+      [MODEL_FILES.charLm, SIGNATURES.causalLm],
+      [MODEL_FILES.decoder, SIGNATURES.decoderWithPast],
+    ];
+    for (const [name, signature] of checks) {
+      const model = await loadModel(join(options.outDir, name), { signature });
+      await model.release();
+      log(`verified ${name}: loads in onnxruntime, signature of a ${signature.kind} model`);
+    }
+  }
+  return files;
+}
+
+function json(value: unknown): Uint8Array {
+  return new TextEncoder().encode(`${JSON.stringify(value, null, 2)}\n`);
+}
+
+function round(x: number): number {
+  return Math.round(x * 10_000) / 10_000;
+}
+
+function formatBytes(n: number): string {
+  return n >= 1 << 20 ? `${(n / (1 << 20)).toFixed(1)} MB` : n >= 1024 ? `${(n / 1024).toFixed(1)} kB` : `${n} B`;
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await access(path);
+    return true;
+  } catch {
+    return false;
+  }
+}

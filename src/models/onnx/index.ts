@@ -1,0 +1,2 @@
+export { GraphBuilder, ModelBuilder, float } from './builder.js';
+export type { AttributeValue, Dim, ElementType, FloatAttribute, ModelOptions, TensorData } from './builder.js';
