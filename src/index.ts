@@ -54,3 +54,9 @@ export { generateModels, MODEL_FILES, EMBEDDING_CONFIG } from './models/generate
 export type { GenerateOptions, GeneratedFile, GuardMetadata } from './models/generate.js';
 export { GUARD_LABELS } from './models/guard.js';
 export { cosine } from './models/embedding.js';
+export { redact, redactText, Redactor, RedactStats, luhnValid, PII_KINDS, DEFAULT_REPLACEMENTS } from '../operators/redact.js';
+export type { RedactOptions, RedactOperator, RedactPattern, PiiKind } from '../operators/redact.js';
+export { guard, GuardBlockedError, isBlocked } from '../operators/guard.js';
+export type { GuardOptions, GuardVerdict, GuardAction, Classifier, Classification } from '../operators/guard.js';
+export { jsonOutput, parseJsonOutput, lightRepair, stripFence, collectText, OutputInvalidError } from '../operators/json-output.js';
+export type { JsonOutputOptions, ParseJsonOutputOptions, JsonOutcome, OutputProblem, Repair, ResponseText } from '../operators/json-output.js';
