@@ -621,3 +621,21 @@ describe('a consumer that leaves inside a synchronous subscribe', () => {
   }
 });
 
+describe('accounting when the consumer leaves early', () => {
+  it('a stage that never pauses counts an element arriving after its consumer left as received and shed (cancelled)', () => {
+    const stats = new StageStats();
+    const received: unknown[] = [];
+    fromIterable([0])
+      .pipe(
+        stage((x: number) => fromIterable([x, x + 1]), { capacity: 1 }),
+        stage((x: number) => x, { capacity: 1, policy: 'conflate', conflate: (_: number, b: number) => b, stats }),
+        take(1),
+      )
+      .subscribe((t) => received.push(t.value));
+    assert.deepEqual(received, [0]);
+    assert.equal(stats.received, 2);
+    assert.equal(stats.shed.cancelled, 1);
+    assert.equal(stats.received, stats.delivered + stats.shedTotal + stats.failed);
+  });
+});
+

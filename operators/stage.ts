@@ -419,16 +419,17 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   private accept(input: I | Traced<I>, asked: boolean): void {
-    if (!this.config.pausing && this.outlet.closed) {
-      // The consumer left inside a synchronous subscribe (`take`): a stage that never pauses must stop its source itself.
-      this.cancel();
-      return;
-    }
     this.stats.received++;
     const seq = this.seq++;
     const element = input instanceof Traced ? (input as Traced<I>) : toTraced(input, seq, this.sample(seq));
     const value = element.value;
     const trace = element.trace;
+    if (!this.config.pausing && this.outlet.closed) {
+      // The consumer left inside a synchronous subscribe (`take`): a stage that never pauses must stop its source itself.
+      this.shed(value, trace, seq, 'cancelled', 1);
+      this.cancel();
+      return;
+    }
     if (
       this.wip === 0 &&
       this.buffer.length === 0 &&
@@ -776,7 +777,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   private record(trace: TraceContext, queueWait: number, service: number, paused: number, conflated: number): void {
-    const record: StageRecord = { stage: this.config.name, queueWait, service, paused, retries: 0, conflated };
+    // Retry wrappers note their attempts; the record carries them so timing and retries read together.
+    const retries = trace.notes?.[`${this.config.name}.retries`];
+    const record: StageRecord = { stage: this.config.name, queueWait, service, paused, retries: typeof retries === 'number' ? retries : 0, conflated };
     trace.records!.push(record);
   }
 

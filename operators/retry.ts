@@ -1,0 +1,92 @@
+import * as z from 'zod';
+import { asyncScheduler, type SchedulerLike } from 'rxjs';
+import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../src/flow/options.js';
+import { attemptChain } from '../src/resilience/chain.js';
+import { backoffDelay } from '../src/resilience/random.js';
+import type { StreamWork } from '../src/resilience/relay.js';
+import type { Work } from './stage.js';
+
+export interface RetryOptions {
+  /** Attempts in all, the first included (3 = up to 2 retries). */
+  attempts: number;
+  /** Delay before the first retry (ms); doubles with every retry. */
+  baseDelay: number;
+  /** No delay exceeds this (ms). Default: no cap. */
+  maxDelay?: number;
+  /** Share of each delay taken away at random: 0 none (default), 1 "full jitter". */
+  jitter?: number;
+  /** Whether a failure is worth another attempt (`retry` is 1-based). Default: every failure. */
+  retryOn?: (error: unknown, retry: number) => boolean;
+  /** Numbers in [0, 1) for the jitter. Default `Math.random`; pass `seededRandom(seed)` for reproducible delays. */
+  random?: () => number;
+  /** Timers of the backoff. Default `asyncScheduler`. */
+  scheduler?: SchedulerLike;
+}
+
+const retryOptionsSchema = z
+  .object({
+    attempts: positiveInt('attempts'),
+    baseDelay: z.number({ error: 'baseDelay must be a number of ms' }).min(0, { error: 'baseDelay must be ≥ 0 ms' }),
+    maxDelay: z.number({ error: 'maxDelay must be a number of ms' }).min(0, { error: 'maxDelay must be ≥ 0 ms' }).default(Infinity),
+    jitter: z.number({ error: 'jitter must be a number' }).min(0, { error: 'jitter must be in [0, 1]' }).max(1, { error: 'jitter must be in [0, 1]' }).default(0),
+    retryOn: functionSchema<(error: unknown, retry: number) => boolean>().optional(),
+    random: functionSchema<() => number>().default(() => Math.random),
+    scheduler: schedulerSchema.optional(),
+  })
+  .strict();
+
+/**
+ * Wraps a work function so a failure is retried with exponential backoff and jitter
+ * — but **only before its first output went downstream**. Once a token has been
+ * emitted, a failure ends the stream: another attempt would send its tokens again
+ * (or splice two different answers together), so the output is always one attempt's
+ * tokens, complete or cut short by an error, never a repeat.
+ *
+ * ```
+ * attempt 1:  --#                     (fails before any token)
+ * attempt 2:          --a-b-c|        (after baseDelay × 2^0, less jitter)
+ * retrying(work, { attempts: 3, baseDelay: 6 })
+ * output:     ----------a-b-c|
+ *
+ * attempt 1:  --a-#                   (fails after a token)
+ * output:     --a-#                   (no retry: the failure propagates)
+ * ```
+ *
+ * Delay before retry `r`: `min(maxDelay, baseDelay × 2^(r−1)) × (1 − jitter × random())`.
+ * Each attempt gets its own `AbortSignal` (fired when it is abandoned; the caller's
+ * signal fires it too), and no attempt starts after the caller's signal fired. The
+ * number of retries is noted in the element's trace (`trace.notes["<stage>.retries"]`).
+ * When every attempt failed, the last failure propagates unchanged.
+ *
+ * ## Example
+ * ```ts
+ * const generate = retrying(withTimeouts(callModel, { idle: 2_000 }), {
+ *   attempts: 3, baseDelay: 200, maxDelay: 2_000, jitter: 1,
+ *   retryOn: (err) => !(err instanceof CircuitOpenError),
+ * });
+ * prompts.pipe(stage(generate, { name: 'infer' }));
+ * ```
+ *
+ * Invalid options throw `InvalidOptionsError` naming each bad field.
+ *
+ * @see withTimeouts, fallback, `seededRandom`.
+ */
+export function retrying<I, O>(work: Work<I, O>, options: RetryOptions): StreamWork<I, O> {
+  const parsed = parseOptions(retryOptionsSchema, options, 'retrying options');
+  const scheduler = parsed.scheduler ?? asyncScheduler;
+  const { attempts, retryOn, random } = parsed;
+  return (value, context) =>
+    attemptChain<O>(
+      {
+        run: (_, attemptContext) => work(value, attemptContext),
+        next: (n, error) => {
+          const retry = n + 1;
+          if (retry >= attempts || (retryOn !== undefined && !retryOn(error, retry))) return undefined;
+          context.note('retries', retry);
+          return backoffDelay(retry, parsed, random);
+        },
+      },
+      context,
+      scheduler,
+    );
+}
