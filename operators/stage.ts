@@ -644,7 +644,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   private workFailed(value: I, context: WorkContext, merged: number, err: unknown): void {
-    const error = new StageError(this.config.name, context.seq, err);
+    // Typed errors pass as they are, thrown or rejected alike: callers match on their code.
+    const error = err instanceof SluiceError ? err : new StageError(this.config.name, context.seq, err);
     this.stats.failed += 1 + merged;
     if (this.config.errorPolicy === 'fail') {
       this.fail(error);
