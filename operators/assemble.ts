@@ -150,7 +150,7 @@ export class PromptTemplate<S extends VariablesSchema> {
       return { user, context, tokens: headTokens + this.count(user) };
     };
     const finish = (built: ReturnType<typeof build>, keptCount: number, truncated?: string): AssembledPrompt => {
-      if (built.user.trim().length === 0) throw new EmptyPromptError();
+      if (built.user.trim().length === 0) throw new EmptyPromptError('the user message rendered empty');
       return {
         messages: [...head, { role: 'user', content: built.user }],
         tokens: built.tokens,
@@ -163,7 +163,7 @@ export class PromptTemplate<S extends VariablesSchema> {
     const all = build(ranked);
     if (all.tokens <= this.budget) return finish(all, ranked.length);
     const bare = build([]);
-    if (bare.user.trim().length === 0) throw new EmptyPromptError();
+    if (bare.user.trim().length === 0) throw new EmptyPromptError('the user message rendered empty');
     if (bare.tokens > this.budget) throw new PromptOverBudgetError(bare.tokens, this.budget);
     // Largest number of best passages that fits; tokens grow with every passage kept.
     let low = 0;

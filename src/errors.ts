@@ -108,6 +108,15 @@ export class BatchMismatchError extends SluiceError {
   }
 }
 
+/** A prompt with no content: an empty string, no messages, or a template that rendered empty. */
+export class EmptyPromptError extends SluiceError {
+  constructor(detail = 'the prompt is empty') {
+    super('EMPTY_PROMPT', `Empty prompt: ${detail}.`, {
+      hint: 'Pass a non-empty `prompt`, or `messages` with a non-empty `content`; a template renders empty when its variables are empty.',
+    });
+  }
+}
+
 function describe(cause: unknown): string {
   return cause instanceof Error ? cause.message : String(cause);
 }

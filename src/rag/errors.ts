@@ -71,11 +71,5 @@ export class PromptOverBudgetError extends SluiceError {
   }
 }
 
-/** Every message of the prompt rendered empty: there is nothing to send to a model. */
-export class EmptyPromptError extends SluiceError {
-  constructor() {
-    super('EMPTY_PROMPT', 'The assembled prompt has no content: the user message rendered empty.', {
-      hint: 'Check the template and the variables it is given (an empty question renders an empty prompt).',
-    });
-  }
-}
+/** One class for every empty prompt, wherever it is found. */
+export { EmptyPromptError } from '../errors.js';

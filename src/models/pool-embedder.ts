@@ -1,0 +1,75 @@
+import * as ort from 'onnxruntime-node';
+import type { Feeds, InferencePool } from './pool.js';
+import type { Tokenizer } from './tokenizer.js';
+
+/**
+ * Tokenizes `texts` into the feeds of a BERT-style text model: `input_ids` and
+ * `attention_mask` `[batch, seq]` int64, padded to the longest text, plus
+ * `token_type_ids` when `inputNames` lists it.
+ *
+ * ## Example
+ * ```ts
+ * infer({ pool, toFeeds: (batch) => textFeeds(tokenizer, batch.items), fromOutputs: (o) => tensorRows(o.embeddings!), maxBatch: 32, maxWait: 5 });
+ * ```
+ */
+export function textFeeds(tokenizer: Tokenizer, texts: readonly string[], inputNames: readonly string[] = ['input_ids', 'attention_mask']): Feeds {
+  const encoded = tokenizer.encodeBatch(texts);
+  const dims = [...encoded.shape];
+  const feeds: Record<string, ort.Tensor> = {
+    input_ids: new ort.Tensor('int64', encoded.inputIds, dims),
+    attention_mask: new ort.Tensor('int64', encoded.attentionMask, dims),
+  };
+  if (inputNames.includes('token_type_ids')) feeds.token_type_ids = new ort.Tensor('int64', encoded.tokenTypeIds, dims);
+  return feeds;
+}
+
+/**
+ * The rows of a `[batch, width]` float32 tensor, as views into its data (no copy;
+ * the buffer was transferred from the worker and belongs to the caller alone).
+ *
+ * ## Example
+ * ```ts
+ * const vectors = tensorRows((await pool.run(feeds)).embeddings!); // one Float32Array per text
+ * ```
+ */
+export function tensorRows(tensor: ort.Tensor): Float32Array[] {
+  if (tensor.type !== 'float32' || tensor.dims.length !== 2) {
+    throw new TypeError(`expected a [batch, width] float32 tensor, got ${tensor.type} [${tensor.dims.join(', ')}]`);
+  }
+  const [rows, width] = tensor.dims as [number, number];
+  const data = tensor.data as Float32Array;
+  return Array.from({ length: rows }, (_, i) => data.subarray(i * width, (i + 1) * width));
+}
+
+export interface PoolEmbedderOptions {
+  /** The pool's model to run. Default: the pool's only model. */
+  model?: string;
+  /** The output holding `[batch, dim]` embeddings. Default: the model's first output. */
+  output?: string;
+}
+
+/**
+ * An embedder over an `InferencePool` for a text embedding model (such as the
+ * generated `embed.onnx`, or an all-MiniLM-L6-v2 export): one pool run per call,
+ * all texts in one padded batch, one vector per text, in order. The signal aborts
+ * the pool job (queued: never runs; running: its result is dropped).
+ *
+ * It has the shape `embed({ embedder })` and `SemanticCache` accept.
+ *
+ * ## Example
+ * ```ts
+ * const pool = await InferencePool.create({ model: 'models/embed.onnx' });
+ * const tokenizer = await loadTokenizer('models/embed.tokenizer.json');
+ * questions.pipe(embed({ embedder: embedder(pool, tokenizer), concurrency: pool.size }));
+ * ```
+ */
+export function embedder(pool: InferencePool, tokenizer: Tokenizer, options: PoolEmbedderOptions = {}): (texts: readonly string[], signal?: AbortSignal) => Promise<Float32Array[]> {
+  const info = pool.describe(options.model);
+  const output = options.output ?? info.outputNames[0]!;
+  if (!info.outputNames.includes(output)) throw new TypeError(`model has no output "${output}" (it has ${info.outputNames.join(', ')})`);
+  return async (texts, signal) => {
+    if (texts.length === 0) return [];
+    const outputs = await pool.run(textFeeds(tokenizer, texts, info.inputNames), { signal, model: options.model });
+    return tensorRows(outputs[output]!);
+  };
+}

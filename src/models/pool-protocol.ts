@@ -1,0 +1,80 @@
+import type { Tensor } from 'onnxruntime-node';
+
+/**
+ * The messages an `InferencePool` and its worker threads exchange, and the plain
+ * form tensors travel in: a Tensor instance does not survive structured clone, its
+ * typed array does (and is transferred rather than copied where that is safe).
+ */
+
+/** A tensor as it crosses a thread boundary: rebuilt into an `ort.Tensor` on the other side. */
+export interface WireTensor {
+  readonly type: Tensor.Type;
+  readonly data: Tensor.DataType;
+  readonly dims: readonly number[];
+}
+
+export type WireTensors = Record<string, WireTensor>;
+
+/** Session options a worker applies to every session it creates. */
+export interface WireSessionOptions {
+  readonly intraOpNumThreads: number;
+  readonly interOpNumThreads: number;
+  readonly graphOptimizationLevel: 'disabled' | 'basic' | 'extended' | 'all';
+}
+
+/** What a worker is started with (`workerData`). */
+export interface WorkerInit {
+  /** Model name → a file path or the model's bytes. */
+  readonly models: Readonly<Record<string, string | Uint8Array>>;
+  readonly sessionOptions: WireSessionOptions;
+}
+
+export interface ModelInfo {
+  readonly inputNames: readonly string[];
+  readonly outputNames: readonly string[];
+}
+
+export type ToWorker =
+  | { readonly type: 'run'; readonly id: number; readonly model: string; readonly feeds: WireTensors }
+  | { readonly type: 'close' };
+
+export type FromWorker =
+  | { readonly type: 'ready'; readonly models: Record<string, ModelInfo> }
+  | { readonly type: 'init-failed'; readonly model: string; readonly message: string }
+  /** `runs` counts every `session.run` this worker started: the pool's proof of what actually ran. */
+  | { readonly type: 'done'; readonly id: number; readonly outputs: WireTensors; readonly runs: number }
+  | { readonly type: 'run-failed'; readonly id: number; readonly message: string; readonly runs: number };
+
+/**
+ * The plain form of `tensors`, plus the buffers to transfer. A typed array that
+ * covers its whole `ArrayBuffer` is transferred (the sender's copy is detached); a
+ * view into part of a larger buffer is sliced first, because structured clone of a
+ * view copies its entire buffer. Shared memory is never transferred.
+ */
+export function toWire(tensors: Readonly<Record<string, Tensor>>, transfer: boolean): { tensors: WireTensors; transfer: ArrayBuffer[] } {
+  const wire: WireTensors = {};
+  const buffers = new Set<ArrayBuffer>();
+  for (const [name, tensor] of Object.entries(tensors)) {
+    let data = tensor.data;
+    if (ArrayBuffer.isView(data) && data.buffer instanceof ArrayBuffer) {
+      if (data.byteOffset !== 0 || data.byteLength !== data.buffer.byteLength) data = data.slice() as Tensor.DataType;
+      if (transfer || data !== tensor.data) buffers.add((data as ArrayBufferView).buffer as ArrayBuffer);
+    }
+    wire[name] = { type: tensor.type, data, dims: tensor.dims };
+  }
+  // Two tensors over one buffer (e.g. views of a single allocation) must not list it twice.
+  return { tensors: wire, transfer: [...buffers] };
+}
+
+/** Rebuilds `ort.Tensor`s from their plain form, without copying the data. */
+export function fromWire(ort: { Tensor: new (type: Tensor.Type, data: Tensor.DataType, dims: readonly number[]) => Tensor }, wire: WireTensors): Record<string, Tensor> {
+  const tensors: Record<string, Tensor> = {};
+  for (const [name, t] of Object.entries(wire)) tensors[name] = new ort.Tensor(t.type, t.data, t.dims);
+  return tensors;
+}
+
+/** The first line of an error's message: onnxruntime appends long stack-like detail. */
+export function firstLine(error: unknown): string {
+  const message = error instanceof Error ? error.message : String(error);
+  return message.split('\n')[0] ?? message;
+}

@@ -1,0 +1,69 @@
+/**
+ * The entry of one `InferencePool` worker thread: creates one onnxruntime session
+ * per model once, then runs jobs one at a time until told to close. Runs are
+ * serial on purpose: `session.run` occupies this thread anyway, and keeping the
+ * queue on the pool's side is what lets a queued job be cancelled.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import * as ort from 'onnxruntime-node';
+import { firstLine, fromWire, toWire, type FromWorker, type ModelInfo, type ToWorker, type WorkerInit } from './pool-protocol.js';
+
+if (parentPort === null) throw new Error('pool-worker must be started as a worker thread by InferencePool');
+const port = parentPort;
+
+const init = workerData as WorkerInit;
+const sessions = new Map<string, ort.InferenceSession>();
+let runs = 0;
+
+const post = (message: FromWorker, transfer: ArrayBuffer[] = []): void => {
+  try {
+    port.postMessage(message, transfer);
+  } catch {
+    // A buffer onnxruntime does not let go of (external memory) cannot be transferred: copy instead.
+    port.postMessage(message);
+  }
+};
+
+async function start(): Promise<void> {
+  const models: Record<string, ModelInfo> = {};
+  for (const [name, source] of Object.entries(init.models)) {
+    try {
+      const options: ort.InferenceSession.SessionOptions = { executionProviders: ['cpu'], executionMode: 'sequential', ...init.sessionOptions };
+      const session = typeof source === 'string' ? await ort.InferenceSession.create(source, options) : await ort.InferenceSession.create(source, options);
+      sessions.set(name, session);
+      models[name] = { inputNames: [...session.inputNames], outputNames: [...session.outputNames] };
+    } catch (error) {
+      await release();
+      post({ type: 'init-failed', model: name, message: firstLine(error) });
+      port.close();
+      return;
+    }
+  }
+  port.on('message', (message: ToWorker) => void handle(message));
+  post({ type: 'ready', models });
+}
+
+async function handle(message: ToWorker): Promise<void> {
+  if (message.type === 'close') {
+    await release();
+    port.close(); // the last handle: the thread exits once the port is closed
+    return;
+  }
+  const session = sessions.get(message.model);
+  runs++;
+  try {
+    if (session === undefined) throw new Error(`no model "${message.model}" in this worker`);
+    const outputs = await session.run(fromWire(ort, message.feeds));
+    const wire = toWire(outputs, true);
+    post({ type: 'done', id: message.id, outputs: wire.tensors, runs }, wire.transfer);
+  } catch (error) {
+    post({ type: 'run-failed', id: message.id, message: firstLine(error), runs });
+  }
+}
+
+async function release(): Promise<void> {
+  for (const session of sessions.values()) await session.release().catch(() => undefined);
+  sessions.clear();
+}
+
+void start();
