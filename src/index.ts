@@ -107,3 +107,5 @@ export { embedder, textFeeds, tensorRows } from './models/pool-embedder.js';
 export type { PoolEmbedderOptions } from './models/pool-embedder.js';
 export { infer } from '../operators/infer.js';
 export type { InferOptions, InferOperator } from '../operators/infer.js';
+export { poolClassifier } from './models/pool-classifier.js';
+export type { PoolClassifierOptions } from './models/pool-classifier.js';
