@@ -1,0 +1,459 @@
+/**
+ * The HTTP API of a sluice server, as a `(req, res)` handler for `node:http`:
+ * OpenAI-compatible chat completions (streamed as server-sent events, or whole),
+ * Prometheus metrics, and health and readiness probes.
+ *
+ * Streaming honours the client's pace end to end: a token is asked of the worker only
+ * after the previous one was accepted by the socket (`res.write` returned true, or
+ * `drain` fired), so a slow reader pauses decoding instead of filling memory. A client
+ * that disconnects aborts the generation: the worker's `AbortSignal` fires and no
+ * further step runs.
+ */
+import * as z from 'zod';
+import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Tracer } from '@opentelemetry/api';
+import { subscribeWithDemand } from '../flow/demand.js';
+import { functionSchema, parseOptions } from '../flow/options.js';
+import { AbortedError, InvalidOptionsError } from '../errors.js';
+import { parseTraceparent, sampler, traced } from '../trace/trace.js';
+import { endGenAiSpan, errorType, genAiSpan, recordStageSpans, traceparentOf } from '../trace/otel.js';
+import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker } from '../inference/worker.js';
+import { EmptyPromptError } from '../inference/errors.js';
+import type { SluiceMetrics } from './metrics.js';
+
+/** A worker that can chat: anything implementing `ModelWorker.generate`. */
+export type ChatWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate'>;
+
+export interface HttpHandlerOptions {
+  /** Models served, by the name clients put in `model`. */
+  readonly workers?: Readonly<Record<string, ChatWorker>>;
+  /** A single model, served under its `name`. Combined with `workers` if both are given. */
+  readonly worker?: ChatWorker;
+  /** Where request, generation and stage metrics go; `GET /metrics` serves its registry. Without it `/metrics` is 404. */
+  readonly metrics?: SluiceMetrics;
+  /** Guards `/v1/*` (not the probes nor `/metrics`): false → 401. E.g. compare the `authorization` header. */
+  readonly auth?: (req: IncomingMessage) => boolean | Promise<boolean>;
+  /** Largest request body accepted, bytes; larger → 413. Default 1 MiB. */
+  readonly maxBodyBytes?: number;
+  /** Whether the models are loaded; `/readyz` answers 503 while false. Default: always ready. */
+  readonly ready?: () => boolean;
+  /** The OpenTelemetry tracer. Default: the global provider's (a no-op unless an SDK is registered). */
+  readonly tracer?: Tracer;
+  /** Share of requests whose timing is recorded in their trace (and so in stage metrics and spans). Default 1. */
+  readonly sampleRate?: number;
+  /** The name of the generation stage in trace records, notes and metrics. Default `generate`. */
+  readonly stage?: string;
+}
+
+/** A `node:http` request listener with a drain switch for graceful shutdown. */
+export interface HttpHandler {
+  (req: IncomingMessage, res: ServerResponse): void;
+  /** True once `drain()` was called: `/readyz` answers 503 and new completions are refused with 503. */
+  readonly draining: boolean;
+  /** Completions being answered now. */
+  readonly inFlight: number;
+  /** Stops accepting completions; resolves when the ones in flight have ended. */
+  drain(): Promise<void>;
+}
+
+const workerSchema = z.custom<ChatWorker>(
+  (v) => typeof v === 'object' && v !== null && typeof (v as ChatWorker).generate === 'function' && typeof (v as ChatWorker).name === 'string',
+  { error: 'must be a ModelWorker (with name and generate())' },
+);
+
+const optionsSchema = z
+  .object({
+    workers: z.record(z.string().min(1, { error: 'a model name must not be empty' }), workerSchema).optional(),
+    worker: workerSchema.optional(),
+    metrics: z.custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).scrape === 'function', { error: 'metrics must be a SluiceMetrics' }).optional(),
+    auth: functionSchema<(req: IncomingMessage) => boolean | Promise<boolean>>().optional(),
+    maxBodyBytes: z.number({ error: 'maxBodyBytes must be a number' }).int({ error: 'maxBodyBytes must be an integer' }).positive({ error: 'maxBodyBytes must be ≥ 1' }).default(1 << 20),
+    ready: functionSchema<() => boolean>().optional(),
+    tracer: z.custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', { error: 'tracer must be an OpenTelemetry Tracer' }).optional(),
+    sampleRate: z.number({ error: 'sampleRate must be a number' }).min(0, { error: 'sampleRate must be in [0, 1]' }).max(1, { error: 'sampleRate must be in [0, 1]' }).default(1),
+    stage: z.string().min(1, { error: 'stage must not be empty' }).default('generate'),
+  })
+  .strict()
+  .refine((o) => o.worker !== undefined || (o.workers !== undefined && Object.keys(o.workers).length > 0), { error: 'give worker or workers (at least one model)', path: ['workers'] });
+
+const contentPart = z.looseObject({ type: z.string(), text: z.string().optional() });
+const messageSchema = z.looseObject({
+  role: z.enum(['system', 'developer', 'user', 'assistant', 'tool'], { error: 'role must be one of system, developer, user, assistant, tool' }),
+  content: z.union([z.string(), z.array(contentPart), z.null()], { error: 'content must be a string or an array of text parts' }).optional(),
+  name: z.string().optional(),
+});
+
+/** The chat-completions body sluice understands. Unknown fields are refused, as OpenAI does, rather than silently ignored. */
+const chatSchema = z
+  .object({
+    model: z.string({ error: 'model is required' }).min(1, { error: 'model must not be empty' }),
+    messages: z.array(messageSchema, { error: 'messages must be an array' }).min(1, { error: 'messages must not be empty' }),
+    temperature: z.number({ error: 'temperature must be a number' }).min(0, { error: 'temperature must be in [0, 2]' }).max(2, { error: 'temperature must be in [0, 2]' }).nullish(),
+    top_p: z.number({ error: 'top_p must be a number' }).gt(0, { error: 'top_p must be in (0, 1]' }).max(1, { error: 'top_p must be in (0, 1]' }).nullish(),
+    top_k: z.number({ error: 'top_k must be a number' }).int({ error: 'top_k must be an integer' }).min(0, { error: 'top_k must be ≥ 0' }).nullish(),
+    max_tokens: z.number({ error: 'max_tokens must be a number' }).int({ error: 'max_tokens must be an integer' }).min(1, { error: 'max_tokens must be ≥ 1' }).nullish(),
+    max_completion_tokens: z.number({ error: 'max_completion_tokens must be a number' }).int({ error: 'max_completion_tokens must be an integer' }).min(1, { error: 'max_completion_tokens must be ≥ 1' }).nullish(),
+    stop: z.union([z.string().min(1), z.array(z.string().min(1)).max(4, { error: 'stop takes at most 4 sequences' })], { error: 'stop must be a string or an array of up to 4 non-empty strings' }).nullish(),
+    stream: z.boolean({ error: 'stream must be a boolean' }).nullish(),
+    stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
+    seed: z.number({ error: 'seed must be a number' }).int({ error: 'seed must be an integer' }).nullish(),
+    repetition_penalty: z.number({ error: 'repetition_penalty must be a number' }).gt(0, { error: 'repetition_penalty must be > 0' }).nullish(),
+    n: z.literal(1, { error: 'only n = 1 is supported' }).nullish(),
+    user: z.string().nullish(),
+  })
+  .strict();
+
+type ChatBody = z.output<typeof chatSchema>;
+
+/** An OpenAI-style error response. */
+class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly type: string,
+    readonly code: string | null,
+    readonly param: string | null = null,
+  ) {
+    super(message);
+  }
+  body(): string {
+    return JSON.stringify({ error: { message: this.message, type: this.type, param: this.param, code: this.code } });
+  }
+}
+
+const ROUTES = new Set(['/v1/chat/completions', '/v1/models', '/metrics', '/healthz', '/readyz']);
+
+/**
+ * Builds the request listener. Routes: `POST /v1/chat/completions`, `GET /v1/models`,
+ * `GET /metrics`, `GET /healthz` (the process is up), `GET /readyz` (models loaded and
+ * not draining, else 503).
+ *
+ * An incoming `traceparent` header becomes the trace of the request's element (and the
+ * parent of its OpenTelemetry span); the response carries the request's own
+ * `traceparent`.
+ *
+ * ## Example
+ * ```ts
+ * import { createServer } from 'node:http';
+ * const metrics = new SluiceMetrics();
+ * const handler = createHttpHandler({ workers: { charlm: await CharLmWorker.load('models/charlm.onnx') }, metrics });
+ * const server = createServer(handler).listen(8000, '127.0.0.1');
+ * process.on('SIGTERM', async () => { await handler.drain(); server.close(); });
+ * // new OpenAIWorker({ baseUrl: 'http://127.0.0.1:8000/v1', model: 'charlm' }) now talks to it
+ * ```
+ */
+export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
+  const config = parseOptions(optionsSchema, options, 'HTTP handler options');
+  const workers = new Map<string, ChatWorker>(Object.entries(config.workers ?? {}));
+  if (config.worker !== undefined && !workers.has(config.worker.name)) workers.set(config.worker.name, config.worker);
+  const sample = sampler(config.sampleRate);
+  let seq = 0;
+  let draining = false;
+  let inFlight = 0;
+  let idle: (() => void) | undefined;
+
+  const chat = async (req: IncomingMessage, res: ServerResponse, arrivedAt: number): Promise<void> => {
+    if (req.method !== 'POST') throw new ApiError(405, 'Use POST for /v1/chat/completions.', 'invalid_request_error', 'method_not_allowed');
+    if (draining) throw new ApiError(503, 'The server is shutting down.', 'server_error', 'server_shutting_down');
+    const body = await readJson(req, config.maxBodyBytes);
+    const parsed = chatSchema.safeParse(body);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      const param = issue.code === 'unrecognized_keys' ? issue.keys[0]! : issue.path.map(String).join('.') || null;
+      const message = issue.code === 'unrecognized_keys' ? `Unrecognized request argument supplied: ${issue.keys.join(', ')}` : issue.message;
+      throw new ApiError(400, message, 'invalid_request_error', issue.code === 'unrecognized_keys' ? 'unrecognized_argument' : 'invalid_value', param);
+    }
+    const chatBody = parsed.data;
+    const worker = workers.get(chatBody.model);
+    if (worker === undefined) throw new ApiError(404, `The model \`${chatBody.model}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
+    const request = toGenerateRequest(chatBody);
+
+    inFlight++;
+    try {
+      await generate(req, res, arrivedAt, chatBody, worker, request);
+    } finally {
+      if (--inFlight === 0) idle?.();
+    }
+  };
+
+  const generate = (req: IncomingMessage, res: ServerResponse, arrivedAt: number, body: ChatBody, worker: ChatWorker, request: GenerateRequest): Promise<void> => {
+    const arrivedEpoch = Date.now() - (performance.now() - arrivedAt);
+    const incoming = headerValue(req.headers.traceparent);
+    const otel = genAiSpan({ ...(config.tracer && { tracer: config.tracer }), model: body.model, params: request, ...(incoming !== undefined && { traceparent: incoming }), startTime: arrivedEpoch });
+    const sampled = sample(seq++) || (incoming !== undefined && parseTraceparent(incoming)?.sampled === true);
+    const element = traced(request, { seq, sampled, ...(otel.traceparent !== undefined && { traceparent: otel.traceparent }) });
+    const trace = element.trace;
+    const id = `chatcmpl-${randomUUID()}`;
+    const created = Math.floor(Date.now() / 1000);
+    const controller = new AbortController();
+    const onClose = () => {
+      // `close` after `finish` is the normal end; before it, the client left.
+      if (!res.writableFinished) controller.abort(new AbortedError(config.stage, 'the client disconnected'));
+    };
+    res.on('close', onClose);
+    res.setHeader('traceparent', traceparentOf(otel.span) ?? trace.traceparent);
+
+    let done: GenerationDone | undefined;
+    let paused = 0;
+    const startedAt = performance.now();
+
+    const finish = (error: unknown): void => {
+      res.off('close', onClose);
+      const endedAt = performance.now();
+      if (trace.records !== undefined) {
+        trace.records.push({ stage: config.stage, queueWait: startedAt - arrivedAt, service: Math.max(0, endedAt - startedAt - paused), paused, retries: 0, conflated: 0 });
+      }
+      const failure = error ?? (controller.signal.aborted ? controller.signal.reason : undefined);
+      config.metrics?.observeTrace(trace);
+      if (done !== undefined) config.metrics?.observeGeneration(body.model, done, (endedAt - startedAt) / 1000, failure === undefined ? undefined : errorType(failure));
+      endGenAiSpan(otel.span, { ...(done && { done }), ...(failure !== undefined && { error: failure }), responseId: id, responseModel: body.model, trace });
+      recordStageSpans(trace, otel.context, { ...(config.tracer && { tracer: config.tracer }), startTime: arrivedEpoch });
+    };
+
+    return new Promise<void>((resolve) => {
+      const end = (error: unknown) => {
+        finish(error);
+        resolve();
+      };
+      let flow;
+      try {
+        flow = worker.generate(request, { signal: controller.signal, trace, stage: config.stage, onDone: (d) => (done = d) });
+      } catch (err) {
+        sendError(res, toApiError(err));
+        return end(err);
+      }
+      if (body.stream === true) {
+        streamChat(res, flow, { id, created, model: body.model, includeUsage: body.stream_options?.include_usage === true, getDone: () => done, onPaused: (ms) => (paused += ms), end });
+      } else {
+        let text = '';
+        flow.subscribe({
+          next: (token) => (text += token.text),
+          error: (err: unknown) => {
+            if (!controller.signal.aborted) sendError(res, toApiError(err));
+            end(controller.signal.aborted ? undefined : err);
+          },
+          complete: () => {
+            const usage = done?.usage ?? { inputTokens: 0, outputTokens: 0 };
+            sendJson(res, 200, {
+              id,
+              object: 'chat.completion',
+              created,
+              model: body.model,
+              choices: [{ index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason: openAiFinish(done) }],
+              usage: { prompt_tokens: usage.inputTokens, completion_tokens: usage.outputTokens, total_tokens: usage.inputTokens + usage.outputTokens },
+            });
+            end(undefined);
+          },
+        });
+      }
+    });
+  };
+
+  const handler = (req: IncomingMessage, res: ServerResponse): void => {
+    const arrivedAt = performance.now();
+    const path = (req.url ?? '/').split('?', 1)[0]!;
+    const route = ROUTES.has(path) ? path : 'other';
+    res.on('close', () => {
+      // A client that left mid-stream still got a 200 status line: the class records what was sent.
+      config.metrics?.observeRequest({ route, status: res.statusCode, seconds: (performance.now() - arrivedAt) / 1000 });
+    });
+    serve(req, res, route, arrivedAt).catch((err: unknown) => {
+      sendError(res, toApiError(err));
+      if (err instanceof ApiError && err.status === 413) req.resume();
+    });
+  };
+
+  const serve = async (req: IncomingMessage, res: ServerResponse, route: string, arrivedAt: number): Promise<void> => {
+    if (route.startsWith('/v1/') && config.auth !== undefined && !(await config.auth(req))) {
+      throw new ApiError(401, 'Invalid or missing API key.', 'invalid_request_error', 'invalid_api_key');
+    }
+    switch (route) {
+      case '/v1/chat/completions':
+        return chat(req, res, arrivedAt);
+      case '/v1/models':
+        return sendJson(res, 200, { object: 'list', data: [...workers.keys()].map((id) => ({ id, object: 'model', created: 0, owned_by: 'sluice' })) });
+      case '/metrics': {
+        if (config.metrics === undefined) throw new ApiError(404, 'Metrics are not enabled.', 'invalid_request_error', 'not_found');
+        const { contentType, body } = await config.metrics.scrape();
+        res.writeHead(200, { 'content-type': contentType });
+        res.end(body);
+        return;
+      }
+      case '/healthz':
+        return sendJson(res, 200, { status: 'ok' });
+      case '/readyz': {
+        const ready = !draining && (config.ready?.() ?? true);
+        return sendJson(res, ready ? 200 : 503, { status: ready ? 'ready' : draining ? 'draining' : 'loading' });
+      }
+      default:
+        throw new ApiError(404, `No route for ${req.method ?? 'GET'} ${req.url ?? '/'}.`, 'invalid_request_error', 'not_found');
+    }
+  };
+
+  return Object.defineProperties(handler, {
+    draining: { get: () => draining, enumerable: true },
+    inFlight: { get: () => inFlight, enumerable: true },
+    drain: {
+      value: (): Promise<void> => {
+        draining = true;
+        if (inFlight === 0) return Promise.resolve();
+        return new Promise<void>((resolve) => {
+          const previous = idle;
+          idle = () => {
+            previous?.();
+            resolve();
+          };
+        });
+      },
+    },
+  }) as HttpHandler;
+}
+
+interface StreamConfig {
+  readonly id: string;
+  readonly created: number;
+  readonly model: string;
+  readonly includeUsage: boolean;
+  readonly getDone: () => GenerationDone | undefined;
+  readonly onPaused: (ms: number) => void;
+  readonly end: (error: unknown) => void;
+}
+
+/**
+ * Writes a token Flow as `chat.completion.chunk` events, one token asked at a time:
+ * the next is requested only once the socket took the last one.
+ */
+function streamChat(res: ServerResponse, flow: ReturnType<ChatWorker['generate']>, stream: StreamConfig): void {
+  const chunk = (delta: Record<string, string>, finishReason: string | null) =>
+    `data: ${JSON.stringify({ id: stream.id, object: 'chat.completion.chunk', created: stream.created, model: stream.model, choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }] })}\n\n`;
+  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+  res.write(chunk({ role: 'assistant', content: '' }, null));
+
+  let waiting: (() => void) | undefined;
+  const stopWaiting = () => {
+    if (waiting !== undefined) res.off('drain', waiting);
+    waiting = undefined;
+  };
+  // `close` ends a wait for `drain` that would otherwise never come; the abort it triggers ends the flow.
+  res.once('close', stopWaiting);
+
+  const subscription = subscribeWithDemand(flow, {
+    next: (token) => {
+      if (res.destroyed) return;
+      if (res.write(chunk({ content: token.text }, null))) return subscription.request(1);
+      const pausedAt = performance.now();
+      waiting = () => {
+        waiting = undefined;
+        stream.onPaused(performance.now() - pausedAt);
+        subscription.request(1);
+      };
+      res.once('drain', waiting);
+    },
+    error: (err: unknown) => {
+      stopWaiting();
+      if (!res.destroyed && !res.writableEnded) {
+        const error = toApiError(err);
+        res.write(`data: ${JSON.stringify({ error: { message: error.message, type: error.type, param: error.param, code: error.code } })}\n\n`);
+        res.end('data: [DONE]\n\n');
+      }
+      stream.end(res.destroyed && err instanceof AbortedError ? undefined : err);
+    },
+    complete: () => {
+      stopWaiting();
+      const done = stream.getDone();
+      res.write(chunk({}, openAiFinish(done)));
+      if (stream.includeUsage) {
+        const usage = done?.usage ?? { inputTokens: 0, outputTokens: 0 };
+        const usageChunk = { id: stream.id, object: 'chat.completion.chunk', created: stream.created, model: stream.model, choices: [], usage: { prompt_tokens: usage.inputTokens, completion_tokens: usage.outputTokens, total_tokens: usage.inputTokens + usage.outputTokens } };
+        res.write(`data: ${JSON.stringify(usageChunk)}\n\n`);
+      }
+      res.end('data: [DONE]\n\n');
+      stream.end(undefined);
+    },
+  });
+  subscription.request(1);
+}
+
+function openAiFinish(done: GenerationDone | undefined): 'stop' | 'length' {
+  return done?.finishReason === 'length' ? 'length' : 'stop';
+}
+
+function toGenerateRequest(body: ChatBody): GenerateRequest {
+  const messages = body.messages.map((m) => ({
+    role: m.role,
+    content: typeof m.content === 'string' ? m.content : (m.content ?? []).map((part) => (part.type === 'text' ? (part.text ?? '') : '')).join(''),
+  }));
+  const maxTokens = body.max_completion_tokens ?? body.max_tokens;
+  try {
+    return generateRequest({
+      messages,
+      ...(body.temperature != null && { temperature: body.temperature }),
+      ...(body.top_p != null && { top_p: body.top_p }),
+      ...(body.top_k != null && { top_k: body.top_k }),
+      ...(maxTokens != null && { max_tokens: maxTokens }),
+      ...(body.stop != null && { stop: typeof body.stop === 'string' ? [body.stop] : body.stop }),
+      ...(body.seed != null && { seed: body.seed }),
+      ...(body.repetition_penalty != null && { repetition_penalty: body.repetition_penalty }),
+    });
+  } catch (err) {
+    throw toApiError(err);
+  }
+}
+
+function toApiError(err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
+  if (err instanceof EmptyPromptError) return new ApiError(400, err.message, 'invalid_request_error', 'empty_prompt', 'messages');
+  if (err instanceof InvalidOptionsError) return new ApiError(400, err.message, 'invalid_request_error', 'invalid_value', err.issues[0]?.path ?? null);
+  const code = typeof err === 'object' && err !== null && typeof (err as { code?: unknown }).code === 'string' ? (err as { code: string }).code : null;
+  return new ApiError(500, err instanceof Error ? err.message : 'The server failed to generate.', 'server_error', code);
+}
+
+function sendError(res: ServerResponse, error: ApiError): void {
+  if (res.headersSent || res.destroyed) return;
+  // A body still arriving is not read: closing the connection is cheaper than draining it.
+  if (error.status === 413) res.setHeader('connection', 'close');
+  res.writeHead(error.status, { 'content-type': 'application/json' });
+  res.end(error.body());
+}
+
+function sendJson(res: ServerResponse, status: number, value: unknown): void {
+  res.writeHead(status, { 'content-type': 'application/json' });
+  res.end(JSON.stringify(value));
+}
+
+function headerValue(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
+}
+
+/** Reads the body up to `limit` bytes (413 beyond), then parses it as JSON (400 when it is not). */
+function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
+  const declared = Number(req.headers['content-length']);
+  if (Number.isFinite(declared) && declared > limit) {
+    return Promise.reject(new ApiError(413, `The request body is larger than ${limit} bytes.`, 'invalid_request_error', 'request_too_large'));
+  }
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        req.off('data', onData);
+        reject(new ApiError(413, `The request body is larger than ${limit} bytes.`, 'invalid_request_error', 'request_too_large'));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    req.on('data', onData);
+    req.once('error', reject);
+    req.once('end', () => {
+      if (size > limit) return;
+      try {
+        resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+      } catch {
+        reject(new ApiError(400, 'The request body is not valid JSON.', 'invalid_request_error', 'invalid_json'));
+      }
+    });
+  });
+}

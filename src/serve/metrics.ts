@@ -1,0 +1,298 @@
+/**
+ * Prometheus metrics for a sluice process, on a registry of its own (never only the
+ * global one, so two servers or a host application's metrics never collide).
+ *
+ * Gauges and counters that sluice already keeps (`StageStats`, `CacheStats`, a
+ * breaker's state) are read at scrape time through `collect()` callbacks: nothing is
+ * copied on the hot path, and a scraped value is never stale. Per-stage latencies come
+ * from the trace records of sampled elements (`observeTrace`); generation timings from
+ * a worker's `GenerationDone` (`observeGeneration`).
+ *
+ * Labels are bounded by construction: stage, cache, breaker and model names come from
+ * configuration, routes from a fixed list, status as a class (`2xx`). Never a request
+ * id or a prompt.
+ */
+import * as z from 'zod';
+import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { parseOptions } from '../flow/options.js';
+import type { StageStats } from '../flow/stats.js';
+import type { ShedReason } from '../flow/options.js';
+import { CacheStats } from '../cache/stats.js';
+import type { CircuitBreaker, CircuitState } from '../resilience/breaker.js';
+import type { TraceContext } from '../trace/trace.js';
+import type { GenerationDone } from '../inference/worker.js';
+
+export interface SluiceMetricsOptions {
+  /** Prepended to every sluice metric name (not to `gen_ai_*` nor the default Node metrics). Default `sluice_`. */
+  readonly prefix?: string;
+  /**
+   * Registers prom-client's default process and Node.js metrics on the registry too (minus the
+   * three `nodejs_active_*_total` gauges, misnamed as counters). Default true.
+   */
+  readonly defaultMetrics?: boolean;
+  /** Resolution (ms) of the event-loop delay monitor. Default 20. */
+  readonly eventLoopResolution?: number;
+}
+
+const optionsSchema = z
+  .object({
+    prefix: z.string().regex(/^[a-zA-Z_:][a-zA-Z0-9_:]*$/, { error: 'prefix must be a valid Prometheus metric name prefix' }).default('sluice_'),
+    defaultMetrics: z.boolean({ error: 'defaultMetrics must be a boolean' }).default(true),
+    eventLoopResolution: z.number({ error: 'eventLoopResolution must be a number of ms' }).int({ error: 'eventLoopResolution must be an integer' }).min(1, { error: 'eventLoopResolution must be ≥ 1 ms' }).default(20),
+  })
+  .strict();
+
+/** `closed` 0, `half-open` 1, `open` 2: higher is worse, so `max()` over breakers reads naturally. */
+export const BREAKER_STATE_VALUES: Readonly<Record<CircuitState, number>> = { closed: 0, 'half-open': 1, open: 2 };
+
+/** What the HTTP API reports for one finished request. */
+export interface RequestObservation {
+  /** A route from a fixed set (`/v1/chat/completions`, `/metrics`, ..., `other`). */
+  readonly route: string;
+  readonly status: number;
+  readonly seconds: number;
+}
+
+const LATENCY_BUCKETS = [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+const TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144];
+const PER_TOKEN_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5];
+const SHED_REASONS: readonly ShedReason[] = ['buffer-full', 'evicted', 'lagging', 'cancelled'];
+const LOOP_STATS = [
+  ['p50', (h: IntervalHistogram) => h.percentile(50)],
+  ['p90', (h: IntervalHistogram) => h.percentile(90)],
+  ['p99', (h: IntervalHistogram) => h.percentile(99)],
+  ['max', (h: IntervalHistogram) => h.max],
+  ['mean', (h: IntervalHistogram) => h.mean],
+] as const;
+
+/**
+ * Every metric sluice exports, on its own prom-client `Registry`. Register the stats
+ * objects your pipeline uses, feed it traces and generations (the HTTP handler does
+ * that for its requests), and serve `scrape()` on `/metrics`.
+ *
+ * ## Example
+ * ```ts
+ * const metrics = new SluiceMetrics();
+ * const inferStats = new StageStats();
+ * metrics.registerStage('infer', inferStats);
+ * metrics.registerCache('responses', cacheStats);
+ * metrics.registerBreaker(breaker);
+ * const server = createServer(createHttpHandler({ workers: { charlm: worker }, metrics }));
+ * // GET /metrics → sluice_stage_buffered{stage="infer"} 3 ...
+ * ```
+ */
+export class SluiceMetrics {
+  /** The registry every metric here lives on. Add your own metrics to it if you like. */
+  readonly registry: Registry;
+  private readonly stages = new Map<string, StageStats>();
+  private readonly caches = new Map<string, CacheStats>();
+  private readonly breakers = new Map<string, CircuitBreaker>();
+  private readonly loop: IntervalHistogram;
+  private readonly requests: Counter<'route' | 'code'>;
+  private readonly requestDuration: Histogram<'route'>;
+  private readonly queueWait: Histogram<'stage'>;
+  private readonly service: Histogram<'stage'>;
+  private readonly paused: Counter<'stage'>;
+  private readonly timeToFirstToken: Histogram<'gen_ai_operation_name' | 'gen_ai_request_model'>;
+  private readonly timePerOutputToken: Histogram<'gen_ai_operation_name' | 'gen_ai_request_model'>;
+  private readonly generationDuration: Histogram<'gen_ai_operation_name' | 'gen_ai_request_model' | 'error_type'>;
+  private readonly tokenUsage: Histogram<'gen_ai_operation_name' | 'gen_ai_request_model' | 'gen_ai_token_type'>;
+  private readonly generatedTokens: Counter<'gen_ai_request_model'>;
+  private closed = false;
+
+  constructor(options: SluiceMetricsOptions = {}) {
+    const { prefix, defaultMetrics, eventLoopResolution } = parseOptions(optionsSchema, options, 'SluiceMetrics options');
+    const registry = (this.registry = new Registry());
+    const registers = [registry];
+    if (defaultMetrics) {
+      collectDefaultMetrics({ register: registry });
+      // prom-client names these gauges `_total`, which Prometheus reserves for counters (promtool
+      // rejects them); the per-type gauges beside them carry the same numbers: sum() them.
+      for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) registry.removeSingleMetric(name);
+    }
+
+    this.requests = new Counter({ name: `${prefix}http_requests_total`, help: 'HTTP requests answered, by route and status class.', labelNames: ['route', 'code'], registers });
+    this.requestDuration = new Histogram({ name: `${prefix}http_request_duration_seconds`, help: 'HTTP request duration, until the last byte was written or the client left.', labelNames: ['route'], buckets: LATENCY_BUCKETS, registers });
+    this.queueWait = new Histogram({ name: `${prefix}stage_queue_wait_seconds`, help: 'Time sampled elements waited in a stage buffer before work started.', labelNames: ['stage'], buckets: LATENCY_BUCKETS, registers });
+    this.service = new Histogram({ name: `${prefix}stage_service_seconds`, help: 'Time sampled elements spent in a stage work function.', labelNames: ['stage'], buckets: LATENCY_BUCKETS, registers });
+    this.paused = new Counter({ name: `${prefix}stage_paused_seconds_total`, help: 'Time results of sampled elements waited for downstream demand (backpressure).', labelNames: ['stage'], registers });
+
+    const stageGauge = (name: string, help: string, read: (stats: StageStats) => number) => {
+      const gauge: Gauge<'stage'> = new Gauge({
+        name: `${prefix}stage_${name}`,
+        help,
+        labelNames: ['stage'],
+        registers,
+        collect: () => {
+          for (const [stage, stats] of this.stages) gauge.set({ stage }, read(stats));
+        },
+      });
+    };
+    stageGauge('buffered', 'Elements waiting in the stage buffers now.', (s) => s.buffered);
+    stageGauge('in_flight', 'Work started and not yet fully delivered, now.', (s) => s.inFlight);
+
+    const stageCounter = (name: string, help: string, read: (stats: StageStats) => number) => {
+      const counter: Counter<'stage'> = new Counter({
+        name: `${prefix}stage_${name}_total`,
+        help,
+        labelNames: ['stage'],
+        registers,
+        collect: () => {
+          // The source counters are monotonic, so re-stating them at each scrape is a valid counter.
+          counter.reset();
+          for (const [stage, stats] of this.stages) counter.inc({ stage }, read(stats));
+        },
+      });
+    };
+    stageCounter('received', 'Elements that entered the stage.', (s) => s.received);
+    stageCounter('delivered', 'Inputs whose outputs all went downstream.', (s) => s.delivered);
+    stageCounter('emitted', 'Outputs emitted downstream.', (s) => s.emitted);
+    stageCounter('failed', 'Inputs whose work failed.', (s) => s.failed);
+    stageCounter('pauses', 'Times the stage stopped its producers because it was full.', (s) => s.pauses);
+    const shed: Counter<'stage' | 'reason'> = new Counter({
+      name: `${prefix}stage_shed_total`,
+      help: 'Elements shed by a stage, by reason.',
+      labelNames: ['stage', 'reason'],
+      registers,
+      collect: () => {
+        shed.reset();
+        for (const [stage, stats] of this.stages) for (const reason of SHED_REASONS) shed.inc({ stage, reason }, stats.shed[reason]);
+      },
+    });
+
+    for (const metric of CacheStats.metrics) {
+      const name = metric.name.replace(/^sluice_/, prefix);
+      const help = metric.help;
+      if (metric.type === 'counter') {
+        const counter: Counter<'cache'> = new Counter({
+          name,
+          help,
+          labelNames: ['cache'],
+          registers,
+          collect: () => {
+            counter.reset();
+            for (const [cache, stats] of this.caches) counter.inc({ cache }, stats[metric.field]);
+          },
+        });
+      } else {
+        const cacheGauge: Gauge<'cache'> = new Gauge({
+          name,
+          help,
+          labelNames: ['cache'],
+          registers,
+          collect: () => {
+            for (const [cache, stats] of this.caches) cacheGauge.set({ cache }, stats[metric.field]);
+          },
+        });
+      }
+    }
+    const hitRatio: Gauge<'cache'> = new Gauge({
+      name: `${prefix}cache_hit_ratio`,
+      help: 'Share of cache requests answered from a cache (exact or semantic) since start; prefer rate() over the counters for recent behaviour.',
+      labelNames: ['cache'],
+      registers,
+      collect: () => {
+        for (const [cache, stats] of this.caches) hitRatio.set({ cache }, stats.requests === 0 ? 0 : (stats.hits + stats.semanticHits) / stats.requests);
+      },
+    });
+
+    const breakerState: Gauge<'breaker'> = new Gauge({
+      name: `${prefix}circuit_breaker_state`,
+      help: 'Circuit breaker state: 0 closed, 1 half-open, 2 open.',
+      labelNames: ['breaker'],
+      registers,
+      collect: () => {
+        for (const [name, breaker] of this.breakers) breakerState.set({ breaker: name }, BREAKER_STATE_VALUES[breaker.state]);
+      },
+    });
+
+    this.loop = monitorEventLoopDelay({ resolution: eventLoopResolution });
+    this.loop.enable();
+    const loopDelay: Gauge<'stat'> = new Gauge({
+      name: `${prefix}event_loop_delay_seconds`,
+      help: 'Event-loop delay since the previous scrape (perf_hooks.monitorEventLoopDelay), by statistic.',
+      labelNames: ['stat'],
+      registers,
+      collect: () => {
+        const histogram = this.loop;
+        // With no sample yet the histogram reports NaN or huge sentinels: report 0 instead.
+        const ready = histogram.count > 0;
+        for (const [stat, read] of LOOP_STATS) loopDelay.set({ stat }, ready ? read(histogram) / 1e9 : 0);
+        histogram.reset();
+      },
+    });
+
+    const genAi = ['gen_ai_operation_name', 'gen_ai_request_model'] as const;
+    this.timeToFirstToken = new Histogram({ name: 'gen_ai_server_time_to_first_token_seconds', help: 'Time from the start of a generation to its first token (gen_ai.server.time_to_first_token).', labelNames: genAi, buckets: LATENCY_BUCKETS, registers });
+    this.timePerOutputToken = new Histogram({ name: 'gen_ai_server_time_per_output_token_seconds', help: 'Time per output token after the first (gen_ai.server.time_per_output_token).', labelNames: genAi, buckets: PER_TOKEN_BUCKETS, registers });
+    this.generationDuration = new Histogram({ name: 'gen_ai_server_request_duration_seconds', help: 'Generation request duration (gen_ai.server.request.duration).', labelNames: [...genAi, 'error_type'], buckets: LATENCY_BUCKETS, registers });
+    this.tokenUsage = new Histogram({ name: 'gen_ai_client_token_usage', help: 'Tokens per generation, input or output (gen_ai.client.token.usage).', labelNames: [...genAi, 'gen_ai_token_type'], buckets: TOKEN_BUCKETS, registers });
+    this.generatedTokens = new Counter({ name: `${prefix}generated_tokens_total`, help: 'Output tokens generated; rate() of it is tokens per second.', labelNames: ['gen_ai_request_model'], registers });
+  }
+
+  /** Exports a stage's `StageStats` under `stage` (buffered, in flight, shed by reason...). Re-registering a name replaces it. */
+  registerStage(stage: string, stats: StageStats): this {
+    this.stages.set(stage, stats);
+    return this;
+  }
+
+  /** Exports a `CacheStats` under `cache`, with its hit ratio. */
+  registerCache(cache: string, stats: CacheStats): this {
+    this.caches.set(cache, stats);
+    return this;
+  }
+
+  /** Exports a breaker's state (0 closed, 1 half-open, 2 open) under its name. */
+  registerBreaker(breaker: CircuitBreaker): this {
+    this.breakers.set(breaker.name, breaker);
+    return this;
+  }
+
+  /**
+   * Records the per-stage timings of a finished element: queue wait and service into
+   * histograms, paused time into a counter. Unsampled traces have no records and cost nothing.
+   */
+  observeTrace(trace: TraceContext): void {
+    const records = trace.records;
+    if (records === undefined) return;
+    for (const record of records) {
+      const labels = { stage: record.stage };
+      this.queueWait.observe(labels, record.queueWait / 1000);
+      this.service.observe(labels, record.service / 1000);
+      if (record.paused > 0) this.paused.inc(labels, record.paused / 1000);
+    }
+  }
+
+  /**
+   * Records a generation: time to first token, time per output token, token usage and
+   * duration (`errorType` set when it failed, e.g. `AbortedError`).
+   */
+  observeGeneration(model: string, done: GenerationDone, seconds: number, errorType?: string): void {
+    const labels = { gen_ai_operation_name: 'chat', gen_ai_request_model: model };
+    if (done.timeToFirstToken !== undefined) this.timeToFirstToken.observe(labels, done.timeToFirstToken / 1000);
+    if (done.tokensPerSecond !== undefined && done.tokensPerSecond > 0) this.timePerOutputToken.observe(labels, 1 / done.tokensPerSecond);
+    this.tokenUsage.observe({ ...labels, gen_ai_token_type: 'input' }, done.usage.inputTokens);
+    this.tokenUsage.observe({ ...labels, gen_ai_token_type: 'output' }, done.usage.outputTokens);
+    this.generatedTokens.inc({ gen_ai_request_model: model }, done.usage.outputTokens);
+    this.generationDuration.observe({ ...labels, error_type: errorType ?? '' }, seconds);
+  }
+
+  /** Records one answered HTTP request. */
+  observeRequest({ route, status, seconds }: RequestObservation): void {
+    this.requests.inc({ route, code: `${Math.floor(status / 100)}xx` });
+    this.requestDuration.observe({ route }, seconds);
+  }
+
+  /** The exposition text and its content type, for a `/metrics` response. */
+  async scrape(): Promise<{ readonly contentType: string; readonly body: string }> {
+    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+
+  /** Stops the event-loop monitor. The registry stays readable. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.loop.disable();
+  }
+}
