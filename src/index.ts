@@ -115,3 +115,7 @@ export { SluiceMetrics, BREAKER_STATE_VALUES } from './serve/metrics.js';
 export type { SluiceMetricsOptions, RequestObservation } from './serve/metrics.js';
 export { genAiSpan, endGenAiSpan, recordStageSpans, contextFromTraceparent, traceparentOf, sluiceTracer, errorType } from './trace/otel.js';
 export type { GenAiSpan, GenAiSpanOptions, GenAiOutcome, StageSpanOptions } from './trace/otel.js';
+export { attachTokenSocket } from './serve/ws-server.js';
+export type { TokenSocket, TokenSocketOptions, TokenSocketLimits, TokenSocketStats, TokenSocketEvent, TokenWorker, Principal, Authenticate, CloseCause } from './serve/ws-server.js';
+export { SUBPROTOCOL, BEARER_PROTOCOL_PREFIX, CLOSE_CODES, PROTOCOL_ERRORS, REQUEST_ERRORS, parseClientFrame, serverFrameSchema, generateMessageSchema, cancelMessageSchema } from './serve/protocol.js';
+export type { ClientMessage, GenerateMessage, CancelMessage, ServerFrame, TokenFrame, DoneFrame, ErrorFrame, ErrorCode, ProtocolErrorCode, RequestErrorCode, ParsedFrame } from './serve/protocol.js';

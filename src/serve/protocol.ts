@@ -1,0 +1,197 @@
+/**
+ * The `sluice.v1` token-streaming protocol: JSON text frames over a WebSocket, every
+ * one validated with zod before anything acts on it.
+ *
+ * Client → server
+ * - `{ type: 'generate', id, prompt | messages, parameters?, traceparent?, policy?, model? }`
+ * - `{ type: 'cancel', id }`
+ *
+ * Server → client
+ * - `{ type: 'token', id, seq, text, tokens }` — `seq` counts this request's token frames from 0;
+ *   `tokens` is how many model tokens the frame carries (more than 1 when `conflate` merged them)
+ * - `{ type: 'done', id, finish_reason, usage: { input_tokens, output_tokens }, traceparent }`
+ * - `{ type: 'error', id?, code, message }` — `id` when the frame named a request
+ *
+ * Requests are multiplexed by `id`: a socket carries several at once, and an `id` is
+ * free again once its `done` or `error` was sent.
+ *
+ * ## Example
+ * ```ts
+ * const socket = new WebSocket('ws://127.0.0.1:8080/v1/stream', [SUBPROTOCOL, `bearer.${token}`]);
+ * socket.send(JSON.stringify({ type: 'generate', id: 'a', prompt: 'The stage', parameters: { max_tokens: 32 } }));
+ * ```
+ */
+import * as z from 'zod';
+
+/** The subprotocol a client must offer; a future incompatible protocol gets a new version. */
+export const SUBPROTOCOL = 'sluice.v1';
+
+/** Subprotocol entries starting with this carry the bearer token (browsers cannot set `Authorization`). */
+export const BEARER_PROTOCOL_PREFIX = 'bearer.';
+
+/**
+ * Close codes the server uses (1000–1015 are the RFC 6455 ones).
+ *
+ * | code | when |
+ * |------|------|
+ * | 1001 | the server is shutting down (`TokenSocket.close()`) |
+ * | 1008 | `maxBadFrames` consecutive protocol errors (see `PROTOCOL_ERRORS`) |
+ * | 1009 | a frame above `maxPayload` (closed by `ws` itself, no error frame) |
+ * | 4008 | the client did not read: bytes stayed buffered above the high-water mark for `stallTimeout` |
+ *
+ * A missed heartbeat pong ends the connection with `terminate()` (no close frame: the peer is gone).
+ */
+export const CLOSE_CODES = {
+  goingAway: 1001,
+  policyViolation: 1008,
+  messageTooBig: 1009,
+  slowConsumer: 4008,
+} as const;
+
+/**
+ * Codes of frames the server could not understand. Each is answered with an `error`
+ * frame; `maxBadFrames` of them in a row close the connection with 1008.
+ */
+export const PROTOCOL_ERRORS = ['BINARY_FRAME', 'INVALID_JSON', 'INVALID_MESSAGE', 'UNKNOWN_TYPE'] as const;
+export type ProtocolErrorCode = (typeof PROTOCOL_ERRORS)[number];
+
+/**
+ * Codes of well-formed requests the server refuses or that failed; they never close
+ * the connection.
+ */
+export const REQUEST_ERRORS = [
+  'DUPLICATE_ID',
+  'UNKNOWN_ID',
+  'UNKNOWN_MODEL',
+  'TOO_MANY_REQUESTS',
+  'RATE_LIMITED',
+  'TENANT_QUOTA',
+  'INVALID_OPTIONS',
+  'EMPTY_PROMPT',
+  'GENERATION_FAILED',
+] as const;
+export type RequestErrorCode = (typeof REQUEST_ERRORS)[number];
+
+/** A code an `error` frame carries: a protocol or request code, or the `code` of a `SluiceError` a worker raised. */
+export type ErrorCode = ProtocolErrorCode | RequestErrorCode | (string & {});
+
+const id = z.string({ error: 'id must be a string' }).min(1, { error: 'id must not be empty' }).max(128, { error: 'id must be at most 128 characters' });
+
+const TRACEPARENT = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
+
+export const generateMessageSchema = z
+  .object({
+    type: z.literal('generate'),
+    id,
+    prompt: z.string({ error: 'prompt must be a string' }).optional(),
+    messages: z
+      .array(z.object({ role: z.string({ error: 'role must be a string' }), content: z.string({ error: 'content must be a string' }) }).strict(), {
+        error: 'messages must be an array of { role, content }',
+      })
+      .optional(),
+    /** Generation parameters (`temperature`, `top_p`, `max_tokens`...), validated by `generateRequest`. */
+    parameters: z.record(z.string(), z.unknown(), { error: 'parameters must be an object' }).optional(),
+    traceparent: z.string({ error: 'traceparent must be a string' }).regex(TRACEPARENT, { error: 'traceparent must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)' }).optional(),
+    /** What happens to tokens while the client reads slowly: `pause` decoding (default) or `conflate` them into larger frames. */
+    policy: z.enum(['pause', 'conflate'], { error: 'policy must be "pause" or "conflate"' }).optional(),
+    /** Which of the server's workers generates, when it has several. */
+    model: z.string({ error: 'model must be a string' }).min(1, { error: 'model must not be empty' }).optional(),
+  })
+  .strict()
+  .refine((m) => (m.prompt === undefined) !== (m.messages === undefined), { error: 'give exactly one of prompt or messages', path: ['prompt'] });
+
+export const cancelMessageSchema = z.object({ type: z.literal('cancel'), id }).strict();
+
+export type GenerateMessage = z.output<typeof generateMessageSchema>;
+export type CancelMessage = z.output<typeof cancelMessageSchema>;
+export type ClientMessage = GenerateMessage | CancelMessage;
+
+export interface TokenFrame {
+  readonly type: 'token';
+  readonly id: string;
+  readonly seq: number;
+  readonly text: string;
+  readonly tokens: number;
+}
+
+export interface DoneFrame {
+  readonly type: 'done';
+  readonly id: string;
+  readonly finish_reason: 'stop' | 'length' | 'abort';
+  readonly usage: { readonly input_tokens: number; readonly output_tokens: number };
+  readonly traceparent: string;
+}
+
+export interface ErrorFrame {
+  readonly type: 'error';
+  readonly id?: string;
+  readonly code: ErrorCode;
+  readonly message: string;
+}
+
+export type ServerFrame = TokenFrame | DoneFrame | ErrorFrame;
+
+/** Schema of server frames, for clients (and tests) that validate what they receive. */
+export const serverFrameSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('token'), id, seq: z.number().int().min(0), text: z.string(), tokens: z.number().int().min(1) }).strict(),
+  z
+    .object({
+      type: z.literal('done'),
+      id,
+      finish_reason: z.enum(['stop', 'length', 'abort']),
+      usage: z.object({ input_tokens: z.number().int().min(0), output_tokens: z.number().int().min(0) }).strict(),
+      traceparent: z.string().regex(TRACEPARENT),
+    })
+    .strict(),
+  z.object({ type: z.literal('error'), id: id.optional(), code: z.string().min(1), message: z.string() }).strict(),
+]);
+
+/** What reading one frame gave: a message to act on, or the error frame to answer with. */
+export type ParsedFrame = { readonly ok: true; readonly message: ClientMessage } | { readonly ok: false; readonly error: ErrorFrame & { readonly code: ProtocolErrorCode } };
+
+/**
+ * Reads one client frame. Never throws: anything wrong becomes a protocol error frame,
+ * carrying the request `id` when the frame named one.
+ *
+ * ## Example
+ * ```ts
+ * parseClientFrame('{"type":"cancel","id":"a"}', false); // { ok: true, message: { type: 'cancel', id: 'a' } }
+ * parseClientFrame('nope', false).ok;                     // false (INVALID_JSON)
+ * ```
+ */
+export function parseClientFrame(data: string, isBinary: boolean): ParsedFrame {
+  if (isBinary) return bad('BINARY_FRAME', `frames must be JSON text; binary frames are not part of ${SUBPROTOCOL}`);
+  let value: unknown;
+  try {
+    value = JSON.parse(data);
+  } catch {
+    return bad('INVALID_JSON', 'the frame is not valid JSON');
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return bad('INVALID_MESSAGE', 'a message must be a JSON object with a "type"');
+  const record = value as Record<string, unknown>;
+  const known = id.safeParse(record.id);
+  const requestId = known.success ? known.data : undefined;
+  const schema = record.type === 'generate' ? generateMessageSchema : record.type === 'cancel' ? cancelMessageSchema : undefined;
+  if (schema === undefined) {
+    const what = typeof record.type === 'string' ? `unknown message type ${JSON.stringify(record.type.slice(0, 40))}` : 'the message has no string "type"';
+    return bad(typeof record.type === 'string' ? 'UNKNOWN_TYPE' : 'INVALID_MESSAGE', `${what}; expected "generate" or "cancel"`, requestId);
+  }
+  const result = schema.safeParse(value);
+  if (result.success) return { ok: true, message: result.data };
+  return bad('INVALID_MESSAGE', `invalid ${String(record.type)} message: ${describeIssues(result.error.issues)}`, requestId);
+}
+
+/** `path: message` for each issue, like `InvalidOptionsError`, so a client sees which field is wrong. */
+export function describeIssues(issues: readonly z.core.$ZodIssue[]): string {
+  return issues
+    .flatMap((issue) => {
+      const path = issue.path.map(String);
+      if (issue.code === 'unrecognized_keys') return issue.keys.map((key) => `${[...path, key.slice(0, 40)].join('.')}: unknown field`);
+      return [`${path.join('.') || '(root)'}: ${issue.message}`];
+    })
+    .join('; ');
+}
+
+function bad(code: ProtocolErrorCode, message: string, requestId?: string): ParsedFrame {
+  return { ok: false, error: requestId === undefined ? { type: 'error', code, message } : { type: 'error', id: requestId, code, message } };
+}

@@ -1,0 +1,705 @@
+/**
+ * The WebSocket token server: `attachTokenSocket(httpServer, options)` takes over the
+ * `upgrade` requests of a `node:http` server and streams generations over the
+ * `sluice.v1` protocol (see `protocol.ts`).
+ *
+ * Each connection owns its requests (multiplexed by `id`); each request is its model's
+ * token `Flow` subscribed with explicit demand, and demand is granted only while the
+ * socket's `bufferedAmount` is under the high-water mark, so a client that does not
+ * read stops its model from decoding instead of filling server memory.
+ *
+ * Security is checked before the WebSocket exists: Origin allow-list (403), bearer
+ * token from `Authorization` or a `bearer.<token>` subprotocol (401), subprotocol
+ * `sluice.v1` (400); each refusal answers and destroys the socket. After that: a small
+ * `maxPayload`, per-connection concurrency and message-rate limits, per-tenant
+ * concurrency quotas, and a ping/pong heartbeat.
+ */
+import type { IncomingMessage, Server as HttpServer } from 'node:http';
+import type { Duplex } from 'node:stream';
+import * as z from 'zod';
+import { WebSocketServer, WebSocket, type RawData } from 'ws';
+import { subscribeWithDemand, type DemandSubscription } from '../flow/demand.js';
+import { functionSchema, parseOptions, positiveInt } from '../flow/options.js';
+import { SluiceError } from '../errors.js';
+import { TokenBuckets } from '../resilience/bucket.js';
+import { traced, type TraceContext } from '../trace/trace.js';
+import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker, type Token } from '../inference/worker.js';
+import {
+  BEARER_PROTOCOL_PREFIX,
+  CLOSE_CODES,
+  SUBPROTOCOL,
+  parseClientFrame,
+  type ErrorFrame,
+  type GenerateMessage,
+  type ProtocolErrorCode,
+  type RequestErrorCode,
+  type ServerFrame,
+} from './protocol.js';
+
+/** What the server needs of a model: its name and a token Flow. Every `ModelWorker` fits. */
+export type TokenWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate'>;
+
+/** Who a token belongs to. Quotas are kept per `tenant`. */
+export interface Principal {
+  readonly tenant: string;
+}
+
+/** Checks a bearer token; `undefined` (or a throw) refuses the upgrade with 401. */
+export type Authenticate = (token: string, request: IncomingMessage) => Principal | undefined | Promise<Principal | undefined>;
+
+export interface TokenSocketLimits {
+  /** Largest frame a client may send, bytes; larger ones close the connection with 1009. Default 64 KiB. */
+  readonly maxPayload: number;
+  /** Requests one connection may run at once. Default 8. */
+  readonly maxConcurrent: number;
+  /** Frames a connection may send: `perSecond` on average, `burst` at once. Default 20/s, burst 40. */
+  readonly rate: { readonly perSecond: number; readonly burst: number };
+  /** Requests one tenant may run at once, across its connections. Default 32. */
+  readonly tenantConcurrent: number;
+  /** Bytes buffered for a socket above which no more tokens are decoded for it. Default 64 KiB. */
+  readonly highWaterMark: number;
+  /** Bytes buffered for a socket beyond which it is closed at once with 4008 (error frames are not paced by demand). Default 1 MiB. */
+  readonly maxBuffered: number;
+  /** How long, ms, a socket may stay above the high-water mark before it is closed with 4008. Default 10 s. */
+  readonly stallTimeout: number;
+  /** Protocol errors in a row that close the connection with 1008. Default 5. */
+  readonly maxBadFrames: number;
+  /** Ping every this many ms; a connection that did not answer the previous ping is terminated. Default 30 s. */
+  readonly heartbeatInterval: number;
+  /** The largest `max_tokens` a request may ask for. Default 4096. */
+  readonly maxTokens: number;
+  /** Characters a `conflate` request may hold while its client is slow; decoding pauses beyond. Default 16 Ki. */
+  readonly conflateLimit: number;
+}
+
+/** What the server reports for logs. Never carries a token or a prompt. */
+export type TokenSocketEvent =
+  | { readonly kind: 'upgrade-rejected'; readonly status: 400 | 401 | 403; readonly reason: string }
+  | { readonly kind: 'connected'; readonly connection: number; readonly tenant: string }
+  | { readonly kind: 'bad-frame'; readonly connection: number; readonly code: ProtocolErrorCode }
+  | { readonly kind: 'refused'; readonly connection: number; readonly code: RequestErrorCode | (string & {}) }
+  | { readonly kind: 'closed'; readonly connection: number; readonly tenant: string; readonly code: number; readonly cause: CloseCause };
+
+/** Why a connection ended. */
+export type CloseCause = 'client' | 'bad-frames' | 'stalled' | 'heartbeat' | 'shutdown';
+
+export interface TokenSocketOptions {
+  /** The model that generates. Give this or `workers`. */
+  readonly worker?: TokenWorker;
+  /** Several models, chosen by the message's `model` (default: the first). */
+  readonly workers?: Readonly<Record<string, TokenWorker>>;
+  readonly authenticate: Authenticate;
+  /** Origins browsers may connect from; a request with another `Origin` gets 403. Requests without `Origin` (non-browser clients) pass. Default: any. */
+  readonly origins?: readonly string[];
+  /** Only upgrades to this path are handled; others are left to other `upgrade` listeners. Default: every path. */
+  readonly path?: string;
+  readonly limits?: Partial<TokenSocketLimits>;
+  readonly onEvent?: (event: TokenSocketEvent) => void;
+}
+
+/** Counters for tests, health checks and metrics. */
+export interface TokenSocketStats {
+  readonly connections: number;
+  /** Requests subscribed to a model now. */
+  readonly activeRequests: number;
+  /** Bytes waiting in the sockets' send buffers now, all connections together. */
+  readonly buffered: number;
+  /** Stall and close timers armed now (the heartbeat interval is not counted). */
+  readonly timers: number;
+  /** Requests running per tenant (tenants with none are absent). */
+  readonly tenants: Readonly<Record<string, number>>;
+  readonly started: number;
+  readonly completed: number;
+  readonly cancelled: number;
+  readonly failed: number;
+  readonly badFrames: number;
+}
+
+/** The handle `attachTokenSocket` returns. */
+export interface TokenSocket {
+  stats(): TokenSocketStats;
+  /** Stops accepting upgrades, closes every connection with 1001 and cancels their requests. */
+  close(): void;
+}
+
+const DEFAULT_LIMITS: TokenSocketLimits = {
+  maxPayload: 64 * 1024,
+  maxConcurrent: 8,
+  rate: { perSecond: 20, burst: 40 },
+  tenantConcurrent: 32,
+  highWaterMark: 64 * 1024,
+  maxBuffered: 1024 * 1024,
+  stallTimeout: 10_000,
+  maxBadFrames: 5,
+  heartbeatInterval: 30_000,
+  maxTokens: 4096,
+  conflateLimit: 16 * 1024,
+};
+
+const workerSchema = z.custom<TokenWorker>(
+  (v) => typeof v === 'object' && v !== null && typeof (v as TokenWorker).generate === 'function' && typeof (v as TokenWorker).name === 'string',
+  { error: 'must be a ModelWorker (with name and generate())' },
+);
+
+const limitsSchema = z
+  .object({
+    maxPayload: positiveInt('maxPayload'),
+    maxConcurrent: positiveInt('maxConcurrent'),
+    rate: z.object({ perSecond: z.number().positive({ error: 'perSecond must be > 0' }), burst: z.number().min(1, { error: 'burst must be ≥ 1' }) }).strict(),
+    tenantConcurrent: positiveInt('tenantConcurrent'),
+    highWaterMark: positiveInt('highWaterMark'),
+    maxBuffered: positiveInt('maxBuffered'),
+    stallTimeout: positiveInt('stallTimeout'),
+    maxBadFrames: positiveInt('maxBadFrames'),
+    heartbeatInterval: positiveInt('heartbeatInterval'),
+    maxTokens: positiveInt('maxTokens'),
+    conflateLimit: positiveInt('conflateLimit'),
+  })
+  .strict()
+  .refine((l) => l.maxBuffered > l.highWaterMark, { error: 'maxBuffered must be greater than highWaterMark', path: ['maxBuffered'] });
+
+const optionsSchema = z
+  .object({
+    worker: workerSchema.optional(),
+    workers: z.record(z.string(), workerSchema).optional(),
+    authenticate: functionSchema<Authenticate>(),
+    origins: z.array(z.string().min(1, { error: 'an origin must not be empty' }), { error: 'origins must be an array of strings' }).optional(),
+    path: z.string().startsWith('/', { error: 'path must start with "/"' }).optional(),
+    limits: z.unknown().optional(),
+    onEvent: functionSchema<(event: TokenSocketEvent) => void>().optional(),
+  })
+  .strict()
+  .refine((o) => (o.worker === undefined) !== (o.workers === undefined || Object.keys(o.workers).length === 0), {
+    error: 'give exactly one of worker or workers (non-empty)',
+    path: ['worker'],
+  });
+
+/**
+ * Serves token streams over WebSocket on `server`'s `upgrade` event.
+ *
+ * Close codes: 1001 shutdown, 1008 after `maxBadFrames` protocol errors in a row, 1009
+ * for a frame above `maxPayload` (by `ws`), 1007 for invalid UTF-8 (by `ws`), 4008 for a
+ * client that does not read. A missed pong terminates the socket. Every other refusal
+ * (rate, concurrency, quota, bad parameters, duplicate id) is a typed `error` frame and
+ * the connection stays open.
+ *
+ * ## Example
+ * ```ts
+ * const server = createServer(routes);
+ * const tokens = attachTokenSocket(server, {
+ *   worker: await CharLmWorker.load('models/charlm.onnx'),
+ *   authenticate: (token) => (token === process.env.SLUICE_TOKEN ? { tenant: 'default' } : undefined),
+ *   origins: ['https://app.example.com'],
+ *   path: '/v1/stream',
+ * });
+ * server.listen(8080);
+ * // later: tokens.close(); server.close();
+ * ```
+ */
+export function attachTokenSocket(server: HttpServer, options: TokenSocketOptions): TokenSocket {
+  const parsed = parseOptions(optionsSchema, options, 'token socket options');
+  const limits = parseOptions(limitsSchema, { ...DEFAULT_LIMITS, ...(parsed.limits as object | undefined) }, 'token socket limits');
+  const hub = new Hub(server, parsed, limits);
+  return { stats: () => hub.stats(), close: () => hub.close() };
+}
+
+type Config = z.output<typeof optionsSchema>;
+
+/** Everything shared by a server's connections: the upgrade gate, tenants, heartbeat and counters. */
+class Hub {
+  readonly connections = new Set<Connection>();
+  readonly rate: TokenBuckets;
+  private readonly tenants = new Map<string, number>();
+  private readonly wss: WebSocketServer;
+  private readonly heartbeat: NodeJS.Timeout;
+  private readonly workers: ReadonlyMap<string, TokenWorker>;
+  private readonly onUpgrade: (request: IncomingMessage, socket: Duplex, head: Buffer) => void;
+  private numbering = 0;
+  private shut = false;
+  counters = { started: 0, completed: 0, cancelled: 0, failed: 0, badFrames: 0 };
+
+  constructor(
+    private readonly server: HttpServer,
+    private readonly config: Config,
+    readonly limits: TokenSocketLimits,
+  ) {
+    this.workers = new Map(config.worker !== undefined ? [[config.worker.name, config.worker]] : Object.entries(config.workers ?? {}));
+    this.rate = new TokenBuckets(limits.rate.perSecond, limits.rate.burst, () => performance.now());
+    this.wss = new WebSocketServer({
+      noServer: true,
+      maxPayload: limits.maxPayload,
+      perMessageDeflate: false,
+      // Only the versioned protocol is ever selected: a `bearer.*` entry must never be echoed back.
+      handleProtocols: (protocols) => (protocols.has(SUBPROTOCOL) ? SUBPROTOCOL : false),
+    });
+    this.onUpgrade = (request, socket, head) => {
+      if (this.config.path !== undefined && pathOf(request.url) !== this.config.path) return;
+      void this.admit(request, socket, head);
+    };
+    server.on('upgrade', this.onUpgrade);
+    this.heartbeat = setInterval(() => {
+      for (const connection of this.connections) connection.beat();
+    }, limits.heartbeatInterval);
+    this.heartbeat.unref();
+  }
+
+  emit(event: TokenSocketEvent): void {
+    try {
+      this.config.onEvent?.(event);
+    } catch {
+      // a failing log hook must not take a connection down
+    }
+  }
+
+  worker(model: string | undefined): TokenWorker | undefined {
+    if (model === undefined) return this.workers.values().next().value;
+    return this.workers.get(model);
+  }
+
+  acquireTenant(tenant: string): boolean {
+    const running = this.tenants.get(tenant) ?? 0;
+    if (running >= this.limits.tenantConcurrent) return false;
+    this.tenants.set(tenant, running + 1);
+    return true;
+  }
+
+  releaseTenant(tenant: string): void {
+    const running = (this.tenants.get(tenant) ?? 1) - 1;
+    if (running <= 0) this.tenants.delete(tenant);
+    else this.tenants.set(tenant, running);
+  }
+
+  private async admit(request: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    // A peer resetting during authentication must not raise an unhandled 'error'.
+    const ignore = () => {};
+    socket.on('error', ignore);
+    const origin = request.headers.origin;
+    if (this.config.origins !== undefined && origin !== undefined && !this.config.origins.includes(origin)) {
+      return this.refuse(socket, 403, 'origin not allowed');
+    }
+    const offered = protocolsOf(request.headers['sec-websocket-protocol']);
+    const token = bearerOf(request.headers.authorization) ?? offered.find((p) => p.startsWith(BEARER_PROTOCOL_PREFIX))?.slice(BEARER_PROTOCOL_PREFIX.length);
+    let principal: Principal | undefined;
+    if (token !== undefined && token.length > 0) {
+      try {
+        principal = await this.config.authenticate(token, request);
+      } catch {
+        principal = undefined;
+      }
+    }
+    if (principal === undefined || typeof principal.tenant !== 'string') return this.refuse(socket, 401, 'missing or invalid bearer token');
+    if (!offered.includes(SUBPROTOCOL)) return this.refuse(socket, 400, `subprotocol ${SUBPROTOCOL} required`);
+    if (this.shut || socket.destroyed) return void socket.destroy();
+    const tenant = principal.tenant;
+    this.wss.handleUpgrade(request, socket, head, (ws) => {
+      socket.off('error', ignore);
+      if (this.shut) return void ws.terminate();
+      const connection = new Connection(this, ws, ++this.numbering, tenant);
+      this.connections.add(connection);
+      this.emit({ kind: 'connected', connection: connection.number, tenant });
+    });
+  }
+
+  private refuse(socket: Duplex, status: 400 | 401 | 403, reason: string): void {
+    this.emit({ kind: 'upgrade-rejected', status, reason });
+    if (socket.destroyed) return;
+    const body = JSON.stringify({ error: { code: status === 401 ? 'UNAUTHORIZED' : status === 403 ? 'FORBIDDEN_ORIGIN' : 'BAD_SUBPROTOCOL', message: reason } });
+    const title = status === 401 ? 'Unauthorized' : status === 403 ? 'Forbidden' : 'Bad Request';
+    const headers = [
+      `HTTP/1.1 ${status} ${title}`,
+      'Connection: close',
+      'Content-Type: application/json',
+      `Content-Length: ${Buffer.byteLength(body)}`,
+      ...(status === 401 ? ['WWW-Authenticate: Bearer'] : []),
+    ];
+    // Destroy only once the answer is flushed, or the client may see a reset instead of the status.
+    socket.once('finish', () => socket.destroy());
+    socket.end(`${headers.join('\r\n')}\r\n\r\n${body}`);
+  }
+
+  stats(): TokenSocketStats {
+    let activeRequests = 0;
+    let timers = 0;
+    let buffered = 0;
+    for (const connection of this.connections) {
+      activeRequests += connection.streams.size;
+      buffered += connection.ws.bufferedAmount;
+      timers += connection.timers();
+    }
+    return { connections: this.connections.size, activeRequests, buffered, timers, tenants: Object.fromEntries(this.tenants), ...this.counters };
+  }
+
+  close(): void {
+    if (this.shut) return;
+    this.shut = true;
+    this.server.off('upgrade', this.onUpgrade);
+    clearInterval(this.heartbeat);
+    for (const connection of this.connections) connection.shutDown(CLOSE_CODES.goingAway, 'server shutting down', 'shutdown');
+    this.wss.close();
+  }
+}
+
+/**
+ * Token frames a connection sends before it yields to the event loop. A healthy local
+ * socket accepts writes synchronously, so without a budget a fast model would keep the
+ * loop to itself until the kernel buffer fills, starving every other connection.
+ */
+const FRAMES_PER_TURN = 32;
+
+/** One socket: its requests, its bad-frame count, its stall and heartbeat state. */
+class Connection {
+  readonly streams = new Map<string, Stream>();
+  private badInARow = 0;
+  private alive = true;
+  private ending = false;
+  private ended = false;
+  private cause: CloseCause = 'client';
+  private stallTimer: NodeJS.Timeout | undefined;
+  private killTimer: NodeJS.Timeout | undefined;
+  private turn = 0;
+  private budget = FRAMES_PER_TURN;
+  private nextTurn: NodeJS.Immediate | undefined;
+  /** Every send completion is a chance that the socket drained: the only wake-up a paused stream needs. */
+  private readonly afterSend = (err?: Error | null) => {
+    // Node passes null, not undefined, for a write that succeeded.
+    if (err == null) this.pump();
+  };
+
+  constructor(
+    readonly hub: Hub,
+    readonly ws: WebSocket,
+    readonly number: number,
+    readonly tenant: string,
+  ) {
+    ws.on('message', (data, isBinary) => this.receive(data, isBinary));
+    ws.on('pong', () => (this.alive = true));
+    ws.on('close', (code) => this.onClose(code));
+    // ws closes the socket itself after a protocol error (1009, 1007...); 'close' then cleans up.
+    ws.on('error', () => {});
+  }
+
+  get limits(): TokenSocketLimits {
+    return this.hub.limits;
+  }
+
+  timers(): number {
+    return (this.stallTimer === undefined ? 0 : 1) + (this.killTimer === undefined ? 0 : 1) + (this.nextTurn === undefined ? 0 : 1);
+  }
+
+  /** True while tokens may be decoded for this socket; arms the stall timer when not. */
+  writable(): boolean {
+    if (this.ending || this.ws.readyState !== WebSocket.OPEN) return false;
+    if (this.budget <= 0) {
+      this.nextTurn ??= setImmediate(() => {
+        this.nextTurn = undefined;
+        this.budget = FRAMES_PER_TURN;
+        this.pump();
+      });
+      return false;
+    }
+    if (this.ws.bufferedAmount < this.limits.highWaterMark) return true;
+    this.stallTimer ??= setTimeout(() => {
+      this.stallTimer = undefined;
+      if (this.ws.bufferedAmount >= this.limits.highWaterMark) this.stalled();
+    }, this.limits.stallTimeout);
+    return false;
+  }
+
+  send(frame: ServerFrame): void {
+    if (this.ending || this.ws.readyState !== WebSocket.OPEN) return;
+    // Token frames are paced by demand; error and done frames are not, so a hard cap bounds them.
+    if (this.ws.bufferedAmount > this.limits.maxBuffered) return this.stalled();
+    if (frame.type === 'token') this.budget--;
+    this.ws.send(JSON.stringify(frame), this.afterSend);
+  }
+
+  /** Grants demand to the streams in turn while the socket is under the high-water mark. */
+  pump(): void {
+    if (this.ending) return;
+    if (!this.writable()) return;
+    if (this.stallTimer !== undefined) {
+      clearTimeout(this.stallTimer);
+      this.stallTimer = undefined;
+    }
+    const streams = [...this.streams.values()];
+    const start = this.turn++ % Math.max(1, streams.length);
+    for (let i = 0; i < streams.length; i++) {
+      streams[(start + i) % streams.length]!.resume();
+      if (this.ending) return;
+    }
+  }
+
+  beat(): void {
+    if (this.ending) return;
+    if (!this.alive) {
+      this.cause = 'heartbeat';
+      this.abortAll('the client missed a heartbeat');
+      this.ws.terminate();
+      return;
+    }
+    this.alive = false;
+    if (this.ws.readyState === WebSocket.OPEN) this.ws.ping();
+  }
+
+  private receive(data: RawData, isBinary: boolean): void {
+    if (this.ending) return;
+    const parsed = parseClientFrame(isBinary ? '' : textOf(data), isBinary);
+    const requestId = parsed.ok ? parsed.message.id : parsed.error.id;
+    if (!this.hub.rate.take(String(this.number))) {
+      return this.refuse(requestId, 'RATE_LIMITED', `more than ${this.limits.rate.perSecond} frames per second (burst ${this.limits.rate.burst}); frame dropped`);
+    }
+    if (!parsed.ok) {
+      this.hub.counters.badFrames++;
+      this.hub.emit({ kind: 'bad-frame', connection: this.number, code: parsed.error.code });
+      this.send(parsed.error);
+      if (++this.badInARow >= this.limits.maxBadFrames) {
+        this.shutDown(CLOSE_CODES.policyViolation, `${this.badInARow} bad frames in a row`, 'bad-frames');
+      }
+      return;
+    }
+    this.badInARow = 0;
+    const message = parsed.message;
+    if (message.type === 'cancel') {
+      const stream = this.streams.get(message.id);
+      if (stream === undefined) return this.refuse(message.id, 'UNKNOWN_ID', 'no running request has this id (it may have finished already)');
+      return stream.cancelByClient();
+    }
+    this.start(message);
+  }
+
+  private start(message: GenerateMessage): void {
+    const { id } = message;
+    if (this.streams.has(id)) return this.refuse(id, 'DUPLICATE_ID', 'a request with this id is still running; ids are free again after done or error');
+    if (this.streams.size >= this.limits.maxConcurrent) {
+      return this.refuse(id, 'TOO_MANY_REQUESTS', `at most ${this.limits.maxConcurrent} requests may run at once on one connection`);
+    }
+    const worker = this.hub.worker(message.model);
+    if (worker === undefined) return this.refuse(id, 'UNKNOWN_MODEL', 'this server has no model by that name');
+    const maxTokens = message.parameters?.max_tokens;
+    if (typeof maxTokens === 'number' && maxTokens > this.limits.maxTokens) {
+      return this.refuse(id, 'INVALID_OPTIONS', `parameters.max_tokens: at most ${this.limits.maxTokens} on this server`);
+    }
+    let request: GenerateRequest;
+    try {
+      const content = message.prompt !== undefined ? { prompt: message.prompt } : { messages: message.messages! };
+      request = generateRequest({ ...message.parameters, ...content } as GenerateRequest);
+    } catch (err) {
+      return this.refuse(id, codeOf(err, 'INVALID_OPTIONS'), messageOf(err));
+    }
+    if (!this.hub.acquireTenant(this.tenant)) {
+      return this.refuse(id, 'TENANT_QUOTA', `tenant has ${this.limits.tenantConcurrent} requests running, its limit`);
+    }
+    const trace = traced(request, message.traceparent === undefined ? {} : { traceparent: message.traceparent }).trace;
+    const stream = new Stream(this, id, message.policy ?? 'pause', trace);
+    this.streams.set(id, stream);
+    this.hub.counters.started++;
+    stream.start(worker, request);
+  }
+
+  /** Called by a stream that ended, however it ended. */
+  release(stream: Stream): void {
+    if (this.streams.get(stream.id) !== stream) return;
+    this.streams.delete(stream.id);
+    this.hub.releaseTenant(this.tenant);
+  }
+
+  refuse(id: string | undefined, code: RequestErrorCode | (string & {}), message: string): void {
+    this.hub.emit({ kind: 'refused', connection: this.number, code });
+    this.send(errorFrame(id, code, message));
+  }
+
+  private stalled(): void {
+    this.shutDown(CLOSE_CODES.slowConsumer, 'slow consumer: buffered bytes did not drain', 'stalled');
+  }
+
+  /** Starts closing: requests are cancelled at once; the close frame waits behind buffered data, so a kill timer bounds the wait. */
+  shutDown(code: number, reason: string, cause: CloseCause): void {
+    if (this.ending) return;
+    this.cause = cause;
+    this.abortAll(reason);
+    this.ending = true;
+    this.ws.close(code, reason);
+    this.killTimer = setTimeout(() => {
+      this.killTimer = undefined;
+      this.ws.terminate();
+    }, this.limits.stallTimeout);
+  }
+
+  private abortAll(reason: string): void {
+    for (const stream of [...this.streams.values()]) stream.abort(reason);
+  }
+
+  private onClose(code: number): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.ending = true;
+    this.abortAll('the connection closed');
+    clearTimeout(this.stallTimer);
+    clearTimeout(this.killTimer);
+    clearImmediate(this.nextTurn);
+    this.stallTimer = this.killTimer = this.nextTurn = undefined;
+    this.hub.connections.delete(this);
+    this.hub.emit({ kind: 'closed', connection: this.number, tenant: this.tenant, code, cause: this.cause });
+  }
+}
+
+/**
+ * One request: its token Flow subscribed with explicit demand, and what is owed to the
+ * client. `pause` asks for one token at a time while the socket is writable; `conflate`
+ * keeps asking while its pending text is under `conflateLimit` and sends the pending
+ * text as one frame when the socket is writable again.
+ */
+class Stream {
+  private subscription: DemandSubscription | undefined;
+  private readonly controller = new AbortController();
+  private seq = 0;
+  private pending = '';
+  private pendingTokens = 0;
+  private outputTokens = 0;
+  private report: GenerationDone | undefined;
+  private finished = false;
+
+  constructor(
+    private readonly connection: Connection,
+    readonly id: string,
+    private readonly policy: 'pause' | 'conflate',
+    private readonly trace: TraceContext,
+  ) {}
+
+  start(worker: TokenWorker, request: GenerateRequest): void {
+    try {
+      const flow = worker.generate(request, { signal: this.controller.signal, trace: this.trace, stage: worker.name, onDone: (done) => (this.report = done) });
+      this.subscription = subscribeWithDemand(flow, {
+        next: (token) => this.onToken(token),
+        error: (err: unknown) => this.onError(err),
+        complete: () => this.onComplete(),
+      });
+    } catch (err) {
+      return this.onError(err);
+    }
+    this.resume();
+  }
+
+  /** Asks for the next token if the policy has room; flushes conflated text when the socket can take it. */
+  resume(): void {
+    const subscription = this.subscription;
+    if (this.finished || subscription === undefined) return;
+    if (this.pending.length > 0 && this.connection.writable()) this.flush();
+    if (subscription.outstanding > 0 || this.finished) return;
+    const room = this.policy === 'pause' ? this.connection.writable() : this.pending.length < this.connection.limits.conflateLimit;
+    if (room) subscription.request(1);
+  }
+
+  private onToken(token: Token): void {
+    if (this.finished) return;
+    this.outputTokens++;
+    if (this.policy === 'conflate') {
+      this.pending += token.text;
+      this.pendingTokens++;
+    } else {
+      this.sendToken(token.text, 1);
+    }
+    this.resume();
+  }
+
+  private flush(): void {
+    const text = this.pending;
+    const tokens = this.pendingTokens;
+    this.pending = '';
+    this.pendingTokens = 0;
+    this.sendToken(text, tokens);
+  }
+
+  private sendToken(text: string, tokens: number): void {
+    this.connection.send({ type: 'token', id: this.id, seq: this.seq++, text, tokens });
+  }
+
+  private onComplete(): void {
+    if (this.finished) return;
+    // The conflated tail is bounded by `conflateLimit`, so it goes out without waiting for drain.
+    if (this.pending.length > 0) this.flush();
+    this.end();
+    this.connection.hub.counters.completed++;
+    this.sendDone(this.report?.finishReason ?? 'stop');
+  }
+
+  private onError(err: unknown): void {
+    if (this.finished) return;
+    this.end();
+    this.connection.hub.counters.failed++;
+    this.connection.refuse(this.id, codeOf(err, 'GENERATION_FAILED'), messageOf(err));
+  }
+
+  /** The client's `cancel`: the model stops, and `done` (finish_reason `abort`) confirms it. */
+  cancelByClient(): void {
+    if (this.finished) return;
+    this.abort('the client cancelled the request');
+    this.sendDone('abort');
+  }
+
+  /** Unsubscribes the pipeline and aborts the model's work; nothing more is sent for this request. */
+  abort(reason: string): void {
+    if (this.finished) return;
+    this.end();
+    this.connection.hub.counters.cancelled++;
+    // Unsubscribe first: the worker then reports `abort` through onDone rather than erroring the Flow.
+    this.subscription?.cancel();
+    this.controller.abort(new SluiceError('ABORTED', `Request aborted: ${reason}.`));
+  }
+
+  private end(): void {
+    this.finished = true;
+    this.pending = '';
+    this.connection.release(this);
+  }
+
+  private sendDone(finishReason: 'stop' | 'length' | 'abort'): void {
+    const usage = this.report?.usage ?? { inputTokens: 0, outputTokens: this.outputTokens };
+    this.connection.send({
+      type: 'done',
+      id: this.id,
+      finish_reason: finishReason,
+      usage: { input_tokens: usage.inputTokens, output_tokens: usage.outputTokens },
+      traceparent: this.trace.traceparent,
+    });
+  }
+}
+
+function errorFrame(id: string | undefined, code: string, message: string): ErrorFrame {
+  return id === undefined ? { type: 'error', code, message } : { type: 'error', id, code, message };
+}
+
+/** A `SluiceError`'s code, else `fallback`. */
+function codeOf(err: unknown, fallback: string): string {
+  return err instanceof SluiceError ? err.code : fallback;
+}
+
+/** Only sluice's own messages are passed on: anything else may carry internals (paths, hosts, keys). */
+function messageOf(err: unknown): string {
+  return err instanceof SluiceError ? err.message : 'the generation failed';
+}
+
+function textOf(data: RawData): string {
+  if (Array.isArray(data)) return Buffer.concat(data).toString('utf8');
+  return Buffer.isBuffer(data) ? data.toString('utf8') : Buffer.from(data).toString('utf8');
+}
+
+function pathOf(url: string | undefined): string {
+  const raw = url ?? '/';
+  const query = raw.indexOf('?');
+  return query === -1 ? raw : raw.slice(0, query);
+}
+
+function protocolsOf(header: string | undefined): string[] {
+  if (header === undefined) return [];
+  return header
+    .split(',')
+    .map((p) => p.trim())
+    .filter((p) => p.length > 0);
+}
+
+function bearerOf(header: string | undefined): string | undefined {
+  if (header === undefined) return undefined;
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  return match?.[1];
+}
