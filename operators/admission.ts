@@ -1,8 +1,8 @@
 import * as z from 'zod';
 import { asyncScheduler, type Observable, type SchedulerLike, type Subscription } from 'rxjs';
-import { Flow, type Outlet, type Producer } from '../src/flow/demand.js';
-import { Inlet, type RoomOwner } from '../src/flow/inlet.js';
-import { subscribeUpstream, type UpstreamHandler } from '../src/flow/upstream.js';
+import { Flow, type Outlet } from '../src/flow/demand.js';
+import { Inlet } from '../src/flow/inlet.js';
+import { LinkedRun } from '../src/flow/linked-run.js';
 import { functionSchema, parseOptions, schedulerSchema } from '../src/flow/options.js';
 import { StageStats } from '../src/flow/stats.js';
 import { StageError } from '../src/errors.js';
@@ -124,28 +124,26 @@ interface Waiting<T> {
 }
 
 /** One subscription of `admission`: the whole state machine. */
-class AdmissionRun<T> implements Producer, RoomOwner, UpstreamHandler<T | Traced<T>> {
-  private readonly inlet: Inlet;
+class AdmissionRun<T> extends LinkedRun<T | Traced<T>> {
+  protected readonly inlet: Inlet;
   private readonly scheduler: SchedulerLike;
   private readonly now: () => number;
   private readonly buckets: TokenBuckets;
   /** Highest priority first, then arrival order: kept sorted on insert. */
   private readonly waiting: Waiting<T>[] = [];
   private readonly waitingPerTenant = new Map<string, number>();
-  private upstream: Subscription | undefined;
   private refill: Subscription | undefined;
   private refillAt = Infinity;
   private seq = 0;
   private wip = 0;
-  private upstreamDone = false;
-  private terminated = false;
 
   constructor(
-    private readonly source: Observable<T | Traced<T>>,
+    protected readonly source: Observable<T | Traced<T>>,
     private readonly config: AdmissionConfig,
     private readonly stats: StageStats,
     private readonly outlet: Outlet<Traced<T>>,
   ) {
+    super();
     const scheduler = (this.scheduler = config.scheduler ?? asyncScheduler);
     // The scheduler's clock, not performance.now(): refills must follow the timers that wait for them (and virtual time).
     this.now = () => scheduler.now();
@@ -153,30 +151,13 @@ class AdmissionRun<T> implements Producer, RoomOwner, UpstreamHandler<T | Traced
     this.buckets = new TokenBuckets(config.rate.perTenant, config.rate.burst, this.now);
   }
 
-  start(): void {
-    if (this.terminated) return;
-    this.upstream = subscribeUpstream(this.source, this.inlet, this);
-    if (this.terminated || this.upstreamDone) this.upstream.unsubscribe();
-  }
-
-  pull(): void {
-    this.drain();
-  }
-
-  cancel(): void {
-    if (this.terminated) return;
-    this.terminated = true;
+  protected override onCancel(): void {
     this.stats.shed.cancelled += this.waiting.length;
-    this.release();
   }
 
   /** Never pauses the source: requests are decided at the door. */
   room(): number {
     return this.terminated || this.upstreamDone ? 0 : Infinity;
-  }
-
-  onSubscribe(subscription: Subscription): void {
-    this.upstream = subscription;
   }
 
   onNext(input: T | Traced<T>): void {
@@ -249,7 +230,7 @@ class AdmissionRun<T> implements Producer, RoomOwner, UpstreamHandler<T | Traced
   }
 
   /** Emits admissible requests while downstream wants them; then waits for a token or for demand. Never re-entered. */
-  private drain(): void {
+  protected drain(): void {
     if (this.wip++ !== 0) return;
     do {
       while (!this.terminated && this.waiting.length > 0 && this.outlet.wants()) {
@@ -315,7 +296,7 @@ class AdmissionRun<T> implements Producer, RoomOwner, UpstreamHandler<T | Traced
     this.outlet.error(error);
   }
 
-  private release(): void {
+  protected release(): void {
     this.stats.buffered -= this.waiting.length;
     this.waiting.length = 0;
     this.waitingPerTenant.clear();

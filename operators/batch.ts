@@ -1,8 +1,8 @@
 import * as z from 'zod';
-import { asyncScheduler, type Observable, type SchedulerLike, type Subscriber, type Subscription } from 'rxjs';
-import { Flow, type Outlet, type Producer } from '../src/flow/demand.js';
-import { Inlet, type RoomOwner } from '../src/flow/inlet.js';
-import { subscribeUpstream, type UpstreamHandler } from '../src/flow/upstream.js';
+import { asyncScheduler, type Observable, type SchedulerLike, type Subscription } from 'rxjs';
+import { Flow, type Outlet } from '../src/flow/demand.js';
+import { Inlet } from '../src/flow/inlet.js';
+import { LinkedRun } from '../src/flow/linked-run.js';
 import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../src/flow/options.js';
 import { Ring } from '../src/flow/ring.js';
 import { StageStats } from '../src/flow/stats.js';
@@ -165,8 +165,8 @@ class Gathering<T> {
 }
 
 /** One subscription of a batcher: the whole state machine, demand accounting included. */
-class BatchRun<T> implements Producer, RoomOwner, UpstreamHandler<T | Traced<T>> {
-  private readonly inlet: Inlet;
+class BatchRun<T> extends LinkedRun<T | Traced<T>> {
+  protected readonly inlet: Inlet;
   /** The batch each key is filling now; Map order is opening order (used by the completion flush). */
   private readonly open = new Map<string | undefined, Gathering<T>>();
   /** Batches that may be emitted, in the order they became ready. */
@@ -174,21 +174,19 @@ class BatchRun<T> implements Producer, RoomOwner, UpstreamHandler<T | Traced<T>>
   private readonly scheduler: SchedulerLike;
   private readonly now: () => number;
   private readonly sample: (seq: number) => boolean;
-  private upstream: Subscription | undefined;
   /** Items in open and ready batches: what `capacity` bounds. */
   private held = 0;
   private seq = 0;
   private wip = 0;
-  private upstreamDone = false;
-  private terminated = false;
   private full = false;
 
   constructor(
-    private readonly source: Observable<T | Traced<T>>,
+    protected readonly source: Observable<T | Traced<T>>,
     private readonly config: BatchConfig,
     private readonly stats: StageStats,
     private readonly outlet: Outlet<Traced<Batch<T>>>,
   ) {
+    super();
     const scheduler = config.scheduler;
     this.scheduler = scheduler ?? asyncScheduler;
     this.inlet = new Inlet(this, { scheduler: this.scheduler });
@@ -198,21 +196,8 @@ class BatchRun<T> implements Producer, RoomOwner, UpstreamHandler<T | Traced<T>>
 
   // ---- Producer (downstream side) ----
 
-  start(): void {
-    if (this.terminated) return;
-    this.upstream = subscribeUpstream(this.source, this.inlet, this);
-    if (this.terminated || this.upstreamDone) this.upstream.unsubscribe();
-  }
-
-  pull(): void {
-    this.drain();
-  }
-
-  cancel(): void {
-    if (this.terminated) return;
-    this.terminated = true;
+  protected override onCancel(): void {
     this.stats.shed.cancelled += this.held;
-    this.release();
   }
 
   // ---- RoomOwner (upstream side) ----
@@ -223,11 +208,6 @@ class BatchRun<T> implements Producer, RoomOwner, UpstreamHandler<T | Traced<T>>
   }
 
   // ---- upstream signals ----
-
-  /** Known before the first element, so ending early stops even a synchronous source at once. */
-  onSubscribe(subscription: Subscription): void {
-    this.upstream = subscription;
-  }
 
   onNext(input: T | Traced<T>): void {
     if (this.terminated || this.upstreamDone) return; // §2.8: late elements after cancel are ignored
@@ -325,7 +305,7 @@ class BatchRun<T> implements Producer, RoomOwner, UpstreamHandler<T | Traced<T>>
   }
 
   /** Emits ready batches while downstream wants, then asks upstream for more. Never re-entered. */
-  private drain(): void {
+  protected drain(): void {
     if (this.wip++ !== 0) return;
     do {
       while (!this.terminated && this.ready.length > 0 && this.outlet.wants()) this.emit(this.ready.shift()!);
@@ -398,7 +378,7 @@ class BatchRun<T> implements Producer, RoomOwner, UpstreamHandler<T | Traced<T>>
     this.outlet.error(error);
   }
 
-  private release(): void {
+  protected release(): void {
     for (const gathering of this.open.values()) this.stopTimer(gathering);
     this.open.clear();
     for (const gathering of this.ready.drain()) this.stopTimer(gathering);
@@ -468,54 +448,34 @@ export function unbatch<T>(options: UnbatchOptions = {}): UnbatchOperator<T> {
 }
 
 /** One subscription of `unbatch`. */
-class UnbatchRun<T> implements Producer, RoomOwner, UpstreamHandler<Batch<T> | Traced<Batch<T>>> {
-  private readonly inlet: Inlet;
+class UnbatchRun<T> extends LinkedRun<Batch<T> | Traced<Batch<T>>> {
+  protected readonly inlet: Inlet;
   private readonly queue = new Ring<Batch<T>>(2);
   /** Next item of `queue.peek()` to emit. */
   private index = 0;
-  private upstream: Subscription | undefined;
   private seq = 0;
   private wip = 0;
-  private upstreamDone = false;
-  private terminated = false;
   private full = false;
 
   constructor(
-    private readonly source: Observable<Batch<T> | Traced<Batch<T>>>,
+    protected readonly source: Observable<Batch<T> | Traced<Batch<T>>>,
     private readonly name: string,
     private readonly capacity: number,
     scheduler: SchedulerLike,
     private readonly stats: StageStats,
     private readonly outlet: Outlet<Traced<T>>,
   ) {
+    super();
     this.inlet = new Inlet(this, { scheduler });
   }
 
-  start(): void {
-    if (this.terminated) return;
-    this.upstream = subscribeUpstream(this.source, this.inlet, this);
-    if (this.terminated || this.upstreamDone) this.upstream.unsubscribe();
-  }
-
-  pull(): void {
-    this.drain();
-  }
-
-  cancel(): void {
-    if (this.terminated) return;
-    this.terminated = true;
+  protected override onCancel(): void {
     this.stats.shed.cancelled += this.queue.length;
-    this.release();
   }
 
   room(): number {
     if (this.terminated || this.upstreamDone) return 0;
     return this.capacity - this.queue.length;
-  }
-
-  /** Known before the first element, so ending early stops even a synchronous source at once. */
-  onSubscribe(subscription: Subscription): void {
-    this.upstream = subscription;
   }
 
   onNext(input: Batch<T> | Traced<Batch<T>>): void {
@@ -555,7 +515,7 @@ class UnbatchRun<T> implements Producer, RoomOwner, UpstreamHandler<Batch<T> | T
     this.fail(err);
   }
 
-  private drain(): void {
+  protected drain(): void {
     if (this.wip++ !== 0) return;
     do {
       while (!this.terminated && this.queue.length > 0 && this.outlet.wants()) {
@@ -600,7 +560,7 @@ class UnbatchRun<T> implements Producer, RoomOwner, UpstreamHandler<Batch<T> | T
     this.outlet.error(error);
   }
 
-  private release(): void {
+  protected release(): void {
     let held = 0;
     const first = this.queue.peek();
     for (const pending of this.queue.drain()) held += pending.size;

@@ -1,8 +1,8 @@
 import * as z from 'zod';
-import { asyncScheduler, type Observable, type SchedulerLike, type Subscription } from 'rxjs';
-import { Flow, type Outlet, type Producer } from '../src/flow/demand.js';
-import { Inlet, type RoomOwner } from '../src/flow/inlet.js';
-import { subscribeUpstream, type UpstreamHandler } from '../src/flow/upstream.js';
+import { asyncScheduler, type Observable, type SchedulerLike } from 'rxjs';
+import { Flow, type Outlet } from '../src/flow/demand.js';
+import { Inlet } from '../src/flow/inlet.js';
+import { LinkedRun } from '../src/flow/linked-run.js';
 import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../src/flow/options.js';
 import { Ring } from '../src/flow/ring.js';
 import { StageStats } from '../src/flow/stats.js';
@@ -523,53 +523,31 @@ interface RedactConfig {
 }
 
 /** One subscription: its own `Redactor` and the chunks waiting for demand. */
-class RedactRun implements Producer, RoomOwner, UpstreamHandler<string | Traced<string>> {
-  private readonly inlet: Inlet;
+class RedactRun extends LinkedRun<string | Traced<string>> {
+  protected readonly inlet: Inlet;
   private readonly queue = new Ring<Traced<string>>(2);
   private readonly redactor: Redactor;
   /** The response the held text belongs to, and its running counts per kind. */
   private trace: TraceContext | undefined;
   private traceCounts: Record<string, number> = {};
   private noted = 0;
-  private upstream: Subscription | undefined;
   private seq = 0;
   private wip = 0;
-  private upstreamDone = false;
-  private terminated = false;
 
   constructor(
-    private readonly source: Observable<string | Traced<string>>,
+    protected readonly source: Observable<string | Traced<string>>,
     private readonly config: RedactConfig,
     private readonly stats: RedactStats,
     private readonly outlet: Outlet<Traced<string>>,
   ) {
+    super();
     this.inlet = new Inlet(this, { scheduler: config.scheduler });
     this.redactor = new Redactor(config.redactor);
-  }
-
-  start(): void {
-    if (this.terminated) return;
-    this.upstream = subscribeUpstream(this.source, this.inlet, this);
-    if (this.terminated || this.upstreamDone) this.upstream.unsubscribe();
-  }
-
-  pull(): void {
-    this.drain();
-  }
-
-  cancel(): void {
-    if (this.terminated) return;
-    this.terminated = true;
-    this.release();
   }
 
   room(): number {
     if (this.terminated || this.upstreamDone) return 0;
     return this.config.capacity - this.queue.length;
-  }
-
-  onSubscribe(subscription: Subscription): void {
-    this.upstream = subscription;
   }
 
   onNext(input: string | Traced<string>): void {
@@ -637,7 +615,7 @@ class RedactRun implements Producer, RoomOwner, UpstreamHandler<string | Traced<
     this.stats.buffered++;
   }
 
-  private drain(): void {
+  protected drain(): void {
     if (this.wip++ !== 0) return;
     do {
       while (!this.terminated && this.queue.length > 0 && this.outlet.wants()) {
@@ -668,7 +646,7 @@ class RedactRun implements Producer, RoomOwner, UpstreamHandler<string | Traced<
     this.outlet.error(error);
   }
 
-  private release(): void {
+  protected release(): void {
     this.stats.buffered -= this.queue.length;
     this.queue.drain();
     this.stats.dropped += this.redactor.holding;
