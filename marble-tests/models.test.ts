@@ -289,7 +289,7 @@ describe('loading user models', () => {
   });
 
   it('a model with other output names is MODEL_SIGNATURE, listing what differs', async () => {
-    const error = await expectError(loadModel(join(dir, MODEL_FILES.guard), { signature: SIGNATURES.embedding }), ModelSignatureError, 'MODEL_SIGNATURE', 'missing output "embeddings"', '"scores"');
+    const error = await expectError(loadModel(join(dir, MODEL_FILES.guard), { signature: SIGNATURES.embedding }), ModelSignatureError, 'MODEL_SIGNATURE', 'no output to take embeddings from', 'the model\'s outputs are "scores"');
     assert.equal(error.problems.length, 1);
     await expectError(loadModel(join(dir, MODEL_FILES.decoder), { signature: SIGNATURES.embedding }), ModelSignatureError, 'MODEL_SIGNATURE', 'unexpected input "past_key_values.0.key"', 'unexpected input "position_ids"');
     await expectError(loadModel(join(dir, MODEL_FILES.embedding), { signature: SIGNATURES.decoderWithPast }), ModelSignatureError, 'MODEL_SIGNATURE', 'missing output "logits"');

@@ -4,7 +4,8 @@ import fc from 'fast-check';
 import { TestScheduler } from 'rxjs/testing';
 import { Observable, VirtualTimeScheduler, catchError, map, mergeMap, of, throwError, type OperatorFunction } from 'rxjs';
 import { stage, type StageContext } from '../operators/stage.js';
-import { retrying } from '../operators/retry.js';
+import { retrying, retryAfterOf } from '../operators/retry.js';
+import { RateLimitedError } from '../src/inference/errors.js';
 import { withTimeouts } from '../operators/timeouts.js';
 import { fallback } from '../operators/fallback.js';
 import { admission, type RejectEvent } from '../operators/admission.js';
@@ -324,12 +325,78 @@ describe('retrying: backoff with jitter, never after the first token', () => {
     );
   });
 
+  it('waits max(backoff, retryAfter) after a RateLimitedError (exact virtual times), noting the wait asked for', () => {
+    const context = contextFor('infer');
+    const ts = scheduler();
+    ts.run(({ cold, expectObservable }) => {
+      const attempts = [cold('-#', undefined, new RateLimitedError('slow down', 30)), cold('-#', undefined, new RateLimitedError('slow down', 5)), cold('-a|')];
+      let calls = 0;
+      const work = retrying(() => attempts[calls++]!, { attempts: 3, baseDelay: 10, scheduler: ts });
+      // Fails at 1, asked 30 > backoff 10 → attempt 2 at 31 fails at 32, backoff 20 > asked 5 → attempt 3 at 52: a at 53.
+      expectObservable(work('p', context)).toBe('53ms a|');
+    });
+    assert.deepEqual(context.trace.notes, { 'infer.retryAfter': 5, 'infer.retries': 2 });
+  });
+
+  it('honours retryAfter on any error carrying one, jitter and maxDelay never shortening it', () => {
+    const ts = scheduler();
+    ts.run(({ cold, expectObservable }) => {
+      let calls = 0;
+      const busy = Object.assign(new Error('busy'), { retryAfter: 70 });
+      const work = retrying(() => (calls++ === 0 ? cold('#', undefined, busy) : cold('(a|)')), {
+        attempts: 2,
+        baseDelay: 100,
+        maxDelay: 60,
+        jitter: 1,
+        random: () => 0.5,
+        scheduler: ts,
+      });
+      // Backoff min(60, 100) × 0.5 = 30, but the error asked for 70.
+      expectObservable(work('p', contextFor())).toBe('70ms (a|)');
+    });
+    assert.equal(retryAfterOf(Object.assign(new Error('x'), { retryAfter: 0 })), 0);
+    for (const ignored of [{ retryAfter: -1 }, { retryAfter: Infinity }, { retryAfter: NaN }, { retryAfter: '5' }, new Error('plain'), null, 'text']) {
+      assert.equal(retryAfterOf(ignored), undefined, JSON.stringify(ignored));
+    }
+  });
+
+  it('fails at once with the original error when retryAfter exceeds maxRetryAfter (default 60 s)', () => {
+    const tooLong = new RateLimitedError('come back tomorrow', 86_400_000);
+    let calls = 0;
+    const context = contextFor('infer');
+    scheduler().run(({ cold, expectObservable }) => {
+      const work = retrying(
+        () => {
+          calls++;
+          return cold('-#', undefined, tooLong);
+        },
+        { attempts: 5, baseDelay: 1 },
+      );
+      expectObservable(work('p', context)).toBe('-#', undefined, tooLong);
+    });
+    assert.equal(calls, 1, 'no second attempt');
+    assert.deepEqual(context.trace.notes, { 'infer.retryAfter': 86_400_000 });
+  });
+
+  it('waits a retryAfter equal to maxRetryAfter, and gives up on one just over it', () => {
+    const ts = scheduler();
+    ts.run(({ cold, expectObservable }) => {
+      const over = new RateLimitedError('slow down', 51);
+      const errors = [new RateLimitedError('slow down', 50), over];
+      let calls = 0;
+      const work = retrying(() => cold('-#', undefined, errors[calls++]), { attempts: 5, baseDelay: 1, maxRetryAfter: 50, scheduler: ts });
+      // Fails at 1, waits 50 → attempt 2 at 51 fails at 52 asking 51 > 50: its error ends the stream.
+      expectObservable(work('p', contextFor())).toBe('52ms #', undefined, over);
+    });
+  });
+
   it('names the bad field of invalid options', () => {
     assert.throws(
       () => retrying(() => 1, { attempts: 0, baseDelay: 1, jitter: 2 }),
       (err: unknown) =>
         err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'attempts') && err.issues.some((i) => i.path === 'jitter'),
     );
+    assert.throws(() => retrying(() => 1, { attempts: 2, baseDelay: 1, maxRetryAfter: -1 }), (err: unknown) => err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'maxRetryAfter'));
   });
 });
 

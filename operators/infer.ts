@@ -3,6 +3,7 @@ import type { Observable } from 'rxjs';
 import type { Flow } from '../src/flow/demand.js';
 import { functionSchema, parseOptions, positiveInt } from '../src/flow/options.js';
 import { InferencePool, type Feeds, type Outputs } from '../src/models/pool.js';
+import type { PoolingPlan } from '../src/models/pooling.js';
 import type { Traced } from '../src/trace/trace.js';
 import { Batch, batch, unbatch } from './batch.js';
 import { stage, type StageContext, type StageOptions } from './stage.js';
@@ -29,6 +30,11 @@ export interface InferOptions<I, R> extends Omit<StageOptions<Batch<I>>, 'confla
   groupBySequenceLength?: { length: (value: I) => number; bucket?: number };
   /** Elements the batcher holds across open batches before it stops asking upstream. Default `maxBatch × 2`. */
   batchCapacity?: number;
+  /**
+   * Pools an embedding output in the worker before it comes back (`planPooling(pool.describe().outputNames)`
+   * for a `last_hidden_state` export): `fromOutputs` then receives `{ embeddings }` [batch, dim] alone.
+   */
+  pooling?: PoolingPlan;
 }
 
 /** The operator `infer` returns: elements (plain or traced) in, one traced result per element out. */
@@ -49,6 +55,7 @@ const inferOptionsSchema = z
       .strict()
       .optional(),
     batchCapacity: positiveInt('batchCapacity').optional(),
+    pooling: z.object({ output: z.string().min(1), pooling: z.enum(['none', 'mean', 'cls']), normalize: z.boolean() }).strict().optional(),
   })
   .refine((o) => o.batchCapacity === undefined || o.batchCapacity >= o.maxBatch, { error: 'batchCapacity must be ≥ maxBatch', path: ['batchCapacity'] });
 
@@ -94,9 +101,9 @@ const inferOptionsSchema = z
  * @see InferencePool; `batch`, `unbatch`; `embedder` for the `embed` stage.
  */
 export function infer<I, R>(options: InferOptions<I, R>): InferOperator<I, R> {
-  const { pool, toFeeds, fromOutputs, maxBatch, maxWait, model, key, groupBySequenceLength, batchCapacity, ...stageOptions } = options ?? ({} as InferOptions<I, R>);
+  const { pool, toFeeds, fromOutputs, maxBatch, maxWait, model, key, groupBySequenceLength, batchCapacity, pooling, ...stageOptions } = options ?? ({} as InferOptions<I, R>);
   const name = stageOptions.name ?? 'infer';
-  const parsed = parseOptions(inferOptionsSchema, { pool, toFeeds, fromOutputs, maxBatch, maxWait, model, key, groupBySequenceLength, batchCapacity }, `infer "${name}" options`);
+  const parsed = parseOptions(inferOptionsSchema, { pool, toFeeds, fromOutputs, maxBatch, maxWait, model, key, groupBySequenceLength, batchCapacity, pooling }, `infer "${name}" options`);
   const modelOf: (value: I) => string | undefined = typeof model === 'function' ? model : () => model;
   if (typeof model === 'string') pool.describe(model);
   const bucketOf = groupBySequenceLength === undefined ? undefined : (value: I) => Math.ceil(groupBySequenceLength.length(value) / parsed.groupBySequenceLength!.bucket);
@@ -106,7 +113,7 @@ export function infer<I, R>(options: InferOptions<I, R>): InferOperator<I, R> {
 
   const run = async (gathered: Batch<I>, context: StageContext): Promise<Batch<R>> => {
     const first = gathered.items[0] as I;
-    const outputs = await pool.run(toFeeds(gathered), { signal: context.signal, model: modelOf(first) });
+    const outputs = await pool.run(toFeeds(gathered), { signal: context.signal, model: modelOf(first), pooling });
     const results = gathered.withResults(fromOutputs(outputs, gathered));
     const bucket = bucketOf?.(first);
     for (const trace of gathered.traces) {

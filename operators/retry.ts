@@ -19,6 +19,11 @@ export interface RetryOptions {
   retryOn?: (error: unknown, retry: number) => boolean;
   /** Numbers in [0, 1) for the jitter. Default `Math.random`; pass `seededRandom(seed)` for reproducible delays. */
   random?: () => number;
+  /**
+   * The longest server-requested wait honoured (ms, default 60 000): a failure whose
+   * `retryAfter` is longer is not retried and propagates at once, unchanged.
+   */
+  maxRetryAfter?: number;
   /** Timers of the backoff. Default `asyncScheduler`. */
   scheduler?: SchedulerLike;
 }
@@ -31,6 +36,7 @@ const retryOptionsSchema = z
     jitter: z.number({ error: 'jitter must be a number' }).min(0, { error: 'jitter must be in [0, 1]' }).max(1, { error: 'jitter must be in [0, 1]' }).default(0),
     retryOn: functionSchema<(error: unknown, retry: number) => boolean>().optional(),
     random: functionSchema<() => number>().default(() => Math.random),
+    maxRetryAfter: z.number({ error: 'maxRetryAfter must be a number of ms' }).min(0, { error: 'maxRetryAfter must be ≥ 0 ms' }).default(60_000),
     scheduler: schedulerSchema.optional(),
   })
   .strict();
@@ -53,6 +59,23 @@ const retryOptionsSchema = z
  * ```
  *
  * Delay before retry `r`: `min(maxDelay, baseDelay × 2^(r−1)) × (1 − jitter × random())`.
+ *
+ * **Retry-After.** A failure that carries a numeric `retryAfter` ≥ 0 in ms
+ * (`RateLimitedError` from an HTTP 429, `CircuitOpenError`, `AdmissionRejectedError`,
+ * or any error of yours with that property) is retried no sooner than the server
+ * asked: the delay is `max(backoff, retryAfter)`, with neither jitter nor `maxDelay`
+ * applied to `retryAfter`. A `retryAfter` over `maxRetryAfter` (default 60 s) is not
+ * waited out: that failure propagates at once, unchanged, so a caller is never held
+ * for minutes by one answer. `retryOn` and `attempts` still decide first. The wait
+ * asked for is noted in the trace (`trace.notes["<stage>.retryAfter"]`).
+ *
+ * ```
+ * attempt 1:  -#                      (RateLimitedError, retryAfter: 30)
+ * attempt 2:                                 -a|
+ * retrying(work, { attempts: 2, baseDelay: 10 })
+ * output:     --------------------------------a|   (waits 30, not 10)
+ * ```
+ *
  * Each attempt gets its own `AbortSignal` (fired when it is abandoned; the caller's
  * signal fires it too), and no attempt starts after the caller's signal fired. The
  * number of retries is noted in the element's trace (`trace.notes["<stage>.retries"]`).
@@ -74,7 +97,7 @@ const retryOptionsSchema = z
 export function retrying<I, O>(work: Work<I, O>, options: RetryOptions): StreamWork<I, O> {
   const parsed = parseOptions(retryOptionsSchema, options, 'retrying options');
   const scheduler = parsed.scheduler ?? asyncScheduler;
-  const { attempts, retryOn, random } = parsed;
+  const { attempts, retryOn, random, maxRetryAfter } = parsed;
   return (value, context) =>
     attemptChain<O>(
       {
@@ -82,11 +105,25 @@ export function retrying<I, O>(work: Work<I, O>, options: RetryOptions): StreamW
         next: (n, error) => {
           const retry = n + 1;
           if (retry >= attempts || (retryOn !== undefined && !retryOn(error, retry))) return undefined;
+          const asked = retryAfterOf(error);
+          if (asked !== undefined) context.note('retryAfter', asked);
+          if (asked !== undefined && asked > maxRetryAfter) return undefined;
           context.note('retries', retry);
-          return backoffDelay(retry, parsed, random);
+          return Math.max(backoffDelay(retry, parsed, random), asked ?? 0);
         },
       },
       context,
       scheduler,
     );
+}
+
+/**
+ * The wait (ms) a failure asks for before a retry: its `retryAfter` property when that
+ * is a finite number ≥ 0 (`RateLimitedError`, `CircuitOpenError`, `AdmissionRejectedError`,
+ * or any error shaped alike), else `undefined`.
+ */
+export function retryAfterOf(error: unknown): number | undefined {
+  if (typeof error !== 'object' || error === null || !('retryAfter' in error)) return undefined;
+  const { retryAfter } = error;
+  return typeof retryAfter === 'number' && Number.isFinite(retryAfter) && retryAfter >= 0 ? retryAfter : undefined;
 }

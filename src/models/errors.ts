@@ -21,9 +21,10 @@ export class ModelCorruptError extends SluiceError {
 
 /** A valid model whose inputs or outputs are not what the adapter feeds and reads. */
 export class ModelSignatureError extends SluiceError {
-  constructor(readonly path: string, readonly kind: string, readonly problems: readonly string[]) {
-    super('MODEL_SIGNATURE', `${path} does not have the signature of a ${kind} model:\n${problems.map((p) => `  - ${p}`).join('\n')}\n`, {
-      hint: `Export the model with the input and output names a ${kind} adapter expects, or pass a signature that matches it.`,
+  constructor(readonly path: string, readonly kind: string, readonly problems: readonly string[], hint?: string) {
+    const a = /^[aeiou]/i.test(kind) ? 'an' : 'a';
+    super('MODEL_SIGNATURE', `${path} does not have the signature of ${a} ${kind} model:\n${problems.map((p) => `  - ${p}`).join('\n')}\n`, {
+      hint: hint ?? `Export the model with the input and output names ${a} ${kind} adapter expects, or pass a signature that matches it.`,
     });
   }
 }

@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import * as ort from 'onnxruntime-node';
 import * as z from 'zod';
 import { ModelCorruptError, ModelNotFoundError, ModelSignatureError, UnsupportedTokenizerError } from './errors.js';
+import { embeddingOutputProblem } from './pooling.js';
 import { HashTokenizer, type Tokenizer } from './tokenizer.js';
 import { WordPieceTokenizer } from './wordpiece.js';
 
@@ -10,7 +11,7 @@ export interface TensorSpec {
   readonly type: ort.Tensor.Type;
   /** One entry per axis: a size the model must fix, or `null` for any (fixed or symbolic). */
   readonly dims: readonly (number | null)[];
-  /** Inputs only: the adapter feeds it when the model has it. */
+  /** An input the adapter feeds, or an output it reads, when the model has it (`check` can require one of several). */
   readonly optional?: boolean;
 }
 
@@ -31,10 +32,24 @@ const kvCache: TensorSpec = { type: 'float32', dims: [null, null, null, null] };
 
 /** The signatures of the models sluice's adapters run; sentence-transformer and decoder-LLM export names. */
 export const SIGNATURES = {
+  /**
+   * Pooled exports (`embeddings`, `sentence_embedding` [batch, dim]) and token-level ones
+   * (`last_hidden_state`, `token_embeddings` [batch, seq, dim], pooled by `planPooling`/`embedder`):
+   * at least one of the four.
+   */
   embedding: {
     kind: 'embedding',
     inputs: { input_ids: ids, attention_mask: ids, token_type_ids: { ...ids, optional: true } },
-    outputs: { embeddings: { type: 'float32', dims: [null, null] } },
+    outputs: {
+      embeddings: { type: 'float32', dims: [null, null], optional: true },
+      sentence_embedding: { type: 'float32', dims: [null, null], optional: true },
+      last_hidden_state: { type: 'float32', dims: [null, null, null], optional: true },
+      token_embeddings: { type: 'float32', dims: [null, null, null], optional: true },
+    },
+    check: (_, outputs) => {
+      const problem = embeddingOutputProblem(outputs);
+      return problem === undefined ? [] : [problem];
+    },
   },
   classifier: {
     kind: 'classifier',

@@ -1,5 +1,6 @@
 import * as ort from 'onnxruntime-node';
 import type { Feeds, InferencePool } from './pool.js';
+import { planPooling, type PoolingOptions } from './pooling.js';
 import type { Tokenizer } from './tokenizer.js';
 
 /**
@@ -41,11 +42,9 @@ export function tensorRows(tensor: ort.Tensor): Float32Array[] {
   return Array.from({ length: rows }, (_, i) => data.subarray(i * width, (i + 1) * width));
 }
 
-export interface PoolEmbedderOptions {
+export interface PoolEmbedderOptions extends PoolingOptions {
   /** The pool's model to run. Default: the pool's only model. */
   model?: string;
-  /** The output holding `[batch, dim]` embeddings. Default: the model's first output. */
-  output?: string;
 }
 
 /**
@@ -56,20 +55,39 @@ export interface PoolEmbedderOptions {
  *
  * It has the shape `embed({ embedder })` and `SemanticCache` accept.
  *
+ * **Your own sentence-transformer export.** It is fed `input_ids`, `attention_mask`
+ * and, when the model declares it, `token_type_ids` (zeros). The output and its
+ * pooling are chosen from the model's output names unless `output`, `pooling` and
+ * `normalize` say otherwise:
+ *
+ * | the model outputs | read | pooling | normalize |
+ * |---|---|---|---|
+ * | `embeddings` or `sentence_embedding` [batch, dim] | it | `'none'` | `false` (already done in the graph) |
+ * | only `last_hidden_state` or `token_embeddings` [batch, seq, dim] | it | `'mean'` over the positions `attention_mask` keeps | `true` (L2) |
+ *
+ * `pooling: 'cls'` takes the first position's vector instead (BERT-style [CLS]
+ * models); `pooler_output` is never picked automatically (it is BERT's trained
+ * pooler, not a sentence embedding) but `output: 'pooler_output'` reads it. Pooling
+ * runs in the worker thread right after `session.run`, so the token vectors never
+ * cross back and the event loop only receives `[batch, dim]`. A model with none of
+ * these outputs, or an `output` it does not have, throws `ModelSignatureError` here,
+ * at construction, naming the outputs the model has.
+ *
  * ## Example
  * ```ts
- * const pool = await InferencePool.create({ model: 'models/embed.onnx' });
- * const tokenizer = await loadTokenizer('models/embed.tokenizer.json');
+ * const pool = await InferencePool.create({ model: 'all-MiniLM-L6-v2/onnx/model.onnx' });
+ * const tokenizer = await loadTokenizer('all-MiniLM-L6-v2/tokenizer.json');
+ * // last_hidden_state → masked mean → L2 norm, as sentence-transformers computes it.
  * questions.pipe(embed({ embedder: embedder(pool, tokenizer), concurrency: pool.size }));
  * ```
  */
 export function embedder(pool: InferencePool, tokenizer: Tokenizer, options: PoolEmbedderOptions = {}): (texts: readonly string[], signal?: AbortSignal) => Promise<Float32Array[]> {
-  const info = pool.describe(options.model);
-  const output = options.output ?? info.outputNames[0]!;
-  if (!info.outputNames.includes(output)) throw new TypeError(`model has no output "${output}" (it has ${info.outputNames.join(', ')})`);
+  const { model, ...poolingOptions } = options;
+  const info = pool.describe(model);
+  const plan = planPooling(info.outputNames, poolingOptions, `model "${model ?? pool.models[0]}" of inference pool "${pool.name}"`);
   return async (texts, signal) => {
     if (texts.length === 0) return [];
-    const outputs = await pool.run(textFeeds(tokenizer, texts, info.inputNames), { signal, model: options.model });
-    return tensorRows(outputs[output]!);
+    const outputs = await pool.run(textFeeds(tokenizer, texts, info.inputNames), { signal, model, pooling: plan });
+    return tensorRows(outputs.embeddings!);
   };
 }

@@ -1,4 +1,5 @@
 import type { Tensor } from 'onnxruntime-node';
+import type { PoolingPlan } from './pooling.js';
 
 /**
  * The messages an `InferencePool` and its worker threads exchange, and the plain
@@ -35,7 +36,8 @@ export interface ModelInfo {
 }
 
 export type ToWorker =
-  | { readonly type: 'run'; readonly id: number; readonly model: string; readonly feeds: WireTensors }
+  /** With `pooling`, the worker answers `{ embeddings }` alone: token vectors never cross back. */
+  | { readonly type: 'run'; readonly id: number; readonly model: string; readonly feeds: WireTensors; readonly pooling?: PoolingPlan }
   | { readonly type: 'close' };
 
 export type FromWorker =

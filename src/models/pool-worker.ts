@@ -6,6 +6,7 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
+import { poolOutputs } from './pooling.js';
 import { firstLine, fromWire, toWire, type FromWorker, type ModelInfo, type ToWorker, type WorkerInit } from './pool-protocol.js';
 
 if (parentPort === null) throw new Error('pool-worker must be started as a worker thread by InferencePool');
@@ -53,8 +54,10 @@ async function handle(message: ToWorker): Promise<void> {
   runs++;
   try {
     if (session === undefined) throw new Error(`no model "${message.model}" in this worker`);
-    const outputs = await session.run(fromWire(ort, message.feeds));
-    const wire = toWire(outputs, true);
+    const feeds = fromWire(ort, message.feeds);
+    const outputs = await session.run(feeds);
+    // Pooling here keeps the O(batch × seq × dim) loop off the caller's event loop.
+    const wire = toWire(message.pooling === undefined ? outputs : poolOutputs(outputs, feeds, message.pooling), true);
     post({ type: 'done', id: message.id, outputs: wire.tensors, runs }, wire.transfer);
   } catch (error) {
     post({ type: 'run-failed', id: message.id, message: firstLine(error), runs });

@@ -7,6 +7,7 @@ import { AbortedError } from '../errors.js';
 import { parseOptions, positiveInt } from '../flow/options.js';
 import { ModelCorruptError, ModelNotFoundError } from './errors.js';
 import { InferenceFailedError, PoolClosedError, PoolQueueFullError, UnknownModelError, WorkerCrashedError } from './pool-errors.js';
+import type { PoolingPlan } from './pooling.js';
 import { fromWire, toWire, type FromWorker, type ModelInfo, type ToWorker, type WireTensors, type WorkerInit } from './pool-protocol.js';
 
 /** A model file path, or the model's bytes. */
@@ -48,6 +49,12 @@ export interface RunOptions {
   signal?: AbortSignal;
   /** Which model to run; may be omitted when the pool holds one. */
   model?: string;
+  /**
+   * Pool an embedding model's output in the worker, right after `session.run` (see
+   * `planPooling`): the run then resolves to `{ embeddings }` [batch, dim] alone, and a
+   * `last_hidden_state` [batch, seq, dim] never crosses back to this thread.
+   */
+  pooling?: PoolingPlan;
 }
 
 /** What one worker thread is doing. */
@@ -113,6 +120,7 @@ interface Job {
   readonly id: number;
   readonly model: string;
   readonly feeds: WireTensors;
+  readonly pooling: PoolingPlan | undefined;
   readonly transfer: ArrayBuffer[];
   readonly resolve: (outputs: Outputs) => void;
   readonly reject: (error: unknown) => void;
@@ -282,7 +290,7 @@ export class InferencePool {
     const wire = toWire(feeds, this.config.transferFeeds);
     this.counts.submitted++;
     return new Promise<Outputs>((resolve, reject) => {
-      const job: Job = { id: this.nextId++, model, feeds: wire.tensors, transfer: wire.transfer, resolve, reject, signal, onAbort: undefined, state: 'queued', prev: undefined, next: undefined };
+      const job: Job = { id: this.nextId++, model, feeds: wire.tensors, pooling: options.pooling, transfer: wire.transfer, resolve, reject, signal, onAbort: undefined, state: 'queued', prev: undefined, next: undefined };
       if (signal !== undefined) {
         job.onAbort = () => this.abort(job);
         signal.addEventListener('abort', job.onAbort, { once: true });
@@ -445,7 +453,7 @@ export class InferencePool {
     slot.job = job;
     job.state = 'running';
     slot.worker.ref();
-    const message: ToWorker = { type: 'run', id: job.id, model: job.model, feeds: job.feeds };
+    const message: ToWorker = { type: 'run', id: job.id, model: job.model, feeds: job.feeds, pooling: job.pooling };
     try {
       slot.worker.postMessage(message, job.transfer);
     } catch {
