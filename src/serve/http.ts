@@ -16,7 +16,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Tracer } from '@opentelemetry/api';
 import { subscribeWithDemand } from '../flow/demand.js';
 import { functionSchema, parseOptions } from '../flow/options.js';
-import { AbortedError, InvalidOptionsError } from '../errors.js';
+import { AbortedError, InvalidOptionsError, SluiceError } from '../errors.js';
 import { parseTraceparent, sampler, traced } from '../trace/trace.js';
 import { endGenAiSpan, errorType, genAiSpan, recordStageSpans, traceparentOf } from '../trace/otel.js';
 import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker } from '../inference/worker.js';
@@ -54,8 +54,20 @@ export interface HttpHandler {
   readonly draining: boolean;
   /** Completions being answered now. */
   readonly inFlight: number;
-  /** Stops accepting completions; resolves when the ones in flight have ended. */
-  drain(): Promise<void>;
+  /**
+   * Stops accepting completions; resolves when the ones in flight have ended. With a
+   * `deadline` (ms), completions still running then are ended with a `server_shutdown`
+   * error (an SSE error event, or a 503), never cut silently.
+   */
+  drain(deadline?: number): Promise<HttpDrainReport>;
+}
+
+/** What `HttpHandler.drain` reports. */
+export interface HttpDrainReport {
+  /** Completions in flight when the drain began. */
+  readonly running: number;
+  /** Of those, how many were ended by the deadline. */
+  readonly interrupted: number;
 }
 
 const workerSchema = z.custom<ChatWorker>(
@@ -153,6 +165,8 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
   let draining = false;
   let inFlight = 0;
   let idle: (() => void) | undefined;
+  /** Ends a completion in flight with a shutdown error, by the drain's deadline. */
+  const interrupts = new Set<() => void>();
 
   const chat = async (req: IncomingMessage, res: ServerResponse, arrivedAt: number): Promise<void> => {
     if (req.method !== 'POST') throw new ApiError(405, 'Use POST for /v1/chat/completions.', 'invalid_request_error', 'method_not_allowed');
@@ -188,6 +202,12 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     const id = `chatcmpl-${randomUUID()}`;
     const created = Math.floor(Date.now() / 1000);
     const controller = new AbortController();
+    let interrupted: SluiceError | undefined;
+    const interrupt = () => {
+      interrupted = new SluiceError('SHUTDOWN', 'The server shut down before this completion finished; retry on another instance.');
+      controller.abort(interrupted);
+    };
+    interrupts.add(interrupt);
     const onClose = () => {
       // `close` after `finish` is the normal end; before it, the client left.
       if (!res.writableFinished) controller.abort(new AbortedError(config.stage, 'the client disconnected'));
@@ -200,6 +220,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     const startedAt = performance.now();
 
     const finish = (error: unknown): void => {
+      interrupts.delete(interrupt);
       res.off('close', onClose);
       const endedAt = performance.now();
       if (trace.records !== undefined) {
@@ -225,14 +246,15 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
         return end(err);
       }
       if (body.stream === true) {
-        streamChat(res, flow, { id, created, model: body.model, includeUsage: body.stream_options?.include_usage === true, getDone: () => done, onPaused: (ms) => (paused += ms), end });
+        streamChat(res, flow, { id, created, model: body.model, includeUsage: body.stream_options?.include_usage === true, getDone: () => done, onPaused: (ms) => (paused += ms), end, interrupted: () => interrupted });
       } else {
         let text = '';
         flow.subscribe({
           next: (token) => (text += token.text),
           error: (err: unknown) => {
-            if (!controller.signal.aborted) sendError(res, toApiError(err));
-            end(controller.signal.aborted ? undefined : err);
+            if (interrupted !== undefined) sendError(res, toApiError(interrupted));
+            else if (!controller.signal.aborted) sendError(res, toApiError(err));
+            end(controller.signal.aborted && interrupted === undefined ? undefined : (interrupted ?? err));
           },
           complete: () => {
             const usage = done?.usage ?? { inputTokens: 0, outputTokens: 0 };
@@ -296,16 +318,30 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     draining: { get: () => draining, enumerable: true },
     inFlight: { get: () => inFlight, enumerable: true },
     drain: {
-      value: (): Promise<void> => {
+      value: async (deadline?: number): Promise<HttpDrainReport> => {
         draining = true;
-        if (inFlight === 0) return Promise.resolve();
-        return new Promise<void>((resolve) => {
-          const previous = idle;
-          idle = () => {
-            previous?.();
-            resolve();
-          };
-        });
+        const running = inFlight;
+        const settled = () =>
+          inFlight === 0
+            ? Promise.resolve()
+            : new Promise<void>((resolve) => {
+                const previous = idle;
+                idle = () => {
+                  previous?.();
+                  resolve();
+                };
+              });
+        if (deadline === undefined) {
+          await settled();
+          return { running, interrupted: 0 };
+        }
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([settled(), new Promise<void>((resolve) => (timer = setTimeout(resolve, deadline)))]);
+        clearTimeout(timer);
+        const interrupted = interrupts.size;
+        for (const interrupt of [...interrupts]) interrupt();
+        await settled();
+        return { running, interrupted };
       },
     },
   }) as HttpHandler;
@@ -319,6 +355,8 @@ interface StreamConfig {
   readonly getDone: () => GenerationDone | undefined;
   readonly onPaused: (ms: number) => void;
   readonly end: (error: unknown) => void;
+  /** Set when the drain's deadline ended the completion. */
+  readonly interrupted: () => SluiceError | undefined;
 }
 
 /**
@@ -354,7 +392,7 @@ function streamChat(res: ServerResponse, flow: ReturnType<ChatWorker['generate']
     error: (err: unknown) => {
       stopWaiting();
       if (!res.destroyed && !res.writableEnded) {
-        const error = toApiError(err);
+        const error = toApiError(stream.interrupted() ?? err);
         res.write(`data: ${JSON.stringify({ error: { message: error.message, type: error.type, param: error.param, code: error.code } })}\n\n`);
         res.end('data: [DONE]\n\n');
       }
@@ -406,8 +444,14 @@ function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
   if (err instanceof EmptyPromptError) return new ApiError(400, err.message, 'invalid_request_error', 'empty_prompt', 'messages');
   if (err instanceof InvalidOptionsError) return new ApiError(400, err.message, 'invalid_request_error', 'invalid_value', err.issues[0]?.path ?? null);
+  if (err instanceof SluiceError) {
+    if (err.code === 'SHUTDOWN') return new ApiError(503, err.message, 'server_error', 'server_shutdown');
+    if (err.code === 'GUARD_BLOCKED') return new ApiError(400, err.message, 'invalid_request_error', 'content_policy_violation', 'messages');
+    return new ApiError(500, err.message, 'server_error', err.code);
+  }
+  // Only sluice's own messages are passed on: anything else may carry internals (paths, hosts, keys). A code is safe.
   const code = typeof err === 'object' && err !== null && typeof (err as { code?: unknown }).code === 'string' ? (err as { code: string }).code : null;
-  return new ApiError(500, err instanceof Error ? err.message : 'The server failed to generate.', 'server_error', code);
+  return new ApiError(500, 'The server failed to generate.', 'server_error', code);
 }
 
 function sendError(res: ServerResponse, error: ApiError): void {

@@ -46,6 +46,21 @@ const optionsSchema = z
 /** `closed` 0, `half-open` 1, `open` 2: higher is worse, so `max()` over breakers reads naturally. */
 export const BREAKER_STATE_VALUES: Readonly<Record<CircuitState, number>> = { closed: 0, 'half-open': 1, open: 2 };
 
+/** What a WebSocket token server reports at scrape time (`TokenSocket.stats()` fits). */
+export interface SocketCounters {
+  readonly connections: number;
+  readonly activeRequests: number;
+  readonly buffered: number;
+  readonly started: number;
+  readonly completed: number;
+  readonly cancelled: number;
+  readonly failed: number;
+  readonly interrupted: number;
+  readonly badFrames: number;
+}
+
+const SOCKET_OUTCOMES = ['completed', 'cancelled', 'failed', 'interrupted'] as const;
+
 /** What the HTTP API reports for one finished request. */
 export interface RequestObservation {
   /** A route from a fixed set (`/v1/chat/completions`, `/metrics`, ..., `other`). */
@@ -88,6 +103,7 @@ export class SluiceMetrics {
   private readonly stages = new Map<string, StageStats>();
   private readonly caches = new Map<string, CacheStats>();
   private readonly breakers = new Map<string, CircuitBreaker>();
+  private readonly sockets = new Map<string, () => SocketCounters>();
   private readonly loop: IntervalHistogram;
   private readonly requests: Counter<'route' | 'code'>;
   private readonly requestDuration: Histogram<'route'>;
@@ -207,6 +223,38 @@ export class SluiceMetrics {
       },
     });
 
+    const socketGauge = (name: string, help: string, read: (c: SocketCounters) => number) => {
+      const gauge: Gauge<'server'> = new Gauge({
+        name: `${prefix}ws_${name}`,
+        help,
+        labelNames: ['server'],
+        registers,
+        collect: () => {
+          for (const [server, stats] of this.sockets) gauge.set({ server }, read(stats()));
+        },
+      });
+    };
+    socketGauge('connections', 'Open WebSocket connections.', (c) => c.connections);
+    socketGauge('active_requests', 'WebSocket requests generating now.', (c) => c.activeRequests);
+    socketGauge('buffered_bytes', 'Bytes waiting in the WebSocket send buffers now, all connections together.', (c) => c.buffered);
+    const socketCounter = (name: string, help: string, labelNames: readonly ('server' | 'outcome')[], fill: (counter: Counter<'server' | 'outcome'>, server: string, c: SocketCounters) => void) => {
+      const counter: Counter<'server' | 'outcome'> = new Counter({
+        name: `${prefix}ws_${name}_total`,
+        help,
+        labelNames: [...labelNames],
+        registers,
+        collect: () => {
+          counter.reset();
+          for (const [server, stats] of this.sockets) fill(counter, server, stats());
+        },
+      });
+    };
+    socketCounter('requests_started', 'WebSocket requests accepted and started.', ['server'], (counter, server, c) => counter.inc({ server }, c.started));
+    socketCounter('requests_ended', 'WebSocket requests ended, by outcome (interrupted: cut off by shutdown).', ['server', 'outcome'], (counter, server, c) => {
+      for (const outcome of SOCKET_OUTCOMES) counter.inc({ server, outcome }, c[outcome]);
+    });
+    socketCounter('bad_frames', 'Frames the WebSocket server could not understand.', ['server'], (counter, server, c) => counter.inc({ server }, c.badFrames));
+
     this.loop = monitorEventLoopDelay({ resolution: eventLoopResolution });
     this.loop.enable();
     const loopDelay: Gauge<'stat'> = new Gauge({
@@ -246,6 +294,12 @@ export class SluiceMetrics {
   /** Exports a breaker's state (0 closed, 1 half-open, 2 open) under its name. */
   registerBreaker(breaker: CircuitBreaker): this {
     this.breakers.set(breaker.name, breaker);
+    return this;
+  }
+
+  /** Exports a WebSocket token server's counters (`TokenSocket.stats`) under `server`, read at scrape time. */
+  registerSocket(server: string, stats: () => SocketCounters): this {
+    this.sockets.set(server, stats);
     return this;
   }
 

@@ -69,6 +69,8 @@ export const REQUEST_ERRORS = [
   'INVALID_OPTIONS',
   'EMPTY_PROMPT',
   'GENERATION_FAILED',
+  'SHUTTING_DOWN',
+  'SHUTDOWN',
 ] as const;
 export type RequestErrorCode = (typeof REQUEST_ERRORS)[number];
 

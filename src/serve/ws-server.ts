@@ -24,6 +24,7 @@ import { SluiceError } from '../errors.js';
 import { TokenBuckets } from '../resilience/bucket.js';
 import { traced, type TraceContext } from '../trace/trace.js';
 import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker, type Token } from '../inference/worker.js';
+import type { SluiceMetrics } from './metrics.js';
 import {
   BEARER_PROTOCOL_PREFIX,
   CLOSE_CODES,
@@ -74,7 +75,7 @@ export interface TokenSocketLimits {
 
 /** What the server reports for logs. Never carries a token or a prompt. */
 export type TokenSocketEvent =
-  | { readonly kind: 'upgrade-rejected'; readonly status: 400 | 401 | 403; readonly reason: string }
+  | { readonly kind: 'upgrade-rejected'; readonly status: 400 | 401 | 403 | 503; readonly reason: string }
   | { readonly kind: 'connected'; readonly connection: number; readonly tenant: string }
   | { readonly kind: 'bad-frame'; readonly connection: number; readonly code: ProtocolErrorCode }
   | { readonly kind: 'refused'; readonly connection: number; readonly code: RequestErrorCode | (string & {}) }
@@ -88,13 +89,21 @@ export interface TokenSocketOptions {
   readonly worker?: TokenWorker;
   /** Several models, chosen by the message's `model` (default: the first). */
   readonly workers?: Readonly<Record<string, TokenWorker>>;
-  readonly authenticate: Authenticate;
+  /**
+   * Checks the bearer token of each upgrade. Without it connections are not
+   * authenticated (every one is tenant `anonymous`): only for a server on loopback.
+   */
+  readonly authenticate?: Authenticate;
   /** Origins browsers may connect from; a request with another `Origin` gets 403. Requests without `Origin` (non-browser clients) pass. Default: any. */
   readonly origins?: readonly string[];
   /** Only upgrades to this path are handled; others are left to other `upgrade` listeners. Default: every path. */
   readonly path?: string;
   readonly limits?: Partial<TokenSocketLimits>;
   readonly onEvent?: (event: TokenSocketEvent) => void;
+  /** Exports connection and request counters (`sluice_ws_*`) and observes each request's trace and generation. */
+  readonly metrics?: SluiceMetrics;
+  /** Names this server in metrics. Default `ws`. */
+  readonly name?: string;
 }
 
 /** Counters for tests, health checks and metrics. */
@@ -112,7 +121,19 @@ export interface TokenSocketStats {
   readonly completed: number;
   readonly cancelled: number;
   readonly failed: number;
+  /** Requests ended by `drain()` at its deadline, with a `SHUTDOWN` error frame. */
+  readonly interrupted: number;
   readonly badFrames: number;
+}
+
+/** What `drain()` reports. */
+export interface DrainReport {
+  /** Requests running when the drain began. */
+  readonly running: number;
+  /** Of those, how many ended on their own (done, error or client cancel) before the deadline. */
+  readonly finished: number;
+  /** Of those, how many were cut off at the deadline with a `SHUTDOWN` error frame. */
+  readonly interrupted: number;
 }
 
 /** The handle `attachTokenSocket` returns. */
@@ -120,6 +141,15 @@ export interface TokenSocket {
   stats(): TokenSocketStats;
   /** Stops accepting upgrades, closes every connection with 1001 and cancels their requests. */
   close(): void;
+  /**
+   * Graceful shutdown: refuses new upgrades (503) and new requests (`SHUTTING_DOWN`
+   * error frame), lets running requests finish for up to `deadline` ms, then ends the
+   * rest with a `SHUTDOWN` error frame; finally closes every connection with 1001.
+   * Every request running at the start ends with `done` or `error`, never silently.
+   */
+  drain(deadline: number): Promise<DrainReport>;
+  /** True once `drain()` or `close()` was called. */
+  readonly draining: boolean;
 }
 
 const DEFAULT_LIMITS: TokenSocketLimits = {
@@ -162,11 +192,13 @@ const optionsSchema = z
   .object({
     worker: workerSchema.optional(),
     workers: z.record(z.string(), workerSchema).optional(),
-    authenticate: functionSchema<Authenticate>(),
+    authenticate: functionSchema<Authenticate>().optional(),
     origins: z.array(z.string().min(1, { error: 'an origin must not be empty' }), { error: 'origins must be an array of strings' }).optional(),
     path: z.string().startsWith('/', { error: 'path must start with "/"' }).optional(),
     limits: z.unknown().optional(),
     onEvent: functionSchema<(event: TokenSocketEvent) => void>().optional(),
+    metrics: z.custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).registerSocket === 'function', { error: 'metrics must be a SluiceMetrics' }).optional(),
+    name: z.string().min(1, { error: 'name must not be empty' }).default('ws'),
   })
   .strict()
   .refine((o) => (o.worker === undefined) !== (o.workers === undefined || Object.keys(o.workers).length === 0), {
@@ -200,7 +232,14 @@ export function attachTokenSocket(server: HttpServer, options: TokenSocketOption
   const parsed = parseOptions(optionsSchema, options, 'token socket options');
   const limits = parseOptions(limitsSchema, { ...DEFAULT_LIMITS, ...(parsed.limits as object | undefined) }, 'token socket limits');
   const hub = new Hub(server, parsed, limits);
-  return { stats: () => hub.stats(), close: () => hub.close() };
+  return {
+    stats: () => hub.stats(),
+    close: () => hub.close(),
+    drain: (deadline) => hub.drain(deadline),
+    get draining() {
+      return hub.draining;
+    },
+  };
 }
 
 type Config = z.output<typeof optionsSchema>;
@@ -216,7 +255,9 @@ class Hub {
   private readonly onUpgrade: (request: IncomingMessage, socket: Duplex, head: Buffer) => void;
   private numbering = 0;
   private shut = false;
-  counters = { started: 0, completed: 0, cancelled: 0, failed: 0, badFrames: 0 };
+  private draining_ = false;
+  private drained: (() => void) | undefined;
+  counters = { started: 0, completed: 0, cancelled: 0, failed: 0, interrupted: 0, badFrames: 0 };
 
   constructor(
     private readonly server: HttpServer,
@@ -241,6 +282,15 @@ class Hub {
       for (const connection of this.connections) connection.beat();
     }, limits.heartbeatInterval);
     this.heartbeat.unref();
+    config.metrics?.registerSocket(config.name, () => this.stats());
+  }
+
+  get metrics(): SluiceMetrics | undefined {
+    return this.config.metrics;
+  }
+
+  get draining(): boolean {
+    return this.draining_ || this.shut;
   }
 
   emit(event: TokenSocketEvent): void {
@@ -279,8 +329,8 @@ class Hub {
     }
     const offered = protocolsOf(request.headers['sec-websocket-protocol']);
     const token = bearerOf(request.headers.authorization) ?? offered.find((p) => p.startsWith(BEARER_PROTOCOL_PREFIX))?.slice(BEARER_PROTOCOL_PREFIX.length);
-    let principal: Principal | undefined;
-    if (token !== undefined && token.length > 0) {
+    let principal: Principal | undefined = this.config.authenticate === undefined ? { tenant: 'anonymous' } : undefined;
+    if (this.config.authenticate !== undefined && token !== undefined && token.length > 0) {
       try {
         principal = await this.config.authenticate(token, request);
       } catch {
@@ -289,6 +339,7 @@ class Hub {
     }
     if (principal === undefined || typeof principal.tenant !== 'string') return this.refuse(socket, 401, 'missing or invalid bearer token');
     if (!offered.includes(SUBPROTOCOL)) return this.refuse(socket, 400, `subprotocol ${SUBPROTOCOL} required`);
+    if (this.draining_) return this.refuse(socket, 503, 'the server is shutting down');
     if (this.shut || socket.destroyed) return void socket.destroy();
     const tenant = principal.tenant;
     this.wss.handleUpgrade(request, socket, head, (ws) => {
@@ -300,11 +351,11 @@ class Hub {
     });
   }
 
-  private refuse(socket: Duplex, status: 400 | 401 | 403, reason: string): void {
+  private refuse(socket: Duplex, status: 400 | 401 | 403 | 503, reason: string): void {
     this.emit({ kind: 'upgrade-rejected', status, reason });
     if (socket.destroyed) return;
-    const body = JSON.stringify({ error: { code: status === 401 ? 'UNAUTHORIZED' : status === 403 ? 'FORBIDDEN_ORIGIN' : 'BAD_SUBPROTOCOL', message: reason } });
-    const title = status === 401 ? 'Unauthorized' : status === 403 ? 'Forbidden' : 'Bad Request';
+    const [code, title] = REFUSALS[status];
+    const body = JSON.stringify({ error: { code, message: reason } });
     const headers = [
       `HTTP/1.1 ${status} ${title}`,
       'Connection: close',
@@ -329,6 +380,37 @@ class Hub {
     return { connections: this.connections.size, activeRequests, buffered, timers, tenants: Object.fromEntries(this.tenants), ...this.counters };
   }
 
+  /** A request ended: wakes a drain waiting for the last one. */
+  released(): void {
+    if (this.drained !== undefined && this.active() === 0) this.drained();
+  }
+
+  private active(): number {
+    let running = 0;
+    for (const connection of this.connections) running += connection.streams.size;
+    return running;
+  }
+
+  async drain(deadline: number): Promise<DrainReport> {
+    if (this.draining) return { running: 0, finished: 0, interrupted: 0 };
+    this.draining_ = true;
+    const running = this.active();
+    if (running > 0) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, deadline);
+        this.drained = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.drained = undefined;
+    }
+    let interrupted = 0;
+    for (const connection of this.connections) interrupted += connection.interruptAll();
+    this.close();
+    return { running, finished: running - interrupted, interrupted };
+  }
+
   close(): void {
     if (this.shut) return;
     this.shut = true;
@@ -338,6 +420,13 @@ class Hub {
     this.wss.close();
   }
 }
+
+const REFUSALS = {
+  400: ['BAD_SUBPROTOCOL', 'Bad Request'],
+  401: ['UNAUTHORIZED', 'Unauthorized'],
+  403: ['FORBIDDEN_ORIGIN', 'Forbidden'],
+  503: ['SHUTTING_DOWN', 'Service Unavailable'],
+} as const;
 
 /**
  * Token frames a connection sends before it yields to the event loop. A healthy local
@@ -469,6 +558,7 @@ class Connection {
 
   private start(message: GenerateMessage): void {
     const { id } = message;
+    if (this.hub.draining) return this.refuse(id, 'SHUTTING_DOWN', 'the server is shutting down and takes no new requests; retry on another instance');
     if (this.streams.has(id)) return this.refuse(id, 'DUPLICATE_ID', 'a request with this id is still running; ids are free again after done or error');
     if (this.streams.size >= this.limits.maxConcurrent) {
       return this.refuse(id, 'TOO_MANY_REQUESTS', `at most ${this.limits.maxConcurrent} requests may run at once on one connection`);
@@ -501,6 +591,14 @@ class Connection {
     if (this.streams.get(stream.id) !== stream) return;
     this.streams.delete(stream.id);
     this.hub.releaseTenant(this.tenant);
+    this.hub.released();
+  }
+
+  /** Ends every running request with a `SHUTDOWN` error frame (the drain's deadline passed); returns how many. */
+  interruptAll(): number {
+    const streams = [...this.streams.values()];
+    for (const stream of streams) stream.interrupt();
+    return streams.length;
   }
 
   refuse(id: string | undefined, code: RequestErrorCode | (string & {}), message: string): void {
@@ -558,6 +656,8 @@ class Stream {
   private outputTokens = 0;
   private report: GenerationDone | undefined;
   private finished = false;
+  private model = '';
+  private readonly startedAt = performance.now();
 
   constructor(
     private readonly connection: Connection,
@@ -567,6 +667,7 @@ class Stream {
   ) {}
 
   start(worker: TokenWorker, request: GenerateRequest): void {
+    this.model = worker.name;
     try {
       const flow = worker.generate(request, { signal: this.controller.signal, trace: this.trace, stage: worker.name, onDone: (done) => (this.report = done) });
       this.subscription = subscribeWithDemand(flow, {
@@ -621,6 +722,15 @@ class Stream {
     this.end();
     this.connection.hub.counters.completed++;
     this.sendDone(this.report?.finishReason ?? 'stop');
+    this.observe(undefined);
+  }
+
+  /** Feeds the request's trace and generation report to the metrics, if any. */
+  private observe(errorType: string | undefined): void {
+    const metrics = this.connection.hub.metrics;
+    if (metrics === undefined) return;
+    metrics.observeTrace(this.trace);
+    if (this.report !== undefined) metrics.observeGeneration(this.model, this.report, (performance.now() - this.startedAt) / 1000, errorType);
   }
 
   private onError(err: unknown): void {
@@ -628,6 +738,18 @@ class Stream {
     this.end();
     this.connection.hub.counters.failed++;
     this.connection.refuse(this.id, codeOf(err, 'GENERATION_FAILED'), messageOf(err));
+    this.observe(err instanceof Error ? err.name : 'Error');
+  }
+
+  /** The drain deadline passed: the model stops and the client is told why, so nothing ends silently. */
+  interrupt(): void {
+    if (this.finished) return;
+    this.end();
+    this.connection.hub.counters.interrupted++;
+    this.subscription?.cancel();
+    this.controller.abort(new SluiceError('SHUTDOWN', 'Request interrupted: the server shut down.'));
+    this.connection.refuse(this.id, 'SHUTDOWN', 'the server shut down before this request finished; retry on another instance');
+    this.observe('SHUTDOWN');
   }
 
   /** The client's `cancel`: the model stops, and `done` (finish_reason `abort`) confirms it. */
@@ -645,6 +767,7 @@ class Stream {
     // Unsubscribe first: the worker then reports `abort` through onDone rather than erroring the Flow.
     this.subscription?.cancel();
     this.controller.abort(new SluiceError('ABORTED', `Request aborted: ${reason}.`));
+    this.observe('AbortedError');
   }
 
   private end(): void {

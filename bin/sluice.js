@@ -1,0 +1,15 @@
+#!/usr/bin/env node
+// The `sluice` command. From a source checkout it runs src/cli.ts through tsx (a dev
+// dependency); from the published package, the compiled dist/src/cli.js.
+import { existsSync } from 'node:fs';
+
+const source = new URL('../src/cli.ts', import.meta.url);
+let cli;
+if (existsSync(source)) {
+  const { register } = await import('tsx/esm/api');
+  register();
+  cli = await import(source.href);
+} else {
+  cli = await import(new URL('../dist/src/cli.js', import.meta.url).href);
+}
+process.exit(await cli.main(process.argv.slice(2)));

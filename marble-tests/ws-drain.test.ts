@@ -1,0 +1,197 @@
+/**
+ * Graceful shutdown of the WebSocket token server (`drain`), open servers without
+ * authentication, and its counters on `/metrics`.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { WebSocket } from 'ws';
+import { decode, generateRequest, type Completion, type GenerateOptions, type GenerateRequest, type ModelWorker, type Token } from '../src/inference/worker.js';
+import type { Flow } from '../src/flow/demand.js';
+import { attachTokenSocket, type TokenSocket, type TokenSocketOptions } from '../src/serve/ws-server.js';
+import { SluiceMetrics } from '../src/serve/metrics.js';
+import { SUBPROTOCOL, serverFrameSchema, type ServerFrame } from '../src/serve/protocol.js';
+
+async function until(condition: () => boolean, what: string, safetyMs = 10_000): Promise<void> {
+  const deadline = Date.now() + safetyMs;
+  while (!condition()) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise<void>((resolve) => setTimeout(resolve, 2));
+  }
+}
+
+/**
+ * Generates `max_tokens` tokens, except that a prompt starting with `hang` stops after
+ * 3 tokens and waits until its signal aborts: a request that cannot finish by itself.
+ */
+class HangingWorker implements ModelWorker {
+  readonly name = 'hanging';
+  readonly signals: AbortSignal[] = [];
+
+  generate(request: GenerateRequest, options: GenerateOptions = {}): Flow<Token> {
+    const valid = generateRequest(request);
+    const signal = options.signal!;
+    this.signals.push(signal);
+    const hangs = valid.prompt?.startsWith('hang') === true;
+    let n = 0;
+    return decode(valid, options, { name: this.name, maxTokens: valid.max_tokens }, () => ({
+      inputTokens: 1,
+      step: () =>
+        hangs && n >= 3
+          ? new Promise<{ text: string }>((_, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true }))
+          : Promise.resolve({ text: `t${n++} ` }),
+      close() {},
+    }));
+  }
+
+  infer(): Promise<Completion> {
+    return Promise.reject(new Error('not used'));
+  }
+}
+
+interface Served {
+  readonly server: Server;
+  readonly port: number;
+  readonly tokens: TokenSocket;
+  close(): Promise<void>;
+}
+
+async function serve(options: TokenSocketOptions): Promise<Served> {
+  const server = createServer((_, res) => res.writeHead(404).end());
+  const tokens = attachTokenSocket(server, options);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    server,
+    port: (server.address() as AddressInfo).port,
+    tokens,
+    close: async () => {
+      tokens.close();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+class Client {
+  readonly frames: ServerFrame[] = [];
+  readonly closed: Promise<number>;
+  constructor(readonly ws: WebSocket) {
+    ws.on('message', (data) => this.frames.push(serverFrameSchema.parse(JSON.parse(String(data))) as ServerFrame));
+    this.closed = new Promise((resolve) => ws.on('close', (code) => resolve(code)));
+  }
+  static open(port: number, headers: Record<string, string> = {}): Promise<Client> {
+    const ws = new WebSocket(`ws://127.0.0.1:${port}/`, [SUBPROTOCOL], { headers });
+    const client = new Client(ws);
+    return new Promise((resolve, reject) => {
+      ws.once('open', () => resolve(client));
+      ws.once('unexpected-response', (_, res) => reject(Object.assign(new Error(`HTTP ${res.statusCode}`), { status: res.statusCode })));
+      ws.once('error', reject);
+    });
+  }
+  send(message: unknown): void {
+    this.ws.send(JSON.stringify(message));
+  }
+  end(id: string): ServerFrame | undefined {
+    return this.frames.find((f) => 'id' in f && f.id === id && f.type !== 'token');
+  }
+}
+
+describe('WebSocket drain (graceful shutdown)', () => {
+  it('refuses new work, lets running requests finish, ends the rest with SHUTDOWN and closes with 1001', async () => {
+    const worker = new HangingWorker();
+    const served = await serve({ worker });
+    try {
+      const client = await Client.open(served.port);
+      client.send({ type: 'generate', id: 'hang-1', prompt: 'hang on', parameters: { max_tokens: 100 } });
+      client.send({ type: 'generate', id: 'hang-2', prompt: 'hang on', parameters: { max_tokens: 100 } });
+      await until(() => client.frames.filter((f) => f.type === 'token').length >= 6, 'the hanging requests to start');
+      // A request that finishes by itself during the drain.
+      client.send({ type: 'generate', id: 'short', prompt: 'short', parameters: { max_tokens: 200 } });
+      await until(() => served.tokens.stats().activeRequests === 3, 'three running requests');
+
+      const draining = served.tokens.drain(300);
+      assert.equal(served.tokens.draining, true);
+      client.send({ type: 'generate', id: 'late', prompt: 'too late', parameters: { max_tokens: 5 } });
+      await assert.rejects(Client.open(served.port), (err: Error & { status?: number }) => err.status === 503);
+
+      const report = await draining;
+      assert.deepEqual(report, { running: 3, finished: 1, interrupted: 2 });
+      assert.equal(await client.closed, 1001);
+      assert.equal(client.end('short')?.type, 'done');
+      for (const id of ['hang-1', 'hang-2']) {
+        const end = client.end(id);
+        assert.equal(end?.type, 'error');
+        assert.equal(end.type === 'error' && end.code, 'SHUTDOWN');
+      }
+      const late = client.end('late');
+      assert.equal(late?.type === 'error' && late.code, 'SHUTTING_DOWN');
+      // Every request that started ended with exactly one terminal frame.
+      for (const id of ['hang-1', 'hang-2', 'short', 'late']) assert.equal(client.frames.filter((f) => 'id' in f && f.id === id && f.type !== 'token').length, 1, id);
+      assert.ok(worker.signals[0]!.aborted && worker.signals[1]!.aborted, 'the interrupted generations were aborted');
+      const stats = served.tokens.stats();
+      assert.equal(stats.interrupted, 2);
+      assert.equal(stats.activeRequests, 0);
+      await until(() => served.tokens.stats().timers === 0, 'no timer left');
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('with nothing running, resolves at once and closes the idle connections', async () => {
+    const served = await serve({ worker: new HangingWorker() });
+    try {
+      const client = await Client.open(served.port);
+      assert.deepEqual(await served.tokens.drain(60_000), { running: 0, finished: 0, interrupted: 0 });
+      assert.equal(await client.closed, 1001);
+    } finally {
+      await served.close();
+    }
+  });
+});
+
+describe('WebSocket server without authenticate', () => {
+  it('admits every connection as tenant "anonymous", ignoring any token', async () => {
+    const served = await serve({ worker: new HangingWorker(), limits: { tenantConcurrent: 1 } });
+    try {
+      const a = await Client.open(served.port);
+      const b = await Client.open(served.port, { authorization: 'Bearer whatever-token' });
+      a.send({ type: 'generate', id: 'x', prompt: 'hang', parameters: { max_tokens: 10 } });
+      await until(() => served.tokens.stats().tenants['anonymous'] === 1, 'the anonymous tenant to run one request');
+      // Both connections are one tenant: its quota of 1 is spent.
+      b.send({ type: 'generate', id: 'y', prompt: 'ok', parameters: { max_tokens: 2 } });
+      await until(() => b.end('y') !== undefined, 'the refusal');
+      const refusal = b.end('y');
+      assert.equal(refusal?.type === 'error' && refusal.code, 'TENANT_QUOTA');
+    } finally {
+      await served.close();
+    }
+  });
+});
+
+describe('WebSocket counters on /metrics', () => {
+  it('exports connections, requests by outcome and bad frames, read at scrape time', async () => {
+    const metrics = new SluiceMetrics({ defaultMetrics: false });
+    const served = await serve({ worker: new HangingWorker(), metrics, name: 'chat' });
+    try {
+      const client = await Client.open(served.port);
+      client.send({ type: 'generate', id: 'a', prompt: 'ok', parameters: { max_tokens: 4 } });
+      client.ws.send('not json');
+      await until(() => client.end('a') !== undefined && client.frames.some((f) => f.type === 'error' && f.code === 'INVALID_JSON'), 'done and the bad-frame error');
+      const { body } = await metrics.scrape();
+      assert.match(body, /^sluice_ws_connections\{server="chat"\} 1$/m);
+      assert.match(body, /^sluice_ws_requests_started_total\{server="chat"\} 1$/m);
+      assert.match(body, /^sluice_ws_requests_ended_total\{server="chat",outcome="completed"\} 1$/m);
+      assert.match(body, /^sluice_ws_bad_frames_total\{server="chat"\} 1$/m);
+      // The generation was observed too (time to first token, token usage).
+      assert.match(body, /^gen_ai_client_token_usage_count\{gen_ai_operation_name="chat",gen_ai_request_model="hanging",gen_ai_token_type="output"\} 1$/m);
+      client.ws.close();
+      await client.closed;
+      await until(() => served.tokens.stats().connections === 0, 'the connection to close');
+      assert.match((await metrics.scrape()).body, /^sluice_ws_connections\{server="chat"\} 0$/m);
+    } finally {
+      metrics.close();
+      await served.close();
+    }
+  });
+});

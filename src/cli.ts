@@ -1,0 +1,234 @@
+/**
+ * The `sluice` command. `sluice serve` starts the server on embedded defaults (models
+ * generated from code, the bundled corpus); flags and `SLUICE_*` environment variables
+ * change the port, tokens, models and limits. Flags win over the environment.
+ *
+ * Bad flags or environment values print what is wrong and exit with 2; a start-up
+ * failure (port in use...) exits with 1. SIGTERM or SIGINT shuts down gracefully and
+ * exits with 0; a second signal exits at once with 130.
+ */
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { InvalidOptionsError } from './errors.js';
+import { SUBPROTOCOL } from './serve/protocol.js';
+import { startServer, type ServeOptions } from './serve/app.js';
+
+const HELP = `Usage: sluice serve [options]
+
+Starts the sluice server: a chat page, WebSocket token streams (${SUBPROTOCOL}), an
+OpenAI-compatible /v1/chat/completions, /metrics, /healthz and /readyz.
+
+Options (environment variable in brackets):
+  --host <host>               interface to listen on [SLUICE_HOST] (default 127.0.0.1)
+  --port <n>                  port, 0 for any free one [SLUICE_PORT] (default 8787)
+  --token <[tenant:]token>    accept this bearer token; repeatable [SLUICE_TOKENS, comma-separated]
+                              (tenant defaults to "default"; without tokens the server is open,
+                              which is allowed on a loopback host only)
+  --insecure                  allow an open server on a non-loopback host [SLUICE_INSECURE=1]
+  --origin <url>              allow browsers from this origin; repeatable [SLUICE_ORIGINS] (default any)
+  --models <dir>              model files; missing ones are generated [SLUICE_MODELS] (default models)
+  --corpus <dir>              markdown documents to answer from [SLUICE_CORPUS] (default: bundled docs)
+  --pool-size <n>             inference worker threads [SLUICE_POOL_SIZE] (default min(cores, 2))
+  --shutdown-timeout <ms>     time running requests get after SIGTERM [SLUICE_SHUTDOWN_TIMEOUT] (default 10000)
+  --max-concurrent <n>        requests per WebSocket connection [SLUICE_MAX_CONCURRENT] (default 8)
+  --tenant-concurrent <n>     requests per tenant, all connections [SLUICE_TENANT_CONCURRENT] (default 32)
+  --max-tokens <n>            largest max_tokens a request may ask [SLUICE_MAX_TOKENS] (default 4096)
+  --rate <n>                  frames per second per connection [SLUICE_RATE] (default 20)
+  -h, --help                  this text
+  -v, --version               the version
+`;
+
+/** A bad flag or environment value: printed without a stack, exit code 2. */
+class UsageError extends Error {}
+
+type Flags = ReturnType<typeof readFlags>;
+
+function readFlags(argv: readonly string[]) {
+  return parseArgs({
+    args: [...argv],
+    allowPositionals: true,
+    strict: true,
+    options: {
+      host: { type: 'string' },
+      port: { type: 'string' },
+      token: { type: 'string', multiple: true },
+      insecure: { type: 'boolean' },
+      origin: { type: 'string', multiple: true },
+      models: { type: 'string' },
+      corpus: { type: 'string' },
+      'pool-size': { type: 'string' },
+      'shutdown-timeout': { type: 'string' },
+      'max-concurrent': { type: 'string' },
+      'tenant-concurrent': { type: 'string' },
+      'max-tokens': { type: 'string' },
+      rate: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+      version: { type: 'boolean', short: 'v' },
+    },
+  });
+}
+
+/** An integer flag or variable; `undefined` when neither is set. */
+function integer(flags: Flags['values'], env: NodeJS.ProcessEnv, flag: keyof Flags['values'], variable: string): number | undefined {
+  const fromFlag = flags[flag];
+  const raw = typeof fromFlag === 'string' ? fromFlag : env[variable];
+  if (raw === undefined || raw === '') return undefined;
+  if (!/^\d+$/.test(raw.trim())) throw new UsageError(`${typeof fromFlag === 'string' ? `--${flag}` : variable}: expected a whole number, got "${raw}"`);
+  return Number(raw.trim());
+}
+
+function list(fromFlags: readonly string[] | undefined, raw: string | undefined): string[] | undefined {
+  if (fromFlags !== undefined && fromFlags.length > 0) return [...fromFlags];
+  if (raw === undefined || raw.trim() === '') return undefined;
+  return raw.split(',').map((s) => s.trim()).filter((s) => s.length > 0);
+}
+
+/** `tenant:token` or `token` (tenant `default`), as a map token → tenant. */
+function tokens(entries: readonly string[] | undefined): Record<string, string> | undefined {
+  if (entries === undefined) return undefined;
+  const map: Record<string, string> = {};
+  for (const entry of entries) {
+    const colon = entry.indexOf(':');
+    const [tenant, token] = colon === -1 ? ['default', entry] : [entry.slice(0, colon), entry.slice(colon + 1)];
+    if (tenant.length === 0 || token.length === 0) throw new UsageError('--token: expected "token" or "tenant:token"');
+    map[token] = tenant;
+  }
+  return map;
+}
+
+/** Flags and environment → `ServeOptions`. */
+export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): ServeOptions {
+  let parsed: Flags;
+  try {
+    parsed = readFlags(argv);
+  } catch (err) {
+    throw new UsageError(err instanceof Error ? err.message : String(err));
+  }
+  const v = parsed.values;
+  const rate = integer(v, env, 'rate', 'SLUICE_RATE');
+  const limits = {
+    ...defined('maxConcurrent', integer(v, env, 'max-concurrent', 'SLUICE_MAX_CONCURRENT')),
+    ...defined('tenantConcurrent', integer(v, env, 'tenant-concurrent', 'SLUICE_TENANT_CONCURRENT')),
+    ...defined('maxTokens', integer(v, env, 'max-tokens', 'SLUICE_MAX_TOKENS')),
+    ...(rate !== undefined && { rate: { perSecond: rate, burst: rate * 2 } }),
+  };
+  const insecureEnv = env['SLUICE_INSECURE'];
+  if (insecureEnv !== undefined && !['', '0', '1', 'true', 'false'].includes(insecureEnv)) throw new UsageError(`SLUICE_INSECURE: expected 1 or 0, got "${insecureEnv}"`);
+  return {
+    ...defined('host', v.host ?? (env['SLUICE_HOST'] || undefined)),
+    ...defined('port', integer(v, env, 'port', 'SLUICE_PORT')),
+    ...defined('tokens', tokens(list(v.token, env['SLUICE_TOKENS']))),
+    ...defined('insecure', v.insecure ?? (insecureEnv === '1' || insecureEnv === 'true' ? true : undefined)),
+    ...defined('origins', list(v.origin, env['SLUICE_ORIGINS'])),
+    ...defined('models', v.models ?? (env['SLUICE_MODELS'] || undefined)),
+    ...defined('corpus', v.corpus ?? (env['SLUICE_CORPUS'] || undefined)),
+    ...defined('poolSize', integer(v, env, 'pool-size', 'SLUICE_POOL_SIZE')),
+    ...defined('shutdownTimeout', integer(v, env, 'shutdown-timeout', 'SLUICE_SHUTDOWN_TIMEOUT')),
+    ...(Object.keys(limits).length > 0 && { limits }),
+  };
+}
+
+function defined<K extends string, V>(key: K, value: V | undefined): { [P in K]?: V } {
+  return (value === undefined ? {} : { [key]: value }) as { [P in K]?: V };
+}
+
+function version(): string {
+  for (const path of ['../package.json', '../../package.json']) {
+    try {
+      return (JSON.parse(readFileSync(new URL(path, import.meta.url), 'utf8')) as { version: string }).version;
+    } catch {
+      // not this layout
+    }
+  }
+  return 'unknown';
+}
+
+/** Runs the command; resolves with the exit code once the server stopped (or at once, for --help and errors). */
+export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  const [command, ...rest] = argv;
+  if (command === undefined || command === '-h' || command === '--help' || command === 'help') {
+    process.stdout.write(HELP);
+    return command === undefined ? 2 : 0;
+  }
+  if (command === '-v' || command === '--version') {
+    process.stdout.write(`${version()}\n`);
+    return 0;
+  }
+  if (command !== 'serve') {
+    process.stderr.write(`sluice: unknown command "${command}"\n\n${HELP}`);
+    return 2;
+  }
+  let options: ServeOptions;
+  try {
+    options = serveOptions(rest, env);
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    process.stderr.write(`sluice: ${err.message}\nRun "sluice serve --help" for the options.\n`);
+    return 2;
+  }
+  if (rest.includes('--help') || rest.includes('-h')) {
+    process.stdout.write(HELP);
+    return 0;
+  }
+  if (rest.includes('--version') || rest.includes('-v')) {
+    process.stdout.write(`${version()}\n`);
+    return 0;
+  }
+
+  const log = (line: string) => process.stderr.write(`${new Date().toISOString()} ${line}\n`);
+  let running;
+  try {
+    running = await startServer({ ...options, log });
+  } catch (err) {
+    if (err instanceof InvalidOptionsError) {
+      process.stderr.write(`sluice: ${err.message}\nRun "sluice serve --help" for the options.\n`);
+      return 2;
+    }
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EADDRINUSE' || code === 'EACCES' || code === 'EADDRNOTAVAIL') {
+      process.stderr.write(`sluice: cannot listen on ${options.host ?? '127.0.0.1'}:${options.port ?? 8787} (${code}); choose another --port or --host\n`);
+      return 1;
+    }
+    process.stderr.write(`sluice: failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
+    return 1;
+  }
+
+  const auth = options.tokens === undefined || Object.keys(options.tokens).length === 0 ? 'none (open: loopback only)' : `bearer token (${Object.keys(options.tokens).length} accepted)`;
+  const [model] = running.models;
+  process.stdout.write(
+    [
+      `sluice ${version()} listening on ${running.url}`,
+      `  chat page    ${running.url}/`,
+      `  WebSocket    ${running.wsUrl}  (subprotocol ${SUBPROTOCOL})`,
+      `  OpenAI API   ${running.url}/v1  (models: ${running.models.join(', ')})`,
+      `  metrics      ${running.url}/metrics   health: /healthz, /readyz`,
+      `  auth         ${auth}`,
+      `try:`,
+      `  curl -N ${running.url}/v1/chat/completions -H 'content-type: application/json' \\`,
+      `    -d '{"model":"${model}","stream":true,"messages":[{"role":"user","content":"How does a stage pause a fast producer?"}]}'`,
+      `SIGTERM or Ctrl-C stops it gracefully.`,
+      '',
+    ].join('\n'),
+  );
+
+  return new Promise<number>((resolve) => {
+    let signalled = false;
+    const stop = (signal: NodeJS.Signals) => {
+      if (signalled) {
+        log(`${signal} again: exiting at once`);
+        return resolve(130);
+      }
+      signalled = true;
+      log(`${signal} received`);
+      running.shutdown().then(
+        () => resolve(0),
+        (err: unknown) => {
+          log(`shutdown failed: ${err instanceof Error ? err.message : String(err)}`);
+          resolve(1);
+        },
+      );
+    };
+    process.on('SIGTERM', stop);
+    process.on('SIGINT', stop);
+  });
+}

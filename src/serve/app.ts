@@ -1,0 +1,255 @@
+/**
+ * The sluice server, assembled: what `sluice serve` runs. One `node:http` server carries
+ *
+ * - `GET /` — the chat page (examples/chat.html): streams tokens over WebSocket, can cancel;
+ * - `/v1/ws` — the WebSocket token protocol `sluice.v1` (`attachTokenSocket`);
+ * - `POST /v1/chat/completions`, `GET /v1/models` — the OpenAI-compatible API;
+ * - `GET /metrics`, `/healthz`, `/readyz`.
+ *
+ * On embedded defaults it needs nothing outside the package: the models are generated
+ * from code into `models` on first start, the corpus is the bundled one. The models
+ * served are `sluice-rag` (guard → embed → retrieve → assemble → character LM) and
+ * `charlm` (the language model alone). Every ONNX session lives in a worker-thread
+ * pool, so inference never blocks the event loop.
+ */
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { availableParallelism } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import * as z from 'zod';
+import { parseOptions, positiveInt } from '../flow/options.js';
+import { StageStats } from '../flow/stats.js';
+import { generateModels, MODEL_FILES } from '../models/generate.js';
+import { InferencePool } from '../models/pool.js';
+import { embedder } from '../models/pool-embedder.js';
+import { poolClassifier } from '../models/pool-classifier.js';
+import { loadTokenizer } from '../models/load.js';
+import { CharLmWorker } from '../inference/onnx-lm.js';
+import { BUNDLED_CORPUS, indexPassages, loadCorpus } from '../rag/corpus.js';
+import { RAG_STAGES, ragWorker, type RagStage } from '../rag/worker.js';
+import { createHttpHandler } from './http.js';
+import { SluiceMetrics } from './metrics.js';
+import { attachTokenSocket, type TokenSocketEvent, type TokenSocketLimits } from './ws-server.js';
+
+/** Where the WebSocket protocol is served. */
+export const WS_PATH = '/v1/ws';
+
+/** `data/` of the package, from source or from `dist/`. */
+const BUNDLED_DATA = [new URL('../../data/', import.meta.url), new URL('../../../data/', import.meta.url)].map((url) => fileURLToPath(url)).find((path) => existsSync(path));
+/** The chat page, from source or from `dist/`. */
+const CHAT_PAGE = [new URL('../../examples/chat.html', import.meta.url), new URL('../../../examples/chat.html', import.meta.url)].map((url) => fileURLToPath(url)).find((path) => existsSync(path));
+
+export interface ServeOptions {
+  /** Interface to listen on. Default `127.0.0.1`. */
+  readonly host?: string;
+  /** Port; 0 picks a free one. Default 8787. */
+  readonly port?: number;
+  /**
+   * Bearer tokens accepted, each with its tenant (`{ token: tenant }`). Without any, the
+   * server is open — allowed only on a loopback host unless `insecure` is set.
+   */
+  readonly tokens?: Readonly<Record<string, string>>;
+  /** Serve without tokens on a non-loopback host. Default false. */
+  readonly insecure?: boolean;
+  /** Origins browsers may connect from (WebSocket 403 otherwise). Default: any. */
+  readonly origins?: readonly string[];
+  /** Folder of the model files; missing ones are generated there. Default `models`. */
+  readonly models?: string;
+  /** Folder of markdown documents to answer from. Default: the bundled corpus. */
+  readonly corpus?: string;
+  /** Inference worker threads. Default `min(cores, 2)`. */
+  readonly poolSize?: number;
+  /** How long, ms, running requests may go on after SIGTERM before they are ended. Default 10 000. */
+  readonly shutdownTimeout?: number;
+  /** WebSocket limits (`attachTokenSocket`). */
+  readonly limits?: Partial<TokenSocketLimits>;
+  /** Log lines (start-up, refusals, shutdown). Never given a token or a prompt. Default: none. */
+  readonly log?: (line: string) => void;
+}
+
+const optionsSchema = z
+  .object({
+    host: z.string().min(1, { error: 'host must not be empty' }).default('127.0.0.1'),
+    port: z.number({ error: 'port must be a number' }).int({ error: 'port must be an integer' }).min(0, { error: 'port must be in [0, 65535]' }).max(65535, { error: 'port must be in [0, 65535]' }).default(8787),
+    // Checked as a whole, so an error never names a token (a record key would be in its path).
+    tokens: z
+      .custom<Record<string, string>>((v) => typeof v === 'object' && v !== null && Object.values(v).every((t) => typeof t === 'string'), { error: 'tokens must map each token to its tenant name' })
+      .refine((t) => Object.keys(t).every((token) => token.length >= 8), { error: 'a token must have at least 8 characters' })
+      .refine((t) => Object.values(t).every((tenant) => tenant.length > 0), { error: 'a tenant must not be empty' })
+      .default({}),
+    insecure: z.boolean().default(false),
+    origins: z.array(z.string().url({ error: 'an origin must be a URL like https://app.example.com' })).optional(),
+    models: z.string().min(1).default('models'),
+    corpus: z.string().min(1).default(BUNDLED_CORPUS),
+    poolSize: positiveInt('poolSize').default(Math.min(availableParallelism(), 2)),
+    shutdownTimeout: z.number({ error: 'shutdownTimeout must be a number of ms' }).int().min(0, { error: 'shutdownTimeout must be ≥ 0' }).default(10_000),
+    limits: z.record(z.string(), z.unknown()).optional(),
+    log: z.custom<(line: string) => void>((v) => typeof v === 'function', { error: 'log must be a function' }).optional(),
+  })
+  .strict()
+  .refine((o) => Object.keys(o.tokens).length > 0 || o.insecure || isLoopback(o.host), {
+    error: 'an open server (no tokens) may only listen on a loopback host: give tokens, or set insecure',
+    path: ['tokens'],
+  });
+
+/** What a shutdown did, for logs and tests. */
+export interface ShutdownReport {
+  /** WebSocket requests running at SIGTERM, finished on their own, and ended by the deadline. */
+  readonly ws: { readonly running: number; readonly finished: number; readonly interrupted: number };
+  /** HTTP completions running at SIGTERM, and ended by the deadline. */
+  readonly http: { readonly running: number; readonly interrupted: number };
+}
+
+export interface RunningServer {
+  /** `http://host:port` */
+  readonly url: string;
+  /** `ws://host:port/v1/ws` */
+  readonly wsUrl: string;
+  /** The model names served; the first is the default. */
+  readonly models: readonly string[];
+  readonly server: Server;
+  readonly metrics: SluiceMetrics;
+  /**
+   * Graceful shutdown: stops accepting, lets running requests finish for up to
+   * `deadline` ms (default `shutdownTimeout`), ends the rest with a `SHUTDOWN` error,
+   * closes the sockets and releases the models. Calling it again returns the same promise.
+   */
+  shutdown(deadline?: number): Promise<ShutdownReport>;
+}
+
+/**
+ * Starts a sluice server: generates missing models, loads them into an inference pool,
+ * indexes the corpus, and listens. Resolves once it is listening and ready.
+ *
+ * ## Example
+ * ```ts
+ * const running = await startServer({ port: 0 });
+ * console.log(running.url); // http://127.0.0.1:40123
+ * process.once('SIGTERM', () => void running.shutdown().then(() => process.exit(0)));
+ * ```
+ */
+export async function startServer(options: ServeOptions = {}): Promise<RunningServer> {
+  const config = parseOptions(optionsSchema, options, 'serve options');
+  const log = config.log ?? (() => {});
+  if (BUNDLED_DATA === undefined) throw new Error('the bundled data/ folder is missing from the package');
+
+  const dir = config.models;
+  const written = await generateModels({ outDir: dir, dataDir: BUNDLED_DATA });
+  const fresh = written.filter((f) => f.written).length;
+  if (fresh > 0) log(`generated ${fresh} model files into ${dir}/`);
+
+  const pool = await InferencePool.create({
+    name: 'serve',
+    models: { embed: `${dir}/${MODEL_FILES.embedding}`, guard: `${dir}/${MODEL_FILES.guard}`, charlm: `${dir}/${MODEL_FILES.charLm}` },
+    size: config.poolSize,
+  });
+  const metrics = new SluiceMetrics();
+  try {
+    const tokenizer = await loadTokenizer(`${dir}/${MODEL_FILES.embeddingTokenizer}`);
+    const embed = embedder(pool, tokenizer, { model: 'embed' });
+    const passages = await loadCorpus(config.corpus);
+    const index = await indexPassages(passages, (texts, signal) => embed(texts, signal));
+    const lm = await CharLmWorker.load(`${dir}/${MODEL_FILES.charLm}`, { run: (feeds, signal) => pool.run(feeds, { model: 'charlm', signal }) });
+    const stats = Object.fromEntries(RAG_STAGES.map((name) => [name, new StageStats()])) as Record<RagStage, StageStats>;
+    for (const [name, s] of Object.entries(stats)) metrics.registerStage(name, s);
+    const rag = ragWorker({ lm, embedder: embed, index, classify: poolClassifier(pool, tokenizer, { model: 'guard' }), stats });
+    const workers = { [rag.name]: rag, [lm.name]: lm };
+    log(`indexed ${passages.length} passages from ${config.corpus}`);
+
+    const tenants = new Map(Object.entries(config.tokens));
+    const open = tenants.size === 0;
+    const page = CHAT_PAGE === undefined ? undefined : await readFile(CHAT_PAGE);
+    const api = createHttpHandler({
+      workers,
+      metrics,
+      ...(!open && { auth: (req: IncomingMessage) => tenants.has(bearerOf(req.headers.authorization) ?? '') }),
+    });
+    const server = createServer((req, res) => {
+      const path = (req.url ?? '/').split('?', 1)[0];
+      if ((path === '/' || path === '/index.html') && req.method === 'GET' && page !== undefined) return sendPage(res, page);
+      api(req, res);
+    });
+    const sockets = attachTokenSocket(server, {
+      workers,
+      path: WS_PATH,
+      metrics,
+      ...(!open && { authenticate: (token: string) => (tenants.has(token) ? { tenant: tenants.get(token)! } : undefined) }),
+      ...(config.origins !== undefined && { origins: config.origins }),
+      ...(config.limits !== undefined && { limits: config.limits as Partial<TokenSocketLimits> }),
+      onEvent: (event) => logEvent(log, event),
+    });
+    // Upgrades to any other path are nobody's: answer and close, never leave the socket open.
+    server.on('upgrade', (req, socket) => {
+      if ((req.url ?? '/').split('?', 1)[0] === WS_PATH) return;
+      socket.on('error', () => {});
+      socket.end('HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+      socket.once('finish', () => socket.destroy());
+    });
+
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(config.port, config.host, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    const address = server.address() as AddressInfo;
+    const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+    const url = `http://${host}:${address.port}`;
+
+    let stopping: Promise<ShutdownReport> | undefined;
+    const shutdown = (deadline = config.shutdownTimeout): Promise<ShutdownReport> =>
+      (stopping ??= (async () => {
+        log(`shutting down: running requests have ${deadline} ms to finish`);
+        // Stop accepting new connections; the ones open keep being served until drained.
+        server.close();
+        const [ws, http] = await Promise.all([sockets.drain(deadline), api.drain(deadline)]);
+        server.closeAllConnections();
+        await lm.release();
+        await pool.close();
+        metrics.close();
+        log(`stopped: WebSocket ${ws.finished} finished, ${ws.interrupted} interrupted; HTTP ${http.running - http.interrupted} finished, ${http.interrupted} interrupted`);
+        return { ws, http: { running: http.running, interrupted: http.interrupted } };
+      })());
+
+    return { url, wsUrl: `${url.replace(/^http/, 'ws')}${WS_PATH}`, models: Object.keys(workers), server, metrics, shutdown };
+  } catch (err) {
+    await pool.close();
+    metrics.close();
+    throw err;
+  }
+}
+
+function sendPage(res: ServerResponse, page: Buffer): void {
+  res.writeHead(200, {
+    'content-type': 'text/html; charset=utf-8',
+    'content-length': page.length,
+    'cache-control': 'no-cache',
+    'x-content-type-options': 'nosniff',
+    'content-security-policy': "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'",
+  });
+  res.end(page);
+}
+
+function logEvent(log: (line: string) => void, event: TokenSocketEvent): void {
+  switch (event.kind) {
+    case 'upgrade-rejected':
+      return log(`ws upgrade refused: ${event.status} ${event.reason}`);
+    case 'closed':
+      if (event.cause !== 'client') log(`ws connection ${event.connection} closed: ${event.code} (${event.cause})`);
+      return;
+    default:
+      return;
+  }
+}
+
+function bearerOf(header: string | undefined): string | undefined {
+  return header === undefined ? undefined : /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1];
+}
+
+/** True for hosts only this machine can reach. */
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
