@@ -9,6 +9,9 @@ import { decode, generateRequest, type Completion, type GenerateOptions, type Ge
 import type { Flow } from '../src/flow/demand.js';
 import { createHttpHandler, type HttpHandlerOptions } from '../src/serve/http.js';
 import { genAiSpan, recordStageSpans, traceparentOf } from '../src/trace/otel.js';
+import { WebSocket } from 'ws';
+import { attachTokenSocket } from '../src/serve/ws-server.js';
+import { SUBPROTOCOL } from '../src/serve/protocol.js';
 
 /** Emits `tokens` tokens, or fails after `failAfter` of them; remembers the trace it was given. */
 class ScriptedWorker implements ModelWorker<GenerateRequest, Completion> {
@@ -166,6 +169,46 @@ describe('a tracer passed as an option', () => {
       assert.deepEqual(exporter.getFinishedSpans().map((s) => s.name).sort(), ['chat scripted', 'stage generate']);
     } finally {
       await close(server);
+      await provider.shutdown();
+    }
+  });
+});
+
+describe('WebSocket requests', () => {
+  it('get a GenAI span continuing the message traceparent, and the done frame names it', async () => {
+    const exporter = new InMemorySpanExporter();
+    const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+    const worker = new ScriptedWorker('scripted');
+    const server = createServer();
+    const sockets = attachTokenSocket(server, { worker, tracer: provider.getTracer('test') });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const ws = new WebSocket(`ws://127.0.0.1:${(server.address() as AddressInfo).port}/`, [SUBPROTOCOL]);
+      const frames: { type: string; traceparent?: string }[] = [];
+      await new Promise<void>((resolve, reject) => {
+        ws.on('open', () => ws.send(JSON.stringify({ type: 'generate', id: 'a', prompt: 'hi', parameters: { max_tokens: 3 }, traceparent: INCOMING })));
+        ws.on('message', (data) => {
+          const frame = JSON.parse(String(data)) as { type: string; traceparent?: string };
+          frames.push(frame);
+          if (frame.type !== 'token') resolve();
+        });
+        ws.on('error', reject);
+      });
+      ws.close();
+      const done = frames.at(-1)!;
+      assert.equal(done.type, 'done');
+      const [span] = exporter.getFinishedSpans().filter((s) => s.name === 'chat scripted');
+      assert.ok(span, 'a request span');
+      assert.equal(span.spanContext().traceId, '4bf92f3577b34da6a3ce929d0e0e4736');
+      assert.equal(span.parentSpanContext?.spanId, '00f067aa0ba902b7');
+      assert.equal(span.attributes['gen_ai.usage.output_tokens'], 3);
+      assert.deepEqual(span.attributes['gen_ai.response.finish_reasons'], ['length']);
+      assert.equal(done.traceparent, `00-4bf92f3577b34da6a3ce929d0e0e4736-${span.spanContext().spanId}-01`);
+      assert.equal(worker.traces[0]!.traceId, '4bf92f3577b34da6a3ce929d0e0e4736');
+    } finally {
+      sockets.close();
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
       await provider.shutdown();
     }
   });

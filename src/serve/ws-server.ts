@@ -25,6 +25,8 @@ import { TokenBuckets } from '../resilience/bucket.js';
 import { traced, type TraceContext } from '../trace/trace.js';
 import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker, type Token } from '../inference/worker.js';
 import type { SluiceMetrics } from './metrics.js';
+import type { Tracer } from '@opentelemetry/api';
+import { endGenAiSpan, errorType, genAiSpan, recordStageSpans, traceparentOf, type GenAiSpan } from '../trace/otel.js';
 import {
   BEARER_PROTOCOL_PREFIX,
   CLOSE_CODES,
@@ -104,6 +106,8 @@ export interface TokenSocketOptions {
   readonly metrics?: SluiceMetrics;
   /** Names this server in metrics. Default `ws`. */
   readonly name?: string;
+  /** The OpenTelemetry tracer for request and stage spans. Default: the global provider's (a no-op unless an SDK is registered). */
+  readonly tracer?: Tracer;
 }
 
 /** Counters for tests, health checks and metrics. */
@@ -199,6 +203,7 @@ const optionsSchema = z
     onEvent: functionSchema<(event: TokenSocketEvent) => void>().optional(),
     metrics: z.custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).registerSocket === 'function', { error: 'metrics must be a SluiceMetrics' }).optional(),
     name: z.string().min(1, { error: 'name must not be empty' }).default('ws'),
+    tracer: z.custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', { error: 'tracer must be an OpenTelemetry Tracer' }).optional(),
   })
   .strict()
   .refine((o) => (o.worker === undefined) !== (o.workers === undefined || Object.keys(o.workers).length === 0), {
@@ -287,6 +292,10 @@ class Hub {
 
   get metrics(): SluiceMetrics | undefined {
     return this.config.metrics;
+  }
+
+  get tracer(): Tracer | undefined {
+    return this.config.tracer;
   }
 
   get draining(): boolean {
@@ -579,8 +588,12 @@ class Connection {
     if (!this.hub.acquireTenant(this.tenant)) {
       return this.refuse(id, 'TENANT_QUOTA', `tenant has ${this.limits.tenantConcurrent} requests running, its limit`);
     }
-    const trace = traced(request, message.traceparent === undefined ? {} : { traceparent: message.traceparent }).trace;
-    const stream = new Stream(this, id, message.policy ?? 'pause', trace);
+    const tracer = this.hub.tracer;
+    // A span per request (continuing the message's traceparent); the element's trace continues the span.
+    const otel = genAiSpan({ ...(tracer && { tracer }), model: worker.name, params: request, ...(message.traceparent !== undefined && { traceparent: message.traceparent }) });
+    const traceparent = otel.traceparent ?? message.traceparent;
+    const trace = traced(request, traceparent === undefined ? {} : { traceparent }).trace;
+    const stream = new Stream(this, id, message.policy ?? 'pause', trace, otel);
     this.streams.set(id, stream);
     this.hub.counters.started++;
     stream.start(worker, request);
@@ -658,12 +671,14 @@ class Stream {
   private finished = false;
   private model = '';
   private readonly startedAt = performance.now();
+  private readonly startedEpoch = Date.now();
 
   constructor(
     private readonly connection: Connection,
     readonly id: string,
     private readonly policy: 'pause' | 'conflate',
     private readonly trace: TraceContext,
+    private readonly otel: GenAiSpan,
   ) {}
 
   start(worker: TokenWorker, request: GenerateRequest): void {
@@ -725,12 +740,15 @@ class Stream {
     this.observe(undefined);
   }
 
-  /** Feeds the request's trace and generation report to the metrics, if any. */
-  private observe(errorType: string | undefined): void {
-    const metrics = this.connection.hub.metrics;
-    if (metrics === undefined) return;
-    metrics.observeTrace(this.trace);
-    if (this.report !== undefined) metrics.observeGeneration(this.model, this.report, (performance.now() - this.startedAt) / 1000, errorType);
+  /** Feeds the request's trace and generation report to the metrics, and ends its spans. */
+  private observe(error: unknown): void {
+    const hub = this.connection.hub;
+    const tracer = hub.tracer;
+    endGenAiSpan(this.otel.span, { ...(this.report && { done: this.report }), ...(error !== undefined && { error }), responseId: this.id, responseModel: this.model, trace: this.trace });
+    recordStageSpans(this.trace, this.otel.context, { ...(tracer && { tracer }), startTime: this.startedEpoch });
+    if (hub.metrics === undefined) return;
+    hub.metrics.observeTrace(this.trace);
+    if (this.report !== undefined) hub.metrics.observeGeneration(this.model, this.report, (performance.now() - this.startedAt) / 1000, error === undefined ? undefined : errorType(error));
   }
 
   private onError(err: unknown): void {
@@ -738,7 +756,7 @@ class Stream {
     this.end();
     this.connection.hub.counters.failed++;
     this.connection.refuse(this.id, codeOf(err, 'GENERATION_FAILED'), messageOf(err));
-    this.observe(err instanceof Error ? err.name : 'Error');
+    this.observe(err);
   }
 
   /** The drain deadline passed: the model stops and the client is told why, so nothing ends silently. */
@@ -747,9 +765,10 @@ class Stream {
     this.end();
     this.connection.hub.counters.interrupted++;
     this.subscription?.cancel();
-    this.controller.abort(new SluiceError('SHUTDOWN', 'Request interrupted: the server shut down.'));
+    const error = new SluiceError('SHUTDOWN', 'Request interrupted: the server shut down.');
+    this.controller.abort(error);
     this.connection.refuse(this.id, 'SHUTDOWN', 'the server shut down before this request finished; retry on another instance');
-    this.observe('SHUTDOWN');
+    this.observe(error);
   }
 
   /** The client's `cancel`: the model stops, and `done` (finish_reason `abort`) confirms it. */
@@ -766,8 +785,9 @@ class Stream {
     this.connection.hub.counters.cancelled++;
     // Unsubscribe first: the worker then reports `abort` through onDone rather than erroring the Flow.
     this.subscription?.cancel();
-    this.controller.abort(new SluiceError('ABORTED', `Request aborted: ${reason}.`));
-    this.observe('AbortedError');
+    const error = new SluiceError('ABORTED', `Request aborted: ${reason}.`);
+    this.controller.abort(error);
+    this.observe(error);
   }
 
   private end(): void {
@@ -783,7 +803,7 @@ class Stream {
       id: this.id,
       finish_reason: finishReason,
       usage: { input_tokens: usage.inputTokens, output_tokens: usage.outputTokens },
-      traceparent: this.trace.traceparent,
+      traceparent: traceparentOf(this.otel.span) ?? this.trace.traceparent,
     });
   }
 }
