@@ -169,6 +169,29 @@ describe('WebSocket server without authenticate', () => {
   });
 });
 
+describe('WebSocket tenant request rate', () => {
+  it('is one bucket across the tenant\'s connections; over it, TENANT_QUOTA says when to retry', async () => {
+    const served = await serve({ worker: new HangingWorker(), limits: { tenantRate: { perSecond: 0.01, burst: 2 } } });
+    try {
+      const a = await Client.open(served.port);
+      const b = await Client.open(served.port);
+      a.send({ type: 'generate', id: '1', prompt: 'ok', parameters: { max_tokens: 1 } });
+      b.send({ type: 'generate', id: '2', prompt: 'ok', parameters: { max_tokens: 1 } });
+      await until(() => a.end('1') !== undefined && b.end('2') !== undefined, 'the first two');
+      b.send({ type: 'generate', id: '3', prompt: 'ok', parameters: { max_tokens: 1 } });
+      await until(() => b.end('3') !== undefined, 'the third');
+      assert.equal(a.end('1')?.type, 'done');
+      assert.equal(b.end('2')?.type, 'done');
+      const third = b.end('3');
+      assert.equal(third?.type === 'error' && third.code, 'TENANT_QUOTA');
+      assert.match(third?.type === 'error' ? third.message : '', /per second \(burst 2\); retry in \d+ ms/);
+      assert.equal(served.tokens.stats().tenants['anonymous'], undefined, 'a refused request holds no concurrency slot');
+    } finally {
+      await served.close();
+    }
+  });
+});
+
 describe('WebSocket counters on /metrics', () => {
   it('exports connections, requests by outcome and bad frames, read at scrape time', async () => {
     const metrics = new SluiceMetrics({ defaultMetrics: false });

@@ -59,6 +59,8 @@ export interface TokenSocketLimits {
   readonly rate: { readonly perSecond: number; readonly burst: number };
   /** Requests one tenant may run at once, across its connections. Default 32. */
   readonly tenantConcurrent: number;
+  /** Requests one tenant may start, across its connections: `perSecond` on average, `burst` at once. Default 50/s, burst 100. */
+  readonly tenantRate: { readonly perSecond: number; readonly burst: number };
   /** Bytes buffered for a socket above which no more tokens are decoded for it. Default 64 KiB. */
   readonly highWaterMark: number;
   /** Bytes buffered for a socket beyond which it is closed at once with 4008 (error frames are not paced by demand). Default 1 MiB. */
@@ -161,6 +163,7 @@ const DEFAULT_LIMITS: TokenSocketLimits = {
   maxConcurrent: 8,
   rate: { perSecond: 20, burst: 40 },
   tenantConcurrent: 32,
+  tenantRate: { perSecond: 50, burst: 100 },
   highWaterMark: 64 * 1024,
   maxBuffered: 1024 * 1024,
   stallTimeout: 10_000,
@@ -181,6 +184,7 @@ const limitsSchema = z
     maxConcurrent: positiveInt('maxConcurrent'),
     rate: z.object({ perSecond: z.number().positive({ error: 'perSecond must be > 0' }), burst: z.number().min(1, { error: 'burst must be ≥ 1' }) }).strict(),
     tenantConcurrent: positiveInt('tenantConcurrent'),
+    tenantRate: z.object({ perSecond: z.number().positive({ error: 'perSecond must be > 0' }), burst: z.number().min(1, { error: 'burst must be ≥ 1' }) }).strict(),
     highWaterMark: positiveInt('highWaterMark'),
     maxBuffered: positiveInt('maxBuffered'),
     stallTimeout: positiveInt('stallTimeout'),
@@ -253,6 +257,7 @@ type Config = z.output<typeof optionsSchema>;
 class Hub {
   readonly connections = new Set<Connection>();
   readonly rate: TokenBuckets;
+  readonly tenantRate: TokenBuckets;
   private readonly tenants = new Map<string, number>();
   private readonly wss: WebSocketServer;
   private readonly heartbeat: NodeJS.Timeout;
@@ -271,6 +276,7 @@ class Hub {
   ) {
     this.workers = new Map(config.worker !== undefined ? [[config.worker.name, config.worker]] : Object.entries(config.workers ?? {}));
     this.rate = new TokenBuckets(limits.rate.perSecond, limits.rate.burst, () => performance.now());
+    this.tenantRate = new TokenBuckets(limits.tenantRate.perSecond, limits.tenantRate.burst, () => performance.now());
     this.wss = new WebSocketServer({
       noServer: true,
       maxPayload: limits.maxPayload,
@@ -587,6 +593,11 @@ class Connection {
     }
     if (!this.hub.acquireTenant(this.tenant)) {
       return this.refuse(id, 'TENANT_QUOTA', `tenant has ${this.limits.tenantConcurrent} requests running, its limit`);
+    }
+    if (!this.hub.tenantRate.take(this.tenant)) {
+      this.hub.releaseTenant(this.tenant);
+      const { perSecond, burst } = this.limits.tenantRate;
+      return this.refuse(id, 'TENANT_QUOTA', `tenant started more than ${perSecond} requests per second (burst ${burst}); retry in ${this.hub.tenantRate.timeUntil(this.tenant, 1)} ms`);
     }
     const tracer = this.hub.tracer;
     // A span per request (continuing the message's traceparent); the element's trace continues the span.
