@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
+import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -35,8 +36,8 @@ class Client {
     this.closed = new Promise((resolve) => ws.on('close', (code) => resolve(code)));
     ws.on('error', () => {});
   }
-  static open(url: string, token?: string): Promise<Client> {
-    const ws = new WebSocket(url, [SUBPROTOCOL, ...(token === undefined ? [] : [`bearer.${token}`])]);
+  static open(url: string, token?: string, origin?: string): Promise<Client> {
+    const ws = new WebSocket(url, [SUBPROTOCOL, ...(token === undefined ? [] : [`bearer.${token}`])], origin === undefined ? {} : { origin });
     const client = new Client(ws);
     return new Promise((resolve, reject) => {
       ws.once('open', () => resolve(client));
@@ -79,7 +80,36 @@ describe('startServer (in process)', () => {
     assert.equal(client.text('q').length, 30);
     const blocked = client.end('bad');
     assert.equal(blocked?.type === 'error' && blocked.code, 'GUARD_BLOCKED');
+    // The client learns it was blocked, not the score or the thresholds to aim at.
+    assert.equal(blocked?.type === 'error' && blocked.message, 'the request was blocked by the content policy');
     client.ws.close();
+  });
+
+  it('gives every request its own trace id, sampled, and names it in done', async () => {
+    const client = await Client.open(running.wsUrl);
+    for (const id of ['t1', 't2']) client.send({ type: 'generate', id, model: 'charlm', prompt: 'A', parameters: { max_tokens: 2 } });
+    await until(() => client.end('t1') !== undefined && client.end('t2') !== undefined, 'both');
+    const [a, b] = ['t1', 't2'].map((id) => client.end(id)) as [ServerFrame, ServerFrame];
+    assert.ok(a.type === 'done' && b.type === 'done');
+    assert.match(a.traceparent!, /^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
+    assert.notEqual(a.traceparent!.slice(3, 35), b.traceparent!.slice(3, 35), 'distinct trace ids');
+    client.ws.close();
+  });
+
+  it('as an open server, refuses other sites: a foreign Origin (403) and a non-loopback Host (DNS rebinding)', async () => {
+    await assert.rejects(Client.open(running.wsUrl, undefined, 'https://evil.example'), (err: Error & { status?: number }) => err.status === 403);
+    const own = await Client.open(running.wsUrl, undefined, running.url);
+    own.ws.close();
+    const port = Number(new URL(running.url).port);
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port, path: '/v1/models', headers: { host: `evil.example:${port}` } }, (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    assert.equal(status, 403);
   });
 
   it('serves the chat page, lists both models, and answers OpenAI chat completions', async () => {

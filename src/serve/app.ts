@@ -166,7 +166,15 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       metrics,
       ...(!open && { auth: (req: IncomingMessage) => tenants.has(bearerOf(req.headers.authorization) ?? '') }),
     });
+    // An open server trusts whoever reaches it, so it must be reachable only from this machine: a
+    // Host that is not a loopback name is a DNS-rebinding page relaying a browser (refused), and a
+    // browser WebSocket must come from the server's own origin (any site could open one otherwise).
+    const guardHost = open && !config.insecure;
     const server = createServer((req, res) => {
+      if (guardHost && !loopbackHost(req.headers.host)) {
+        res.writeHead(403, { 'content-type': 'application/json' });
+        return void res.end(JSON.stringify({ error: { message: 'This open server answers only requests addressed to a loopback host.', type: 'invalid_request_error', param: null, code: 'forbidden_host' } }));
+      }
       const path = (req.url ?? '/').split('?', 1)[0];
       if ((path === '/' || path === '/index.html') && req.method === 'GET' && page !== undefined) return sendPage(res, page);
       api(req, res);
@@ -176,7 +184,9 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       path: WS_PATH,
       metrics,
       ...(!open && { authenticate: (token: string) => (tenants.has(token) ? { tenant: tenants.get(token)! } : undefined) }),
-      ...(config.origins !== undefined && { origins: config.origins }),
+      ...(config.origins !== undefined
+        ? { origins: config.origins }
+        : open && { origins: (origin: string, req: IncomingMessage) => (!guardHost || loopbackHost(req.headers.host)) && sameOrigin(origin, req.headers.host) }),
       ...(config.limits !== undefined && { limits: config.limits as Partial<TokenSocketLimits> }),
       onEvent: (event) => logEvent(log, event),
     });
@@ -247,6 +257,22 @@ function logEvent(log: (line: string) => void, event: TokenSocketEvent): void {
 
 function bearerOf(header: string | undefined): string | undefined {
   return header === undefined ? undefined : /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1];
+}
+
+/** True for a `Host` header naming this machine (`localhost`, `127.x.y.z`, `[::1]`, with or without a port). */
+function loopbackHost(header: string | undefined): boolean {
+  if (header === undefined) return false;
+  const host = header.startsWith('[') ? header.slice(0, header.indexOf(']') + 1) : header.split(':', 1)[0]!;
+  return isLoopback(host.toLowerCase());
+}
+
+/** True when the browser's `Origin` is the page this server served (same host and port). */
+function sameOrigin(origin: string, host: string | undefined): boolean {
+  try {
+    return host !== undefined && new URL(origin).host === host.toLowerCase();
+  } catch {
+    return false;
+  }
 }
 
 /** True for hosts only this machine can reach. */

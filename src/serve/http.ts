@@ -446,7 +446,8 @@ function toApiError(err: unknown): ApiError {
   if (err instanceof InvalidOptionsError) return new ApiError(400, err.message, 'invalid_request_error', 'invalid_value', err.issues[0]?.path ?? null);
   if (err instanceof SluiceError) {
     if (err.code === 'SHUTDOWN') return new ApiError(503, err.message, 'server_error', 'server_shutdown');
-    if (err.code === 'GUARD_BLOCKED') return new ApiError(400, err.message, 'invalid_request_error', 'content_policy_violation', 'messages');
+    // The guard's score and thresholds are the operator's business, not the client's.
+    if (err.code === 'GUARD_BLOCKED') return new ApiError(400, 'The request was blocked by the content policy.', 'invalid_request_error', 'content_policy_violation', 'messages');
     return new ApiError(500, err.message, 'server_error', err.code);
   }
   // Only sluice's own messages are passed on: anything else may carry internals (paths, hosts, keys). A code is safe.

@@ -22,7 +22,7 @@ import { subscribeWithDemand, type DemandSubscription } from '../flow/demand.js'
 import { functionSchema, parseOptions, positiveInt } from '../flow/options.js';
 import { SluiceError } from '../errors.js';
 import { TokenBuckets } from '../resilience/bucket.js';
-import { traced, type TraceContext } from '../trace/trace.js';
+import { parseTraceparent, sampler, traced, type TraceContext } from '../trace/trace.js';
 import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker, type Token } from '../inference/worker.js';
 import type { SluiceMetrics } from './metrics.js';
 import type { Tracer } from '@opentelemetry/api';
@@ -98,8 +98,11 @@ export interface TokenSocketOptions {
    * authenticated (every one is tenant `anonymous`): only for a server on loopback.
    */
   readonly authenticate?: Authenticate;
-  /** Origins browsers may connect from; a request with another `Origin` gets 403. Requests without `Origin` (non-browser clients) pass. Default: any. */
-  readonly origins?: readonly string[];
+  /**
+   * Origins browsers may connect from, or a check of the `Origin` header; another origin gets 403.
+   * Requests without `Origin` (non-browser clients) pass. Default: any.
+   */
+  readonly origins?: readonly string[] | ((origin: string, request: IncomingMessage) => boolean);
   /** Only upgrades to this path are handled; others are left to other `upgrade` listeners. Default: every path. */
   readonly path?: string;
   readonly limits?: Partial<TokenSocketLimits>;
@@ -110,6 +113,8 @@ export interface TokenSocketOptions {
   readonly name?: string;
   /** The OpenTelemetry tracer for request and stage spans. Default: the global provider's (a no-op unless an SDK is registered). */
   readonly tracer?: Tracer;
+  /** Share of requests whose per-stage timing is recorded (metrics, stage spans); a sampled incoming traceparent always is. Default 1. */
+  readonly sampleRate?: number;
 }
 
 /** Counters for tests, health checks and metrics. */
@@ -201,12 +206,15 @@ const optionsSchema = z
     worker: workerSchema.optional(),
     workers: z.record(z.string(), workerSchema).optional(),
     authenticate: functionSchema<Authenticate>().optional(),
-    origins: z.array(z.string().min(1, { error: 'an origin must not be empty' }), { error: 'origins must be an array of strings' }).optional(),
+    origins: z
+      .union([z.array(z.string().min(1, { error: 'an origin must not be empty' })), functionSchema<(origin: string, request: IncomingMessage) => boolean>()], { error: 'origins must be an array of strings or a function' })
+      .optional(),
     path: z.string().startsWith('/', { error: 'path must start with "/"' }).optional(),
     limits: z.unknown().optional(),
     onEvent: functionSchema<(event: TokenSocketEvent) => void>().optional(),
     metrics: z.custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).registerSocket === 'function', { error: 'metrics must be a SluiceMetrics' }).optional(),
     name: z.string().min(1, { error: 'name must not be empty' }).default('ws'),
+    sampleRate: z.number({ error: 'sampleRate must be a number' }).min(0, { error: 'sampleRate must be in [0, 1]' }).max(1, { error: 'sampleRate must be in [0, 1]' }).default(1),
     tracer: z.custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', { error: 'tracer must be an OpenTelemetry Tracer' }).optional(),
   })
   .strict()
@@ -264,6 +272,9 @@ class Hub {
   private readonly workers: ReadonlyMap<string, TokenWorker>;
   private readonly onUpgrade: (request: IncomingMessage, socket: Duplex, head: Buffer) => void;
   private numbering = 0;
+  /** Requests started, numbering their traces. */
+  seq = 0;
+  readonly sample: (seq: number) => boolean;
   private shut = false;
   private draining_ = false;
   private drained: (() => void) | undefined;
@@ -276,6 +287,7 @@ class Hub {
   ) {
     this.workers = new Map(config.worker !== undefined ? [[config.worker.name, config.worker]] : Object.entries(config.workers ?? {}));
     this.rate = new TokenBuckets(limits.rate.perSecond, limits.rate.burst, () => performance.now());
+    this.sample = sampler(config.sampleRate);
     this.tenantRate = new TokenBuckets(limits.tenantRate.perSecond, limits.tenantRate.burst, () => performance.now());
     this.wss = new WebSocketServer({
       noServer: true,
@@ -339,7 +351,7 @@ class Hub {
     const ignore = () => {};
     socket.on('error', ignore);
     const origin = request.headers.origin;
-    if (this.config.origins !== undefined && origin !== undefined && !this.config.origins.includes(origin)) {
+    if (origin !== undefined && !this.originAllowed(origin, request)) {
       return this.refuse(socket, 403, 'origin not allowed');
     }
     const offered = protocolsOf(request.headers['sec-websocket-protocol']);
@@ -364,6 +376,17 @@ class Hub {
       this.connections.add(connection);
       this.emit({ kind: 'connected', connection: connection.number, tenant });
     });
+  }
+
+  private originAllowed(origin: string, request: IncomingMessage): boolean {
+    const allowed = this.config.origins;
+    if (allowed === undefined) return true;
+    if (typeof allowed !== 'function') return allowed.includes(origin);
+    try {
+      return allowed(origin, request) === true;
+    } catch {
+      return false;
+    }
   }
 
   private refuse(socket: Duplex, status: 400 | 401 | 403 | 503, reason: string): void {
@@ -603,7 +626,9 @@ class Connection {
     // A span per request (continuing the message's traceparent); the element's trace continues the span.
     const otel = genAiSpan({ ...(tracer && { tracer }), model: worker.name, params: request, ...(message.traceparent !== undefined && { traceparent: message.traceparent }) });
     const traceparent = otel.traceparent ?? message.traceparent;
-    const trace = traced(request, traceparent === undefined ? {} : { traceparent }).trace;
+    const seq = this.hub.seq++;
+    const sampled = this.hub.sample(seq) || (message.traceparent !== undefined && parseTraceparent(message.traceparent)?.sampled === true);
+    const trace = traced(request, { seq, sampled, ...(traceparent !== undefined && { traceparent }) }).trace;
     const stream = new Stream(this, id, message.policy ?? 'pause', trace, otel);
     this.streams.set(id, stream);
     this.hub.counters.started++;
@@ -828,9 +853,13 @@ function codeOf(err: unknown, fallback: string): string {
   return err instanceof SluiceError ? err.code : fallback;
 }
 
-/** Only sluice's own messages are passed on: anything else may carry internals (paths, hosts, keys). */
+/**
+ * Only sluice's own messages are passed on: anything else may carry internals (paths,
+ * hosts, keys). A guard's block says only that: its score and thresholds are the operator's.
+ */
 function messageOf(err: unknown): string {
-  return err instanceof SluiceError ? err.message : 'the generation failed';
+  if (!(err instanceof SluiceError)) return 'the generation failed';
+  return err.code === 'GUARD_BLOCKED' ? 'the request was blocked by the content policy' : err.message;
 }
 
 function textOf(data: RawData): string {

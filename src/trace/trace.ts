@@ -29,6 +29,8 @@ export interface StageRecord {
 
 const ORIGIN = randomBytes(8).toString('hex');
 let spanCounter = Number.parseInt(randomBytes(4).toString('hex'), 16);
+/** Trace ids are the process's random origin and a process-wide count: unique across every pipeline and request of the process. */
+let traceCounter = 0;
 
 function hex16(n: number): string {
   return n.toString(16).padStart(16, '0').slice(-16);
@@ -62,7 +64,7 @@ export class TraceContext {
 
   /** W3C trace-id: 32 lowercase hex digits. Inherited from a parent traceparent when one was given. */
   get traceId(): string {
-    return this.parentTraceId ?? (this.parentTraceId = ORIGIN + hex16(this.seq + 1));
+    return this.parentTraceId ?? (this.parentTraceId = ORIGIN + hex16(++traceCounter));
   }
 
   /** W3C parent-id of this element's span: 16 lowercase hex digits. */
