@@ -39,6 +39,15 @@ export function nowNs(): bigint {
   return process.hrtime.bigint();
 }
 
+/**
+ * Milliseconds on the system-wide monotonic clock (`CLOCK_MONOTONIC` on Linux), so a
+ * time taken in one process compares with one taken in another on the same machine
+ * (`performance.now()` counts from each process's own origin).
+ */
+export function monotonicMs(): number {
+  return Number(process.hrtime.bigint()) / 1e6;
+}
+
 export function median(values: readonly number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const mid = sorted.length >> 1;

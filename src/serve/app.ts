@@ -176,7 +176,8 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
         return void res.end(JSON.stringify({ error: { message: 'This open server answers only requests addressed to a loopback host.', type: 'invalid_request_error', param: null, code: 'forbidden_host' } }));
       }
       const path = (req.url ?? '/').split('?', 1)[0];
-      if ((path === '/' || path === '/index.html') && req.method === 'GET' && page !== undefined) return sendPage(res, page);
+      if ((path === '/' || path === '/index.html') && (req.method === 'GET' || req.method === 'HEAD') && page !== undefined) return sendPage(res, page, req.method === 'HEAD');
+      if (path === '/favicon.ico') return void res.writeHead(204).end();
       api(req, res);
     });
     const sockets = attachTokenSocket(server, {
@@ -232,7 +233,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
   }
 }
 
-function sendPage(res: ServerResponse, page: Buffer): void {
+function sendPage(res: ServerResponse, page: Buffer, head: boolean): void {
   res.writeHead(200, {
     'content-type': 'text/html; charset=utf-8',
     'content-length': page.length,
@@ -240,7 +241,7 @@ function sendPage(res: ServerResponse, page: Buffer): void {
     'x-content-type-options': 'nosniff',
     'content-security-policy': "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'",
   });
-  res.end(page);
+  res.end(head ? undefined : page);
 }
 
 function logEvent(log: (line: string) => void, event: TokenSocketEvent): void {
