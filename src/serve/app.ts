@@ -22,7 +22,7 @@ import * as z from 'zod';
 import { parseOptions, positiveInt } from '../flow/options.js';
 import { StageStats } from '../flow/stats.js';
 import { generateModels, MODEL_FILES } from '../models/generate.js';
-import { InferencePool } from '../models/pool.js';
+import { InferencePool, type InferencePoolStats } from '../models/pool.js';
 import { embedder } from '../models/pool-embedder.js';
 import { poolClassifier } from '../models/pool-classifier.js';
 import { loadTokenizer } from '../models/load.js';
@@ -31,7 +31,7 @@ import { BUNDLED_CORPUS, indexPassages, loadCorpus } from '../rag/corpus.js';
 import { RAG_STAGES, ragWorker, type RagStage } from '../rag/worker.js';
 import { createHttpHandler } from './http.js';
 import { SluiceMetrics } from './metrics.js';
-import { attachTokenSocket, type TokenSocketEvent, type TokenSocketLimits } from './ws-server.js';
+import { attachTokenSocket, type TokenSocketEvent, type TokenSocketLimits, type TokenSocketStats } from './ws-server.js';
 
 /** Where the WebSocket protocol is served. */
 export const WS_PATH = '/v1/ws';
@@ -94,6 +94,12 @@ const optionsSchema = z
     path: ['tokens'],
   });
 
+export interface ServerStats {
+  readonly pool: InferencePoolStats;
+  readonly ws: TokenSocketStats;
+  readonly httpInFlight: number;
+}
+
 /** What a shutdown did, for logs and tests. */
 export interface ShutdownReport {
   /** WebSocket requests running at SIGTERM, finished on their own, and ended by the deadline. */
@@ -111,6 +117,8 @@ export interface RunningServer {
   readonly models: readonly string[];
   readonly server: Server;
   readonly metrics: SluiceMetrics;
+  /** What is running now: the inference pool, the WebSocket server, HTTP completions in flight. */
+  stats(): ServerStats;
   /**
    * Graceful shutdown: stops accepting, lets running requests finish for up to
    * `deadline` ms (default `shutdownTimeout`), ends the rest with a `SHUTDOWN` error,
@@ -225,7 +233,8 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
         return { ws, http: { running: http.running, interrupted: http.interrupted } };
       })());
 
-    return { url, wsUrl: `${url.replace(/^http/, 'ws')}${WS_PATH}`, models: Object.keys(workers), server, metrics, shutdown };
+    const now = (): ServerStats => ({ pool: pool.stats, ws: sockets.stats(), httpInFlight: api.inFlight });
+    return { url, wsUrl: `${url.replace(/^http/, 'ws')}${WS_PATH}`, models: Object.keys(workers), server, metrics, stats: now, shutdown };
   } catch (err) {
     await pool.close();
     metrics.close();
