@@ -8,6 +8,8 @@
  *   1. throughput — 7 identity stages, ns per element per stage, sluice vs RxJS, Node streams, async generators
  *   2. wakeup latency — element available → idle stage's work starts, p50/p99 in µs
  *   3. memory bound — 10M elements into a much slower stage: peak buffered elements and heap growth, vs RxJS `mergeMap`
+ *   4. WebSocket load — 1,000 clients streaming 1M tokens from `attachTokenSocket` vs a naive `ws.send` loop, then with
+ *      10% of the clients never reading: tokens/s, p50/p99 token latency, server RSS (servers in child processes; bench/ws-load.ts)
  *
  * Environment (all optional):
  *   BENCH_N=1000000              elements per throughput run
@@ -16,7 +18,8 @@
  *   BENCH_LATENCY_SAMPLES=20000  wakeup samples per scenario (plus 10% warm-up)
  *   BENCH_BIG_N=10000000         elements for the sluice memory run
  *   BENCH_RXJS_BIG_N=250000      elements for the RxJS memory run (quadratic)
- *   BENCH_ONLY=regex             run only cases / scenarios / sections whose id matches (e.g. `^sluice-sync`);
+ *   BENCH_WS_CLIENTS, BENCH_WS_TOKENS, BENCH_WS_QUICK=1 ...  WebSocket load sizes (all listed in bench/ws-load.ts)
+ *   BENCH_ONLY=regex             run only cases / scenarios / sections whose id matches (e.g. `^sluice-sync`, `^ws-`);
  *                                such a run leaves bench/results.json alone unless BENCH_OUT is set
  *   BENCH_OUT=path               where to write the JSON results (default bench/results.json)
  *
@@ -48,6 +51,7 @@ import {
 import { latencyScenarios, measureLatency, type LatencyResult } from './latency.js';
 import { rxjsMemory, sluiceMemory, sourceNsPerElement, type MemoryResult } from './memory.js';
 import { STAGES, measureThroughput, throughputCases, type ThroughputResult } from './throughput.js';
+import { measureWsLoad, wsLoadConfig, wsLoadReport, wsScenarios, type WsLoadResult } from './ws-load.js';
 
 const config = {
   n: envInt('BENCH_N', 1_000_000),
@@ -56,6 +60,7 @@ const config = {
   latencySamples: envInt('BENCH_LATENCY_SAMPLES', 20_000),
   bigN: envInt('BENCH_BIG_N', 10_000_000),
   rxjsBigN: envInt('BENCH_RXJS_BIG_N', 250_000),
+  ws: wsLoadConfig(),
 };
 
 const TARGETS = {
@@ -111,7 +116,7 @@ if (!canCollect) console.log('warning: run with --expose-gc (npm run bench does)
 const cases = throughputCases(config.rxjsAsyncN).filter((c) => selected(c.id));
 let throughput: ThroughputResult[] = [];
 if (cases.length > 0) {
-  process.stderr.write(`\n[1/3] throughput: ${cases.length} pipelines × ${config.repeats} rounds\n`);
+  process.stderr.write(`\n[1/4] throughput: ${cases.length} pipelines × ${config.repeats} rounds\n`);
   throughput = await measureThroughput(cases, { n: config.n, repeats: config.repeats, onProgress: progress });
 }
 const byId = new Map(throughput.map((r) => [r.id, r]));
@@ -177,7 +182,7 @@ if (throughput.length > 0) {
 const scenarios = latencyScenarios.filter((s) => selected(s.id));
 const latency: LatencyResult[] = [];
 if (scenarios.length > 0) {
-  process.stderr.write(`\n[2/3] wakeup latency: ${scenarios.length} scenarios × ${config.latencySamples} samples\n`);
+  process.stderr.write(`\n[2/4] wakeup latency: ${scenarios.length} scenarios × ${config.latencySamples} samples\n`);
   for (const scenario of scenarios) {
     await settle();
     const result = await measureLatency(scenario, config.latencySamples, Math.ceil(config.latencySamples / 10));
@@ -208,7 +213,7 @@ if (latency.length > 0) {
 const memory: MemoryResult[] = [];
 let sourceNs = NaN;
 if (selected('sluice-memory') || selected('rxjs-memory')) {
-  process.stderr.write(`\n[3/3] memory bound\n`);
+  process.stderr.write(`\n[3/4] memory bound\n`);
   sourceNs = sourceNsPerElement(Math.min(config.bigN, 2_000_000));
   if (selected('sluice-memory')) {
     await settle();
@@ -248,6 +253,25 @@ if (memory.length > 0) {
   for (const m of memory) console.log(`  - ${m.label}: ${m.samples} heap samples${m.detail ? `; ${m.detail}` : ''}`);
 }
 
+// ---------------------------------------------------------------- 4. WebSocket load
+
+const wsSelected = wsScenarios().filter((s) => selected(s.id));
+let wsLoad: WsLoadResult[] = [];
+let wsTables: ReturnType<typeof wsLoadReport> | undefined;
+if (wsSelected.length > 0) {
+  process.stderr.write(`\n[4/4] WebSocket load: ${wsSelected.length} scenarios, ${config.ws.clients} clients, ${formatCount(config.ws.tokens)} tokens in all\n`);
+  await settle();
+  wsLoad = await measureWsLoad(wsSelected, config.ws, progress);
+  wsTables = wsLoadReport(wsLoad);
+  checks.push(...wsTables.checks);
+  console.log(`\n## 4. WebSocket load — ${config.ws.clients} clients on loopback, token latency generated → received (servers in child processes)\n`);
+  console.log(textTable(wsTables.header, wsTables.rows));
+  console.log('');
+  console.log(textTable(wsTables.comparisonHeader, wsTables.comparisonRows));
+  console.log('');
+  for (const note of wsTables.notes) console.log(`  - ${note}`);
+}
+
 // ---------------------------------------------------------------- targets, markdown, json
 
 const targetHeader = ['target', 'measured', 'limit', 'result'];
@@ -265,6 +289,10 @@ console.log(
 if (throughput.length > 0) console.log(`${markdownTable(throughputHeader, throughputRows)}\n`);
 if (latency.length > 0) console.log(`${markdownTable(latencyHeader, latencyRows)}\n`);
 if (memory.length > 0) console.log(`${markdownTable(memoryHeader, memoryRows)}\n`);
+if (wsTables !== undefined) {
+  console.log(`${markdownTable(wsTables.header, wsTables.rows)}\n`);
+  console.log(`${markdownTable(wsTables.comparisonHeader, wsTables.comparisonRows)}\n`);
+}
 if (checks.length > 0) console.log(`${markdownTable(targetHeader, targetRows)}\n`);
 
 const loadAtEnd = loadavg()[0]!;
@@ -282,6 +310,7 @@ const results = {
   throughput: throughput.map((r) => ({ ...r, comparison: comparison(r) })),
   latency,
   memory: memory.map((m) => ({ ...m, sourceNsPerElement: sourceNs })),
+  wsLoad,
   checks,
 };
 // A filtered run must not overwrite the full results: it writes only where BENCH_OUT says.

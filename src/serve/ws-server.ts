@@ -272,6 +272,10 @@ class Hub {
   private readonly workers: ReadonlyMap<string, TokenWorker>;
   private readonly onUpgrade: (request: IncomingMessage, socket: Duplex, head: Buffer) => void;
   private numbering = 0;
+  /** Token frames the server may still send this turn, and the connections waiting for the next. */
+  private turnBudget = FRAMES_PER_SERVER_TURN;
+  private readonly waiting = new Set<Connection>();
+  private nextTurn: NodeJS.Immediate | undefined;
   /** Requests started, numbering their traces. */
   seq = 0;
   readonly sample: (seq: number) => boolean;
@@ -418,6 +422,28 @@ class Hub {
     return { connections: this.connections.size, activeRequests, buffered, timers, tenants: Object.fromEntries(this.tenants), ...this.counters };
   }
 
+  /** True while this turn's server-wide budget lasts; otherwise queues `connection` for the next turn. */
+  inTurn(connection: Connection): boolean {
+    if (this.turnBudget > 0) return true;
+    this.waiting.add(connection);
+    this.nextTurn ??= setImmediate(() => {
+      this.nextTurn = undefined;
+      this.turnBudget = FRAMES_PER_SERVER_TURN;
+      const waiting = [...this.waiting];
+      this.waiting.clear();
+      for (const c of waiting) c.pump();
+    });
+    return false;
+  }
+
+  spend(): void {
+    this.turnBudget--;
+  }
+
+  forget(connection: Connection): void {
+    this.waiting.delete(connection);
+  }
+
   /** A request ended: wakes a drain waiting for the last one. */
   released(): void {
     if (this.drained !== undefined && this.active() === 0) this.drained();
@@ -454,6 +480,9 @@ class Hub {
     this.shut = true;
     this.server.off('upgrade', this.onUpgrade);
     clearInterval(this.heartbeat);
+    clearImmediate(this.nextTurn);
+    this.nextTurn = undefined;
+    this.waiting.clear();
     for (const connection of this.connections) connection.shutDown(CLOSE_CODES.goingAway, 'server shutting down', 'shutdown');
     this.wss.close();
   }
@@ -472,6 +501,14 @@ const REFUSALS = {
  * loop to itself until the kernel buffer fills, starving every other connection.
  */
 const FRAMES_PER_TURN = 32;
+
+/**
+ * Token frames the whole server sends in one event-loop turn. With a thousand busy
+ * connections, 32 each would make one turn write 32k frames (~1 s here), delaying every
+ * `generate`, `cancel` and pong behind it; past this budget connections wait for the
+ * next turn, the ones that waited longest first.
+ */
+const FRAMES_PER_SERVER_TURN = 1024;
 
 /** One socket: its requests, its bad-frame count, its stall and heartbeat state. */
 class Connection {
@@ -524,6 +561,7 @@ class Connection {
       });
       return false;
     }
+    if (!this.hub.inTurn(this)) return false;
     if (this.ws.bufferedAmount < this.limits.highWaterMark) return true;
     this.stallTimer ??= setTimeout(() => {
       this.stallTimer = undefined;
@@ -536,7 +574,10 @@ class Connection {
     if (this.ending || this.ws.readyState !== WebSocket.OPEN) return;
     // Token frames are paced by demand; error and done frames are not, so a hard cap bounds them.
     if (this.ws.bufferedAmount > this.limits.maxBuffered) return this.stalled();
-    if (frame.type === 'token') this.budget--;
+    if (frame.type === 'token') {
+      this.budget--;
+      this.hub.spend();
+    }
     this.ws.send(JSON.stringify(frame), this.afterSend);
   }
 
@@ -685,6 +726,7 @@ class Connection {
     clearTimeout(this.killTimer);
     clearImmediate(this.nextTurn);
     this.stallTimer = this.killTimer = this.nextTurn = undefined;
+    this.hub.forget(this);
     this.hub.connections.delete(this);
     this.hub.emit({ kind: 'closed', connection: this.number, tenant: this.tenant, code, cause: this.cause });
   }

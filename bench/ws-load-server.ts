@@ -1,0 +1,291 @@
+/**
+ * The server side of the WebSocket load bench (`ws-load.ts`), run in its own process
+ * so that its RSS is its own and the 1,000 clients do not share its event loop.
+ *
+ *     node --conditions=sluice-source --import tsx bench/ws-load-server.ts <sluice|naive>
+ *
+ * It is forked by `ws-load.ts` (it needs an IPC channel) and speaks to it in three
+ * messages: it sends `{ type: 'ready', port }` once it listens on 127.0.0.1, answers
+ * `{ type: 'report', restart? }` with a `ServerReport` (`restart` starts a new event-loop
+ * delay window), and exits on `{ type: 'exit' }`.
+ *
+ * Both servers speak the same `sluice.v1` frames and serve the same synthetic model: a
+ * token is its generation time (the system-wide monotonic clock, in ms) as text, so the
+ * client can measure how long each token took to reach it.
+ *
+ * - `sluice`: `attachTokenSocket` with a `TokenWorker` over `fromIterable`, so a token is
+ *   generated only when the server grants demand, i.e. while the socket is writable.
+ * - `naive`: a plain `ws` server that, for each `generate`, loops `ws.send(frame)` for
+ *   every token without looking at `bufferedAmount`, yielding to the event loop with
+ *   `setImmediate` every 32 tokens (the same turn budget as sluice's `FRAMES_PER_TURN`,
+ *   so the one difference is the backpressure) and stopping once the socket is closed.
+ */
+import { createServer, type IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { readFileSync } from 'node:fs';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { setImmediate as immediate } from 'node:timers/promises';
+import { WebSocket, WebSocketServer } from 'ws';
+import { attachTokenSocket, fromIterable, type GenerateRequest, type GenerationOptions, type Token, type TokenSocket, type TokenWorker } from 'sluice';
+import { monotonicMs } from './harness.js';
+
+export type ServerKind = 'sluice' | 'naive';
+
+/** What the parent passes in the environment of the child. */
+export interface ServerSettings {
+  readonly kind: ServerKind;
+  /** The bearer token clients must offer (`bearer.<token>` subprotocol). */
+  readonly token: string;
+  /** How many clients will connect: sluice's per-tenant quotas (every client is in one tenant) are sized from it. */
+  readonly clients: number;
+  /** sluice: how long a socket may stay above the high-water mark before it is closed with 4008. */
+  readonly stallTimeout: number;
+  /** sluice: the largest `max_tokens` a request may ask for. */
+  readonly maxTokens: number;
+  /** naive: tokens sent between two `setImmediate` yields. */
+  readonly yieldEvery: number;
+}
+
+export interface ServerReport {
+  /** RSS right after the server started listening, before any client connected. */
+  readonly baselineRss: number;
+  /** The peak RSS: the kernel's `VmHWM` where there is one, else the highest 20 ms sample. */
+  readonly peakRss: number;
+  readonly rss: number;
+  /** The highest V8 heap in use seen by the 20 ms sampler (live objects and garbage not yet collected). */
+  readonly peakHeapUsed: number;
+  /**
+   * Live heap (after a forced full GC, every 500 ms) when the server runs with `--expose-gc`
+   * (`BENCH_WS_SERVER_FLAGS=--expose-gc`, a diagnostic: the GCs disturb the latency figures).
+   */
+  readonly liveHeap?: { readonly peak: number; readonly now: number };
+  /** Highest sum over all sockets of the bytes queued in the process (`bufferedAmount`) seen by the 20 ms sampler. */
+  readonly peakBuffered: number;
+  /** The same sum now. */
+  readonly buffered: number;
+  /** Sockets with at least `STUCK_BYTES` queued in the process now: their kernel send buffer is full. */
+  readonly stuck: number;
+  /** Token frames the server generated (including those of clients that never read them). */
+  readonly tokensGenerated: number;
+  /** CPU seconds (user + system) since the process started. */
+  readonly cpuSeconds: number;
+  /** Event-loop delay p99 and max, ms, since the last report that asked to restart it (else since start). */
+  readonly loopDelayP99: number;
+  readonly loopDelayMax: number;
+  /** Connections the server closed, by close cause (sluice only: `stalled` is a 4008). */
+  readonly closes: Readonly<Record<string, number>>;
+}
+
+/** The synthetic frame's `traceparent`, for the naive server's `done` (sluice sends a real one of the same size). */
+const TRACEPARENT = '00-0123456789abcdef0123456789abcdef-0123456789abcdef-01';
+const SAMPLE_MS = 20;
+const LIVE_HEAP_MS = 500;
+/** Bytes queued in the process beyond which a socket counts as stuck: the kernel takes writes while it has room, so a queue this long means it has none. */
+const STUCK_BYTES = 16 * 1024;
+
+function settingsFromEnvironment(): ServerSettings {
+  const kind = process.argv[2];
+  if (kind !== 'sluice' && kind !== 'naive') throw new Error(`usage: ws-load-server.ts <sluice|naive> (got ${kind ?? 'nothing'})`);
+  const number = (name: string, fallback: number) => {
+    const raw = process.env[name];
+    const value = raw === undefined ? fallback : Number(raw);
+    if (!Number.isFinite(value) || value < 1) throw new Error(`${name} must be a positive number, got "${raw}"`);
+    return value;
+  };
+  return {
+    kind,
+    token: process.env.WS_LOAD_TOKEN ?? 'bench-token',
+    clients: number('WS_LOAD_CLIENTS', 1_000),
+    stallTimeout: number('WS_LOAD_STALL_TIMEOUT', 180_000),
+    maxTokens: number('WS_LOAD_MAX_TOKENS', 1_000_000),
+    yieldEvery: number('WS_LOAD_YIELD_EVERY', 32),
+  };
+}
+
+let tokensGenerated = 0;
+
+/** The model: as fast as it is asked, one token per unit of demand, each stamped when it is made. */
+const syntheticWorker: TokenWorker = {
+  name: 'synthetic',
+  generate(request: GenerateRequest, options?: GenerationOptions) {
+    const limit = request.max_tokens ?? 16;
+    return fromIterable<Token>(
+      (function* () {
+        let index = 0;
+        try {
+          for (; index < limit; index++) {
+            tokensGenerated++;
+            yield { text: monotonicMs().toFixed(3), index };
+          }
+        } finally {
+          // Runs on completion and on cancel (the Flow calls `return()`), so `done` always carries usage.
+          options?.onDone?.({
+            finishReason: index >= limit ? 'length' : 'abort',
+            usage: { inputTokens: 1, outputTokens: index },
+            timeToFirstToken: undefined,
+            tokensPerSecond: undefined,
+          });
+        }
+      })(),
+    );
+  },
+};
+
+function offeredProtocols(request: IncomingMessage): string[] {
+  return (request.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim());
+}
+
+interface Running {
+  close(): void;
+  readonly closes: Record<string, number>;
+}
+
+function startSluice(server: ReturnType<typeof createServer>, settings: ServerSettings): Running {
+  const closes: Record<string, number> = {};
+  const socket: TokenSocket = attachTokenSocket(server, {
+    worker: syntheticWorker,
+    authenticate: (token) => (token === settings.token ? { tenant: 'bench' } : undefined),
+    limits: {
+      maxConcurrent: 8,
+      // All clients share one tenant: a request each at once, and a new one each as often as they like.
+      tenantConcurrent: settings.clients + 1,
+      tenantRate: { perSecond: settings.clients * 10, burst: settings.clients * 2 },
+      maxTokens: settings.maxTokens,
+      stallTimeout: settings.stallTimeout,
+      // A paused client cannot answer pings: the heartbeat must not end a non-reader mid-run either.
+      heartbeatInterval: Math.max(30_000, settings.stallTimeout),
+    },
+    onEvent: (event) => {
+      if (event.kind === 'closed' && event.cause !== 'client') closes[event.cause] = (closes[event.cause] ?? 0) + 1;
+    },
+  });
+  return { close: () => socket.close(), closes };
+}
+
+function startNaive(server: ReturnType<typeof createServer>, settings: ServerSettings): Running {
+  const wss = new WebSocketServer({
+    server,
+    perMessageDeflate: false,
+    maxPayload: 64 * 1024,
+    handleProtocols: (protocols) => (protocols.has('sluice.v1') ? 'sluice.v1' : false),
+    verifyClient: ({ req }: { req: IncomingMessage }) => offeredProtocols(req).includes(`bearer.${settings.token}`),
+  });
+  const stream = async (ws: WebSocket, id: string, limit: number) => {
+    for (let seq = 0; seq < limit; seq++) {
+      if (ws.readyState !== WebSocket.OPEN) return;
+      tokensGenerated++;
+      ws.send(JSON.stringify({ type: 'token', id, seq, text: monotonicMs().toFixed(3), tokens: 1 }));
+      if ((seq + 1) % settings.yieldEvery === 0) await immediate();
+    }
+    if (ws.readyState !== WebSocket.OPEN) return;
+    ws.send(JSON.stringify({ type: 'done', id, finish_reason: 'length', usage: { input_tokens: 1, output_tokens: limit }, traceparent: TRACEPARENT }));
+  };
+  wss.on('connection', (ws) => {
+    ws.on('error', () => {});
+    ws.on('message', (data) => {
+      const message = JSON.parse(String(data)) as { type: string; id: string; parameters?: { max_tokens?: number } };
+      if (message.type === 'generate') void stream(ws, message.id, message.parameters?.max_tokens ?? 16);
+    });
+  });
+  return {
+    close: () => {
+      for (const ws of wss.clients) ws.terminate();
+      wss.close();
+    },
+    closes: {},
+  };
+}
+
+/** `VmHWM` (peak resident set) of this process, bytes; undefined off Linux. */
+function kernelPeakRss(): number | undefined {
+  try {
+    const match = /^VmHWM:\s+(\d+) kB/m.exec(readFileSync('/proc/self/status', 'utf8'));
+    return match ? Number(match[1]) * 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+async function main(): Promise<void> {
+  const settings = settingsFromEnvironment();
+  if (process.send === undefined) throw new Error('ws-load-server.ts is forked by bench/ws-load.ts (it needs an IPC channel)');
+  const server = createServer((_, response) => response.writeHead(404).end());
+  // Both servers' sockets, watched the same way: what a socket has queued in the process is what `bufferedAmount` reports.
+  const sockets = new Set<Duplex>();
+  server.on('upgrade', (_request: IncomingMessage, socket: Duplex) => {
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+  });
+  const queued = () => {
+    let buffered = 0;
+    let stuck = 0;
+    for (const socket of sockets) {
+      buffered += socket.writableLength;
+      if (socket.writableLength >= STUCK_BYTES) stuck++;
+    }
+    return { buffered, stuck };
+  };
+  const running = settings.kind === 'sluice' ? startSluice(server, settings) : startNaive(server, settings);
+  await new Promise<void>((resolve) => server.listen({ port: 0, host: '127.0.0.1', backlog: 4096 }, resolve));
+  const address = server.address();
+  if (address === null || typeof address === 'string') throw new Error('no TCP address');
+
+  const delay = monitorEventLoopDelay({ resolution: 10 });
+  delay.enable();
+  const baselineRss = process.memoryUsage.rss();
+  let peakRss = baselineRss;
+  let peakHeapUsed = 0;
+  let peakBuffered = 0;
+  const sampler = setInterval(() => {
+    const memory = process.memoryUsage();
+    peakRss = Math.max(peakRss, memory.rss);
+    peakHeapUsed = Math.max(peakHeapUsed, memory.heapUsed);
+    peakBuffered = Math.max(peakBuffered, queued().buffered);
+  }, SAMPLE_MS);
+  const gc = (globalThis as { gc?: () => void }).gc;
+  let liveHeap: { peak: number; now: number } | undefined;
+  const liveSampler =
+    gc === undefined
+      ? undefined
+      : setInterval(() => {
+          gc();
+          const now = process.memoryUsage().heapUsed;
+          liveHeap = { peak: Math.max(liveHeap?.peak ?? 0, now), now };
+        }, LIVE_HEAP_MS);
+
+  process.on('message', (message: { type: string; restart?: boolean }) => {
+    if (message.type === 'report') {
+      const cpu = process.cpuUsage();
+      const now = queued();
+      const report: ServerReport = {
+        baselineRss,
+        peakRss: Math.max(peakRss, kernelPeakRss() ?? 0),
+        rss: process.memoryUsage.rss(),
+        peakHeapUsed,
+        ...(liveHeap !== undefined && { liveHeap }),
+        peakBuffered: Math.max(peakBuffered, now.buffered),
+        buffered: now.buffered,
+        stuck: now.stuck,
+        tokensGenerated,
+        cpuSeconds: (cpu.user + cpu.system) / 1e6,
+        loopDelayP99: delay.percentile(99) / 1e6,
+        loopDelayMax: delay.max / 1e6,
+        closes: running.closes,
+      };
+      process.send!({ type: 'report', report });
+      if (message.restart === true) delay.reset();
+    } else if (message.type === 'exit') {
+      clearInterval(sampler);
+      clearInterval(liveSampler);
+      delay.disable();
+      running.close();
+      server.close();
+      process.disconnect();
+      // Sockets the clients left half-open must not keep the process alive.
+      setTimeout(() => process.exit(0), 200).unref();
+    }
+  });
+  process.send({ type: 'ready', port: address.port });
+}
+
+await main();
