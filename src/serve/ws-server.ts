@@ -589,8 +589,13 @@ class Connection {
       clearTimeout(this.stallTimer);
       this.stallTimer = undefined;
     }
+    if (this.streams.size <= 1) {
+      // The common case, once per sent frame: no array to rotate.
+      for (const stream of this.streams.values()) stream.resume();
+      return;
+    }
     const streams = [...this.streams.values()];
-    const start = this.turn++ % Math.max(1, streams.length);
+    const start = this.turn++ % streams.length;
     for (let i = 0; i < streams.length; i++) {
       streams[(start + i) % streams.length]!.resume();
       if (this.ending) return;
