@@ -1,7 +1,7 @@
 import * as z from 'zod';
 import { performance } from 'node:perf_hooks';
 import { Observable, asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
-import { Flow, swapLink, withLink, type DemandLink, type Outlet, type Producer, type Resumable } from '../src/flow/demand.js';
+import { Flow, currentLink, swapLink, withLink, type DemandLink, type Outlet, type Producer, type Resumable } from '../src/flow/demand.js';
 import { Inlet, type RoomOwner } from '../src/flow/inlet.js';
 import { subscribeUpstream, type UpstreamHandler } from '../src/flow/upstream.js';
 import { KillSwitch, type KillEvent } from '../src/flow/kill-switch.js';
@@ -203,9 +203,17 @@ const PLAIN = 0;
 const PROMISE = 1;
 const OBSERVABLE = 2;
 const ASYNC_ITERABLE = 3;
+/** What `call` returns when the work threw (and was reported). */
+const FAILED: unique symbol = Symbol('failed');
+/** Whether `call` failed; the `typeof` test first keeps V8 from comparing a number with a symbol the slow way. */
+const threw = (result: unknown): result is typeof FAILED => typeof result === 'symbol' && result === FAILED;
 
+/** Small enough to inline on the hot path: a primitive needs no lookups. */
 function kindOf(result: unknown): number {
-  if (result === null || (typeof result !== 'object' && typeof result !== 'function')) return PLAIN;
+  return result === null || (typeof result !== 'object' && typeof result !== 'function') ? PLAIN : objectKind(result);
+}
+
+function objectKind(result: unknown): number {
   if (typeof (result as PromiseLike<unknown>).then === 'function') return PROMISE;
   if (result instanceof Observable) return OBSERVABLE;
   if (typeof (result as AsyncIterable<unknown>)[Symbol.asyncIterator] === 'function') return ASYNC_ITERABLE;
@@ -213,22 +221,23 @@ function kindOf(result: unknown): number {
 }
 
 class WorkContext implements StageContext {
-  private controller: AbortController | undefined;
-  private abortReason: unknown;
-  private aborted = false;
+  // Assigned in the constructor only (`declare`): with field initializers every `new` runs an
+  // initializer function too, and its bytecode counts against V8's inlining budget on the hot path.
+  declare readonly stage: string;
+  declare readonly seq: number;
+  declare readonly trace: TraceContext;
+  /** Created on first read of `signal`, or on abort: most work never reads it. */
+  declare private controller: AbortController | undefined;
 
-  constructor(
-    readonly stage: string,
-    readonly seq: number,
-    readonly trace: TraceContext,
-  ) {}
+  constructor(stage: string, seq: number, trace: TraceContext) {
+    this.stage = stage;
+    this.seq = seq;
+    this.trace = trace;
+    this.controller = undefined;
+  }
 
   get signal(): AbortSignal {
-    if (this.controller === undefined) {
-      this.controller = new AbortController();
-      if (this.aborted) this.controller.abort(this.abortReason);
-    }
-    return this.controller.signal;
+    return (this.controller ??= new AbortController()).signal;
   }
 
   note(key: string, value: string | number | boolean): void {
@@ -236,10 +245,8 @@ class WorkContext implements StageContext {
   }
 
   abort(reason: unknown): void {
-    if (this.aborted) return;
-    this.aborted = true;
-    this.abortReason = reason;
-    this.controller?.abort(reason);
+    const controller = (this.controller ??= new AbortController());
+    if (!controller.signal.aborted) controller.abort(reason);
   }
 }
 
@@ -257,56 +264,76 @@ class Pending<I> {
 /**
  * Work in flight for one input. It is also the demand link of an Observable result,
  * so a Flow of tokens returned by the work is paused while its output waits.
+ *
+ * A retired task is reused for a later element, its Promise callbacks included, when
+ * nothing can call back into it any more: its work returned a plain value or a native
+ * Promise (which settles once) and no timer was set. Reuse saves the task, its two
+ * callbacks and their context on every element of Promise work.
  */
-/** A FIFO of outputs that allocates nothing until it holds two (most work yields one output). */
-class Outputs<O> {
-  private first: O | undefined;
-  private more: Ring<O> | undefined;
-  length = 0;
-
-  push(item: O): void {
-    if (this.length === 0) this.first = item;
-    else (this.more ??= new Ring<O>(2)).push(item);
-    this.length++;
-  }
-
-  shift(): O | undefined {
-    if (this.length === 0) return undefined;
-    const item = this.first;
-    this.length--;
-    this.first = this.length > 0 ? this.more!.shift() : undefined;
-    return item;
-  }
-}
-
 class Task<I, O> implements DemandLink {
-  /** Neighbours in the stage's list of tasks in flight (intrusive: a Set costs a hash per task). */
+  /** Neighbours in the stage's list of tasks in flight (intrusive: a Set costs a hash per task); `after` links spare tasks too. */
   before: Task<I, O> | undefined = undefined;
   after: Task<I, O> | undefined = undefined;
-  readonly outputs = new Outputs<O>();
+  /** Outputs waiting for demand: the oldest here, the rest in `more`, allocated only when two wait (most work yields one). */
+  private first: O | undefined = undefined;
+  private more: Ring<O> | undefined = undefined;
+  outputs = 0;
   done = false;
   failed = false;
   closed = false;
   queued = false;
-  subscription: Subscription | undefined;
-  iterator: AsyncIterator<O> | undefined;
+  reusable = false;
+  subscription: Subscription | undefined = undefined;
+  iterator: AsyncIterator<O> | undefined = undefined;
   iterating = false;
-  timer: Subscription | undefined;
+  timer: Subscription | undefined = undefined;
   startedAt = 0;
   queueWait = 0;
   waitingSince = -1;
   paused = 0;
-  merged = 0;
   recorded = false;
-  private outlets: Resumable[] | undefined;
+  private outlets: Resumable[] | undefined = undefined;
+  /** Bound once per task, not per element: `then(task.fulfilled, task.rejected)`. */
+  readonly fulfilled: (output: O) => void;
+  readonly rejected: (err: unknown) => void;
 
   constructor(
-    readonly value: I,
-    readonly context: WorkContext,
-  ) {}
+    run: StageRun<I, O>,
+    public value: I,
+    public context: WorkContext,
+    public merged: number,
+  ) {
+    this.fulfilled = (output) => run.taskFulfilled(this, output);
+    this.rejected = (err) => run.taskFailed(this, err);
+  }
+
+  /** Readies a retired reusable task for another element (no timer, subscription, iterator or outlets were ever set on it). */
+  reuse(value: I, context: WorkContext, merged: number): void {
+    this.value = value;
+    this.context = context;
+    this.merged = merged;
+    this.after = undefined;
+    this.done = this.failed = this.closed = this.queued = this.reusable = this.recorded = false;
+    this.startedAt = this.queueWait = this.paused = 0;
+    this.waitingSince = -1;
+  }
+
+  push(output: O): void {
+    if (this.outputs === 0) this.first = output;
+    else (this.more ??= new Ring<O>(2)).push(output);
+    this.outputs++;
+  }
+
+  /** The oldest waiting output; only while `outputs > 0`. */
+  shift(): O {
+    const output = this.first as O;
+    this.outputs--;
+    this.first = this.outputs > 0 ? this.more!.shift() : undefined;
+    return output;
+  }
 
   wants(): boolean {
-    return !this.closed && this.outputs.length === 0;
+    return !this.closed && this.outputs === 0;
   }
   demand(): number {
     return this.wants() ? 1 : 0;
@@ -336,6 +363,11 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** Tasks in flight, oldest first. */
   private firstTask: Task<I, O> | undefined;
   private lastTask: Task<I, O> | undefined;
+  /** Retired tasks to reuse, linked by `after`: at most `concurrency` of them. */
+  private spare: Task<I, O> | undefined;
+  /** Elements held at most (buffered plus in flight): `Infinity` unless the policy pauses. */
+  private readonly limit: number;
+  private readonly name: string;
   private readonly now: () => number;
   private readonly sample: (seq: number) => boolean;
   private readonly scheduler: SchedulerLike;
@@ -346,8 +378,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private inFlight = 0;
   private seq = 0;
   private wip = 0;
-  /** Kind of the last work result: lets the direct path skip a useless drain. */
-  private lastKind = PLAIN;
   private stopKillListener: (() => void) | undefined;
   private drainTimer: Subscription | undefined;
 
@@ -359,6 +389,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     private readonly outlet: Outlet<Traced<O>>,
   ) {
     this.buffer = new Ring(Math.min(config.capacity, 1024));
+    this.limit = config.pausing ? config.limit : Infinity;
+    this.name = config.name;
     this.scheduler = config.scheduler ?? asyncScheduler;
     this.inlet = new Inlet(this, { scheduler: this.scheduler, transitTimeout: config.transitTimeout });
     this.now = config.scheduler ? () => config.scheduler!.now() : () => performance.now();
@@ -397,8 +429,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   room(): number {
     if (this.terminated || this.upstreamDone) return 0;
-    if (!this.config.pausing) return Infinity;
-    return this.config.limit - this.buffer.length - this.inFlight;
+    return this.limit - this.buffer.length - this.inFlight;
   }
 
   // ---- upstream signals ----
@@ -411,6 +442,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   onNext(input: I | Traced<I>): void {
     if (this.terminated || this.upstreamDone) return; // §2.8: late elements after cancel are ignored
     this.accept(input, this.inlet.arrive());
+    // An element that was in transit arrived: its producer may be waiting on it.
+    if (!this.terminated && !this.upstreamDone) this.inlet.signal();
   }
 
   onAskedNext(input: I | Traced<I>): void {
@@ -418,32 +451,46 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.accept(input, true);
   }
 
+  /*
+   * The hot path is onAskedNext → accept → startNow → call → emitDirect (or startTask) →
+   * the next stage. V8 inlines a call chain only up to a budget of bytecode (measured:
+   * what did not fit cost 5–15% per stage), so these stay small and every rarer case
+   * (buffering, tasks, timing records, an open link scope) is a call out of them.
+   */
   private accept(input: I | Traced<I>, asked: boolean): void {
     this.stats.received++;
     const seq = this.seq++;
     const element = input instanceof Traced ? (input as Traced<I>) : toTraced(input, seq, this.sample(seq));
-    const value = element.value;
+    // Nothing buffered or being delivered, and a free slot: nothing is ahead of it. A closed outlet wants nothing.
+    if (this.wip === 0 && this.buffer.length === 0 && this.inFlight < this.config.concurrency && this.outlet.wants()) this.startNow(element, seq);
+    else this.hold(element, seq, asked);
+  }
+
+  /** Nothing is ahead of the element and downstream wants: work starts at once, and a plain result goes straight out unless ordered tasks are ahead of it. */
+  private startNow(element: Traced<I>, seq: number): void {
+    // `begin` for an element straight from upstream: its own copy of the dispatch keeps V8's feedback here the direct path's
+    // (mostly plain results), apart from buffered starts (mostly Promise work).
     const trace = element.trace;
+    const context = new WorkContext(this.name, seq, trace);
+    const startedAt = trace.sampled ? this.startTime(trace) : 0;
+    const result = this.call(element.value, context, 0);
+    if (threw(result)) return;
+    const kind = kindOf(result);
+    // Ordered, every task in flight is queued: an empty queue means no output is owed before this one.
+    if (kind === PLAIN && (this.queue.length === 0 || !this.config.ordered)) this.emitDirect(result as O, trace, -1, startedAt, 0);
+    else this.startTask(element.value, context, result, kind, startedAt, -1, 0);
+    // Deliver what finished at once (an Observable that emitted, other tasks when unordered); a Promise cannot have settled yet.
+    if (this.inFlight > 0 && kind !== PROMISE) this.drain();
+  }
+
+  private hold(element: Traced<I>, seq: number, asked: boolean): void {
     if (!this.config.pausing && this.outlet.closed) {
       // The consumer left inside a synchronous subscribe (`take`): a stage that never pauses must stop its source itself.
-      this.shed(value, trace, seq, 'cancelled', 1);
+      this.shed(element.value, element.trace, seq, 'cancelled', 1);
       this.cancel();
       return;
     }
-    if (
-      this.wip === 0 &&
-      this.buffer.length === 0 &&
-      (this.config.ordered ? this.inFlight === 0 : this.inFlight < this.config.concurrency) &&
-      this.outlet.wants()
-    ) {
-      this.begin(value, trace, seq, -1, 0, true);
-      // A Promise cannot have settled yet: draining now would find nothing to do.
-      if (this.inFlight > 0 && this.lastKind !== PROMISE) this.drain();
-      // An element that was in transit arrived: its producer may be waiting on it (drain signals in the other paths).
-      else if (!this.terminated && !this.upstreamDone) this.inlet.signal();
-      return;
-    }
-    this.enqueue(value, trace, seq, asked);
+    this.enqueue(element.value, element.trace, seq, asked);
     this.drain();
   }
 
@@ -511,39 +558,70 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     }
   }
 
-  /** Starts work on one element. `direct`: the stage was idle and downstream wants, so a plain result goes straight out. */
-  private begin(value: I, trace: TraceContext, seq: number, enqueuedAt: number, merged: number, direct: boolean): void {
-    const context = new WorkContext(this.config.name, seq, trace);
-    let startedAt = 0;
-    if (trace.sampled) startedAt = enqueuedAt >= 0 ? this.now() : trace.lastExit > 0 ? trace.lastExit : this.now();
-    let result: WorkResult<O>;
-    // Flows the work subscribes for itself must not link to whoever is emitting to us.
+  /** Starts work on a buffered element. A plain result goes straight out when nothing is queued ahead and downstream wants it. */
+  private begin(pending: Pending<I>): void {
+    const trace = pending.trace;
+    const context = new WorkContext(this.name, pending.seq, trace);
+    const startedAt = trace.sampled ? this.now() : 0;
+    const result = this.call(pending.value, context, pending.merged);
+    if (threw(result)) return;
+    const kind = kindOf(result);
+    if (kind === PLAIN && this.queue.length === 0 && this.outlet.wants()) {
+      this.emitDirect(result as O, trace, pending.enqueuedAt, startedAt, pending.merged);
+    } else {
+      this.startTask(pending.value, context, result, kind, startedAt, pending.enqueuedAt, pending.merged);
+    }
+  }
+
+  /** Runs the work; a throw is reported and yields FAILED. */
+  private call(value: I, context: WorkContext, merged: number): WorkResult<O> | typeof FAILED {
+    // Between two linked stages no link scope is open (the emit is direct), so the hot path swaps nothing.
+    if (currentLink() !== undefined) return this.callUnlinked(value, context, merged);
+    try {
+      return this.work(value, context);
+    } catch (err) {
+      this.workFailed(value, context, merged, err);
+      return FAILED;
+    }
+  }
+
+  /** Flows the work subscribes for itself must not link to whoever is emitting to us (a plain operator upstream opened a scope). */
+  private callUnlinked(value: I, context: WorkContext, merged: number): WorkResult<O> | typeof FAILED {
     const scope = swapLink(undefined);
+    let result: WorkResult<O>;
     try {
       result = this.work(value, context);
     } catch (err) {
-      if (scope !== undefined) swapLink(scope);
+      swapLink(scope);
       this.workFailed(value, context, merged, err);
-      return;
+      return FAILED;
     }
-    if (scope !== undefined) swapLink(scope);
-    const kind = kindOf(result);
-    this.lastKind = kind;
-    // Nothing queued ahead and downstream wants it: a plain result needs no task.
-    if (kind === PLAIN && (direct || (this.queue.length === 0 && this.outlet.wants()))) {
-      this.stats.delivered += 1 + merged;
-      this.stats.emitted++;
-      if (trace.sampled) {
-        const end = this.now();
-        this.record(trace, enqueuedAt >= 0 ? startedAt - enqueuedAt : 0, end - startedAt, 0, merged);
-        trace.lastExit = end;
-      }
-      this.outlet.next(new Traced(result as O, trace));
-      return;
-    }
-    const task = new Task<I, O>(value, context);
-    task.merged = merged;
-    if (trace.sampled) {
+    swapLink(scope);
+    return result;
+  }
+
+  /** When work on a sampled element straight from upstream starts: the upstream stage's exit time (one clock read per hop). */
+  private startTime(trace: TraceContext): number {
+    return trace.lastExit > 0 ? trace.lastExit : this.now();
+  }
+
+  private emitDirect(output: O, trace: TraceContext, enqueuedAt: number, startedAt: number, merged: number): void {
+    const stats = this.stats;
+    stats.delivered += 1 + merged;
+    stats.emitted++;
+    if (trace.sampled) this.recordDirect(trace, enqueuedAt, startedAt, merged);
+    this.outlet.next(new Traced(output, trace));
+  }
+
+  private recordDirect(trace: TraceContext, enqueuedAt: number, startedAt: number, merged: number): void {
+    const end = this.now();
+    this.record(trace, enqueuedAt >= 0 ? startedAt - enqueuedAt : 0, end - startedAt, 0, merged);
+    trace.lastExit = end;
+  }
+
+  private startTask(value: I, context: WorkContext, result: WorkResult<O>, kind: number, startedAt: number, enqueuedAt: number, merged: number): void {
+    const task = this.taskFor(value, context, merged);
+    if (context.trace.sampled) {
       task.startedAt = startedAt;
       task.queueWait = enqueuedAt >= 0 ? startedAt - enqueuedAt : 0;
     }
@@ -554,44 +632,63 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     else this.lastTask.after = task;
     this.lastTask = task;
     if (this.config.ordered) this.queue.push(task);
-    if (this.config.timeout !== undefined) {
-      task.timer = this.scheduler.schedule(() => {
-        task.timer = undefined;
-        const error = new StageTimeoutError(this.config.name, seq, this.config.timeout!);
-        task.context.abort(error);
-        this.taskFailed(task, error);
-      }, this.config.timeout);
-    }
+    if (this.config.timeout !== undefined) this.startTimer(task, this.config.timeout);
+    // No closure is made here: a function that makes one allocates its context on every call.
     switch (kind) {
       case PLAIN:
-        task.outputs.push(result as O);
+        task.reusable = task.timer === undefined;
+        task.push(result as O);
         this.taskDone(task);
         return;
       case PROMISE:
-        (result as PromiseLike<O>).then(
-          (output) => {
-            if (task.closed) return;
-            task.outputs.push(output);
-            this.taskDone(task);
-          },
-          (err: unknown) => this.taskFailed(task, err),
-        );
+        // A Promise calls one callback once (a thenable may not): once retired, nothing can reach the task.
+        task.reusable = task.timer === undefined && result instanceof Promise;
+        (result as PromiseLike<O>).then(task.fulfilled, task.rejected);
         return;
       case OBSERVABLE:
-        task.subscription = withLink(task, () =>
-          (result as Observable<O>).subscribe({
-            next: (output) => this.taskOutput(task, output),
-            error: (err: unknown) => this.taskFailed(task, err),
-            complete: () => this.taskDone(task),
-          }),
-        );
-        if (task.closed) task.subscription.unsubscribe();
+        this.subscribeResult(task, result as Observable<O>);
         return;
       case ASYNC_ITERABLE:
         task.iterator = (result as AsyncIterable<O>)[Symbol.asyncIterator]();
         this.pullIterator(task);
         return;
     }
+  }
+
+  private startTimer(task: Task<I, O>, timeout: number): void {
+    task.timer = this.scheduler.schedule(() => {
+      task.timer = undefined;
+      const error = new StageTimeoutError(this.name, task.context.seq, timeout);
+      task.context.abort(error);
+      this.taskFailed(task, error);
+    }, timeout);
+  }
+
+  /** An Observable result: the task is its demand link, so a Flow of tokens waits while its output waits. */
+  private subscribeResult(task: Task<I, O>, result: Observable<O>): void {
+    task.subscription = withLink(task, () =>
+      result.subscribe({
+        next: (output) => this.taskOutput(task, output),
+        error: (err: unknown) => this.taskFailed(task, err),
+        complete: () => this.taskDone(task),
+      }),
+    );
+    if (task.closed) task.subscription.unsubscribe();
+  }
+
+  private taskFor(value: I, context: WorkContext, merged: number): Task<I, O> {
+    const task = this.spare;
+    if (task === undefined) return new Task<I, O>(this, value, context, merged);
+    this.spare = task.after;
+    task.reuse(value, context, merged);
+    return task;
+  }
+
+  /** A Promise result settled (called by `Task.fulfilled`). */
+  taskFulfilled(task: Task<I, O>, output: O): void {
+    if (task.closed) return;
+    task.push(output);
+    this.taskDone(task);
   }
 
   private pullIterator(task: Task<I, O>): void {
@@ -614,7 +711,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   private taskOutput(task: Task<I, O>, output: O): void {
     if (task.closed) return;
-    task.outputs.push(output);
+    task.push(output);
     this.ready(task);
   }
 
@@ -628,7 +725,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.ready(task);
   }
 
-  private taskFailed(task: Task<I, O>, err: unknown): void {
+  /** Work failed: thrown, rejected (`Task.rejected`), errored, or timed out. */
+  taskFailed(task: Task<I, O>, err: unknown): void {
     if (task.closed || task.failed) return;
     const error = err instanceof SluiceError ? err : new StageError(this.config.name, task.context.seq, err);
     if (this.config.errorPolicy === 'fail') {
@@ -666,16 +764,11 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private drain(): void {
     if (this.wip++ !== 0) return;
     do {
-      let progressed = true;
-      while (progressed && !this.terminated) {
-        progressed = this.config.ordered ? this.deliverOrdered() : this.deliverUnordered();
-        while (!this.terminated && this.buffer.length > 0 && this.inFlight < this.config.concurrency) {
-          const pending = this.buffer.shift()!;
-          this.stats.buffered--;
-          this.begin(pending.value, pending.trace, pending.seq, pending.enqueuedAt, pending.merged, false);
-          progressed = true;
-        }
-      }
+      // Each delivery pass runs until it is blocked; only work started since can unblock it at once.
+      do {
+        if (this.config.ordered) this.deliverOrdered();
+        else this.deliverUnordered();
+      } while (!this.terminated && this.startBuffered() && this.hasReady());
       if (this.terminated) {
         this.wip = 0;
         return;
@@ -694,37 +787,47 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     }
   }
 
-  private deliverOrdered(): boolean {
-    let progressed = false;
+  /** Starts work on buffered elements while there are free slots; returns whether it started any. */
+  private startBuffered(): boolean {
+    let started = false;
+    while (!this.terminated && this.buffer.length > 0 && this.inFlight < this.config.concurrency) {
+      const pending = this.buffer.shift()!;
+      this.stats.buffered--;
+      this.begin(pending);
+      started = true;
+    }
+    return started;
+  }
+
+  /** Something to deliver: ordered, the oldest task has an output or is done; unordered, any queued task. */
+  private hasReady(): boolean {
+    const head = this.queue.peek();
+    return head !== undefined && (!this.config.ordered || head.outputs > 0 || head.done);
+  }
+
+  private deliverOrdered(): void {
     for (let task = this.queue.peek(); task !== undefined && !this.terminated; task = this.queue.peek()) {
-      if (task.outputs.length > 0) {
-        if (!this.emitFrom(task)) break;
-        progressed = true;
+      if (task.outputs > 0) {
+        if (!this.emitFrom(task)) return;
       } else if (task.done) {
         this.queue.shift();
         this.retire(task);
-        progressed = true;
       } else {
-        break;
+        return;
       }
     }
-    return progressed;
   }
 
-  private deliverUnordered(): boolean {
-    let progressed = false;
+  private deliverUnordered(): void {
     for (let task = this.queue.peek(); task !== undefined && !this.terminated; task = this.queue.peek()) {
-      if (task.outputs.length > 0) {
-        if (!this.emitFrom(task)) break;
-        progressed = true;
+      if (task.outputs > 0) {
+        if (!this.emitFrom(task)) return;
       } else {
         this.queue.shift();
         task.queued = false;
         if (task.done) this.retire(task);
-        progressed = true;
       }
     }
-    return progressed;
   }
 
   /** Emits one output of `task` if downstream wants it; returns whether it did. */
@@ -734,13 +837,13 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       if (sampled && task.waitingSince < 0) task.waitingSince = this.now();
       return false;
     }
-    const output = task.outputs.shift() as O;
+    const output = task.shift();
     if (sampled && task.waitingSince >= 0) {
       task.paused += this.now() - task.waitingSince;
       task.waitingSince = -1;
     }
     this.stats.emitted++;
-    if (task.outputs.length === 0) {
+    if (task.outputs === 0) {
       if (!task.done) {
         if (task.iterator) this.pullIterator(task);
         else if (task.subscription) task.resumeProducers();
@@ -754,7 +857,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   /** Finished, and its last output already went downstream (the consumer may end the run while taking it). */
   private delivered(task: Task<I, O>): boolean {
-    return task.done && task.outputs.length === 0;
+    return task.done && task.outputs === 0;
   }
 
   private retire(task: Task<I, O>): void {
@@ -767,6 +870,11 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.closeTask(task);
     if (!task.failed) this.stats.delivered += 1 + task.merged;
     if (task.context.trace.sampled) this.finishRecord(task);
+    if (task.reusable) {
+      task.value = undefined as I; // the element's data is not held while the task waits
+      task.after = this.spare;
+      this.spare = task;
+    }
   }
 
   private finishRecord(task: Task<I, O>): void {
@@ -858,7 +966,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.takeBuffered();
     this.stats.inFlight -= this.inFlight;
     this.inFlight = 0;
-    this.firstTask = this.lastTask = undefined;
+    this.firstTask = this.lastTask = this.spare = undefined;
     this.upstream?.unsubscribe();
     this.drainTimer?.unsubscribe();
     this.drainTimer = undefined;

@@ -110,7 +110,13 @@ export class Inlet implements DemandLink {
   /** Asked by `outlet` before each element: its own elements in transit count against the room, not other producers'. */
   wants(outlet: Resumable = ANONYMOUS): boolean {
     const room = this.owner.room();
-    if (room - this.unconfirmed(outlet) > 0) return true;
+    // Asked before every element, so kept small enough to inline: with nothing in transit only the room counts.
+    if (this.inTransit === 0 ? room > 0 : room - this.unconfirmed(outlet) > 0) return true;
+    return this.starve(room, outlet);
+  }
+
+  /** No demand for `outlet` now: resume it when room comes back, or when its in-transit elements are given up on. */
+  private starve(room: number, outlet: Resumable): false {
     this.starved = true;
     if (room > 0) this.waitForTransit(outlet);
     return false;
@@ -178,9 +184,15 @@ export class Inlet implements DemandLink {
 
   /** Room came back: resume producers that stopped for lack of demand. */
   signal(): void {
-    if (!this.starved) return;
+    if (this.starved) this.resumeProducers();
+  }
+
+  private resumeProducers(): void {
     this.starved = false;
-    for (const outlet of this.outlets.slice()) outlet.resume();
+    const outlets = this.outlets;
+    // A resumed producer may detach (it ended): iterate a copy, unless there is only the one.
+    if (outlets.length === 1) outlets[0]!.resume();
+    else for (const outlet of outlets.slice()) outlet.resume();
   }
 
   attach(outlet: Resumable): void {
