@@ -7,8 +7,8 @@
  * 1. Event-loop delay p99 (`monitorEventLoopDelay`) while inference runs flat out:
  *    `session.run` inline on the main thread vs the same runs on an `InferencePool`.
  * 2. Throughput at saturation through `infer`: batched (maxBatch 32) vs one element per run.
- * 3. p99 element latency under an open-loop load at about half the batched capacity,
- *    against the bound maxWait + 2 × batch service time.
+ * 3. p99 element latency under an open-loop load at half and a quarter of one worker's
+ *    batched capacity, against the bound maxWait + 2 × batch service time.
  * 4. Batched throughput on 2 workers vs 1.
  *
  * Every phase checks its outputs (count, finite vectors), so nothing is optimised away.
@@ -108,6 +108,7 @@ async function batchServiceTime(pool: InferencePool): Promise<number> {
 
 /** Open loop: arrivals on a fixed schedule at `rate`/s; latency from the scheduled arrival (no coordinated omission). */
 async function latencyUnderLoad(pool: InferencePool, rate: number, count: number): Promise<{ p50: number; p99: number }> {
+  globalThis.gc?.();
   const start = performance.now() + 20;
   const due = (i: number) => start + (i * 1000) / rate;
   async function* arrivals(): AsyncGenerator<number> {
@@ -171,16 +172,20 @@ async function main(): Promise<void> {
     ['batched / one per run', `${(batched / single).toFixed(1)}×`, batched / single >= 3 ? '≥ 3× ✓' : '≥ 3× ✗'],
   );
 
-  // 3. Latency under an open-loop load, against maxWait + 2 × batch service time.
-  const service = await batchServiceTime(pool2);
+  // 3. Latency under an open-loop load, against maxWait + 2 × batch service time. On one
+  // worker: with two on a 2-core machine the main thread (arrivals, tokenising, batching,
+  // timers) has no core of its own and its timers fire late, which is the machine, not the batcher.
+  await saturate(pool1, MAX_BATCH, 500); // warm-up
+  const capacity = await saturate(pool1, MAX_BATCH);
+  const service = await batchServiceTime(pool1);
   const bound = MAX_WAIT + 2 * service;
-  rows.push([`batch service time (median pool run of ${MAX_BATCH} texts)`, `${ms(service)} ms`, '']);
+  rows.push([`batch service time (median pool run of ${MAX_BATCH} texts, 1 worker)`, `${ms(service)} ms`, '']);
   for (const share of [0.5, 0.25]) {
-    const rate = Math.round(batched * share);
-    const latency = await latencyUnderLoad(pool2, rate, Math.min(4_000, rate * 3));
+    const rate = Math.round(capacity * share);
+    const latency = await latencyUnderLoad(pool1, rate, Math.min(4_000, rate * 3));
     log(`latency at ${rate}/s: p99 ${ms(latency.p99)} ms vs bound ${ms(bound)}`);
     rows.push([
-      `element latency at ${rate}/s open loop (${share * 100}% of batched capacity), p50 / p99`,
+      `element latency at ${rate}/s open loop (${share * 100}% of 1 worker's batched capacity), p50 / p99`,
       `${ms(latency.p50)} / ${ms(latency.p99)} ms`,
       latency.p99 <= bound ? `≤ ${ms(bound)} ms ✓` : `≤ ${ms(bound)} ms ✗`,
     ]);
