@@ -11,50 +11,14 @@ import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { WebSocket } from 'ws';
 import { InvalidOptionsError } from '../src/errors.js';
 import { startServer, type RunningServer } from '../src/serve/app.js';
-import { SUBPROTOCOL, serverFrameSchema, type ServerFrame } from '../src/serve/protocol.js';
+import type { ServerFrame } from '../src/serve/protocol.js';
+import { WsClient as Client, until } from './support/ws-client.js';
 import { serveOptions } from '../src/cli.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const BIN = join(root, 'bin', 'sluice.js');
-
-async function until(condition: () => boolean, what: string, safetyMs = 30_000): Promise<void> {
-  const deadline = Date.now() + safetyMs;
-  while (!condition()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise<void>((resolve) => setTimeout(resolve, 5));
-  }
-}
-
-class Client {
-  readonly frames: ServerFrame[] = [];
-  readonly closed: Promise<number>;
-  constructor(readonly ws: WebSocket) {
-    ws.on('message', (data) => this.frames.push(serverFrameSchema.parse(JSON.parse(String(data))) as ServerFrame));
-    this.closed = new Promise((resolve) => ws.on('close', (code) => resolve(code)));
-    ws.on('error', () => {});
-  }
-  static open(url: string, token?: string, origin?: string): Promise<Client> {
-    const ws = new WebSocket(url, [SUBPROTOCOL, ...(token === undefined ? [] : [`bearer.${token}`])], origin === undefined ? {} : { origin });
-    const client = new Client(ws);
-    return new Promise((resolve, reject) => {
-      ws.once('open', () => resolve(client));
-      ws.once('unexpected-response', (_, res) => reject(Object.assign(new Error(`HTTP ${res.statusCode}`), { status: res.statusCode })));
-      ws.once('error', reject);
-    });
-  }
-  send(message: unknown): void {
-    this.ws.send(JSON.stringify(message));
-  }
-  end(id: string): ServerFrame | undefined {
-    return this.frames.find((f) => 'id' in f && f.id === id && f.type !== 'token');
-  }
-  text(id: string): string {
-    return this.frames.map((f) => (f.type === 'token' && f.id === id ? f.text : '')).join('');
-  }
-}
 
 describe('startServer (in process)', () => {
   let models: string;
@@ -97,8 +61,8 @@ describe('startServer (in process)', () => {
   });
 
   it('as an open server, refuses other sites: a foreign Origin (403) and a non-loopback Host (DNS rebinding)', async () => {
-    await assert.rejects(Client.open(running.wsUrl, undefined, 'https://evil.example'), (err: Error & { status?: number }) => err.status === 403);
-    const own = await Client.open(running.wsUrl, undefined, running.url);
+    await assert.rejects(Client.open(running.wsUrl, { origin: 'https://evil.example' }), (err: Error & { status?: number }) => err.status === 403);
+    const own = await Client.open(running.wsUrl, { origin: running.url });
     own.ws.close();
     const port = Number(new URL(running.url).port);
     const status = await new Promise<number>((resolve, reject) => {
@@ -271,7 +235,7 @@ describe('sluice serve: SIGTERM under load', () => {
     const wsUrl = `${server.url.replace('http', 'ws')}/v1/ws`;
     try {
       // 16 connections, each with a long and a short request; 2 long HTTP streams.
-      const clients = await Promise.all(Array.from({ length: 16 }, () => Client.open(wsUrl, token)));
+      const clients = await Promise.all(Array.from({ length: 16 }, () => Client.open(wsUrl, { token })));
       clients.forEach((c, i) => c.send({ type: 'generate', id: `long-${i}`, model: 'charlm', prompt: 'The stage', parameters: { max_tokens: 4096 } }));
       const streams = [0, 1].map(async () => {
         const response = await fetch(`${server.url}/v1/chat/completions`, {

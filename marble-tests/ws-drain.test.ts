@@ -6,20 +6,11 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { WebSocket } from 'ws';
 import { decode, generateRequest, type Completion, type GenerateOptions, type GenerateRequest, type ModelWorker, type Token } from '../src/inference/worker.js';
 import type { Flow } from '../src/flow/demand.js';
 import { attachTokenSocket, type TokenSocket, type TokenSocketOptions } from '../src/serve/ws-server.js';
 import { SluiceMetrics } from '../src/serve/metrics.js';
-import { SUBPROTOCOL, serverFrameSchema, type ServerFrame } from '../src/serve/protocol.js';
-
-async function until(condition: () => boolean, what: string, safetyMs = 10_000): Promise<void> {
-  const deadline = Date.now() + safetyMs;
-  while (!condition()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise<void>((resolve) => setTimeout(resolve, 2));
-  }
-}
+import { WsClient, until } from './support/ws-client.js';
 
 /**
  * Generates `max_tokens` tokens, except that a prompt starting with `hang` stops after
@@ -73,36 +64,15 @@ async function serve(options: TokenSocketOptions): Promise<Served> {
   };
 }
 
-class Client {
-  readonly frames: ServerFrame[] = [];
-  readonly closed: Promise<number>;
-  constructor(readonly ws: WebSocket) {
-    ws.on('message', (data) => this.frames.push(serverFrameSchema.parse(JSON.parse(String(data))) as ServerFrame));
-    this.closed = new Promise((resolve) => ws.on('close', (code) => resolve(code)));
-  }
-  static open(port: number, headers: Record<string, string> = {}): Promise<Client> {
-    const ws = new WebSocket(`ws://127.0.0.1:${port}/`, [SUBPROTOCOL], { headers });
-    const client = new Client(ws);
-    return new Promise((resolve, reject) => {
-      ws.once('open', () => resolve(client));
-      ws.once('unexpected-response', (_, res) => reject(Object.assign(new Error(`HTTP ${res.statusCode}`), { status: res.statusCode })));
-      ws.once('error', reject);
-    });
-  }
-  send(message: unknown): void {
-    this.ws.send(JSON.stringify(message));
-  }
-  end(id: string): ServerFrame | undefined {
-    return this.frames.find((f) => 'id' in f && f.id === id && f.type !== 'token');
-  }
-}
+/** A client of the server on `port`. */
+const open = (port: number, headers: Record<string, string> = {}) => WsClient.open(`ws://127.0.0.1:${port}/`, { headers });
 
 describe('WebSocket drain (graceful shutdown)', () => {
   it('refuses new work, lets running requests finish, ends the rest with SHUTDOWN and closes with 1001', async () => {
     const worker = new HangingWorker();
     const served = await serve({ worker });
     try {
-      const client = await Client.open(served.port);
+      const client = await open(served.port);
       client.send({ type: 'generate', id: 'hang-1', prompt: 'hang on', parameters: { max_tokens: 100 } });
       client.send({ type: 'generate', id: 'hang-2', prompt: 'hang on', parameters: { max_tokens: 100 } });
       await until(() => client.frames.filter((f) => f.type === 'token').length >= 6, 'the hanging requests to start');
@@ -113,7 +83,7 @@ describe('WebSocket drain (graceful shutdown)', () => {
       const draining = served.tokens.drain(300);
       assert.equal(served.tokens.draining, true);
       client.send({ type: 'generate', id: 'late', prompt: 'too late', parameters: { max_tokens: 5 } });
-      await assert.rejects(Client.open(served.port), (err: Error & { status?: number }) => err.status === 503);
+      await assert.rejects(open(served.port), (err: Error & { status?: number }) => err.status === 503);
 
       const report = await draining;
       assert.deepEqual(report, { running: 3, finished: 1, interrupted: 2 });
@@ -141,7 +111,7 @@ describe('WebSocket drain (graceful shutdown)', () => {
   it('with nothing running, resolves at once and closes the idle connections', async () => {
     const served = await serve({ worker: new HangingWorker() });
     try {
-      const client = await Client.open(served.port);
+      const client = await open(served.port);
       assert.deepEqual(await served.tokens.drain(60_000), { running: 0, finished: 0, interrupted: 0 });
       assert.equal(await client.closed, 1001);
     } finally {
@@ -154,8 +124,8 @@ describe('WebSocket server without authenticate', () => {
   it('admits every connection as tenant "anonymous", ignoring any token', async () => {
     const served = await serve({ worker: new HangingWorker(), limits: { tenantConcurrent: 1 } });
     try {
-      const a = await Client.open(served.port);
-      const b = await Client.open(served.port, { authorization: 'Bearer whatever-token' });
+      const a = await open(served.port);
+      const b = await open(served.port, { authorization: 'Bearer whatever-token' });
       a.send({ type: 'generate', id: 'x', prompt: 'hang', parameters: { max_tokens: 10 } });
       await until(() => served.tokens.stats().tenants['anonymous'] === 1, 'the anonymous tenant to run one request');
       // Both connections are one tenant: its quota of 1 is spent.
@@ -173,8 +143,8 @@ describe('WebSocket tenant request rate', () => {
   it('is one bucket across the tenant\'s connections; over it, TENANT_QUOTA says when to retry', async () => {
     const served = await serve({ worker: new HangingWorker(), limits: { tenantRate: { perSecond: 0.01, burst: 2 } } });
     try {
-      const a = await Client.open(served.port);
-      const b = await Client.open(served.port);
+      const a = await open(served.port);
+      const b = await open(served.port);
       a.send({ type: 'generate', id: '1', prompt: 'ok', parameters: { max_tokens: 1 } });
       b.send({ type: 'generate', id: '2', prompt: 'ok', parameters: { max_tokens: 1 } });
       await until(() => a.end('1') !== undefined && b.end('2') !== undefined, 'the first two');
@@ -197,9 +167,9 @@ describe('WebSocket counters on /metrics', () => {
     const metrics = new SluiceMetrics({ defaultMetrics: false });
     const served = await serve({ worker: new HangingWorker(), metrics, name: 'chat' });
     try {
-      const client = await Client.open(served.port);
+      const client = await open(served.port);
       client.send({ type: 'generate', id: 'a', prompt: 'ok', parameters: { max_tokens: 4 } });
-      client.ws.send('not json');
+      client.send('not json');
       await until(() => client.end('a') !== undefined && client.frames.some((f) => f.type === 'error' && f.code === 'INVALID_JSON'), 'done and the bad-frame error');
       const { body } = await metrics.scrape();
       assert.match(body, /^sluice_ws_connections\{server="chat"\} 1$/m);

@@ -15,6 +15,7 @@ import type { Flow } from '../src/flow/demand.js';
 import { InvalidOptionsError } from '../src/errors.js';
 import { attachTokenSocket, type TokenSocket, type TokenSocketEvent, type TokenSocketLimits, type TokenSocketOptions } from '../src/serve/ws-server.js';
 import { PROTOCOL_ERRORS, SUBPROTOCOL, serverFrameSchema, type ServerFrame } from '../src/serve/protocol.js';
+import { until } from './support/ws-client.js';
 
 const SECRET = 'sk-test-9f8e7d6c5b4a';
 const OTHER_SECRET = 'sk-other-1a2b3c4d';
@@ -22,15 +23,6 @@ const authenticate = (token: string) => (token === SECRET ? { tenant: 'acme' } :
 
 /** Lets pending I/O run: macrotask turns, no wall-clock. */
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
-
-/** Polls `condition` every few turns; the deadline is only a safety net. */
-async function until(condition: () => boolean, what: string, safetyMs = 10_000): Promise<void> {
-  const deadline = Date.now() + safetyMs;
-  while (!condition()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise<void>((resolve) => setTimeout(resolve, 2));
-  }
-}
 
 /**
  * A deterministic worker: token n is `t<n> ` padded to `size` characters, produced on

@@ -22,6 +22,7 @@ import { CacheStats } from '../cache/stats.js';
 import type { CircuitBreaker, CircuitState } from '../resilience/breaker.js';
 import type { TraceContext } from '../trace/trace.js';
 import type { GenerationDone } from '../inference/worker.js';
+import type { TokenSocketStats } from './ws-server.js';
 
 export interface SluiceMetricsOptions {
   /** Prepended to every sluice metric name (not to `gen_ai_*` nor the default Node metrics). Default `sluice_`. */
@@ -47,17 +48,7 @@ const optionsSchema = z
 export const BREAKER_STATE_VALUES: Readonly<Record<CircuitState, number>> = { closed: 0, 'half-open': 1, open: 2 };
 
 /** What a WebSocket token server reports at scrape time (`TokenSocket.stats()` fits). */
-export interface SocketCounters {
-  readonly connections: number;
-  readonly activeRequests: number;
-  readonly buffered: number;
-  readonly started: number;
-  readonly completed: number;
-  readonly cancelled: number;
-  readonly failed: number;
-  readonly interrupted: number;
-  readonly badFrames: number;
-}
+export type SocketCounters = Pick<TokenSocketStats, 'connections' | 'activeRequests' | 'buffered' | 'started' | 'completed' | 'cancelled' | 'failed' | 'interrupted' | 'badFrames'>;
 
 const SOCKET_OUTCOMES = ['completed', 'cancelled', 'failed', 'interrupted'] as const;
 
