@@ -31,6 +31,7 @@ import { BUNDLED_CORPUS, indexPassages, loadCorpus } from '../rag/corpus.js';
 import { RAG_STAGES, ragWorker, type RagStage } from '../rag/worker.js';
 import { createHttpHandler } from './http.js';
 import { SluiceMetrics } from './metrics.js';
+import { bearerOf, pathOf } from './protocol.js';
 import { attachTokenSocket, type TokenSocketEvent, type TokenSocketLimits, type TokenSocketStats } from './ws-server.js';
 
 /** Where the WebSocket protocol is served. */
@@ -183,7 +184,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
         res.writeHead(403, { 'content-type': 'application/json' });
         return void res.end(JSON.stringify({ error: { message: 'This open server answers only requests addressed to a loopback host.', type: 'invalid_request_error', param: null, code: 'forbidden_host' } }));
       }
-      const path = (req.url ?? '/').split('?', 1)[0];
+      const path = pathOf(req.url);
       if ((path === '/' || path === '/index.html') && (req.method === 'GET' || req.method === 'HEAD') && page !== undefined) return sendPage(res, page, req.method === 'HEAD');
       if (path === '/favicon.ico') return void res.writeHead(204).end();
       api(req, res);
@@ -201,7 +202,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     });
     // Upgrades to any other path are nobody's: answer and close, never leave the socket open.
     server.on('upgrade', (req, socket) => {
-      if ((req.url ?? '/').split('?', 1)[0] === WS_PATH) return;
+      if (pathOf(req.url) === WS_PATH) return;
       socket.on('error', () => {});
       socket.end('HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
       socket.once('finish', () => socket.destroy());
@@ -263,10 +264,6 @@ function logEvent(log: (line: string) => void, event: TokenSocketEvent): void {
     default:
       return;
   }
-}
-
-function bearerOf(header: string | undefined): string | undefined {
-  return header === undefined ? undefined : /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1];
 }
 
 /** True for a `Host` header naming this machine (`localhost`, `127.x.y.z`, `[::1]`, with or without a port). */

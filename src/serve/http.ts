@@ -22,6 +22,7 @@ import { endGenAiSpan, errorType, genAiSpan, recordStageSpans, traceparentOf } f
 import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker } from '../inference/worker.js';
 import { EmptyPromptError } from '../inference/errors.js';
 import type { SluiceMetrics } from './metrics.js';
+import { pathOf } from './protocol.js';
 
 /** A worker that can chat: anything implementing `ModelWorker.generate`. */
 export type ChatWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate'>;
@@ -275,7 +276,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
 
   const handler = (req: IncomingMessage, res: ServerResponse): void => {
     const arrivedAt = performance.now();
-    const path = (req.url ?? '/').split('?', 1)[0]!;
+    const path = pathOf(req.url);
     const route = ROUTES.has(path) ? path : 'other';
     res.on('close', () => {
       // A client that left mid-stream still got a 200 status line: the class records what was sent.

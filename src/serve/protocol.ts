@@ -197,3 +197,16 @@ export function describeIssues(issues: readonly z.core.$ZodIssue[]): string {
 function bad(code: ProtocolErrorCode, message: string, requestId?: string): ParsedFrame {
   return { ok: false, error: requestId === undefined ? { type: 'error', code, message } : { type: 'error', id: requestId, code, message } };
 }
+
+/** The path of a request URL, without its query. */
+export function pathOf(url: string | undefined): string {
+  const raw = url ?? '/';
+  const query = raw.indexOf('?');
+  return query === -1 ? raw : raw.slice(0, query);
+}
+
+/** The token of an `Authorization: Bearer <token>` header, if that is what it holds. */
+export function bearerOf(header: string | undefined): string | undefined {
+  if (header === undefined) return undefined;
+  return /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1];
+}

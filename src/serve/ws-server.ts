@@ -31,7 +31,9 @@ import {
   BEARER_PROTOCOL_PREFIX,
   CLOSE_CODES,
   SUBPROTOCOL,
+  bearerOf,
   parseClientFrame,
+  pathOf,
   type ErrorFrame,
   type GenerateMessage,
   type ProtocolErrorCode,
@@ -914,12 +916,6 @@ function textOf(data: RawData): string {
   return Buffer.isBuffer(data) ? data.toString('utf8') : Buffer.from(data).toString('utf8');
 }
 
-function pathOf(url: string | undefined): string {
-  const raw = url ?? '/';
-  const query = raw.indexOf('?');
-  return query === -1 ? raw : raw.slice(0, query);
-}
-
 function protocolsOf(header: string | undefined): string[] {
   if (header === undefined) return [];
   return header
@@ -928,8 +924,3 @@ function protocolsOf(header: string | undefined): string[] {
     .filter((p) => p.length > 0);
 }
 
-function bearerOf(header: string | undefined): string | undefined {
-  if (header === undefined) return undefined;
-  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-  return match?.[1];
-}
