@@ -4,6 +4,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import fc from 'fast-check';
 import * as ort from 'onnxruntime-node';
 import { SluiceError } from '../src/errors.js';
 import { encodeChars } from '../src/models/charlm.js';
@@ -14,7 +15,8 @@ import { EMBEDDING_CONFIG, GUARD_SPLIT_SEED, MODEL_FILES, generateModels, type G
 import { GUARD_LABELS, parseGuardExamples, splitGuardExamples } from '../src/models/guard.js';
 import { SIGNATURES, loadModel, loadTokenizer, type LoadedModel } from '../src/models/load.js';
 import { GraphBuilder, ModelBuilder } from '../src/models/onnx/index.js';
-import { seededRandom } from '../src/models/random.js';
+import { fnv1a, seededRandom } from '../src/models/random.js';
+import { DEFAULT_HASH_TOKENIZER, HashTokenizer } from '../src/models/tokenizer.js';
 import type { EncodedBatch, Tokenizer } from '../src/models/tokenizer.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -97,6 +99,40 @@ describe('ONNX writer', () => {
     } finally {
       await rm(again, { recursive: true, force: true });
     }
+  });
+});
+
+describe('hashed tokenizer', () => {
+  // The definition: each feature string hashed with FNV-1a. encode() hashes in place without building them.
+  const reference = (tokenizer: HashTokenizer, text: string) =>
+    tokenizer
+      .features(text)
+      .slice(0, tokenizer.maxLength)
+      .map((feature) => 1 + (fnv1a(feature, tokenizer.config.seed) % (tokenizer.config.buckets - 1)));
+
+  it('encode equals hashing every feature string, for any text, n-gram length and maxLength', () => {
+    const text = fc.oneof(fc.string({ unit: 'grapheme', maxLength: 80 }), fc.array(fc.constantFrom('a', 'Ab', 'café', 'naïve', 'x1', '東京', ' ', '  ', ',', 'ﬁ'), { maxLength: 30 }).map((parts) => parts.join('')));
+    fc.assert(
+      fc.property(text, fc.integer({ min: 1, max: 5 }), fc.integer({ min: 1, max: 40 }), (input, charNgram, maxLength) => {
+        const tokenizer = new HashTokenizer({ ...DEFAULT_HASH_TOKENIZER, charNgram, maxLength });
+        assert.deepEqual(tokenizer.encode(input), reference(tokenizer, input));
+      }),
+    );
+  });
+
+  it('encodeBatch pads every row to the longest with pad id 0 and a zero mask, whatever the batch', () => {
+    const tokenizer = new HashTokenizer({ ...DEFAULT_HASH_TOKENIZER, maxLength: 24 });
+    fc.assert(
+      fc.property(fc.array(fc.string({ maxLength: 40 }), { minLength: 1, maxLength: 6 }), (texts) => {
+        const rows = texts.map((text) => reference(tokenizer, text));
+        const seq = Math.max(1, ...rows.map((r) => r.length));
+        const batch = tokenizer.encodeBatch(texts);
+        assert.deepEqual(batch.shape, [texts.length, seq]);
+        assert.deepEqual([...batch.inputIds], rows.flatMap((r) => Array.from({ length: seq }, (_, i) => BigInt(r[i] ?? 0))));
+        assert.deepEqual([...batch.attentionMask], rows.flatMap((r) => Array.from({ length: seq }, (_, i) => (i < r.length ? 1n : 0n))));
+        assert.ok(batch.tokenTypeIds.every((v) => v === 0n));
+      }),
+    );
   });
 });
 

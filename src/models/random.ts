@@ -26,10 +26,19 @@ export function shuffled<T>(items: readonly T[], seed: number): T[] {
 
 /** FNV-1a over the UTF-16 code units of `text`, salted by `seed`: a stable 32-bit hash. */
 export function fnv1a(text: string, seed = 0): number {
-  let hash = (0x811c9dc5 ^ seed) >>> 0;
-  for (let i = 0; i < text.length; i++) {
-    hash ^= text.charCodeAt(i);
-    hash = Math.imul(hash, 0x01000193) >>> 0;
-  }
+  return fnv1aFrom(0x811c9dc5 ^ seed, text) >>> 0;
+}
+
+/**
+ * One FNV-1a step: folds a UTF-16 code unit into `hash`. Works on the signed 32-bit
+ * form (small integers, never a heap number); `>>> 0` gives the usual unsigned hash.
+ */
+export function fnv1aStep(hash: number, code: number): number {
+  return Math.imul(hash ^ code, 0x01000193);
+}
+
+/** Continues an FNV-1a hash over `text` (signed form): `fnv1aFrom(fnv1aFrom(h, a), b) === fnv1aFrom(h, a + b)`. */
+export function fnv1aFrom(hash: number, text: string): number {
+  for (let i = 0; i < text.length; i++) hash = fnv1aStep(hash, text.charCodeAt(i));
   return hash;
 }

@@ -1,10 +1,12 @@
-import { fnv1a } from './random.js';
+import { fnv1aFrom, fnv1aStep } from './random.js';
+
+const [W, C, B, COLON, SPACE, LT, GT] = [...'wcb: <>'].map((c) => c.charCodeAt(0)) as [number, number, number, number, number, number, number];
 
 /** A batch ready for an ONNX text model: row-major `[batch, seq]` int64 tensors, right-padded with the pad id. */
 export interface EncodedBatch {
   readonly inputIds: BigInt64Array;
   readonly attentionMask: BigInt64Array;
-  /** All zeros: single-segment input, for BERT-style exports that require `token_type_ids`. */
+  /** All zeros: single-segment input, for BERT-style exports that require `token_type_ids` (allocated when first read). */
   readonly tokenTypeIds: BigInt64Array;
   readonly shape: readonly [batch: number, seq: number];
 }
@@ -21,17 +23,47 @@ export interface Tokenizer {
 
 /** Pads `sequences` to the longest one (at least 1, so an empty text still makes a valid tensor). */
 export function padBatch(sequences: readonly (readonly number[])[], padId: number): EncodedBatch {
-  const seq = Math.max(1, ...sequences.map((s) => s.length));
-  const inputIds = new BigInt64Array(sequences.length * seq).fill(BigInt(padId));
-  const attentionMask = new BigInt64Array(sequences.length * seq);
-  sequences.forEach((ids, row) => {
-    ids.forEach((id, i) => {
-      inputIds[row * seq + i] = BigInt(id);
-      attentionMask[row * seq + i] = 1n;
-    });
-  });
-  return { inputIds, attentionMask, tokenTypeIds: new BigInt64Array(sequences.length * seq), shape: [sequences.length, seq] };
+  const stride = Math.max(1, ...sequences.map((ids) => ids.length));
+  const flat = new Int32Array(sequences.length * stride);
+  sequences.forEach((ids, row) => flat.set(ids, row * stride));
+  return padRows(flat, stride, sequences.map((ids) => ids.length), padId);
 }
+
+/** Row `r` holds `lengths[r]` ids from `rows[r × stride]`: copies them into `[batch, longest]` int64 tensors, right-padded. */
+function padRows(rows: Int32Array, stride: number, lengths: readonly number[], padId: number): EncodedBatch {
+  let seq = 1;
+  for (const length of lengths) if (length > seq) seq = length;
+  const size = lengths.length * seq;
+  const inputIds = new BigInt64Array(size);
+  const attentionMask = new BigInt64Array(size);
+  // Written through 32-bit views: `BigInt(id)` would allocate a heap BigInt per token.
+  const ids32 = new Int32Array(inputIds.buffer);
+  const mask32 = new Int32Array(attentionMask.buffer);
+  const low = LITTLE_ENDIAN ? 0 : 1;
+  for (let row = 0; row < lengths.length; row++) {
+    const length = lengths[row]!;
+    for (let i = 0; i < seq; i++) {
+      const at = 2 * (row * seq + i) + low;
+      if (i < length) {
+        ids32[at] = rows[row * stride + i]!;
+        mask32[at] = 1;
+      } else ids32[at] = padId;
+    }
+  }
+  const shape = [lengths.length, seq] as const;
+  let tokenTypeIds: BigInt64Array | undefined;
+  // Most models take no token_type_ids: allocated on first read only.
+  return {
+    inputIds,
+    attentionMask,
+    get tokenTypeIds() {
+      return (tokenTypeIds ??= new BigInt64Array(size));
+    },
+    shape,
+  };
+}
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 /** The configuration a hashed tokenizer is rebuilt from; written next to the model it feeds. */
 export interface HashTokenizerConfig {
@@ -80,13 +112,53 @@ export class HashTokenizer implements Tokenizer {
     return features;
   }
 
+  /** The ids of `features(text)`, hashed in place: no feature string is built. */
   encode(text: string): number[] {
-    return this.features(text)
-      .slice(0, this.maxLength)
-      .map((feature) => 1 + (fnv1a(feature, this.config.seed) % (this.config.buckets - 1)));
+    const scratch = this.scratchFor(1);
+    return Array.from(scratch.subarray(0, this.encodeInto(text, scratch, 0)));
   }
 
+  /** Encodes every text into one reused buffer and pads from there: no per-text id array. */
   encodeBatch(texts: readonly string[]): EncodedBatch {
-    return padBatch(texts.map((text) => this.encode(text)), this.padId);
+    const stride = this.maxLength;
+    const scratch = this.scratchFor(texts.length);
+    const lengths = texts.map((text, row) => this.encodeInto(text, scratch, row * stride));
+    return padRows(scratch, stride, lengths, this.padId);
+  }
+
+  private scratch = new Int32Array(0);
+
+  private scratchFor(rows: number): Int32Array {
+    if (this.scratch.length < rows * this.maxLength) this.scratch = new Int32Array(rows * this.maxLength);
+    return this.scratch;
+  }
+
+  /** Writes at most `maxLength` ids from `at`; returns how many. */
+  private encodeInto(text: string, out: Int32Array, at: number): number {
+    const { seed, buckets, charNgram: n } = this.config;
+    const start = 0x811c9dc5 ^ seed;
+    const end = at + this.maxLength;
+    const words = HashTokenizer.words(text);
+    let next = at;
+    const add = (hash: number): boolean => {
+      out[next++] = 1 + ((hash >>> 0) % (buckets - 1));
+      return next < end;
+    };
+    for (let i = 0; i < words.length; i++) {
+      const word = words[i]!;
+      if (!add(fnv1aFrom(fnv1aStep(fnv1aStep(start, W), COLON), word))) break;
+      // The n-grams of `<word>` without building it: position 0 is `<`, position length + 1 is `>`.
+      const padded = word.length + 2;
+      let full = false;
+      for (let j = 0; j + n <= padded && !full; j++) {
+        let hash = fnv1aStep(fnv1aStep(start, C), COLON);
+        for (let k = j; k < j + n; k++) hash = fnv1aStep(hash, k === 0 ? LT : k === padded - 1 ? GT : word.charCodeAt(k - 1));
+        full = !add(hash);
+      }
+      if (full) break;
+      const following = words[i + 1];
+      if (following !== undefined && !add(fnv1aFrom(fnv1aStep(fnv1aFrom(fnv1aStep(fnv1aStep(start, B), COLON), word), SPACE), following))) break;
+    }
+    return next - at;
   }
 }
