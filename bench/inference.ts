@@ -26,7 +26,7 @@ import { buildEmbeddingModel } from '../src/models/embedding.js';
 import { EMBEDDING_CONFIG } from '../src/models/generate.js';
 import { tensorRows, textFeeds } from '../src/models/pool-embedder.js';
 import { InferencePool, type Feeds } from '../src/models/pool.js';
-import { HashTokenizer } from '../src/models/tokenizer.js';
+import { FeedBuffers, HashTokenizer } from '../src/models/tokenizer.js';
 
 const COMMAND = 'node --conditions=sluice-source --expose-gc --import tsx bench/inference.ts';
 const LOAD_MS = 3_000;
@@ -40,6 +40,8 @@ const ITEMS = 6_000;
 const LATENCY_SECONDS = 4;
 
 const tokenizer = new HashTokenizer();
+/** Reused by every run's feeds, as `embedder` does: `pool.run` has copied them when it returns. */
+const buffers = new FeedBuffers();
 const VOCAB = 'model stream backpressure token queue worker tensor batch trace signal latency throughput embedding retrieval answer prompt'.split(' ');
 /** 12–30 words: 80–220 hashed features, a realistic sentence-embedding input. */
 const textOf = (i: number) => Array.from({ length: 12 + (i % 19) }, (_, j) => VOCAB[(i * 31 + j * 7) % VOCAB.length]).join(' ');
@@ -83,7 +85,7 @@ async function saturate(pool: InferencePool, maxBatch: number, count = ITEMS): P
     fromIterable(texts.slice(0, count)).pipe(
       infer({
         pool,
-        toFeeds: (batch: Batch<string>) => textFeeds(tokenizer, batch.items),
+        toFeeds: (batch: Batch<string>) => textFeeds(tokenizer, batch.items, undefined, buffers),
         fromOutputs: (outputs) => tensorRows(outputs.embeddings!),
         maxBatch,
         maxWait: MAX_WAIT,
@@ -105,7 +107,7 @@ async function batchServiceTime(pool: InferencePool): Promise<number> {
   const times: number[] = [];
   for (let i = 0; i < 60; i++) {
     const start = performance.now();
-    await pool.run(textFeeds(tokenizer, texts.slice(i * MAX_BATCH, (i + 1) * MAX_BATCH)));
+    await pool.run(textFeeds(tokenizer, texts.slice(i * MAX_BATCH, (i + 1) * MAX_BATCH), undefined, buffers));
     times.push(performance.now() - start);
   }
   return percentile(times.sort((a, b) => a - b), 0.5);
@@ -134,7 +136,7 @@ async function latencyUnderLoad(pool: InferencePool, rate: number, count: number
     fromAsyncIterable(arrivals()).pipe(
       infer({
         pool,
-        toFeeds: (batch: Batch<number>) => textFeeds(tokenizer, batch.items.map((i) => texts[i % ITEMS]!)),
+        toFeeds: (batch: Batch<number>) => textFeeds(tokenizer, batch.items.map((i) => texts[i % ITEMS]!), undefined, buffers),
         fromOutputs: (outputs, batch) => tensorRows(outputs.embeddings!).map((row, j) => (Number.isFinite(row[0]) ? batch.items[j]! : NaN)),
         maxBatch: MAX_BATCH,
         maxWait: MAX_WAIT,

@@ -16,7 +16,7 @@ import { GUARD_LABELS, parseGuardExamples, splitGuardExamples } from '../src/mod
 import { SIGNATURES, loadModel, loadTokenizer, type LoadedModel } from '../src/models/load.js';
 import { GraphBuilder, ModelBuilder } from '../src/models/onnx/index.js';
 import { fnv1a, seededRandom } from '../src/models/random.js';
-import { DEFAULT_HASH_TOKENIZER, HashTokenizer } from '../src/models/tokenizer.js';
+import { DEFAULT_HASH_TOKENIZER, FeedBuffers, HashTokenizer } from '../src/models/tokenizer.js';
 import type { EncodedBatch, Tokenizer } from '../src/models/tokenizer.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -116,6 +116,24 @@ describe('hashed tokenizer', () => {
       fc.property(text, fc.integer({ min: 1, max: 5 }), fc.integer({ min: 1, max: 40 }), (input, charNgram, maxLength) => {
         const tokenizer = new HashTokenizer({ ...DEFAULT_HASH_TOKENIZER, charNgram, maxLength });
         assert.deepEqual(tokenizer.encode(input), reference(tokenizer, input));
+      }),
+    );
+  });
+
+  it('encodeBatch into reused FeedBuffers gives what fresh buffers give, batch after batch, stale content overwritten', () => {
+    const tokenizer = new HashTokenizer({ ...DEFAULT_HASH_TOKENIZER, maxLength: 24 });
+    const batch = fc.array(fc.string({ maxLength: 40 }), { minLength: 1, maxLength: 6 });
+    fc.assert(
+      fc.property(fc.array(batch, { minLength: 1, maxLength: 6 }), (batches) => {
+        const buffers = new FeedBuffers();
+        for (const texts of batches) {
+          const fresh = tokenizer.encodeBatch(texts);
+          const reused = tokenizer.encodeBatch(texts, buffers);
+          assert.deepEqual(reused.shape, fresh.shape);
+          assert.deepEqual([...reused.inputIds], [...fresh.inputIds]);
+          assert.deepEqual([...reused.attentionMask], [...fresh.attentionMask]);
+          assert.deepEqual([...reused.tokenTypeIds], [...fresh.tokenTypeIds]);
+        }
       }),
     );
   });

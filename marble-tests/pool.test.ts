@@ -15,7 +15,7 @@ import { EMBEDDING_CONFIG } from '../src/models/generate.js';
 import { InferenceFailedError, PoolClosedError, PoolQueueFullError, UnknownModelError } from '../src/models/pool-errors.js';
 import { embedder, tensorRows, textFeeds } from '../src/models/pool-embedder.js';
 import { InferencePool, poolWorkers, type Feeds } from '../src/models/pool.js';
-import { HashTokenizer } from '../src/models/tokenizer.js';
+import { FeedBuffers, HashTokenizer } from '../src/models/tokenizer.js';
 
 let dir: string;
 let modelPath: string;
@@ -65,8 +65,8 @@ async function expectCode<E extends SluiceError>(promise: Promise<unknown>, type
 const totalRuns = (pool: InferencePool) => pool.stats.workers.reduce((sum, w) => sum + w.runs, 0);
 
 describe('InferencePool (real onnxruntime in worker threads)', () => {
-  it('returns what session.run on the main thread returns for the same feeds, transferring the feed buffers', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 1 });
+  it('returns what session.run on the main thread returns for the same feeds, transferring the feed buffers with transferFeeds: true', async () => {
+    const pool = await InferencePool.create({ model: modelPath, size: 1, transferFeeds: true });
     try {
       for (const [rows, seq, salt] of [[1, 5, 1], [3, 17, 2], [8, 64, 3]] as const) {
         const expected = await onMainThread(feeds(rows, seq, salt));
@@ -84,8 +84,8 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
     }
   });
 
-  it('copies instead of transferring with transferFeeds: false, and sends only the viewed part of a larger buffer', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 1, transferFeeds: false });
+  it('copies by default (transferFeeds: false), and sends only the viewed part of a much larger buffer', async () => {
+    const pool = await InferencePool.create({ model: modelPath, size: 1 });
     try {
       const input = feeds(2, 9, 4);
       const expected = await onMainThread(input);
@@ -95,6 +95,23 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
       assert.deepEqual(outputs.embeddings!.data, expected);
       assert.equal(big.byteLength, 8000, 'the caller keeps its buffer');
       assert.equal((input.attention_mask!.data as BigInt64Array).byteLength, 2 * 9 * 8);
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it('has copied the feeds when run returns: buffers refilled at once, even for queued jobs, give every job its own result', async () => {
+    const pool = await InferencePool.create({ model: modelPath, size: 1 });
+    try {
+      const tokenizer = new HashTokenizer();
+      const batches = [['the first batch', 'of two texts'], ['a second batch, queued behind the first'], ['a third', 'refills', 'the same buffers'], ['and a fourth']];
+      const expected = await Promise.all(batches.map((texts) => onMainThread(textFeeds(tokenizer, texts))));
+      const buffers = new FeedBuffers();
+      // The first run takes the only worker; the rest queue, each built into the buffers the previous one was built into.
+      const runs = batches.map((texts) => pool.run(textFeeds(tokenizer, texts, undefined, buffers)));
+      assert.equal(pool.stats.queued, batches.length - 1);
+      const outputs = await Promise.all(runs);
+      outputs.forEach((output, i) => assert.deepEqual(output.embeddings!.data, expected[i], `batch ${i}`));
     } finally {
       await pool.close();
     }

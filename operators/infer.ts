@@ -83,10 +83,11 @@ const inferOptionsSchema = z
  * ## Example
  * ```ts
  * const pool = await InferencePool.create({ model: 'models/embed.onnx', size: 2 });
+ * const buffers = new FeedBuffers(); // reused by every batch: no per-batch tensor memory
  * texts.pipe(
  *   infer({
  *     pool,
- *     toFeeds: (batch) => textFeeds(tokenizer, batch.items),
+ *     toFeeds: (batch) => textFeeds(tokenizer, batch.items, undefined, buffers),
  *     fromOutputs: (outputs) => tensorRows(outputs.embeddings!),
  *     maxBatch: 32,
  *     maxWait: 5,

@@ -44,7 +44,7 @@ export { cached } from '../operators/cache.js';
 export type { CachedOptions, CachedAnswer, CacheOutcome, ResponseCacheOptions, SemanticOptions } from '../operators/cache.js';
 export { GraphBuilder, ModelBuilder, float } from './models/onnx/index.js';
 export type { AttributeValue, Dim, ElementType, FloatAttribute, ModelOptions, TensorData } from './models/onnx/index.js';
-export { HashTokenizer, DEFAULT_HASH_TOKENIZER, padBatch } from './models/tokenizer.js';
+export { HashTokenizer, DEFAULT_HASH_TOKENIZER, FeedBuffers, padBatch } from './models/tokenizer.js';
 export type { Tokenizer, EncodedBatch, HashTokenizerConfig } from './models/tokenizer.js';
 export { WordPieceTokenizer } from './models/wordpiece.js';
 export type { WordPieceOptions } from './models/wordpiece.js';

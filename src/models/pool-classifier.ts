@@ -2,7 +2,7 @@ import type { Classification, Classifier } from '../../operators/guard.js';
 import type { InferencePool } from './pool.js';
 import { textFeeds, tensorRows } from './pool-embedder.js';
 import { GUARD_LABELS } from './guard.js';
-import type { Tokenizer } from './tokenizer.js';
+import { FeedBuffers, type Tokenizer } from './tokenizer.js';
 
 export interface PoolClassifierOptions {
   /** The pool's model to run. Default: the pool's only model. */
@@ -33,8 +33,9 @@ export function poolClassifier(pool: InferencePool, tokenizer: Tokenizer, option
   if (column < 0) throw new TypeError(`positive label "${positive}" is not one of ${labels.join(', ')}`);
   const info = pool.describe(options.model);
   const output = info.outputNames[0]!;
+  const buffers = new FeedBuffers(); // refilled per call: `pool.run` has copied them when it returns
   return async (text: string, signal: AbortSignal): Promise<Classification> => {
-    const outputs = await pool.run(textFeeds(tokenizer, [text], info.inputNames), { signal, model: options.model });
+    const outputs = await pool.run(textFeeds(tokenizer, [text], info.inputNames, buffers), { signal, model: options.model });
     const row = tensorRows(outputs[output]!)[0]!;
     if (row.length !== labels.length) throw new TypeError(`the model scores ${row.length} labels, ${labels.length} were named`);
     return { label: positive, score: row[column]! };

@@ -1,20 +1,23 @@
 import * as ort from 'onnxruntime-node';
 import type { Feeds, InferencePool } from './pool.js';
 import { planPooling, type PoolingOptions } from './pooling.js';
-import type { Tokenizer } from './tokenizer.js';
+import { FeedBuffers, type Tokenizer } from './tokenizer.js';
 
 /**
  * Tokenizes `texts` into the feeds of a BERT-style text model: `input_ids` and
  * `attention_mask` `[batch, seq]` int64, padded to the longest text, plus
- * `token_type_ids` when `inputNames` lists it.
+ * `token_type_ids` when `inputNames` lists it. With `buffers`, the tensors are built
+ * into them and allocate nothing (valid until the next batch built into them: pass
+ * them straight to `pool.run`).
  *
  * ## Example
  * ```ts
- * infer({ pool, toFeeds: (batch) => textFeeds(tokenizer, batch.items), fromOutputs: (o) => tensorRows(o.embeddings!), maxBatch: 32, maxWait: 5 });
+ * const buffers = new FeedBuffers();
+ * infer({ pool, toFeeds: (batch) => textFeeds(tokenizer, batch.items, undefined, buffers), fromOutputs: (o) => tensorRows(o.embeddings!), maxBatch: 32, maxWait: 5 });
  * ```
  */
-export function textFeeds(tokenizer: Tokenizer, texts: readonly string[], inputNames: readonly string[] = ['input_ids', 'attention_mask']): Feeds {
-  const encoded = tokenizer.encodeBatch(texts);
+export function textFeeds(tokenizer: Tokenizer, texts: readonly string[], inputNames: readonly string[] = ['input_ids', 'attention_mask'], buffers?: FeedBuffers): Feeds {
+  const encoded = tokenizer.encodeBatch(texts, buffers);
   const dims = [...encoded.shape];
   const feeds: Record<string, ort.Tensor> = {
     input_ids: new ort.Tensor('int64', encoded.inputIds, dims),
@@ -85,9 +88,10 @@ export function embedder(pool: InferencePool, tokenizer: Tokenizer, options: Poo
   const { model, ...poolingOptions } = options;
   const info = pool.describe(model);
   const plan = planPooling(info.outputNames, poolingOptions, `model "${model ?? pool.models[0]}" of inference pool "${pool.name}"`);
+  const buffers = new FeedBuffers(); // refilled per call: `pool.run` has copied them when it returns
   return async (texts, signal) => {
     if (texts.length === 0) return [];
-    const outputs = await pool.run(textFeeds(tokenizer, texts, info.inputNames), { signal, model, pooling: plan });
+    const outputs = await pool.run(textFeeds(tokenizer, texts, info.inputNames, buffers), { signal, model, pooling: plan });
     return tensorRows(outputs.embeddings!);
   };
 }

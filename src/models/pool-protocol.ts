@@ -48,19 +48,31 @@ export type FromWorker =
   | { readonly type: 'run-failed'; readonly id: number; readonly message: string; readonly runs: number };
 
 /**
- * The plain form of `tensors`, plus the buffers to transfer. A typed array that
- * covers its whole `ArrayBuffer` is transferred (the sender's copy is detached); a
- * view into part of a larger buffer is sliced first, because structured clone of a
- * view copies its entire buffer. Shared memory is never transferred.
+ * The plain form of `tensors`, plus the buffers to transfer.
+ *
+ * - `transfer`: a typed array that covers its whole `ArrayBuffer` is transferred (the
+ *   sender's copy is detached); a view into part of a larger buffer is sliced first.
+ * - otherwise the structured clone copies the data when the message is posted. A view
+ *   covering less than half of its buffer is sliced first (the clone would copy the
+ *   whole buffer); a larger one goes as it is, so reused buffers (`FeedBuffers`) cost
+ *   no allocation. With `snapshot` (the message is posted later, and the caller may
+ *   refill its buffers meanwhile) every tensor is copied now.
+ *
+ * Shared memory is never transferred or copied.
  */
-export function toWire(tensors: Readonly<Record<string, Tensor>>, transfer: boolean): { tensors: WireTensors; transfer: ArrayBuffer[] } {
+export function toWire(tensors: Readonly<Record<string, Tensor>>, transfer: boolean, snapshot = false): { tensors: WireTensors; transfer: ArrayBuffer[] } {
   const wire: WireTensors = {};
   const buffers = new Set<ArrayBuffer>();
   for (const [name, tensor] of Object.entries(tensors)) {
     let data = tensor.data;
     if (ArrayBuffer.isView(data) && data.buffer instanceof ArrayBuffer) {
-      if (data.byteOffset !== 0 || data.byteLength !== data.buffer.byteLength) data = data.slice() as Tensor.DataType;
-      if (transfer || data !== tensor.data) buffers.add((data as ArrayBufferView).buffer as ArrayBuffer);
+      const partial = data.byteOffset !== 0 || data.byteLength !== data.buffer.byteLength;
+      if (transfer) {
+        if (partial) data = data.slice() as Tensor.DataType;
+        buffers.add((data as ArrayBufferView).buffer as ArrayBuffer);
+      } else if (snapshot || (partial && data.byteLength * 2 < data.buffer.byteLength)) {
+        data = data.slice() as Tensor.DataType;
+      }
     }
     wire[name] = { type: tensor.type, data, dims: tensor.dims };
   }

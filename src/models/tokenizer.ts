@@ -15,49 +15,87 @@ export interface EncodedBatch {
 export interface Tokenizer {
   /** Ids the model's embedding table is indexed by; never longer than `maxLength`. */
   encode(text: string): number[];
-  encodeBatch(texts: readonly string[]): EncodedBatch;
+  /** With `buffers`, the tensors are views into them, valid until their next use (see `FeedBuffers`). */
+  encodeBatch(texts: readonly string[], buffers?: FeedBuffers): EncodedBatch;
   readonly vocabSize: number;
   readonly maxLength: number;
   readonly padId: number;
 }
 
+/**
+ * Reusable int64 buffers for the `[batch, seq]` tensors of text feeds: a batch built
+ * into them allocates nothing. Each batch allocating fresh ones is what makes an
+ * inference-heavy event loop pause: typed-array memory lives outside the JS heap, and
+ * V8 answers a fast stream of it with a full mark-compact (2–9 ms measured here) about
+ * every second, where reused buffers leave only short minor GCs.
+ *
+ * The tensors built into them are views, valid until the next batch is built into the
+ * same buffers. That fits `InferencePool.run`, which has copied its feeds by the time it
+ * returns (unless `transferFeeds` is on): build, run, build the next. Keep one per
+ * pipeline, not shared by code that builds a batch while holding another.
+ *
+ * ```ts
+ * const buffers = new FeedBuffers();
+ * infer({ pool, toFeeds: (batch) => textFeeds(tokenizer, batch.items, undefined, buffers), ... });
+ * ```
+ */
+export class FeedBuffers {
+  private readonly buffers: BigInt64Array[] = [];
+
+  /** A view of `size` int64 elements over buffer `slot`, grown when too small (never shrunk); its content is stale. */
+  take(slot: number, size: number): BigInt64Array {
+    let buffer = this.buffers[slot];
+    // A buffer transferred to a worker is detached (byteLength 0): replace it.
+    if (buffer === undefined || buffer.length < size || buffer.buffer.byteLength === 0) {
+      buffer = new BigInt64Array(Math.max(size, Math.min(2 * (buffer?.length ?? 0), 1 << 20)));
+      this.buffers[slot] = buffer;
+    }
+    return buffer.length === size ? buffer : buffer.subarray(0, size);
+  }
+}
+
+const IDS = 0;
+const MASK = 1;
+const TYPES = 2;
+
 /** Pads `sequences` to the longest one (at least 1, so an empty text still makes a valid tensor). */
-export function padBatch(sequences: readonly (readonly number[])[], padId: number): EncodedBatch {
+export function padBatch(sequences: readonly (readonly number[])[], padId: number, buffers?: FeedBuffers): EncodedBatch {
   const stride = Math.max(1, ...sequences.map((ids) => ids.length));
   const flat = new Int32Array(sequences.length * stride);
   sequences.forEach((ids, row) => flat.set(ids, row * stride));
-  return padRows(flat, stride, sequences.map((ids) => ids.length), padId);
+  return padRows(flat, stride, sequences.map((ids) => ids.length), padId, buffers);
 }
 
 /** Row `r` holds `lengths[r]` ids from `rows[r × stride]`: copies them into `[batch, longest]` int64 tensors, right-padded. */
-function padRows(rows: Int32Array, stride: number, lengths: readonly number[], padId: number): EncodedBatch {
+function padRows(rows: Int32Array, stride: number, lengths: readonly number[], padId: number, buffers: FeedBuffers | undefined): EncodedBatch {
   let seq = 1;
   for (const length of lengths) if (length > seq) seq = length;
   const size = lengths.length * seq;
-  const inputIds = new BigInt64Array(size);
-  const attentionMask = new BigInt64Array(size);
-  // Written through 32-bit views: `BigInt(id)` would allocate a heap BigInt per token.
-  const ids32 = new Int32Array(inputIds.buffer);
-  const mask32 = new Int32Array(attentionMask.buffer);
+  const inputIds = buffers?.take(IDS, size) ?? new BigInt64Array(size);
+  const attentionMask = buffers?.take(MASK, size) ?? new BigInt64Array(size);
+  // Written through 32-bit views (`BigInt(id)` would allocate a heap BigInt per token), both halves of every element: reused buffers hold stale values.
+  const ids32 = new Int32Array(inputIds.buffer, inputIds.byteOffset, size * 2);
+  const mask32 = new Int32Array(attentionMask.buffer, attentionMask.byteOffset, size * 2);
   const low = LITTLE_ENDIAN ? 0 : 1;
   for (let row = 0; row < lengths.length; row++) {
     const length = lengths[row]!;
     for (let i = 0; i < seq; i++) {
-      const at = 2 * (row * seq + i) + low;
-      if (i < length) {
-        ids32[at] = rows[row * stride + i]!;
-        mask32[at] = 1;
-      } else ids32[at] = padId;
+      const at = 2 * (row * seq + i);
+      const id = i < length ? rows[row * stride + i]! : padId;
+      ids32[at + low] = id;
+      ids32[at + 1 - low] = id < 0 ? -1 : 0;
+      mask32[at + low] = i < length ? 1 : 0;
+      mask32[at + 1 - low] = 0;
     }
   }
   const shape = [lengths.length, seq] as const;
   let tokenTypeIds: BigInt64Array | undefined;
-  // Most models take no token_type_ids: allocated on first read only.
+  // Most models take no token_type_ids: made on first read only.
   return {
     inputIds,
     attentionMask,
     get tokenTypeIds() {
-      return (tokenTypeIds ??= new BigInt64Array(size));
+      return (tokenTypeIds ??= buffers?.take(TYPES, size).fill(0n) ?? new BigInt64Array(size));
     },
     shape,
   };
@@ -119,11 +157,11 @@ export class HashTokenizer implements Tokenizer {
   }
 
   /** Encodes every text into one reused buffer and pads from there: no per-text id array. */
-  encodeBatch(texts: readonly string[]): EncodedBatch {
+  encodeBatch(texts: readonly string[], buffers?: FeedBuffers): EncodedBatch {
     const stride = this.maxLength;
     const scratch = this.scratchFor(texts.length);
     const lengths = texts.map((text, row) => this.encodeInto(text, scratch, row * stride));
-    return padRows(scratch, stride, lengths, this.padId);
+    return padRows(scratch, stride, lengths, this.padId, buffers);
   }
 
   private scratch = new Int32Array(0);

@@ -1,4 +1,4 @@
-import { padBatch, type EncodedBatch, type Tokenizer } from './tokenizer.js';
+import { padBatch, type EncodedBatch, type FeedBuffers, type Tokenizer } from './tokenizer.js';
 
 export interface WordPieceOptions {
   readonly vocab: ReadonlyMap<string, number>;
@@ -47,8 +47,8 @@ export class WordPieceTokenizer implements Tokenizer {
     return [...this.options.prefixIds, ...pieces.map((p) => this.options.vocab.get(p) ?? this.unkId), ...this.options.suffixIds];
   }
 
-  encodeBatch(texts: readonly string[]): EncodedBatch {
-    return padBatch(texts.map((text) => this.encode(text)), this.padId);
+  encodeBatch(texts: readonly string[], buffers?: FeedBuffers): EncodedBatch {
+    return padBatch(texts.map((text) => this.encode(text)), this.padId, buffers);
   }
 
   private normalize(text: string): string {
