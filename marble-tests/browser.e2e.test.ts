@@ -233,6 +233,53 @@ describe('the chat page in headless Chromium against `sluice serve`', { skip }, 
     assert.deepEqual(pageErrors, []);
   });
 
+  it('against a server with --token, shows "unauthorized — check the token" for a missing or wrong token and stops reconnecting; the right token connects', async () => {
+    const token = 'e2e-token-0123456789';
+    const secured = ServerProcess.start(['--port', '0', '--models', models, '--token', `e2e:${token}`, '--pool-size', '1']);
+    try {
+      const url = await secured.url();
+      const page = await browser!.newPage();
+      page.on('pageerror', (err) => pageErrors.push(err.message));
+      let sockets = 0;
+      page.on('websocket', () => sockets++);
+      const connection = page.getByTestId('connection');
+      const tokenField = page.getByTestId('token');
+      const shows = (text: string) => until(`the connection line to read "${text}"`, async () => ((await connection.textContent()) === text ? true : undefined));
+      const secure = new ChatPage(page);
+
+      // The page opens without a token: the server completes the handshake and closes with 4401.
+      await page.goto(url);
+      await shows('unauthorized — check the token');
+      assert.equal(await connection.getAttribute('data-state'), 'closed');
+      const status = await secure.status();
+      assert.equal(status.state, 'unauthorized', status.text);
+      assert.match(status.text, /^Unauthorized — check the token\./);
+      assert.equal(await tokenField.getAttribute('aria-invalid'), 'true');
+      // No retry: the first one would come within 0.5 s.
+      await sleep(1500);
+      assert.equal(sockets, 1, 'the page did not reconnect after 4401');
+      assert.equal(await connection.textContent(), 'unauthorized — check the token');
+
+      // Changing the token reconnects: the right one is served...
+      await tokenField.fill(token);
+      await tokenField.press('Enter');
+      await shows('connected');
+      assert.equal(await tokenField.getAttribute('aria-invalid'), null);
+      // ...and a wrong one is refused the same way.
+      await tokenField.fill('wrong-token-0000');
+      await tokenField.press('Enter');
+      await shows('unauthorized — check the token');
+      assert.equal(sockets, 3);
+      await page.close();
+      assert.match(secured.output(), /ws upgrade refused: 401 missing or invalid bearer token \(a browser: closed with 4401\)/);
+      assert.equal(secured.output().includes('wrong-token-0000'), false, 'the token is never logged');
+      assert.deepEqual(pageErrors, []);
+      assert.equal(await secured.stop(), 0, secured.output());
+    } finally {
+      secured.kill();
+    }
+  });
+
   it('SIGTERM stops the server gracefully: it exits with 0', async () => {
     await browser!.close();
     browser = undefined;

@@ -8,7 +8,8 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { decode, generateRequest, type Completion, type GenerateOptions, type GenerateRequest, type ModelWorker, type Token } from '../src/inference/worker.js';
 import type { Flow } from '../src/flow/demand.js';
-import { attachTokenSocket, type TokenSocket, type TokenSocketOptions } from '../src/serve/ws-server.js';
+import { attachTokenSocket, type TokenSocket, type TokenSocketEvent, type TokenSocketOptions } from '../src/serve/ws-server.js';
+import { CLOSE_CODES } from '../src/serve/protocol.js';
 import { SluiceMetrics } from '../src/serve/metrics.js';
 import { WsClient, until } from './support/ws-client.js';
 
@@ -103,6 +104,41 @@ describe('WebSocket drain (graceful shutdown)', () => {
       assert.equal(stats.interrupted, 2);
       assert.equal(stats.activeRequests, 0);
       await until(() => served.tokens.stats().timers === 0, 'no timer left');
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('refuses a browser during the drain with close 1013 (try again later) it can read, and other clients with HTTP 503', async () => {
+    const events: TokenSocketEvent[] = [];
+    const served = await serve({ worker: new HangingWorker(), onEvent: (e) => events.push(e) });
+    try {
+      const client = await open(served.port);
+      client.send({ type: 'generate', id: 'hang', prompt: 'hang on', parameters: { max_tokens: 100 } });
+      await until(() => served.tokens.stats().activeRequests === 1, 'the running request');
+      const draining = served.tokens.drain(60_000);
+
+      const browser = await WsClient.open(`ws://127.0.0.1:${served.port}/`, { origin: `http://127.0.0.1:${served.port}` });
+      const reason = new Promise<string>((resolve) => browser.ws.once('close', (_, data) => resolve(String(data))));
+      assert.equal(await browser.closed, CLOSE_CODES.tryAgainLater);
+      assert.equal(await reason, 'try again later: the server is shutting down');
+      await assert.rejects(open(served.port), (err: Error & { status?: number }) => err.status === 503);
+      assert.deepEqual(
+        events.filter((e) => e.kind === 'upgrade-rejected'),
+        [
+          { kind: 'upgrade-rejected', status: 503, reason: 'the server is shutting down', closeCode: 1013 },
+          { kind: 'upgrade-rejected', status: 503, reason: 'the server is shutting down' },
+        ],
+      );
+      const stats = served.tokens.stats();
+      assert.equal(stats.connections, 1, 'the refused browser never became a connection');
+      assert.deepEqual(stats.upgradesRejected, { 400: 0, 401: 0, 403: 0, 503: 2 });
+
+      // The drain still ends when the running request does.
+      client.send({ type: 'cancel', id: 'hang' });
+      assert.deepEqual(await draining, { running: 1, finished: 1, interrupted: 0 });
+      assert.equal(await client.closed, 1001);
+      await until(() => served.tokens.stats().timers === 0 && served.tokens.stats().connections === 0, 'nothing left');
     } finally {
       await served.close();
     }

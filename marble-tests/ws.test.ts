@@ -1,7 +1,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import { connect, type AddressInfo, type Socket } from 'node:net';
+import { randomBytes } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,7 +16,8 @@ import { decode, generateRequest, type GenerateOptions, type GenerateRequest, ty
 import type { Flow } from '../src/flow/demand.js';
 import { InvalidOptionsError } from '../src/errors.js';
 import { attachTokenSocket, type TokenSocket, type TokenSocketEvent, type TokenSocketLimits, type TokenSocketOptions } from '../src/serve/ws-server.js';
-import { PROTOCOL_ERRORS, SUBPROTOCOL, serverFrameSchema, type ServerFrame } from '../src/serve/protocol.js';
+import { CLOSE_CODES, PROTOCOL_ERRORS, SUBPROTOCOL, serverFrameSchema, type ServerFrame } from '../src/serve/protocol.js';
+import { SluiceMetrics } from '../src/serve/metrics.js';
 import { until } from './support/ws-client.js';
 
 const SECRET = 'sk-test-9f8e7d6c5b4a';
@@ -113,7 +116,7 @@ class Client {
     const client = new Client(ws);
     return new Promise((resolve, reject) => {
       ws.once('open', () => resolve(client));
-      ws.once('unexpected-response', (_, res) => reject(Object.assign(new Error(`HTTP ${res.statusCode}`), { status: res.statusCode })));
+      ws.once('unexpected-response', (_, res) => reject(Object.assign(new Error(`HTTP ${res.statusCode}`), { status: res.statusCode, headers: res.headers })));
       ws.once('error', reject);
     });
   }
@@ -432,6 +435,129 @@ describe('WebSocket token server', () => {
           [401, 401, 400, 403],
         );
       } finally {
+        await served.close();
+      }
+    });
+
+    it('closes a browser (allowed Origin) whose token is missing or wrong with 4401 and a reason, acts on none of its frames, and leaves nothing behind', async () => {
+      const counter = new CountingWorker();
+      const metrics = new SluiceMetrics({ defaultMetrics: false });
+      const origin = 'https://app.example.com';
+      const served = await serve({ worker: counter, origins: [origin], metrics });
+      try {
+        // Like a page that sends as soon as it is open: these frames reach the server, which must drop them.
+        const protocols: string[] = [];
+        const browser = (offered: string[], headers: Record<string, string> = {}) => {
+          const ws = new WebSocket(served.url, offered, { origin, headers });
+          ws.once('open', () => {
+            protocols.push(ws.protocol);
+            ws.send(JSON.stringify({ type: 'generate', id: 'a', prompt: 'go', parameters: { max_tokens: 2 } }));
+            ws.send('not json');
+          });
+          return new Client(ws);
+        };
+        const refused = [browser([SUBPROTOCOL, 'bearer.nope']), browser([SUBPROTOCOL]), browser([SUBPROTOCOL], { authorization: 'Bearer nope' })];
+        for (const client of refused) {
+          assert.deepEqual(await client.closed, { code: CLOSE_CODES.unauthorized, reason: 'unauthorized: missing or invalid bearer token' });
+          assert.deepEqual(client.frames, [], 'no frame answered');
+        }
+        assert.deepEqual(protocols, [SUBPROTOCOL, SUBPROTOCOL, SUBPROTOCOL], 'each handshake completed, and the bearer entry is never selected');
+        assert.equal(counter.generations.length, 0, 'nothing generated');
+        const rejection = { kind: 'upgrade-rejected', status: 401, reason: 'missing or invalid bearer token', closeCode: 4401 };
+        assert.deepEqual(served.events, [rejection, rejection, rejection], 'no connected, bad-frame or refused event');
+        const stats = served.tokens.stats();
+        assert.equal(stats.connections, 0);
+        assert.equal(stats.started + stats.badFrames, 0);
+        assert.deepEqual(stats.upgradesRejected, { 400: 0, 401: 3, 403: 0, 503: 0 });
+        // The refusals' kill timers are cleared once their close completed.
+        await settledToZero(served);
+        const { body } = await metrics.scrape();
+        assert.match(body, /^sluice_ws_upgrades_rejected_total\{server="ws",status="401"\} 3$/m);
+        assert.match(body, /^sluice_ws_upgrades_rejected_total\{server="ws",status="403"\} 0$/m);
+        assert.match(body, /^sluice_ws_connections\{server="ws"\} 0$/m);
+        assert.equal(JSON.stringify(served.events).includes('nope'), false);
+
+        // The same page with the right token is served.
+        const good = await Client.open(served.url, { origin, via: 'protocol' });
+        good.send({ type: 'generate', id: 'a', prompt: 'go', parameters: { max_tokens: 2 } });
+        assert.equal((await good.terminal('a')).type, 'done');
+        good.ws.close();
+        await good.closed;
+        await settledToZero(served);
+        assert.equal(served.tokens.stats().connections, 0);
+      } finally {
+        metrics.close();
+        await served.close();
+      }
+    });
+
+    it('keeps the HTTP refusal where a close cannot help: no Origin (401, WWW-Authenticate: Bearer), a foreign Origin (403), no sluice.v1 offered (401)', async () => {
+      const served = await serve({ worker: new CountingWorker(), origins: ['https://app.example.com'] });
+      try {
+        const refusal = (p: Promise<Client>) =>
+          p.then(
+            () => assert.fail('the upgrade should have been refused over HTTP'),
+            (err: { status?: number; headers?: IncomingHttpHeaders }) => err,
+          );
+        const noOrigin = await refusal(Client.open(served.url, { token: 'nope', via: 'protocol' }));
+        assert.equal(noOrigin.status, 401);
+        assert.equal(noOrigin.headers?.['www-authenticate'], 'Bearer');
+        // A foreign page gets no socket, whatever its token.
+        assert.equal((await refusal(Client.open(served.url, { origin: 'https://evil.example.com', token: 'nope', via: 'protocol' }))).status, 403);
+        assert.equal((await refusal(Client.open(served.url, { origin: 'https://evil.example.com', via: 'protocol' }))).status, 403);
+        // Without sluice.v1 the handshake could not select the page's subprotocol: HTTP it is.
+        assert.equal((await refusal(Client.open(served.url, { origin: 'https://app.example.com', via: 'protocol', protocols: ['bearer.nope'] }))).status, 401);
+        assert.deepEqual(
+          served.events.map((e) => e.kind === 'upgrade-rejected' && [e.status, e.closeCode]),
+          [
+            [401, undefined],
+            [403, undefined],
+            [403, undefined],
+            [401, undefined],
+          ],
+        );
+        assert.deepEqual(served.tokens.stats().upgradesRejected, { 400: 0, 401: 2, 403: 2, 503: 0 });
+        await settledToZero(served);
+      } finally {
+        await served.close();
+      }
+    });
+
+    it('terminates a refused browser that does not answer the 4401 close within a second', async () => {
+      const origin = 'https://app.example.com';
+      const served = await serve({ worker: new CountingWorker(), origins: [origin] });
+      const { port } = new URL(served.url);
+      // A raw TCP peer: it reads the 101 and the close frame, and never answers.
+      const socket = connect(Number(port), '127.0.0.1');
+      socket.on('error', () => {});
+      let received = Buffer.alloc(0);
+      socket.on('data', (chunk: Buffer) => (received = Buffer.concat([received, chunk])));
+      const gone = new Promise<number>((resolve) => socket.once('close', () => resolve(performance.now())));
+      try {
+        const handshake = [
+          'GET /v1/stream HTTP/1.1',
+          `Host: 127.0.0.1:${port}`,
+          'Upgrade: websocket',
+          'Connection: Upgrade',
+          `Sec-WebSocket-Key: ${randomBytes(16).toString('base64')}`,
+          'Sec-WebSocket-Version: 13',
+          `Sec-WebSocket-Protocol: ${SUBPROTOCOL}, bearer.nope`,
+          `Origin: ${origin}`,
+        ];
+        socket.write(`${handshake.join('\r\n')}\r\n\r\n`);
+        const sent = performance.now();
+        const reason = Buffer.from('unauthorized: missing or invalid bearer token');
+        const closeFrame = Buffer.concat([Buffer.from([0x88, 2 + reason.length, CLOSE_CODES.unauthorized >> 8, CLOSE_CODES.unauthorized & 0xff]), reason]);
+        await until(() => received.includes(closeFrame), 'the close frame');
+        assert.match(received.subarray(0, 32).toString('latin1'), /^HTTP\/1\.1 101 /);
+        assert.equal(served.tokens.stats().timers, 1, 'the refusal holds its kill timer while the peer stays silent');
+        assert.equal(served.tokens.stats().connections, 0);
+        const waited = (await gone) - sent;
+        assert.ok(waited >= 900, `terminated after ${waited.toFixed(0)} ms, before the peer had its second`);
+        assert.ok(waited < 10_000, `terminated after ${waited.toFixed(0)} ms (ws's own close timeout is 30 s)`);
+        await settledToZero(served);
+      } finally {
+        socket.destroy();
         await served.close();
       }
     });

@@ -257,7 +257,7 @@ function sendPage(res: ServerResponse, page: Buffer, head: boolean): void {
 function logEvent(log: (line: string) => void, event: TokenSocketEvent): void {
   switch (event.kind) {
     case 'upgrade-rejected':
-      return log(`ws upgrade refused: ${event.status} ${event.reason}`);
+      return log(`ws upgrade refused: ${event.status} ${event.reason}${event.closeCode === undefined ? '' : ` (a browser: closed with ${event.closeCode})`}`);
     case 'closed':
       if (event.cause !== 'client') log(`ws connection ${event.connection} closed: ${event.code} (${event.cause})`);
       return;

@@ -48,9 +48,10 @@ const optionsSchema = z
 export const BREAKER_STATE_VALUES: Readonly<Record<CircuitState, number>> = { closed: 0, 'half-open': 1, open: 2 };
 
 /** What a WebSocket token server reports at scrape time (`TokenSocket.stats()` fits). */
-export type SocketCounters = Pick<TokenSocketStats, 'connections' | 'activeRequests' | 'buffered' | 'started' | 'completed' | 'cancelled' | 'failed' | 'interrupted' | 'badFrames'>;
+export type SocketCounters = Pick<TokenSocketStats, 'connections' | 'activeRequests' | 'buffered' | 'started' | 'completed' | 'cancelled' | 'failed' | 'interrupted' | 'badFrames' | 'upgradesRejected'>;
 
 const SOCKET_OUTCOMES = ['completed', 'cancelled', 'failed', 'interrupted'] as const;
+const REFUSAL_STATUSES = [400, 401, 403, 503] as const;
 
 /** What the HTTP API reports for one finished request. */
 export interface RequestObservation {
@@ -228,8 +229,9 @@ export class SluiceMetrics {
     socketGauge('connections', 'Open WebSocket connections.', (c) => c.connections);
     socketGauge('active_requests', 'WebSocket requests generating now.', (c) => c.activeRequests);
     socketGauge('buffered_bytes', 'Bytes waiting in the WebSocket send buffers now, all connections together.', (c) => c.buffered);
-    const socketCounter = (name: string, help: string, labelNames: readonly ('server' | 'outcome')[], fill: (counter: Counter<'server' | 'outcome'>, server: string, c: SocketCounters) => void) => {
-      const counter: Counter<'server' | 'outcome'> = new Counter({
+    type SocketLabel = 'server' | 'outcome' | 'status';
+    const socketCounter = (name: string, help: string, labelNames: readonly SocketLabel[], fill: (counter: Counter<SocketLabel>, server: string, c: SocketCounters) => void) => {
+      const counter: Counter<SocketLabel> = new Counter({
         name: `${prefix}ws_${name}_total`,
         help,
         labelNames: [...labelNames],
@@ -245,6 +247,9 @@ export class SluiceMetrics {
       for (const outcome of SOCKET_OUTCOMES) counter.inc({ server, outcome }, c[outcome]);
     });
     socketCounter('bad_frames', 'Frames the WebSocket server could not understand.', ['server'], (counter, server, c) => counter.inc({ server }, c.badFrames));
+    socketCounter('upgrades_rejected', 'WebSocket upgrades refused, by HTTP status (a browser refused with close 4401 or 1013 counts as 401 or 503).', ['server', 'status'], (counter, server, c) => {
+      for (const status of REFUSAL_STATUSES) counter.inc({ server, status: String(status) }, c.upgradesRejected[status]);
+    });
 
     this.loop = monitorEventLoopDelay({ resolution: eventLoopResolution });
     this.loop.enable();

@@ -37,7 +37,14 @@ export const BEARER_PROTOCOL_PREFIX = 'bearer.';
  * | 1001 | the server is shutting down (`TokenSocket.close()`) |
  * | 1008 | `maxBadFrames` consecutive protocol errors (see `PROTOCOL_ERRORS`) |
  * | 1009 | a frame above `maxPayload` (closed by `ws` itself, no error frame) |
+ * | 1013 | a browser connected while the server drains: try again later (elsewhere, with backoff) |
  * | 4008 | the client did not read: bytes stayed buffered above the high-water mark for `stallTimeout` |
+ * | 4401 | a browser's bearer token is missing or invalid: do not retry with the same token |
+ *
+ * 1013 and 4401 are refusals of an upgrade, sent right after the handshake to clients
+ * that sent an `Origin` (browsers), whose WebSocket API hides an HTTP status and reports
+ * only 1006. 4401 follows the `4000 + HTTP status` convention of graphql-ws. Other
+ * clients get the HTTP status (503, 401) instead.
  *
  * A missed heartbeat pong ends the connection with `terminate()` (no close frame: the peer is gone).
  */
@@ -45,7 +52,9 @@ export const CLOSE_CODES = {
   goingAway: 1001,
   policyViolation: 1008,
   messageTooBig: 1009,
+  tryAgainLater: 1013,
   slowConsumer: 4008,
+  unauthorized: 4401,
 } as const;
 
 /**

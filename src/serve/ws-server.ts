@@ -8,11 +8,33 @@
  * socket's `bufferedAmount` is under the high-water mark, so a client that does not
  * read stops its model from decoding instead of filling server memory.
  *
- * Security is checked before the WebSocket exists: Origin allow-list (403), bearer
- * token from `Authorization` or a `bearer.<token>` subprotocol (401), subprotocol
- * `sluice.v1` (400); each refusal answers and destroys the socket. After that: a small
- * `maxPayload`, per-connection concurrency and message-rate limits, per-tenant
- * concurrency quotas, and a ping/pong heartbeat.
+ * Security is checked before a connection exists, in this order:
+ *
+ * 1. Origin allow-list: a foreign `Origin` gets HTTP 403 and never a socket (a cross-site
+ *    page must not learn more than that).
+ * 2. Bearer token, from `Authorization` or a `bearer.<token>` subprotocol: missing or
+ *    invalid is HTTP 401 with `WWW-Authenticate: Bearer`.
+ * 3. Subprotocol `sluice.v1`, else HTTP 400.
+ * 4. While draining, HTTP 503.
+ *
+ * An HTTP refusal answers and destroys the socket. A browser cannot see it, though: its
+ * WebSocket API reports 1006 for any failed handshake, so a page cannot tell a bad token
+ * from a server that is down. So a request that carries an `Origin` (browsers always
+ * send one) from an allowed origin and offers `sluice.v1` is refused after the handshake
+ * instead: the server completes it and closes at once with 4401 (`unauthorized: ...`:
+ * stop retrying, ask for a token) for 2, or 1013 (`try again later: ...`: reconnect with
+ * backoff, another instance may answer) for 4. 1013 rather than 503: a 503 looks to the
+ * page exactly like a server that is down, and 1001 is what an open connection gets when
+ * the server goes away; 1013 says the refusal is temporary. Such a socket never becomes a
+ * connection: it has no message listener (a frame it sends is read and dropped), holds no
+ * tenant slot, is not counted in `connections`, and a peer that does not answer the close
+ * within `REFUSAL_CLOSE_TIMEOUT` (1 s) is terminated. Clients without `Origin` (curl,
+ * servers) keep the HTTP status. Every refusal, either way, is an `upgrade-rejected`
+ * event (with `closeCode` when it was a close) and counts in `upgradesRejected`
+ * (`sluice_ws_upgrades_rejected_total{status}`).
+ *
+ * After admission: a small `maxPayload`, per-connection concurrency and message-rate
+ * limits, per-tenant concurrency quotas, and a ping/pong heartbeat.
  */
 import type { IncomingMessage, Server as HttpServer } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -49,7 +71,7 @@ export interface Principal {
   readonly tenant: string;
 }
 
-/** Checks a bearer token; `undefined` (or a throw) refuses the upgrade with 401. */
+/** Checks a bearer token; `undefined` (or a throw) refuses the upgrade with 401 (a browser: close 4401 after the handshake). */
 export type Authenticate = (token: string, request: IncomingMessage) => Principal | undefined | Promise<Principal | undefined>;
 
 export interface TokenSocketLimits {
@@ -81,11 +103,18 @@ export interface TokenSocketLimits {
 
 /** What the server reports for logs. Never carries a token or a prompt. */
 export type TokenSocketEvent =
-  | { readonly kind: 'upgrade-rejected'; readonly status: 400 | 401 | 403 | 503; readonly reason: string }
+  /** `closeCode` is set when a browser was refused after the handshake (4401, 1013) rather than with the HTTP `status`. */
+  | { readonly kind: 'upgrade-rejected'; readonly status: RefusalStatus; readonly reason: string; readonly closeCode?: RefusalCloseCode }
   | { readonly kind: 'connected'; readonly connection: number; readonly tenant: string }
   | { readonly kind: 'bad-frame'; readonly connection: number; readonly code: ProtocolErrorCode }
   | { readonly kind: 'refused'; readonly connection: number; readonly code: RequestErrorCode | (string & {}) }
   | { readonly kind: 'closed'; readonly connection: number; readonly tenant: string; readonly code: number; readonly cause: CloseCause };
+
+/** The HTTP status of a refused upgrade: bad subprotocol, bad token, foreign origin, shutting down. */
+export type RefusalStatus = 400 | 401 | 403 | 503;
+
+/** The close code that refuses a browser after the handshake: 4401 unauthorized, 1013 try again later. */
+export type RefusalCloseCode = typeof CLOSE_CODES.unauthorized | typeof CLOSE_CODES.tryAgainLater;
 
 /** Why a connection ended. */
 export type CloseCause = 'client' | 'bad-frames' | 'stalled' | 'heartbeat' | 'shutdown';
@@ -126,7 +155,7 @@ export interface TokenSocketStats {
   readonly activeRequests: number;
   /** Bytes waiting in the sockets' send buffers now, all connections together. */
   readonly buffered: number;
-  /** Stall and close timers armed now (the heartbeat interval is not counted). */
+  /** Stall and close timers armed now, refused browsers' included (the heartbeat interval is not counted). */
   readonly timers: number;
   /** Requests running per tenant (tenants with none are absent). */
   readonly tenants: Readonly<Record<string, number>>;
@@ -137,6 +166,8 @@ export interface TokenSocketStats {
   /** Requests ended by `drain()` at its deadline, with a `SHUTDOWN` error frame. */
   readonly interrupted: number;
   readonly badFrames: number;
+  /** Upgrades refused, by HTTP status; a browser refused with 4401 or 1013 counts under 401 or 503. */
+  readonly upgradesRejected: Readonly<Record<RefusalStatus, number>>;
 }
 
 /** What `drain()` reports. */
@@ -155,7 +186,7 @@ export interface TokenSocket {
   /** Stops accepting upgrades, closes every connection with 1001 and cancels their requests. */
   close(): void;
   /**
-   * Graceful shutdown: refuses new upgrades (503) and new requests (`SHUTTING_DOWN`
+   * Graceful shutdown: refuses new upgrades (503; a browser: close 1013) and new requests (`SHUTTING_DOWN`
    * error frame), lets running requests finish for up to `deadline` ms, then ends the
    * rest with a `SHUTDOWN` error frame; finally closes every connection with 1001.
    * Every request running at the start ends with `done` or `error`, never silently.
@@ -230,7 +261,8 @@ const optionsSchema = z
  *
  * Close codes: 1001 shutdown, 1008 after `maxBadFrames` protocol errors in a row, 1009
  * for a frame above `maxPayload` (by `ws`), 1007 for invalid UTF-8 (by `ws`), 4008 for a
- * client that does not read. A missed pong terminates the socket. Every other refusal
+ * client that does not read; a refused browser gets 4401 (bad token) or 1013 (draining)
+ * right after the handshake. A missed pong terminates the socket. Every other refusal
  * (rate, concurrency, quota, bad parameters, duplicate id) is a typed `error` frame and
  * the connection stays open.
  *
@@ -285,6 +317,9 @@ class Hub {
   private draining_ = false;
   private drained: (() => void) | undefined;
   counters = { started: 0, completed: 0, cancelled: 0, failed: 0, interrupted: 0, badFrames: 0 };
+  private readonly rejected: Record<RefusalStatus, number> = { 400: 0, 401: 0, 403: 0, 503: 0 };
+  /** Browsers refused after the handshake, each with the timer that terminates it if its close does not complete. */
+  private readonly refusing = new Map<WebSocket, NodeJS.Timeout>();
 
   constructor(
     private readonly server: HttpServer,
@@ -358,7 +393,7 @@ class Hub {
     socket.on('error', ignore);
     const origin = request.headers.origin;
     if (origin !== undefined && !this.originAllowed(origin, request)) {
-      return this.refuse(socket, 403, 'origin not allowed');
+      return this.refuse(request, socket, head, 403, 'origin not allowed');
     }
     const offered = protocolsOf(request.headers['sec-websocket-protocol']);
     const token = bearerOf(request.headers.authorization) ?? offered.find((p) => p.startsWith(BEARER_PROTOCOL_PREFIX))?.slice(BEARER_PROTOCOL_PREFIX.length);
@@ -370,9 +405,9 @@ class Hub {
         principal = undefined;
       }
     }
-    if (principal === undefined || typeof principal.tenant !== 'string') return this.refuse(socket, 401, 'missing or invalid bearer token');
-    if (!offered.includes(SUBPROTOCOL)) return this.refuse(socket, 400, `subprotocol ${SUBPROTOCOL} required`);
-    if (this.draining_) return this.refuse(socket, 503, 'the server is shutting down');
+    if (principal === undefined || typeof principal.tenant !== 'string') return this.refuse(request, socket, head, 401, 'missing or invalid bearer token');
+    if (!offered.includes(SUBPROTOCOL)) return this.refuse(request, socket, head, 400, `subprotocol ${SUBPROTOCOL} required`);
+    if (this.draining_) return this.refuse(request, socket, head, 503, 'the server is shutting down');
     if (this.shut || socket.destroyed) return void socket.destroy();
     const tenant = principal.tenant;
     this.wss.handleUpgrade(request, socket, head, (ws) => {
@@ -395,7 +430,19 @@ class Hub {
     }
   }
 
-  private refuse(socket: Duplex, status: 400 | 401 | 403 | 503, reason: string): void {
+  /**
+   * Refuses an upgrade: with a close code after the handshake for a browser that can be
+   * told no other way (see the module comment), else with the HTTP status.
+   */
+  private refuse(request: IncomingMessage, socket: Duplex, head: Buffer, status: RefusalStatus, reason: string): void {
+    this.rejected[status]++;
+    const close = status === 401 || status === 503 ? CLOSE_REFUSALS[status] : undefined;
+    // The handshake can complete only if the browser's subprotocol can be selected, and only while the `ws` server is open.
+    const byClose = close !== undefined && request.headers.origin !== undefined && !this.shut && !socket.destroyed && protocolsOf(request.headers['sec-websocket-protocol']).includes(SUBPROTOCOL);
+    if (byClose) {
+      this.emit({ kind: 'upgrade-rejected', status, reason, closeCode: close.code });
+      return this.refuseAfterHandshake(request, socket, head, close.code, `${close.prefix}: ${reason}`);
+    }
     this.emit({ kind: 'upgrade-rejected', status, reason });
     if (socket.destroyed) return;
     const [code, title] = REFUSALS[status];
@@ -412,6 +459,26 @@ class Hub {
     socket.end(`${headers.join('\r\n')}\r\n\r\n${body}`);
   }
 
+  /**
+   * Completes the handshake and closes at once with `code`. The socket never becomes a
+   * `Connection`: no message listener (frames are read and dropped), no tenant, no
+   * heartbeat; a peer that does not answer the close within `REFUSAL_CLOSE_TIMEOUT` is
+   * terminated, so a refused socket costs at most that long.
+   */
+  private refuseAfterHandshake(request: IncomingMessage, socket: Duplex, head: Buffer, code: RefusalCloseCode, reason: string): void {
+    this.wss.handleUpgrade(request, socket, head, (ws) => {
+      // ws owns the socket's errors from here; its own 'error' must not be unhandled.
+      ws.on('error', () => {});
+      const timer = setTimeout(() => ws.terminate(), REFUSAL_CLOSE_TIMEOUT);
+      this.refusing.set(ws, timer);
+      ws.once('close', () => {
+        clearTimeout(timer);
+        this.refusing.delete(ws);
+      });
+      ws.close(code, reason);
+    });
+  }
+
   stats(): TokenSocketStats {
     let activeRequests = 0;
     let timers = 0;
@@ -421,7 +488,8 @@ class Hub {
       buffered += connection.ws.bufferedAmount;
       timers += connection.timers();
     }
-    return { connections: this.connections.size, activeRequests, buffered, timers, tenants: Object.fromEntries(this.tenants), ...this.counters };
+    timers += this.refusing.size;
+    return { connections: this.connections.size, activeRequests, buffered, timers, tenants: Object.fromEntries(this.tenants), ...this.counters, upgradesRejected: { ...this.rejected } };
   }
 
   /** True while this turn's server-wide budget lasts; otherwise queues `connection` for the next turn. */
@@ -496,6 +564,19 @@ const REFUSALS = {
   403: ['FORBIDDEN_ORIGIN', 'Forbidden'],
   503: ['SHUTTING_DOWN', 'Service Unavailable'],
 } as const;
+
+/**
+ * How a browser is told what it cannot read from an HTTP status. 400 is not here (the
+ * handshake cannot select a subprotocol the page did not offer), nor 403 (a foreign page
+ * gets no socket at all).
+ */
+const CLOSE_REFUSALS = {
+  401: { code: CLOSE_CODES.unauthorized, prefix: 'unauthorized' },
+  503: { code: CLOSE_CODES.tryAgainLater, prefix: 'try again later' },
+} as const;
+
+/** How long, ms, a browser refused after the handshake has to answer the close before it is terminated. */
+const REFUSAL_CLOSE_TIMEOUT = 1000;
 
 /**
  * Token frames a connection sends before it yields to the event loop. A healthy local
