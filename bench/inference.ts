@@ -40,7 +40,7 @@ const ITEMS = 6_000;
 const LATENCY_SECONDS = 4;
 
 const tokenizer = new HashTokenizer();
-/** Reused by every run's feeds, as `embedder` does: `pool.run` has copied them when it returns. */
+/** Reused by every run's feeds, as `embedder` does: shared memory the workers read in place, leased until they are done. */
 const buffers = new FeedBuffers();
 const VOCAB = 'model stream backpressure token queue worker tensor batch trace signal latency throughput embedding retrieval answer prompt'.split(' ');
 /** 12–30 words: 80–220 hashed features, a realistic sentence-embedding input. */
@@ -49,11 +49,19 @@ const texts = Array.from({ length: ITEMS }, (_, i) => textOf(i));
 
 const HEAVY_IDS = Array.from({ length: 8 }, (_, salt) => BigInt64Array.from({ length: HEAVY_ROWS * HEAVY_SEQ }, (_, i) => BigInt(1 + ((i * 7919 + salt) % 4000))));
 const HEAVY_MASK = new BigInt64Array(HEAVY_ROWS * HEAVY_SEQ).fill(1n);
-/** Built ahead, so the main thread does no tokenizing here; the pool copies feeds (its default), so the same buffers serve every run. */
-function heavyFeeds(salt: number): Feeds {
+/** The same ids in shared memory, as `FeedBuffers` keeps them: the pool's workers read them in place (onnxruntime on this thread refuses shared memory). */
+const inShared = (data: BigInt64Array) => {
+  const shared = new BigInt64Array(new SharedArrayBuffer(data.byteLength));
+  shared.set(data);
+  return shared;
+};
+const SHARED_IDS = HEAVY_IDS.map(inShared);
+const SHARED_MASK = inShared(HEAVY_MASK);
+/** Built ahead, so the main thread does no tokenizing here; reused by every run (inline: ordinary memory, pool: shared). */
+function heavyFeeds(salt: number, shared: boolean): Feeds {
   return {
-    input_ids: new ort.Tensor('int64', HEAVY_IDS[salt % HEAVY_IDS.length]!, [HEAVY_ROWS, HEAVY_SEQ]),
-    attention_mask: new ort.Tensor('int64', HEAVY_MASK, [HEAVY_ROWS, HEAVY_SEQ]),
+    input_ids: new ort.Tensor('int64', (shared ? SHARED_IDS : HEAVY_IDS)[salt % HEAVY_IDS.length]!, [HEAVY_ROWS, HEAVY_SEQ]),
+    attention_mask: new ort.Tensor('int64', shared ? SHARED_MASK : HEAVY_MASK, [HEAVY_ROWS, HEAVY_SEQ]),
   };
 }
 
@@ -160,14 +168,14 @@ async function main(): Promise<void> {
 
   // 1. Event-loop delay.
   const inline = await ort.InferenceSession.create(modelPath, { executionProviders: ['cpu'], intraOpNumThreads: 1 });
-  const inlineLoad = await loopDelayUnderLoad((salt) => inline.run(heavyFeeds(salt)), 2);
+  const inlineLoad = await loopDelayUnderLoad((salt) => inline.run(heavyFeeds(salt, false)), 2);
   await inline.release();
   log(`inline: p99 ${ms(inlineLoad.p99)} ms`);
   const pool1 = await InferencePool.create({ model: modelPath, size: 1 });
   const pool2 = await InferencePool.create({ model: modelPath, size: 2 });
   await settle();
-  const pool1Load = await loopDelayUnderLoad((salt) => pool1.run(heavyFeeds(salt)), 2);
-  const pool2Load = await loopDelayUnderLoad((salt) => pool2.run(heavyFeeds(salt)), 4);
+  const pool1Load = await loopDelayUnderLoad((salt) => pool1.run(heavyFeeds(salt, true)), 2);
+  const pool2Load = await loopDelayUnderLoad((salt) => pool2.run(heavyFeeds(salt, true)), 4);
   log(`pool: p99 ${ms(pool1Load.p99)} / ${ms(pool2Load.p99)} ms`);
   rows.push(
     ['event-loop delay p99, `session.run` inline on the main thread', `${ms(inlineLoad.p99)} ms (max ${ms(inlineLoad.max)}; ${inlineLoad.runsPerSecond.toFixed(0)} runs/s)`, '—'],

@@ -14,6 +14,8 @@ import { ModelCorruptError, ModelNotFoundError } from '../src/models/errors.js';
 import { EMBEDDING_CONFIG } from '../src/models/generate.js';
 import { InferenceFailedError, PoolClosedError, PoolQueueFullError, UnknownModelError } from '../src/models/pool-errors.js';
 import { embedder, tensorRows, textFeeds } from '../src/models/pool-embedder.js';
+import { leased } from '../src/models/leases.js';
+import { until } from './support/ws-client.js';
 import { InferencePool, poolWorkers, type Feeds } from '../src/models/pool.js';
 import { FeedBuffers, HashTokenizer } from '../src/models/tokenizer.js';
 
@@ -84,8 +86,8 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
     }
   });
 
-  it('copies by default (transferFeeds: false), and sends only the viewed part of a much larger buffer', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 1 });
+  it('copies instead of transferring with transferFeeds: false, and sends only the viewed part of a much larger buffer', async () => {
+    const pool = await InferencePool.create({ model: modelPath, size: 1, transferFeeds: false });
     try {
       const input = feeds(2, 9, 4);
       const expected = await onMainThread(input);
@@ -100,18 +102,72 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
     }
   });
 
-  it('has copied the feeds when run returns: buffers refilled at once, even for queued jobs, give every job its own result', async () => {
+  it('with transferFeeds: false has copied the feeds when run returns: arrays refilled at once, even for queued jobs, give every job its own result', async () => {
+    const pool = await InferencePool.create({ model: modelPath, size: 1, transferFeeds: false });
+    try {
+      const salts = [1, 2, 3, 4];
+      const expected = await Promise.all(salts.map((salt) => onMainThread(feeds(2, 7, salt))));
+      const input = feeds(2, 7, 0);
+      // The first run takes the only worker, the rest queue; each is written into the same arrays the previous one used.
+      const runs = salts.map((salt) => {
+        (input.input_ids!.data as BigInt64Array).set(feeds(2, 7, salt).input_ids!.data as BigInt64Array);
+        return pool.run(input);
+      });
+      assert.equal(pool.stats.queued, salts.length - 1);
+      const outputs = await Promise.all(runs);
+      outputs.forEach((output, i) => assert.deepEqual(output.embeddings!.data, expected[i], `run ${i}`));
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it('reads FeedBuffers in place, leasing them until the worker is done: queued batches get their own buffers, finished ones are reused', async () => {
     const pool = await InferencePool.create({ model: modelPath, size: 1 });
     try {
       const tokenizer = new HashTokenizer();
-      const batches = [['the first batch', 'of two texts'], ['a second batch, queued behind the first'], ['a third', 'refills', 'the same buffers'], ['and a fourth']];
+      const batches = [['the first batch', 'of two texts'], ['a second batch, queued behind the first'], ['a third', 'queued too', 'three texts'], ['and a fourth']];
       const expected = await Promise.all(batches.map((texts) => onMainThread(textFeeds(tokenizer, texts))));
       const buffers = new FeedBuffers();
-      // The first run takes the only worker; the rest queue, each built into the buffers the previous one was built into.
-      const runs = batches.map((texts) => pool.run(textFeeds(tokenizer, texts, undefined, buffers)));
-      assert.equal(pool.stats.queued, batches.length - 1);
+      const shared = new Set<SharedArrayBuffer>();
+      const runs = batches.map((texts) => {
+        const input = textFeeds(tokenizer, texts, undefined, buffers);
+        const buffer = (input.input_ids!.data as BigInt64Array).buffer;
+        assert.ok(buffer instanceof SharedArrayBuffer, 'FeedBuffers are shared memory');
+        assert.ok(!shared.has(buffer), 'a buffer a pending run still reads is never handed out again');
+        shared.add(buffer);
+        return pool.run(input);
+      });
+      assert.ok([...shared].every((buffer) => leased(buffer)));
       const outputs = await Promise.all(runs);
       outputs.forEach((output, i) => assert.deepEqual(output.embeddings!.data, expected[i], `batch ${i}`));
+      assert.ok([...shared].every((buffer) => !leased(buffer)), 'every lease ends with its run');
+      const again = (textFeeds(tokenizer, ['once the runs are over'], undefined, buffers).input_ids!.data as BigInt64Array).buffer as SharedArrayBuffer;
+      assert.ok(shared.has(again), 'a finished buffer is reused');
+      const [outputsAgain, reference] = await Promise.all([pool.run(textFeeds(tokenizer, ['once the runs are over'], undefined, buffers)), onMainThread(textFeeds(tokenizer, ['once the runs are over']))]);
+      assert.deepEqual(outputsAgain.embeddings!.data, reference);
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it('ends the lease of an aborted job when the worker can no longer read it: queued at once, running when it answers', async () => {
+    const pool = await InferencePool.create({ model: modelPath, size: 1 });
+    try {
+      const tokenizer = new HashTokenizer();
+      const running = new AbortController();
+      const queued = new AbortController();
+      const first = textFeeds(tokenizer, ['a long running batch '.repeat(20)], undefined, new FeedBuffers());
+      const second = textFeeds(tokenizer, ['a queued batch'], undefined, new FeedBuffers());
+      const [firstBuffer, secondBuffer] = [(first.input_ids!.data as BigInt64Array).buffer as SharedArrayBuffer, (second.input_ids!.data as BigInt64Array).buffer as SharedArrayBuffer];
+      const runs = [pool.run(first, { signal: running.signal }), pool.run(second, { signal: queued.signal })].map((run) => run.catch((error: unknown) => error));
+      queued.abort(new Error('not needed'));
+      assert.equal(leased(secondBuffer), false, 'a queued job that aborts never reaches the worker');
+      running.abort(new Error('not needed either'));
+      assert.equal(leased(firstBuffer), true, 'the worker may still be reading a running job that aborted');
+      const [a, b] = await Promise.all(runs);
+      assert.ok(a instanceof AbortedError && b instanceof AbortedError);
+      await until(() => pool.stats.running === 0, 'the worker answers the discarded run');
+      assert.equal(leased(firstBuffer), false, 'released when the worker answered');
     } finally {
       await pool.close();
     }

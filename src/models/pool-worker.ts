@@ -7,7 +7,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
 import { poolOutputs } from './pooling.js';
-import { firstLine, fromWire, toWire, type FromWorker, type ModelInfo, type ToWorker, type WorkerInit } from './pool-protocol.js';
+import { firstLine, fromWire, toWire, type FromWorker, type ModelInfo, type ToWorker, type WireTensor, type WireTensors, type WorkerInit } from './pool-protocol.js';
 
 if (parentPort === null) throw new Error('pool-worker must be started as a worker thread by InferencePool');
 const port = parentPort;
@@ -54,7 +54,7 @@ async function handle(message: ToWorker): Promise<void> {
   runs++;
   try {
     if (session === undefined) throw new Error(`no model "${message.model}" in this worker`);
-    const feeds = fromWire(ort, message.feeds);
+    const feeds = fromWire(ort, localize(message.feeds));
     const outputs = await session.run(feeds);
     // Pooling here keeps the O(batch × seq × dim) loop off the caller's event loop.
     const wire = toWire(message.pooling === undefined ? outputs : poolOutputs(outputs, feeds, message.pooling), true);
@@ -62,6 +62,32 @@ async function handle(message: ToWorker): Promise<void> {
   } catch (error) {
     post({ type: 'run-failed', id: message.id, message: firstLine(error), runs });
   }
+}
+
+/** Per input name, a buffer this thread reuses for feeds that arrive in shared memory. */
+const local = new Map<string, WireTensor['data']>();
+
+/**
+ * Feeds in shared memory (`FeedBuffers`) are copied into this thread's own reused
+ * buffers: onnxruntime refuses a SharedArrayBuffer, and the owner refills the shared
+ * one as soon as this run is answered.
+ */
+function localize(feeds: WireTensors): WireTensors {
+  let out: Record<string, WireTensor> | undefined;
+  for (const [name, tensor] of Object.entries(feeds)) {
+    const data = tensor.data;
+    if (!ArrayBuffer.isView(data) || !(data.buffer instanceof SharedArrayBuffer)) continue;
+    const shared = data as unknown as BigInt64Array; // any typed array: only length, set and subarray are used
+    let buffer = local.get(name) as unknown as BigInt64Array | undefined;
+    if (buffer === undefined || buffer.constructor !== shared.constructor || buffer.length < shared.length) {
+      buffer = new (shared.constructor as BigInt64ArrayConstructor)(shared.length);
+      local.set(name, buffer as unknown as WireTensor['data']);
+    }
+    const view = buffer.length === shared.length ? buffer : buffer.subarray(0, shared.length);
+    view.set(shared);
+    (out ??= { ...feeds })[name] = { ...tensor, data: view as unknown as WireTensor['data'] };
+  }
+  return out ?? feeds;
 }
 
 async function release(): Promise<void> {

@@ -7,6 +7,7 @@ import { AbortedError } from '../errors.js';
 import { parseOptions, positiveInt } from '../flow/options.js';
 import { ModelCorruptError, ModelNotFoundError } from './errors.js';
 import { InferenceFailedError, PoolClosedError, PoolQueueFullError, UnknownModelError, WorkerCrashedError } from './pool-errors.js';
+import { lease, release, sharedBuffers } from './leases.js';
 import type { PoolingPlan } from './pooling.js';
 import { fromWire, toWire, type FromWorker, type ModelInfo, type ToWorker, type WireTensors, type WorkerInit } from './pool-protocol.js';
 
@@ -36,13 +37,11 @@ export interface InferencePoolOptions {
   /** Default `'all'`. */
   graphOptimizationLevel?: 'disabled' | 'basic' | 'extended' | 'all';
   /**
-   * Transfer the feeds' buffers to the worker instead of copying them (default `false`):
-   * once passed to `run`, a feed's typed array is detached and must not be reused.
-   * Copying is the default because it is cheaper overall: a transferred buffer stays
-   * counted as this thread's external memory until a full GC, so transferring ~130 KB
-   * per batch brought a 2–9 ms mark-compact pause on the event loop about every second
-   * (measured: the buffers of 150 transferred runs, 5.9 MB, survive a minor GC; copied,
-   * they do not), while the copy costs tens of µs in the structured clone.
+   * Transfer the feeds' buffers to the worker instead of copying them (default `true`):
+   * once passed to `run`, a feed's typed array is detached and must not be reused. With
+   * `false` they are copied, by the time `run` returns. Feeds in shared memory (built
+   * into `FeedBuffers`) are neither: the worker reads them in place, and they are leased
+   * until it is done, which costs the event loop neither a copy nor garbage.
    */
   transferFeeds?: boolean;
   /** How long `close()` waits for a worker to finish its job and exit before terminating it (ms). Default 10 000. */
@@ -108,7 +107,7 @@ const poolOptionsSchema = z
     intraOpNumThreads: positiveInt('intraOpNumThreads').default(1),
     interOpNumThreads: positiveInt('interOpNumThreads').default(1),
     graphOptimizationLevel: z.enum(['disabled', 'basic', 'extended', 'all']).default('all'),
-    transferFeeds: z.boolean().default(false),
+    transferFeeds: z.boolean().default(true),
     closeTimeout: z.number().positive({ error: 'closeTimeout must be > 0 ms' }).default(10_000),
   })
   .strict()
@@ -127,6 +126,8 @@ interface Job {
   readonly feeds: WireTensors;
   readonly pooling: PoolingPlan | undefined;
   readonly transfer: ArrayBuffer[];
+  /** Shared feed buffers leased to this job until the worker can no longer read them. */
+  leases: readonly SharedArrayBuffer[];
   readonly resolve: (outputs: Outputs) => void;
   readonly reject: (error: unknown) => void;
   readonly signal: AbortSignal | undefined;
@@ -274,8 +275,9 @@ export class InferencePool {
    * `PoolQueueFullError`, `PoolClosedError`, `InferenceFailedError` (onnxruntime
    * refused the feeds), `WorkerCrashedError` or `UnknownModelError`.
    *
-   * Unless `transferFeeds` is on, the feeds have been copied when `run` returns: their
-   * buffers may be refilled for the next run at once (`FeedBuffers` does).
+   * Feeds in ordinary memory have been transferred (detached) or, with `transferFeeds:
+   * false`, copied when `run` returns. Feeds in shared memory (`FeedBuffers`) are read in
+   * place by the worker and leased until it is done with them.
    */
   run(feeds: Feeds, options: RunOptions = {}): Promise<Outputs> {
     if (this.closing !== undefined) return Promise.reject(new PoolClosedError(this.name, false));
@@ -295,11 +297,13 @@ export class InferencePool {
       this.counts.rejected++;
       return Promise.reject(new PoolQueueFullError(this.name, this.config.maxQueue));
     }
-    // Queued, the message is posted later: copy now, so the caller may refill its buffers as soon as `run` returns.
+    // Queued, the message is posted later: copy now (when copying), so the caller may refill its buffers as soon as `run` returns.
     const wire = toWire(feeds, this.config.transferFeeds, idle === undefined);
     this.counts.submitted++;
     return new Promise<Outputs>((resolve, reject) => {
-      const job: Job = { id: this.nextId++, model, feeds: wire.tensors, pooling: options.pooling, transfer: wire.transfer, resolve, reject, signal, onAbort: undefined, state: 'queued', prev: undefined, next: undefined };
+      const leases = sharedBuffers(feeds);
+      for (const buffer of leases) lease(buffer);
+      const job: Job = { id: this.nextId++, model, feeds: wire.tensors, pooling: options.pooling, transfer: wire.transfer, leases, resolve, reject, signal, onAbort: undefined, state: 'queued', prev: undefined, next: undefined };
       if (signal !== undefined) {
         job.onAbort = () => this.abort(job);
         signal.addEventListener('abort', job.onAbort, { once: true });
@@ -395,6 +399,7 @@ export class InferencePool {
   private onAnswer(slot: Slot, message: Extract<FromWorker, { type: 'done' | 'run-failed' }>): void {
     const job = slot.job;
     slot.job = undefined;
+    if (job !== undefined) this.releaseFeeds(job); // the worker is done reading them
     slot.runs = message.runs;
     if (job !== undefined && job.id === message.id) {
       if (job.state === 'discarded') {
@@ -414,6 +419,7 @@ export class InferencePool {
   private onAnswerLost(slot: Slot, error: unknown): void {
     const job = slot.job;
     slot.job = undefined;
+    if (job !== undefined) this.releaseFeeds(job); // the worker is done reading them
     if (job !== undefined) this.settle(job, 'failed', new InferenceFailedError(this.name, job.model, `the worker's answer could not be read (${String(error)})`));
     if (this.closing !== undefined) this.retire(slot);
     else this.becomeIdle(slot);
@@ -423,6 +429,7 @@ export class InferencePool {
     this.counts.crashed++;
     const job = slot.job;
     slot.job = undefined;
+    if (job !== undefined) this.releaseFeeds(job); // the worker is done reading them
     const reason = slot.lastError instanceof Error ? slot.lastError.message : `exit code ${code}`;
     if (job !== undefined) {
       if (job.state === 'discarded') job.state = 'settled';
@@ -477,6 +484,7 @@ export class InferencePool {
     if (job.state === 'queued') {
       this.unlink(job);
       this.counts.aborted++;
+      this.releaseFeeds(job); // never sent
       job.state = 'settled';
       job.reject(this.abortError(job.signal!, 'while queued; it never ran'));
     } else if (job.state === 'running') {
@@ -484,6 +492,11 @@ export class InferencePool {
       job.state = 'discarded';
       job.reject(this.abortError(job.signal!, 'while running; its result is discarded'));
     }
+  }
+
+  private releaseFeeds(job: Job): void {
+    for (const buffer of job.leases) release(buffer);
+    job.leases = [];
   }
 
   private abortError(signal: AbortSignal, when: string): AbortedError {
@@ -495,6 +508,8 @@ export class InferencePool {
   private settle(job: Job, outcome: 'failed', error: unknown): void;
   private settle(job: Job, outcome: 'completed' | 'failed', value: unknown): void {
     if (job.state === 'settled') return;
+    // A running job settles only once its worker has answered or died: either way its feeds are no longer read.
+    this.releaseFeeds(job);
     job.state = 'settled';
     if (job.onAbort !== undefined) job.signal!.removeEventListener('abort', job.onAbort);
     this.counts[outcome]++;

@@ -1,3 +1,4 @@
+import { leased } from './leases.js';
 import { fnv1aFrom, fnv1aStep } from './random.js';
 
 const [W, C, B, COLON, SPACE, LT, GT] = [...'wcb: <>'].map((c) => c.charCodeAt(0)) as [number, number, number, number, number, number, number];
@@ -23,16 +24,16 @@ export interface Tokenizer {
 }
 
 /**
- * Reusable int64 buffers for the `[batch, seq]` tensors of text feeds: a batch built
- * into them allocates nothing. Each batch allocating fresh ones is what makes an
- * inference-heavy event loop pause: typed-array memory lives outside the JS heap, and
- * V8 answers a fast stream of it with a full mark-compact (2–9 ms measured here) about
- * every second, where reused buffers leave only short minor GCs.
+ * Reusable int64 buffers for the `[batch, seq]` tensors of text feeds, in shared memory:
+ * a batch built into them allocates nothing, and `InferencePool.run` hands them to its
+ * worker without a copy. Fresh feeds per batch are what make an inference-heavy event
+ * loop pause: typed-array memory lives outside the JS heap, and V8 answers a fast
+ * stream of it with a full mark-compact (2–9 ms measured here) about every second.
  *
- * The tensors built into them are views, valid until the next batch is built into the
- * same buffers. That fits `InferencePool.run`, which has copied its feeds by the time it
- * returns (unless `transferFeeds` is on): build, run, build the next. Keep one per
- * pipeline, not shared by code that builds a batch while holding another.
+ * The pool leases a shared buffer until its worker is done with it; `take` never hands
+ * out a leased one (it makes another, keeping a few spare). A batch built into them is
+ * valid until the next batch is built into the same `FeedBuffers`: build, run, build
+ * the next — the pattern of `infer`'s `toFeeds`, `embedder` and `poolClassifier`.
  *
  * ```ts
  * const buffers = new FeedBuffers();
@@ -40,20 +41,29 @@ export interface Tokenizer {
  * ```
  */
 export class FeedBuffers {
-  private readonly buffers: BigInt64Array[] = [];
+  private readonly slots: BigInt64Array[][] = [];
 
-  /** A view of `size` int64 elements over buffer `slot`, grown when too small (never shrunk); its content is stale. */
+  /** A view of `size` int64 elements, over a shared buffer no pool job holds; its content is stale. */
   take(slot: number, size: number): BigInt64Array {
-    let buffer = this.buffers[slot];
-    // A buffer transferred to a worker is detached (byteLength 0): replace it.
-    if (buffer === undefined || buffer.length < size || buffer.buffer.byteLength === 0) {
-      buffer = new BigInt64Array(Math.max(size, Math.min(2 * (buffer?.length ?? 0), 1 << 20)));
-      this.buffers[slot] = buffer;
+    const buffers = (this.slots[slot] ??= []);
+    let free = buffers.find((buffer) => !leased(buffer.buffer as SharedArrayBuffer));
+    if (free !== undefined && free.length < size) {
+      buffers.splice(buffers.indexOf(free), 1);
+      free = undefined;
     }
-    return buffer.length === size ? buffer : buffer.subarray(0, size);
+    if (free === undefined) {
+      // Grown geometrically (never shrunk), so a growing batch size reallocates a few times, not every batch.
+      const largest = buffers.reduce((max, buffer) => Math.max(max, buffer.length), 0);
+      free = new BigInt64Array(new SharedArrayBuffer(8 * Math.max(size, Math.min(2 * largest, 1 << 20))));
+      buffers.push(free);
+      // Leases outlive a queue burst: keep at most a few buffers once their jobs are done.
+      if (buffers.length > MAX_SPARE) this.slots[slot] = buffers.filter((buffer) => buffer === free || leased(buffer.buffer as SharedArrayBuffer));
+    }
+    return free.length === size ? free : free.subarray(0, size);
   }
 }
 
+const MAX_SPARE = 4;
 const IDS = 0;
 const MASK = 1;
 const TYPES = 2;
