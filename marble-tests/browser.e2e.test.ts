@@ -167,6 +167,27 @@ describe('the chat page in headless Chromium against `sluice serve`', { skip }, 
     if (models !== undefined) await rm(models, { recursive: true, force: true });
   });
 
+  it("fills the model picker and the max-tokens limit from the server's hello", async () => {
+    const page = chat.page;
+    const picker = page.getByTestId('model');
+    // The page ships no model list: the options are the hello's models, the server's default first and selected.
+    const options = await until('the hello to fill the model picker', async () => {
+      const values = await picker.locator('option').evaluateAll((all) => all.map((option) => option.getAttribute('value')));
+      return values.length > 0 ? values : undefined;
+    });
+    assert.deepEqual(options, ['sluice-rag', 'charlm']);
+    assert.equal(await picker.inputValue(), 'sluice-rag');
+    assert.equal(await picker.isEnabled(), true);
+    // The server runs with --max-tokens LONG_ANSWER: the input takes no more, and says so.
+    const maxTokens = page.getByTestId('max-tokens');
+    assert.equal(await maxTokens.getAttribute('max'), String(LONG_ANSWER));
+    assert.equal(await page.getByTestId('limits').textContent(), `At most ${LONG_ANSWER} tokens on this server.`);
+    await maxTokens.fill(String(LONG_ANSWER + 1));
+    assert.equal(await page.locator('[data-testid="max-tokens"]:invalid').count(), 1, 'a larger value does not validate');
+    await maxTokens.fill('200');
+    assert.equal(await page.getByTestId('ask').isEnabled(), true);
+  });
+
   it('shows tokens as they arrive, and Stop cancels the generation', async () => {
     await chat.ask('The stage', { model: 'charlm', maxTokens: LONG_ANSWER });
 
@@ -251,6 +272,9 @@ describe('the chat page in headless Chromium against `sluice serve`', { skip }, 
       await page.goto(url);
       await shows('unauthorized — check the token');
       assert.equal(await connection.getAttribute('data-state'), 'closed');
+      // Refused, it got no hello: no model to pick, nothing to ask.
+      assert.equal(await page.getByTestId('model').locator('option').count(), 0);
+      assert.equal(await page.getByTestId('ask').isDisabled(), true);
       const status = await secure.status();
       assert.equal(status.state, 'unauthorized', status.text);
       assert.match(status.text, /^Unauthorized — check the token\./);
@@ -265,6 +289,7 @@ describe('the chat page in headless Chromium against `sluice serve`', { skip }, 
       await tokenField.press('Enter');
       await shows('connected');
       assert.equal(await tokenField.getAttribute('aria-invalid'), null);
+      await until('the hello to fill the model picker', async () => ((await page.getByTestId('model').locator('option').count()) === 2 ? true : undefined));
       // ...and a wrong one is refused the same way.
       await tokenField.fill('wrong-token-0000');
       await tokenField.press('Enter');

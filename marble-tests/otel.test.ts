@@ -190,7 +190,7 @@ describe('WebSocket requests', () => {
         ws.on('message', (data) => {
           const frame = JSON.parse(String(data)) as { type: string; traceparent?: string };
           frames.push(frame);
-          if (frame.type !== 'token') resolve();
+          if (frame.type === 'done' || frame.type === 'error') resolve();
         });
         ws.on('error', reject);
       });

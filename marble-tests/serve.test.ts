@@ -49,6 +49,20 @@ describe('startServer (in process)', () => {
     client.ws.close();
   });
 
+  it('greets a WebSocket connection with hello: both models (sluice-rag the default), tenant anonymous, the limits', async () => {
+    const client = await Client.open(running.wsUrl);
+    await until(() => client.frames.length > 0, 'the hello');
+    const [hello] = client.frames;
+    assert.ok(hello?.type === 'hello', `first frame: ${JSON.stringify(hello)}`);
+    assert.equal(hello.protocol, 'sluice.v1');
+    assert.equal(hello.tenant, 'anonymous');
+    assert.deepEqual(hello.models, running.models);
+    assert.deepEqual(hello.models, ['sluice-rag', 'charlm']);
+    assert.equal(hello.limits.maxTokens, 4096);
+    assert.equal(hello.limits.maxConcurrent, 8);
+    client.ws.close();
+  });
+
   it('gives every request its own trace id, sampled, and names it in done', async () => {
     const client = await Client.open(running.wsUrl);
     for (const id of ['t1', 't2']) client.send({ type: 'generate', id, model: 'charlm', prompt: 'A', parameters: { max_tokens: 2 } });
@@ -236,6 +250,14 @@ describe('sluice serve: SIGTERM under load', () => {
     try {
       // 16 connections, each with a long and a short request; 2 long HTTP streams.
       const clients = await Promise.all(Array.from({ length: 16 }, () => Client.open(wsUrl, { token })));
+      // Each is greeted first with its tenant and the limits the flags set; the token is never in it.
+      await until(() => clients.every((c) => c.frames.length > 0), 'every hello');
+      for (const { frames } of clients) {
+        const hello = frames[0]!;
+        assert.ok(hello.type === 'hello' && hello.tenant === 'acme' && hello.limits.tenantConcurrent === 64, JSON.stringify(hello));
+        assert.deepEqual(hello.models, ['sluice-rag', 'charlm']);
+        assert.equal(JSON.stringify(hello).includes(token), false);
+      }
       clients.forEach((c, i) => c.send({ type: 'generate', id: `long-${i}`, model: 'charlm', prompt: 'The stage', parameters: { max_tokens: 4096 } }));
       const streams = [0, 1].map(async () => {
         const response = await fetch(`${server.url}/v1/chat/completions`, {

@@ -122,6 +122,7 @@ describe('WebSocket drain (graceful shutdown)', () => {
       const reason = new Promise<string>((resolve) => browser.ws.once('close', (_, data) => resolve(String(data))));
       assert.equal(await browser.closed, CLOSE_CODES.tryAgainLater);
       assert.equal(await reason, 'try again later: the server is shutting down');
+      assert.deepEqual(browser.frames, [], 'a refused browser gets no hello');
       await assert.rejects(open(served.port), (err: Error & { status?: number }) => err.status === 503);
       assert.deepEqual(
         events.filter((e) => e.kind === 'upgrade-rejected'),
@@ -169,6 +170,7 @@ describe('WebSocket server without authenticate', () => {
       await until(() => b.end('y') !== undefined, 'the refusal');
       const refusal = b.end('y');
       assert.equal(refusal?.type === 'error' && refusal.code, 'TENANT_QUOTA');
+      for (const client of [a, b]) assert.equal(client.frames[0]?.type === 'hello' && client.frames[0].tenant, 'anonymous', 'the hello names the tenant');
     } finally {
       await served.close();
     }

@@ -247,6 +247,58 @@ describe('WebSocket token server', () => {
     });
   });
 
+  describe('hello', () => {
+    it('greets every connection first with hello: the protocol, its tenant, the models (default first) and the configured limits — never the token', async () => {
+      const limits = { maxTokens: 123, maxConcurrent: 3, rate: { perSecond: 7, burst: 9 }, tenantConcurrent: 5, tenantRate: { perSecond: 4, burst: 6 }, maxPayload: 4096, heartbeatInterval: 45_000 };
+      // Server-side limits a client cannot act on stay out of the greeting.
+      const counter = new CountingWorker();
+      const served = await serve({ workers: { counter, charlm: charLm }, limits: { ...limits, highWaterMark: 8192, stallTimeout: 5000, maxBadFrames: 4, conflateLimit: 1000 } });
+      try {
+        // Like a page that sends at once: the hello still comes before the answer to it.
+        const eager = new Client(new WebSocket(served.url, [SUBPROTOCOL, `bearer.${SECRET}`]));
+        eager.ws.once('open', () => eager.send({ type: 'generate', id: 'a', prompt: 'go', parameters: { max_tokens: 2 } }));
+        const other = await Client.open(served.url, { token: OTHER_SECRET });
+        await eager.terminal('a');
+        await until(() => other.frames.length > 0, 'the other hello');
+        const connected = served.events.flatMap((e) => (e.kind === 'connected' ? [[e.tenant, e.connection] as const] : []));
+        const numberOf = new Map(connected);
+        assert.deepEqual(eager.frames[0], { type: 'hello', protocol: SUBPROTOCOL, connection: numberOf.get('acme'), tenant: 'acme', models: ['counter', 'charlm'], limits });
+        assert.deepEqual(other.frames[0], { type: 'hello', protocol: SUBPROTOCOL, connection: numberOf.get('globex'), tenant: 'globex', models: ['counter', 'charlm'], limits });
+        assert.notEqual(numberOf.get('acme'), numberOf.get('globex'));
+        assert.deepEqual(eager.frames.map((f) => f.type), ['hello', 'token', 'token', 'done'], 'one hello, before everything else');
+        assert.equal(other.frames.length, 1);
+        // A request without `model` went to the first model the hello named.
+        assert.equal(counter.generations.length, 1);
+        const hellos = JSON.stringify([eager.frames[0], other.frames[0]]);
+        assert.equal(hellos.includes(SECRET) || hellos.includes(OTHER_SECRET), false, 'no token in a hello');
+        // A request over the announced maxTokens is refused as the hello said it would be.
+        other.send({ type: 'generate', id: 'big', prompt: 'go', parameters: { max_tokens: limits.maxTokens + 1 } });
+        const refusal = await other.terminal('big');
+        assert.equal(refusal.type === 'error' && refusal.code, 'INVALID_OPTIONS');
+        for (const client of [eager, other]) client.ws.close();
+        await settledToZero(served);
+      } finally {
+        await served.close();
+      }
+    });
+
+    it('names the single worker of a one-model server, and the default limits', async () => {
+      const served = await serve({ worker: new CountingWorker() });
+      try {
+        const client = await Client.open(served.url);
+        await until(() => client.frames.length > 0, 'the hello');
+        const hello = client.frames[0]!;
+        assert.ok(hello.type === 'hello');
+        assert.deepEqual(hello.models, ['counter']);
+        assert.deepEqual(hello.limits, { maxTokens: 4096, maxConcurrent: 8, rate: { perSecond: 20, burst: 40 }, tenantConcurrent: 32, tenantRate: { perSecond: 50, burst: 100 }, maxPayload: 65536, heartbeatInterval: 30_000 });
+        client.ws.close();
+        await settledToZero(served);
+      } finally {
+        await served.close();
+      }
+    });
+  });
+
   describe('cancellation', () => {
     it('a cancel stops the tokens, aborts the signal and confirms with done (abort)', async () => {
       const counter = new CountingWorker();
@@ -459,7 +511,7 @@ describe('WebSocket token server', () => {
         const refused = [browser([SUBPROTOCOL, 'bearer.nope']), browser([SUBPROTOCOL]), browser([SUBPROTOCOL], { authorization: 'Bearer nope' })];
         for (const client of refused) {
           assert.deepEqual(await client.closed, { code: CLOSE_CODES.unauthorized, reason: 'unauthorized: missing or invalid bearer token' });
-          assert.deepEqual(client.frames, [], 'no frame answered');
+          assert.deepEqual(client.frames, [], 'no frame answered, not even a hello');
         }
         assert.deepEqual(protocols, [SUBPROTOCOL, SUBPROTOCOL, SUBPROTOCOL], 'each handshake completed, and the bearer entry is never selected');
         assert.equal(counter.generations.length, 0, 'nothing generated');
@@ -729,7 +781,8 @@ describe('WebSocket token server', () => {
               answers.map((e) => ((PROTOCOL_ERRORS as readonly string[]).includes(e.code) ? 'bad' : e.code === 'UNKNOWN_ID' ? 'good' : e.code)),
               expected,
             );
-            assert.equal(client.frames.length, answers.length + (expectedClose === undefined ? 1 : 0), 'only error frames');
+            assert.equal(client.frames[0]?.type, 'hello');
+            assert.equal(client.frames.length, 1 + answers.length + (expectedClose === undefined ? 1 : 0), 'the hello, then only error frames');
             if (expectedClose !== undefined) {
               assert.equal((await client.closed).code, expectedClose);
               closedByRule++;

@@ -7,6 +7,9 @@
  * - `{ type: 'cancel', id }`
  *
  * Server → client
+ * - `{ type: 'hello', protocol, connection, tenant, models, limits }` — the first frame of every
+ *   connection, sent once as soon as it is accepted, before anything else: what the client may
+ *   ask for (see `HelloFrame`). A refused browser (4401, 1013) never gets one.
  * - `{ type: 'token', id, seq, text, tokens }` — `seq` counts this request's token frames from 0;
  *   `tokens` is how many model tokens the frame carries (more than 1 when `conflate` merged them)
  * - `{ type: 'done', id, finish_reason, usage: { input_tokens, output_tokens }, traceparent }`
@@ -43,7 +46,8 @@ export const BEARER_PROTOCOL_PREFIX = 'bearer.';
  *
  * 1013 and 4401 are refusals of an upgrade, sent right after the handshake to clients
  * that sent an `Origin` (browsers), whose WebSocket API hides an HTTP status and reports
- * only 1006. 4401 follows the `4000 + HTTP status` convention of graphql-ws. Other
+ * only 1006; such a socket never becomes a connection, so the close is its only frame
+ * (no `hello`). 4401 follows the `4000 + HTTP status` convention of graphql-ws. Other
  * clients get the HTTP status (503, 401) instead.
  *
  * A missed heartbeat pong ends the connection with `terminate()` (no close frame: the peer is gone).
@@ -117,6 +121,52 @@ export type GenerateMessage = z.output<typeof generateMessageSchema>;
 export type CancelMessage = z.output<typeof cancelMessageSchema>;
 export type ClientMessage = GenerateMessage | CancelMessage;
 
+/**
+ * The limits a client must stay within, under the names `TokenSocketLimits` gives them;
+ * going past one is answered with the error frame or close code named here.
+ */
+export interface HelloLimits {
+  /** The largest `parameters.max_tokens` a request may ask for (`INVALID_OPTIONS` beyond). */
+  readonly maxTokens: number;
+  /** Requests one connection may run at once (`TOO_MANY_REQUESTS` beyond). */
+  readonly maxConcurrent: number;
+  /** Frames (of any type) one connection may send: `perSecond` on average, `burst` at once (`RATE_LIMITED` beyond). */
+  readonly rate: { readonly perSecond: number; readonly burst: number };
+  /** Requests the tenant may run at once, across its connections (`TENANT_QUOTA` beyond). */
+  readonly tenantConcurrent: number;
+  /** Requests the tenant may start, across its connections: `perSecond` on average, `burst` at once (`TENANT_QUOTA` beyond). */
+  readonly tenantRate: { readonly perSecond: number; readonly burst: number };
+  /** The largest frame a client may send, bytes (close 1009 beyond). */
+  readonly maxPayload: number;
+  /** The server pings every this many ms; a peer that did not answer the previous ping is cut off. */
+  readonly heartbeatInterval: number;
+}
+
+/**
+ * The server's greeting, the first frame of a connection (like OpenAI Realtime's
+ * `session.created` or graphql-ws's `connection_ack`): a client learns what it may ask
+ * for instead of being refused. Carries no secret: the tenant is the name the token
+ * maps to, never the token.
+ *
+ * ## Example
+ * ```json
+ * {"type":"hello","protocol":"sluice.v1","connection":1,"tenant":"acme","models":["sluice-rag","charlm"],
+ *  "limits":{"maxTokens":4096,"maxConcurrent":8,"rate":{"perSecond":20,"burst":40},"tenantConcurrent":32,
+ *            "tenantRate":{"perSecond":50,"burst":100},"maxPayload":65536,"heartbeatInterval":30000}}
+ * ```
+ */
+export interface HelloFrame {
+  readonly type: 'hello';
+  readonly protocol: typeof SUBPROTOCOL;
+  /** This connection's number on the server, as its `connected` and `closed` events and log lines name it. */
+  readonly connection: number;
+  /** The tenant the bearer token belongs to (`anonymous` on a server without authentication). */
+  readonly tenant: string;
+  /** The names a `generate` may give as `model`; the first is the one used when it gives none. */
+  readonly models: readonly string[];
+  readonly limits: HelloLimits;
+}
+
 export interface TokenFrame {
   readonly type: 'token';
   readonly id: string;
@@ -140,10 +190,33 @@ export interface ErrorFrame {
   readonly message: string;
 }
 
-export type ServerFrame = TokenFrame | DoneFrame | ErrorFrame;
+export type ServerFrame = HelloFrame | TokenFrame | DoneFrame | ErrorFrame;
+
+const count = z.number().int().min(1);
+const rateSchema = z.object({ perSecond: z.number().positive(), burst: z.number().min(1) }).strict();
 
 /** Schema of server frames, for clients (and tests) that validate what they receive. */
 export const serverFrameSchema = z.discriminatedUnion('type', [
+  z
+    .object({
+      type: z.literal('hello'),
+      protocol: z.literal(SUBPROTOCOL),
+      connection: z.number().int().min(1),
+      tenant: z.string(),
+      models: z.array(z.string().min(1)).min(1),
+      limits: z
+        .object({
+          maxTokens: count,
+          maxConcurrent: count,
+          rate: rateSchema,
+          tenantConcurrent: count,
+          tenantRate: rateSchema,
+          maxPayload: count,
+          heartbeatInterval: count,
+        })
+        .strict(),
+    })
+    .strict(),
   z.object({ type: z.literal('token'), id, seq: z.number().int().min(0), text: z.string(), tokens: z.number().int().min(1) }).strict(),
   z
     .object({

@@ -33,8 +33,11 @@
  * event (with `closeCode` when it was a close) and counts in `upgradesRejected`
  * (`sluice_ws_upgrades_rejected_total{status}`).
  *
- * After admission: a small `maxPayload`, per-connection concurrency and message-rate
- * limits, per-tenant concurrency quotas, and a ping/pong heartbeat.
+ * After admission the server greets first, before any other frame: one `hello`
+ * (`HelloFrame`) with the connection's number, its tenant, the model names and the
+ * limits a client must stay within — a small `maxPayload`, per-connection concurrency
+ * and message-rate limits, per-tenant concurrency and request-rate quotas, the
+ * `maxTokens` cap, and the ping/pong heartbeat's interval.
  */
 import type { IncomingMessage, Server as HttpServer } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -58,6 +61,7 @@ import {
   pathOf,
   type ErrorFrame,
   type GenerateMessage,
+  type HelloLimits,
   type ProtocolErrorCode,
   type RequestErrorCode,
   type ServerFrame,
@@ -74,6 +78,11 @@ export interface Principal {
 /** Checks a bearer token; `undefined` (or a throw) refuses the upgrade with 401 (a browser: close 4401 after the handshake). */
 export type Authenticate = (token: string, request: IncomingMessage) => Principal | undefined | Promise<Principal | undefined>;
 
+/**
+ * The server's limits. The ones a client must stay within (`maxTokens`, `maxConcurrent`,
+ * `rate`, `tenantConcurrent`, `tenantRate`, `maxPayload`, `heartbeatInterval`) are
+ * announced to each connection in its `hello` frame.
+ */
 export interface TokenSocketLimits {
   /** Largest frame a client may send, bytes; larger ones close the connection with 1009. Default 64 KiB. */
   readonly maxPayload: number;
@@ -259,6 +268,9 @@ const optionsSchema = z
 /**
  * Serves token streams over WebSocket on `server`'s `upgrade` event.
  *
+ * Every connection is greeted with one `hello` frame (its tenant, the model names, the
+ * limits it must stay within) before any other frame.
+ *
  * Close codes: 1001 shutdown, 1008 after `maxBadFrames` protocol errors in a row, 1009
  * for a frame above `maxPayload` (by `ws`), 1007 for invalid UTF-8 (by `ws`), 4008 for a
  * client that does not read; a refused browser gets 4401 (bad token) or 1013 (draining)
@@ -304,6 +316,9 @@ class Hub {
   private readonly wss: WebSocketServer;
   private readonly heartbeat: NodeJS.Timeout;
   private readonly workers: ReadonlyMap<string, TokenWorker>;
+  /** What every connection's `hello` announces: the model names (the default first) and the client-facing limits. */
+  private readonly models: readonly string[];
+  private readonly clientLimits: HelloLimits;
   private readonly onUpgrade: (request: IncomingMessage, socket: Duplex, head: Buffer) => void;
   private numbering = 0;
   /** Token frames the server may still send this turn, and the connections waiting for the next. */
@@ -327,6 +342,10 @@ class Hub {
     readonly limits: TokenSocketLimits,
   ) {
     this.workers = new Map(config.worker !== undefined ? [[config.worker.name, config.worker]] : Object.entries(config.workers ?? {}));
+    // Map order is the workers' order, so the first name is the default `worker()` picks.
+    this.models = [...this.workers.keys()];
+    const { maxTokens, maxConcurrent, rate, tenantConcurrent, tenantRate, maxPayload, heartbeatInterval } = limits;
+    this.clientLimits = { maxTokens, maxConcurrent, rate, tenantConcurrent, tenantRate, maxPayload, heartbeatInterval };
     this.rate = new TokenBuckets(limits.rate.perSecond, limits.rate.burst, () => performance.now());
     this.sample = sampler(config.sampleRate);
     this.tenantRate = new TokenBuckets(limits.tenantRate.perSecond, limits.tenantRate.burst, () => performance.now());
@@ -415,6 +434,8 @@ class Hub {
       if (this.shut) return void ws.terminate();
       const connection = new Connection(this, ws, ++this.numbering, tenant);
       this.connections.add(connection);
+      // The greeting goes first: no frame of this connection can be sent before it.
+      connection.send({ type: 'hello', protocol: SUBPROTOCOL, connection: connection.number, tenant, models: this.models, limits: this.clientLimits });
       this.emit({ kind: 'connected', connection: connection.number, tenant });
     });
   }
