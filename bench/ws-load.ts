@@ -252,7 +252,7 @@ async function connectAll(port: number, count: number): Promise<WebSocket[]> {
 }
 
 interface Frame {
-  readonly type: 'token' | 'done' | 'error';
+  readonly type: 'hello' | 'token' | 'done' | 'error';
   readonly text?: string;
   readonly code?: string;
 }
@@ -306,6 +306,7 @@ async function readPhase(
     const onMessage = (data: Buffer) => {
       const now = monotonicMs();
       const frame = JSON.parse(data.toString('utf8')) as Frame;
+      if (frame.type === 'hello') return; // sluice greets each connection; the naive server does not
       if (frame.type === 'token') {
         if (latencies !== undefined && received < latencies.length) latencies[received] = now - Number(frame.text);
         received++;

@@ -123,6 +123,6 @@ export type { TokenSocket, TokenSocketOptions, TokenSocketLimits, TokenSocketSta
 export { startServer, isLoopback, WS_PATH } from './serve/app.js';
 export type { ServeOptions, RunningServer, ShutdownReport } from './serve/app.js';
 export { SUBPROTOCOL, BEARER_PROTOCOL_PREFIX, CLOSE_CODES, PROTOCOL_ERRORS, REQUEST_ERRORS, parseClientFrame, serverFrameSchema, generateMessageSchema, cancelMessageSchema } from './serve/protocol.js';
-export type { ClientMessage, GenerateMessage, CancelMessage, ServerFrame, TokenFrame, DoneFrame, ErrorFrame, ErrorCode, ProtocolErrorCode, RequestErrorCode, ParsedFrame } from './serve/protocol.js';
+export type { ClientMessage, GenerateMessage, CancelMessage, ServerFrame, HelloFrame, HelloLimits, TokenFrame, DoneFrame, ErrorFrame, ErrorCode, ProtocolErrorCode, RequestErrorCode, ParsedFrame } from './serve/protocol.js';
 export { ragWorker, RAG_STAGES } from './rag/worker.js';
 export type { RagWorkerOptions, RagStage } from './rag/worker.js';
