@@ -135,13 +135,12 @@ class AdmissionRun<T> extends LinkedRun<T | Traced<T>> {
   private refill: Subscription | undefined;
   private refillAt = Infinity;
   private seq = 0;
-  private wip = 0;
 
   constructor(
     protected readonly source: Observable<T | Traced<T>>,
     private readonly config: AdmissionConfig,
     private readonly stats: StageStats,
-    private readonly outlet: Outlet<Traced<T>>,
+    protected readonly outlet: Outlet<Traced<T>>,
   ) {
     super();
     const scheduler = (this.scheduler = config.scheduler ?? asyncScheduler);
@@ -230,32 +229,26 @@ class AdmissionRun<T> extends LinkedRun<T | Traced<T>> {
   }
 
   /** Emits admissible requests while downstream wants them; then waits for a token or for demand. Never re-entered. */
-  protected drain(): void {
-    if (this.wip++ !== 0) return;
-    do {
-      while (!this.terminated && this.waiting.length > 0 && this.outlet.wants()) {
-        const index = this.nextAdmissible();
-        if (index < 0) break;
-        const [entry] = this.waiting.splice(index, 1) as [Waiting<T>];
-        this.buckets.take(entry.tenant);
-        this.forget(entry);
-        this.stats.delivered++;
-        this.stats.emitted++;
-        entry.trace.note(this.config.label, 'wait', this.now() - entry.arrivedAt);
-        this.outlet.next(new Traced(entry.value, entry.trace));
-      }
-      if (this.terminated) {
-        this.wip = 0;
-        return;
-      }
-      if (this.upstreamDone && this.waiting.length === 0) {
-        this.wip = 0;
-        this.terminated = true;
-        this.release();
-        this.outlet.complete();
-        return;
-      }
-    } while (--this.wip !== 0);
+  protected deliver(): void {
+    while (!this.terminated && this.waiting.length > 0 && this.outlet.wants()) {
+      const index = this.nextAdmissible();
+      if (index < 0) break;
+      const [entry] = this.waiting.splice(index, 1) as [Waiting<T>];
+      this.buckets.take(entry.tenant);
+      this.forget(entry);
+      this.stats.delivered++;
+      this.stats.emitted++;
+      entry.trace.note(this.config.label, 'wait', this.now() - entry.arrivedAt);
+      this.outlet.next(new Traced(entry.value, entry.trace));
+    }
+  }
+
+  protected holding(): boolean {
+    return this.waiting.length > 0;
+  }
+
+  /** Upstream is never paused here (requests are decided at the door): only a wake-up when the next tenant's token is due. */
+  protected override afterDrain(): void {
     this.scheduleRefill();
   }
 

@@ -177,14 +177,12 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> {
   /** Items in open and ready batches: what `capacity` bounds. */
   private held = 0;
   private seq = 0;
-  private wip = 0;
-  private full = false;
 
   constructor(
     protected readonly source: Observable<T | Traced<T>>,
     private readonly config: BatchConfig,
     private readonly stats: StageStats,
-    private readonly outlet: Outlet<Traced<Batch<T>>>,
+    protected readonly outlet: Outlet<Traced<Batch<T>>>,
   ) {
     super();
     const scheduler = config.scheduler;
@@ -250,9 +248,9 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> {
       this.close(gathering);
       this.markReady(gathering);
       this.drain();
-    } else if (this.held >= this.config.capacity && !this.full) {
-      this.full = true;
-      this.stats.pauses++;
+    } else if (this.held >= this.config.capacity && !this.paused) {
+      this.paused = true;
+      this.onPause();
     }
   }
 
@@ -304,29 +302,17 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> {
     this.ready.push(gathering);
   }
 
-  /** Emits ready batches while downstream wants, then asks upstream for more. Never re-entered. */
-  protected drain(): void {
-    if (this.wip++ !== 0) return;
-    do {
-      while (!this.terminated && this.ready.length > 0 && this.outlet.wants()) this.emit(this.ready.shift()!);
-      if (this.terminated) {
-        this.wip = 0;
-        return;
-      }
-      if (this.upstreamDone && this.ready.length === 0) {
-        this.wip = 0;
-        this.finish();
-        return;
-      }
-    } while (--this.wip !== 0);
-    if (this.upstreamDone) return;
-    if (this.room() > 0) {
-      this.full = false;
-      this.inlet.signal();
-    } else if (!this.full) {
-      this.full = true;
-      this.stats.pauses++;
-    }
+  /** Emits ready batches, in the order they became ready. */
+  protected deliver(): void {
+    while (!this.terminated && this.ready.length > 0 && this.outlet.wants()) this.emit(this.ready.shift()!);
+  }
+
+  protected holding(): boolean {
+    return this.ready.length > 0;
+  }
+
+  protected override onPause(): void {
+    this.stats.pauses++;
   }
 
   private emit(gathering: Gathering<T>): void {
@@ -361,12 +347,6 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> {
       trace.records?.push(record);
       trace.lastExit = end;
     }
-  }
-
-  private finish(): void {
-    this.terminated = true;
-    this.release();
-    this.outlet.complete();
   }
 
   /** Documented choice: an error ends the stream at once; held batches are dropped and count as failed. */
@@ -454,8 +434,6 @@ class UnbatchRun<T> extends LinkedRun<Batch<T> | Traced<Batch<T>>> {
   /** Next item of `queue.peek()` to emit. */
   private index = 0;
   private seq = 0;
-  private wip = 0;
-  private full = false;
 
   constructor(
     protected readonly source: Observable<Batch<T> | Traced<Batch<T>>>,
@@ -463,7 +441,7 @@ class UnbatchRun<T> extends LinkedRun<Batch<T> | Traced<Batch<T>>> {
     private readonly capacity: number,
     scheduler: SchedulerLike,
     private readonly stats: StageStats,
-    private readonly outlet: Outlet<Traced<T>>,
+    protected readonly outlet: Outlet<Traced<T>>,
   ) {
     super();
     this.inlet = new Inlet(this, { scheduler });
@@ -515,41 +493,27 @@ class UnbatchRun<T> extends LinkedRun<Batch<T> | Traced<Batch<T>>> {
     this.fail(err);
   }
 
-  protected drain(): void {
-    if (this.wip++ !== 0) return;
-    do {
-      while (!this.terminated && this.queue.length > 0 && this.outlet.wants()) {
-        const current = this.queue.peek()!;
-        const i = this.index++;
-        if (this.index === current.size) {
-          this.queue.shift();
-          this.index = 0;
-          this.stats.delivered++;
-        }
-        this.stats.buffered--;
-        this.stats.emitted++;
-        this.outlet.next(new Traced(current.items[i] as T, current.traces[i]!));
+  protected deliver(): void {
+    while (!this.terminated && this.queue.length > 0 && this.outlet.wants()) {
+      const current = this.queue.peek()!;
+      const i = this.index++;
+      if (this.index === current.size) {
+        this.queue.shift();
+        this.index = 0;
+        this.stats.delivered++;
       }
-      if (this.terminated) {
-        this.wip = 0;
-        return;
-      }
-      if (this.upstreamDone && this.queue.length === 0) {
-        this.wip = 0;
-        this.terminated = true;
-        this.release();
-        this.outlet.complete();
-        return;
-      }
-    } while (--this.wip !== 0);
-    if (this.upstreamDone) return;
-    if (this.room() > 0) {
-      this.full = false;
-      this.inlet.signal();
-    } else if (!this.full) {
-      this.full = true;
-      this.stats.pauses++;
+      this.stats.buffered--;
+      this.stats.emitted++;
+      this.outlet.next(new Traced(current.items[i] as T, current.traces[i]!));
     }
+  }
+
+  protected holding(): boolean {
+    return this.queue.length > 0;
+  }
+
+  protected override onPause(): void {
+    this.stats.pauses++;
   }
 
   private fail(error: unknown): void {

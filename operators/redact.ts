@@ -532,13 +532,12 @@ class RedactRun extends LinkedRun<string | Traced<string>> {
   private traceCounts: Record<string, number> = {};
   private noted = 0;
   private seq = 0;
-  private wip = 0;
 
   constructor(
     protected readonly source: Observable<string | Traced<string>>,
     private readonly config: RedactConfig,
     private readonly stats: RedactStats,
-    private readonly outlet: Outlet<Traced<string>>,
+    protected readonly outlet: Outlet<Traced<string>>,
   ) {
     super();
     this.inlet = new Inlet(this, { scheduler: config.scheduler });
@@ -615,27 +614,16 @@ class RedactRun extends LinkedRun<string | Traced<string>> {
     this.stats.buffered++;
   }
 
-  protected drain(): void {
-    if (this.wip++ !== 0) return;
-    do {
-      while (!this.terminated && this.queue.length > 0 && this.outlet.wants()) {
-        this.stats.buffered--;
-        this.stats.emitted++;
-        this.outlet.next(this.queue.shift()!);
-      }
-      if (this.terminated) {
-        this.wip = 0;
-        return;
-      }
-      if (this.upstreamDone && this.queue.length === 0) {
-        this.wip = 0;
-        this.terminated = true;
-        this.release();
-        this.outlet.complete();
-        return;
-      }
-    } while (--this.wip !== 0);
-    if (!this.upstreamDone && this.room() > 0) this.inlet.signal();
+  protected deliver(): void {
+    while (!this.terminated && this.queue.length > 0 && this.outlet.wants()) {
+      this.stats.buffered--;
+      this.stats.emitted++;
+      this.outlet.next(this.queue.shift()!);
+    }
+  }
+
+  protected holding(): boolean {
+    return this.queue.length > 0;
   }
 
   /** Documented choice: an error ends the stream at once; held text is dropped (never let out unredacted). */

@@ -1,5 +1,5 @@
 import type { Observable, Subscription } from 'rxjs';
-import type { Producer } from './demand.js';
+import type { Outlet, Producer } from './demand.js';
 import type { Inlet, RoomOwner } from './inlet.js';
 import { subscribeUpstream, type UpstreamHandler } from './upstream.js';
 
@@ -15,6 +15,9 @@ export abstract class LinkedRun<In> implements Producer, RoomOwner, UpstreamHand
   protected upstream: Subscription | undefined;
   protected upstreamDone = false;
   protected terminated = false;
+  /** The last drain ended without room: counted once per pause (`onPause`), not once per drain. */
+  protected paused = false;
+  private wip = 0;
 
   start(): void {
     if (this.terminated) return;
@@ -42,10 +45,58 @@ export abstract class LinkedRun<In> implements Producer, RoomOwner, UpstreamHand
   /** Counts what the run still holds as shed `cancelled`. */
   protected onCancel(): void {}
 
+  /**
+   * The drain loop, never re-entered (a call while it runs makes it loop once more, §3.3):
+   * `deliver` while downstream wants; once upstream is done and nothing is `holding`,
+   * `finish`; then `afterDrain`.
+   */
+  protected drain(): void {
+    if (this.wip++ !== 0) return;
+    do {
+      this.deliver();
+      if (this.terminated) {
+        this.wip = 0;
+        return;
+      }
+      if (this.upstreamDone && !this.holding()) {
+        this.wip = 0;
+        this.finish();
+        return;
+      }
+    } while (--this.wip !== 0);
+    this.afterDrain();
+  }
+
+  /** Ends the run: upstream is done and everything went out. By default: release, then complete. */
+  protected finish(): void {
+    this.terminated = true;
+    this.release();
+    this.outlet.complete();
+  }
+
+  /** After a drain: ask upstream for more while there is room, else note a pause (`onPause`, once per pause). */
+  protected afterDrain(): void {
+    if (this.upstreamDone) return;
+    if (this.room() > 0) {
+      this.paused = false;
+      this.inlet.signal();
+    } else if (!this.paused) {
+      this.paused = true;
+      this.onPause();
+    }
+  }
+
+  /** The run stopped asking upstream for lack of room (counted in stats by runs that keep `pauses`). */
+  protected onPause(): void {}
+
+  protected abstract readonly outlet: Outlet<unknown>;
   abstract room(): number;
   abstract onNext(value: In): void;
   abstract onUpstreamError(err: unknown): void;
   abstract onUpstreamComplete(): void;
-  protected abstract drain(): void;
+  /** Emits what is ready while the outlet wants it. */
+  protected abstract deliver(): void;
+  /** Whether anything is still to go out. */
+  protected abstract holding(): boolean;
   protected abstract release(): void;
 }
