@@ -18,7 +18,7 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import * as ort from 'onnxruntime-node';
-import { firstValueFrom, lastValueFrom, map, reduce, toArray } from 'rxjs';
+import { firstValueFrom, lastValueFrom, reduce } from 'rxjs';
 import type { Batch } from '../operators/batch.js';
 import { infer } from '../operators/infer.js';
 import { fromAsyncIterable, fromIterable } from '../src/flow/sources.js';
@@ -65,7 +65,7 @@ function heavyFeeds(salt: number, shared: boolean): Feeds {
   };
 }
 
-const percentile = (sorted: readonly number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? NaN;
+const percentile = (sorted: ArrayLike<number>, p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? NaN;
 const ms = (x: number) => x.toFixed(2);
 const settle = () => new Promise((resolve) => setTimeout(resolve, 100));
 
@@ -140,7 +140,10 @@ async function latencyUnderLoad(pool: InferencePool, rate: number, count: number
       yield i;
     }
   }
-  const latencies = await firstValueFrom(
+  // Written into a typed array: a list of numbers would box each one on the heap, and the GC
+  // work of keeping them would land on the very latencies being measured.
+  const latencies = new Float64Array(count);
+  const received = await firstValueFrom(
     fromAsyncIterable(arrivals()).pipe(
       infer({
         pool,
@@ -149,12 +152,14 @@ async function latencyUnderLoad(pool: InferencePool, rate: number, count: number
         maxBatch: MAX_BATCH,
         maxWait: MAX_WAIT,
       }),
-      map(({ value: i }) => performance.now() - Math.max(due(i), entered[i]!)),
-      toArray(),
+      reduce((n, { value: i }) => {
+        latencies[n] = performance.now() - Math.max(due(i), entered[i]!);
+        return n + 1;
+      }, 0),
     ),
   );
-  if (latencies.length !== count || latencies.some(Number.isNaN)) throw new Error(`lost elements: ${latencies.length} of ${count}`);
-  latencies.sort((a, b) => a - b);
+  if (received !== count || latencies.some(Number.isNaN)) throw new Error(`lost elements: ${received} of ${count}`);
+  latencies.sort();
   return { p50: percentile(latencies, 0.5), p99: percentile(latencies, 0.99) };
 }
 
