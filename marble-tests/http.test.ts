@@ -161,6 +161,8 @@ describe('POST /v1/chat/completions with a deterministic worker', () => {
       [{ messages: user('hi') }, 400, 'model', 'invalid_request_error'],
       ['{not json', 400, null, 'invalid_request_error'],
       [{ model: 'gpt-9', messages: user('hi') }, 404, 'model', 'invalid_request_error'],
+      [{ model: 'counter', messages: user('hi'), max_tokens: 4097 }, 400, 'max_tokens', 'invalid_request_error'],
+      [{ model: 'counter', messages: user('hi'), max_completion_tokens: 5000 }, 400, 'max_completion_tokens', 'invalid_request_error'],
       [{ model: 'counter', messages: user('x'.repeat(5000)) }, 413, null, 'invalid_request_error'],
     ];
     for (const [body, status, param, type] of cases) {
@@ -238,7 +240,7 @@ describe('backpressure on a slow SSE reader', () => {
   const metrics = new SluiceMetrics({ defaultMetrics: false });
   let running: Running;
   before(async () => {
-    running = await start({ worker, metrics });
+    running = await start({ worker, metrics, maxTokens: 20_000 });
   });
   after(async () => {
     await stop(running);
@@ -435,6 +437,7 @@ describe('health and readiness', () => {
   it('validates its options, naming the bad field', () => {
     assert.throws(() => createHttpHandler({}), /workers/);
     assert.throws(() => createHttpHandler({ worker: new CountingWorker('x'), maxBodyBytes: 0 }), /maxBodyBytes/);
+    assert.throws(() => createHttpHandler({ worker: new CountingWorker('x'), maxTokens: 0 }), /maxTokens/);
     assert.throws(() => new SluiceMetrics({ prefix: 'bad-prefix' }), /prefix/);
   });
 });

@@ -130,6 +130,14 @@ describe('startServer (in process)', () => {
     const body = (await response.json()) as { choices: { message: { content: string } }[]; usage: { completion_tokens: number } };
     assert.equal(body.usage.completion_tokens, 12);
     assert.equal(body.choices[0]!.message.content.length, 12);
+    // One max_tokens limit for both transports (the hello frame announces it).
+    const over = await fetch(`${running.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'charlm', max_tokens: 4097, messages: [{ role: 'user', content: 'A' }] }),
+    });
+    assert.equal(over.status, 400);
+    assert.equal(((await over.json()) as { error: { param: string } }).error.param, 'max_tokens');
   });
 
   it('exports the pipeline stages and the WebSocket counters on /metrics, valid for promtool', async (t) => {

@@ -173,6 +173,8 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     const api = createHttpHandler({
       workers,
       metrics,
+      // One max_tokens limit for both transports: the WebSocket server's (default 4096).
+      ...(typeof config.limits?.maxTokens === 'number' && { maxTokens: config.limits.maxTokens }),
       ...(!open && { auth: (req: IncomingMessage) => tenants.has(bearerOf(req.headers.authorization) ?? '') }),
     });
     // An open server trusts whoever reaches it, so it must be reachable only from this machine: a

@@ -38,6 +38,8 @@ export interface HttpHandlerOptions {
   readonly auth?: (req: IncomingMessage) => boolean | Promise<boolean>;
   /** Largest request body accepted, bytes; larger → 413. Default 1 MiB. */
   readonly maxBodyBytes?: number;
+  /** The largest `max_tokens` (or `max_completion_tokens`) a request may ask for; more → 400 `invalid_request_error`. Default 4096, as the WebSocket server's. */
+  readonly maxTokens?: number;
   /** Whether the models are loaded; `/readyz` answers 503 while false. Default: always ready. */
   readonly ready?: () => boolean;
   /** The OpenTelemetry tracer. Default: the global provider's (a no-op unless an SDK is registered). */
@@ -83,6 +85,7 @@ const optionsSchema = z
     metrics: z.custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).scrape === 'function', { error: 'metrics must be a SluiceMetrics' }).optional(),
     auth: functionSchema<(req: IncomingMessage) => boolean | Promise<boolean>>().optional(),
     maxBodyBytes: z.number({ error: 'maxBodyBytes must be a number' }).int({ error: 'maxBodyBytes must be an integer' }).positive({ error: 'maxBodyBytes must be ≥ 1' }).default(1 << 20),
+    maxTokens: z.number({ error: 'maxTokens must be a number' }).int({ error: 'maxTokens must be an integer' }).positive({ error: 'maxTokens must be ≥ 1' }).default(4096),
     ready: functionSchema<() => boolean>().optional(),
     tracer: z.custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', { error: 'tracer must be an OpenTelemetry Tracer' }).optional(),
     sampleRate: z.number({ error: 'sampleRate must be a number' }).min(0, { error: 'sampleRate must be in [0, 1]' }).max(1, { error: 'sampleRate must be in [0, 1]' }).default(1),
@@ -183,7 +186,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     const chatBody = parsed.data;
     const worker = workers.get(chatBody.model);
     if (worker === undefined) throw new ApiError(404, `The model \`${chatBody.model}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
-    const request = toGenerateRequest(chatBody);
+    const request = toGenerateRequest(chatBody, config.maxTokens);
 
     inFlight++;
     try {
@@ -419,12 +422,16 @@ function openAiFinish(done: GenerationDone | undefined): 'stop' | 'length' {
   return done?.finishReason === 'length' ? 'length' : 'stop';
 }
 
-function toGenerateRequest(body: ChatBody): GenerateRequest {
+function toGenerateRequest(body: ChatBody, limit: number): GenerateRequest {
   const messages = body.messages.map((m) => ({
     role: m.role,
     content: typeof m.content === 'string' ? m.content : (m.content ?? []).map((part) => (part.type === 'text' ? (part.text ?? '') : '')).join(''),
   }));
   const maxTokens = body.max_completion_tokens ?? body.max_tokens;
+  if (maxTokens != null && maxTokens > limit) {
+    const param = body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
+    throw new ApiError(400, `${param} must be at most ${limit} on this server`, 'invalid_request_error', 'invalid_value', param);
+  }
   try {
     return generateRequest({
       messages,
