@@ -31,7 +31,9 @@ export interface Tokenizer {
  * stream of it with a full mark-compact (2–9 ms measured here) about every second.
  *
  * The pool leases a shared buffer until its worker is done with it; `take` never hands
- * out a leased one (it makes another, keeping a few spare). A batch built into them is
+ * out a leased one (it makes another, keeping a few spare). They are for `InferencePool`:
+ * onnxruntime itself refuses shared memory, so a session run on this thread needs
+ * `textFeeds` without them. A batch built into them is
  * valid until the next batch is built into the same `FeedBuffers`: build, run, build
  * the next — the pattern of `infer`'s `toFeeds`, `embedder` and `poolClassifier`.
  *
