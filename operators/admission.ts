@@ -194,13 +194,6 @@ class AdmissionRun<T> extends LinkedRun<T | Traced<T>> {
     }
   }
 
-  onUpstreamComplete(): void {
-    if (this.terminated || this.upstreamDone) return;
-    this.upstreamDone = true;
-    this.upstream?.unsubscribe();
-    this.drain();
-  }
-
   onUpstreamError(err: unknown): void {
     this.fail(err);
   }

@@ -254,7 +254,7 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> {
     }
   }
 
-  onUpstreamComplete(): void {
+  override onUpstreamComplete(): void {
     if (this.terminated || this.upstreamDone) return;
     this.upstreamDone = true;
     this.upstream?.unsubscribe();
@@ -479,13 +479,6 @@ class UnbatchRun<T> extends LinkedRun<Batch<T> | Traced<Batch<T>>> {
     }
     this.queue.push(received);
     this.stats.buffered += received.size;
-    this.drain();
-  }
-
-  onUpstreamComplete(): void {
-    if (this.terminated || this.upstreamDone) return;
-    this.upstreamDone = true;
-    this.upstream?.unsubscribe();
     this.drain();
   }
 

@@ -579,7 +579,7 @@ class RedactRun extends LinkedRun<string | Traced<string>> {
     this.drain();
   }
 
-  onUpstreamComplete(): void {
+  override onUpstreamComplete(): void {
     if (this.terminated || this.upstreamDone) return;
     this.upstreamDone = true;
     this.upstream?.unsubscribe();

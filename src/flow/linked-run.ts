@@ -93,7 +93,14 @@ export abstract class LinkedRun<In> implements Producer, RoomOwner, UpstreamHand
   abstract room(): number;
   abstract onNext(value: In): void;
   abstract onUpstreamError(err: unknown): void;
-  abstract onUpstreamComplete(): void;
+  /** No more input: what is held still goes out, then the run finishes (see `drain`). */
+  onUpstreamComplete(): void {
+    if (this.terminated || this.upstreamDone) return;
+    this.upstreamDone = true;
+    this.upstream?.unsubscribe();
+    this.drain();
+  }
+
   /** Emits what is ready while the outlet wants it. */
   protected abstract deliver(): void;
   /** Whether anything is still to go out. */
