@@ -111,7 +111,7 @@ describe('hashed tokenizer', () => {
       .map((feature) => 1 + (fnv1a(feature, tokenizer.config.seed) % (tokenizer.config.buckets - 1)));
 
   it('encode equals hashing every feature string, for any text, n-gram length and maxLength', () => {
-    const text = fc.oneof(fc.string({ unit: 'grapheme', maxLength: 80 }), fc.array(fc.constantFrom('a', 'Ab', 'café', 'naïve', 'x1', '東京', ' ', '  ', ',', 'ﬁ'), { maxLength: 30 }).map((parts) => parts.join('')));
+    const text = fc.oneof(fc.string({ unit: 'grapheme', maxLength: 80 }), fc.string({ unit: 'grapheme-ascii', maxLength: 80 }), fc.array(fc.constantFrom('a', 'Ab', 'café', 'naïve', 'x1', '東京', ' ', '  ', ',', 'ﬁ'), { maxLength: 30 }).map((parts) => parts.join('')));
     fc.assert(
       fc.property(text, fc.integer({ min: 1, max: 5 }), fc.integer({ min: 1, max: 40 }), (input, charNgram, maxLength) => {
         const tokenizer = new HashTokenizer({ ...DEFAULT_HASH_TOKENIZER, charNgram, maxLength });

@@ -1,5 +1,5 @@
 import { leased } from './leases.js';
-import { fnv1aFrom, fnv1aStep } from './random.js';
+import { fnv1aStep } from './random.js';
 
 const [W, C, B, COLON, SPACE, LT, GT] = [...'wcb: <>'].map((c) => c.charCodeAt(0)) as [number, number, number, number, number, number, number];
 
@@ -113,6 +113,28 @@ function padRows(rows: Int32Array, stride: number, lengths: readonly number[], p
   };
 }
 
+const ASCII = /^[\x00-\x7f]*$/;
+
+/** ASCII letters and digits: the words of ASCII text (NFKD and lower-casing change nothing else there). */
+function isAsciiWordCode(code: number): boolean {
+  return (code >= 48 && code <= 57) || (code >= 65 && code <= 90) || (code >= 97 && code <= 122);
+}
+
+function lowerAscii(code: number): number {
+  return code >= 65 && code <= 90 ? code + 32 : code;
+}
+
+/** FNV-1a over `source[from, to)`, ASCII capitals read as lower case. */
+function hashRange(hash: number, source: string, from: number, to: number): number {
+  for (let i = from; i < to; i++) hash = fnv1aStep(hash, lowerAscii(source.charCodeAt(i)));
+  return hash;
+}
+
+/** The id of a feature hash: 1..modulus (0 is padding). */
+function bucket(hash: number, modulus: number): number {
+  return 1 + ((hash >>> 0) % modulus);
+}
+
 const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 /** The configuration a hashed tokenizer is rebuilt from; written next to the model it feeds. */
@@ -183,31 +205,80 @@ export class HashTokenizer implements Tokenizer {
     return this.scratch;
   }
 
-  /** Writes at most `maxLength` ids from `at`; returns how many. */
+  /** Word boundaries of the text being encoded: start and end of each word, in pairs. */
+  private spans = new Int32Array(64);
+
+  /**
+   * Writes at most `maxLength` ids from `at`; returns how many. ASCII text (the common case) is
+   * scanned in place: no normalised copy, word list or feature string is made for it.
+   */
   private encodeInto(text: string, out: Int32Array, at: number): number {
+    if (ASCII.test(text)) return this.hashWords(text, this.asciiWords(text), out, at);
+    const words = HashTokenizer.words(text);
+    return this.hashWords(words.join(' '), this.joinedWords(words), out, at);
+  }
+
+  /** Finds the runs of ASCII letters and digits; returns how many. */
+  private asciiWords(text: string): number {
+    let count = 0;
+    for (let i = 0; i < text.length; ) {
+      if (!isAsciiWordCode(text.charCodeAt(i))) {
+        i++;
+        continue;
+      }
+      const from = i;
+      while (i < text.length && isAsciiWordCode(text.charCodeAt(i))) i++;
+      this.span(count++, from, i);
+    }
+    return count;
+  }
+
+  /** The spans of `words` in `words.join(' ')`. */
+  private joinedWords(words: readonly string[]): number {
+    let position = 0;
+    for (let i = 0; i < words.length; i++) {
+      this.span(i, position, position + words[i]!.length);
+      position += words[i]!.length + 1;
+    }
+    return words.length;
+  }
+
+  private span(index: number, from: number, to: number): void {
+    if (this.spans.length < 2 * index + 2) {
+      const grown = new Int32Array(this.spans.length * 2);
+      grown.set(this.spans);
+      this.spans = grown;
+    }
+    this.spans[2 * index] = from;
+    this.spans[2 * index + 1] = to;
+  }
+
+  /** Hashes the features of `count` words (spans of `source`, ASCII capitals read as lower case) as `features()` lists them. */
+  private hashWords(source: string, count: number, out: Int32Array, at: number): number {
     const { seed, buckets, charNgram: n } = this.config;
     const start = 0x811c9dc5 ^ seed;
-    const end = at + this.maxLength;
-    const words = HashTokenizer.words(text);
+    const wordPrefix = fnv1aStep(fnv1aStep(start, W), COLON);
+    const ngramPrefix = fnv1aStep(fnv1aStep(start, C), COLON);
+    const pairPrefix = fnv1aStep(fnv1aStep(start, B), COLON);
+    const spans = this.spans;
+    const limit = at + this.maxLength;
+    const modulus = buckets - 1;
     let next = at;
-    const add = (hash: number): boolean => {
-      out[next++] = 1 + ((hash >>> 0) % (buckets - 1));
-      return next < end;
-    };
-    for (let i = 0; i < words.length; i++) {
-      const word = words[i]!;
-      if (!add(fnv1aFrom(fnv1aStep(fnv1aStep(start, W), COLON), word))) break;
+    for (let i = 0; i < count && next < limit; i++) {
+      const from = spans[2 * i]!;
+      const to = spans[2 * i + 1]!;
+      out[next++] = bucket(hashRange(wordPrefix, source, from, to), modulus);
       // The n-grams of `<word>` without building it: position 0 is `<`, position length + 1 is `>`.
-      const padded = word.length + 2;
-      let full = false;
-      for (let j = 0; j + n <= padded && !full; j++) {
-        let hash = fnv1aStep(fnv1aStep(start, C), COLON);
-        for (let k = j; k < j + n; k++) hash = fnv1aStep(hash, k === 0 ? LT : k === padded - 1 ? GT : word.charCodeAt(k - 1));
-        full = !add(hash);
+      const padded = to - from + 2;
+      for (let j = 0; j + n <= padded && next < limit; j++) {
+        let hash = ngramPrefix;
+        for (let k = j; k < j + n; k++) hash = fnv1aStep(hash, k === 0 ? LT : k === padded - 1 ? GT : lowerAscii(source.charCodeAt(from + k - 1)));
+        out[next++] = bucket(hash, modulus);
       }
-      if (full) break;
-      const following = words[i + 1];
-      if (following !== undefined && !add(fnv1aFrom(fnv1aStep(fnv1aFrom(fnv1aStep(fnv1aStep(start, B), COLON), word), SPACE), following))) break;
+      if (i + 1 < count && next < limit) {
+        const pair = fnv1aStep(hashRange(pairPrefix, source, from, to), SPACE);
+        out[next++] = bucket(hashRange(pair, source, spans[2 * i + 2]!, spans[2 * i + 3]!), modulus);
+      }
     }
     return next - at;
   }

@@ -36,6 +36,23 @@ function hex16(n: number): string {
   return n.toString(16).padStart(16, '0').slice(-16);
 }
 
+/** `"<stage>.<key>"` strings, made once per pair rather than once per note (bounded: names come from code). */
+const noteKeys = new Map<string, Map<string, string>>();
+
+function noteKey(stage: string, key: string): string {
+  let byKey = noteKeys.get(stage);
+  if (byKey === undefined) {
+    byKey = new Map();
+    if (noteKeys.size < 1024) noteKeys.set(stage, byKey);
+  }
+  let full = byKey.get(key);
+  if (full === undefined) {
+    full = `${stage}.${key}`;
+    if (byKey.size < 64) byKey.set(key, full);
+  }
+  return full;
+}
+
 export class TraceContext {
   /** Sequence number of the element at the point its trace began. */
   readonly seq: number;
@@ -84,7 +101,7 @@ export class TraceContext {
 
   /** Notes a decision `stage` made about this element (`"<stage>.<key>"`). */
   note(stage: string, key: string, value: string | number | boolean): void {
-    (this.notes ??= {})[`${stage}.${key}`] = value;
+    (this.notes ??= {})[noteKey(stage, key)] = value;
   }
 
   /** The record of `stage`, if this element was sampled and passed it. */
