@@ -271,7 +271,7 @@ class Pending<I> {
  * callbacks and their context on every element of Promise work.
  */
 class Task<I, O> implements DemandLink {
-  /** Neighbours in the stage's list of tasks in flight (intrusive: a Set costs a hash per task); `after` links spare tasks too. */
+  /** Neighbours in an unordered stage's list of tasks in flight (intrusive: a Set costs a hash per task); `after` links spare tasks too. */
   before: Task<I, O> | undefined = undefined;
   after: Task<I, O> | undefined = undefined;
   /** Outputs waiting for demand: the oldest here, the rest in `more`, allocated only when two wait (most work yields one). */
@@ -360,7 +360,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private readonly buffer: Ring<Pending<I>>;
   /** Ordered: every task in start order. Unordered: tasks with something to deliver. */
   private readonly queue = new Ring<Task<I, O>>(4);
-  /** Tasks in flight, oldest first. */
+  /** Unordered: tasks in flight, oldest first (ordered, `queue` holds them all in start order). */
   private firstTask: Task<I, O> | undefined;
   private lastTask: Task<I, O> | undefined;
   /** Retired tasks to reuse, linked by `after`: at most `concurrency` of them. */
@@ -415,7 +415,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.terminated = true;
     const reason = new AbortedError(this.config.name, 'the consumer unsubscribed');
     for (const pending of this.takeBuffered()) this.shed(pending.value, pending.trace, pending.seq, 'cancelled', 1 + pending.merged);
-    for (let task = this.firstTask; task !== undefined; task = task.after) {
+    for (const task of this.tasksInFlight()) {
       task.context.abort(reason);
       this.closeTask(task);
       if (task.failed) continue;
@@ -627,11 +627,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     }
     this.inFlight++;
     this.stats.inFlight++;
-    task.before = this.lastTask;
-    if (this.lastTask === undefined) this.firstTask = task;
-    else this.lastTask.after = task;
-    this.lastTask = task;
+    // Ordered, the queue holds every task in flight in start order; only unordered work needs the list.
     if (this.config.ordered) this.queue.push(task);
+    else this.link(task);
     if (this.config.timeout !== undefined) this.startTimer(task, this.config.timeout);
     // No closure is made here: a function that makes one allocates its context on every call.
     switch (kind) {
@@ -863,10 +861,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private retire(task: Task<I, O>): void {
     this.inFlight--;
     this.stats.inFlight--;
-    if (task.before === undefined) this.firstTask = task.after;
-    else task.before.after = task.after;
-    if (task.after === undefined) this.lastTask = task.before;
-    else task.after.before = task.before;
+    if (!this.config.ordered) this.unlink(task);
     this.closeTask(task);
     if (!task.failed) this.stats.delivered += 1 + task.merged;
     if (task.context.trace.sampled) this.finishRecord(task);
@@ -875,6 +870,28 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       task.after = this.spare;
       this.spare = task;
     }
+  }
+
+  private link(task: Task<I, O>): void {
+    task.before = this.lastTask;
+    if (this.lastTask === undefined) this.firstTask = task;
+    else this.lastTask.after = task;
+    this.lastTask = task;
+  }
+
+  private unlink(task: Task<I, O>): void {
+    if (task.before === undefined) this.firstTask = task.after;
+    else task.before.after = task.after;
+    if (task.after === undefined) this.lastTask = task.before;
+    else task.after.before = task.before;
+  }
+
+  /** Every task in flight, oldest first (for cancel and fail). */
+  private tasksInFlight(): Task<I, O>[] {
+    const tasks: Task<I, O>[] = [];
+    if (this.config.ordered) for (let i = 0; i < this.queue.length; i++) tasks.push(this.queue.at(i)!);
+    else for (let task = this.firstTask; task !== undefined; task = task.after) tasks.push(task);
+    return tasks;
   }
 
   private finishRecord(task: Task<I, O>): void {
@@ -936,7 +953,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.terminated = true;
     let lost = 0;
     for (const pending of this.takeBuffered()) lost += 1 + pending.merged;
-    for (let task = this.firstTask; task !== undefined; task = task.after) {
+    for (const task of this.tasksInFlight()) {
       task.context.abort(error);
       this.closeTask(task);
       if (task.failed) continue;

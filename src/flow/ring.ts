@@ -38,6 +38,11 @@ export class Ring<T> {
     return this.size === 0 ? undefined : this.items[this.head];
   }
 
+  /** The element `index` places from the oldest (0 is the oldest). */
+  at(index: number): T | undefined {
+    return index < 0 || index >= this.size ? undefined : this.items[(this.head + index) % this.items.length];
+  }
+
   peekLast(): T | undefined {
     return this.size === 0 ? undefined : this.items[(this.head + this.size - 1) % this.items.length];
   }
