@@ -12,7 +12,7 @@ import { AbortedError, InvalidOptionsError, SluiceError } from '../src/errors.js
 import { buildEmbeddingModel } from '../src/models/embedding.js';
 import { ModelCorruptError, ModelNotFoundError } from '../src/models/errors.js';
 import { EMBEDDING_CONFIG } from '../src/models/generate.js';
-import { InferenceFailedError, PoolClosedError, PoolQueueFullError, UnknownModelError } from '../src/models/pool-errors.js';
+import { BorrowedOutputsError, InferenceFailedError, PoolClosedError, PoolQueueFullError, UnknownModelError } from '../src/models/pool-errors.js';
 import { embedder, tensorRows, textFeeds } from '../src/models/pool-embedder.js';
 import { leased } from '../src/models/leases.js';
 import { until } from './support/ws-client.js';
@@ -316,6 +316,115 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
   });
 });
 
+describe('InferencePool.runBorrowed (outputs in a shared arena the worker reuses)', () => {
+  it('hands use() the same outputs as run(), in one shared buffer per worker that every borrowed run reuses', async () => {
+    const pool = await InferencePool.create({ model: modelPath, size: 1 });
+    try {
+      const arenas = new Set<ArrayBufferLike>();
+      for (const [rows, seq, salt] of [[1, 5, 1], [3, 17, 2], [8, 64, 3], [2, 9, 4]] as const) {
+        const expected = await onMainThread(feeds(rows, seq, salt));
+        const copied = await pool.runBorrowed(feeds(rows, seq, salt), ({ embeddings }) => {
+          const data = embeddings!.data as Float32Array;
+          arenas.add(data.buffer);
+          assert.deepEqual(embeddings!.dims, [rows, EMBEDDING_CONFIG.dim]);
+          return data.slice();
+        });
+        assert.deepEqual(copied, expected, `${rows}×${seq}`);
+      }
+      assert.equal(arenas.size, 1, 'every run wrote into the same memory');
+      assert.ok([...arenas][0] instanceof SharedArrayBuffer);
+      // Plain runs still hand over buffers of their own.
+      const owned = (await pool.run(feeds(1, 3, 5))).embeddings!.data as Float32Array;
+      assert.ok(owned.buffer instanceof ArrayBuffer && !arenas.has(owned.buffer));
+      assert.equal(pool.stats.completed, 5);
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it('lends each worker its own arena, and reads every answer before that worker runs again', async () => {
+    const pool = await InferencePool.create({ model: modelPath, size: 2 });
+    try {
+      const jobs = Array.from({ length: 24 }, (_, i) => ({ salt: i, seq: 1 + (i % 11) }));
+      const expected = await Promise.all(jobs.map(({ salt, seq }) => onMainThread(feeds(2, seq, salt))));
+      const arenas = new Set<ArrayBufferLike>();
+      const actual = await Promise.all(
+        jobs.map(({ salt, seq }) =>
+          pool.runBorrowed(feeds(2, seq, salt), ({ embeddings }) => {
+            arenas.add((embeddings!.data as Float32Array).buffer);
+            return Array.from(embeddings!.data as Float32Array);
+          }),
+        ),
+      );
+      actual.forEach((values, i) => assert.deepEqual(Float32Array.from(values), expected[i], `job ${i}`));
+      assert.equal(arenas.size, 2, 'one arena per worker');
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it('falls back to fresh buffers for outputs larger than the arena, and never uses one with outputArenaBytes: 0', async () => {
+    for (const outputArenaBytes of [64, 0]) {
+      const pool = await InferencePool.create({ model: modelPath, size: 1, outputArenaBytes });
+      try {
+        const expected = await onMainThread(feeds(4, 6, 7));
+        const [values, shared] = await pool.runBorrowed(feeds(4, 6, 7), ({ embeddings }) => {
+          const data = embeddings!.data as Float32Array;
+          return [data.slice(), data.buffer instanceof SharedArrayBuffer] as const;
+        });
+        assert.deepEqual(values, expected);
+        assert.equal(shared, false, `outputArenaBytes ${outputArenaBytes}: 4 × 384 floats do not fit`);
+      } finally {
+        await pool.close();
+      }
+    }
+    const invalid = await rejection(InferencePool.create({ model: modelPath, size: 1, outputArenaBytes: -1 }));
+    assert.ok(invalid instanceof InvalidOptionsError, String(invalid));
+    assert.deepEqual(invalid.issues.map((i) => i.path), ['outputArenaBytes']);
+  });
+
+  it('refuses a use() that would outlive the outputs (a Promise, a view into them) and passes on what use() throws; the pool goes on', async () => {
+    const pool = await InferencePool.create({ model: modelPath, size: 1 });
+    try {
+      const asPromise = await expectCode(pool.runBorrowed(feeds(1, 4, 1), async ({ embeddings }) => embeddings!.data), BorrowedOutputsError, 'BORROWED_OUTPUTS');
+      assert.match(asPromise.message, /Promise/);
+      const view = await expectCode(pool.runBorrowed(feeds(2, 4, 1), ({ embeddings }) => tensorRows(embeddings!)), BorrowedOutputsError, 'BORROWED_OUTPUTS');
+      assert.match(view.message, /copy what you keep/);
+      await expectCode(pool.runBorrowed(feeds(1, 4, 1), ({ embeddings }) => embeddings!.data), BorrowedOutputsError, 'BORROWED_OUTPUTS');
+      const thrown = new Error('the reader failed');
+      assert.equal(await rejection(pool.runBorrowed(feeds(1, 4, 1), () => { throw thrown; })), thrown);
+      assert.deepEqual(await pool.runBorrowed(feeds(1, 4, 2), ({ embeddings }) => (embeddings!.data as Float32Array).slice()), await onMainThread(feeds(1, 4, 2)));
+      assert.ok((await rejection(pool.runBorrowed(feeds(1, 4, 1), undefined as never))) instanceof TypeError);
+      assert.equal(totalRuns(pool), 5, 'a run without a reader never started');
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it('aborts like run(): a queued borrowed job never runs, a running one is discarded and its use() never called', async () => {
+    const pool = await InferencePool.create({ model: modelPath, size: 1 });
+    try {
+      let called = 0;
+      const read = ({ embeddings }: Record<string, ort.Tensor>) => (called++, (embeddings!.data as Float32Array).slice());
+      const running = new AbortController();
+      const queued = new AbortController();
+      const first = pool.runBorrowed(feeds(4, 32, 1), read, { signal: running.signal });
+      const second = pool.runBorrowed(feeds(1, 8, 2), read, { signal: queued.signal });
+      const third = pool.runBorrowed(feeds(1, 8, 3), read);
+      queued.abort();
+      running.abort();
+      await expectCode(first, AbortedError, 'ABORTED');
+      await expectCode(second, AbortedError, 'ABORTED');
+      assert.deepEqual(await third, await onMainThread(feeds(1, 8, 3)));
+      assert.equal(called, 1, 'only the third run was read');
+      assert.equal(totalRuns(pool), 2);
+      assert.equal(pool.stats.discarded, 1);
+    } finally {
+      await pool.close();
+    }
+  });
+});
+
 describe('infer (micro-batching on the pool)', () => {
   const tokenizer = new HashTokenizer();
   const words = ['model', 'stream', 'backpressure', 'token', 'queue', 'worker', 'tensor', 'batch', 'trace', 'signal'];
@@ -404,6 +513,21 @@ describe('infer (micro-batching on the pool)', () => {
       assert.equal(trace.notes?.['infer.lengthBucket'], Math.ceil(length(input) / 16));
       assertClose(value, await embedOnMainThread(input), `text ${trace.seq}`);
     }
+  });
+
+  it('with borrowOutputs, fromOutputs reads the outputs in the arena: the same results, and a returned view fails the element', async () => {
+    const texts = Array.from({ length: 30 }, (_, i) => text(i, 1 + (i % 6)));
+    const run = (borrowOutputs: boolean, fromOutputs: (outputs: Record<string, ort.Tensor>, batch: Batch<string>) => readonly Float32Array[]) =>
+      firstValueFrom(fromIterable(texts).pipe(infer({ pool, toFeeds: (batch: Batch<string>) => textFeeds(tokenizer, batch.items), fromOutputs, maxBatch: 8, maxWait: 20, borrowOutputs }), toArray()));
+    const shared: boolean[] = [];
+    const copies = await run(true, (outputs) => tensorRows(outputs.embeddings!).map((row) => (shared.push(row.buffer instanceof SharedArrayBuffer), row.slice())));
+    assert.deepEqual(shared, texts.map(() => true), 'every batch was read in shared memory');
+    const owned = await run(false, (outputs) => tensorRows(outputs.embeddings!));
+    assert.deepEqual(copies.map(({ value }) => value), owned.map(({ value }) => value));
+    for (const [i, { value }] of copies.entries()) assertClose(value, await embedOnMainThread(texts[i]!), `text ${i}`);
+    const escaped = await rejection(run(true, (outputs) => tensorRows(outputs.embeddings!)));
+    assert.ok(escaped instanceof BorrowedOutputsError, String(escaped));
+    assert.match(escaped.message, /fromOutputs/);
   });
 
   it('embedder(pool, tokenizer) returns one vector per text, equal to a main-thread run', async () => {

@@ -105,7 +105,7 @@ export type { RunModel, TokenCodec, DecoderShape, CharLmWorkerOptions, DecoderLm
 export { HttpStatusError, RateLimitedError, MalformedEventError, ProviderError } from './inference/errors.js';
 export { InferencePool } from './models/pool.js';
 export type { InferencePoolOptions, InferencePoolStats, WorkerStats, RunOptions, Feeds, Outputs, ModelSource, ModelInfo } from './models/pool.js';
-export { PoolClosedError, PoolQueueFullError, WorkerCrashedError, InferenceFailedError, UnknownModelError } from './models/pool-errors.js';
+export { BorrowedOutputsError, PoolClosedError, PoolQueueFullError, WorkerCrashedError, InferenceFailedError, UnknownModelError } from './models/pool-errors.js';
 export { embedder, textFeeds, tensorRows } from './models/pool-embedder.js';
 export type { PoolEmbedderOptions } from './models/pool-embedder.js';
 export { infer } from '../operators/infer.js';

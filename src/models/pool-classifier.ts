@@ -35,9 +35,16 @@ export function poolClassifier(pool: InferencePool, tokenizer: Tokenizer, option
   const output = info.outputNames[0]!;
   const buffers = new FeedBuffers(); // refilled per call: `pool.run` has copied them when it returns
   return async (text: string, signal: AbortSignal): Promise<Classification> => {
-    const outputs = await pool.run(textFeeds(tokenizer, [text], info.inputNames, buffers), { signal, model: options.model });
-    const row = tensorRows(outputs[output]!)[0]!;
-    if (row.length !== labels.length) throw new TypeError(`the model scores ${row.length} labels, ${labels.length} were named`);
-    return { label: positive, score: row[column]! };
+    // Borrowed: only one number is kept, so the scores need no buffer of their own on this thread.
+    const score = await pool.runBorrowed(
+      textFeeds(tokenizer, [text], info.inputNames, buffers),
+      (outputs) => {
+        const row = tensorRows(outputs[output]!)[0]!;
+        if (row.length !== labels.length) throw new TypeError(`the model scores ${row.length} labels, ${labels.length} were named`);
+        return row[column]!;
+      },
+      { signal, model: options.model },
+    );
+    return { label: positive, score };
   };
 }

@@ -49,3 +49,12 @@ export class UnknownModelError extends SluiceError {
     );
   }
 }
+
+/** `runBorrowed`'s reader returned something that would outlive the borrowed outputs (a Promise, or a view into them). */
+export class BorrowedOutputsError extends SluiceError {
+  constructor(readonly pool: string, reason: string) {
+    super('BORROWED_OUTPUTS', `Inference pool "${pool}": ${reason}.`, {
+      hint: 'Borrowed outputs live in memory the worker reuses for its next run: read them synchronously and return copies (numbers, row.slice()).',
+    });
+  }
+}

@@ -16,6 +16,30 @@ export interface WireTensor {
 
 export type WireTensors = Record<string, WireTensor>;
 
+/** A typed array's constructor name: how an output written into the arena is viewed again. */
+export type TypedArrayName =
+  | 'Float32Array'
+  | 'Float64Array'
+  | 'Int8Array'
+  | 'Uint8Array'
+  | 'Int16Array'
+  | 'Uint16Array'
+  | 'Int32Array'
+  | 'Uint32Array'
+  | 'BigInt64Array'
+  | 'BigUint64Array';
+
+/** An output the worker wrote into its slot's shared arena (see `InferencePool.runBorrowed`): where, not the data. */
+export interface ArenaTensor {
+  readonly type: Tensor.Type;
+  readonly dims: readonly number[];
+  readonly array: TypedArrayName;
+  /** Byte offset in the arena, a multiple of 8. */
+  readonly offset: number;
+  /** Elements. */
+  readonly length: number;
+}
+
 /** Session options a worker applies to every session it creates. */
 export interface WireSessionOptions {
   readonly intraOpNumThreads: number;
@@ -37,7 +61,17 @@ export interface ModelInfo {
 
 export type ToWorker =
   /** With `pooling`, the worker answers `{ embeddings }` alone: token vectors never cross back. */
-  | { readonly type: 'run'; readonly id: number; readonly model: string; readonly feeds: WireTensors; readonly pooling?: PoolingPlan }
+  | {
+      readonly type: 'run';
+      readonly id: number;
+      readonly model: string;
+      readonly feeds: WireTensors;
+      readonly pooling?: PoolingPlan;
+      /** Write the outputs into the arena when they fit (the caller reads them before this worker's next job). */
+      readonly borrow?: boolean;
+      /** The arena this worker writes borrowed outputs into; sent with its first borrowed run. */
+      readonly arena?: SharedArrayBuffer;
+    }
   | { readonly type: 'close' };
 
 export type FromWorker =
@@ -45,6 +79,8 @@ export type FromWorker =
   | { readonly type: 'init-failed'; readonly model: string; readonly message: string }
   /** `runs` counts every `session.run` this worker started: the pool's proof of what actually ran. */
   | { readonly type: 'done'; readonly id: number; readonly outputs: WireTensors; readonly runs: number }
+  /** A borrowed run whose outputs all fit: they are in the arena, nothing crosses but their places. */
+  | { readonly type: 'done-in-arena'; readonly id: number; readonly outputs: Record<string, ArenaTensor>; readonly runs: number }
   | { readonly type: 'run-failed'; readonly id: number; readonly message: string; readonly runs: number };
 
 /**
@@ -84,6 +120,51 @@ export function toWire(tensors: Readonly<Record<string, Tensor>>, transfer: bool
 export function fromWire(ort: { Tensor: new (type: Tensor.Type, data: Tensor.DataType, dims: readonly number[]) => Tensor }, wire: WireTensors): Record<string, Tensor> {
   const tensors: Record<string, Tensor> = {};
   for (const [name, t] of Object.entries(wire)) tensors[name] = new ort.Tensor(t.type, t.data, t.dims);
+  return tensors;
+}
+
+const TYPED_ARRAYS: Record<TypedArrayName, new (buffer: ArrayBufferLike, byteOffset: number, length: number) => ArrayBufferView> = {
+  Float32Array,
+  Float64Array,
+  Int8Array,
+  Uint8Array,
+  Int16Array,
+  Uint16Array,
+  Int32Array,
+  Uint32Array,
+  BigInt64Array,
+  BigUint64Array,
+};
+
+/**
+ * Copies `tensors` into `arena`, each at an 8-byte aligned offset, and returns where;
+ * `undefined` (nothing written) when one is not a typed array sluice knows or they do
+ * not all fit.
+ */
+export function intoArena(tensors: Readonly<Record<string, Tensor>>, arena: SharedArrayBuffer): Record<string, ArenaTensor> | undefined {
+  const placed: Record<string, ArenaTensor> = {};
+  let offset = 0;
+  for (const [name, tensor] of Object.entries(tensors)) {
+    const data = tensor.data;
+    if (!ArrayBuffer.isView(data)) return undefined;
+    const array = data.constructor.name as TypedArrayName;
+    if (!Object.hasOwn(TYPED_ARRAYS, array)) return undefined;
+    if (offset + data.byteLength > arena.byteLength) return undefined;
+    placed[name] = { type: tensor.type, dims: tensor.dims, array, offset, length: (data as unknown as { length: number }).length };
+    offset += Math.ceil(data.byteLength / 8) * 8;
+  }
+  const bytes = new Uint8Array(arena);
+  for (const [name, tensor] of Object.entries(tensors)) {
+    const data = tensor.data as ArrayBufferView;
+    bytes.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength), placed[name]!.offset);
+  }
+  return placed;
+}
+
+/** `ort.Tensor`s whose data are views into `arena` (no copy): valid until the arena is written again. */
+export function fromArena(ort: { Tensor: new (type: Tensor.Type, data: Tensor.DataType, dims: readonly number[]) => Tensor }, arena: SharedArrayBuffer, placed: Readonly<Record<string, ArenaTensor>>): Record<string, Tensor> {
+  const tensors: Record<string, Tensor> = {};
+  for (const [name, t] of Object.entries(placed)) tensors[name] = new ort.Tensor(t.type, new TYPED_ARRAYS[t.array](arena, t.offset, t.length) as Tensor.DataType, t.dims);
   return tensors;
 }
 

@@ -7,7 +7,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
 import { poolOutputs } from './pooling.js';
-import { firstLine, fromWire, toWire, type FromWorker, type ModelInfo, type ToWorker, type WireTensor, type WireTensors, type WorkerInit } from './pool-protocol.js';
+import { firstLine, fromWire, intoArena, toWire, type FromWorker, type ModelInfo, type ToWorker, type WireTensor, type WireTensors, type WorkerInit } from './pool-protocol.js';
 
 if (parentPort === null) throw new Error('pool-worker must be started as a worker thread by InferencePool');
 const port = parentPort;
@@ -15,6 +15,8 @@ const port = parentPort;
 const init = workerData as WorkerInit;
 const sessions = new Map<string, ort.InferenceSession>();
 let runs = 0;
+/** Where borrowed runs' outputs go (see `InferencePool.runBorrowed`); the pool sends it with the first one. */
+let arena: SharedArrayBuffer | undefined;
 
 const post = (message: FromWorker, transfer: ArrayBuffer[] = []): void => {
   try {
@@ -54,10 +56,18 @@ async function handle(message: ToWorker): Promise<void> {
   runs++;
   try {
     if (session === undefined) throw new Error(`no model "${message.model}" in this worker`);
+    if (message.arena !== undefined) arena = message.arena;
     const feeds = fromWire(ort, localize(message.feeds));
-    const outputs = await session.run(feeds);
+    const raw = await session.run(feeds);
     // Pooling here keeps the O(batch × seq × dim) loop off the caller's event loop.
-    const wire = toWire(message.pooling === undefined ? outputs : poolOutputs(outputs, feeds, message.pooling), true);
+    const outputs = message.pooling === undefined ? raw : poolOutputs(raw, feeds, message.pooling);
+    // The pool reads a borrowed run's outputs before it sends this thread another job, so the arena is free now.
+    const placed = message.borrow === true && arena !== undefined ? intoArena(outputs, arena) : undefined;
+    if (placed !== undefined) {
+      post({ type: 'done-in-arena', id: message.id, outputs: placed, runs });
+      return;
+    }
+    const wire = toWire(outputs, true);
     post({ type: 'done', id: message.id, outputs: wire.tensors, runs }, wire.transfer);
   } catch (error) {
     post({ type: 'run-failed', id: message.id, message: firstLine(error), runs });

@@ -6,10 +6,10 @@ import * as z from 'zod';
 import { AbortedError } from '../errors.js';
 import { parseOptions, positiveInt } from '../flow/options.js';
 import { ModelCorruptError, ModelNotFoundError } from './errors.js';
-import { InferenceFailedError, PoolClosedError, PoolQueueFullError, UnknownModelError, WorkerCrashedError } from './pool-errors.js';
+import { BorrowedOutputsError, InferenceFailedError, PoolClosedError, PoolQueueFullError, UnknownModelError, WorkerCrashedError } from './pool-errors.js';
 import { lease, release, sharedBuffers } from './leases.js';
 import type { PoolingPlan } from './pooling.js';
-import { fromWire, toWire, type FromWorker, type ModelInfo, type ToWorker, type WireTensors, type WorkerInit } from './pool-protocol.js';
+import { fromArena, fromWire, toWire, type FromWorker, type ModelInfo, type ToWorker, type WireTensors, type WorkerInit } from './pool-protocol.js';
 
 /** A model file path, or the model's bytes. */
 export type ModelSource = string | Uint8Array;
@@ -44,6 +44,12 @@ export interface InferencePoolOptions {
    * until it is done, which costs the event loop neither a copy nor garbage.
    */
   transferFeeds?: boolean;
+  /**
+   * Bytes of shared memory per worker that `runBorrowed` outputs are written into, so
+   * they cost this thread no allocation (default 4 MiB, allocated at a worker's first
+   * borrowed run; `0`: never). Outputs that do not fit come back in fresh buffers.
+   */
+  outputArenaBytes?: number;
   /** How long `close()` waits for a worker to finish its job and exit before terminating it (ms). Default 10 000. */
   closeTimeout?: number;
 }
@@ -108,6 +114,7 @@ const poolOptionsSchema = z
     interOpNumThreads: positiveInt('interOpNumThreads').default(1),
     graphOptimizationLevel: z.enum(['disabled', 'basic', 'extended', 'all']).default('all'),
     transferFeeds: z.boolean().default(true),
+    outputArenaBytes: z.number().int({ error: 'outputArenaBytes must be an integer' }).min(0, { error: 'outputArenaBytes must be ≥ 0' }).default(4 << 20),
     closeTimeout: z.number().positive({ error: 'closeTimeout must be > 0 ms' }).default(10_000),
   })
   .strict()
@@ -128,7 +135,9 @@ interface Job {
   readonly transfer: ArrayBuffer[];
   /** Shared feed buffers leased to this job until the worker can no longer read them. */
   leases: readonly SharedArrayBuffer[];
-  readonly resolve: (outputs: Outputs) => void;
+  /** `runBorrowed`'s reader: called on the outputs before the worker runs anything else; the run resolves to what it returns. */
+  readonly use: ((outputs: Outputs) => unknown) | undefined;
+  readonly resolve: (value: unknown) => void;
   readonly reject: (error: unknown) => void;
   readonly signal: AbortSignal | undefined;
   onAbort: (() => void) | undefined;
@@ -143,6 +152,10 @@ class Slot {
   state: WorkerStats['state'] = 'starting';
   runs = 0;
   job: Job | undefined;
+  /** Shared memory this worker writes borrowed outputs into; created with its first borrowed job. */
+  arena: SharedArrayBuffer | undefined;
+  /** Whether the worker has been sent `arena`. */
+  arenaSent = false;
   /** Set by an `error` event, reported when the thread exits. */
   lastError: unknown;
   readonly exited: Promise<void>;
@@ -280,6 +293,33 @@ export class InferencePool {
    * place by the worker and leased until it is done with them.
    */
   run(feeds: Feeds, options: RunOptions = {}): Promise<Outputs> {
+    return this.submit(feeds, options, undefined) as Promise<Outputs>;
+  }
+
+  /**
+   * Runs `model` on `feeds` like `run`, but hands the outputs to `use` **in place**: the
+   * worker writes them into shared memory it reuses (`outputArenaBytes`), so a run
+   * allocates no output buffers on this thread — no garbage, and none of the external
+   * memory that drives V8 into full collections at high output rates. The run resolves
+   * to what `use` returns.
+   *
+   * The outputs are valid only while `use` runs: the worker's next run overwrites them.
+   * So `use` must be synchronous and must copy whatever it keeps (a score, a label, an
+   * argmax, `row.slice()`). It rejects with `BorrowedOutputsError` if `use` returns a
+   * Promise, or a view into the borrowed memory (itself or as an element of an array);
+   * an error `use` throws rejects the run. Outputs too large for the arena come in
+   * fresh buffers instead, to the same `use`.
+   *
+   * ```ts
+   * const labels = await pool.runBorrowed(feeds, ({ scores }) => argmaxRows(scores!));
+   * ```
+   */
+  runBorrowed<R>(feeds: Feeds, use: (outputs: Outputs) => R, options: RunOptions = {}): Promise<R> {
+    if (typeof use !== 'function') return Promise.reject(new TypeError('runBorrowed: use must be a function of the outputs'));
+    return this.submit(feeds, options, use as (outputs: Outputs) => unknown) as Promise<R>;
+  }
+
+  private submit(feeds: Feeds, options: RunOptions, use: ((outputs: Outputs) => unknown) | undefined): Promise<unknown> {
     if (this.closing !== undefined) return Promise.reject(new PoolClosedError(this.name, false));
     let model: string;
     try {
@@ -300,12 +340,12 @@ export class InferencePool {
     // Queued, the message is posted later: copy now (when copying), so the caller may refill its buffers as soon as `run` returns.
     const wire = toWire(feeds, this.config.transferFeeds, idle === undefined);
     this.counts.submitted++;
-    return new Promise<Outputs>((resolve, reject) => {
+    return new Promise<unknown>((resolve, reject) => {
       const leases = sharedBuffers(feeds);
       for (const buffer of leases) lease(buffer);
-      const job: Job = { id: this.nextId++, model, feeds: wire.tensors, pooling: options.pooling, transfer: wire.transfer, leases, resolve, reject, signal, onAbort: undefined, state: 'queued', prev: undefined, next: undefined };
+      const job: Job = { id: this.nextId++, model, feeds: wire.tensors, pooling: options.pooling, transfer: wire.transfer, leases, use, resolve, reject, signal, onAbort: undefined, state: 'queued', prev: undefined, next: undefined };
       if (signal !== undefined) {
-        job.onAbort = () => this.abort(job);
+        job.onAbort = InferencePool.abortListener(this, job);
         signal.addEventListener('abort', job.onAbort, { once: true });
       }
       if (idle !== undefined) this.start(idle, job);
@@ -396,7 +436,7 @@ export class InferencePool {
     this.becomeIdle(slot);
   }
 
-  private onAnswer(slot: Slot, message: Extract<FromWorker, { type: 'done' | 'run-failed' }>): void {
+  private onAnswer(slot: Slot, message: Extract<FromWorker, { type: 'done' | 'done-in-arena' | 'run-failed' }>): void {
     const job = slot.job;
     slot.job = undefined;
     if (job !== undefined) this.releaseFeeds(job); // the worker is done reading them
@@ -407,6 +447,9 @@ export class InferencePool {
         job.state = 'settled';
       } else if (message.type === 'done') {
         this.settle(job, 'completed', fromWire(ort, message.outputs));
+      } else if (message.type === 'done-in-arena') {
+        // Read now, before this worker is given another job (becomeIdle below): that job would overwrite them.
+        this.settle(job, 'completed', fromArena(ort, slot.arena!, message.outputs));
       } else {
         this.settle(job, 'failed', new InferenceFailedError(this.name, job.model, message.message));
       }
@@ -469,7 +512,13 @@ export class InferencePool {
     slot.job = job;
     job.state = 'running';
     slot.worker.ref();
-    const message: ToWorker = { type: 'run', id: job.id, model: job.model, feeds: job.feeds, pooling: job.pooling };
+    let borrow: { borrow: true; arena?: SharedArrayBuffer } | undefined;
+    if (job.use !== undefined && this.config.outputArenaBytes > 0) {
+      slot.arena ??= new SharedArrayBuffer(this.config.outputArenaBytes);
+      borrow = slot.arenaSent ? { borrow: true } : { borrow: true, arena: slot.arena };
+      slot.arenaSent = true;
+    }
+    const message: ToWorker = { type: 'run', id: job.id, model: job.model, feeds: job.feeds, pooling: job.pooling, ...borrow };
     try {
       slot.worker.postMessage(message, job.transfer);
     } catch {
@@ -479,6 +528,17 @@ export class InferencePool {
   }
 
   // ---- jobs ----
+
+  /**
+   * A job's abort listener, made out here so that it captures the pool and the job
+   * alone. Made inside `submit`, it would share that scope's closure context (the feeds,
+   * their wire form, the executor), and measured at 6,100 elements/s every batch then
+   * survived minor GCs: 2.7 MB promoted per scavenge and 2–6 ms scavenges, against
+   * 0.26 MB and 0.3–1.8 ms this way.
+   */
+  private static abortListener(pool: InferencePool, job: Job): () => void {
+    return () => pool.abort(job);
+  }
 
   private abort(job: Job): void {
     if (job.state === 'queued') {
@@ -513,8 +573,27 @@ export class InferencePool {
     job.state = 'settled';
     if (job.onAbort !== undefined) job.signal!.removeEventListener('abort', job.onAbort);
     this.counts[outcome]++;
-    if (outcome === 'completed') job.resolve(value as Outputs);
-    else job.reject(value);
+    if (outcome === 'failed') job.reject(value);
+    else if (job.use === undefined) job.resolve(value);
+    else this.lend(job, value as Outputs);
+  }
+
+  /** Calls a borrowed run's `use` on its outputs, and refuses a result that would outlive them. */
+  private lend(job: Job, outputs: Outputs): void {
+    let result: unknown;
+    try {
+      result = job.use!(outputs);
+    } catch (error) {
+      job.reject(error);
+      return;
+    }
+    if (typeof (result as PromiseLike<unknown> | undefined)?.then === 'function') {
+      job.reject(new BorrowedOutputsError(this.name, `the reader of a borrowed run (runBorrowed's use, infer's fromOutputs) returned a Promise: it must read the outputs synchronously, they are reused once it returns`));
+    } else if (holdsBorrowed(result, outputs)) {
+      job.reject(new BorrowedOutputsError(this.name, `the reader of a borrowed run (runBorrowed's use, infer's fromOutputs) returned a view into the borrowed outputs: copy what you keep (e.g. row.slice())`));
+    } else {
+      job.resolve(result);
+    }
   }
 
   private enqueue(job: Job): void {
@@ -567,6 +646,18 @@ function startWorker(workerData: WorkerInit): Worker {
     return new Worker(bootstrap, { eval: true, workerData });
   }
   return new Worker(new URL('./pool-worker.js', here), { workerData });
+}
+
+/** Whether `result`, or an element of it when it is an array, is a view into the memory of `outputs` held in shared memory (the arena). */
+function holdsBorrowed(result: unknown, outputs: Outputs): boolean {
+  const borrowed = new Set<ArrayBufferLike>();
+  for (const tensor of Object.values(outputs)) {
+    const data = tensor.data;
+    if (ArrayBuffer.isView(data) && data.buffer instanceof SharedArrayBuffer) borrowed.add(data.buffer);
+  }
+  if (borrowed.size === 0) return false;
+  const isBorrowed = (value: unknown) => ArrayBuffer.isView(value) && borrowed.has(value.buffer);
+  return isBorrowed(result) || (Array.isArray(result) && result.some(isBorrowed));
 }
 
 /** Fails early, on the main thread, with the error `loadModel` would give. */
