@@ -190,7 +190,8 @@ const DEFAULT_MODEL = 'default';
  * then `PoolQueueFullError`). A job whose `signal` aborts while queued is removed and
  * never runs; one already running finishes in its worker and its result is dropped;
  * both reject with `AbortedError`. Typed arrays travel by transfer, not copy, both
- * ways, and outputs are rebuilt as `ort.Tensor`s. A worker that dies fails its job
+ * ways, and outputs are rebuilt as `ort.Tensor`s; `runBorrowed` instead lends the
+ * outputs in place, in shared memory each worker reuses (nothing to allocate per run). A worker that dies fails its job
  * with `WorkerCrashedError` and is replaced. `close()` rejects queued jobs with
  * `PoolClosedError`, lets running ones finish, releases every session and ends every
  * thread. Idle workers do not keep the process alive.
