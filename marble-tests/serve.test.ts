@@ -267,15 +267,19 @@ describe('sluice serve: SIGTERM under load', () => {
         assert.equal(JSON.stringify(hello).includes(token), false);
       }
       clients.forEach((c, i) => c.send({ type: 'generate', id: `long-${i}`, model: 'charlm', prompt: 'The stage', parameters: { max_tokens: 4096 } }));
-      const streams = [0, 1].map(async () => {
-        const response = await fetch(`${server.url}/v1/chat/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-          body: JSON.stringify({ model: 'charlm', stream: true, max_tokens: 4096, messages: [{ role: 'user', content: 'The pipeline' }] }),
-        });
-        assert.equal(response.status, 200);
-        return response.text();
-      });
+      // Both HTTP streams must have begun (headers out) before the signal: one still waiting for
+      // its first token when SIGTERM lands is refused with 503, which is right but not this test.
+      const responses = await Promise.all(
+        [0, 1].map(() =>
+          fetch(`${server.url}/v1/chat/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+            body: JSON.stringify({ model: 'charlm', stream: true, max_tokens: 4096, messages: [{ role: 'user', content: 'The pipeline' }] }),
+          }),
+        ),
+      );
+      for (const response of responses) assert.equal(response.status, 200);
+      const streams = responses.map((response) => response.text());
       await until(() => clients.every((c) => c.frames.some((f) => f.type === 'token')), 'every long request to stream');
       clients.forEach((c, i) => c.send({ type: 'generate', id: `short-${i}`, model: 'charlm', prompt: 'A', parameters: { max_tokens: 8 } }));
 
