@@ -16,7 +16,7 @@ import { BorrowedOutputsError, InferenceFailedError, PoolClosedError, PoolQueueF
 import { embedder, tensorRows, textFeeds } from '../src/models/pool-embedder.js';
 import { leased } from '../src/models/leases.js';
 import { until } from './support/ws-client.js';
-import { InferencePool, poolWorkers, type Feeds } from '../src/models/pool.js';
+import { InferencePool, poolWorkers, type Feeds, type InferencePoolOptions } from '../src/models/pool.js';
 import { FeedBuffers, HashTokenizer } from '../src/models/tokenizer.js';
 
 let dir: string;
@@ -64,12 +64,21 @@ async function expectCode<E extends SluiceError>(promise: Promise<unknown>, type
   return error;
 }
 
+/** Runs `body` on a fresh pool, closed afterwards whatever happens. */
+async function withPool(options: InferencePoolOptions, body: (pool: InferencePool) => Promise<void>): Promise<void> {
+  const pool = await InferencePool.create(options);
+  try {
+    await body(pool);
+  } finally {
+    await pool.close();
+  }
+}
+
 const totalRuns = (pool: InferencePool) => pool.stats.workers.reduce((sum, w) => sum + w.runs, 0);
 
 describe('InferencePool (real onnxruntime in worker threads)', () => {
   it('returns what session.run on the main thread returns for the same feeds, transferring the feed buffers with transferFeeds: true', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 1, transferFeeds: true });
-    try {
+    await withPool({ model: modelPath, size: 1, transferFeeds: true }, async (pool) => {
       for (const [rows, seq, salt] of [[1, 5, 1], [3, 17, 2], [8, 64, 3]] as const) {
         const expected = await onMainThread(feeds(rows, seq, salt));
         const input = feeds(rows, seq, salt);
@@ -81,14 +90,11 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
         assert.equal((input.input_ids!.data as BigInt64Array).byteLength, 0, 'the feed buffer was transferred, not copied');
       }
       assert.deepEqual(pool.describe(), { inputNames: ['input_ids', 'attention_mask'], outputNames: ['embeddings'] });
-    } finally {
-      await pool.close();
-    }
+    });
   });
 
   it('copies instead of transferring with transferFeeds: false, and sends only the viewed part of a much larger buffer', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 1, transferFeeds: false });
-    try {
+    await withPool({ model: modelPath, size: 1, transferFeeds: false }, async (pool) => {
       const input = feeds(2, 9, 4);
       const expected = await onMainThread(input);
       const big = new BigInt64Array(1000).fill(7n);
@@ -97,14 +103,11 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
       assert.deepEqual(outputs.embeddings!.data, expected);
       assert.equal(big.byteLength, 8000, 'the caller keeps its buffer');
       assert.equal((input.attention_mask!.data as BigInt64Array).byteLength, 2 * 9 * 8);
-    } finally {
-      await pool.close();
-    }
+    });
   });
 
   it('with transferFeeds: false has copied the feeds when run returns: arrays refilled at once, even for queued jobs, give every job its own result', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 1, transferFeeds: false });
-    try {
+    await withPool({ model: modelPath, size: 1, transferFeeds: false }, async (pool) => {
       const salts = [1, 2, 3, 4];
       const expected = await Promise.all(salts.map((salt) => onMainThread(feeds(2, 7, salt))));
       const input = feeds(2, 7, 0);
@@ -116,14 +119,11 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
       assert.equal(pool.stats.queued, salts.length - 1);
       const outputs = await Promise.all(runs);
       outputs.forEach((output, i) => assert.deepEqual(output.embeddings!.data, expected[i], `run ${i}`));
-    } finally {
-      await pool.close();
-    }
+    });
   });
 
   it('reads FeedBuffers in place, leasing them until the worker is done: queued batches get their own buffers, finished ones are reused', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 1 });
-    try {
+    await withPool({ model: modelPath, size: 1 }, async (pool) => {
       const tokenizer = new HashTokenizer();
       const batches = [['the first batch', 'of two texts'], ['a second batch, queued behind the first'], ['a third', 'queued too', 'three texts'], ['and a fourth']];
       const expected = await Promise.all(batches.map((texts) => onMainThread(textFeeds(tokenizer, texts))));
@@ -145,14 +145,11 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
       assert.ok(shared.has(again), 'a finished buffer is reused');
       const [outputsAgain, reference] = await Promise.all([pool.run(textFeeds(tokenizer, ['once the runs are over'], undefined, buffers)), onMainThread(textFeeds(tokenizer, ['once the runs are over']))]);
       assert.deepEqual(outputsAgain.embeddings!.data, reference);
-    } finally {
-      await pool.close();
-    }
+    });
   });
 
   it('ends the lease of an aborted job when the worker can no longer read it: queued at once, running when it answers', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 1 });
-    try {
+    await withPool({ model: modelPath, size: 1 }, async (pool) => {
       const tokenizer = new HashTokenizer();
       const running = new AbortController();
       const queued = new AbortController();
@@ -168,14 +165,11 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
       assert.ok(a instanceof AbortedError && b instanceof AbortedError);
       await until(() => pool.stats.running === 0, 'the worker answers the discarded run');
       assert.equal(leased(firstBuffer), false, 'released when the worker answered');
-    } finally {
-      await pool.close();
-    }
+    });
   });
 
   it('completes many concurrent jobs across workers, each with its own result', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 2 });
-    try {
+    await withPool({ model: modelPath, size: 2 }, async (pool) => {
       const jobs = Array.from({ length: 40 }, (_, i) => ({ salt: i, seq: 1 + (i % 13) }));
       const expected = await Promise.all(jobs.map(({ salt, seq }) => onMainThread(feeds(2, seq, salt))));
       const actual = await Promise.all(jobs.map(({ salt, seq }) => pool.run(feeds(2, seq, salt))));
@@ -187,14 +181,11 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
       assert.equal(totalRuns(pool), 40, 'the workers report 40 runs between them');
       // The first two jobs went to the two idle workers synchronously, so both worked.
       assert.ok(stats.workers.every((w) => w.runs > 0), JSON.stringify(stats.workers));
-    } finally {
-      await pool.close();
-    }
+    });
   });
 
   it('removes a queued job whose signal aborts: it rejects with AbortedError and never runs', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 1 });
-    try {
+    await withPool({ model: modelPath, size: 1 }, async (pool) => {
       // The only worker takes the first job synchronously; the next two must queue behind it.
       const first = pool.run(feeds(4, 32, 1));
       const controller = new AbortController();
@@ -211,14 +202,11 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
       assert.equal(pool.stats.aborted, 1);
       await expectCode(pool.run(feeds(1, 1), { signal: AbortSignal.abort() }), AbortedError, 'ABORTED');
       assert.equal(totalRuns(pool), 2, 'an already aborted signal is not even queued');
-    } finally {
-      await pool.close();
-    }
+    });
   });
 
   it('rejects a running job at once when its signal aborts, and drops its result when the worker answers', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 1 });
-    try {
+    await withPool({ model: modelPath, size: 1 }, async (pool) => {
       const controller = new AbortController();
       const running = pool.run(feeds(4, 32, 1), { signal: controller.signal });
       assert.equal(pool.stats.running, 1);
@@ -230,14 +218,11 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
       await next;
       assert.equal(pool.stats.discarded, 1);
       assert.equal(totalRuns(pool), 2, 'the aborted job did run to completion in the worker');
-    } finally {
-      await pool.close();
-    }
+    });
   });
 
   it('turns a job away with PoolQueueFullError when every worker is busy and maxQueue jobs wait', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 1, maxQueue: 1 });
-    try {
+    await withPool({ model: modelPath, size: 1, maxQueue: 1 }, async (pool) => {
       const running = pool.run(feeds(1, 4, 1));
       const queued = pool.run(feeds(1, 4, 2));
       const error = await expectCode(pool.run(feeds(1, 4, 3)), PoolQueueFullError, 'POOL_QUEUE_FULL');
@@ -245,9 +230,7 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
       await Promise.all([running, queued]);
       assert.equal(pool.stats.rejected, 1);
       await pool.run(feeds(1, 4, 4)); // room again
-    } finally {
-      await pool.close();
-    }
+    });
   });
 
   it('close() rejects queued jobs, lets the running one finish, and leaves no worker thread alive', async () => {
@@ -272,22 +255,18 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
   });
 
   it('replaces a worker that dies, and runs later jobs on the replacement', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 1 });
-    try {
+    await withPool({ model: modelPath, size: 1 }, async (pool) => {
       const [worker] = pool[poolWorkers]();
       const before = worker!.threadId;
       // Killed while idle: terminating a thread inside an onnxruntime call can abort the whole process.
       await worker!.terminate();
       await eventually(() => pool.stats.crashed === 1 && pool.stats.workers.length === 1 && pool.stats.workers[0]!.threadId !== before);
       assert.deepEqual((await pool.run(feeds(1, 6, 2))).embeddings!.data, await onMainThread(feeds(1, 6, 2)));
-    } finally {
-      await pool.close();
-    }
+    });
   });
 
   it('rejects feeds onnxruntime refuses with InferenceFailedError, and an unknown model with UnknownModelError', async () => {
-    const pool = await InferencePool.create({ models: { embed: modelPath, again: modelPath }, size: 1 });
-    try {
+    await withPool({ models: { embed: modelPath, again: modelPath }, size: 1 }, async (pool) => {
       const bad = { input_ids: new ort.Tensor('float32', new Float32Array(4), [1, 4]) };
       const error = await expectCode(pool.run(bad, { model: 'embed' }), InferenceFailedError, 'INFERENCE_FAILED');
       assert.match(error.message, /model "embed"/);
@@ -295,9 +274,7 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
       await expectCode(pool.run(feeds(1, 2)), UnknownModelError, 'UNKNOWN_MODEL');
       assert.deepEqual((await pool.run(feeds(1, 2), { model: 'again' })).embeddings!.data, await onMainThread(feeds(1, 2)));
       assert.deepEqual(pool.models, ['embed', 'again']);
-    } finally {
-      await pool.close();
-    }
+    });
   });
 
   it('fails at creation with a typed error for a missing model, bytes that are not ONNX, or bad options', async () => {
@@ -318,8 +295,7 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
 
 describe('InferencePool.runBorrowed (outputs in a shared arena the worker reuses)', () => {
   it('hands use() the same outputs as run(), in one shared buffer per worker that every borrowed run reuses', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 1 });
-    try {
+    await withPool({ model: modelPath, size: 1 }, async (pool) => {
       const arenas = new Set<ArrayBufferLike>();
       for (const [rows, seq, salt] of [[1, 5, 1], [3, 17, 2], [8, 64, 3], [2, 9, 4]] as const) {
         const expected = await onMainThread(feeds(rows, seq, salt));
@@ -337,14 +313,11 @@ describe('InferencePool.runBorrowed (outputs in a shared arena the worker reuses
       const owned = (await pool.run(feeds(1, 3, 5))).embeddings!.data as Float32Array;
       assert.ok(owned.buffer instanceof ArrayBuffer && !arenas.has(owned.buffer));
       assert.equal(pool.stats.completed, 5);
-    } finally {
-      await pool.close();
-    }
+    });
   });
 
   it('lends each worker its own arena, and reads every answer before that worker runs again', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 2 });
-    try {
+    await withPool({ model: modelPath, size: 2 }, async (pool) => {
       const jobs = Array.from({ length: 24 }, (_, i) => ({ salt: i, seq: 1 + (i % 11) }));
       const expected = await Promise.all(jobs.map(({ salt, seq }) => onMainThread(feeds(2, seq, salt))));
       const arenas = new Set<ArrayBufferLike>();
@@ -358,15 +331,12 @@ describe('InferencePool.runBorrowed (outputs in a shared arena the worker reuses
       );
       actual.forEach((values, i) => assert.deepEqual(Float32Array.from(values), expected[i], `job ${i}`));
       assert.equal(arenas.size, 2, 'one arena per worker');
-    } finally {
-      await pool.close();
-    }
+    });
   });
 
   it('falls back to fresh buffers for outputs larger than the arena, and never uses one with outputArenaBytes: 0', async () => {
     for (const outputArenaBytes of [64, 0]) {
-      const pool = await InferencePool.create({ model: modelPath, size: 1, outputArenaBytes });
-      try {
+      await withPool({ model: modelPath, size: 1, outputArenaBytes }, async (pool) => {
         const expected = await onMainThread(feeds(4, 6, 7));
         const [values, shared] = await pool.runBorrowed(feeds(4, 6, 7), ({ embeddings }) => {
           const data = embeddings!.data as Float32Array;
@@ -374,9 +344,7 @@ describe('InferencePool.runBorrowed (outputs in a shared arena the worker reuses
         });
         assert.deepEqual(values, expected);
         assert.equal(shared, false, `outputArenaBytes ${outputArenaBytes}: 4 × 384 floats do not fit`);
-      } finally {
-        await pool.close();
-      }
+      });
     }
     const invalid = await rejection(InferencePool.create({ model: modelPath, size: 1, outputArenaBytes: -1 }));
     assert.ok(invalid instanceof InvalidOptionsError, String(invalid));
@@ -384,8 +352,7 @@ describe('InferencePool.runBorrowed (outputs in a shared arena the worker reuses
   });
 
   it('refuses a use() that would outlive the outputs (a Promise, a view into them) and passes on what use() throws; the pool goes on', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 1 });
-    try {
+    await withPool({ model: modelPath, size: 1 }, async (pool) => {
       const asPromise = await expectCode(pool.runBorrowed(feeds(1, 4, 1), async ({ embeddings }) => embeddings!.data), BorrowedOutputsError, 'BORROWED_OUTPUTS');
       assert.match(asPromise.message, /Promise/);
       const view = await expectCode(pool.runBorrowed(feeds(2, 4, 1), ({ embeddings }) => tensorRows(embeddings!)), BorrowedOutputsError, 'BORROWED_OUTPUTS');
@@ -396,14 +363,11 @@ describe('InferencePool.runBorrowed (outputs in a shared arena the worker reuses
       assert.deepEqual(await pool.runBorrowed(feeds(1, 4, 2), ({ embeddings }) => (embeddings!.data as Float32Array).slice()), await onMainThread(feeds(1, 4, 2)));
       assert.ok((await rejection(pool.runBorrowed(feeds(1, 4, 1), undefined as never))) instanceof TypeError);
       assert.equal(totalRuns(pool), 5, 'a run without a reader never started');
-    } finally {
-      await pool.close();
-    }
+    });
   });
 
   it('aborts like run(): a queued borrowed job never runs, a running one is discarded and its use() never called', async () => {
-    const pool = await InferencePool.create({ model: modelPath, size: 1 });
-    try {
+    await withPool({ model: modelPath, size: 1 }, async (pool) => {
       let called = 0;
       const read = ({ embeddings }: Record<string, ort.Tensor>) => (called++, (embeddings!.data as Float32Array).slice());
       const running = new AbortController();
@@ -419,9 +383,7 @@ describe('InferencePool.runBorrowed (outputs in a shared arena the worker reuses
       assert.equal(called, 1, 'only the third run was read');
       assert.equal(totalRuns(pool), 2);
       assert.equal(pool.stats.discarded, 1);
-    } finally {
-      await pool.close();
-    }
+    });
   });
 });
 

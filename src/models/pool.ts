@@ -152,10 +152,8 @@ class Slot {
   state: WorkerStats['state'] = 'starting';
   runs = 0;
   job: Job | undefined;
-  /** Shared memory this worker writes borrowed outputs into; created with its first borrowed job. */
+  /** Shared memory this worker writes borrowed outputs into; created with its first borrowed job, and sent with it. */
   arena: SharedArrayBuffer | undefined;
-  /** Whether the worker has been sent `arena`. */
-  arenaSent = false;
   /** Set by an `error` event, reported when the thread exits. */
   lastError: unknown;
   readonly exited: Promise<void>;
@@ -515,9 +513,8 @@ export class InferencePool {
     slot.worker.ref();
     let borrow: { borrow: true; arena?: SharedArrayBuffer } | undefined;
     if (job.use !== undefined && this.config.outputArenaBytes > 0) {
-      slot.arena ??= new SharedArrayBuffer(this.config.outputArenaBytes);
-      borrow = slot.arenaSent ? { borrow: true } : { borrow: true, arena: slot.arena };
-      slot.arenaSent = true;
+      if (slot.arena !== undefined) borrow = { borrow: true };
+      else borrow = { borrow: true, arena: (slot.arena = new SharedArrayBuffer(this.config.outputArenaBytes)) };
     }
     const message: ToWorker = { type: 'run', id: job.id, model: job.model, feeds: job.feeds, pooling: job.pooling, ...borrow };
     try {
