@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { TestScheduler } from 'rxjs/testing';
-import { NEVER, Observable, delay, map, of, type OperatorFunction } from 'rxjs';
+import { NEVER, Observable, delay, lastValueFrom, map, of, toArray, type OperatorFunction } from 'rxjs';
 import { stage, type ShedEvent } from '../operators/stage.js';
 import { fromIterable } from '../src/flow/sources.js';
 import { StageStats } from '../src/flow/stats.js';
@@ -381,6 +381,60 @@ describe('stage: traces', () => {
     assert.match(out[0]!.trace.spanId, /^[0-9a-f]{16}$/);
     assert.match(out[0]!.trace.traceparent, /^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$/);
     assert.equal(out[0]!.trace, out[1]!.trace);
+  });
+});
+
+describe('stage: the work context', () => {
+  it('gives every work that can see a second argument a context with the element\'s stage, seq and trace', async () => {
+    const seen: { stage: string; seq: number; traced: boolean }[][] = [];
+    const record = (i: number, ctx: { stage: string; seq: number; trace: unknown } | undefined) => {
+      (seen[i] ??= []).push({ stage: ctx!.stage, seq: ctx!.seq, traced: ctx!.trace !== undefined });
+    };
+    const shapes: ((value: string, ...rest: never[]) => unknown)[] = [
+      (x: string, ctx: { stage: string; seq: number; trace: unknown }) => (record(0, ctx), x),
+      // Declared length 1, yet it can read the context: a default, `arguments`, a rest parameter, a bound or a method.
+      (x: string, ctx: { stage: string; seq: number; trace: unknown } | undefined = undefined) => (record(1, ctx), x),
+      function (this: unknown, x: string) {
+        // eslint-disable-next-line prefer-rest-params
+        record(2, arguments[1] as never);
+        return x;
+      },
+      (...args: unknown[]) => (record(3, args[1] as never), args[0]),
+      function (this: { i: number }, x: string, ctx: never) {
+        record(this.i, ctx);
+        return x;
+      }.bind({ i: 4 }),
+      { m(x: string, ctx: never) { record(5, ctx); return x; } }.m,
+    ];
+    for (const work of shapes) {
+      const out = await lastValueFrom(fromIterable(['a', 'b', 'c']).pipe(stage(work as never, { name: 'w' }), toArray()));
+      assert.deepEqual(out.map((t) => (t as Traced<string>).value), ['a', 'b', 'c']);
+    }
+    const expected = [0, 1, 2].map((seq) => ({ stage: 'w', seq, traced: true }));
+    assert.deepEqual(seen, shapes.map(() => expected));
+  });
+
+  it('work that cannot see one (an arrow of one plain parameter) still reports seq and trace on failure, and its tasks still abort', async () => {
+    const failures: [number, boolean][] = [];
+    const out = await lastValueFrom(
+      fromIterable(['a', 'b', 'c']).pipe(
+        stage(
+          (x: string) => {
+            if (x === 'b') throw new Error('bad');
+            return x;
+          },
+          { name: 'parse', errorPolicy: 'skip', onFailure: (e) => failures.push([e.seq, e.trace !== undefined]) },
+        ),
+        toArray(),
+      ),
+    );
+    assert.deepEqual(out.map((t) => t.value), ['a', 'c']);
+    assert.deepEqual(failures, [[1, true]]);
+    // An async one-parameter arrow becomes a task: a timeout fails it with its seq.
+    await assert.rejects(
+      lastValueFrom(fromIterable(['a']).pipe(stage(async (x: string) => new Promise<string>((resolve) => setTimeout(() => resolve(x), 50)), { name: 'slow', timeout: 5 }))),
+      (err: unknown) => err instanceof StageTimeoutError && err.seq === 0,
+    );
   });
 });
 

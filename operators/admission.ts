@@ -232,7 +232,7 @@ class AdmissionRun<T> extends LinkedRun<T | Traced<T>> {
       this.stats.delivered++;
       this.stats.emitted++;
       entry.trace.note(this.config.label, 'wait', this.now() - entry.arrivedAt);
-      this.outlet.next(new Traced(entry.value, entry.trace));
+      this.outlet.nextTraced(entry.value, entry.trace);
     }
   }
 

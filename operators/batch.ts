@@ -325,7 +325,7 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> {
     if (gathering.arrivals !== undefined) this.record(gathering);
     // The gathering is closed, so its arrays are never touched again: handed over, not copied.
     const out = new Batch<T>(gathering.key, gathering.items, gathering.traces);
-    this.outlet.next(new Traced(out, gathering.traces[0]!));
+    this.outlet.nextTraced(out, gathering.traces[0]!);
   }
 
   /** queueWait: arrival until the batch was ready; paused: ready until downstream took it. */
@@ -497,7 +497,7 @@ class UnbatchRun<T> extends LinkedRun<Batch<T> | Traced<Batch<T>>> {
       }
       this.stats.buffered--;
       this.stats.emitted++;
-      this.outlet.next(new Traced(current.items[i] as T, current.traces[i]!));
+      this.outlet.nextTraced(current.items[i] as T, current.traces[i]!);
     }
   }
 

@@ -46,6 +46,7 @@
  */
 import { Observable, type Observer, type Subscriber, type Subscription } from 'rxjs';
 import { IllegalDemandError } from '../errors.js';
+import { Traced, type TraceContext } from '../trace/trace.js';
 import { Inlet } from './inlet.js';
 
 /** What a consumer tells its producers. */
@@ -73,9 +74,17 @@ export interface Outlet<T> {
   /** True while the consumer can take one more element now (§1.1: emit only then). */
   wants(): boolean;
   next(value: T): void;
+  /**
+   * Emits the traced element `new Traced(value, trace)` (Flows of traced elements only).
+   * A sluice operator linked directly gets the parts: no envelope is made for the hop.
+   */
+  nextTraced(value: TracedValue<T>, trace: TraceContext): void;
   error(err: unknown): void;
   complete(): void;
 }
+
+/** The payload type of a Flow of traced elements. */
+export type TracedValue<T> = T extends Traced<infer V> ? V : never;
 
 /** The producing side of a Flow, one per subscription. */
 export interface Producer {
@@ -125,6 +134,8 @@ export function swapLink(link: DemandLink | undefined): DemandLink | undefined {
 export interface DirectConsumer<T> {
   readonly directLink: DemandLink;
   askedNext(value: T): void;
+  /** A traced element as its parts (`nextTraced`): the consumer makes the envelope only if it needs one. */
+  tracedNext(value: unknown, trace: TraceContext): void;
 }
 
 class FlowOutlet<T> implements Outlet<T>, Resumable {
@@ -163,6 +174,13 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
     // The hot path between two stages stays small enough for V8 to inline; the rest is in `emit`.
     if (this.direct !== undefined) this.direct.askedNext(value);
     else this.emit(value);
+  }
+
+  nextTraced(value: TracedValue<T>, trace: TraceContext): void {
+    if (this.ended || this.subscriber.closed) return;
+    // Every hop between two stages passes here: the envelope would be one allocation per element per stage.
+    if (this.direct !== undefined) this.direct.tracedNext(value, trace);
+    else this.emit(new Traced(value, trace) as T);
   }
 
   /** To a plain subscriber (unbounded demand), or through plain operators to the linked consumer. */

@@ -1,5 +1,6 @@
 import { Subscriber, type Observable, type Subscription } from 'rxjs';
-import { withLink, type DemandLink, type DirectConsumer } from './demand.js';
+import { withLink, type DemandLink, type DirectConsumer, type TracedValue } from './demand.js';
+import { Traced, type TraceContext } from '../trace/trace.js';
 
 /** What a demand-aware operator does with its upstream's signals. */
 export interface UpstreamHandler<T> {
@@ -11,6 +12,11 @@ export interface UpstreamHandler<T> {
   onNext(value: T): void;
   /** An element from a Flow linked straight to this handler's inlet: asked for by construction, no inlet bookkeeping. Default: `onNext`. */
   onAskedNext?(value: T): void;
+  /**
+   * A traced element from such a Flow, as its parts (no envelope was made for the hop).
+   * Default: `onAskedNext(new Traced(value, trace))`.
+   */
+  onTracedNext?(value: TracedValue<T>, trace: TraceContext): void;
   onUpstreamError(err: unknown): void;
   onUpstreamComplete(): void;
 }
@@ -27,6 +33,11 @@ class UpstreamSubscriber<T> extends Subscriber<T> implements DirectConsumer<T> {
     if (this.isStopped) return;
     if (this.handler.onAskedNext) this.handler.onAskedNext(value);
     else this.handler.onNext(value);
+  }
+  tracedNext(value: unknown, trace: TraceContext): void {
+    if (this.isStopped) return;
+    if (this.handler.onTracedNext) this.handler.onTracedNext(value as TracedValue<T>, trace);
+    else this.askedNext(new Traced(value, trace) as T);
   }
   protected override _next(value: T): void {
     this.handler.onNext(value);
