@@ -439,6 +439,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   cancel(): void {
     if (this.terminated) return;
     this.terminated = true;
+    this.upstream?.unsubscribe(); // first: a producer holding credit (see `lendsRoom`) must not emit into what follows
     const reason = new AbortedError(this.config.name, 'the consumer unsubscribed');
     for (const pending of this.takeBuffered()) this.shed(pending.value, pending.trace, pending.seq, 'cancelled', 1 + pending.merged);
     for (const task of this.tasksInFlight()) {
@@ -452,6 +453,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   // ---- RoomOwner (upstream side) ----
+
+  /** `room()` shrinks only by arrivals; it drops to 0 on termination or end of input, and both unsubscribe upstream first. */
+  readonly lendsRoom = true;
 
   room(): number {
     if (this.terminated || this.upstreamDone) return 0;
@@ -1001,6 +1005,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private fail(error: unknown): void {
     if (this.terminated) return;
     this.terminated = true;
+    this.upstream?.unsubscribe();
     let lost = 0;
     for (const pending of this.takeBuffered()) lost += 1 + pending.merged;
     for (const task of this.tasksInFlight()) {

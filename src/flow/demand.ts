@@ -28,6 +28,11 @@
  * element cannot leak. Explicit credits (`request(n)`) exist for consumers that want
  * them — the test kit, or code bridging to another Reactive Streams library.
  *
+ * Between two stages linked straight to each other (nothing in between to swallow an
+ * element) the answer is taken as a credit: a stage's room shrinks only by the
+ * elements its producer sends, so the producer asks once per room's worth, not once
+ * per element (`UpstreamHandler.lendsRoom`).
+ *
  * ## Plain operators that defer elements
  *
  * An operator that holds elements and emits them later (`delay`, `observeOn`,
@@ -136,6 +141,8 @@ export interface DirectConsumer<T> {
   askedNext(value: T): void;
   /** A traced element as its parts (`nextTraced`): the consumer makes the envelope only if it needs one. */
   tracedNext(value: unknown, trace: TraceContext): void;
+  /** The consumer's room shrinks only by this producer's elements: the producer may take all of it as credit (see `FlowOutlet.wants`). */
+  readonly lendsRoom: boolean;
 }
 
 class FlowOutlet<T> implements Outlet<T>, Resumable {
@@ -146,6 +153,9 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
 
   /** Set when the subscriber is the linked consumer itself (no plain operator in between). */
   private readonly direct: DirectConsumer<T> | undefined;
+  /** A direct consumer that lends its room: elements it said it can take that have not been emitted yet. */
+  private readonly borrows: boolean;
+  private credit = 0;
 
   constructor(
     private readonly subscriber: Subscriber<T>,
@@ -153,6 +163,7 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
   ) {
     const candidate = subscriber as Partial<DirectConsumer<T>>;
     this.direct = link !== undefined && candidate.directLink === link ? (candidate as DirectConsumer<T>) : undefined;
+    this.borrows = this.direct?.lendsRoom === true;
   }
 
   bind(producer: Producer): void {
@@ -164,23 +175,45 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
     return this.ended || this.subscriber.closed;
   }
 
+  /**
+   * Asked before every element. Through plain operators the consumer is asked every
+   * time (a `filter` may swallow what was granted). A direct consumer that lends its
+   * room is asked once per room's worth: nothing but our own elements can fill it, so
+   * what it said stays true until we have emitted that many (the question is a
+   * quarter of a stage hop's instructions).
+   */
   wants(): boolean {
     if (this.ended || this.subscriber.closed) return false;
-    return this.link === undefined || this.link.wants(this);
+    if (this.credit > 0) return true;
+    return this.link === undefined || this.ask(this.link);
+  }
+
+  private ask(link: DemandLink): boolean {
+    if (!link.wants(this)) return false;
+    if (this.borrows) this.credit = link.demand(this);
+    return true;
   }
 
   next(value: T): void {
     if (this.ended || this.subscriber.closed) return;
     // The hot path between two stages stays small enough for V8 to inline; the rest is in `emit`.
-    if (this.direct !== undefined) this.direct.askedNext(value);
-    else this.emit(value);
+    if (this.direct !== undefined) {
+      if (this.credit > 0) this.credit--;
+      this.direct.askedNext(value);
+    } else {
+      this.emit(value);
+    }
   }
 
   nextTraced(value: TracedValue<T>, trace: TraceContext): void {
     if (this.ended || this.subscriber.closed) return;
     // Every hop between two stages passes here: the envelope would be one allocation per element per stage.
-    if (this.direct !== undefined) this.direct.tracedNext(value, trace);
-    else this.emit(new Traced(value, trace) as T);
+    if (this.direct !== undefined) {
+      if (this.credit > 0) this.credit--;
+      this.direct.tracedNext(value, trace);
+    } else {
+      this.emit(new Traced(value, trace) as T);
+    }
   }
 
   /** To a plain subscriber (unbounded demand), or through plain operators to the linked consumer. */

@@ -17,17 +17,26 @@ export interface UpstreamHandler<T> {
    * Default: `onAskedNext(new Traced(value, trace))`.
    */
   onTracedNext?(value: TracedValue<T>, trace: TraceContext): void;
+  /**
+   * True when the handler's room (its `DemandLink`'s answer) shrinks only by the
+   * elements it receives, or drops to 0 only after it has unsubscribed upstream: a
+   * producer linked straight to it may then take the whole room as credit and ask
+   * again only when that is used up. Default false: asked before every element.
+   */
+  readonly lendsRoom?: boolean;
   onUpstreamError(err: unknown): void;
   onUpstreamComplete(): void;
 }
 
 /** Subscribes upstream without RxJS's SafeSubscriber wrapping: one call per element. */
 class UpstreamSubscriber<T> extends Subscriber<T> implements DirectConsumer<T> {
+  readonly lendsRoom: boolean;
   constructor(
     private readonly handler: UpstreamHandler<T>,
     readonly directLink: DemandLink,
   ) {
     super();
+    this.lendsRoom = handler.lendsRoom === true;
   }
   askedNext(value: T): void {
     if (this.isStopped) return;
