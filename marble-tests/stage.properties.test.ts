@@ -77,6 +77,8 @@ interface Plan {
   expand: boolean;
   /** Then defer each element by one virtual frame (`mergeMap(x => of(x).pipe(delay(1)))`): elements in transit. */
   defer: boolean;
+  /** A linked straight to B, nothing between (then no filter, expand or defer): A borrows B's room as credit. */
+  direct: boolean;
   b: StagePlan;
   /**
    * `stage`: B's output is subscribed plainly. `demand`: it is read with
@@ -145,11 +147,12 @@ function planArbitrary(options: PlanOptions): fc.Arbitrary<Plan> {
     keep: keepArbitrary,
     expand: fc.boolean(),
     defer: fc.boolean(),
+    direct: fc.boolean(),
     b: stagePlan(options.consumerPolicies ?? ['pause'], failures),
     consumer: consumerArbitrary,
     take: fc.option(fc.integer({ min: 1, max: 20 }), { nil: undefined, freq: 3 }),
     failing: failures ? fc.option(oneIn(8), { nil: undefined }) : fc.constant(undefined),
-  });
+  }).map((plan) => (plan.direct ? { ...plan, keep: undefined, expand: false, defer: false } : plan));
 }
 
 /** What happens between starting a run and letting it settle. */
@@ -357,17 +360,21 @@ function start(s: Scheduler, plan: Plan): Run {
   }
 
   const keep = plan.keep;
-  const pipeline = source.pipe(
-    stage(makeWork(s, () => run, a, mapA), stageOptions(plan.a, 'A', a.stats, run)),
-    tap(() => checkBounds(run, 'after A emitted')),
-    filter((t: Traced<number>) => {
-      if (keep === undefined || keep(t.value)) return true;
-      run.dropped++;
-      return false;
-    }),
-    plan.expand ? concatMap((t: Traced<number>) => fromIterable([t, t])) : (flow: Observable<Traced<number>>) => flow,
-    plan.defer ? mergeMap((t: Traced<number>) => of(t).pipe(delay(1, run.timers))) : (flow: Observable<Traced<number>>) => flow,
-    serial(run, 'into B'),
+  const afterA = source.pipe(stage(makeWork(s, () => run, a, mapA), stageOptions(plan.a, 'A', a.stats, run)));
+  const intoB = plan.direct
+    ? afterA
+    : afterA.pipe(
+        tap(() => checkBounds(run, 'after A emitted')),
+        filter((t: Traced<number>) => {
+          if (keep === undefined || keep(t.value)) return true;
+          run.dropped++;
+          return false;
+        }),
+        plan.expand ? concatMap((t: Traced<number>) => fromIterable([t, t])) : (flow: Observable<Traced<number>>) => flow,
+        plan.defer ? mergeMap((t: Traced<number>) => of(t).pipe(delay(1, run.timers))) : (flow: Observable<Traced<number>>) => flow,
+        serial(run, 'into B'),
+      );
+  const pipeline = intoB.pipe(
     stage(makeWork(s, () => run, b, mapB), stageOptions(plan.b, 'B', b.stats, run)),
     plan.take === undefined ? (flow: Observable<Traced<number>>) => flow : take(plan.take),
     serial(run, 'consumer'),
