@@ -394,7 +394,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** Elements held at most (buffered plus in flight): `Infinity` unless the policy pauses. */
   private readonly limit: number;
   private readonly name: string;
-  private readonly now: () => number;
+  /** The injected scheduler's clock, if any (virtual time); else `performance.now()`. */
+  private readonly clock: SchedulerLike | undefined;
   private readonly sample: (seq: number) => boolean;
   private readonly scheduler: SchedulerLike;
   private upstream: Subscription | undefined;
@@ -419,8 +420,13 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.name = config.name;
     this.scheduler = config.scheduler ?? asyncScheduler;
     this.inlet = new Inlet(this, { scheduler: this.scheduler, transitTimeout: config.transitTimeout });
-    this.now = config.scheduler ? () => config.scheduler!.now() : () => performance.now();
+    this.clock = config.scheduler;
     this.sample = sampler(config.sampleRate);
+  }
+
+  /** A method, not a closure per run: the call site stays monomorphic and inlines `performance.now()`. */
+  private now(): number {
+    return this.clock === undefined ? performance.now() : this.clock.now();
   }
 
   // ---- Producer (downstream side) ----
