@@ -212,8 +212,13 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
       if (this.credit > 0) this.credit--;
       this.direct.tracedNext(value, trace);
     } else {
-      this.emit(new Traced(value, trace) as T);
+      this.emitTraced(value, trace);
     }
+  }
+
+  /** Out of line: its bytecode would count against the inlining budget of every stage hop. */
+  private emitTraced(value: TracedValue<T>, trace: TraceContext): void {
+    this.emit(new Traced(value, trace) as T);
   }
 
   /** To a plain subscriber (unbounded demand), or through plain operators to the linked consumer. */

@@ -46,7 +46,11 @@ class UpstreamSubscriber<T> extends Subscriber<T> implements DirectConsumer<T> {
   tracedNext(value: unknown, trace: TraceContext): void {
     if (this.isStopped) return;
     if (this.handler.onTracedNext) this.handler.onTracedNext(value as TracedValue<T>, trace);
-    else this.askedNext(new Traced(value, trace) as T);
+    else this.envelope(value, trace);
+  }
+  /** Out of line: kept out of the inlined bytecode of every stage hop. */
+  private envelope(value: unknown, trace: TraceContext): void {
+    this.askedNext(new Traced(value, trace) as T);
   }
   protected override _next(value: T): void {
     this.handler.onNext(value);
