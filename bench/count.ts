@@ -74,4 +74,9 @@ async function once(which: string, n: number): Promise<void> {
 for (let i = 0; i < warm; i++) {
   for (const which of mix && SLUICE_CASES.includes(measured) ? SLUICE_CASES : [measured]) await once(which, warmN);
 }
+const started = process.hrtime.bigint();
 for (let i = 0; i < runs; i++) await once(measured, n);
+// COUNT_TIME=1: also the wall time of the measured rounds (outside valgrind), to tell instructions from stalls.
+if (process.env.COUNT_TIME === '1' && runs > 0) {
+  console.log(`${measured}: ${(Number(process.hrtime.bigint() - started) / runs / n / STAGES).toFixed(1)} ns/element/stage (wall, ${runs} rounds)`);
+}
