@@ -88,6 +88,11 @@ export interface Outlet<T> {
   complete(): void;
 }
 
+/** A consumer of traced elements as their parts. @internal */
+export interface TracedSink {
+  onTracedNext(value: unknown, trace: TraceContext): void;
+}
+
 /** The payload type of a Flow of traced elements. */
 export type TracedValue<T> = T extends Traced<infer V> ? V : never;
 
@@ -141,6 +146,8 @@ export interface DirectConsumer<T> {
   askedNext(value: T): void;
   /** A traced element as its parts (`nextTraced`): the consumer makes the envelope only if it needs one. */
   tracedNext(value: unknown, trace: TraceContext): void;
+  /** Takes traced elements as parts itself, if it does: the outlet calls it without the subscriber in between. */
+  readonly tracedSink: TracedSink | undefined;
   /** The consumer's room shrinks only by this producer's elements: the producer may take all of it as credit (see `FlowOutlet.wants`). */
   readonly lendsRoom: boolean;
 }
@@ -156,6 +163,8 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
   /** A direct consumer that lends its room: elements it said it can take that have not been emitted yet. */
   private readonly borrows: boolean;
   private credit = 0;
+  /** The direct consumer's own handler of traced parts, called straight: one call per hop instead of two. */
+  private readonly sink: TracedSink | undefined;
 
   constructor(
     private readonly subscriber: Subscriber<T>,
@@ -164,6 +173,7 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
     const candidate = subscriber as Partial<DirectConsumer<T>>;
     this.direct = link !== undefined && candidate.directLink === link ? (candidate as DirectConsumer<T>) : undefined;
     this.borrows = this.direct?.lendsRoom === true;
+    this.sink = this.direct?.tracedSink;
   }
 
   bind(producer: Producer): void {
@@ -208,9 +218,10 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
   nextTraced(value: TracedValue<T>, trace: TraceContext): void {
     if (this.ended || this.subscriber.closed) return;
     // Every hop between two stages passes here: the envelope would be one allocation per element per stage.
-    if (this.direct !== undefined) {
+    // The subscriber is not closed (checked above), which is all it would check itself.
+    if (this.sink !== undefined) {
       if (this.credit > 0) this.credit--;
-      this.direct.tracedNext(value, trace);
+      this.sink.onTracedNext(value, trace);
     } else {
       this.emitTraced(value, trace);
     }
@@ -218,7 +229,12 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
 
   /** Out of line: its bytecode would count against the inlining budget of every stage hop. */
   private emitTraced(value: TracedValue<T>, trace: TraceContext): void {
-    this.emit(new Traced(value, trace) as T);
+    if (this.direct !== undefined) {
+      if (this.credit > 0) this.credit--;
+      this.direct.tracedNext(value, trace);
+    } else {
+      this.emit(new Traced(value, trace) as T);
+    }
   }
 
   /** To a plain subscriber (unbounded demand), or through plain operators to the linked consumer. */

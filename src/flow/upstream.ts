@@ -1,5 +1,5 @@
 import { Subscriber, type Observable, type Subscription } from 'rxjs';
-import { withLink, type DemandLink, type DirectConsumer, type TracedValue } from './demand.js';
+import { withLink, type DemandLink, type DirectConsumer, type TracedSink, type TracedValue } from './demand.js';
 import { Traced, type TraceContext } from '../trace/trace.js';
 
 /** What a demand-aware operator does with its upstream's signals. */
@@ -31,12 +31,14 @@ export interface UpstreamHandler<T> {
 /** Subscribes upstream without RxJS's SafeSubscriber wrapping: one call per element. */
 class UpstreamSubscriber<T> extends Subscriber<T> implements DirectConsumer<T> {
   readonly lendsRoom: boolean;
+  readonly tracedSink: TracedSink | undefined;
   constructor(
     private readonly handler: UpstreamHandler<T>,
     readonly directLink: DemandLink,
   ) {
     super();
     this.lendsRoom = handler.lendsRoom === true;
+    this.tracedSink = handler.onTracedNext ? (handler as TracedSink) : undefined;
   }
   askedNext(value: T): void {
     if (this.isStopped) return;
