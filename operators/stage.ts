@@ -1004,9 +1004,14 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   private record(trace: TraceContext, queueWait: number, service: number, paused: number, conflated: number): void {
     // Retry wrappers note their attempts; the record carries them so timing and retries read together.
-    const retries = trace.notes?.[`${this.config.name}.retries`];
-    const record: StageRecord = { stage: this.config.name, queueWait, service, paused, retries: typeof retries === 'number' ? retries : 0, conflated };
+    const retries = trace.notes === undefined ? 0 : this.retries(trace.notes);
+    const record: StageRecord = { stage: this.name, queueWait, service, paused, retries, conflated };
     trace.records!.push(record);
+  }
+
+  private retries(notes: Record<string, string | number | boolean>): number {
+    const retries = notes[`${this.name}.retries`];
+    return typeof retries === 'number' ? retries : 0;
   }
 
   private shed(value: I, trace: TraceContext, seq: number, reason: ShedReason, count: number): void {
