@@ -732,16 +732,22 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     else this.link(task);
     if (this.config.timeout !== undefined) this.startTimer(task, this.config.timeout);
     // No closure is made here: a function that makes one allocates its context on every call.
+    if (kind === PROMISE) {
+      // A Promise calls one callback once (a thenable may not): once retired, nothing can reach the task.
+      task.reusable = task.timer === undefined && result instanceof Promise;
+      (result as PromiseLike<O>).then(task.fulfilled, task.rejected);
+    } else {
+      this.startOther(task, result, kind);
+    }
+  }
+
+  /** `startTask` for a result that is not a Promise (out of line: Promise work is the hot path). */
+  private startOther(task: Task<I, O>, result: WorkResult<O>, kind: number): void {
     switch (kind) {
       case PLAIN:
         task.reusable = task.timer === undefined;
         task.push(result as O);
         this.taskDone(task);
-        return;
-      case PROMISE:
-        // A Promise calls one callback once (a thenable may not): once retired, nothing can reach the task.
-        task.reusable = task.timer === undefined && result instanceof Promise;
-        (result as PromiseLike<O>).then(task.fulfilled, task.rejected);
         return;
       case OBSERVABLE:
         this.subscribeResult(task, result as Observable<O>);
@@ -930,27 +936,31 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   /** Emits one output of `task` if downstream wants it; returns whether it did. */
   private emitFrom(task: Task<I, O>): boolean {
-    const sampled = task.trace.sampled;
     if (!this.outlet.wants()) {
-      if (sampled && task.waitingSince < 0) task.waitingSince = this.now();
+      if (task.trace.sampled && task.waitingSince < 0) task.waitingSince = this.now();
       return false;
     }
     const output = task.shift();
-    if (sampled && task.waitingSince >= 0) {
+    this.stats.emitted++;
+    // Most tasks yield one output, unsampled: nothing more to do here (the rest is out of line, off the hop's inlined code).
+    if (task.trace.sampled || (task.outputs === 0 && !task.done)) this.emittedFrom(task);
+    this.outlet.nextTraced(output, task.trace);
+    return true;
+  }
+
+  /** After `emitFrom` took an output: the time a sampled task waited for demand, and a streaming task's next output. */
+  private emittedFrom(task: Task<I, O>): void {
+    if (task.trace.sampled && task.waitingSince >= 0) {
       task.paused += this.now() - task.waitingSince;
       task.waitingSince = -1;
     }
-    this.stats.emitted++;
-    if (task.outputs === 0) {
-      if (!task.done) {
-        if (task.iterator) this.pullIterator(task);
-        else if (task.subscription) task.resumeProducers();
-      } else if (sampled) {
-        this.finishRecord(task); // the last output carries the complete record downstream
-      }
+    if (task.outputs > 0) return;
+    if (!task.done) {
+      if (task.iterator) this.pullIterator(task);
+      else if (task.subscription) task.resumeProducers();
+    } else if (task.trace.sampled) {
+      this.finishRecord(task); // the last output carries the complete record downstream
     }
-    this.outlet.nextTraced(output, task.trace);
-    return true;
   }
 
   /** Finished, and its last output already went downstream (the consumer may end the run while taking it). */
@@ -962,7 +972,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.inFlight--;
     this.stats.inFlight--;
     if (!this.config.ordered) this.unlink(task);
-    this.closeTask(task);
+    // A reusable task never had a timer, subscription or iterator: closing it is the flag alone.
+    if (task.reusable) task.closed = true;
+    else this.closeTask(task);
     if (!task.failed) this.stats.delivered += 1 + task.merged;
     if (task.trace.sampled) this.finishRecord(task);
     if (task.reusable) {
