@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { TestScheduler } from 'rxjs/testing';
 import { NEVER, Observable, delay, lastValueFrom, map, of, toArray, type OperatorFunction } from 'rxjs';
 import { stage, type ShedEvent } from '../operators/stage.js';
-import { fromIterable } from '../src/flow/sources.js';
+import { fromAsyncIterable, fromIterable } from '../src/flow/sources.js';
 import { StageStats } from '../src/flow/stats.js';
 import { KillSwitch } from '../src/flow/kill-switch.js';
 import { Traced } from '../src/trace/trace.js';
@@ -299,6 +299,37 @@ describe('stage: lifecycle', () => {
 });
 
 describe('stage: link scope', () => {
+  it('two Flows handed the same stage subscriber share its room: credit is lent only to a lone producer', async () => {
+    const stats = new StageStats();
+    async function* trickle(): AsyncGenerator<number> {
+      for (let i = 0; i < 5; i++) yield await new Promise<number>((resolve) => setTimeout(() => resolve(i), 1));
+    }
+    // A hand-rolled merge: both Flows get the stage's own subscriber, so both are linked to it directly.
+    const both = new Observable<number>((subscriber) => {
+      const first = fromAsyncIterable(trickle()).subscribe(subscriber);
+      const second = fromIterable([10, 11, 12, 13, 14]).subscribe(subscriber);
+      return () => {
+        first.unsubscribe();
+        second.unsubscribe();
+      };
+    });
+    let maxBuffered = 0;
+    const never = new Promise<number>(() => {});
+    const subscription = both
+      .pipe(stage((_: number) => never, { name: 'held', capacity: 2, stats }))
+      .subscribe();
+    for (let tick = 0; tick < 20; tick++) {
+      maxBuffered = Math.max(maxBuffered, stats.buffered);
+      await new Promise((resolve) => setTimeout(resolve, 1));
+    }
+    subscription.unsubscribe();
+    // Capacity 2, concurrency 1. The first producer's credit, taken while it was alone, must not outlive the
+    // second's arrival (without that rule: 5 buffered). One element over is the async Flow's: it asked before
+    // its next() and its element came after the other Flow had filled the room (a pending request, §1.1).
+    assert.ok(maxBuffered <= 3, `buffered ${maxBuffered}`);
+    assert.ok(stats.received <= 4, `received ${stats.received}`);
+  });
+
   it('a Flow the work subscribes for itself is not paced by the stage that is emitting to it', () => {
     const counts: number[] = [];
     const countAll = (x: number) => {

@@ -67,10 +67,17 @@ export interface DemandLink {
   /** Producers that must be resumed when demand returns. */
   attach(outlet: Resumable): void;
   detach(outlet: Resumable): void;
+  /**
+   * Elements `outlet` may send without asking again: its consumer's room while it is the
+   * consumer's only producer, else 0. Only links whose consumer lends its room have it.
+   */
+  credit?(outlet: Resumable): number;
 }
 
 export interface Resumable {
   resume(): void;
+  /** A second producer joined the consumer: credit taken while this one was alone is void. */
+  revoke?(): void;
 }
 
 /** A producer's view of its consumer. */
@@ -172,7 +179,7 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
   ) {
     const candidate = subscriber as Partial<DirectConsumer<T>>;
     this.direct = link !== undefined && candidate.directLink === link ? (candidate as DirectConsumer<T>) : undefined;
-    this.borrows = this.direct?.lendsRoom === true;
+    this.borrows = this.direct?.lendsRoom === true && typeof link?.credit === 'function';
     this.sink = this.direct?.tracedSink;
   }
 
@@ -200,8 +207,12 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
 
   private ask(link: DemandLink): boolean {
     if (!link.wants(this)) return false;
-    if (this.borrows) this.credit = link.demand(this);
+    if (this.borrows) this.credit = link.credit!(this);
     return true;
+  }
+
+  revoke(): void {
+    this.credit = 0;
   }
 
   next(value: T): void {

@@ -126,6 +126,11 @@ export class Inlet implements DemandLink {
     return Math.max(0, this.owner.room() - this.unconfirmed(outlet));
   }
 
+  /** The whole room, to the only producer (a second producer would share it: see `attach`). */
+  credit(outlet: Resumable): number {
+    return this.outlets.length === 1 && this.outlets[0] === outlet ? this.demand(outlet) : 0;
+  }
+
   beforeEmit(): number {
     this.emitting++;
     return this.events;
@@ -196,6 +201,7 @@ export class Inlet implements DemandLink {
   }
 
   attach(outlet: Resumable): void {
+    if (this.outlets.length === 1) this.outlets[0]!.revoke?.();
     this.outlets.push(outlet);
     if (this.emitting > 0) {
       this.lastAttach = ++this.events; // an emit turned its element into this producer (mergeMap's inner Flow)
