@@ -17,7 +17,7 @@ import {
   StageTimeoutError,
   UnpausableSourceError,
 } from '../src/errors.js';
-import { TraceContext, Traced, sampler, type StageRecord } from '../src/trace/trace.js';
+import { SeqSampler, TraceContext, Traced, type StageRecord } from '../src/trace/trace.js';
 
 /** What the work function receives beside the value. */
 export interface StageContext {
@@ -402,7 +402,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private readonly name: string;
   /** The injected scheduler's clock, if any (virtual time); else `performance.now()`. */
   private readonly clock: SchedulerLike | undefined;
-  private readonly sample: (seq: number) => boolean;
+  private readonly sampler: SeqSampler;
   private readonly scheduler: SchedulerLike;
   private upstream: Subscription | undefined;
   private upstreamDone = false;
@@ -428,7 +428,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.scheduler = config.scheduler ?? asyncScheduler;
     this.inlet = new Inlet(this, { scheduler: this.scheduler, transitTimeout: config.transitTimeout });
     this.clock = config.scheduler;
-    this.sample = sampler(config.sampleRate);
+    this.sampler = new SeqSampler(config.sampleRate);
   }
 
   /** A method, not a closure per run: the call site stays monomorphic and inlines `performance.now()`. */
@@ -508,7 +508,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
    */
   private accept(input: I | Traced<I>, asked: boolean): void {
     if (input instanceof Traced) this.take((input as Traced<I>).value, (input as Traced<I>).trace, asked);
-    else this.take(input, new TraceContext(this.seq, this.sample(this.seq)), asked);
+    else this.take(input, new TraceContext(this.seq, this.sampler.at(this.seq)), asked);
   }
 
   private take(value: I, trace: TraceContext, asked: boolean): void {
