@@ -791,8 +791,26 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** A Promise result settled (called by `Task.fulfilled`). */
   taskFulfilled(task: Task<I, O>, output: O): void {
     if (task.closed) return;
+    // The oldest task settled with its one output, nothing being delivered, downstream wanting it: out at once.
+    if (this.wip === 0 && this.queue.peek() === task && this.config.ordered && task.timer === undefined && !task.trace.sampled && this.outlet.wants()) {
+      this.deliverSettled(task, output);
+      return;
+    }
     task.push(output);
     this.taskDone(task);
+  }
+
+  /** `taskFulfilled`'s shortcut: what `drain` would do for this task (deliver, retire), then the drain for the rest. */
+  private deliverSettled(task: Task<I, O>, output: O): void {
+    this.wip = 1; // demand signalled during the emit only marks the drain below as due
+    task.done = true;
+    this.stats.emitted++;
+    this.outlet.nextTraced(output, task.trace);
+    this.wip = 0;
+    if (this.terminated) return; // a consumer that left during the emit counted the task as delivered
+    this.queue.shift();
+    this.retire(task);
+    this.drain();
   }
 
   private pullIterator(task: Task<I, O>): void {
