@@ -526,15 +526,23 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     const context = this.config.passContext ? this.contextFor(seq, trace) : undefined;
     const startedAt = trace.sampled ? this.startTime(trace) : 0;
     const result = this.config.asyncWork ? this.callAsync(value, context, seq, trace, 0) : this.call(value, context, seq, trace, 0);
+    const kind = kindOf(result);
     // Ordered, every task in flight is queued ahead: a plain result goes straight out only when none is in flight.
-    if (this.inFlight === 0 && kindOf(result) === PLAIN && !threw(result)) this.emitNow(result as O, trace, startedAt);
-    else this.startLater(value, context, seq, trace, result, startedAt);
+    if (kind === PLAIN && this.inFlight === 0 && !threw(result)) this.emitNow(result as O, trace, startedAt);
+    else this.startLater(value, context, seq, trace, result, kind, startedAt);
   }
 
   /** `startNow` for a result that is not a plain value going straight out: kept out of the hop's inlined code. */
-  private startLater(value: I, context: WorkContext | undefined, seq: number, trace: TraceContext, result: WorkResult<O> | typeof FAILED, startedAt: number): void {
+  private startLater(
+    value: I,
+    context: WorkContext | undefined,
+    seq: number,
+    trace: TraceContext,
+    result: WorkResult<O> | typeof FAILED,
+    kind: number,
+    startedAt: number,
+  ): void {
     if (threw(result)) return;
-    const kind = kindOf(result);
     if (kind === PLAIN && !this.config.ordered) this.emitDirect(result as O, trace, -1, startedAt, 0);
     else this.startTask(value, context, seq, trace, result, kind, startedAt, -1, 0);
     // Deliver what finished at once (an Observable that emitted, other tasks when unordered); a Promise cannot have settled yet.
