@@ -135,6 +135,16 @@ describe('sampling', () => {
     assert.deepEqual([...raw], [1, -2]);
   });
 
+  it('the stop sequence that begins first wins, even when a shorter one completes sooner (found by the property below)', () => {
+    const matcher = new StopMatcher(['bca', 'c']);
+    assert.deepEqual(matcher.push('bc'), { text: '', stopped: false }); // 'c' matched, but 'bca' may begin before it
+    assert.deepEqual(matcher.push('a'), { text: '', stopped: true });
+    const ended = new StopMatcher(['bca', 'c']);
+    assert.deepEqual(ended.push('bc'), { text: '', stopped: false });
+    assert.equal(ended.flush(), 'b'); // the text ended: 'bca' never came, so 'c' stops it
+    assert.equal(ended.matched, true);
+  });
+
   it('stop sequences stop across token boundaries and are never emitted (any split)', () => {
     const alphabet = fc.constantFrom('a', 'b', 'c', 'é', '🌍');
     fc.assert(
@@ -156,7 +166,10 @@ describe('sampling', () => {
               break;
             }
           }
-          if (!stopped) out += matcher.flush();
+          if (!stopped) {
+            out += matcher.flush(); // the end of the text decides what was still held back
+            stopped = matcher.matched;
+          }
           const first = Math.min(...stops.map((s) => text.indexOf(s)).filter((i) => i >= 0));
           assert.equal(stopped, Number.isFinite(first));
           assert.equal(out, Number.isFinite(first) ? text.slice(0, first) : text);

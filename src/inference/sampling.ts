@@ -148,7 +148,9 @@ function argmax(values: ArrayLike<number>): number {
 /**
  * Finds stop sequences in text that arrives in pieces. Text that could be the start of
  * a stop sequence is held back until the next piece shows whether it is; text before a
- * stop sequence is released, the stop sequence itself never is.
+ * stop sequence is released, the stop sequence itself never is. When several stop
+ * sequences occur, the one that begins first wins, even if a shorter one completes
+ * sooner (`['bca', 'c']` on `'bc'` then `'a'` stops before the `b`).
  *
  * ## Example
  * ```ts
@@ -160,34 +162,53 @@ function argmax(values: ArrayLike<number>): number {
 export class StopMatcher {
   private held = '';
   private readonly longest: number;
+  private found = false;
 
   constructor(private readonly stops: readonly string[]) {
     this.longest = Math.max(0, ...stops.map((s) => s.length));
   }
 
+  /** Whether a stop sequence was found (by `push`, or by `flush` in what was still held). */
+  get matched(): boolean {
+    return this.found;
+  }
+
   /** The text safe to emit now, and whether a stop sequence was found (then nothing is held any more). */
   push(piece: string): { text: string; stopped: boolean } {
     const text = this.held + piece;
+    const at = this.firstMatch(text);
+    // Where a stop sequence may still begin: the start of the longest suffix that is a proper prefix of one.
+    const keep = this.heldSuffix(text);
+    const pending = keep > 0 ? text.length - keep : -1;
+    if (at >= 0 && (pending < 0 || pending >= at)) {
+      this.held = '';
+      this.found = true;
+      return { text: text.slice(0, at), stopped: true };
+    }
+    // Invariant: a stop sequence beginning in the released text would lie wholly inside `text` (none
+    // does before `at`) or run past its end (its start would be a pending one, and none is earlier).
+    const release = pending >= 0 ? pending : text.length;
+    this.held = text.slice(release);
+    return { text: text.slice(0, release), stopped: false };
+  }
+
+  /** The text still held back when the generation ends: up to a stop sequence it holds, if any. */
+  flush(): string {
+    const held = this.held;
+    this.held = '';
+    const at = this.firstMatch(held);
+    if (at < 0) return held;
+    this.found = true;
+    return held.slice(0, at);
+  }
+
+  private firstMatch(text: string): number {
     let at = -1;
     for (const stop of this.stops) {
       const i = text.indexOf(stop);
       if (i >= 0 && (at < 0 || i < at)) at = i;
     }
-    if (at >= 0) {
-      this.held = '';
-      return { text: text.slice(0, at), stopped: true };
-    }
-    // Invariant: any stop sequence beginning in the released text would lie wholly inside `text`, and none does.
-    const keep = this.heldSuffix(text);
-    this.held = text.slice(text.length - keep);
-    return { text: text.slice(0, text.length - keep), stopped: false };
-  }
-
-  /** The text still held back (the generation ended without completing a stop sequence). */
-  flush(): string {
-    const held = this.held;
-    this.held = '';
-    return held;
+    return at;
   }
 
   /** Length of the longest suffix of `text` that is a proper prefix of some stop sequence. */

@@ -339,8 +339,10 @@ class DecodeProducer implements Producer {
 
   private finish(reason: 'stop' | 'length'): void {
     this.finishReason = reason;
-    // Text held back for a stop sequence that never completed is real output (after a match nothing is held).
+    // Text held back for a stop sequence that never completed is real output (after a match nothing is held);
+    // held text can also end in a stop sequence that a longer candidate beginning earlier kept undecided.
     this.tail = this.stops?.flush() ?? '';
+    if (this.stops?.matched) this.finishReason = 'stop';
     this.drain();
   }
 
