@@ -151,7 +151,7 @@ export function swapLink(link: DemandLink | undefined): DemandLink | undefined {
 export interface DirectConsumer<T> {
   readonly directLink: DemandLink;
   askedNext(value: T): void;
-  /** A traced element as its parts (`nextTraced`): the consumer makes the envelope only if it needs one. */
+  /** A traced element as its parts (`nextTraced`), for a consumer without a `tracedSink`: it makes the envelope. */
   tracedNext(value: unknown, trace: TraceContext): void;
   /** Takes traced elements as parts itself, if it does: the outlet calls it without the subscriber in between. */
   readonly tracedSink: TracedSink | undefined;
@@ -196,8 +196,8 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
    * Asked before every element. Through plain operators the consumer is asked every
    * time (a `filter` may swallow what was granted). A direct consumer that lends its
    * room is asked once per room's worth: nothing but our own elements can fill it, so
-   * what it said stays true until we have emitted that many (the question is a
-   * quarter of a stage hop's instructions).
+   * what it said stays true until we have emitted that many (asking had cost up to a
+   * fifth of a stage hop's instructions).
    */
   wants(): boolean {
     if (this.ended || this.subscriber.closed) return false;

@@ -45,13 +45,8 @@ class UpstreamSubscriber<T> extends Subscriber<T> implements DirectConsumer<T> {
     if (this.handler.onAskedNext) this.handler.onAskedNext(value);
     else this.handler.onNext(value);
   }
+  /** A traced element for a handler that takes no parts (one that does is the outlet's `tracedSink`, called straight). */
   tracedNext(value: unknown, trace: TraceContext): void {
-    if (this.isStopped) return;
-    if (this.handler.onTracedNext) this.handler.onTracedNext(value as TracedValue<T>, trace);
-    else this.envelope(value, trace);
-  }
-  /** Out of line: kept out of the inlined bytecode of every stage hop. */
-  private envelope(value: unknown, trace: TraceContext): void {
     this.askedNext(new Traced(value, trace) as T);
   }
   protected override _next(value: T): void {
