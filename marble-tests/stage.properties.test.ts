@@ -47,9 +47,10 @@ type SourceKind = 'array' | 'generator' | 'async' | 'plain';
  * How the work answers: `sync` a value, `promise` a scheduled Promise, `mixed` one or
  * the other by element, `observable` an Observable of one scheduled value, `tokens`
  * an async generator of two values, each after a scheduled wait (a token stream),
- * `flow` a synchronous Flow of two values (paused while its output waits for demand).
+ * `flow` a synchronous Flow of two values (paused while its output waits for demand),
+ * `async` an `async` function awaiting a scheduled Promise (the stage's own path for them).
  */
-type WorkKind = 'sync' | 'promise' | 'mixed' | 'observable' | 'tokens' | 'flow';
+type WorkKind = 'sync' | 'promise' | 'mixed' | 'observable' | 'tokens' | 'flow' | 'async';
 const outputsPerInput = (kind: WorkKind): number => (kind === 'tokens' || kind === 'flow' ? 2 : 1);
 
 interface StagePlan {
@@ -100,7 +101,7 @@ interface PlanOptions {
   failures?: boolean;
 }
 
-const WORK_KINDS: readonly WorkKind[] = ['sync', 'promise', 'mixed', 'observable', 'tokens', 'flow'];
+const WORK_KINDS: readonly WorkKind[] = ['sync', 'promise', 'mixed', 'observable', 'tokens', 'flow', 'async'];
 const ALL_POLICIES: readonly Policy[] = ['pause', 'shed-incoming', 'shed-oldest', 'fail', 'conflate'];
 
 const stagePlan = (policies: readonly Policy[], failures: boolean): fc.Arbitrary<StagePlan> =>
@@ -237,7 +238,7 @@ function serial<T>(run: Run, where: string): MonoTypeOperatorFunction<T> {
 
 function makeWork(s: Scheduler, run: () => Run, probe: StageProbe, fn: (x: number) => number) {
   const kind = probe.plan.work;
-  return (x: number, context: StageContext): WorkResult<number> => {
+  const begin = (x: number, context: StageContext) => {
     const call = { signal: context.signal, finished: false };
     probe.calls.push(call);
     checkBounds(run(), `work(${x})`);
@@ -247,6 +248,20 @@ function makeWork(s: Scheduler, run: () => Run, probe: StageProbe, fn: (x: numbe
       return fn(value);
     };
     const later = (): Promise<number> => s.schedule(Promise.resolve(x), `work(${x})`);
+    return { call, compute, later };
+  };
+  if (kind === 'async') {
+    return async (x: number, context: StageContext): Promise<number> => {
+      const { call, compute, later } = begin(x, context);
+      try {
+        return compute(await later());
+      } finally {
+        call.finished = true;
+      }
+    };
+  }
+  return (x: number, context: StageContext): WorkResult<number> => {
+    const { call, compute, later } = begin(x, context);
     switch (kind === 'mixed' ? (x % 2 === 0 ? 'sync' : 'promise') : kind) {
       case 'sync':
         call.finished = true;

@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { AssertionError } from 'node:assert';
-import { VirtualTimeScheduler, filter } from 'rxjs';
+import { VirtualTimeScheduler, filter, merge } from 'rxjs';
 import { TestSink, TestSource, eventually, expectAccounted, verify } from 'sluice/testing';
 import { stage, type ShedEvent, type StageOptions } from '../operators/stage.js';
 import { StageStats } from '../src/flow/stats.js';
@@ -64,6 +64,34 @@ describe('stage demand, driven by TestSource and TestSink', () => {
     sink.request(2).expectNext(20, 30);
     source.expectDemand(2);
     assert.deepEqual(source.pulls, [3, 1, 2]);
+  });
+
+  it('resumes a lone producer it stopped once a quarter of its room is free, not at every freed slot', () => {
+    const { source, sink } = probe({ capacity: 7 }); // room 8: resumed at 2 free
+    source.emit(1, 2, 3, 4, 5, 6, 7, 8);
+    source.expectDemand(0);
+    sink.request(1).expectNext(10);
+    source.expectDemand(1); // it may send (asked, the answer is yes) but is not woken for one slot
+    assert.deepEqual(source.pulls, [8]);
+    sink.request(1).expectNext(20);
+    assert.deepEqual(source.pulls, [8, 2]);
+    source.emit(9, 10);
+    sink.request(8).expectNext(30, 40, 50, 60, 70, 80, 90, 100);
+    assert.deepEqual(source.pulls, [8, 2, 8]); // one wake for the whole batch the sink took
+  });
+
+  it('resumes every producer at any free slot when there are several (none can keep another out)', () => {
+    const a = new TestSource<number>();
+    const b = new TestSource<number>();
+    const sink = TestSink.subscribe(merge(a, b).pipe(stage(times10, { name: 'merged', capacity: 7 })));
+    a.emit(1, 2, 3, 4);
+    b.emit(5, 6, 7, 8);
+    a.expectDemand(0);
+    const [aPulls, bPulls] = [a.pulls.length, b.pulls.length];
+    sink.request(1).expectNext(10);
+    assert.equal(a.pulls.length, aPulls + 1);
+    assert.equal(b.pulls.length, bPulls + 1);
+    a.expectDemand(1);
   });
 
   it('passes elements straight through while the sink has demand, keeping upstream demand at capacity + concurrency', () => {

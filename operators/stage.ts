@@ -399,6 +399,14 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** Elements held at most (buffered plus in flight): `Infinity` unless the policy pauses. */
   private readonly limit: number;
   private readonly concurrency: number;
+  /**
+   * A lone producer that stopped for lack of room is resumed once this much is free, not
+   * at every freed slot (RxJava and Reactor replenish a prefetch at 75 % the same way):
+   * a full stage fed by a fast source would otherwise wake it, take one element and stop
+   * it again for every element. Several producers are resumed at any room, so none can
+   * be kept out by another that keeps the room just under this.
+   */
+  private readonly resumeAt: number;
   private readonly name: string;
   /** The injected scheduler's clock, if any (virtual time); else `performance.now()`. */
   private readonly clock: SchedulerLike | undefined;
@@ -424,6 +432,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.buffer = new Ring(Math.min(config.capacity, 1024));
     this.limit = config.pausing ? config.limit : Infinity;
     this.concurrency = config.concurrency;
+    this.resumeAt = Math.max(1, Math.floor(config.limit / 4));
     this.name = config.name;
     this.scheduler = config.scheduler ?? asyncScheduler;
     this.inlet = new Inlet(this, { scheduler: this.scheduler, transitTimeout: config.transitTimeout });
@@ -526,11 +535,22 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     // (mostly plain results), apart from buffered starts (mostly Promise work).
     const context = this.config.passContext ? this.contextFor(seq, trace) : undefined;
     const startedAt = trace.sampled ? this.startTime(trace) : 0;
-    const result = this.config.asyncWork ? this.callAsync(value, context, seq, trace, 0) : this.call(value, context, seq, trace, 0);
+    if (this.config.asyncWork) {
+      this.startAsync(value, context, seq, trace, startedAt);
+      return;
+    }
+    const result = this.call(value, context, seq, trace, 0);
     const kind = kindOf(result);
     // Ordered, every task in flight is queued ahead: a plain result goes straight out only when none is in flight.
     if (kind === PLAIN && this.inFlight === 0 && !threw(result)) this.emitNow(result as O, trace, startedAt);
     else this.startLater(value, context, seq, trace, result, kind, startedAt);
+  }
+
+  /** `startNow` for an `async` function: its result is a native Promise (anything else, from a Proxy say, takes the general path). */
+  private startAsync(value: I, context: WorkContext | undefined, seq: number, trace: TraceContext, startedAt: number): void {
+    const result = this.callAsync(value, context, seq, trace, 0);
+    if (result instanceof Promise) this.startTask(value, context, seq, trace, result, PROMISE, startedAt, -1, 0);
+    else this.startLater(value, context, seq, trace, result, kindOf(result), startedAt);
   }
 
   /** `startNow` for a result that is not a plain value going straight out: kept out of the hop's inlined code. */
@@ -558,7 +578,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       return;
     }
     this.enqueue(value, trace, seq, asked);
-    this.drain();
+    // Every slot busy and no drain running: an arrival can start nothing and deliver nothing (a
+    // settling task drains), and room only shrank, so there is no one to resume.
+    if (this.inFlight < this.concurrency || this.wip !== 0 || this.terminated || this.upstreamDone) this.drain();
   }
 
   onUpstreamComplete(): void {
@@ -819,7 +841,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     if (this.terminated) return; // a consumer that left during the emit counted the task as delivered
     this.queue.shift();
     this.retire(task);
-    this.drain();
+    // Nothing left in flight or buffered (a stage keeping up): the drain would only resume a stopped producer.
+    if (this.inFlight === 0 && this.buffer.length === 0 && !this.upstreamDone) this.inlet.signal();
+    else this.drain();
   }
 
   private pullIterator(task: Task<I, O>): void {
@@ -911,11 +935,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       }
     } while (--this.wip !== 0);
     if (this.upstreamDone) return;
-    if (this.room() > 0) {
-      this.inlet.signal();
-    } else {
-      this.stats.pauses++;
-    }
+    const room = this.room();
+    if (room >= this.resumeAt || (room > 0 && this.inlet.producers !== 1)) this.inlet.signal();
+    else if (room === 0) this.stats.pauses++;
   }
 
   /** Starts work on buffered elements while there are free slots; returns whether it started any. */
