@@ -841,8 +841,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     if (this.terminated) return; // a consumer that left during the emit counted the task as delivered
     this.queue.shift();
     this.retire(task);
-    // Nothing left in flight or buffered (a stage keeping up): the drain would only resume a stopped producer.
-    if (this.inFlight === 0 && this.buffer.length === 0 && !this.upstreamDone) this.inlet.signal();
+    // Nothing buffered and the next task not ready (a stage keeping up): the drain would only ask upstream for more.
+    if (this.buffer.length === 0 && !this.upstreamDone && !this.hasReady()) this.askMore();
     else this.drain();
   }
 
@@ -934,7 +934,11 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
         return;
       }
     } while (--this.wip !== 0);
-    if (this.upstreamDone) return;
+    if (!this.upstreamDone) this.askMore();
+  }
+
+  /** After a drain: resume producers that stopped for lack of room if there is enough of it now (see `resumeAt`). */
+  private askMore(): void {
     const room = this.room();
     if (room >= this.resumeAt || (room > 0 && this.inlet.producers !== 1)) this.inlet.signal();
     else if (room === 0) this.stats.pauses++;
