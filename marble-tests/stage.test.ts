@@ -200,6 +200,30 @@ describe('stage: errors', () => {
     assert.deepEqual(failures, [['b', 1, 'WORK_FAILED']]);
   });
 
+  it('errorPolicy skip with async work: a task reused after a failure carries nothing of it over', { timeout: 10_000 }, async () => {
+    // Retired Promise tasks are reused for later elements; a failed flag left set would count the
+    // next success as failed, or ignore the next failure and stall the stage.
+    const stats = new StageStats();
+    const failures: number[] = [];
+    const work = async (x: number): Promise<number> => {
+      if (x % 2 === 1) throw new Error(`bad ${x}`);
+      return x;
+    };
+    async function* spaced(): AsyncGenerator<number> {
+      for (let x = 1; x <= 7; x++) {
+        await new Promise((resolve) => setImmediate(resolve)); // each arrives at an idle stage: the shortest start
+        yield x;
+      }
+    }
+    const out = await lastValueFrom(
+      fromAsyncIterable(spaced()).pipe(stage(work, { name: 'odd-fails', errorPolicy: 'skip', stats, onFailure: (e) => failures.push(e.seq) }), values(), toArray()),
+    );
+    assert.deepEqual(out, [2, 4, 6]);
+    assert.deepEqual(failures, [0, 2, 4, 6]);
+    assert.equal(stats.delivered, 3);
+    assert.equal(stats.failed, 4);
+  });
+
   it('a timeout aborts the work signal and fails the element with StageTimeoutError', () => {
     const signals: AbortSignal[] = [];
     scheduler().run(({ cold, expectObservable }) => {

@@ -349,6 +349,20 @@ class Task<I, O> implements DemandLink {
     this.waitingSince = -1;
   }
 
+  /**
+   * `reuse` for an unsampled element of an ordered stage without timeouts: a retired reusable
+   * task differs from a fresh one only here (its timing fields are read only when sampled).
+   */
+  restart(value: I, context: WorkContext | undefined, seq: number, trace: TraceContext): void {
+    this.value = value;
+    this.context = context;
+    this.seq = seq;
+    this.trace = trace;
+    this.merged = 0;
+    this.after = undefined;
+    this.done = this.failed = this.closed = false;
+  }
+
   push(output: O): void {
     if (this.outputs === 0) this.first = output;
     else (this.more ??= new Ring<O>(2)).push(output);
@@ -399,6 +413,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** Elements held at most (buffered plus in flight): `Infinity` unless the policy pauses. */
   private readonly limit: number;
   private readonly concurrency: number;
+  /** Ordered, no timeout: a Promise task needs no timer and is queued in start order (see `startPromise`). */
+  private readonly plainPromises: boolean;
   /**
    * A lone producer that stopped for lack of room is resumed once this much is free, not
    * at every freed slot (RxJava and Reactor replenish a prefetch at 75 % the same way):
@@ -432,6 +448,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.buffer = new Ring(Math.min(config.capacity, 1024));
     this.limit = config.pausing ? config.limit : Infinity;
     this.concurrency = config.concurrency;
+    this.plainPromises = config.ordered && config.timeout === undefined;
     this.resumeAt = Math.max(1, Math.floor(config.limit / 4));
     this.name = config.name;
     this.scheduler = config.scheduler ?? asyncScheduler;
@@ -549,8 +566,19 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** `startNow` for an `async` function: its result is a native Promise (anything else, from a Proxy say, takes the general path). */
   private startAsync(value: I, context: WorkContext | undefined, seq: number, trace: TraceContext, startedAt: number): void {
     const result = this.callAsync(value, context, seq, trace, 0);
-    if (result instanceof Promise) this.startTask(value, context, seq, trace, result, PROMISE, startedAt, -1, 0);
-    else this.startLater(value, context, seq, trace, result, kindOf(result), startedAt);
+    if (!(result instanceof Promise)) this.startLater(value, context, seq, trace, result, kindOf(result), startedAt);
+    else if (this.spare !== undefined && this.plainPromises && !trace.sampled) this.startPromise(this.spare, value, context, seq, trace, result);
+    else this.startTask(value, context, seq, trace, result, PROMISE, startedAt, -1, 0);
+  }
+
+  /** `startTask` at its smallest: a spare task, an ordered stage without timeouts, an unsampled element. */
+  private startPromise(task: Task<I, O>, value: I, context: WorkContext | undefined, seq: number, trace: TraceContext, result: Promise<O>): void {
+    this.spare = task.after;
+    task.restart(value, context, seq, trace);
+    this.inFlight++;
+    this.stats.inFlight++;
+    this.queue.push(task);
+    result.then(task.fulfilled, task.rejected);
   }
 
   /** `startNow` for a result that is not a plain value going straight out: kept out of the hop's inlined code. */
@@ -823,7 +851,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   taskFulfilled(task: Task<I, O>, output: O): void {
     if (task.closed) return;
     // The oldest task settled with its one output, nothing being delivered, downstream wanting it: out at once.
-    if (this.wip === 0 && this.queue.peek() === task && this.config.ordered && task.timer === undefined && !task.trace.sampled && this.outlet.wants()) {
+    if (this.wip === 0 && this.plainPromises && this.queue.peek() === task && !task.trace.sampled && this.outlet.wants()) {
       this.deliverSettled(task, output);
       return;
     }
@@ -840,7 +868,12 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.wip = 0;
     if (this.terminated) return; // a consumer that left during the emit counted the task as delivered
     this.queue.shift();
-    this.retire(task);
+    // `retire` for an ordered, unsampled task that succeeded.
+    this.inFlight--;
+    this.stats.inFlight--;
+    this.stats.delivered += 1 + task.merged;
+    if (task.reusable) this.spareTask(task);
+    else this.closeTask(task);
     // Nothing buffered and the next task not ready (a stage keeping up): the drain would only ask upstream for more.
     if (this.buffer.length === 0 && !this.upstreamDone && !this.hasReady()) this.askMore();
     else this.drain();
@@ -1025,16 +1058,18 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.inFlight--;
     this.stats.inFlight--;
     if (!this.config.ordered) this.unlink(task);
-    // A reusable task never had a timer, subscription or iterator: closing it is the flag alone.
-    if (task.reusable) task.closed = true;
-    else this.closeTask(task);
+    if (!task.reusable) this.closeTask(task);
     if (!task.failed) this.stats.delivered += 1 + task.merged;
     if (task.trace.sampled) this.finishRecord(task);
-    if (task.reusable) {
-      task.value = undefined as I; // the element's data is not held while the task waits
-      task.after = this.spare;
-      this.spare = task;
-    }
+    if (task.reusable) this.spareTask(task);
+  }
+
+  /** A retired reusable task waits for a later element (closing it is the flag alone: it never had a timer, subscription or iterator). */
+  private spareTask(task: Task<I, O>): void {
+    task.closed = true;
+    task.value = undefined as I; // the element's data is not held while the task waits
+    task.after = this.spare;
+    this.spare = task;
   }
 
   private link(task: Task<I, O>): void {
