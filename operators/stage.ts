@@ -680,9 +680,23 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     const trace = pending.trace;
     const context = this.config.passContext ? this.contextFor(pending.seq, trace) : undefined;
     const startedAt = trace.sampled ? this.now() : 0;
-    const result = this.config.asyncWork
-      ? this.callAsync(pending.value, context, pending.seq, trace, pending.merged)
-      : this.call(pending.value, context, pending.seq, trace, pending.merged);
+    if (this.config.asyncWork) this.beginAsync(pending, context, startedAt);
+    else this.beginWith(pending, context, startedAt, this.call(pending.value, context, pending.seq, trace, pending.merged));
+  }
+
+  /** `begin` for an `async` function: `startAsync`'s shortcut, for a buffered element. */
+  private beginAsync(pending: Pending<I>, context: WorkContext | undefined, startedAt: number): void {
+    const trace = pending.trace;
+    const result = this.callAsync(pending.value, context, pending.seq, trace, pending.merged);
+    if (result instanceof Promise && this.spare !== undefined && this.plainPromises && !trace.sampled && pending.merged === 0) {
+      this.startPromise(this.spare, pending.value, context, pending.seq, trace, result);
+    } else {
+      this.beginWith(pending, context, startedAt, result);
+    }
+  }
+
+  private beginWith(pending: Pending<I>, context: WorkContext | undefined, startedAt: number, result: WorkResult<O> | typeof FAILED): void {
+    const trace = pending.trace;
     if (threw(result)) return;
     const kind = kindOf(result);
     if (kind === PLAIN && this.queue.length === 0 && this.outlet.wants()) {
