@@ -681,6 +681,7 @@ describe('ring buffer: properties', () => {
           assert.equal(ring.length, model.length);
           assert.equal(ring.peek(), model[0]);
           assert.equal(ring.peekLast(), model[model.length - 1]);
+          for (let i = -1; i <= model.length; i++) assert.equal(ring.at(i), model[i]);
         }
       }),
       { numRuns: numRuns * 2 },

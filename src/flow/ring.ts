@@ -21,7 +21,7 @@ export class Ring<T> {
 
   push(item: T): void {
     if (this.size === this.items.length) this.grow();
-    this.items[(this.head + this.size) % this.items.length] = item;
+    this.items[this.index(this.size)] = item;
     this.size++;
   }
 
@@ -29,7 +29,7 @@ export class Ring<T> {
     if (this.size === 0) return undefined;
     const item = this.items[this.head];
     this.items[this.head] = undefined; // let the element be collected
-    this.head = (this.head + 1) % this.items.length;
+    this.head = this.head + 1 === this.items.length ? 0 : this.head + 1;
     this.size--;
     return item;
   }
@@ -40,23 +40,23 @@ export class Ring<T> {
 
   /** The element `index` places from the oldest (0 is the oldest). */
   at(index: number): T | undefined {
-    return index < 0 || index >= this.size ? undefined : this.items[(this.head + index) % this.items.length];
+    return index < 0 || index >= this.size ? undefined : this.items[this.index(index)];
   }
 
   peekLast(): T | undefined {
-    return this.size === 0 ? undefined : this.items[(this.head + this.size - 1) % this.items.length];
+    return this.size === 0 ? undefined : this.items[this.index(this.size - 1)];
   }
 
   /** Replaces the newest element (used by conflation). */
   replaceLast(item: T): void {
     if (this.size === 0) throw new RangeError('Ring is empty');
-    this.items[(this.head + this.size - 1) % this.items.length] = item;
+    this.items[this.index(this.size - 1)] = item;
   }
 
   /** Removes and returns the newest element. */
   pop(): T | undefined {
     if (this.size === 0) return undefined;
-    const index = (this.head + this.size - 1) % this.items.length;
+    const index = this.index(this.size - 1);
     const item = this.items[index];
     this.items[index] = undefined;
     this.size--;
@@ -70,9 +70,15 @@ export class Ring<T> {
     return out;
   }
 
+  /** The slot of the element `offset` places from the oldest (`offset` < capacity): a wrap, not a `%` (an integer division on the hot path). */
+  private index(offset: number): number {
+    const slot = this.head + offset;
+    return slot >= this.items.length ? slot - this.items.length : slot;
+  }
+
   private grow(): void {
     const next = new Array<T | undefined>(this.items.length * 2);
-    for (let i = 0; i < this.size; i++) next[i] = this.items[(this.head + i) % this.items.length];
+    for (let i = 0; i < this.size; i++) next[i] = this.items[this.index(i)];
     this.items = next;
     this.head = 0;
   }
