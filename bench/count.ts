@@ -8,6 +8,8 @@
  * Cases: sync-sampled, sync-timed, async-c1, async-c16 (7 stages, as bench/throughput.ts),
  * rxjs-map (7 × `map`, for scale). The warm-up runs every sluice case in turn (COUNT_MIX=0:
  * only the measured one), so call sites see sync and async work as in `npm run bench`.
+ * COUNT_STAGES (default 7) sets the pipeline's length: counts at two lengths split the cost
+ * of a stage in the middle from what each element costs once (source, first buffer, sink).
  */
 import { map, range, type Observable, type OperatorFunction } from 'rxjs';
 import { stage } from '../operators/stage.js';
@@ -21,7 +23,7 @@ const n = Number(process.env.COUNT_N ?? 20_000);
 const warmN = Number(process.env.COUNT_WARM_N ?? n);
 const warm = Number(process.env.COUNT_WARM ?? 3);
 const runs = Number(process.env.COUNT_RUNS ?? 0);
-const STAGES = 7;
+const STAGES = Number(process.env.COUNT_STAGES ?? 7);
 
 function* naturals(count: number): Generator<number> {
   for (let i = 0; i < count; i++) yield i;

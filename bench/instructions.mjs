@@ -4,7 +4,7 @@
 // Each case runs twice after the same warm-up, with 0 and COUNT_RUNS measured rounds;
 // the difference is divided by COUNT_RUNS × COUNT_N × 7. COUNT_MIX=0 warms up the measured case alone.
 //
-//     node bench/instructions.mjs [case ...]     # default: every case; COUNT_N, COUNT_WARM, COUNT_RUNS
+//     node bench/instructions.mjs [case ...]     # default: every case; COUNT_N, COUNT_WARM, COUNT_RUNS, COUNT_STAGES
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,6 +13,7 @@ import { join } from 'node:path';
 const cases = process.argv.length > 2 ? process.argv.slice(2) : ['sync-sampled', 'sync-timed', 'async-c1', 'async-c16', 'rxjs-map'];
 const n = Number(process.env.COUNT_N ?? 20_000);
 const runs = Number(process.env.COUNT_RUNS ?? 4);
+const stages = Number(process.env.COUNT_STAGES ?? 7);
 const flags = (process.env.COUNT_NODE_FLAGS ?? '--single-threaded --hash-seed=1 --random-seed=1').split(' ').filter(Boolean);
 
 const bundle = join(mkdtempSync(join(tmpdir(), 'sluice-count-')), 'count.mjs');
@@ -38,5 +39,5 @@ for (const which of cases) {
   // One at a time: V8's heuristics read the clock, and a starved process counts a little more.
   const base = await count(which, 0);
   const measured = await count(which, runs);
-  console.log(`${which.padEnd(14)} ${((measured - base) / runs / n / 7).toFixed(1).padStart(8)} instructions/element/stage`);
+  console.log(`${which.padEnd(14)} ${((measured - base) / runs / n / stages).toFixed(1).padStart(8)} instructions/element/stage`);
 }
