@@ -2,7 +2,7 @@
 // simulation): steady whatever else the machine runs, unlike wall clocks. The workload
 // (bench/count.ts) is bundled with esbuild first, so no transpiler runs in the count.
 // Each case runs twice after the same warm-up, with 0 and COUNT_RUNS measured rounds;
-// the difference is divided by COUNT_RUNS × COUNT_N × 7. COUNT_MIX=0 warms up the measured case alone.
+// the difference is divided by COUNT_RUNS × COUNT_N × COUNT_STAGES (7). COUNT_MIX=0 warms up the measured case alone.
 //
 //     node bench/instructions.mjs [case ...]     # default: every case; COUNT_N, COUNT_WARM, COUNT_RUNS, COUNT_STAGES
 import { spawn, execFileSync } from 'node:child_process';
