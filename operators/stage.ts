@@ -889,8 +889,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     if (task.reusable) this.spareTask(task);
     else this.closeTask(task);
     // Nothing buffered and the next task not ready (a stage keeping up): the drain would only ask upstream for more.
-    if (this.buffer.length === 0 && !this.upstreamDone && !this.hasReady()) this.askMore();
-    else this.drain();
+    if (this.buffer.length !== 0 || this.upstreamDone || this.hasReady()) this.drain();
+    else if (this.inlet.starving) this.askMore(); // a slot was just freed: the room is not 0, no pause to count
   }
 
   private pullIterator(task: Task<I, O>): void {

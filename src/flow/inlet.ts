@@ -187,6 +187,11 @@ export class Inlet implements DemandLink {
     this.remember(1);
   }
 
+  /** A producer asked and was told no: `signal` has someone to resume. */
+  get starving(): boolean {
+    return this.starved;
+  }
+
   /** Room came back: resume producers that stopped for lack of demand. */
   signal(): void {
     if (this.starved) this.resumeProducers();
