@@ -793,6 +793,10 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     enqueuedAt: number,
     merged: number,
   ): void {
+    if (kind === PROMISE && this.spare !== undefined && this.plainPromises && !trace.sampled && merged === 0 && result instanceof Promise) {
+      this.startPromise(this.spare, value, context, seq, trace, result); // a Promise from a function that is not `async`
+      return;
+    }
     const task = this.taskFor(value, context, seq, trace, merged);
     if (trace.sampled) {
       task.startedAt = startedAt;
