@@ -67,15 +67,17 @@ describe('stage demand, driven by TestSource and TestSink', () => {
   });
 
   it('resumes a lone producer it stopped once a quarter of its room is free, not at every freed slot', () => {
-    const { source, sink } = probe({ capacity: 7 }); // room 8: resumed at 2 free
+    const { source, sink, stats } = probe({ capacity: 7 }); // room 8: resumed at 2 free
     source.emit(1, 2, 3, 4, 5, 6, 7, 8);
     source.expectDemand(0);
+    assert.equal(stats.pauses, 1); // each time it fills up
     sink.request(1).expectNext(10);
     source.expectDemand(1); // it may send (asked, the answer is yes) but is not woken for one slot
     assert.deepEqual(source.pulls, [8]);
     sink.request(1).expectNext(20);
     assert.deepEqual(source.pulls, [8, 2]);
     source.emit(9, 10);
+    assert.equal(stats.pauses, 2);
     sink.request(8).expectNext(30, 40, 50, 60, 70, 80, 90, 100);
     assert.deepEqual(source.pulls, [8, 2, 8]); // one wake for the whole batch the sink took
   });

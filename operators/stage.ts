@@ -607,8 +607,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     }
     this.enqueue(value, trace, seq, asked);
     // Every slot busy and no drain running: an arrival can start nothing and deliver nothing (a
-    // settling task drains), and room only shrank, so there is no one to resume.
+    // settling task drains), and room only shrank, so there is no one to resume; it may have filled it.
     if (this.inFlight < this.concurrency || this.wip !== 0 || this.terminated || this.upstreamDone) this.drain();
+    else if (this.room() === 0) this.stats.pauses++;
   }
 
   onUpstreamComplete(): void {
