@@ -7,6 +7,7 @@ import { fromAsyncIterable, fromIterable } from '../src/flow/sources.js';
 import { StageStats } from '../src/flow/stats.js';
 import { KillSwitch } from '../src/flow/kill-switch.js';
 import { Traced } from '../src/trace/trace.js';
+import { TestSink, eventually } from '../src/testing/index.js';
 import {
   AbortedError,
   DrainTimeoutError,
@@ -72,6 +73,38 @@ describe('stage: values and timing', () => {
       expectObservable(source.pipe(stage(tokens), values())).toBe('-x-y-(z|)');
     });
   });
+});
+
+describe('stage: a consumer that has asked for nothing', () => {
+  // Work starts into free slots whatever the demand (its output waits in the task, counted in
+  // flight); the rest waits in the buffer; nothing is emitted until asked. The same for each
+  // way an element can arrive: an async stage hands it over by a path of its own.
+  const upstreams: [string, (source: Observable<number>) => Observable<number | Traced<number>>][] = [
+    ['a source', (source: Observable<number>) => source],
+    ['a settled async stage', (source: Observable<number>) => source.pipe(stage(async (x: number) => x, { name: 'first' }))],
+    ['a synchronous stage', (source: Observable<number>) => source.pipe(stage((x: number) => x, { name: 'first' }))],
+  ];
+  for (const [from, upstream] of upstreams) {
+    it(`from ${from}: work fills the free slot, the rest is buffered, nothing is emitted until asked`, { timeout: 10_000 }, async () => {
+      const started: number[] = [];
+      const stats = new StageStats();
+      const second = async (x: number): Promise<number> => {
+        started.push(x);
+        return x * 10;
+      };
+      const sink = TestSink.subscribe(upstream(fromIterable([1, 2, 3])).pipe(stage(second, { name: 'second', stats })), { request: 0 });
+      await eventually(() => assert.equal(stats.received, 3));
+      await new Promise((resolve) => setImmediate(resolve)); // the started work settles; its output must wait
+      assert.deepEqual(started, [1]);
+      assert.deepEqual([stats.inFlight, stats.buffered, stats.emitted], [1, 2, 0]);
+      assert.equal(sink.signals.length, 0);
+      sink.request(3);
+      await eventually(() => assert.equal(sink.signals.length, 4));
+      sink.expectNext(10, 20, 30).expectComplete();
+      assert.deepEqual(started, [1, 2, 3]);
+      assert.deepEqual([stats.inFlight, stats.buffered, stats.delivered], [0, 0, 3]);
+    });
+  }
 });
 
 describe('stage: overflow policies (hot source 1 element / 2 frames, work 10 frames, capacity 1)', () => {

@@ -415,6 +415,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private readonly concurrency: number;
   /** Ordered, no timeout: a Promise task needs no timer and is queued in start order (see `startPromise`). */
   private readonly plainPromises: boolean;
+  /** `async` work and `plainPromises`: an unsampled element arriving at an idle stage starts by `startSettled`. */
+  private readonly asyncHop: boolean;
   /**
    * A lone producer that stopped for lack of room is resumed once this much is free, not
    * at every freed slot (RxJava and Reactor replenish a prefetch at 75 % the same way):
@@ -449,6 +451,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.limit = config.pausing ? config.limit : Infinity;
     this.concurrency = config.concurrency;
     this.plainPromises = config.ordered && config.timeout === undefined;
+    this.asyncHop = this.plainPromises && config.asyncWork;
     this.resumeAt = Math.max(1, Math.floor(config.limit / 4));
     this.name = config.name;
     this.scheduler = config.scheduler ?? asyncScheduler;
@@ -526,6 +529,29 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.take(value, trace, true);
   }
 
+  /**
+   * `onTracedNext` from a stage whose async work settled: `take` and `startAsync` again, a
+   * copy with V8 feedback of its own (see `Outlet.nextSettled`), so that in a process
+   * running both kinds of pipeline neither hop compiles the other's cases in.
+   */
+  onSettledNext(value: I, trace: TraceContext): void {
+    if (this.terminated || this.upstreamDone) return;
+    if (this.asyncHop && this.wip === 0 && this.buffer.length === 0 && this.inFlight < this.concurrency && this.spare !== undefined && !trace.sampled && this.outlet.wants()) {
+      this.stats.received++;
+      this.startSettled(value, this.seq++, trace);
+    } else {
+      this.take(value, trace, true);
+    }
+  }
+
+  /** `startAsync` for an unsampled element, a spare task at hand, in a stage whose Promise tasks need no timer. */
+  private startSettled(value: I, seq: number, trace: TraceContext): void {
+    const context = this.config.passContext ? this.contextFor(seq, trace) : undefined;
+    const result = this.callAsync(value, context, seq, trace, 0);
+    if (result instanceof Promise) this.startPromise(this.spare!, value, context, seq, trace, result);
+    else this.startLater(value, context, seq, trace, result, kindOf(result), 0);
+  }
+
   /*
    * The hot path is onTracedNext → take → startNow → call → emitNow → the next stage's
    * onTracedNext. V8 inlines a call chain only up to ~920 bytes of bytecode, and the hop
@@ -550,12 +576,12 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private startNow(value: I, trace: TraceContext, seq: number): void {
     // `begin` for an element straight from upstream: its own copy of the dispatch keeps V8's feedback here the direct path's
     // (mostly plain results), apart from buffered starts (mostly Promise work).
-    const context = this.config.passContext ? this.contextFor(seq, trace) : undefined;
-    const startedAt = trace.sampled ? this.startTime(trace) : 0;
     if (this.config.asyncWork) {
-      this.startAsync(value, context, seq, trace, startedAt);
+      this.startAsync(value, seq, trace);
       return;
     }
+    const context = this.config.passContext ? this.contextFor(seq, trace) : undefined;
+    const startedAt = trace.sampled ? this.startTime(trace) : 0;
     const result = this.call(value, context, seq, trace, 0);
     const kind = kindOf(result);
     // Ordered, every task in flight is queued ahead: a plain result goes straight out only when none is in flight.
@@ -564,7 +590,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   /** `startNow` for an `async` function: its result is a native Promise (anything else, from a Proxy say, takes the general path). */
-  private startAsync(value: I, context: WorkContext | undefined, seq: number, trace: TraceContext, startedAt: number): void {
+  private startAsync(value: I, seq: number, trace: TraceContext): void {
+    const context = this.config.passContext ? this.contextFor(seq, trace) : undefined;
+    const startedAt = trace.sampled ? this.startTime(trace) : 0;
     const result = this.callAsync(value, context, seq, trace, 0);
     if (!(result instanceof Promise)) this.startLater(value, context, seq, trace, result, kindOf(result), startedAt);
     else if (this.spare !== undefined && this.plainPromises && !trace.sampled) this.startPromise(this.spare, value, context, seq, trace, result);
@@ -887,7 +915,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.wip = 1; // demand signalled during the emit only marks the drain below as due
     task.done = true;
     this.stats.emitted++;
-    this.outlet.nextTraced(output, task.trace);
+    this.outlet.nextSettled(output, task.trace);
     this.wip = 0;
     if (this.terminated) return; // a consumer that left during the emit counted the task as delivered
     this.queue.shift();
@@ -898,7 +926,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     if (task.reusable) this.spareTask(task);
     else this.closeTask(task);
     // Nothing buffered and the next task not ready (a stage keeping up): the drain would only ask upstream for more.
-    if (this.buffer.length !== 0 || this.upstreamDone || this.hasReady()) this.drain();
+    // (`hasReady` is a call: at concurrency 1 the queue is empty here.)
+    if (this.buffer.length !== 0 || this.upstreamDone || (this.queue.length !== 0 && this.hasReady())) this.drain();
     else if (this.inlet.starving) this.askMore(); // a slot was just freed: the room is not 0, no pause to count
   }
 

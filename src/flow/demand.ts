@@ -91,6 +91,12 @@ export interface Outlet<T> {
    * A sluice operator linked directly gets the parts: no envelope is made for the hop.
    */
   nextTraced(value: TracedValue<T>, trace: TraceContext): void;
+  /**
+   * `nextTraced` for an output of settled async work: the same, by a path of its own. V8
+   * keeps its feedback per function, so async hops compile apart from synchronous ones
+   * (whose whole hop must fit one inlining budget) instead of sharing every decision.
+   */
+  nextSettled(value: TracedValue<T>, trace: TraceContext): void;
   error(err: unknown): void;
   complete(): void;
 }
@@ -98,6 +104,8 @@ export interface Outlet<T> {
 /** A consumer of traced elements as their parts. @internal */
 export interface TracedSink {
   onTracedNext(value: unknown, trace: TraceContext): void;
+  /** `onTracedNext` for an element from settled async work (see `Outlet.nextSettled`). */
+  onSettledNext(value: unknown, trace: TraceContext): void;
 }
 
 /** The payload type of a Flow of traced elements. */
@@ -233,6 +241,16 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
     if (this.sink !== undefined) {
       if (this.credit > 0) this.credit--;
       this.sink.onTracedNext(value, trace);
+    } else {
+      this.emitTraced(value, trace);
+    }
+  }
+
+  nextSettled(value: TracedValue<T>, trace: TraceContext): void {
+    if (this.ended || this.subscriber.closed) return;
+    if (this.sink !== undefined) {
+      if (this.credit > 0) this.credit--;
+      this.sink.onSettledNext(value, trace);
     } else {
       this.emitTraced(value, trace);
     }

@@ -17,6 +17,8 @@ export interface UpstreamHandler<T> {
    * Default: `onAskedNext(new Traced(value, trace))`.
    */
   onTracedNext?(value: TracedValue<T>, trace: TraceContext): void;
+  /** The same, for an output of settled async work upstream (see `Outlet.nextSettled`); taken only beside `onTracedNext`. */
+  onSettledNext?(value: TracedValue<T>, trace: TraceContext): void;
   /**
    * True when the handler's room (its `DemandLink`'s answer) shrinks only by the
    * elements it receives, or drops to 0 only after it has unsubscribed upstream: a
@@ -38,7 +40,7 @@ class UpstreamSubscriber<T> extends Subscriber<T> implements DirectConsumer<T> {
   ) {
     super();
     this.lendsRoom = handler.lendsRoom === true;
-    this.tracedSink = handler.onTracedNext ? (handler as TracedSink) : undefined;
+    this.tracedSink = handler.onTracedNext && handler.onSettledNext ? (handler as TracedSink) : undefined;
   }
   askedNext(value: T): void {
     if (this.isStopped) return;
