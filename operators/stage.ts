@@ -530,9 +530,10 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   /**
-   * `onTracedNext` from a stage whose async work settled: `take` and `startAsync` again, a
-   * copy with V8 feedback of its own (see `Outlet.nextSettled`), so that in a process
-   * running both kinds of pipeline neither hop compiles the other's cases in.
+   * `onTracedNext` from a stage whose async work settled. The common case (async work, an idle
+   * stage, a spare task, an unsampled element) starts here, with V8 feedback of its own (see
+   * `Outlet.nextSettled`), so the sync hop's `take` and `startNow` do not compile it in; every
+   * other case goes through `take` as any arrival does.
    */
   onSettledNext(value: I, trace: TraceContext): void {
     if (this.terminated || this.upstreamDone) return;
