@@ -66,6 +66,37 @@ describe('stage: values and timing', () => {
     });
   });
 
+  it('ordered async work that settles out of order: the later output goes out right after the earlier, with input still open', async () => {
+    // The source never completes, so only the earlier task's settling can release the later output.
+    let release0!: () => void;
+    let release1!: () => void;
+    const gates = [new Promise<void>((resolve) => (release0 = resolve)), new Promise<void>((resolve) => (release1 = resolve))];
+    const started: number[] = [];
+    const work = async (x: number): Promise<number> => {
+      started.push(x);
+      await gates[x];
+      return x * 10;
+    };
+    const seen: number[] = [];
+    const subscription = fromAsyncIterable(
+      (async function* () {
+        yield 0;
+        yield 1;
+        await new Promise(() => {}); // open for good
+      })(),
+    )
+      .pipe(stage(work, { concurrency: 2 }), values())
+      .subscribe((value) => seen.push(value));
+    await eventually(() => assert.deepEqual(started, [0, 1]));
+    release1();
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(seen, []); // done, but behind element 0
+    release0();
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(seen, [0, 10]);
+    subscription.unsubscribe();
+  });
+
   it('streams many outputs per element from an Observable result (one prompt, many tokens)', () => {
     scheduler().run(({ cold, expectObservable }) => {
       const source = cold('a|');

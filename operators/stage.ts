@@ -417,6 +417,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private readonly plainPromises: boolean;
   /** `async` work and `plainPromises`: an unsampled element arriving at an idle stage starts by `startSettled`. */
   private readonly asyncHop: boolean;
+  /** `config.passContext` and `config.asyncWork`, one load nearer on the hop. */
+  private readonly passContext: boolean;
+  private readonly asyncWork: boolean;
   /**
    * A lone producer that stopped for lack of room is resumed once this much is free, not
    * at every freed slot (RxJava and Reactor replenish a prefetch at 75 % the same way):
@@ -452,6 +455,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.concurrency = config.concurrency;
     this.plainPromises = config.ordered && config.timeout === undefined;
     this.asyncHop = this.plainPromises && config.asyncWork;
+    this.passContext = config.passContext;
+    this.asyncWork = config.asyncWork;
     this.resumeAt = Math.max(1, Math.floor(config.limit / 4));
     this.name = config.name;
     this.scheduler = config.scheduler ?? asyncScheduler;
@@ -547,7 +552,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   /** `startAsync` for an unsampled element, a spare task at hand, in a stage whose Promise tasks need no timer. */
   private startSettled(value: I, seq: number, trace: TraceContext): void {
-    const context = this.config.passContext ? this.contextFor(seq, trace) : undefined;
+    const context = this.passContext ? this.contextFor(seq, trace) : undefined;
     const result = this.callAsync(value, context, seq, trace, 0);
     if (result instanceof Promise) this.startPromise(this.spare!, value, context, seq, trace, result);
     else this.startLater(value, context, seq, trace, result, kindOf(result), 0);
@@ -577,11 +582,11 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private startNow(value: I, trace: TraceContext, seq: number): void {
     // `begin` for an element straight from upstream: its own copy of the dispatch keeps V8's feedback here the direct path's
     // (mostly plain results), apart from buffered starts (mostly Promise work).
-    if (this.config.asyncWork) {
+    if (this.asyncWork) {
       this.startAsync(value, seq, trace);
       return;
     }
-    const context = this.config.passContext ? this.contextFor(seq, trace) : undefined;
+    const context = this.passContext ? this.contextFor(seq, trace) : undefined;
     const startedAt = trace.sampled ? this.startTime(trace) : 0;
     const result = this.call(value, context, seq, trace, 0);
     const kind = kindOf(result);
@@ -592,7 +597,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   /** `startNow` for an `async` function: its result is a native Promise (anything else, from a Proxy say, takes the general path). */
   private startAsync(value: I, seq: number, trace: TraceContext): void {
-    const context = this.config.passContext ? this.contextFor(seq, trace) : undefined;
+    const context = this.passContext ? this.contextFor(seq, trace) : undefined;
     const startedAt = trace.sampled ? this.startTime(trace) : 0;
     const result = this.callAsync(value, context, seq, trace, 0);
     if (!(result instanceof Promise)) this.startLater(value, context, seq, trace, result, kindOf(result), startedAt);
@@ -712,9 +717,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** Starts work on a buffered element. A plain result goes straight out when nothing is queued ahead and downstream wants it. */
   private begin(pending: Pending<I>): void {
     const trace = pending.trace;
-    const context = this.config.passContext ? this.contextFor(pending.seq, trace) : undefined;
+    const context = this.passContext ? this.contextFor(pending.seq, trace) : undefined;
     const startedAt = trace.sampled ? this.now() : 0;
-    if (this.config.asyncWork) this.beginAsync(pending, context, startedAt);
+    if (this.asyncWork) this.beginAsync(pending, context, startedAt);
     else this.beginWith(pending, context, startedAt, this.call(pending.value, context, pending.seq, trace, pending.merged));
   }
 
@@ -911,25 +916,38 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.taskDone(task);
   }
 
-  /** `taskFulfilled`'s shortcut: what `drain` would do for this task (deliver, retire), then the drain for the rest. */
+  /**
+   * `taskFulfilled`'s shortcut: what `drain` would do for this task, then the drain for the rest.
+   * The task is retired before its output is emitted: nothing after the emit reads it, so the
+   * emit's inlined code ends the hop (measured: 1,285 → 1,272 instructions per element per stage
+   * at concurrency 1, 1,371 → 1,308 at 16). A consumer that leaves during the emit finds it
+   * delivered, as it is; a second call of a misbehaving thenable finds it closed.
+   */
   private deliverSettled(task: Task<I, O>, output: O): void {
-    this.wip = 1; // demand signalled during the emit only marks the drain below as due
-    task.done = true;
-    this.stats.emitted++;
-    this.outlet.nextSettled(output, task.trace);
-    this.wip = 0;
-    if (this.terminated) return; // a consumer that left during the emit counted the task as delivered
-    this.queue.shift();
-    // `retire` for an ordered, unsampled task that succeeded.
+    const trace = task.trace;
+    this.queue.dropFirst();
     this.inFlight--;
-    this.stats.inFlight--;
-    this.stats.delivered += 1 + task.merged;
+    const stats = this.stats;
+    stats.inFlight--;
+    stats.emitted++;
+    stats.delivered += 1 + task.merged;
     if (task.reusable) this.spareTask(task);
-    else this.closeTask(task);
-    // Nothing buffered and the next task not ready (a stage keeping up): the drain would only ask upstream for more.
-    // (`hasReady` is a call: at concurrency 1 the queue is empty here.)
-    if (this.buffer.length !== 0 || this.upstreamDone || (this.queue.length !== 0 && this.hasReady())) this.drain();
-    else if (this.inlet.starving) this.askMore(); // a slot was just freed: the room is not 0, no pause to count
+    else this.closeSettled(task);
+    this.wip = 1; // demand signalled during the emit finds the drain below due
+    this.outlet.nextSettled(output, trace);
+    this.wip = 0;
+    // Nothing buffered and the next task not done (a stage keeping up): the drain would only ask upstream for more.
+    // A next task done already settled before this one and waits for the drain. (Ordered, as `plainPromises` implies;
+    // `hasReady` would be a call on every settle at concurrency > 1.)
+    const next = this.queue.peek();
+    if (this.buffer.length !== 0 || this.upstreamDone || (next !== undefined && (next.done || next.outputs > 0))) this.drain();
+    else if (this.inlet.starving && !this.terminated) this.askMore(); // a slot was just freed: the room is not 0, no pause to count
+  }
+
+  /** Out of line: a task `deliverSettled` cannot spare. */
+  private closeSettled(task: Task<I, O>): void {
+    task.done = true;
+    this.closeTask(task);
   }
 
   private pullIterator(task: Task<I, O>): void {

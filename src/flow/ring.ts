@@ -34,6 +34,14 @@ export class Ring<T> {
     return item;
   }
 
+  /** `shift` when the caller holds the oldest element already (it is there: `length > 0`). */
+  dropFirst(): void {
+    const head = this.head;
+    this.items[head] = undefined;
+    this.head = head + 1 === this.items.length ? 0 : head + 1;
+    this.size--;
+  }
+
   peek(): T | undefined {
     return this.size === 0 ? undefined : this.items[this.head];
   }
