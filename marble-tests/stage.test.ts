@@ -471,6 +471,23 @@ describe('stage: traces', () => {
     assert.deepEqual(slowRecords.map((r) => [r.queueWait, r.service]), [[0, 3], [3, 3]]);
   });
 
+  it('records every async stage of a sampled element, and none of an unsampled one, on the settled-hop path', async () => {
+    // Async stages hand settled outputs on by a path of their own; sampled elements must leave it for the recording one.
+    const ids = [0, 1, 2, 3, 4, 5];
+    const out = await lastValueFrom(
+      fromIterable(ids).pipe(
+        stage(async (x: number) => x, { name: 'a', sampleRate: 0.5 }),
+        stage(async (x: number) => x, { name: 'b' }),
+        stage(async (x: number) => x, { name: 'c', concurrency: 2 }),
+        toArray(),
+      ),
+    );
+    assert.deepEqual(
+      out.map((t) => [t.value, t.trace.sampled, t.trace.records?.map((r) => r.stage)]),
+      ids.map((x) => (x % 2 === 0 ? [x, true, ['a', 'b', 'c']] : [x, false, undefined])),
+    );
+  });
+
   it('lets work note decisions on the element, always on and namespaced by stage', () => {
     const out: Traced<number>[] = [];
     fromIterable([1, 2])

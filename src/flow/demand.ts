@@ -95,6 +95,7 @@ export interface Outlet<T> {
    * `nextTraced` for an output of settled async work: the same, by a path of its own. V8
    * keeps its feedback per function, so async hops compile apart from synchronous ones
    * (whose whole hop must fit one inlining budget) instead of sharing every decision.
+   * Only for an unsampled element: the receiver does not look (a sampled one goes by `nextTraced`).
    */
   nextSettled(value: TracedValue<T>, trace: TraceContext): void;
   error(err: unknown): void;
