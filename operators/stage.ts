@@ -654,7 +654,13 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       this.cancel();
       return;
     }
-    this.enqueue(value, trace, seq, asked);
+    // Room in the buffer and no timing (most arrivals at a busy stage): `enqueue`'s first case, without the call.
+    if (this.buffer.length < this.config.capacity && !trace.sampled) {
+      this.buffer.push(new Pending(value, trace, seq, -1));
+      this.stats.buffered++;
+    } else {
+      this.enqueue(value, trace, seq, asked);
+    }
     // Every slot busy and no drain running: an arrival can start nothing and deliver nothing (a
     // settling task drains), and room only shrank, so there is no one to resume; it may have filled it.
     if (this.inFlight < this.concurrency || this.wip !== 0 || this.terminated || this.upstreamDone) this.drain();
