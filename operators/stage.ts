@@ -315,6 +315,7 @@ class Task<I, O> implements DemandLink {
   readonly rejected: (err: unknown) => void;
   /** Outputs waiting for demand: the oldest here, the rest in `more`, allocated only when two wait (most work yields one). */
   private first: O | undefined = undefined;
+  /** Unordered: in the stage's queue of tasks with something to deliver. Ordered: counted in `readyBehind`. */
   queued = false;
   before: Task<I, O> | undefined = undefined;
   private more: Ring<O> | undefined = undefined;
