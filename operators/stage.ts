@@ -422,6 +422,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** Elements held at most (buffered plus in flight): `Infinity` unless the policy pauses. */
   private readonly limit: number;
   private readonly concurrency: number;
+  private readonly ordered: boolean;
   /** Ordered, no timeout: a Promise task needs no timer and is queued in start order (see `startPromise`). */
   private readonly plainPromises: boolean;
   /** `async` work and `plainPromises`: an unsampled element arriving at an idle stage starts by `startSettled`. */
@@ -464,6 +465,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.buffer = new Ring(Math.min(config.capacity, 1024));
     this.limit = config.pausing ? config.limit : Infinity;
     this.concurrency = config.concurrency;
+    this.ordered = config.ordered;
     this.plainPromises = config.ordered && config.timeout === undefined;
     this.asyncHop = this.plainPromises && config.asyncWork;
     this.passContext = config.passContext;
@@ -642,7 +644,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     startedAt: number,
   ): void {
     if (threw(result)) return;
-    if (kind === PLAIN && !this.config.ordered) this.emitDirect(result as O, trace, -1, startedAt, 0);
+    if (kind === PLAIN && !this.ordered) this.emitDirect(result as O, trace, -1, startedAt, 0);
     else this.startTask(value, context, seq, trace, result, kind, startedAt, -1, 0);
     // Deliver what finished at once (an Observable that emitted, other tasks when unordered); a Promise cannot have settled yet.
     if (this.inFlight > 0 && kind !== PROMISE) this.drain();
@@ -862,7 +864,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.inFlight++;
     this.stats.inFlight++;
     // Ordered, the queue holds every task in flight in start order; only unordered work needs the list.
-    if (this.config.ordered) this.queue.push(task);
+    if (this.ordered) this.queue.push(task);
     else this.link(task);
     if (this.config.timeout !== undefined) this.startTimer(task, this.config.timeout);
     // No closure is made here: a function that makes one allocates its context on every call.
@@ -1029,7 +1031,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   private ready(task: Task<I, O>): void {
-    if (!this.config.ordered) {
+    if (!this.ordered) {
       if (!task.queued) {
         task.queued = true;
         this.queue.push(task);
@@ -1047,7 +1049,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     do {
       // Each delivery pass runs until it is blocked; only work started since can unblock it at once.
       do {
-        if (this.config.ordered) this.deliverOrdered();
+        if (this.ordered) this.deliverOrdered();
         else this.deliverUnordered();
       } while (!this.terminated && this.startBuffered() && this.hasReady());
       if (this.terminated) {
@@ -1073,7 +1075,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** Starts work on buffered elements while there are free slots; returns whether it started any. */
   private startBuffered(): boolean {
     let started = false;
-    while (!this.terminated && this.buffer.length > 0 && this.inFlight < this.config.concurrency) {
+    while (!this.terminated && this.buffer.length > 0 && this.inFlight < this.concurrency) {
       const pending = this.buffer.shift()!;
       this.stats.buffered--;
       this.begin(pending);
@@ -1085,7 +1087,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** Something to deliver: ordered, the oldest task has an output or is done; unordered, any queued task. */
   private hasReady(): boolean {
     const head = this.queue.peek();
-    return head !== undefined && (!this.config.ordered || head.outputs > 0 || head.done);
+    return head !== undefined && (!this.ordered || head.outputs > 0 || head.done);
   }
 
   private deliverOrdered(): void {
@@ -1154,7 +1156,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     }
     this.inFlight--;
     this.stats.inFlight--;
-    if (!this.config.ordered) this.unlink(task);
+    if (!this.ordered) this.unlink(task);
     if (!task.reusable) this.closeTask(task);
     if (!task.failed) this.stats.delivered += 1 + task.merged;
     if (task.trace.sampled) this.finishRecord(task);
@@ -1186,7 +1188,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** Every task in flight, oldest first (for cancel and fail). */
   private tasksInFlight(): Task<I, O>[] {
     const tasks: Task<I, O>[] = [];
-    if (this.config.ordered) for (let i = 0; i < this.queue.length; i++) tasks.push(this.queue.at(i)!);
+    if (this.ordered) for (let i = 0; i < this.queue.length; i++) tasks.push(this.queue.at(i)!);
     else for (let task = this.firstTask; task !== undefined; task = task.after) tasks.push(task);
     return tasks;
   }
