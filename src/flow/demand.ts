@@ -96,6 +96,8 @@ export interface Outlet<T> {
    * keeps its feedback per function, so async hops compile apart from synchronous ones
    * (whose whole hop must fit one inlining budget) instead of sharing every decision.
    * Only for an unsampled element: the receiver does not look (a sampled one goes by `nextTraced`).
+   * Only right after `wants()` returned true, with no user code run since: it does not look whether
+   * the consumer has left either.
    */
   nextSettled(value: TracedValue<T>, trace: TraceContext): void;
   error(err: unknown): void;
@@ -247,9 +249,12 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
     }
   }
 
-  /** `nextTraced` word for word on purpose: a shared helper would share the V8 feedback this copy exists to keep apart. */
+  /**
+   * `nextTraced` on purpose apart (a shared helper would share the V8 feedback this copy exists to
+   * keep apart), less its test of `closed`: it is called right after `wants()` said yes, with no
+   * user code run in between (see `Outlet.nextSettled`).
+   */
   nextSettled(value: TracedValue<T>, trace: TraceContext): void {
-    if (this.ended || this.subscriber.closed) return;
     if (this.sink !== undefined) {
       if (this.credit > 0) this.credit--;
       this.sink.onSettledNext(value, trace);
