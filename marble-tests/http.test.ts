@@ -13,6 +13,7 @@ import { fromIterable } from '../src/flow/sources.js';
 import { CacheStats } from '../src/cache/stats.js';
 import { CircuitBreaker } from '../src/resilience/breaker.js';
 import { stage } from '../operators/stage.js';
+import { eventually } from '../src/testing/index.js';
 import { MODEL_FILES, generateModels } from '../src/models/generate.js';
 import { decode, generateRequest, type GenerateOptions, type GenerateRequest, type ModelWorker, type Completion, type Token } from '../src/inference/worker.js';
 import { OpenAIWorker, SseParser } from '../src/inference/openai.js';
@@ -350,13 +351,19 @@ describe('GET /metrics', () => {
   it('reads stage, cache and breaker gauges at scrape time, so they follow the live values', async () => {
     const outputs = await firstValueFrom(fromIterable([1, 2, 3, 4, 5]).pipe(stage(async (x: number) => x * 2, { name: 'embed', stats }), toArray()));
     assert.equal(outputs.length, 5);
+    // Two elements held in flight by real work (the in-flight gauge is summed over the stage's live runs).
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const held = fromIterable([10, 20])
+      .pipe(stage(async (x: number) => (await gate, x), { name: 'embed', stats, concurrency: 2 }), toArray())
+      .subscribe();
+    await eventually(() => assert.equal(stats.inFlight, 2));
     stats.buffered = 3;
-    stats.inFlight = 2;
     stats.shed['buffer-full'] = 4;
     cache.hits = 3;
     cache.misses = 1;
     let text = await scrape();
-    assert.equal(sample(text, 'sluice_stage_received_total', 'stage="embed"'), 5);
+    assert.equal(sample(text, 'sluice_stage_received_total', 'stage="embed"'), 7);
     assert.equal(sample(text, 'sluice_stage_delivered_total', 'stage="embed"'), 5);
     assert.equal(sample(text, 'sluice_stage_buffered', 'stage="embed"'), 3);
     assert.equal(sample(text, 'sluice_stage_in_flight', 'stage="embed"'), 2);
@@ -368,7 +375,9 @@ describe('GET /metrics', () => {
     assert.ok(sample(text, 'process_cpu_user_seconds_total') !== undefined, 'default metrics are on the own registry');
 
     stats.buffered = 0;
-    stats.inFlight = 0;
+    release();
+    await eventually(() => assert.equal(stats.delivered, 7));
+    assert.equal(held.closed, true);
     stats.shed['buffer-full'] = 6;
     cache.hits = 4;
     breaker.acquire().failure(new Error('boom'));

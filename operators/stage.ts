@@ -488,11 +488,17 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   start(): void {
     this.stopKillListener = this.config.killSwitch?.listen((event) => this.onKill(event));
     if (this.terminated || this.upstreamDone) return; // a kill switch fired before we started
+    this.stats.track(this); // until `releaseAll`
     subscribeUpstream(this.source, this.inlet, this);
   }
 
   pull(): void {
     this.drain();
+  }
+
+  /** Work in flight, for `StageStats.inFlight` (read on demand, summed over the stage's runs). */
+  inFlightNow(): number {
+    return this.inFlight;
   }
 
   /** The consumer went away: abort work, shed what is buffered, release everything. */
@@ -628,7 +634,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.spare = task.after;
     task.restart(value, context, seq, trace);
     this.inFlight++;
-    this.stats.inFlight++;
     this.queue.push(task);
     result.then(task.fulfilled, task.rejected);
   }
@@ -862,7 +867,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       task.queueWait = enqueuedAt >= 0 ? startedAt - enqueuedAt : 0;
     }
     this.inFlight++;
-    this.stats.inFlight++;
     // Ordered, the queue holds every task in flight in start order; only unordered work needs the list.
     if (this.ordered) this.queue.push(task);
     else this.link(task);
@@ -948,7 +952,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.queue.dropFirst();
     this.inFlight--;
     const stats = this.stats;
-    stats.inFlight--;
     stats.emitted++;
     stats.delivered += 1 + task.merged;
     if (task.reusable) this.spareTask(task);
@@ -1157,7 +1160,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       this.readyBehind--;
     }
     this.inFlight--;
-    this.stats.inFlight--;
     if (!this.ordered) this.unlink(task);
     if (!task.reusable) this.closeTask(task);
     if (!task.failed) this.stats.delivered += 1 + task.merged;
@@ -1288,8 +1290,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   private releaseAll(): void {
     this.takeBuffered();
-    this.stats.inFlight -= this.inFlight;
     this.inFlight = 0;
+    this.stats.untrack(this);
     this.firstTask = this.lastTask = this.spare = undefined;
     this.upstream?.unsubscribe();
     this.drainTimer?.unsubscribe();
