@@ -562,7 +562,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
    */
   onSettledNext(value: I, trace: TraceContext): void {
     if (this.terminated || this.upstreamDone) return;
-    if (this.asyncHop && this.wip === 0 && this.buffer.length === 0 && this.inFlight < this.concurrency && this.spare !== undefined && this.outlet.wants()) {
+    // A spare task means a free slot: tasks are made only to start work in a free slot, so in flight plus spare never exceeds `concurrency`.
+    if (this.asyncHop && this.wip === 0 && this.buffer.length === 0 && this.spare !== undefined && this.outlet.wants()) {
       this.stats.received++;
       this.startSettled(value, this.seq++, trace);
     } else {
