@@ -310,6 +310,31 @@ describe('stage: errors', () => {
 });
 
 describe('stage: lifecycle', () => {
+  it('a run is counted by its stats only while it lives: after completion, error or unsubscribe none is left', async () => {
+    const stats = new StageStats();
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const held = fromIterable([1]).pipe(stage(async (x: number) => (await gate, x), { stats })).subscribe();
+    await eventually(() => assert.equal(stats.inFlight, 1));
+    assert.equal(stats.liveRuns, 1);
+    held.unsubscribe();
+    assert.deepEqual([stats.liveRuns, stats.inFlight], [0, 0], 'after unsubscribe');
+    release();
+
+    await lastValueFrom(fromIterable([1, 2]).pipe(stage(async (x: number) => x, { stats }), toArray()));
+    assert.equal(stats.liveRuns, 0, 'after completion');
+
+    const failing = stage(
+      (x: number) => {
+        if (x === 2) throw new Error('boom');
+        return x;
+      },
+      { stats },
+    );
+    await assert.rejects(lastValueFrom(fromIterable([1, 2, 3]).pipe(failing)), StageError);
+    assert.equal(stats.liveRuns, 0, 'after error');
+  });
+
   it('completion drains buffered and in-flight work before completing', () => {
     scheduler().run(({ cold, expectObservable }) => {
       expectObservable(cold('(abc|)').pipe(stage(slow(3), { capacity: 4 }), values())).toBe('---a--b--(c|)');

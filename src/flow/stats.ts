@@ -40,6 +40,11 @@ export class StageStats {
     this.runs.add(run);
   }
 
+  /** Runs counted now: a run that ended must not stay here (it would be kept alive). @internal */
+  get liveRuns(): number {
+    return this.runs.size;
+  }
+
   /** A run ended (it holds no work in flight any more). @internal */
   untrack(run: InFlightSource): void {
     this.runs.delete(run);
