@@ -10,6 +10,9 @@
  * only the measured one), so call sites see sync and async work as in `npm run bench`.
  * COUNT_STAGES (default 7) sets the pipeline's length: counts at two lengths split the cost
  * of a stage in the middle from what each element costs once (source, first buffer, sink).
+ * COUNT_GC=1 (with node's --expose-gc) forces a full GC before every measured round, as
+ * `npm run bench` did with BENCH_FULL_GC=1: the count then includes re-optimising the code
+ * that the GC's freed maps deoptimised (see bench/throughput.ts).
  */
 import { map, range, type Observable, type OperatorFunction } from 'rxjs';
 import { stage } from '../operators/stage.js';
@@ -79,7 +82,11 @@ for (let i = 0; i < warm; i++) {
   for (const which of mix && SLUICE_CASES.includes(measured) ? SLUICE_CASES : [measured]) await once(which, warmN);
 }
 const started = process.hrtime.bigint();
-for (let i = 0; i < runs; i++) await once(measured, n);
+const collect = (globalThis as { gc?: () => void }).gc;
+for (let i = 0; i < runs; i++) {
+  if (process.env.COUNT_GC === '1') collect?.();
+  await once(measured, n);
+}
 // COUNT_TIME=1: also the wall time of the measured rounds (outside valgrind), to tell instructions from stalls.
 if (process.env.COUNT_TIME === '1' && runs > 0) {
   console.log(`${measured}: ${(Number(process.hrtime.bigint() - started) / runs / n / STAGES).toFixed(1)} ns/element/stage (wall, ${runs} rounds)`);

@@ -11,7 +11,7 @@
 //     node bench/functions.mjs async-c1 --lines=startBuffered  # one function's cost by source line of the
 //                                                             # bundle (its inlined callees' lines included)
 //
-// COUNT_N, COUNT_RUNS, COUNT_STAGES, COUNT_MIX as in bench/count.ts; TOP (default 30) rows.
+// COUNT_N, COUNT_RUNS, COUNT_STAGES, COUNT_MIX, COUNT_GC as in bench/count.ts; TOP (default 30) rows.
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync, openSync, readFileSync, renameSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -35,7 +35,7 @@ execFileSync('node_modules/.bin/esbuild', ['bench/count.ts', '--bundle', '--plat
 function profile(rounds) {
   const out = join(dir, `callgrind-${rounds}.out`);
   const tool = ['--tool=callgrind', '--dump-instr=yes', `--callgrind-out-file=${out}`, ...(misses ? ['--cache-sim=yes'] : [])];
-  const node = ['--single-threaded', '--hash-seed=1', '--random-seed=1', '--perf-basic-prof', ...(linesOf ? ['--print-opt-code'] : []), bundle];
+  const node = [...(process.env.COUNT_GC === '1' ? ['--expose-gc'] : []), '--single-threaded', '--hash-seed=1', '--random-seed=1', '--perf-basic-prof', ...(linesOf ? ['--print-opt-code'] : []), bundle];
   const listing = join(dir, `opt-code-${rounds}.txt`);
   return new Promise((resolve, reject) => {
     const child = spawn('valgrind', [...tool, process.execPath, ...node], {

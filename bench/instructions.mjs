@@ -4,7 +4,7 @@
 // Each case runs twice after the same warm-up, with 0 and COUNT_RUNS measured rounds;
 // the difference is divided by COUNT_RUNS × COUNT_N × COUNT_STAGES (7). COUNT_MIX=0 warms up the measured case alone.
 //
-//     node bench/instructions.mjs [case ...]     # default: every case; COUNT_N, COUNT_WARM, COUNT_RUNS, COUNT_STAGES
+//     node bench/instructions.mjs [case ...]     # default: every case; COUNT_N, COUNT_WARM, COUNT_RUNS, COUNT_STAGES, COUNT_GC
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -14,7 +14,10 @@ const cases = process.argv.length > 2 ? process.argv.slice(2) : ['sync-sampled',
 const n = Number(process.env.COUNT_N ?? 20_000);
 const runs = Number(process.env.COUNT_RUNS ?? 4);
 const stages = Number(process.env.COUNT_STAGES ?? 7);
-const flags = (process.env.COUNT_NODE_FLAGS ?? '--single-threaded --hash-seed=1 --random-seed=1').split(' ').filter(Boolean);
+const flags = [
+  ...(process.env.COUNT_GC === '1' ? ['--expose-gc'] : []),
+  ...(process.env.COUNT_NODE_FLAGS ?? '--single-threaded --hash-seed=1 --random-seed=1').split(' ').filter(Boolean),
+];
 
 const bundle = join(mkdtempSync(join(tmpdir(), 'sluice-count-')), 'count.mjs');
 execFileSync('node_modules/.bin/esbuild', ['bench/count.ts', '--bundle', '--platform=node', '--format=esm', '--conditions=sluice-source', `--outfile=${bundle}`, '--log-level=warning']);

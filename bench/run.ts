@@ -19,6 +19,7 @@
  *   BENCH_BIG_N=10000000         elements for the sluice memory run
  *   BENCH_RXJS_BIG_N=250000      elements for the RxJS memory run (quadratic)
  *   BENCH_WS_CLIENTS, BENCH_WS_TOKENS, BENCH_WS_QUICK=1 ...  WebSocket load sizes (all listed in bench/ws-load.ts)
+ *   BENCH_FULL_GC=1              force a full GC before every throughput run (re-optimisation timed too; see throughput.ts)
  *   BENCH_ONLY=regex             run only cases / scenarios / sections whose id matches (e.g. `^sluice-sync`, `^ws-`);
  *                                such a run leaves bench/results.json alone unless BENCH_OUT is set
  *   BENCH_OUT=path               where to write the JSON results (default bench/results.json)

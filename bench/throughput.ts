@@ -5,6 +5,7 @@
  */
 import { Readable, Transform, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { setImmediate as immediate } from 'node:timers/promises';
 import { concatMap, map, mergeMap, of, range, type Observable, type OperatorFunction } from 'rxjs';
 import { fromIterable, stage, type Traced } from 'sluice';
 import { collect, median, nowNs, settle } from './harness.js';
@@ -317,13 +318,24 @@ export function throughputCases(rxjsAsyncCap: number): ThroughputCase[] {
   ];
 }
 
+/**
+ * BENCH_FULL_GC=1 forces a full GC before every timed run, as earlier versions of this
+ * bench did. By default it does not. A full GC between runs, when no object of the
+ * finished pipeline is alive, frees V8's hidden classes (maps) of those objects and the
+ * optimised code built on them: in the async pipeline about 116 functions deoptimise
+ * per run (counted with --trace-deopt), so each run timed re-optimisation on top of the
+ * pipeline, and every family paid it (see the README). A pipeline that keeps running
+ * does not; the previous run's garbage is young and dies in the scavenges of the next.
+ */
+const FULL_GC = process.env.BENCH_FULL_GC === '1';
+
 function expectedSum(n: number): number {
   return (n * (n - 1)) / 2;
 }
 
 /** One timed run: ns per element per stage, by wall clock and by CPU time. Throws if an element was lost or duplicated. */
 async function timedRun(testCase: ThroughputCase, n: number): Promise<{ wall: number; cpu: number }> {
-  collect(); // the previous run's garbage is not this run's cost; this run's own garbage is
+  if (FULL_GC) collect();
   const cpuStart = process.cpuUsage();
   const start = nowNs();
   const { count, sum } = await testCase.run(n);
@@ -354,7 +366,7 @@ export async function measureThroughput(cases: readonly ThroughputCase[], plan: 
     plan.onProgress?.(`warm-up ${testCase.id} (${n} elements ×2)`);
     await timedRun(testCase, n);
     await timedRun(testCase, n);
-    await settle();
+    await (FULL_GC ? settle() : immediate());
   }
   for (let round = 0; round < plan.repeats; round++) {
     for (const testCase of cases) {
@@ -363,7 +375,7 @@ export async function measureThroughput(cases: readonly ThroughputCase[], plan: 
       samples.get(testCase.id)!.push(wall);
       cpuSamples.get(testCase.id)!.push(cpu);
       plan.onProgress?.(`round ${round + 1}/${plan.repeats} ${testCase.id}: ${wall.toFixed(1)} ns/element/stage (cpu ${cpu.toFixed(1)})`);
-      await settle();
+      await (FULL_GC ? settle() : immediate());
     }
   }
   return cases.map((c) => {
