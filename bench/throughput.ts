@@ -322,9 +322,9 @@ export function throughputCases(rxjsAsyncCap: number): ThroughputCase[] {
  * BENCH_FULL_GC=1 forces a full GC before every timed run, as earlier versions of this
  * bench did. By default it does not. A full GC between runs, when no object of the
  * finished pipeline is alive, frees V8's hidden classes (maps) of those objects and the
- * optimised code built on them: in the async pipeline about 116 functions deoptimise
- * per run (counted with --trace-deopt), so each run timed re-optimisation on top of the
- * pipeline, and every family paid it (see the README). A pipeline that keeps running
+ * optimised code built on them: in the async pipeline 100–128 functions were re-optimised
+ * in every run (counted with --trace-opt), so each run timed re-optimisation on top of
+ * the pipeline, and every family paid it (see the README). A pipeline that keeps running
  * does not; the previous run's garbage is young and dies in the scavenges of the next.
  */
 const FULL_GC = process.env.BENCH_FULL_GC === '1';
