@@ -211,7 +211,8 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
    * fifth of a stage hop's instructions).
    */
   wants(): boolean {
-    if (this.ended || this.subscriber.closed) return false;
+    // `=== true`: V8 has no type for a boolean field, and a bare test is a full ToBoolean (see stage.ts).
+    if (this.ended === true || this.subscriber.closed === true) return false;
     if (this.credit > 0) return true;
     return this.link === undefined || this.ask(this.link);
   }
@@ -227,7 +228,7 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
   }
 
   next(value: T): void {
-    if (this.ended || this.subscriber.closed) return;
+    if (this.ended === true || this.subscriber.closed === true) return;
     // The hot path between two stages stays small enough for V8 to inline; the rest is in `emit`.
     if (this.direct !== undefined) {
       if (this.credit > 0) this.credit--;
@@ -238,7 +239,7 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
   }
 
   nextTraced(value: TracedValue<T>, trace: TraceContext): void {
-    if (this.ended || this.subscriber.closed) return;
+    if (this.ended === true || this.subscriber.closed === true) return;
     // Every hop between two stages passes here: the envelope would be one allocation per element per stage.
     // The subscriber is not closed (checked above), which is all it would check itself.
     if (this.sink !== undefined) {

@@ -28,7 +28,7 @@ class IterableProducer<T> implements Producer {
     const outlet = this.outlet;
     try {
       const iterator = (this.iterator ??= this.iterable[Symbol.iterator]());
-      while (outlet.wants()) {
+      while (outlet.wants() === true) {
         const step = iterator.next();
         if (step.done) {
           this.iterator = undefined;
