@@ -524,7 +524,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   readonly lendsRoom = true;
 
   room(): number {
-    if (this.terminated || this.upstreamDone) return 0;
+    if (this.terminated === true || this.upstreamDone === true) return 0;
     return this.limit - this.buffer.length - this.inFlight;
   }
 
@@ -662,7 +662,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   private hold(value: I, trace: TraceContext, seq: number, asked: boolean): void {
-    if (!this.config.pausing && this.outlet.closed) {
+    if (this.config.pausing === false && this.outlet.closed === true) {
       // The consumer left inside a synchronous subscribe (`take`): a stage that never pauses must stop its source itself.
       this.shed(value, trace, seq, 'cancelled', 1);
       this.cancel();
@@ -863,18 +863,18 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     enqueuedAt: number,
     merged: number,
   ): void {
-    if (kind === PROMISE && this.spare !== undefined && this.plainPromises && !trace.sampled && merged === 0 && result instanceof Promise) {
+    if (kind === PROMISE && this.spare !== undefined && this.plainPromises === true && trace.sampled === false && merged === 0 && result instanceof Promise) {
       this.startPromise(this.spare, value, context, seq, trace, result); // a Promise from a function that is not `async`
       return;
     }
     const task = this.taskFor(value, context, seq, trace, merged);
-    if (trace.sampled) {
+    if (trace.sampled === true) {
       task.startedAt = startedAt;
       task.queueWait = enqueuedAt >= 0 ? startedAt - enqueuedAt : 0;
     }
     this.inFlight++;
     // Ordered, the queue holds every task in flight in start order; only unordered work needs the list.
-    if (this.ordered) this.queue.push(task);
+    if (this.ordered === true) this.queue.push(task);
     else this.link(task);
     if (this.config.timeout !== undefined) this.startTimer(task, this.config.timeout);
     // No closure is made here: a function that makes one allocates its context on every call.
@@ -999,15 +999,15 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   private taskOutput(task: Task<I, O>, output: O): void {
-    if (task.closed) return;
+    if (task.closed === true) return;
     task.push(output);
     this.ready(task);
   }
 
   private taskDone(task: Task<I, O>): void {
-    if (task.closed || task.done) return;
+    if (task.closed === true || task.done === true) return;
     task.done = true;
-    if (task.timer) {
+    if (task.timer !== undefined) {
       task.timer.unsubscribe();
       task.timer = undefined;
     }
@@ -1042,12 +1042,12 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   private ready(task: Task<I, O>): void {
-    if (!this.ordered) {
-      if (!task.queued) {
+    if (this.ordered === false) {
+      if (task.queued === false) {
         task.queued = true;
         this.queue.push(task);
       }
-    } else if (!task.queued && task !== this.queue.peek()) {
+    } else if (task.queued === false && task !== this.queue.peek()) {
       task.queued = true; // ordered: marked once, until retired (see `readyBehind`)
       this.readyBehind++;
     }
@@ -1062,7 +1062,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       do {
         if (this.ordered === true) this.deliverOrdered();
         else this.deliverUnordered();
-      } while (this.terminated === false && this.startBuffered() && this.hasReady());
+      } while (this.terminated === false && this.startBuffered() === true && this.hasReady() === true);
       if (this.terminated === true) {
         this.wip = 0;
         return;
@@ -1104,7 +1104,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private deliverOrdered(): void {
     for (let task = this.queue.peek(); task !== undefined && this.terminated === false; task = this.queue.peek()) {
       if (task.outputs > 0) {
-        if (!this.emitFrom(task)) return;
+        if (this.emitFrom(task) === false) return;
       } else if (task.done === true) {
         this.queue.shift();
         this.retire(task);
@@ -1117,7 +1117,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private deliverUnordered(): void {
     for (let task = this.queue.peek(); task !== undefined && !this.terminated; task = this.queue.peek()) {
       if (task.outputs > 0) {
-        if (!this.emitFrom(task)) return;
+        if (this.emitFrom(task) === false) return;
       } else {
         this.queue.shift();
         task.queued = false;
@@ -1142,12 +1142,12 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   /** After `emitFrom` took an output: the time a sampled task waited for demand, and a streaming task's next output. */
   private emittedFrom(task: Task<I, O>): void {
-    if (task.trace.sampled && task.waitingSince >= 0) {
+    if (task.trace.sampled === true && task.waitingSince >= 0) {
       task.paused += this.now() - task.waitingSince;
       task.waitingSince = -1;
     }
     if (task.outputs > 0) return;
-    if (!task.done) {
+    if (task.done === false) {
       if (task.iterator) this.pullIterator(task);
       else if (task.subscription) task.resumeProducers();
     } else if (task.trace.sampled) {
@@ -1204,7 +1204,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   private finishRecord(task: Task<I, O>): void {
-    if (task.recorded) return;
+    if (task.recorded === true) return;
     task.recorded = true;
     const end = this.now();
     this.record(task.trace, task.queueWait, end - task.startedAt - task.paused, task.paused, task.merged);

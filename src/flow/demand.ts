@@ -219,7 +219,7 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
 
   private ask(link: DemandLink): boolean {
     if (!link.wants(this)) return false;
-    if (this.borrows) this.credit = link.credit!(this);
+    if (this.borrows === true) this.credit = link.credit!(this);
     return true;
   }
 
@@ -317,8 +317,8 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
 
   /** Trampolined: demand signalled while the producer is already emitting only makes it loop again (§3.3). */
   resume(): void {
-    if (this.ended || this.producer === undefined) return;
-    if (this.pulling) {
+    if (this.ended === true || this.producer === undefined) return;
+    if (this.pulling === true) {
       this.pullAgain = true;
       return;
     }

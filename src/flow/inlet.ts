@@ -194,7 +194,7 @@ export class Inlet implements DemandLink {
 
   /** Room came back: resume producers that stopped for lack of demand. */
   signal(): void {
-    if (this.starved) this.resumeProducers();
+    if (this.starved === true) this.resumeProducers();
   }
 
   private resumeProducers(): void {
