@@ -377,7 +377,7 @@ export async function measureWsScenario(scenario: WsScenario, config: WsLoadConf
     const beforeFill = await serverReport(child);
     for (const ws of stuck) {
       ws.send(JSON.stringify({ type: 'generate', id: 'stuck', prompt: 'never read', parameters: { max_tokens: config.stalledTokens } }));
-      (ws as unknown as { _socket: { pause(): void } })._socket.pause();
+      ws.pause(); // `ws`'s own pause: pausing its TCP socket directly, `ws` resumes it when its frame parser drains
     }
     const filling = monotonicMs();
     let fill = stuck.length === 0 ? undefined : beforeFill;

@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
-import { connect, type AddressInfo, type Socket } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -144,9 +144,17 @@ class Client {
     return this.frames.filter((f): f is Extract<ServerFrame, { type: 'error' }> => f.type === 'error');
   }
 
-  /** The client's TCP socket: pausing it stops reading, so the server's send buffer fills. */
-  get socket(): Socket {
-    return (this.ws as unknown as { _socket: Socket })._socket;
+  /**
+   * Stops reading, so the server's send buffer fills: through `ws`'s own `pause()`, which the
+   * library honours (pausing its TCP socket directly, `ws` resumes it whenever its frame parser
+   * drains).
+   */
+  pause(): void {
+    this.ws.pause();
+  }
+
+  resume(): void {
+    this.ws.resume();
   }
 }
 
@@ -364,7 +372,7 @@ describe('WebSocket token server', () => {
       try {
         const slow = await Client.open(served.url);
         const fast = await Client.open(served.url);
-        slow.socket.pause();
+        slow.pause();
         slow.send({ type: 'generate', id: 's', prompt: 'go' });
         await until(() => counter.generations.length === 1, 'slow generation started');
         fast.send({ type: 'generate', id: 'f', prompt: 'go' });
@@ -388,7 +396,7 @@ describe('WebSocket token server', () => {
         // Server memory: at most the high-water mark plus the frame that crossed it.
         assert.ok(served.tokens.stats().buffered <= highWaterMark + 1200, `buffered ${served.tokens.stats().buffered}`);
         // Reading again resumes decoding where it stopped, losing nothing.
-        slow.socket.resume();
+        slow.resume();
         await until(() => slowGen.steps > paused + 100, 'slow generation resumes');
         slow.send({ type: 'cancel', id: 's' });
         fast.send({ type: 'cancel', id: 'f' });
@@ -410,7 +418,7 @@ describe('WebSocket token server', () => {
       const served = await serve({ worker: counter, limits: { highWaterMark: 16 * 1024, conflateLimit: 4096, stallTimeout: 60_000 } });
       try {
         const client = await Client.open(served.url);
-        client.socket.pause();
+        client.pause();
         client.send({ type: 'generate', id: 'k', prompt: 'go', policy: 'conflate' });
         await until(() => counter.generations.length === 1, 'generation started');
         const generation = counter.generations[0]!;
@@ -421,7 +429,7 @@ describe('WebSocket token server', () => {
           stable = generation.steps === steps;
         }
         assert.ok(stable, 'decoding paused at the conflate limit');
-        client.socket.resume();
+        client.resume();
         await until(() => client.frames.some((f) => f.type === 'token' && f.tokens > 1), 'a conflated frame');
         await until(() => generation.steps > 2000, 'more tokens');
         client.send({ type: 'cancel', id: 'k' });
@@ -445,10 +453,10 @@ describe('WebSocket token server', () => {
       const served = await serve({ worker: counter, limits: { highWaterMark: 16 * 1024, stallTimeout: 200 } });
       try {
         const client = await Client.open(served.url);
-        client.socket.pause();
+        client.pause();
         client.send({ type: 'generate', id: 's', prompt: 'go' });
         await until(() => counter.generations[0]?.signal.aborted === true, 'the stall aborts the request');
-        client.socket.resume();
+        client.resume();
         const { code } = await client.closed;
         assert.equal(code, 4008);
         assert.equal(client.frames.some((f) => f.type === 'done'), false);
