@@ -306,7 +306,7 @@ class Task<I, O> implements DemandLink {
   /** `trace.sampled`, on the task's own cache line: a settle need not touch the trace. */
   sampled = false;
   reusable = false;
-  /** Neighbours in an unordered stage's list of tasks in flight (intrusive: a Set costs a hash per task); `after` links spare tasks too. */
+  /** The next task in the stage's list of tasks in flight (intrusive: a Set costs a hash per task), or in its list of spare tasks. */
   after: Task<I, O> | undefined = undefined;
   trace: TraceContext;
   merged: number;
@@ -324,6 +324,7 @@ class Task<I, O> implements DemandLink {
   private first: O | undefined = undefined;
   /** Unordered: in the stage's queue of tasks with something to deliver. Ordered: counted in `readyBehind`. */
   queued = false;
+  /** The previous task in an unordered stage's list of tasks in flight (any of them may leave first). */
   before: Task<I, O> | undefined = undefined;
   private more: Ring<O> | undefined = undefined;
   subscription: Subscription | undefined = undefined;
