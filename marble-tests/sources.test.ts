@@ -9,6 +9,8 @@ import { subscribeWithDemand } from '../src/flow/demand.js';
 import { stage } from '../operators/stage.js';
 import { StageStats } from '../src/flow/stats.js';
 import { InvalidOptionsError, OverflowError } from '../src/errors.js';
+import { KillSwitch } from '../src/flow/kill-switch.js';
+import { eventually } from '../src/testing/assert.js';
 
 function scheduler(): TestScheduler {
   return new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));
@@ -82,6 +84,139 @@ describe('fromIterable', () => {
     const out = await firstValueFrom(fromIterable(source.generator).pipe(stage(work, { capacity: 8, concurrency: 2, stats }), toArray()));
     assert.equal(out.length, 2_000);
     assert.ok(worst <= 8 + 2, `held ${worst} elements, bound is 10`);
+  });
+});
+
+describe('fromIterable fused with a pause stage straight after it', () => {
+  /** Async work that takes a tick, noting how far the source was ahead of delivery when each element started. */
+  function slowWork(source: { pulled: () => number }, stats: StageStats, worst: { held: number }) {
+    return async (x: number) => {
+      worst.held = Math.max(worst.held, source.pulled() - stats.delivered);
+      await tick();
+      return x;
+    };
+  }
+
+  it('is polled as work starts: the stage holds its concurrency plus at most one, and buffers at most that one', async () => {
+    const source = counting(500);
+    const stats = new StageStats();
+    const worst = { held: 0 };
+    let buffered = 0;
+    const out = await firstValueFrom(
+      fromIterable(source.generator).pipe(
+        stage(slowWork(source, stats, worst), { capacity: 8, concurrency: 2, stats }),
+        map((t) => {
+          buffered = Math.max(buffered, stats.buffered);
+          return t.value;
+        }),
+        toArray(),
+      ),
+    );
+    assert.deepEqual(out, Array.from({ length: 500 }, (_, i) => i));
+    assert.ok(worst.held <= 2 + 1, `held ${worst.held}, bound 3`);
+    assert.ok(buffered <= 1, `buffered ${buffered}`);
+    assert.deepEqual([stats.received, stats.delivered, stats.buffered, stats.inFlight], [500, 500, 0, 0]);
+    assert.ok(stats.pauses >= 400, `pauses ${stats.pauses}: one each time the slots filled`);
+  });
+
+  it('a plain operator in between keeps it unfused: the stage fills its buffer, as with any producer', async () => {
+    const source = counting(500);
+    const stats = new StageStats();
+    const worst = { held: 0 };
+    await firstValueFrom(fromIterable(source.generator).pipe(map((x) => x), stage(slowWork(source, stats, worst), { capacity: 8, concurrency: 2, stats }), toArray()));
+    assert.ok(worst.held > 3 && worst.held <= 8 + 2, `held ${worst.held}`);
+  });
+
+  it('a policy other than pause never fuses: shed-incoming sheds what finds the buffer full', async () => {
+    const stats = new StageStats();
+    const out = await firstValueFrom(
+      fromIterable(Array.from({ length: 10 }, (_, i) => i)).pipe(
+        stage(async (x: number) => x, { policy: 'shed-incoming', capacity: 2, stats }),
+        map((t) => t.value),
+        toArray(),
+      ),
+    );
+    assert.deepEqual(out, [0, 1, 2]);
+    assert.deepEqual([stats.received, stats.shed['buffer-full']], [10, 7]);
+  });
+
+  it('a throw from the iterator while fused errors the stage; every element taken is delivered or failed', async () => {
+    function* broken(): Generator<number> {
+      for (let i = 0; i < 5; i++) yield i;
+      throw new Error('disk gone');
+    }
+    const stats = new StageStats();
+    const seen: number[] = [];
+    const error = await new Promise<Error>((resolve) =>
+      fromIterable(broken())
+        .pipe(stage(async (x: number) => x, { concurrency: 2, stats }))
+        .subscribe({ next: (t) => seen.push(t.value), error: resolve }),
+    );
+    assert.equal(error.message, 'disk gone');
+    assert.deepEqual(seen, [0, 1, 2, 3].slice(0, seen.length));
+    assert.equal(stats.received, 5);
+    assert.equal(stats.received, stats.delivered + stats.failed + stats.shedTotal);
+    assert.equal(stats.delivered, seen.length);
+  });
+
+  it('unsubscribing while fused closes the generator (its finally block runs) and aborts the work in flight', async () => {
+    let finalized = false;
+    let pulled = 0;
+    function* generate(): Generator<number> {
+      try {
+        for (let i = 0; ; i++) {
+          pulled++;
+          yield i;
+        }
+      } finally {
+        finalized = true;
+      }
+    }
+    const aborted: number[] = [];
+    const stats = new StageStats();
+    const subscription = fromIterable(generate())
+      .pipe(
+        stage(
+          (x: number, { signal }) =>
+            new Promise<number>((resolve) => {
+              signal.addEventListener('abort', () => aborted.push(x));
+              if (x < 3) setImmediate(() => resolve(x));
+            }),
+          { concurrency: 2, stats },
+        ),
+      )
+      .subscribe();
+    await eventually(() => assert.equal(stats.delivered, 3));
+    assert.ok(pulled <= 3 + 2, `pulled ${pulled}`);
+    subscription.unsubscribe();
+    assert.equal(finalized, true);
+    assert.deepEqual(aborted.sort(), [3, 4]);
+    assert.equal(stats.received, stats.delivered + stats.failed + stats.shedTotal);
+  });
+
+  it('a kill switch shutdown while fused stops polling, finishes the work in flight and completes', async () => {
+    const source = counting();
+    const kill = new KillSwitch();
+    const stats = new StageStats();
+    const seen: number[] = [];
+    await new Promise<void>((resolve, reject) =>
+      fromIterable(source.generator)
+        .pipe(
+          stage(
+            async (x: number) => {
+              if (x === 10) kill.shutdown();
+              await tick();
+              return x;
+            },
+            { concurrency: 2, killSwitch: kill, stats },
+          ),
+        )
+        .subscribe({ next: (t) => seen.push(t.value), error: reject, complete: resolve }),
+    );
+    assert.deepEqual(seen, Array.from({ length: seen.length }, (_, i) => i));
+    assert.ok(seen.length >= 11 && seen.length <= 12, `delivered ${seen.length}`);
+    assert.equal(source.pulled(), seen.length);
+    assert.deepEqual([stats.received, stats.delivered], [seen.length, seen.length]);
   });
 });
 

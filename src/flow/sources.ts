@@ -3,7 +3,7 @@
  * A 10M-element generator into a slow stage holds at most the stage's capacity.
  */
 import type { Readable } from 'node:stream';
-import { Flow, type Outlet, type Producer } from './demand.js';
+import { Flow, NONE, type Outlet, type Producer } from './demand.js';
 
 /**
  * A Flow over a synchronous iterable or generator, pulled one element per unit of
@@ -41,6 +41,21 @@ class IterableProducer<T> implements Producer {
       this.iterator = undefined;
       outlet.error(err);
     }
+  }
+
+  /** One step of `pull`, for a consumer fused with this source (see `Producer.poll`). */
+  poll(): T | typeof NONE {
+    try {
+      const iterator = (this.iterator ??= this.iterable[Symbol.iterator]());
+      const step = iterator.next();
+      if (step.done !== true) return step.value;
+      this.iterator = undefined;
+      this.outlet.complete();
+    } catch (err) {
+      this.iterator = undefined;
+      this.outlet.error(err);
+    }
+    return NONE;
   }
 
   cancel(): void {

@@ -23,7 +23,7 @@ export class StageStats {
   readonly shed: Record<ShedReason, number> = { 'buffer-full': 0, evicted: 0, lagging: 0, cancelled: 0 };
   /** Elements waiting in buffers now. */
   buffered = 0;
-  /** Times the stage stopped its producers because it was full. */
+  /** Times the stage stopped its producers because it was full (fused with its source: times its slots filled). */
   pauses = 0;
   /** The stage's live runs: each counts its own work in flight (no shared counter to update per element). */
   private readonly runs = new Set<InFlightSource>();
