@@ -141,6 +141,27 @@ describe('stage: a consumer that has asked for nothing', () => {
   }
 });
 
+describe('stage: stats', () => {
+  it('count every run of a stage while it runs and after it ends, and take increments from other code', async () => {
+    const stats = new StageStats();
+    const twice = stage(async (x: number) => x * 2, { name: 'twice', stats });
+    const a = TestSink.subscribe(fromIterable([1, 2, 3]).pipe(twice), { request: 1 });
+    const b = TestSink.subscribe(fromIterable([4, 5]).pipe(twice), { request: 0 });
+    await eventually(() => assert.equal(stats.emitted, 1));
+    assert.equal(stats.liveRuns, 2);
+    assert.deepEqual([stats.received, stats.delivered, stats.inFlight], [3, 1, 2]); // a: 1 out, 2 taken (fused); b: 1 taken
+    a.request(10);
+    b.request(10);
+    await eventually(() => assert.equal(stats.liveRuns, 0));
+    a.expectNext(2, 4, 6).expectComplete();
+    b.expectNext(8, 10).expectComplete();
+    assert.deepEqual([stats.received, stats.delivered, stats.emitted, stats.inFlight], [5, 5, 5, 0]);
+    stats.received++; // a custom operator sharing the stats
+    stats.emitted += 2;
+    assert.deepEqual([stats.received, stats.delivered, stats.emitted], [6, 5, 7]);
+  });
+});
+
 describe('stage: overflow policies (hot source 1 element / 2 frames, work 10 frames, capacity 1)', () => {
   const marbles = '-a-b-c-d-e|';
 

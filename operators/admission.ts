@@ -162,7 +162,7 @@ class AdmissionRun<T> extends LinkedRun<T | Traced<T>> {
   onNext(input: T | Traced<T>): void {
     if (this.terminated || this.upstreamDone) return;
     this.inlet.arrive();
-    this.stats.received++;
+    this.stats.receivedCount++;
     const seq = this.seq++;
     let value: T;
     let trace: TraceContext;
@@ -229,8 +229,8 @@ class AdmissionRun<T> extends LinkedRun<T | Traced<T>> {
       const [entry] = this.waiting.splice(index, 1) as [Waiting<T>];
       this.buckets.take(entry.tenant);
       this.forget(entry);
-      this.stats.delivered++;
-      this.stats.emitted++;
+      this.stats.deliveredCount++;
+      this.stats.emittedCount++;
       entry.trace.note(this.config.label, 'wait', this.now() - entry.arrivedAt);
       this.outlet.nextTraced(entry.value, entry.trace);
     }

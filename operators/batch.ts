@@ -210,7 +210,7 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> {
   onNext(input: T | Traced<T>): void {
     if (this.terminated || this.upstreamDone) return; // §2.8: late elements after cancel are ignored
     const asked = this.inlet.arrive();
-    this.stats.received++;
+    this.stats.receivedCount++;
     const seq = this.seq++;
     const element = input instanceof Traced ? (input as Traced<T>) : toTraced(input, seq, this.sample(seq));
     const value = element.value;
@@ -320,8 +320,8 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> {
     const size = gathering.items.length;
     this.held -= size;
     this.stats.buffered -= size;
-    this.stats.delivered += size;
-    this.stats.emitted++;
+    this.stats.deliveredCount += size;
+    this.stats.emittedCount++;
     if (gathering.arrivals !== undefined) this.record(gathering);
     // The gathering is closed, so its arrays are never touched again: handed over, not copied.
     const out = new Batch<T>(gathering.key, gathering.items, gathering.traces);
@@ -459,7 +459,7 @@ class UnbatchRun<T> extends LinkedRun<Batch<T> | Traced<Batch<T>>> {
   onNext(input: Batch<T> | Traced<Batch<T>>): void {
     if (this.terminated || this.upstreamDone) return;
     const asked = this.inlet.arrive();
-    this.stats.received++;
+    this.stats.receivedCount++;
     const seq = this.seq++;
     const value: unknown = input instanceof Traced ? input.value : input;
     if (!(value instanceof Batch)) {
@@ -474,7 +474,7 @@ class UnbatchRun<T> extends LinkedRun<Batch<T> | Traced<Batch<T>>> {
     }
     const received = value as Batch<T>;
     if (received.size === 0) {
-      this.stats.delivered++;
+      this.stats.deliveredCount++;
       return;
     }
     this.queue.push(received);
@@ -493,10 +493,10 @@ class UnbatchRun<T> extends LinkedRun<Batch<T> | Traced<Batch<T>>> {
       if (this.index === current.size) {
         this.queue.shift();
         this.index = 0;
-        this.stats.delivered++;
+        this.stats.deliveredCount++;
       }
       this.stats.buffered--;
-      this.stats.emitted++;
+      this.stats.emittedCount++;
       this.outlet.nextTraced(current.items[i] as T, current.traces[i]!);
     }
   }

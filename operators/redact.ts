@@ -552,7 +552,7 @@ class RedactRun extends LinkedRun<string | Traced<string>> {
   onNext(input: string | Traced<string>): void {
     if (this.terminated || this.upstreamDone) return;
     const asked = this.inlet.arrive();
-    this.stats.received++;
+    this.stats.receivedCount++;
     const seq = this.seq++;
     const text: unknown = input instanceof Traced ? input.value : input;
     if (typeof text !== 'string') {
@@ -574,7 +574,7 @@ class RedactRun extends LinkedRun<string | Traced<string>> {
     const before = this.redactor.forced;
     const out = this.redactor.push(text);
     if (this.redactor.forced !== before) this.stats.forced++;
-    this.stats.delivered++;
+    this.stats.deliveredCount++;
     this.enqueue(out, trace);
     this.drain();
   }
@@ -617,7 +617,7 @@ class RedactRun extends LinkedRun<string | Traced<string>> {
   protected deliver(): void {
     while (!this.terminated && this.queue.length > 0 && this.outlet.wants()) {
       this.stats.buffered--;
-      this.stats.emitted++;
+      this.stats.emittedCount++;
       this.outlet.next(this.queue.shift()!);
     }
   }

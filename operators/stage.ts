@@ -469,6 +469,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** Ordered: tasks in flight behind the oldest that became ready (an output, or done) before it, marked `queued`. */
   private readyBehind = 0;
   private seq = 0;
+  /** Elements delivered with one output emitted, nothing merged (`passedNow`); the rest is counted in the stats. */
+  private passed = 0;
   private wip = 0;
   private stopKillListener: (() => void) | undefined;
   private drainTimer: Subscription | undefined;
@@ -519,6 +521,16 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     return this.inFlight;
   }
 
+  /** For `StageStats.received`: every element received took the next `seq`, so no counter is kept. */
+  receivedNow(): number {
+    return this.seq;
+  }
+
+  /** For `StageStats.delivered` and `emitted`: elements delivered as one unmerged output, counted once for both. */
+  passedNow(): number {
+    return this.passed;
+  }
+
   /** The consumer went away: abort work, shed what is buffered, release everything. */
   cancel(): void {
     if (this.terminated) return;
@@ -530,7 +542,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       task.context?.abort(reason);
       this.closeTask(task);
       if (task.failed) continue;
-      if (this.delivered(task)) this.stats.delivered += 1 + task.merged;
+      if (this.delivered(task)) this.stats.deliveredCount += 1 + task.merged;
       else this.shed(task.value, task.trace, task.seq, 'cancelled', 1 + task.merged);
     }
     this.releaseAll();
@@ -589,7 +601,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     // Downstream demand is not asked: work starts in a free slot whatever the demand (as from the buffer), and its Promise result
     // cannot go out before `taskFulfilled`, which asks (measured: −10 instructions per element per stage). A consumer that left has cancelled us.
     if (this.asyncHop === true && this.wip === 0 && this.buffer.length === 0 && this.spare !== undefined) {
-      this.stats.received++;
       this.startSettled(value, this.seq++, trace);
     } else {
       this.take(value, trace, true);
@@ -622,8 +633,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   private take(value: I, trace: TraceContext, asked: boolean): void {
-    this.stats.received++;
-    const seq = this.seq++;
+    const seq = this.seq++; // counts it received (see `receivedNow`)
     // Nothing buffered or being delivered, and a free slot: nothing is ahead of it. A closed outlet wants nothing.
     if (this.wip === 0 && this.buffer.length === 0 && this.inFlight < this.concurrency && this.outlet.wants() === true) this.startNow(value, trace, seq);
     else this.hold(value, trace, seq, asked);
@@ -865,17 +875,14 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   /** `emitDirect` for an element straight from upstream (nothing merged, never buffered): fewer arguments on the hop. */
   private emitNow(output: O, trace: TraceContext, startedAt: number): void {
-    const stats = this.stats;
-    stats.delivered++;
-    stats.emitted++;
+    this.passed++;
     if (trace.sampled === true) this.recordDirect(trace, -1, startedAt, 0);
     this.outlet.nextTraced(output, trace);
   }
 
   private emitDirect(output: O, trace: TraceContext, enqueuedAt: number, startedAt: number, merged: number): void {
-    const stats = this.stats;
-    stats.delivered += 1 + merged;
-    stats.emitted++;
+    this.passed++;
+    if (merged !== 0) this.stats.deliveredCount += merged;
     if (trace.sampled === true) this.recordDirect(trace, enqueuedAt, startedAt, merged);
     this.outlet.nextTraced(output, trace);
   }
@@ -990,9 +997,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     const trace = task.trace;
     this.dropOldest(task);
     this.inFlight--;
-    const stats = this.stats;
-    stats.emitted++;
-    stats.delivered += 1 + task.merged;
+    this.passed++;
+    if (task.merged !== 0) this.stats.deliveredCount += task.merged;
     if (task.reusable === true) this.spareTask(task);
     else this.closeSettled(task);
     this.wip = 1; // demand signalled during the emit finds the drain below due
@@ -1136,7 +1142,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       // NONE: it completed or errored us. Ended by the iterator's own code meanwhile: a late element, ignored as `onNext` would (§2.8).
       if (input === NONE || (this.terminated as boolean) === true || (this.upstreamDone as boolean) === true) return started;
       started = true;
-      this.stats.received++;
       const seq = this.seq++;
       if (input instanceof Traced) this.beginWithParts((input as Traced<I>).value, (input as Traced<I>).trace, seq);
       else this.beginWithParts(input, new TraceContext(seq, this.sampler.at(seq)), seq);
@@ -1202,7 +1207,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       return false;
     }
     const output = task.shift();
-    this.stats.emitted++;
+    this.stats.emittedCount++;
     // Most tasks yield one output, unsampled: nothing more to do here (the rest is out of line, off the hop's inlined code).
     if (task.trace.sampled === true || (task.outputs === 0 && task.done === false)) this.emittedFrom(task);
     this.outlet.nextTraced(output, task.trace);
@@ -1237,7 +1242,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.inFlight--;
     if (this.ordered === false) this.unlink(task);
     if (task.reusable === false) this.closeTask(task);
-    if (task.failed === false) this.stats.delivered += 1 + task.merged;
+    if (task.failed === false) this.stats.deliveredCount += 1 + task.merged;
     if (task.trace.sampled === true) this.finishRecord(task);
     if (task.reusable === true) this.spareTask(task);
   }
@@ -1355,7 +1360,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       task.context?.abort(error);
       this.closeTask(task);
       if (task.failed) continue;
-      if (this.delivered(task)) this.stats.delivered += 1 + task.merged;
+      if (this.delivered(task)) this.stats.deliveredCount += 1 + task.merged;
       else lost += 1 + task.merged;
     }
     this.stats.failed += lost;

@@ -262,7 +262,7 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
     const asked = this.inlet.arrive();
     const seq = this.seq++;
     const element = toTraced(input, seq, false);
-    this.stats.received += this.copies;
+    this.stats.receivedCount += this.copies;
     this.route(new Pending(element, seq), asked);
     this.drain();
   }
@@ -351,8 +351,8 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
       while (lane.ring.length > 0 && !this.terminated && outlet.wants()) {
         const pending = lane.ring.shift()!;
         this.stats.buffered--;
-        this.stats.delivered++;
-        this.stats.emitted++;
+        this.stats.deliveredCount++;
+        this.stats.emittedCount++;
         outlet.next(pending.element);
         progressed = true;
       }

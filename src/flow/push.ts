@@ -106,7 +106,7 @@ class PushProducer<T> implements Producer {
 
   private arrive(value: T): void {
     if (this.ended || this.sourceDone) return;
-    this.stats.received++;
+    this.stats.receivedCount++;
     if (this.held.length === 0 && this.outlet.wants()) {
       this.deliver(value);
       return;
@@ -127,7 +127,7 @@ class PushProducer<T> implements Producer {
       case 'conflate':
         this.held.replaceLast(this.config.conflate!(this.held.peekLast() as T, value));
         this.stats.conflated++;
-        this.stats.delivered++;
+        this.stats.deliveredCount++;
         return;
       case 'fail':
         // Held elements are delivered first, then the error: the same rule as stage's `fail`.
@@ -153,8 +153,8 @@ class PushProducer<T> implements Producer {
   }
 
   private deliver(value: T): void {
-    this.stats.delivered++;
-    this.stats.emitted++;
+    this.stats.deliveredCount++;
+    this.stats.emittedCount++;
     this.outlet.next(value);
   }
 

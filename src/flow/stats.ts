@@ -3,6 +3,10 @@ import type { ShedReason } from './options.js';
 /** A run of a stage, as its stats see it. @internal */
 export interface InFlightSource {
   inFlightNow(): number;
+  /** Elements it received so far (the stats add them while it runs, and keep them when it ends). */
+  receivedNow(): number;
+  /** Elements it delivered as one output each, unmerged, counted once for both `delivered` and `emitted`. */
+  passedNow(): number;
 }
 
 /**
@@ -12,21 +16,57 @@ export interface InFlightSource {
  * Invariant, once a run has ended: `received === delivered + shed + failed`.
  */
 export class StageStats {
-  received = 0;
-  /** Inputs whose work finished and whose outputs all went downstream. */
-  delivered = 0;
-  /** Outputs emitted downstream (one input may yield many, e.g. tokens). */
-  emitted = 0;
-  failed = 0;
+  /**
+   * What `received`, `delivered` and `emitted` hold beyond what live stage runs count themselves.
+   * A stage run counts its elements in fields of its own, one increment per element where there were
+   * three read-modify-writes of this object (measured: −30 instructions per element per stage on
+   * async work); the getters add them up. Operators other than `stage` add here. @internal
+   */
+  receivedCount = 0;
+  deliveredCount = 0;
+  emittedCount = 0;
   /** Inputs merged into another by `conflate`; they count as delivered too. */
   conflated = 0;
   readonly shed: Record<ShedReason, number> = { 'buffer-full': 0, evicted: 0, lagging: 0, cancelled: 0 };
+  failed = 0;
   /** Elements waiting in buffers now. */
   buffered = 0;
   /** Times the stage stopped its producers because it was full (fused with its source: times its slots filled). */
   pauses = 0;
   /** The stage's live runs: each counts its own work in flight (no shared counter to update per element). */
   private readonly runs = new Set<InFlightSource>();
+
+  /** Elements that entered the stage. */
+  get received(): number {
+    let total = this.receivedCount;
+    for (const run of this.runs) total += run.receivedNow();
+    return total;
+  }
+  set received(value: number) {
+    this.receivedCount += value - this.received;
+  }
+
+  /** Inputs whose work finished and whose outputs all went downstream. */
+  get delivered(): number {
+    return this.deliveredCount + this.passed();
+  }
+  set delivered(value: number) {
+    this.deliveredCount += value - this.delivered;
+  }
+
+  /** Outputs emitted downstream (one input may yield many, e.g. tokens). */
+  get emitted(): number {
+    return this.emittedCount + this.passed();
+  }
+  set emitted(value: number) {
+    this.emittedCount += value - this.emitted;
+  }
+
+  private passed(): number {
+    let total = 0;
+    for (const run of this.runs) total += run.passedNow();
+    return total;
+  }
 
   /** Work started and not yet fully delivered, now. */
   get inFlight(): number {
@@ -45,9 +85,13 @@ export class StageStats {
     return this.runs.size;
   }
 
-  /** A run ended (it holds no work in flight any more). @internal */
+  /** A run ended (it holds no work in flight any more): its counts stay, in the counters. @internal */
   untrack(run: InFlightSource): void {
-    this.runs.delete(run);
+    if (!this.runs.delete(run)) return;
+    const passed = run.passedNow();
+    this.receivedCount += run.receivedNow();
+    this.deliveredCount += passed;
+    this.emittedCount += passed;
   }
 
   get shedTotal(): number {
