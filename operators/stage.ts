@@ -302,6 +302,8 @@ class Task<I, O> implements DemandLink {
   // 7-stage pipeline has 112 tasks in flight, and their settles missed the L1 cache (cachegrind's simulation:
   // 20.2 misses per element per stage, 6.3 at concurrency 1). `sampled` here and `readyBehind` took it to
   // 16.4; this order, after the list of tasks in flight, 16.2 → 15.5 (no wall-clock change measurable here).
+  // What a start writes follows (context, seq, done, failed, and the callbacks `then` reads): `outputs`, which
+  // neither touches, moved after them took the misses from 14.1 to 13.0 (with the source fused).
   closed = false;
   /** `trace.sampled`, on the task's own cache line: a settle need not touch the trace. */
   sampled = false;
@@ -316,10 +318,10 @@ class Task<I, O> implements DemandLink {
   seq: number;
   done = false;
   failed = false;
-  outputs = 0;
   /** Bound once per task, not per element: `then(task.fulfilled, task.rejected)`. */
   readonly fulfilled: (output: O) => void;
   readonly rejected: (err: unknown) => void;
+  outputs = 0;
   /** Outputs waiting for demand: the oldest here, the rest in `more`, allocated only when two wait (most work yields one). */
   private first: O | undefined = undefined;
   /** Unordered: in the stage's queue of tasks with something to deliver. Ordered: counted in `readyBehind`. */
