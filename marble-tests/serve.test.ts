@@ -91,27 +91,35 @@ describe('startServer (in process)', () => {
   });
 
   it('a cancel reaches the inference pool: queued model steps are dropped, and nothing is left running', async () => {
-    const client = await Client.open(running.wsUrl);
-    const ids = Array.from({ length: 8 }, (_, i) => `c${i}`);
-    for (const id of ids) client.send({ type: 'generate', id, model: 'charlm', prompt: 'The stage', parameters: { max_tokens: 4096 } });
-    await until(() => ids.every((id) => client.frames.some((f) => f.type === 'token' && f.id === id)), 'every request to stream');
-    const before = running.stats().pool;
-    assert.ok(before.queued + before.running > 1, 'steps are waiting for the single worker');
-    for (const id of ids) client.send({ type: 'cancel', id });
-    await until(() => ids.every((id) => client.end(id) !== undefined), 'every cancel to be confirmed');
-    for (const id of ids) {
-      const end = client.end(id);
-      assert.equal(end?.type === 'done' && end.finish_reason, 'abort', id);
-    }
-    await until(() => {
-      const { pool, ws } = running.stats();
-      return pool.queued === 0 && pool.running === 0 && ws.activeRequests === 0 && ws.timers === 0;
-    }, 'the pool and the socket server to be idle');
-    const after = running.stats().pool;
-    assert.ok(after.aborted - before.aborted >= 1, `queued steps were aborted (${after.aborted - before.aborted})`);
-    // Every job the pool took is accounted for.
-    assert.equal(after.submitted, after.completed + after.failed + after.aborted + after.rejected);
-    client.ws.close();
+    // One round: 8 streams on the single worker, then all cancelled. Whether a stream's next step is in the pool's queue
+    // when its cancel lands (rather than running, or waiting for its socket) depends on the machine's timing, so a round
+    // may abort none; a cancel that never reached the pool would abort none in any round. Up to three rounds.
+    const round = async (attempt: number): Promise<number> => {
+      const client = await Client.open(running.wsUrl);
+      const ids = Array.from({ length: 8 }, (_, i) => `c${attempt}-${i}`);
+      for (const id of ids) client.send({ type: 'generate', id, model: 'charlm', prompt: 'The stage', parameters: { max_tokens: 4096 } });
+      await until(() => ids.every((id) => client.frames.some((f) => f.type === 'token' && f.id === id)), 'every request to stream');
+      const before = running.stats().pool;
+      assert.ok(before.queued + before.running > 1, 'steps are waiting for the single worker');
+      for (const id of ids) client.send({ type: 'cancel', id });
+      await until(() => ids.every((id) => client.end(id) !== undefined), 'every cancel to be confirmed');
+      for (const id of ids) {
+        const end = client.end(id);
+        assert.equal(end?.type === 'done' && end.finish_reason, 'abort', id);
+      }
+      await until(() => {
+        const { pool, ws } = running.stats();
+        return pool.queued === 0 && pool.running === 0 && ws.activeRequests === 0 && ws.timers === 0;
+      }, 'the pool and the socket server to be idle');
+      const after = running.stats().pool;
+      // Every job the pool took is accounted for.
+      assert.equal(after.submitted, after.completed + after.failed + after.aborted + after.rejected);
+      client.ws.close();
+      return after.aborted - before.aborted;
+    };
+    const aborted: number[] = [];
+    for (let attempt = 0; attempt < 3 && !aborted.some((n) => n >= 1); attempt++) aborted.push(await round(attempt));
+    assert.ok(aborted.some((n) => n >= 1), `queued steps were aborted (per round: ${aborted.join(', ')})`);
   });
 
   it('serves the chat page, lists both models, and answers OpenAI chat completions', async () => {
