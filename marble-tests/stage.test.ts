@@ -569,6 +569,32 @@ describe('stage: traces', () => {
   });
 });
 
+describe('stage: work that looks async', () => {
+  // The fast path for `async` functions trusts that their result is a native Promise: anything that only looks like one
+  // (a Proxy with an `apply` trap, an ordinary function given AsyncFunction's prototype) must take the general path.
+  const AsyncFunctionPrototype = Object.getPrototypeOf(async () => {}) as object;
+  const cases: [string, (x: number) => unknown][] = [
+    ['a Proxy of an async function whose apply returns a plain value', new Proxy(async (x: number) => x, { apply: (_target, _this, [x]: [number]) => x * 10 })],
+    ['an ordinary function with the prototype of an async one', Object.setPrototypeOf((x: number) => ({ then: undefined, x }), AsyncFunctionPrototype) as (x: number) => unknown],
+    ['a bound async function', async function (this: { k: number }, x: number) { return x * this.k; }.bind({ k: 10 })],
+  ];
+  for (const [what, work] of cases) {
+    it(`${what}: every element is delivered, in order`, async () => {
+      const out = await lastValueFrom(
+        fromIterable([1, 2, 3, 4, 5]).pipe(
+          stage(async (x: number) => x, { concurrency: 2 }), // settles into the next stage: its own fast path
+          stage(work, { concurrency: 2 }),
+          stage(async (x: unknown) => x, { concurrency: 2 }),
+          map((t) => t.value),
+          toArray(),
+        ),
+      );
+      assert.equal(out.length, 5);
+      assert.deepEqual(out.map((x) => (typeof x === 'object' && x !== null ? (x as { x: number }).x * 10 : x)), [10, 20, 30, 40, 50]);
+    });
+  }
+});
+
 describe('stage: the work context', () => {
   it('gives every work that can see a second argument a context with the element\'s stage, seq and trace', async () => {
     const seen: { stage: string; seq: number; traced: boolean }[][] = [];

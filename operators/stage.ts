@@ -200,7 +200,7 @@ let unnamed = 0;
  */
 export function stage<I, O>(work: Work<I, O>, options: StageOptions<I> = {}): StageOperator<I, O> {
   const parsed = parseOptions(stageOptionsSchema, options, `stage${options?.name ? ` "${options.name}"` : ''} options`);
-  const config = new StageConfig(parsed, parsed.name ?? (work.name && work.name !== 'work' ? work.name : `stage-${++unnamed}`), !ignoresContext(work), work instanceof AsyncFunction);
+  const config = new StageConfig(parsed, parsed.name ?? (work.name && work.name !== 'work' ? work.name : `stage-${++unnamed}`), !ignoresContext(work), isAsyncFunction(work));
   const stats = parsed.stats ?? new StageStats();
   return (source) => new Flow<Traced<O>>((outlet) => new StageRun(source, work, config, stats, outlet));
 }
@@ -224,6 +224,21 @@ function ignoresContext(work: (...args: never[]) => unknown): boolean {
 }
 
 const AsyncFunction = (async () => {}).constructor;
+
+/**
+ * An `async` function, by its prototype and its own source text: calling it returns a native
+ * Promise, or throws. A bound one or a Proxy (whose `apply` may return anything) reads as native
+ * code, and an ordinary function given the prototype by `Object.setPrototypeOf` reads as what it
+ * is: those take the general path, which looks at what they return.
+ */
+function isAsyncFunction(work: (...args: never[]) => unknown): boolean {
+  if (!(work instanceof AsyncFunction)) return false;
+  try {
+    return /^async[\s(]/.test(Function.prototype.toString.call(work));
+  } catch {
+    return false;
+  }
+}
 
 const PLAIN = 0;
 const PROMISE = 1;
@@ -613,7 +628,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private startSettled(value: I, seq: number, trace: TraceContext): void {
     const context = this.passContext === true ? this.contextFor(seq, trace) : undefined;
     const result = this.callAsync(value, context, seq, trace, 0);
-    if (result instanceof Promise) this.startPromise(this.spare!, value, context, seq, trace, result);
+    // An `async` function's result is a native Promise, or FAILED (a symbol): no `instanceof` (−13 instructions per element per stage).
+    if (typeof result === 'object') this.startPromise(this.spare!, value, context, seq, trace, result as Promise<O>);
     else this.startLater(value, context, seq, trace, result, kindOf(result), 0);
   }
 
