@@ -476,7 +476,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /**
    * That upstream, fused: the stage takes an element from it each time it starts work and a slot is
    * free, and is sent none. Nothing waits in the buffer for a source that can hand over its next
-   * element at any time (measured: async work 1,057 → ~1,000 instructions per element per stage).
+   * element at any time (measured on async work, with `pollNext`: ~85 fewer instructions per element per
+   * stage at concurrency 1, ~80 at 16).
    */
   private fused: FusedSource<I | Traced<I>> | undefined = undefined;
   private upstreamDone = false;
