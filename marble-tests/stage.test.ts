@@ -7,6 +7,7 @@ import { fromAsyncIterable, fromIterable } from '../src/flow/sources.js';
 import { StageStats } from '../src/flow/stats.js';
 import { KillSwitch } from '../src/flow/kill-switch.js';
 import { Traced } from '../src/trace/trace.js';
+import { monotonicNow } from '../src/trace/clock.js';
 import { TestSink, eventually } from '../src/testing/index.js';
 import {
   AbortedError,
@@ -518,6 +519,28 @@ describe('stage: traces', () => {
     });
     const slowRecords = seen.map((t) => t.trace.record('slow')!);
     assert.deepEqual(slowRecords.map((r) => [r.queueWait, r.service]), [[0, 3], [3, 3]]);
+  });
+
+  it('without a scheduler, times are read on performance.now()’s time line, in milliseconds', async () => {
+    // The stage reads the clock through process.hrtime (cheaper than performance.now()); this checks origin and unit.
+    for (let i = 0; i < 100; i++) {
+      const before = performance.now();
+      const read = monotonicNow();
+      const after = performance.now();
+      assert.ok(read >= before - 0.5 && read <= after + 0.5, `${before} ≤ ${read} ≤ ${after}`);
+    }
+    const busy = (ms: number) => <T>(x: T): T => {
+      const until = performance.now() + ms;
+      while (performance.now() < until);
+      return x;
+    };
+    const [out] = await lastValueFrom(
+      fromIterable(['a']).pipe(stage(busy(3), { name: 'busy', sampleRate: 1 }), stage(busy(2), { name: 'after' }), toArray()),
+    );
+    const [first, second] = out!.trace.records!;
+    // At least the time spent; an upper bound would be a timed test, but a unit slip (ns, s) is off by 10³.
+    assert.ok(first!.service >= 3 - 0.5 && first!.service < 3_000, `busy: ${first!.service} ms`);
+    assert.ok(second!.service >= 2 - 0.5 && second!.service < 2_000, `after: ${second!.service} ms`);
   });
 
   it('records every async stage of a sampled element, and none of an unsampled one, on the settled-hop path', async () => {

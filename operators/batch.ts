@@ -8,6 +8,7 @@ import { Ring } from '../src/flow/ring.js';
 import { StageStats } from '../src/flow/stats.js';
 import { BatchMismatchError, StageError, UnpausableSourceError } from '../src/errors.js';
 import { TraceContext, Traced, sampler, toTraced, type StageRecord } from '../src/trace/trace.js';
+import { monotonicNow } from '../src/trace/clock.js';
 
 /**
  * Items gathered by `batch`, each with its own trace, so a batched call (one model
@@ -188,7 +189,7 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> {
     const scheduler = config.scheduler;
     this.scheduler = scheduler ?? asyncScheduler;
     this.inlet = new Inlet(this, { scheduler: this.scheduler });
-    this.now = scheduler ? () => scheduler.now() : () => performance.now();
+    this.now = scheduler ? () => scheduler.now() : monotonicNow;
     this.sample = sampler(config.sampleRate);
   }
 

@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { performance } from 'node:perf_hooks';
+import { monotonicNow } from '../src/trace/clock.js';
 import { Observable, asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
 import { Flow, NONE, currentLink, swapLink, withLink, type DemandLink, type FusedSource, type Outlet, type Producer, type Resumable } from '../src/flow/demand.js';
 import { Inlet, type RoomOwner } from '../src/flow/inlet.js';
@@ -466,7 +466,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
    */
   private readonly resumeAt: number;
   private readonly name: string;
-  /** The injected scheduler's clock, if any (virtual time); else `performance.now()`. */
+  /** The injected scheduler's clock, if any (virtual time); else `monotonicNow()` (`performance.now()`'s time line). */
   private readonly clock: SchedulerLike | undefined;
   private readonly sampler: SeqSampler;
   private readonly scheduler: SchedulerLike;
@@ -516,9 +516,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.sampler = new SeqSampler(config.sampleRate);
   }
 
-  /** A method, not a closure per run: the call site stays monomorphic and inlines `performance.now()`. */
+  /** A method, not a closure per run: the call site stays monomorphic and inlines the clock read. */
   private now(): number {
-    return this.clock === undefined ? performance.now() : this.clock.now();
+    return this.clock === undefined ? monotonicNow() : this.clock.now();
   }
 
   // ---- Producer (downstream side) ----
