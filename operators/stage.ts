@@ -997,7 +997,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   taskFulfilled(task: Task<I, O>, output: O): void {
     if (task.closed === true) return;
     // The oldest task settled with its one output, nothing being delivered, downstream wanting it: out at once.
-    if (this.wip === 0 && this.plainPromises === true && this.firstTask === task && task.sampled === false && this.outlet.wants() === true) {
+    if (this.wip === 0 && this.plainPromises === true && this.firstTask === task && task.sampled === false && this.outlet.wantsSettled() === true) {
       this.deliverSettled(task, output);
       return;
     }

@@ -85,6 +85,14 @@ export interface Outlet<T> {
   readonly closed: boolean;
   /** True while the consumer can take one more element now (§1.1: emit only then). */
   wants(): boolean;
+  /**
+   * `wants()` for an output of settled async work, asked from the work's callback (a microtask) once
+   * its task was found open: it does not look whether the subscriber has left. A subscriber closes
+   * in `unsubscribe()`, which runs our teardown (closing every task) before it returns, and no
+   * microtask runs in between; one that left inside a synchronous subscribe had our teardown run
+   * as it was registered, before any microtask.
+   */
+  wantsSettled(): boolean;
   next(value: T): void;
   /**
    * Emits the traced element `new Traced(value, trace)` (Flows of traced elements only).
@@ -250,6 +258,12 @@ class FlowOutlet<T> implements Outlet<T>, Resumable, FusedSource<T> {
   wants(): boolean {
     // `=== true`: V8 has no type for a boolean field, and a bare test is a full ToBoolean (see stage.ts).
     if (this.ended === true || this.subscriber.closed === true) return false;
+    if (this.credit > 0) return true;
+    return this.link === undefined || this.ask(this.link);
+  }
+
+  wantsSettled(): boolean {
+    if (this.ended === true) return false;
     if (this.credit > 0) return true;
     return this.link === undefined || this.ask(this.link);
   }
