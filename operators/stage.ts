@@ -454,6 +454,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private readonly plainPromises: boolean;
   /** `async` work and `plainPromises`: an unsampled element arriving at an idle stage starts by `startSettled`. */
   private readonly asyncHop: boolean;
+  /** `asyncHop` while input is taken (not terminated, upstream not done): `onSettledNext` tests one field for three. */
+  private hop: boolean;
   /** `config.passContext` and `config.asyncWork`, one load nearer on the hop. */
   private readonly passContext: boolean;
   private readonly asyncWork: boolean;
@@ -506,6 +508,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.ordered = config.ordered;
     this.plainPromises = config.ordered && config.timeout === undefined;
     this.asyncHop = this.plainPromises && config.asyncWork;
+    this.hop = this.asyncHop;
     this.passContext = config.passContext;
     this.asyncWork = config.asyncWork;
     this.resumeAt = Math.max(1, Math.floor(config.limit / 4));
@@ -553,6 +556,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   cancel(): void {
     if (this.terminated) return;
     this.terminated = true;
+    this.hop = false;
     this.upstream?.unsubscribe(); // first: a producer holding credit (see `lendsRoom`) must not emit into what follows
     const reason = new AbortedError(this.config.name, 'the consumer unsubscribed');
     for (const pending of this.takeBuffered()) this.shed(pending.value, pending.trace, pending.seq, 'cancelled', 1 + pending.merged);
@@ -614,13 +618,12 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
    * other case goes through `take` as any arrival does.
    */
   onSettledNext(value: I, trace: TraceContext): void {
-    if (this.terminated === true || this.upstreamDone === true) return;
     // A spare task means a free slot: tasks are made only to start work in a free slot, so in flight plus spare never exceeds `concurrency`.
     // Downstream demand is not asked: work starts in a free slot whatever the demand (as from the buffer), and its Promise result
     // cannot go out before `taskFulfilled`, which asks (measured: −10 instructions per element per stage). A consumer that left has cancelled us.
-    if (this.asyncHop === true && this.wip === 0 && this.buffer.length === 0 && this.spare !== undefined) {
+    if (this.hop === true && this.wip === 0 && this.buffer.length === 0 && this.spare !== undefined) {
       this.startSettled(value, this.seq++, trace);
-    } else {
+    } else if (this.terminated === false && this.upstreamDone === false) {
       this.take(value, trace, true);
     }
   }
@@ -1365,6 +1368,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** No more input will be taken; what is buffered and in flight still finishes. */
   private finishInput(): void {
     this.upstreamDone = true;
+    this.hop = false;
     this.upstream?.unsubscribe();
     if (this.config.drainTimeout !== undefined && (this.buffer.length > 0 || this.inFlight > 0)) {
       this.drainTimer = this.scheduler.schedule(() => {
@@ -1378,6 +1382,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   private finish(): void {
     this.terminated = true;
+    this.hop = false;
     this.releaseAll();
     if (this.pendingError) this.outlet.error(this.pendingError.error);
     else this.outlet.complete();
@@ -1387,6 +1392,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private fail(error: unknown): void {
     if (this.terminated) return;
     this.terminated = true;
+    this.hop = false;
     this.upstream?.unsubscribe();
     let lost = 0;
     for (const pending of this.takeBuffered()) lost += 1 + pending.merged;
