@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { TestScheduler } from 'rxjs/testing';
-import { NEVER, Observable, delay, lastValueFrom, map, of, toArray, type OperatorFunction } from 'rxjs';
+import { NEVER, Observable, delay, lastValueFrom, map, of, take, toArray, type OperatorFunction } from 'rxjs';
 import { stage, type ShedEvent } from '../operators/stage.js';
 import { fromAsyncIterable, fromIterable } from '../src/flow/sources.js';
 import { StageStats } from '../src/flow/stats.js';
@@ -433,6 +433,34 @@ describe('stage: lifecycle', () => {
     assert.deepEqual([stats.buffered, stats.inFlight], [0, 0]);
     assert.equal(stats.received, stats.delivered + stats.shedTotal + stats.failed);
     assert.equal(kill.listenerCount, 0);
+  });
+
+  it('a consumer that leaves while settled async work is on its way gets nothing more, and every element is accounted for', async () => {
+    // `async` work in ordered stages without timeouts settles by the shortcut, which does not look at the subscriber
+    // (`wantsSettled`): leaving must have closed the tasks that settle after it.
+    const gates = new Map<number, () => void>();
+    const gated = async (x: number): Promise<number> => {
+      await new Promise<void>((resolve) => gates.set(x, resolve));
+      return x;
+    };
+    const first = new StageStats();
+    const second = new StageStats();
+    const got: number[] = [];
+    let completed = false;
+    fromIterable([0, 1, 2, 3, 4, 5, 6, 7])
+      .pipe(stage(gated, { name: 'gated', concurrency: 4, stats: first }), stage(async (x: number) => x, { name: 'next', concurrency: 4, stats: second }), values(), take(2))
+      .subscribe({ next: (x) => got.push(x), complete: () => (completed = true) });
+    await eventually(() => gates.size === 4);
+    for (const x of [0, 1, 2, 3]) gates.get(x)!(); // all four settle; `take(2)` leaves during the second's emit
+    await eventually(() => completed);
+    await new Promise((resolve) => setImmediate(resolve)); // the settles after the leave have run
+    assert.deepEqual(got, [0, 1]);
+    for (const stats of [first, second]) {
+      assert.equal(stats.received, stats.delivered + stats.shedTotal + stats.failed, `${stats.received} in`);
+      assert.deepEqual([stats.inFlight, stats.buffered], [0, 0]);
+    }
+    assert.equal(second.delivered, 2);
+    assert.ok(second.shed.cancelled >= 1, 'what the next stage had started when the consumer left is shed as cancelled');
   });
 });
 
