@@ -618,6 +618,91 @@ describe('stage: traces', () => {
     assert.match(out[0]!.trace.traceparent, /^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$/);
     assert.equal(out[0]!.trace, out[1]!.trace);
   });
+
+  // Between linked stages an unsampled trace travels as its bare seq until something reads it (see `TraceRef`):
+  // each reader must make the context once and pass that one on, on every path an element can take.
+  for (const mode of ['sync', 'async'] as const) {
+    it(`${mode}: the work's context, the notes and the output share one trace, begun at the first stage (work started ${mode === 'sync' ? 'at once' : 'from the buffer'})`, async () => {
+      const n = 40;
+      const seen = new Map<number, unknown>();
+      const pass = mode === 'sync' ? (x: number) => x : async (x: number) => x;
+      const noting = (x: number, ctx: { trace: unknown; note(key: string, value: number): void }) => {
+        seen.set(x, ctx.trace);
+        ctx.note('x', x);
+        return mode === 'sync' ? x : Promise.resolve(x);
+      };
+      const out = await lastValueFrom(
+        fromIterable(Array.from({ length: n }, (_, i) => i)).pipe(
+          stage(pass, { name: 'first', concurrency: 3 }),
+          stage(noting, { name: 'noting', capacity: 8 }), // concurrency 1: async elements wait in its buffer
+          stage(pass, { name: 'last', concurrency: 2 }),
+          toArray(),
+        ),
+      );
+      assert.deepEqual(out.map((t) => t.value), Array.from({ length: n }, (_, i) => i));
+      for (const t of out) {
+        assert.equal(t.trace, seen.get(t.value), `element ${t.value}: the work's context.trace is the output's`);
+        assert.equal(t.trace.seq, t.value);
+        assert.equal(t.trace.sampled, false);
+        assert.deepEqual(t.trace.notes, { 'noting.x': t.value });
+      }
+      assert.equal(new Set(out.map((t) => t.trace.traceId)).size, n, 'one trace id per element');
+    });
+
+    it(`${mode}: every output of one input shares its trace after stages that never read it`, async () => {
+      const pass = mode === 'sync' ? (x: number) => x : async (x: number) => x;
+      const passText = mode === 'sync' ? (x: string) => x : async (x: string) => x;
+      const out = await lastValueFrom(
+        fromIterable([0, 1, 2]).pipe(
+          stage(pass, { concurrency: 2 }),
+          stage((x: number) => fromIterable([`${x}a`, `${x}b`, `${x}c`]), { concurrency: 2 }),
+          stage(passText),
+          toArray(),
+        ),
+      );
+      assert.deepEqual(out.map((t) => t.value), ['0a', '0b', '0c', '1a', '1b', '1c', '2a', '2b', '2c']);
+      for (let i = 0; i < 3; i++) {
+        const group = out.slice(3 * i, 3 * i + 3).map((t) => t.trace);
+        assert.ok(group.every((trace) => trace === group[0]), `outputs of ${i} share one context`);
+        assert.equal(group[0]!.seq, i);
+      }
+      assert.notEqual(out[0]!.trace.traceId, out[3]!.trace.traceId);
+    });
+  }
+
+  it('reports a shed or failed element with the trace its first stage began', async () => {
+    const shed: ShedEvent<number>[] = [];
+    const failedSeqs: number[] = [];
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const out = await lastValueFrom(
+      fromIterable([0, 1, 2, 3, 4, 5]).pipe(
+        stage((x: number) => x, { name: 'first' }),
+        stage((x: number) => (x === 0 ? gate.then(() => x) : x), {
+          name: 'narrow',
+          capacity: 2,
+          policy: 'shed-incoming',
+          onShed: (e) => (shed.push(e), shed.length === 3 && open()),
+        }),
+        stage(
+          (x: number) => {
+            if (x % 2 === 1) throw new Error(`odd ${x}`);
+            return x;
+          },
+          { name: 'evens', errorPolicy: 'skip', onFailure: (e) => failedSeqs.push(e.trace.seq) },
+        ),
+        toArray(),
+      ),
+    );
+    // 0 waits on the gate, 1 and 2 fill the buffer, 3, 4 and 5 are shed; of 0, 1 and 2 the odd one fails.
+    assert.deepEqual(out.map((t) => [t.value, t.trace.seq]), [[0, 0], [2, 2]]);
+    assert.deepEqual(shed.map((e) => [e.value, e.seq, e.trace.seq, e.trace.sampled, e.reason]), [
+      [3, 3, 3, false, 'buffer-full'],
+      [4, 4, 4, false, 'buffer-full'],
+      [5, 5, 5, false, 'buffer-full'],
+    ]);
+    assert.deepEqual(failedSeqs, [1]);
+  });
 });
 
 describe('stage: work that looks async', () => {

@@ -17,7 +17,7 @@ import {
   StageTimeoutError,
   UnpausableSourceError,
 } from '../src/errors.js';
-import { SeqSampler, TraceContext, Traced, type StageRecord } from '../src/trace/trace.js';
+import { SeqSampler, TraceContext, Traced, isSampled, traceOf, type StageRecord, type TraceRef } from '../src/trace/trace.js';
 
 /** What the work function receives beside the value. */
 export interface StageContext {
@@ -296,7 +296,8 @@ class Pending<I> {
   merged = 0;
   constructor(
     public value: I,
-    readonly trace: TraceContext,
+    /** Made a context when work that sees one starts (see `TraceRef`). */
+    public trace: TraceRef,
     readonly seq: number,
     readonly enqueuedAt: number,
   ) {}
@@ -328,7 +329,7 @@ class Task<I, O> implements DemandLink {
   reusable = false;
   /** The next task in the stage's list of tasks in flight (intrusive: a Set costs a hash per task), or in its list of spare tasks. */
   after: Task<I, O> | undefined = undefined;
-  trace: TraceContext;
+  trace: TraceRef;
   merged: number;
   value: I;
   /** Only for work that can see it (see `ignoresContext`): nobody else could read its signal. */
@@ -358,25 +359,25 @@ class Task<I, O> implements DemandLink {
   recorded = false;
   private outlets: Resumable[] | undefined = undefined;
 
-  constructor(run: StageRun<I, O>, value: I, context: WorkContext | undefined, seq: number, trace: TraceContext, merged: number, plain: boolean) {
+  constructor(run: StageRun<I, O>, value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number, plain: boolean) {
     this.value = value;
     this.context = context;
     this.seq = seq;
     this.trace = trace;
     this.merged = merged;
-    this.quick = plain && trace.sampled === false;
+    this.quick = plain && !isSampled(trace);
     this.fulfilled = (output) => run.taskFulfilled(this, output);
     this.rejected = (err) => run.taskFailed(this, err);
   }
 
   /** Readies a retired reusable task for another element (no timer, subscription, iterator or outlets were ever set on it). */
-  reuse(value: I, context: WorkContext | undefined, seq: number, trace: TraceContext, merged: number, plain: boolean): void {
+  reuse(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number, plain: boolean): void {
     this.value = value;
     this.context = context;
     this.seq = seq;
     this.trace = trace;
     this.merged = merged;
-    this.quick = plain && trace.sampled === false;
+    this.quick = plain && !isSampled(trace);
     this.after = undefined;
     this.done = this.failed = this.closed = this.queued = this.reusable = this.recorded = false;
     this.startedAt = this.queueWait = this.paused = 0;
@@ -387,7 +388,7 @@ class Task<I, O> implements DemandLink {
    * `reuse` for an unsampled element of an ordered stage without timeouts: a retired reusable
    * task differs from a fresh one only here (its timing fields are read only when sampled).
    */
-  restart(value: I, context: WorkContext | undefined, seq: number, trace: TraceContext): void {
+  restart(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef): void {
     this.value = value;
     this.context = context;
     this.seq = seq;
@@ -609,7 +610,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   /** From a stage linked straight to this one: the element's parts, no envelope. */
-  onTracedNext(value: I, trace: TraceContext): void {
+  onTracedNext(value: I, trace: TraceRef): void {
     if (this.terminated === true || this.upstreamDone === true) return;
     this.take(value, trace, true);
   }
@@ -621,7 +622,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
    * `Outlet.nextSettled`), so the sync hop's `take` and `startNow` do not compile it in; every
    * other case goes through `take` as any arrival does.
    */
-  onSettledNext(value: I, trace: TraceContext): void {
+  onSettledNext(value: I, trace: TraceRef): void {
     // A spare task means a free slot: tasks are made only to start work in a free slot, so in flight plus spare never exceeds `concurrency`.
     // Downstream demand is not asked: work starts in a free slot whatever the demand (as from the buffer), and its Promise result
     // cannot go out before `taskFulfilled`, which asks (measured: −10 instructions per element per stage). A consumer that left has cancelled us.
@@ -633,8 +634,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   /** `startAsync` for an unsampled element, a spare task at hand, in a stage whose Promise tasks need no timer. */
-  private startSettled(value: I, seq: number, trace: TraceContext): void {
-    const context = this.passContext === true ? this.contextFor(seq, trace) : undefined;
+  private startSettled(value: I, seq: number, trace: TraceRef): void {
+    const context = this.passContext === true ? this.contextFor(seq, (trace = traceOf(trace))) : undefined;
     const result = this.callAsync(value, context, seq, trace, 0);
     // An `async` function's result is a native Promise, or FAILED (a symbol): no `instanceof` (−13 instructions per element per stage).
     if (typeof result === 'object') this.startPromise(this.spare!, value, context, seq, trace, result as Promise<O>);
@@ -655,10 +656,10 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
    */
   private accept(input: I | Traced<I>, asked: boolean): void {
     if (input instanceof Traced) this.take((input as Traced<I>).value, (input as Traced<I>).trace, asked);
-    else this.take(input, new TraceContext(this.seq, this.sampler.at(this.seq)), asked);
+    else this.take(input, this.sampler.at(this.seq) === true ? new TraceContext(this.seq, true) : this.seq, asked); // a bare seq: see `TraceRef`
   }
 
-  private take(value: I, trace: TraceContext, asked: boolean): void {
+  private take(value: I, trace: TraceRef, asked: boolean): void {
     const seq = this.seq++; // counts it received (see `receivedNow`)
     // Nothing buffered or being delivered, and a free slot: nothing is ahead of it. A closed outlet wants nothing.
     if (this.wip === 0 && this.buffer.length === 0 && this.inFlight < this.concurrency && this.outlet.wants() === true) this.startNow(value, trace, seq);
@@ -666,15 +667,15 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   /** Nothing is ahead of the element and downstream wants: work starts at once, and a plain result goes straight out unless ordered tasks are ahead of it. */
-  private startNow(value: I, trace: TraceContext, seq: number): void {
+  private startNow(value: I, trace: TraceRef, seq: number): void {
     // `begin` for an element straight from upstream: its own copy of the dispatch keeps V8's feedback here the direct path's
     // (mostly plain results), apart from buffered starts (mostly Promise work).
     if (this.asyncWork === true) {
       this.startAsync(value, seq, trace);
       return;
     }
-    const context = this.passContext === true ? this.contextFor(seq, trace) : undefined;
-    const startedAt = trace.sampled === true ? this.startTime(trace) : 0;
+    const context = this.passContext === true ? this.contextFor(seq, (trace = traceOf(trace))) : undefined;
+    const startedAt = isSampled(trace) ? this.startTime(trace) : 0;
     const result = this.call(value, context, seq, trace, 0);
     const kind = kindOf(result);
     // Ordered, every task in flight is queued ahead: a plain result goes straight out only when none is in flight.
@@ -683,12 +684,12 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   /** `startNow` for an `async` function: its result is a native Promise (anything else, from a Proxy say, takes the general path). */
-  private startAsync(value: I, seq: number, trace: TraceContext): void {
-    const context = this.passContext === true ? this.contextFor(seq, trace) : undefined;
-    const startedAt = trace.sampled === true ? this.startTime(trace) : 0;
+  private startAsync(value: I, seq: number, trace: TraceRef): void {
+    const context = this.passContext === true ? this.contextFor(seq, (trace = traceOf(trace))) : undefined;
+    const startedAt = isSampled(trace) ? this.startTime(trace) : 0;
     const result = this.callAsync(value, context, seq, trace, 0);
     if (!(result instanceof Promise)) this.startLater(value, context, seq, trace, result, kindOf(result), startedAt);
-    else if (this.spare !== undefined && this.plainPromises === true && trace.sampled === false) this.startPromise(this.spare, value, context, seq, trace, result);
+    else if (this.spare !== undefined && this.plainPromises === true && !isSampled(trace)) this.startPromise(this.spare, value, context, seq, trace, result);
     else this.startTask(value, context, seq, trace, result, PROMISE, startedAt, -1, 0);
   }
 
@@ -697,7 +698,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
    * `startAsync`, `beginAsync` and `startTask` each test that inline, on purpose: a shared helper
    * cost 21 instructions per element per stage, routing them all through `startTask` 53.
    */
-  private startPromise(task: Task<I, O>, value: I, context: WorkContext | undefined, seq: number, trace: TraceContext, result: Promise<O>): void {
+  private startPromise(task: Task<I, O>, value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, result: Promise<O>): void {
     this.spare = task.after;
     task.restart(value, context, seq, trace);
     this.inFlight++;
@@ -710,7 +711,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     value: I,
     context: WorkContext | undefined,
     seq: number,
-    trace: TraceContext,
+    trace: TraceRef,
     result: WorkResult<O> | typeof FAILED,
     kind: number,
     startedAt: number,
@@ -722,7 +723,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     if (this.inFlight > 0 && kind !== PROMISE) this.drain();
   }
 
-  private hold(value: I, trace: TraceContext, seq: number, asked: boolean): void {
+  private hold(value: I, trace: TraceRef, seq: number, asked: boolean): void {
     if (this.config.pausing === false && this.outlet.closed === true) {
       // The consumer left inside a synchronous subscribe (`take`): a stage that never pauses must stop its source itself.
       this.shed(value, trace, seq, 'cancelled', 1);
@@ -732,7 +733,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     // The first element this stage must buffer from a source it can poll: from now on it polls (see `fused`).
     if (this.fusable !== undefined) this.fuse();
     // Room in the buffer and no timing (most arrivals at a busy stage): `enqueue`'s first case, without the call.
-    if (this.buffer.length < this.config.capacity && trace.sampled === false) {
+    if (this.buffer.length < this.config.capacity && !isSampled(trace)) {
       this.buffer.push(new Pending(value, trace, seq, -1));
       this.stats.buffered++;
     } else {
@@ -763,8 +764,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   // ---- the state machine ----
 
-  private enqueue(value: I, trace: TraceContext, seq: number, asked: boolean): void {
-    const enqueuedAt = trace.sampled ? this.now() : -1;
+  private enqueue(value: I, trace: TraceRef, seq: number, asked: boolean): void {
+    const enqueuedAt = isSampled(trace) ? this.now() : -1;
     if (this.buffer.length < this.config.capacity) {
       this.buffer.push(new Pending(value, trace, seq, enqueuedAt));
       this.stats.buffered++;
@@ -817,9 +818,10 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   /** Starts work on a buffered element. A plain result goes straight out when nothing is queued ahead and downstream wants it. */
   private begin(pending: Pending<I>): void {
-    const trace = pending.trace;
-    const context = this.passContext === true ? this.contextFor(pending.seq, trace) : undefined;
-    const startedAt = trace.sampled === true ? this.now() : 0;
+    let trace = pending.trace;
+    let context: WorkContext | undefined;
+    if (this.passContext === true) context = this.contextFor(pending.seq, (pending.trace = trace = traceOf(trace)));
+    const startedAt = isSampled(trace) ? this.now() : 0;
     if (this.asyncWork === true) this.beginAsync(pending, context, startedAt);
     else this.beginWith(pending, context, startedAt, this.call(pending.value, context, pending.seq, trace, pending.merged));
   }
@@ -828,7 +830,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private beginAsync(pending: Pending<I>, context: WorkContext | undefined, startedAt: number): void {
     const trace = pending.trace;
     const result = this.callAsync(pending.value, context, pending.seq, trace, pending.merged);
-    if (result instanceof Promise && this.spare !== undefined && this.plainPromises === true && trace.sampled === false && pending.merged === 0) {
+    if (result instanceof Promise && this.spare !== undefined && this.plainPromises === true && !isSampled(trace) && pending.merged === 0) {
       this.startPromise(this.spare, pending.value, context, pending.seq, trace, result);
     } else {
       this.beginWith(pending, context, startedAt, result);
@@ -846,13 +848,16 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     }
   }
 
-  /** A context, for work that can see one. */
+  /**
+   * A context, for work that can see one. The caller passes `trace` on with the outputs too: the
+   * work may note decisions in it (callers write `contextFor(seq, (trace = traceOf(trace)))`).
+   */
   private contextFor(seq: number, trace: TraceContext): WorkContext {
     return new WorkContext(this.name, seq, trace);
   }
 
   /** Runs the work; a throw is reported and yields FAILED. */
-  private call(value: I, context: WorkContext | undefined, seq: number, trace: TraceContext, merged: number): WorkResult<O> | typeof FAILED {
+  private call(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof FAILED {
     // Between two linked stages no link scope is open (the emit is direct), so the hot path swaps nothing.
     if (currentLink() !== undefined) return this.callUnlinked(value, context, seq, trace, merged);
     try {
@@ -869,7 +874,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
    * of every sync stage into a generic one (measured: 22 → 28 ns per element per stage
    * on the sync bench once an async pipeline had run in the same process).
    */
-  private callAsync(value: I, context: WorkContext | undefined, seq: number, trace: TraceContext, merged: number): WorkResult<O> | typeof FAILED {
+  private callAsync(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof FAILED {
     if (currentLink() !== undefined) return this.callUnlinked(value, context, seq, trace, merged);
     try {
       return this.work(value, context as WorkContext);
@@ -880,7 +885,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   /** Flows the work subscribes for itself must not link to whoever is emitting to us (a plain operator upstream opened a scope). */
-  private callUnlinked(value: I, context: WorkContext | undefined, seq: number, trace: TraceContext, merged: number): WorkResult<O> | typeof FAILED {
+  private callUnlinked(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof FAILED {
     const scope = swapLink(undefined);
     let result: WorkResult<O>;
     try {
@@ -900,16 +905,16 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   /** `emitDirect` for an element straight from upstream (nothing merged, never buffered): fewer arguments on the hop. */
-  private emitNow(output: O, trace: TraceContext, startedAt: number): void {
+  private emitNow(output: O, trace: TraceRef, startedAt: number): void {
     this.passed++;
-    if (trace.sampled === true) this.recordDirect(trace, -1, startedAt, 0);
+    if (isSampled(trace)) this.recordDirect(trace, -1, startedAt, 0);
     this.outlet.nextTraced(output, trace);
   }
 
-  private emitDirect(output: O, trace: TraceContext, enqueuedAt: number, startedAt: number, merged: number): void {
+  private emitDirect(output: O, trace: TraceRef, enqueuedAt: number, startedAt: number, merged: number): void {
     this.passed++;
     if (merged !== 0) this.stats.deliveredCount += merged;
-    if (trace.sampled === true) this.recordDirect(trace, enqueuedAt, startedAt, merged);
+    if (isSampled(trace)) this.recordDirect(trace, enqueuedAt, startedAt, merged);
     this.outlet.nextTraced(output, trace);
   }
 
@@ -923,19 +928,21 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     value: I,
     context: WorkContext | undefined,
     seq: number,
-    trace: TraceContext,
+    trace: TraceRef,
     result: WorkResult<O>,
     kind: number,
     startedAt: number,
     enqueuedAt: number,
     merged: number,
   ): void {
-    if (kind === PROMISE && this.spare !== undefined && this.plainPromises === true && trace.sampled === false && merged === 0 && result instanceof Promise) {
+    if (kind === PROMISE && this.spare !== undefined && this.plainPromises === true && !isSampled(trace) && merged === 0 && result instanceof Promise) {
       this.startPromise(this.spare, value, context, seq, trace, result); // a Promise from a function that is not `async`
       return;
     }
+    // Outputs of one element share its context: work with many (an Observable, an AsyncIterable) makes it now (see `TraceRef`).
+    if (kind >= OBSERVABLE) trace = traceOf(trace);
     const task = this.taskFor(value, context, seq, trace, merged);
-    if (trace.sampled === true) {
+    if (isSampled(trace)) {
       task.startedAt = startedAt;
       task.queueWait = enqueuedAt >= 0 ? startedAt - enqueuedAt : 0;
     }
@@ -992,7 +999,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     if (task.closed) task.subscription.unsubscribe();
   }
 
-  private taskFor(value: I, context: WorkContext | undefined, seq: number, trace: TraceContext, merged: number): Task<I, O> {
+  private taskFor(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): Task<I, O> {
     const task = this.spare;
     if (task === undefined) return new Task<I, O>(this, value, context, seq, trace, merged, this.plainPromises);
     this.spare = task.after;
@@ -1092,11 +1099,11 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     task.done = true;
     this.closeTask(task);
     this.stats.failed += 1 + task.merged;
-    this.config.onFailure?.({ stage: this.config.name, error, value: task.value, seq: task.seq, trace: task.trace });
+    this.config.onFailure?.({ stage: this.config.name, error, value: task.value, seq: task.seq, trace: traceOf(task.trace) });
     this.ready(task);
   }
 
-  private workFailed(value: I, seq: number, trace: TraceContext, merged: number, err: unknown): void {
+  private workFailed(value: I, seq: number, trace: TraceRef, merged: number, err: unknown): void {
     // Typed errors pass as they are, thrown or rejected alike: callers match on their code.
     const error = err instanceof SluiceError ? err : new StageError(this.config.name, seq, err);
     this.stats.failed += 1 + merged;
@@ -1104,7 +1111,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       this.fail(error);
       return;
     }
-    this.config.onFailure?.({ stage: this.config.name, error, value, seq, trace });
+    this.config.onFailure?.({ stage: this.config.name, error, value, seq, trace: traceOf(trace) });
   }
 
   private ready(task: Task<I, O>): void {
@@ -1171,7 +1178,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       started = true;
       const seq = this.seq++;
       if (input instanceof Traced) this.beginWithParts((input as Traced<I>).value, (input as Traced<I>).trace, seq);
-      else this.beginWithParts(input, new TraceContext(seq, this.sampler.at(seq)), seq);
+      else this.beginWithParts(input, this.sampler.at(seq) === true ? new TraceContext(seq, true) : seq, seq);
       if (this.inFlight === this.concurrency) this.stats.pauses++; // it stops taking: the source waits
     }
     return started;
@@ -1183,21 +1190,21 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     const input = source.poll();
     if (input === NONE || (this.terminated as boolean) === true || this.upstreamDone === true) return;
     const seq = this.seq++;
-    const trace = input instanceof Traced ? (input as Traced<I>).trace : new TraceContext(seq, this.sampler.at(seq));
+    const trace = input instanceof Traced ? (input as Traced<I>).trace : this.sampler.at(seq) === true ? new TraceContext(seq, true) : seq;
     const value = input instanceof Traced ? (input as Traced<I>).value : (input as I);
-    if (this.asyncHop === true && this.spare !== undefined && trace.sampled === false) this.startSettled(value, seq, trace);
+    if (this.asyncHop === true && this.spare !== undefined && !isSampled(trace)) this.startSettled(value, seq, trace);
     else this.beginWithParts(value, trace, seq);
     if (this.inFlight === this.concurrency) this.stats.pauses++;
     else this.drain(); // a result went straight out: more slots to fill
   }
 
   /** `begin` for an element polled from a fused source: never buffered, nothing merged. */
-  private beginWithParts(value: I, trace: TraceContext, seq: number): void {
-    const context = this.passContext === true ? this.contextFor(seq, trace) : undefined;
-    const startedAt = trace.sampled === true ? this.now() : 0;
+  private beginWithParts(value: I, trace: TraceRef, seq: number): void {
+    const context = this.passContext === true ? this.contextFor(seq, (trace = traceOf(trace))) : undefined;
+    const startedAt = isSampled(trace) ? this.now() : 0;
     const result = this.asyncWork === true ? this.callAsync(value, context, seq, trace, 0) : this.call(value, context, seq, trace, 0);
     if (threw(result)) return;
-    if (result instanceof Promise && this.spare !== undefined && this.plainPromises === true && trace.sampled === false) {
+    if (result instanceof Promise && this.spare !== undefined && this.plainPromises === true && !isSampled(trace)) {
       this.startPromise(this.spare, value, context, seq, trace, result);
       return;
     }
@@ -1244,20 +1251,20 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** Emits one output of `task` if downstream wants it; returns whether it did. */
   private emitFrom(task: Task<I, O>): boolean {
     if (this.outlet.wants() === false) {
-      if (task.trace.sampled && task.waitingSince < 0) task.waitingSince = this.now();
+      if (isSampled(task.trace) && task.waitingSince < 0) task.waitingSince = this.now();
       return false;
     }
     const output = task.shift();
     this.stats.emittedCount++;
     // Most tasks yield one output, unsampled: nothing more to do here (the rest is out of line, off the hop's inlined code).
-    if (task.trace.sampled === true || (task.outputs === 0 && task.done === false)) this.emittedFrom(task);
+    if (isSampled(task.trace) || (task.outputs === 0 && task.done === false)) this.emittedFrom(task);
     this.outlet.nextTraced(output, task.trace);
     return true;
   }
 
   /** After `emitFrom` took an output: the time a sampled task waited for demand, and a streaming task's next output. */
   private emittedFrom(task: Task<I, O>): void {
-    if (task.trace.sampled === true && task.waitingSince >= 0) {
+    if (isSampled(task.trace) && task.waitingSince >= 0) {
       task.paused += this.now() - task.waitingSince;
       task.waitingSince = -1;
     }
@@ -1265,7 +1272,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     if (task.done === false) {
       if (task.iterator) this.pullIterator(task);
       else if (task.subscription) task.resumeProducers();
-    } else if (task.trace.sampled) {
+    } else if (isSampled(task.trace)) {
       this.finishRecord(task); // the last output carries the complete record downstream
     }
   }
@@ -1284,7 +1291,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     if (this.ordered === false) this.unlink(task);
     if (task.reusable === false) this.closeTask(task);
     if (task.failed === false) this.stats.deliveredCount += 1 + task.merged;
-    if (task.trace.sampled === true) this.finishRecord(task);
+    if (isSampled(task.trace)) this.finishRecord(task);
     if (task.reusable === true) this.spareTask(task);
   }
 
@@ -1335,9 +1342,11 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private finishRecord(task: Task<I, O>): void {
     if (task.recorded === true) return;
     task.recorded = true;
+    const trace = task.trace;
+    if (!isSampled(trace)) return; // only sampled tasks are recorded
     const end = this.now();
-    this.record(task.trace, task.queueWait, end - task.startedAt - task.paused, task.paused, task.merged);
-    task.trace.lastExit = end;
+    this.record(trace, task.queueWait, end - task.startedAt - task.paused, task.paused, task.merged);
+    trace.lastExit = end;
   }
 
   private record(trace: TraceContext, queueWait: number, service: number, paused: number, conflated: number): void {
@@ -1352,10 +1361,10 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     return typeof retries === 'number' ? retries : 0;
   }
 
-  private shed(value: I, trace: TraceContext, seq: number, reason: ShedReason, count: number): void {
+  private shed(value: I, trace: TraceRef, seq: number, reason: ShedReason, count: number): void {
     this.stats.shed[reason] += count;
-    if (trace.sampled) trace.records!.push({ stage: this.config.name, queueWait: 0, service: 0, paused: 0, retries: 0, conflated: 0, shed: reason });
-    this.config.onShed?.({ stage: this.config.name, reason, value, seq, trace });
+    if (isSampled(trace)) trace.records!.push({ stage: this.config.name, queueWait: 0, service: 0, paused: 0, retries: 0, conflated: 0, shed: reason });
+    this.config.onShed?.({ stage: this.config.name, reason, value, seq, trace: traceOf(trace) });
   }
 
   private closeTask(task: Task<I, O>): void {

@@ -9,7 +9,7 @@ export { POLICIES } from './flow/options.js';
 export type { Policy, ShedReason, Outcome } from './flow/options.js';
 export * from './errors.js';
 export { Traced, TraceContext, traced, parseTraceparent, sampler } from './trace/trace.js';
-export type { StageRecord } from './trace/trace.js';
+export type { StageRecord, TraceRef } from './trace/trace.js';
 export { stage } from '../operators/stage.js';
 export type { StageContext, StageOperator, StageOptions, Work, WorkResult, ShedEvent, FailureEvent } from '../operators/stage.js';
 export { fromIterable, fromAsyncIterable, fromReadable } from './flow/sources.js';

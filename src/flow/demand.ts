@@ -51,7 +51,7 @@
  */
 import { Observable, type Observer, type Subscriber, type Subscription } from 'rxjs';
 import { IllegalDemandError } from '../errors.js';
-import { Traced, type TraceContext } from '../trace/trace.js';
+import { Traced, traceOf, type TraceRef } from '../trace/trace.js';
 import { Inlet } from './inlet.js';
 
 /** What a consumer tells its producers. */
@@ -98,7 +98,7 @@ export interface Outlet<T> {
    * Emits the traced element `new Traced(value, trace)` (Flows of traced elements only).
    * A sluice operator linked directly gets the parts: no envelope is made for the hop.
    */
-  nextTraced(value: TracedValue<T>, trace: TraceContext): void;
+  nextTraced(value: TracedValue<T>, trace: TraceRef): void;
   /**
    * `nextTraced` for an output of settled async work: the same, by a path of its own. V8
    * keeps its feedback per function, so async hops compile apart from synchronous ones
@@ -107,16 +107,16 @@ export interface Outlet<T> {
    * Only right after `wants()` returned true, with no user code run since: it does not look whether
    * the consumer has left either.
    */
-  nextSettled(value: TracedValue<T>, trace: TraceContext): void;
+  nextSettled(value: TracedValue<T>, trace: TraceRef): void;
   error(err: unknown): void;
   complete(): void;
 }
 
 /** A consumer of traced elements as their parts. @internal */
 export interface TracedSink {
-  onTracedNext(value: unknown, trace: TraceContext): void;
+  onTracedNext(value: unknown, trace: TraceRef): void;
   /** `onTracedNext` for an element from settled async work (see `Outlet.nextSettled`). */
-  onSettledNext(value: unknown, trace: TraceContext): void;
+  onSettledNext(value: unknown, trace: TraceRef): void;
 }
 
 /** The payload type of a Flow of traced elements. */
@@ -182,7 +182,7 @@ export interface DirectConsumer<T> {
   readonly directLink: DemandLink;
   askedNext(value: T): void;
   /** A traced element as its parts (`nextTraced`), for a consumer without a `tracedSink`: it makes the envelope. */
-  tracedNext(value: unknown, trace: TraceContext): void;
+  tracedNext(value: unknown, trace: TraceRef): void;
   /** Takes traced elements as parts itself, if it does: the outlet calls it without the subscriber in between. */
   readonly tracedSink: TracedSink | undefined;
   /** The consumer's room shrinks only by this producer's elements: the producer may take all of it as credit (see `FlowOutlet.wants`). */
@@ -289,7 +289,7 @@ class FlowOutlet<T> implements Outlet<T>, Resumable, FusedSource<T> {
     }
   }
 
-  nextTraced(value: TracedValue<T>, trace: TraceContext): void {
+  nextTraced(value: TracedValue<T>, trace: TraceRef): void {
     if (this.ended === true || this.subscriber.closed === true) return;
     // Every hop between two stages passes here: the envelope would be one allocation per element per stage.
     // The subscriber is not closed (checked above), which is all it would check itself.
@@ -306,7 +306,7 @@ class FlowOutlet<T> implements Outlet<T>, Resumable, FusedSource<T> {
    * keep apart), less its test of `closed`: it is called right after `wants()` said yes, with no
    * user code run in between (see `Outlet.nextSettled`).
    */
-  nextSettled(value: TracedValue<T>, trace: TraceContext): void {
+  nextSettled(value: TracedValue<T>, trace: TraceRef): void {
     if (this.sink !== undefined) {
       if (this.credit > 0) this.credit--;
       this.sink.onSettledNext(value, trace);
@@ -316,12 +316,12 @@ class FlowOutlet<T> implements Outlet<T>, Resumable, FusedSource<T> {
   }
 
   /** Out of line: its bytecode would count against the inlining budget of every stage hop. */
-  private emitTraced(value: TracedValue<T>, trace: TraceContext): void {
+  private emitTraced(value: TracedValue<T>, trace: TraceRef): void {
     if (this.direct !== undefined) {
       if (this.credit > 0) this.credit--;
       this.direct.tracedNext(value, trace);
     } else {
-      this.emit(new Traced(value, trace) as T);
+      this.emit(new Traced(value, traceOf(trace)) as T);
     }
   }
 

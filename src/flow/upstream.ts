@@ -1,6 +1,6 @@
 import { Subscriber, type Observable, type Subscription } from 'rxjs';
 import { withLink, type FusedSource, type DemandLink, type DirectConsumer, type TracedSink, type TracedValue } from './demand.js';
-import { Traced, type TraceContext } from '../trace/trace.js';
+import { Traced, traceOf, type TraceRef } from '../trace/trace.js';
 
 /** What a demand-aware operator does with its upstream's signals. */
 export interface UpstreamHandler<T> {
@@ -16,9 +16,9 @@ export interface UpstreamHandler<T> {
    * A traced element from such a Flow, as its parts (no envelope was made for the hop).
    * Default: `onAskedNext(new Traced(value, trace))`.
    */
-  onTracedNext?(value: TracedValue<T>, trace: TraceContext): void;
+  onTracedNext?(value: TracedValue<T>, trace: TraceRef): void;
   /** The same, for an output of settled async work upstream (see `Outlet.nextSettled`); taken only beside `onTracedNext`. */
-  onSettledNext?(value: TracedValue<T>, trace: TraceContext): void;
+  onSettledNext?(value: TracedValue<T>, trace: TraceRef): void;
   /**
    * True when the handler's room (its `DemandLink`'s answer) shrinks only by the
    * elements it receives, or drops to 0 only after it has unsubscribed upstream: a
@@ -56,8 +56,8 @@ class UpstreamSubscriber<T> extends Subscriber<T> implements DirectConsumer<T> {
     else this.handler.onNext(value);
   }
   /** A traced element for a handler that takes no parts (one that does is the outlet's `tracedSink`, called straight). */
-  tracedNext(value: unknown, trace: TraceContext): void {
-    this.askedNext(new Traced(value, trace) as T);
+  tracedNext(value: unknown, trace: TraceRef): void {
+    this.askedNext(new Traced(value, traceOf(trace)) as T);
   }
   protected override _next(value: T): void {
     this.handler.onNext(value);

@@ -110,6 +110,31 @@ export class TraceContext {
   }
 }
 
+/**
+ * A trace as linked stages hand it on: a `TraceContext`, or a bare `seq`. A context a stage
+ * begins unsampled holds nothing but its seq until something reads it (its ids and notes
+ * come on first use), so until the element meets a reader a number stands for it: the
+ * reader is an envelope, the work's context, a shed or failure report, or work with many
+ * outputs (which must share one context). Each makes the context once and passes that on.
+ *
+ * A number costs nothing to store: a fresh context is a young object, and writing one into
+ * a long-lived task calls V8's write barrier, ~40 instructions per element per stage.
+ * `Outlet.nextTraced` takes either; the envelope a consumer receives always holds a context.
+ */
+export type TraceRef = TraceContext | number;
+
+/** The context a `TraceRef` stands for, made now if it is a number. @internal */
+export function traceOf(ref: TraceRef): TraceContext {
+  return typeof ref === 'number' ? new TraceContext(ref, false) : ref;
+}
+
+/** Whether per-stage timing is recorded for the element (a number never is). @internal */
+export function isSampled(ref: TraceRef): ref is TraceContext {
+  // A number reads `sampled` as undefined: one property load either way, no test of the type
+  // (its bytecode counts against V8's inlining budget on every stage's hop).
+  return (ref as TraceContext).sampled === true;
+}
+
 /** An element with its trace. The payload is held by reference, never copied. */
 export class Traced<T> {
   constructor(
