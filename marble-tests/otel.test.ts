@@ -220,11 +220,9 @@ describe('recordStageSpans', () => {
     const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
     const tracer = provider.getTracer('test');
     const element = new TraceContext(0, true);
-    element.records!.push(
-      { stage: 'embed', queueWait: 5, service: 10, paused: 0, retries: 0, conflated: 0 },
-      { stage: 'infer', queueWait: 20, service: 100, paused: 7, retries: 1, conflated: 0 },
-      { stage: 'guard', queueWait: 0, service: 3, paused: 0, retries: 0, conflated: 0, shed: 'buffer-full' },
-    );
+    element.addRecord({ stage: 'embed', queueWait: 5, service: 10, paused: 0, retries: 0, conflated: 0 });
+    element.addRecord({ stage: 'infer', queueWait: 20, service: 100, paused: 7, retries: 1, conflated: 0 });
+    element.addRecord({ stage: 'guard', queueWait: 0, service: 3, paused: 0, retries: 0, conflated: 0, shed: 'buffer-full' });
     const { span: parent, context } = genAiSpan({ tracer, model: 'm', parent: ROOT_CONTEXT });
     assert.equal(recordStageSpans(element, context, { tracer, startTime: 1_700_000_000_000 }), 3);
     assert.equal(traceparentOf(parent), `00-${parent.spanContext().traceId}-${parent.spanContext().spanId}-01`);

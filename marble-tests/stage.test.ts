@@ -6,7 +6,7 @@ import { stage, type ShedEvent } from '../operators/stage.js';
 import { fromAsyncIterable, fromIterable } from '../src/flow/sources.js';
 import { StageStats } from '../src/flow/stats.js';
 import { KillSwitch } from '../src/flow/kill-switch.js';
-import { Traced } from '../src/trace/trace.js';
+import { TraceContext, Traced } from '../src/trace/trace.js';
 import { monotonicNow } from '../src/trace/clock.js';
 import { TestSink, eventually } from '../src/testing/index.js';
 import {
@@ -532,6 +532,32 @@ describe('stage: traces', () => {
         [['upper', 0, 0, 0], ['wait', 0, 2, 0]],
       ],
     );
+  });
+
+  it('keeps records in stage order; an array read mid-way grows with the stages after; addRecord adds only to sampled traces', async () => {
+    const held: (readonly unknown[])[] = [];
+    const out = await lastValueFrom(
+      fromIterable(['a', 'b']).pipe(
+        stage((x: string) => x, { name: 'first', sampleRate: 1 }),
+        map((t) => (held.push(t.trace.records!), t)), // read after one stage: one record so far
+        stage((x: string) => x, { name: 'second' }),
+        stage((x: string) => x, { name: 'third' }),
+        toArray(),
+      ),
+    );
+    assert.equal(held.length, 2);
+    for (const [i, t] of out.entries()) {
+      assert.deepEqual(t.trace.records!.map((r) => r.stage), ['first', 'second', 'third']);
+      assert.equal(t.trace.records, held[i], 'the array read after the first stage is the one that grew');
+      assert.deepEqual(Object.keys(t.trace.records![0]!), ['stage', 'queueWait', 'service', 'paused', 'retries', 'conflated']);
+    }
+    const trace = out[0]!.trace;
+    trace.addRecord({ stage: 'mine', queueWait: 1, service: 2, paused: 3, retries: 0, conflated: 0, shed: 'buffer-full' });
+    assert.deepEqual(trace.record('mine'), { stage: 'mine', queueWait: 1, service: 2, paused: 3, retries: 0, conflated: 0, shed: 'buffer-full' });
+    assert.equal(trace.records!.length, 4);
+    const unsampled = new TraceContext(0, false);
+    unsampled.addRecord({ stage: 'mine', queueWait: 1, service: 2, paused: 3, retries: 0, conflated: 0 });
+    assert.equal(unsampled.records, undefined);
   });
 
   it('records queue wait and time paused by backpressure', () => {

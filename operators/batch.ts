@@ -337,15 +337,7 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> {
       const arrivedAt = arrivals[i]!;
       if (arrivedAt < 0) continue;
       const trace = gathering.traces[i]!;
-      const record: StageRecord = {
-        stage: this.config.name,
-        queueWait: gathering.readyAt - arrivedAt,
-        service: 0,
-        paused: end - gathering.readyAt,
-        retries: 0,
-        conflated: 0,
-      };
-      trace.records?.push(record);
+      if (trace.sampled) trace.keep(this.config.name, gathering.readyAt - arrivedAt, 0, end - gathering.readyAt, 0, 0, undefined);
       trace.lastExit = end;
     }
   }

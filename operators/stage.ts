@@ -1352,8 +1352,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private record(trace: TraceContext, queueWait: number, service: number, paused: number, conflated: number): void {
     // Retry wrappers note their attempts; the record carries them so timing and retries read together.
     const retries = trace.notes === undefined ? 0 : this.retries(trace.notes);
-    const record: StageRecord = { stage: this.name, queueWait, service, paused, retries, conflated };
-    trace.records!.push(record);
+    trace.keep(this.name, queueWait, service, paused, retries, conflated, undefined);
   }
 
   private retries(notes: Record<string, string | number | boolean>): number {
@@ -1363,7 +1362,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   private shed(value: I, trace: TraceRef, seq: number, reason: ShedReason, count: number): void {
     this.stats.shed[reason] += count;
-    if (isSampled(trace)) trace.records!.push({ stage: this.config.name, queueWait: 0, service: 0, paused: 0, retries: 0, conflated: 0, shed: reason });
+    if (isSampled(trace)) trace.keep(this.name, 0, 0, 0, 0, 0, reason);
     this.config.onShed?.({ stage: this.config.name, reason, value, seq, trace: traceOf(trace) });
   }
 

@@ -227,9 +227,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       interrupts.delete(interrupt);
       res.off('close', onClose);
       const endedAt = performance.now();
-      if (trace.records !== undefined) {
-        trace.records.push({ stage: config.stage, queueWait: startedAt - arrivedAt, service: Math.max(0, endedAt - startedAt - paused), paused, retries: 0, conflated: 0 });
-      }
+      trace.addRecord({ stage: config.stage, queueWait: startedAt - arrivedAt, service: Math.max(0, endedAt - startedAt - paused), paused, retries: 0, conflated: 0 });
       const failure = error ?? (controller.signal.aborted ? controller.signal.reason : undefined);
       config.metrics?.observeTrace(trace);
       if (done !== undefined) config.metrics?.observeGeneration(body.model, done, (endedAt - startedAt) / 1000, failure === undefined ? undefined : errorType(failure));

@@ -58,8 +58,10 @@ export class TraceContext {
   readonly seq: number;
   /** Whether per-stage timing is recorded for this element. */
   readonly sampled: boolean;
-  /** Per-stage records, in stage order (sampled elements only). */
-  records: StageRecord[] | undefined;
+  /** The newest record (sampled elements only); each links the one before, so a stage adds one without an array to grow. */
+  private newest: Kept | undefined = undefined;
+  /** `records` as last read: extended in place by later records, so a reader's array stays current. */
+  private built: StageRecord[] | undefined = undefined;
   private parentTraceId: string | undefined;
   private parentSpanId: string | undefined;
   private span: string | undefined;
@@ -74,7 +76,6 @@ export class TraceContext {
   constructor(seq: number, sampled: boolean, parent?: { traceId: string; spanId: string }) {
     this.seq = seq;
     this.sampled = sampled;
-    this.records = sampled ? [] : undefined;
     this.parentTraceId = parent?.traceId;
     this.parentSpanId = parent?.spanId;
   }
@@ -107,6 +108,51 @@ export class TraceContext {
   /** The record of `stage`, if this element was sampled and passed it. */
   record(stage: string): StageRecord | undefined {
     return this.records?.find((r) => r.stage === stage);
+  }
+
+  /**
+   * Per-stage records, in stage order: undefined unless the element is sampled. The array is
+   * made on first read and grows as later stages add records; to add one, call `addRecord`.
+   */
+  get records(): readonly StageRecord[] | undefined {
+    if (!this.sampled) return undefined;
+    if (this.built === undefined) {
+      const built: StageRecord[] = [];
+      for (let kept = this.newest; kept !== undefined; kept = kept.before) built.push(kept.toRecord());
+      this.built = built.reverse();
+    }
+    return this.built;
+  }
+
+  /** Adds what a stage did to this element, if it is sampled (a custom stage's timing, say). */
+  addRecord(record: StageRecord): void {
+    if (this.sampled) this.keep(record.stage, record.queueWait, record.service, record.paused, record.retries, record.conflated, record.shed);
+  }
+
+  /** `addRecord` from its fields, for a caller that knows the element is sampled. @internal */
+  keep(stage: string, queueWait: number, service: number, paused: number, retries: number, conflated: number, shed: ShedReason | undefined): void {
+    const kept = new Kept(stage, queueWait, service, paused, retries, conflated, shed, this.newest);
+    this.newest = kept;
+    if (this.built !== undefined) this.built.push(kept.toRecord());
+  }
+}
+
+/** A record as a context keeps it: newest first, each holding the one before. */
+class Kept {
+  constructor(
+    readonly stage: string,
+    readonly queueWait: number,
+    readonly service: number,
+    readonly paused: number,
+    readonly retries: number,
+    readonly conflated: number,
+    readonly shed: ShedReason | undefined,
+    readonly before: Kept | undefined,
+  ) {}
+
+  toRecord(): StageRecord {
+    const { stage, queueWait, service, paused, retries, conflated, shed } = this;
+    return shed === undefined ? { stage, queueWait, service, paused, retries, conflated } : { stage, queueWait, service, paused, retries, conflated, shed };
   }
 }
 
