@@ -6,7 +6,8 @@
  *     node --conditions=sluice-source --import tsx bench/count.ts   # COUNT_CASE, COUNT_N, COUNT_WARM(_N), COUNT_RUNS
  *
  * Cases: sync-sampled, sync-timed, async-c1, async-c16 (7 stages, as bench/throughput.ts),
- * rxjs-map (7 × `map`, for scale). The warm-up runs every sluice case in turn (COUNT_MIX=0:
+ * rxjs-map (7 × `map`, for scale), promise-hops-1 and promise-hops-16 (per stage an `async` call
+ * and one `.then`, the floor any async stage pays in V8: bench/throughput.ts). The warm-up runs every sluice case in turn (COUNT_MIX=0:
  * only the measured one), so call sites see sync and async work as in `npm run bench`.
  * COUNT_STAGES (default 7) sets the pipeline's length: counts at two lengths split the cost
  * of a stage in the middle from what each element costs once (source, first buffer, sink).
@@ -18,6 +19,7 @@ import { map, range, type Observable, type OperatorFunction } from 'rxjs';
 import { stage } from '../operators/stage.js';
 import { fromIterable } from '../src/flow/sources.js';
 import type { Traced } from '../src/trace/trace.js';
+import { promiseHops } from './floor.js';
 
 const measured = process.env.COUNT_CASE ?? 'sync-sampled';
 const mix = process.env.COUNT_MIX !== '0';
@@ -61,6 +63,12 @@ function build(which: string, n: number): Observable<unknown> {
 }
 
 async function once(which: string, n: number): Promise<void> {
+  const hops = /^promise-hops-(\d+)$/.exec(which);
+  if (hops !== null) {
+    const { count, sum } = await promiseHops(Number(hops[1]), STAGES)(n);
+    if (count !== n || sum !== (n * (n - 1)) / 2) throw new Error(`${which}: lost or duplicated elements (${count})`);
+    return;
+  }
   let count = 0;
   let sum = 0;
   // Decided once, not per element: a string compare per element is the harness's cost, not the pipeline's.

@@ -9,6 +9,7 @@ import { setImmediate as immediate } from 'node:timers/promises';
 import { concatMap, map, mergeMap, of, range, type Observable, type OperatorFunction } from 'rxjs';
 import { fromIterable, stage, type Traced } from 'sluice';
 import { collect, median, nowNs, settle } from './harness.js';
+import { promiseHops } from './floor.js';
 
 export const STAGES = 7;
 
@@ -191,6 +192,26 @@ export function quadraticSize(cap: number) {
 export function throughputCases(rxjsAsyncCap: number): ThroughputCase[] {
   return [
     { id: 'baseline-calls', label: 'plain function calls', family: 'baseline', mode: 'sync', bounded: '—', size: all, run: plainCalls },
+    {
+      id: 'baseline-promise-hops-1',
+      label: '`async x => x` called and `.then` taken, 1 element at a time (the floor for async)',
+      family: 'baseline',
+      mode: 'async',
+      bounded: '—',
+      compareTo: 'sluice-async-c1',
+      size: all,
+      run: promiseHops(1, STAGES),
+    },
+    {
+      id: 'baseline-promise-hops-16',
+      label: 'the same, 16 elements at a time',
+      family: 'baseline',
+      mode: 'async',
+      bounded: '—',
+      compareTo: 'sluice-async-c16',
+      size: all,
+      run: promiseHops(16, STAGES),
+    },
     {
       id: 'sluice-sync-sampled',
       label: 'sluice `stage(x => x)`, ids on, timing sampled 1%',
