@@ -7,7 +7,7 @@ import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../s
 import { Ring } from '../src/flow/ring.js';
 import { StageStats } from '../src/flow/stats.js';
 import { BatchMismatchError, StageError, UnpausableSourceError } from '../src/errors.js';
-import { TraceContext, Traced, sampler, toTraced, type StageRecord } from '../src/trace/trace.js';
+import { TraceContext, Traced, sampler, toTraced } from '../src/trace/trace.js';
 import { monotonicNow } from '../src/trace/clock.js';
 
 /**

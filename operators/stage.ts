@@ -17,7 +17,7 @@ import {
   StageTimeoutError,
   UnpausableSourceError,
 } from '../src/errors.js';
-import { SeqSampler, TraceContext, Traced, isSampled, traceOf, type StageRecord, type TraceRef } from '../src/trace/trace.js';
+import { SeqSampler, TraceContext, Traced, isSampled, traceOf, type TraceRef } from '../src/trace/trace.js';
 
 /** What the work function receives beside the value. */
 export interface StageContext {
