@@ -30,11 +30,11 @@ import {
 import { fromAsyncIterable, fromIterable } from '../src/flow/sources.js';
 import { subscribeWithDemand, type DemandSubscription } from '../src/flow/demand.js';
 import { KillSwitch } from '../src/flow/kill-switch.js';
-import { stage, type StageContext, type StageOptions, type WorkResult } from '../operators/stage.js';
+import { stage, type ShedEvent, type StageContext, type StageOptions, type WorkResult } from '../operators/stage.js';
 import { StageStats } from '../src/flow/stats.js';
 import { Ring } from '../src/flow/ring.js';
 import type { Policy } from '../src/flow/options.js';
-import { SeqSampler, sampler, type Traced } from '../src/trace/trace.js';
+import { SeqSampler, sampler, type TraceContext, type Traced } from '../src/trace/trace.js';
 
 type Scheduler = fc.Scheduler;
 
@@ -183,6 +183,10 @@ interface Run {
   pulled: number;
   /** Elements that reached the consumer. */
   readonly output: number[];
+  /** Their traces, in the same order. */
+  readonly traces: TraceContext[];
+  /** Every element either stage shed. */
+  readonly sheds: ShedEvent<number>[];
   completed: boolean;
   error: unknown;
   unsubscribed: boolean;
@@ -309,6 +313,7 @@ function stageOptions(plan: StagePlan, name: string, stats: StageStats, run: Run
     killSwitch: run.killSwitch,
     stats,
     scheduler: run.timers,
+    onShed: (event) => run.sheds.push(event),
   };
 }
 
@@ -325,6 +330,8 @@ function start(s: Scheduler, plan: Plan): Run {
     killSwitch: new KillSwitch(),
     pulled: 0,
     output: [],
+    traces: [],
+    sheds: [],
     completed: false,
     error: undefined,
     unsubscribed: false,
@@ -399,6 +406,7 @@ function start(s: Scheduler, plan: Plan): Run {
     next: (t: Traced<number>) => {
       if (run.unsubscribed || terminated) run.late++;
       run.output.push(t.value);
+      run.traces.push(t.trace);
       checkBounds(run, 'consumer');
       if (plan.consumer.kind === 'demand' && plan.consumer.inNext) run.request(1);
     },
@@ -552,6 +560,51 @@ describe('stage: properties', () => {
           assert.equal(run.b.stats.emitted, run.output.length, 'the consumer got what B emitted');
           if (!run.unsubscribed) assert.ok(run.completed || run.error !== undefined, 'the run ended');
           assert.equal(run.late, 0, 'nothing after a terminal signal or unsubscribe (§1.7)');
+        },
+      ),
+      { numRuns },
+    );
+  });
+
+  it('a trace sampled at its first stage records A, then B each time one of its elements passes B, a shed naming stage and reason; unsampled ones record nothing', async () => {
+    const checkRecords = (trace: TraceContext, sampled: boolean, where: string): readonly { stage: string; shed?: string }[] => {
+      const records = trace.records;
+      if (!sampled) {
+        assert.equal(records, undefined, `${where}: an unsampled trace has no records`);
+        return [];
+      }
+      assert.ok(records !== undefined && records.length > 0, `${where}: a sampled trace has records`);
+      assert.equal(records[0]!.stage, 'A', `${where}: the first record is A's`);
+      assert.ok(records.slice(1).every((r) => r.stage === 'B'), `${where}: then only B's (${records.map((r) => r.stage).join(',')})`);
+      for (const r of records) {
+        for (const field of [r.queueWait, r.service, r.paused, r.retries, r.conflated]) assert.ok(Number.isFinite(field) && field >= 0, `${where}: ${JSON.stringify(r)}`);
+      }
+      return records;
+    };
+    await fc.assert(
+      fc.asyncProperty(
+        fc.scheduler(),
+        planArbitrary({ policies: ALL_POLICIES, sources: ['array', 'generator', 'async', 'plain'], consumerPolicies: ALL_POLICIES }),
+        stepsArbitrary(['work', 'work', 'work', 'time']),
+        async (s, plan, steps) => {
+          const run = start(s, plan);
+          await perform(s, run, steps);
+          await settleToEnd(s, run);
+          for (const [i, trace] of run.traces.entries()) {
+            const records = checkRecords(trace, plan.a.sampled, `output #${i}`);
+            if (plan.a.sampled) {
+              // A stage whose work streams may be cancelled after some outputs left: its record then says so.
+              assert.ok(records[0]!.shed === undefined || records[0]!.shed === 'cancelled', `output #${i}: it passed A`);
+              assert.ok(records.some((r) => r.stage === 'B' && (r.shed === undefined || r.shed === 'cancelled')), `output #${i}: it passed B`);
+            }
+          }
+          for (const event of run.sheds) {
+            const records = checkRecords(event.trace, plan.a.sampled, `shed at ${event.stage}`);
+            if (plan.a.sampled) assert.ok(records.some((r) => r.stage === event.stage && r.shed === event.reason), `shed at ${event.stage}: recorded with its reason`);
+          }
+          const reported = run.sheds.reduce((total, event) => total + event.count, 0);
+          assert.equal(reported, run.a.stats.shedTotal + run.b.stats.shedTotal, 'every shed input was reported (a conflated element counts its merged inputs)');
+          for (const event of run.sheds) assert.ok(event.count >= 1 && (event.count === 1 || [plan.a, plan.b][event.stage === 'A' ? 0 : 1]!.policy === 'conflate'), `a shed at ${event.stage} stands for ${event.count} inputs`);
         },
       ),
       { numRuns },

@@ -560,6 +560,27 @@ describe('stage: traces', () => {
     assert.equal(unsampled.records, undefined);
   });
 
+  it('keeps a streaming stage’s record in stage order: placed when its first output leaves, completed when its stream ends', () => {
+    const ts = scheduler();
+    let seen: Traced<string> | undefined;
+    const held: (readonly unknown[])[] = [];
+    ts.run(({ cold, expectObservable }) => {
+      const pipeline = cold('a|').pipe(
+        // Three tokens, one frame apart; each passes `post` before the stream of `generate` ends.
+        stage((x: string) => cold('-x-y-(z|)', { x: `${x}1`, y: `${x}2`, z: `${x}3` }), { name: 'generate', sampleRate: 1, scheduler: ts }),
+        map((t) => (held.push(t.trace.records!), t)),
+        stage((x: string) => x.toUpperCase(), { name: 'post', scheduler: ts }),
+        map((t) => ((seen = t), t.value)),
+      );
+      expectObservable(pipeline).toBe('-x-y-(z|)', { x: 'A1', y: 'A2', z: 'A3' });
+    });
+    const records = seen!.trace.records!;
+    assert.deepEqual(records.map((r) => r.stage), ['generate', 'post', 'post', 'post']);
+    assert.equal(records[0]!.service, 5, 'the record of generate is complete: its stream took 5 frames');
+    assert.equal(held[0], records, 'an array read at the first token is the one that grew');
+    assert.equal(new Set(held).size, 1);
+  });
+
   it('records queue wait and time paused by backpressure', () => {
     const ts = scheduler();
     const seen: Traced<string>[] = [];

@@ -17,7 +17,7 @@ import {
   StageTimeoutError,
   UnpausableSourceError,
 } from '../src/errors.js';
-import { SeqSampler, TraceContext, Traced, isSampled, traceOf, type TraceRef } from '../src/trace/trace.js';
+import { SeqSampler, TraceContext, Traced, isSampled, traceOf, type Kept, type TraceRef } from '../src/trace/trace.js';
 
 /** What the work function receives beside the value. */
 export interface StageContext {
@@ -41,6 +41,12 @@ export interface ShedEvent<T> {
   readonly value: T;
   readonly seq: number;
   readonly trace: TraceContext;
+  /**
+   * The inputs this shed element stands for: 1, or more when the `conflate` policy had merged
+   * others into it. The stage's `stats.shed` counts the same; summing `count` over the events
+   * gives it.
+   */
+  readonly count: number;
 }
 
 export interface FailureEvent<T> {
@@ -357,6 +363,8 @@ class Task<I, O> implements DemandLink {
   waitingSince = -1;
   paused = 0;
   recorded = false;
+  /** A sampled streaming task's record, placed when its first output left (`placeRecord`), completed by `finishRecord`. */
+  kept: Kept | undefined = undefined;
   private outlets: Resumable[] | undefined = undefined;
 
   constructor(run: StageRun<I, O>, value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number, plain: boolean) {
@@ -570,7 +578,12 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       this.closeTask(task);
       if (task.failed) continue;
       if (this.delivered(task)) this.stats.deliveredCount += 1 + task.merged;
-      else this.shed(task.value, task.trace, task.seq, 'cancelled', 1 + task.merged);
+      else {
+        const kept = task.kept; // a streaming task whose first outputs left: its record is marked shed
+        task.kept = undefined;
+        task.recorded = true;
+        this.shed(task.value, task.trace, task.seq, 'cancelled', 1 + task.merged, kept);
+      }
     }
     this.releaseAll();
   }
@@ -1264,9 +1277,13 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
 
   /** After `emitFrom` took an output: the time a sampled task waited for demand, and a streaming task's next output. */
   private emittedFrom(task: Task<I, O>): void {
-    if (isSampled(task.trace) && task.waitingSince >= 0) {
-      task.paused += this.now() - task.waitingSince;
-      task.waitingSince = -1;
+    if (isSampled(task.trace)) {
+      if (task.waitingSince >= 0) {
+        task.paused += this.now() - task.waitingSince;
+        task.waitingSince = -1;
+      }
+      // An output before the last: it will collect records downstream before this task is done.
+      if (task.kept === undefined && task.recorded === false && (task.outputs > 0 || task.done === false)) this.placeRecord(task);
     }
     if (task.outputs > 0) return;
     if (task.done === false) {
@@ -1345,8 +1362,21 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     const trace = task.trace;
     if (!isSampled(trace)) return; // only sampled tasks are recorded
     const end = this.now();
-    this.record(trace, task.queueWait, end - task.startedAt - task.paused, task.paused, task.merged);
+    const kept = task.kept;
+    if (kept === undefined) {
+      this.record(trace, task.queueWait, end - task.startedAt - task.paused, task.paused, task.merged);
+    } else {
+      task.kept = undefined;
+      trace.amend(kept, end - task.startedAt - task.paused, task.paused, trace.notes === undefined ? 0 : this.retries(trace.notes));
+    }
     trace.lastExit = end;
+  }
+
+  /** Keeps a streaming task's record in stage order: placed as its first output leaves, with the times so far. */
+  private placeRecord(task: Task<I, O>): void {
+    const trace = task.trace as TraceContext;
+    const retries = trace.notes === undefined ? 0 : this.retries(trace.notes);
+    task.kept = trace.keep(this.name, task.queueWait, this.now() - task.startedAt - task.paused, task.paused, retries, task.merged, undefined);
   }
 
   private record(trace: TraceContext, queueWait: number, service: number, paused: number, conflated: number): void {
@@ -1360,10 +1390,13 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     return typeof retries === 'number' ? retries : 0;
   }
 
-  private shed(value: I, trace: TraceRef, seq: number, reason: ShedReason, count: number): void {
+  private shed(value: I, trace: TraceRef, seq: number, reason: ShedReason, count: number, kept?: Kept): void {
     this.stats.shed[reason] += count;
-    if (isSampled(trace)) trace.keep(this.name, 0, 0, 0, 0, 0, reason);
-    this.config.onShed?.({ stage: this.config.name, reason, value, seq, trace: traceOf(trace) });
+    if (isSampled(trace)) {
+      if (kept === undefined) trace.keep(this.name, 0, 0, 0, 0, 0, reason);
+      else trace.amend(kept, kept.service, kept.paused, kept.retries, reason);
+    }
+    this.config.onShed?.({ stage: this.config.name, reason, value, seq, trace: traceOf(trace), count });
   }
 
   private closeTask(task: Task<I, O>): void {

@@ -300,7 +300,7 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
 
   protected shed(lane: Lane<T>, pending: Pending<T>, reason: ShedReason): void {
     this.stats.shed[reason]++;
-    this.config.onShed?.({ stage: this.config.name, reason, value: pending.element.value, seq: pending.seq, trace: pending.element.trace, lane: lane.index });
+    this.config.onShed?.({ stage: this.config.name, reason, value: pending.element.value, seq: pending.seq, trace: pending.element.trace, count: 1, lane: lane.index });
   }
 
   /** An element arrived that upstream was not asked for while there was no room: the source cannot be paused. */

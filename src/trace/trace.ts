@@ -129,24 +129,42 @@ export class TraceContext {
     if (this.sampled) this.keep(record.stage, record.queueWait, record.service, record.paused, record.retries, record.conflated, record.shed);
   }
 
-  /** `addRecord` from its fields, for a caller that knows the element is sampled. @internal */
-  keep(stage: string, queueWait: number, service: number, paused: number, retries: number, conflated: number, shed: ShedReason | undefined): void {
+  /** `addRecord` from its fields, for a caller that knows the element is sampled; returns the record as kept. @internal */
+  keep(stage: string, queueWait: number, service: number, paused: number, retries: number, conflated: number, shed: ShedReason | undefined): Kept {
     const kept = new Kept(stage, queueWait, service, paused, retries, conflated, shed, this.newest);
     this.newest = kept;
     if (this.built !== undefined) this.built.push(kept.toRecord());
+    return kept;
+  }
+
+  /**
+   * Completes a record kept before its stage was done with the element: a stage whose work
+   * streams places its record when its first output leaves (so it stays in stage order ahead
+   * of the records its outputs collect downstream) and completes it when the stream ends. @internal
+   */
+  amend(kept: Kept, service: number, paused: number, retries: number, shed?: ShedReason): void {
+    kept.service = service;
+    kept.paused = paused;
+    kept.retries = retries;
+    if (shed !== undefined) kept.shed = shed;
+    const built = this.built;
+    if (built === undefined) return;
+    let index = built.length - 1; // `built` mirrors the chain: count back from the newest
+    for (let k = this.newest; k !== kept && k !== undefined; k = k.before) index--;
+    built[index] = kept.toRecord();
   }
 }
 
-/** A record as a context keeps it: newest first, each holding the one before. */
-class Kept {
+/** A record as a context keeps it: newest first, each holding the one before. @internal */
+export class Kept {
   constructor(
     readonly stage: string,
     readonly queueWait: number,
-    readonly service: number,
-    readonly paused: number,
-    readonly retries: number,
+    public service: number,
+    public paused: number,
+    public retries: number,
     readonly conflated: number,
-    readonly shed: ShedReason | undefined,
+    public shed: ShedReason | undefined,
     readonly before: Kept | undefined,
   ) {}
 
