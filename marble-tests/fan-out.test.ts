@@ -7,7 +7,7 @@ import { Flow, subscribeWithDemand, type DemandSubscription } from '../src/flow/
 import { fromIterable } from '../src/flow/sources.js';
 import { StageStats } from '../src/flow/stats.js';
 import { InvalidOptionsError, UnpausableSourceError } from '../src/errors.js';
-import { Traced } from '../src/trace/trace.js';
+import { Traced, traced } from '../src/trace/trace.js';
 import { stage } from '../operators/stage.js';
 import { partition, stableHash, laneOf } from '../operators/partition.js';
 import { balance } from '../operators/balance.js';
@@ -426,6 +426,23 @@ describe('broadcast', () => {
     assert.equal(completed, true);
     assertAccounted(stats);
     assert.deepEqual([stats.received, stats.delivered, stats.shed.lagging], [20, 12, 8]);
+  });
+
+  it('records a shed in the trace of a sampled element, naming the operator and the reason', () => {
+    const branches = probes<number>(Infinity, 0);
+    const shed: LaneShedEvent<number>[] = [];
+    fromIterable(Array.from({ length: 6 }, (_, i) => traced(i, { seq: i, sampled: i % 2 === 0 })))
+      .pipe(broadcast({ name: 'fan', branches: 2, branch: branches.lane, capacity: 4, maxLag: 2, onShed: (event) => shed.push(event) }))
+      .subscribe();
+    assert.deepEqual(
+      shed.map((event) => [event.value, event.count, event.trace.records?.map((r) => [r.stage, r.shed])]),
+      [
+        [0, 1, [['fan', 'lagging']]],
+        [1, 1, undefined],
+        [2, 1, [['fan', 'lagging']]],
+        [3, 1, undefined],
+      ],
+    );
   });
 
   it('with maxLag, still pauses when even the fastest branch is full', () => {

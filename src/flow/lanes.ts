@@ -300,6 +300,8 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
 
   protected shed(lane: Lane<T>, pending: Pending<T>, reason: ShedReason): void {
     this.stats.shed[reason]++;
+    const trace = pending.element.trace;
+    if (trace.sampled) trace.keep(this.config.name, 0, 0, 0, 0, 0, reason); // as a stage does: a dead letter says where and why
     this.config.onShed?.({ stage: this.config.name, reason, value: pending.element.value, seq: pending.seq, trace: pending.element.trace, count: 1, lane: lane.index });
   }
 
