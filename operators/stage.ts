@@ -1367,7 +1367,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       this.record(trace, task.queueWait, end - task.startedAt - task.paused, task.paused, task.merged);
     } else {
       task.kept = undefined;
-      trace.amend(kept, end - task.startedAt - task.paused, task.paused, trace.notes === undefined ? 0 : this.retries(trace.notes));
+      trace.amend(kept, end - task.startedAt - task.paused, task.paused, this.retries(trace));
     }
     trace.lastExit = end;
   }
@@ -1375,17 +1375,19 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** Keeps a streaming task's record in stage order: placed as its first output leaves, with the times so far. */
   private placeRecord(task: Task<I, O>): void {
     const trace = task.trace as TraceContext;
-    const retries = trace.notes === undefined ? 0 : this.retries(trace.notes);
+    const retries = this.retries(trace);
     task.kept = trace.keep(this.name, task.queueWait, this.now() - task.startedAt - task.paused, task.paused, retries, task.merged, undefined);
   }
 
   private record(trace: TraceContext, queueWait: number, service: number, paused: number, conflated: number): void {
-    // Retry wrappers note their attempts; the record carries them so timing and retries read together.
-    const retries = trace.notes === undefined ? 0 : this.retries(trace.notes);
+    const retries = this.retries(trace);
     trace.keep(this.name, queueWait, service, paused, retries, conflated, undefined);
   }
 
-  private retries(notes: Record<string, string | number | boolean>): number {
+  /** Retry wrappers note their attempts; a record carries them so timing and retries read together. */
+  private retries(trace: TraceContext): number {
+    const notes = trace.notes;
+    if (notes === undefined) return 0;
     const retries = notes[`${this.name}.retries`];
     return typeof retries === 'number' ? retries : 0;
   }
