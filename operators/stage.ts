@@ -7,10 +7,12 @@ import { subscribeUpstream, type UpstreamHandler } from '../src/flow/upstream.js
 import { KillSwitch, type KillEvent } from '../src/flow/kill-switch.js';
 import { POLICIES, functionSchema, parseOptions, positiveInt, schedulerSchema, type Policy, type ShedReason } from '../src/flow/options.js';
 import { Ring } from '../src/flow/ring.js';
+import { callHook } from '../src/flow/report.js';
 import { StageStats } from '../src/flow/stats.js';
 import {
   AbortedError,
   DrainTimeoutError,
+  InvalidOptionsError,
   OverflowError,
   SluiceError,
   StageError,
@@ -205,6 +207,9 @@ let unnamed = 0;
  * @see Policy for the overflow policies; `KillSwitch`; `StageStats`.
  */
 export function stage<I, O>(work: Work<I, O>, options: StageOptions<I> = {}): StageOperator<I, O> {
+  if (typeof work !== 'function') {
+    throw new InvalidOptionsError(`stage${options?.name ? ` "${options.name}"` : ''}`, [{ path: 'work', message: `must be a function (value, context) => result, got ${describeValue(work)}` }]);
+  }
   const parsed = parseOptions(stageOptionsSchema, options, `stage${options?.name ? ` "${options.name}"` : ''} options`);
   const config = new StageConfig(parsed, parsed.name ?? (work.name && work.name !== 'work' ? work.name : `stage-${++unnamed}`), !ignoresContext(work), isAsyncFunction(work));
   const stats = parsed.stats ?? new StageStats();
@@ -497,6 +502,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private fused: FusedSource<I | Traced<I>> | undefined = undefined;
   private upstreamDone = false;
   private terminated = false;
+  /** Terminated by the consumer leaving (else by a failure or the end): what work returning late counts as. */
+  private cancelled = false;
   private pendingError: { error: unknown } | undefined;
   private inFlight = 0;
   /** Ordered: tasks in flight behind the oldest that became ready (an output, or done) before it, marked `queued`. */
@@ -569,6 +576,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   cancel(): void {
     if (this.terminated) return;
     this.terminated = true;
+    this.cancelled = true;
     this.hop = false;
     this.upstream?.unsubscribe(); // first: a producer holding credit (see `lendsRoom`) must not emit into what follows
     const reason = new AbortedError(this.config.name, 'the consumer unsubscribed');
@@ -640,7 +648,10 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     // Downstream demand is not asked: work starts in a free slot whatever the demand (as from the buffer), and its Promise result
     // cannot go out before `taskFulfilled`, which asks (measured: −10 instructions per element per stage). A consumer that left has cancelled us.
     if (this.hop === true && this.wip === 0 && this.buffer.length === 0 && this.spare !== undefined) {
+      this.wip = 1; // as in `take`
       this.startSettled(value, this.seq++, trace);
+      if (this.wip === 1) this.wip = 0;
+      else this.drainDeferred();
     } else if (this.terminated === false && this.upstreamDone === false) {
       this.take(value, trace, true);
     }
@@ -675,8 +686,21 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private take(value: I, trace: TraceRef, asked: boolean): void {
     const seq = this.seq++; // counts it received (see `receivedNow`)
     // Nothing buffered or being delivered, and a free slot: nothing is ahead of it. A closed outlet wants nothing.
-    if (this.wip === 0 && this.buffer.length === 0 && this.inFlight < this.concurrency && this.outlet.wants() === true) this.startNow(value, trace, seq);
-    else this.hold(value, trace, seq, asked);
+    if (this.wip === 0 && this.buffer.length === 0 && this.inFlight < this.concurrency && this.outlet.wants() === true) {
+      // The work runs inside the drain guard: a drain it causes (a shutdown, demand from downstream) waits until the element is placed.
+      this.wip = 1;
+      this.startNow(value, trace, seq);
+      if (this.wip === 1) this.wip = 0;
+      else this.drainDeferred();
+    } else {
+      this.hold(value, trace, seq, asked);
+    }
+  }
+
+  /** A drain asked for while user code ran under the guard of `take` or `onSettledNext`. */
+  private drainDeferred(): void {
+    this.wip = 0;
+    this.drain();
   }
 
   /** Nothing is ahead of the element and downstream wants: work starts at once, and a plain result goes straight out unless ordered tasks are ahead of it. */
@@ -737,12 +761,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   private hold(value: I, trace: TraceRef, seq: number, asked: boolean): void {
-    if (this.config.pausing === false && this.outlet.closed === true) {
-      // The consumer left inside a synchronous subscribe (`take`): a stage that never pauses must stop its source itself.
-      this.shed(value, trace, seq, 'cancelled', 1);
-      this.cancel();
-      return;
-    }
     // The first element this stage must buffer from a source it can poll: from now on it polls (see `fused`).
     if (this.fusable !== undefined) this.fuse();
     // Room in the buffer and no timing (most arrivals at a busy stage): `enqueue`'s first case, without the call.
@@ -801,10 +819,9 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
         return;
       case 'shed-oldest': {
         const oldest = this.buffer.shift()!;
-        this.stats.buffered--;
-        this.shed(oldest.value, oldest.trace, oldest.seq, 'evicted', 1 + oldest.merged);
         this.buffer.push(new Pending(value, trace, seq, enqueuedAt));
-        this.stats.buffered++;
+        // The hook last, with the buffer whole again: it may unsubscribe, which sheds what is buffered.
+        this.shed(oldest.value, oldest.trace, oldest.seq, 'evicted', 1 + oldest.merged);
         return;
       }
       case 'fail':
@@ -873,12 +890,14 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private call(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof FAILED {
     // Between two linked stages no link scope is open (the emit is direct), so the hot path swaps nothing.
     if (currentLink() !== undefined) return this.callUnlinked(value, context, seq, trace, merged);
+    let result: WorkResult<O>;
     try {
-      return this.work(value, context as WorkContext); // undefined only for work that cannot see it
+      result = this.work(value, context as WorkContext); // undefined only for work that cannot see it
     } catch (err) {
       this.workFailed(value, seq, trace, merged, err);
       return FAILED;
     }
+    return this.terminated === true ? this.abandon(value, trace, seq, merged, result) : result;
   }
 
   /**
@@ -889,12 +908,14 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
    */
   private callAsync(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof FAILED {
     if (currentLink() !== undefined) return this.callUnlinked(value, context, seq, trace, merged);
+    let result: WorkResult<O>;
     try {
-      return this.work(value, context as WorkContext);
+      result = this.work(value, context as WorkContext);
     } catch (err) {
       this.workFailed(value, seq, trace, merged, err);
       return FAILED;
     }
+    return this.terminated === true ? this.abandon(value, trace, seq, merged, result) : result;
   }
 
   /** Flows the work subscribes for itself must not link to whoever is emitting to us (a plain operator upstream opened a scope). */
@@ -909,7 +930,20 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       return FAILED;
     }
     swapLink(scope);
-    return result;
+    return this.terminated === true ? this.abandon(value, trace, seq, merged, result) : result;
+  }
+
+  /**
+   * The run ended while the work ran (the consumer left, or a kill switch aborted, from inside it):
+   * the element is accounted for as its buffered peers were, and a result still to come is let go.
+   */
+  private abandon(value: I, trace: TraceRef, seq: number, merged: number, result: WorkResult<O>): typeof FAILED {
+    if (this.cancelled === true) this.shed(value, trace, seq, 'cancelled', 1 + merged);
+    else this.stats.failed += 1 + merged;
+    const kind = kindOf(result);
+    if (kind === PROMISE) (result as PromiseLike<O>).then(undefined, () => {}); // a late rejection has no one to tell
+    else if (kind === ASYNC_ITERABLE) (result as AsyncIterable<O>)[Symbol.asyncIterator]().return?.()?.then(undefined, () => {});
+    return FAILED;
   }
 
   /** When work on a sampled element straight from upstream starts: the upstream stage's exit time (one clock read per hop). */
@@ -1112,7 +1146,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     task.done = true;
     this.closeTask(task);
     this.stats.failed += 1 + task.merged;
-    this.config.onFailure?.({ stage: this.config.name, error, value: task.value, seq: task.seq, trace: traceOf(task.trace) });
+    callHook(this.config.onFailure, { stage: this.config.name, error, value: task.value, seq: task.seq, trace: traceOf(task.trace) });
     this.ready(task);
   }
 
@@ -1124,7 +1158,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       this.fail(error);
       return;
     }
-    this.config.onFailure?.({ stage: this.config.name, error, value, seq, trace: traceOf(trace) });
+    callHook(this.config.onFailure, { stage: this.config.name, error, value, seq, trace: traceOf(trace) });
   }
 
   private ready(task: Task<I, O>): void {
@@ -1398,7 +1432,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       if (kept === undefined) trace.keep(this.name, 0, 0, 0, 0, 0, reason);
       else trace.amend(kept, kept.service, kept.paused, kept.retries, reason);
     }
-    this.config.onShed?.({ stage: this.config.name, reason, value, seq, trace: traceOf(trace), count });
+    if (this.config.onShed !== undefined) callHook(this.config.onShed, { stage: this.config.name, reason, value, seq, trace: traceOf(trace), count });
   }
 
   private closeTask(task: Task<I, O>): void {
@@ -1481,6 +1515,10 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.stopKillListener?.();
     this.stopKillListener = undefined;
   }
+}
+
+function describeValue(value: unknown): string {
+  return value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value;
 }
 
 function describe(reason: unknown): string {

@@ -405,13 +405,14 @@ export class Flow<T> extends Observable<T> {
       const producer = produce(outlet);
       outlet.bind(producer);
       outlet.link?.attach(outlet);
+      // Before the first element: a consumer that leaves inside a synchronous subscribe cancels us there and then.
+      subscriber.add(() => outlet.close());
       // Subscribing our own upstream must not link it to *our* consumer.
       withLink(undefined, () => {
         producer.start?.();
         // Linking happens at subscribe time only: elements emitted now are not subscriptions.
         outlet.resume();
       });
-      return () => outlet.close();
     });
   }
 

@@ -25,6 +25,7 @@ import { Inlet, type RoomOwner } from './inlet.js';
 import { subscribeUpstream, type UpstreamHandler } from './upstream.js';
 import { functionSchema, positiveInt, schedulerSchema, type ShedReason } from './options.js';
 import { Ring } from './ring.js';
+import { callHook } from './report.js';
 import { StageStats } from './stats.js';
 import { Traced, toTraced } from '../trace/trace.js';
 import { UnpausableSourceError } from '../errors.js';
@@ -302,7 +303,7 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
     this.stats.shed[reason]++;
     const trace = pending.element.trace;
     if (trace.sampled) trace.keep(this.config.name, 0, 0, 0, 0, 0, reason); // as a stage does: a dead letter says where and why
-    this.config.onShed?.({ stage: this.config.name, reason, value: pending.element.value, seq: pending.seq, trace: pending.element.trace, count: 1, lane: lane.index });
+    callHook(this.config.onShed, { stage: this.config.name, reason, value: pending.element.value, seq: pending.seq, trace: pending.element.trace, count: 1, lane: lane.index });
   }
 
   /** An element arrived that upstream was not asked for while there was no room: the source cannot be paused. */

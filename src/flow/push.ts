@@ -5,6 +5,7 @@ import { OverflowError } from '../errors.js';
 import { functionSchema, parseOptions, positiveInt, type ShedReason } from './options.js';
 import { Ring } from './ring.js';
 import { StageStats } from './stats.js';
+import { callHook } from './report.js';
 
 /**
  * The policies a push source can have. `pause` is not one of them: a Subject, an
@@ -120,10 +121,12 @@ class PushProducer<T> implements Producer {
       case 'shed-incoming':
         this.shed(value, 'buffer-full');
         return;
-      case 'shed-oldest':
-        this.shed(this.held.shift() as T, 'evicted');
+      case 'shed-oldest': {
+        const oldest = this.held.shift() as T;
         this.held.push(value);
+        this.shed(oldest, 'evicted'); // the hook last: it may cancel, which sheds what is held
         return;
+      }
       case 'conflate':
         this.held.replaceLast(this.config.conflate!(this.held.peekLast() as T, value));
         this.stats.conflated++;
@@ -160,7 +163,7 @@ class PushProducer<T> implements Producer {
 
   private shed(value: T, reason: ShedReason): void {
     this.stats.shed[reason]++;
-    this.config.onShed?.({ stage: this.config.name, reason, value });
+    callHook(this.config.onShed, { stage: this.config.name, reason, value });
   }
 
   cancel(): void {
