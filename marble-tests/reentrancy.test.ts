@@ -184,9 +184,8 @@ describe('re-entrancy: the kill switch fired from inside work', () => {
           .subscribe({ error: resolve, complete: () => resolve(undefined) }),
       );
       assert.ok(error instanceof Error);
-      assert.equal(stats.received, 2);
       assert.equal(stats.delivered, 1);
-      assert.equal(stats.failed, 1);
+      assert.equal(stats.failed, stats.received - 1, 'the element being worked on and any buffered behind it');
       assertAccounted(stats);
     });
   }

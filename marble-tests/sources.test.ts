@@ -2,13 +2,14 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Readable } from 'node:stream';
 import { TestScheduler } from 'rxjs/testing';
-import { Subject, delay, firstValueFrom, map, of, toArray } from 'rxjs';
+import { NEVER, Subject, delay, firstValueFrom, map, of, toArray, type Observable } from 'rxjs';
 import { fromAsyncIterable, fromIterable, fromReadable } from '../src/flow/sources.js';
 import { fromPush } from '../src/flow/push.js';
 import { subscribeWithDemand } from '../src/flow/demand.js';
 import { stage } from '../operators/stage.js';
+import type { Traced } from '../src/trace/trace.js';
 import { StageStats } from '../src/flow/stats.js';
-import { InvalidOptionsError, OverflowError } from '../src/errors.js';
+import { DrainTimeoutError, InvalidOptionsError, OverflowError } from '../src/errors.js';
 import { KillSwitch } from '../src/flow/kill-switch.js';
 import { eventually } from '../src/testing/assert.js';
 
@@ -87,7 +88,7 @@ describe('fromIterable', () => {
   });
 });
 
-describe('fromIterable fused with a pause stage straight after it', () => {
+describe('fromIterable straight into a pause stage', () => {
   /** Async work that takes a tick, noting how far the source was ahead of delivery when each element started. */
   function slowWork(source: { pulled: () => number }, stats: StageStats, worst: { held: number }) {
     return async (x: number) => {
@@ -97,7 +98,7 @@ describe('fromIterable fused with a pause stage straight after it', () => {
     };
   }
 
-  it('is polled as work starts: the stage holds its concurrency plus at most one, and buffers at most that one', async () => {
+  it('is read ahead as any producer is: the stage holds at most capacity + concurrency', async () => {
     const source = counting(500);
     const stats = new StageStats();
     const worst = { held: 0 };
@@ -113,13 +114,12 @@ describe('fromIterable fused with a pause stage straight after it', () => {
       ),
     );
     assert.deepEqual(out, Array.from({ length: 500 }, (_, i) => i));
-    assert.ok(worst.held <= 2 + 1, `held ${worst.held}, bound 3`);
-    assert.ok(buffered <= 1, `buffered ${buffered}`);
+    assert.ok(worst.held > 3 && worst.held <= 8 + 2, `held ${worst.held}, bound 10`);
+    assert.ok(buffered <= 8, `buffered ${buffered}`);
     assert.deepEqual([stats.received, stats.delivered, stats.buffered, stats.inFlight], [500, 500, 0, 0]);
-    assert.ok(stats.pauses >= 400, `pauses ${stats.pauses}: one each time the slots filled`);
   });
 
-  it('a plain operator in between keeps it unfused: the stage fills its buffer, as with any producer', async () => {
+  it('a plain operator in between changes nothing: the stage fills its buffer the same way', async () => {
     const source = counting(500);
     const stats = new StageStats();
     const worst = { held: 0 };
@@ -127,7 +127,7 @@ describe('fromIterable fused with a pause stage straight after it', () => {
     assert.ok(worst.held > 3 && worst.held <= 8 + 2, `held ${worst.held}`);
   });
 
-  it('a policy other than pause never fuses: shed-incoming sheds what finds the buffer full', async () => {
+  it('shed-incoming sheds what finds the buffer full', async () => {
     const stats = new StageStats();
     const out = await firstValueFrom(
       fromIterable(Array.from({ length: 10 }, (_, i) => i)).pipe(
@@ -140,7 +140,7 @@ describe('fromIterable fused with a pause stage straight after it', () => {
     assert.deepEqual([stats.received, stats.shed['buffer-full']], [10, 7]);
   });
 
-  it('a throw from the iterator while fused errors the stage; every element taken is delivered or failed', async () => {
+  it('a throw from the iterator errors the stage at once; every element taken is delivered or failed', async () => {
     function* broken(): Generator<number> {
       for (let i = 0; i < 5; i++) yield i;
       throw new Error('disk gone');
@@ -159,7 +159,7 @@ describe('fromIterable fused with a pause stage straight after it', () => {
     assert.equal(stats.delivered, seen.length);
   });
 
-  it('unsubscribing while fused closes the generator (its finally block runs) and aborts the work in flight', async () => {
+  it('unsubscribing closes the generator (its finally block runs) and aborts the work in flight', async () => {
     let finalized = false;
     let pulled = 0;
     function* generate(): Generator<number> {
@@ -182,19 +182,19 @@ describe('fromIterable fused with a pause stage straight after it', () => {
               signal.addEventListener('abort', () => aborted.push(x));
               if (x < 3) setImmediate(() => resolve(x));
             }),
-          { concurrency: 2, stats },
+          { capacity: 4, concurrency: 2, stats },
         ),
       )
       .subscribe();
     await eventually(() => assert.equal(stats.delivered, 3));
-    assert.ok(pulled <= 3 + 2, `pulled ${pulled}`);
+    assert.ok(pulled <= 3 + 4 + 2, `pulled ${pulled}: delivered + capacity + concurrency`);
     subscription.unsubscribe();
     assert.equal(finalized, true);
     assert.deepEqual(aborted.sort(), [3, 4]);
     assert.equal(stats.received, stats.delivered + stats.failed + stats.shedTotal);
   });
 
-  it('a kill switch shutdown while fused stops polling, finishes the work in flight and completes', async () => {
+  it('a kill switch shutdown stops reading, finishes what was taken and completes', async () => {
     const source = counting();
     const kill = new KillSwitch();
     const stats = new StageStats();
@@ -208,15 +208,78 @@ describe('fromIterable fused with a pause stage straight after it', () => {
               await tick();
               return x;
             },
-            { concurrency: 2, killSwitch: kill, stats },
+            { capacity: 4, concurrency: 2, killSwitch: kill, stats },
           ),
         )
         .subscribe({ next: (t) => seen.push(t.value), error: reject, complete: resolve }),
     );
     assert.deepEqual(seen, Array.from({ length: seen.length }, (_, i) => i));
-    assert.ok(seen.length >= 11 && seen.length <= 12, `delivered ${seen.length}`);
+    assert.ok(seen.length >= 11 && seen.length <= 11 + 4 + 2, `delivered ${seen.length}`);
     assert.equal(source.pulled(), seen.length);
     assert.deepEqual([stats.received, stats.delivered], [seen.length, seen.length]);
+  });
+});
+
+describe('fromIterable into a stage: the same with or without a plain operator in between', () => {
+  const shapes: [string, <T>(source: Observable<T>) => Observable<T>][] = [
+    ['straight', (source) => source],
+    ['through map', (source) => source.pipe(map((x) => x))],
+  ];
+  for (const [shape, between] of shapes) {
+    it(`${shape}: the end of the source is seen while work is stuck, so drainTimeout fires`, async () => {
+      const stats = new StageStats();
+      const started = Date.now();
+      const error = await new Promise<unknown>((resolve) =>
+        between(fromIterable([0, 1, 2]))
+          .pipe(stage((x: number) => (x === 1 ? NEVER : x), { drainTimeout: 30, stats }))
+          .subscribe({ error: resolve, complete: () => resolve('completed') }),
+      );
+      assert.ok(error instanceof DrainTimeoutError, String(error));
+      assert.ok(Date.now() - started < 1_000);
+      assert.deepEqual([stats.received, stats.delivered, stats.failed], [3, 1, 2]);
+    });
+
+    it(`${shape}: a generator that throws after two items errors the stage at once, nothing delivered`, async () => {
+      function* twoThenThrow(): Generator<number> {
+        yield 0;
+        yield 1;
+        throw new Error('disk gone');
+      }
+      const stats = new StageStats();
+      const seen: number[] = [];
+      const error = await new Promise<unknown>((resolve) =>
+        between(fromIterable(twoThenThrow()))
+          .pipe(
+            stage(
+              async (x: number) => {
+                await new Promise((r) => setTimeout(r, 20));
+                return x;
+              },
+              { stats },
+            ),
+          )
+          .subscribe({ next: (t: Traced<number>) => seen.push(t.value), error: resolve }),
+      );
+      assert.equal((error as Error).message, 'disk gone');
+      assert.deepEqual(seen, []);
+      assert.deepEqual([stats.received, stats.delivered, stats.failed], [2, 0, 2]);
+    });
+  }
+
+  it('a bare array source completes with its last element, as the same through a stage does', () => {
+    for (const through of [false, true]) {
+      const seen: unknown[] = [];
+      let completed = false;
+      const source = fromIterable(['a', 'b', 'c']);
+      const flow: Observable<unknown> = through ? source.pipe(stage((x: string) => x), map((t) => t.value)) : source;
+      const demand = subscribeWithDemand(flow, { next: (x) => seen.push(x), complete: () => (completed = true) });
+      demand.request(2);
+      assert.deepEqual(seen, ['a', 'b']);
+      assert.equal(completed, false);
+      demand.request(1);
+      assert.deepEqual(seen, ['a', 'b', 'c']);
+      assert.equal(completed, true, `completed without being asked again (${through ? 'through a stage' : 'bare'})`);
+    }
   });
 });
 

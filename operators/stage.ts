@@ -1,7 +1,7 @@
 import * as z from 'zod';
 import { monotonicNow } from '../src/trace/clock.js';
 import { Observable, asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
-import { Flow, NONE, currentLink, swapLink, withLink, type DemandLink, type FusedSource, type Outlet, type Producer, type Resumable } from '../src/flow/demand.js';
+import { Flow, currentLink, swapLink, withLink, type DemandLink, type Outlet, type Producer, type Resumable } from '../src/flow/demand.js';
 import { Inlet, type RoomOwner } from '../src/flow/inlet.js';
 import { subscribeUpstream, type UpstreamHandler } from '../src/flow/upstream.js';
 import { KillSwitch, type KillEvent } from '../src/flow/kill-switch.js';
@@ -491,15 +491,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   private readonly sampler: SeqSampler;
   private readonly scheduler: SchedulerLike;
   private upstream: Subscription | undefined;
-  /** A pausing stage's upstream that can be polled (`fromIterable` linked straight to it): fused at the first element it would buffer. */
-  private fusable: FusedSource<I | Traced<I>> | undefined = undefined;
-  /**
-   * That upstream, fused: the stage takes an element from it each time it starts work and a slot is
-   * free, and is sent none. Nothing waits in the buffer for a source that can hand over its next
-   * element at any time (measured on async work, with `pollNext`: ~85 fewer instructions per element per
-   * stage at concurrency 1, ~80 at 16).
-   */
-  private fused: FusedSource<I | Traced<I>> | undefined = undefined;
   private upstreamDone = false;
   private terminated = false;
   /** Terminated by the consumer leaving (else by a failure or the end): what work returning late counts as. */
@@ -611,11 +602,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   /** Known before the first element, so ending early stops even a synchronous source at once. */
   onSubscribe(subscription: Subscription): void {
     this.upstream = subscription;
-  }
-
-  /** Only a pausing stage fuses: every other policy takes what comes, and decides what to keep. */
-  onFusable(source: FusedSource<I | Traced<I>>): void {
-    if (this.config.pausing === true) this.fusable = source;
   }
 
   onNext(input: I | Traced<I>): void {
@@ -761,8 +747,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
   }
 
   private hold(value: I, trace: TraceRef, seq: number, asked: boolean): void {
-    // The first element this stage must buffer from a source it can poll: from now on it polls (see `fused`).
-    if (this.fusable !== undefined) this.fuse();
     // Room in the buffer and no timing (most arrivals at a busy stage): `enqueue`'s first case, without the call.
     if (this.buffer.length < this.config.capacity && !isSampled(trace)) {
       this.buffer.push(new Pending(value, trace, seq, -1));
@@ -774,13 +758,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     // settling task drains), and room only shrank, so there is no one to resume; it may have filled it.
     if (this.inFlight < this.concurrency || this.wip !== 0 || this.terminated === true || this.upstreamDone === true) this.drain();
     else if (this.room() === 0) this.stats.pauses++;
-  }
-
-  private fuse(): void {
-    const source = this.fusable!;
-    this.fusable = undefined;
-    this.fused = source;
-    source.fuse();
   }
 
   onUpstreamComplete(): void {
@@ -1090,7 +1067,6 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     // only ask upstream for more. (A counter, not a look at the next task: at concurrency 16 that task's memory is
     // seldom in cache, and reading it cost 1.6 cache misses per settle.)
     if (this.buffer.length !== 0 || this.upstreamDone === true || this.readyBehind !== 0) this.drain();
-    else if (this.fused !== undefined) this.pollNext(this.fused);
     else if (this.inlet.starving === true && this.terminated === false) this.askMore(); // a slot was just freed: the room is not 0, no pause to count
   }
 
@@ -1193,7 +1169,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
         return;
       }
     } while (--this.wip !== 0);
-    if (this.upstreamDone === false && this.fused === undefined) this.askMore();
+    if (this.upstreamDone === false) this.askMore();
   }
 
   /** After a drain: resume producers that stopped for lack of room if there is enough of it now (see `resumeAt`). */
@@ -1212,55 +1188,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
       this.begin(pending);
       started = true;
     }
-    return this.fused === undefined ? started : this.startPolled(started);
-  }
-
-  /** `startBuffered` with a fused source, once the buffer is empty: takes an element from it for each free slot. */
-  private startPolled(started: boolean): boolean {
-    const source = this.fused!;
-    while (this.terminated === false && this.upstreamDone === false && this.inFlight < this.concurrency) {
-      const input = source.poll();
-      // NONE: it completed or errored us. Ended by the iterator's own code meanwhile: a late element, ignored as `onNext` would (§2.8).
-      if (input === NONE || (this.terminated as boolean) === true || (this.upstreamDone as boolean) === true) return started;
-      started = true;
-      const seq = this.seq++;
-      if (input instanceof Traced) this.beginWithParts((input as Traced<I>).value, (input as Traced<I>).trace, seq);
-      else this.beginWithParts(input, this.sampler.at(seq) === true ? new TraceContext(seq, true) : seq, seq);
-      if (this.inFlight === this.concurrency) this.stats.pauses++; // it stops taking: the source waits
-    }
     return started;
-  }
-
-  /** `deliverSettled`'s tail with a fused source: the slot it freed takes the source's next element, as a middle stage's `onSettledNext` would. */
-  private pollNext(source: FusedSource<I | Traced<I>>): void {
-    if (this.terminated === true) return; // the consumer left during the emit
-    const input = source.poll();
-    if (input === NONE || (this.terminated as boolean) === true || this.upstreamDone === true) return;
-    const seq = this.seq++;
-    const trace = input instanceof Traced ? (input as Traced<I>).trace : this.sampler.at(seq) === true ? new TraceContext(seq, true) : seq;
-    const value = input instanceof Traced ? (input as Traced<I>).value : (input as I);
-    if (this.asyncHop === true && this.spare !== undefined && !isSampled(trace)) this.startSettled(value, seq, trace);
-    else this.beginWithParts(value, trace, seq);
-    if (this.inFlight === this.concurrency) this.stats.pauses++;
-    else this.drain(); // a result went straight out: more slots to fill
-  }
-
-  /** `begin` for an element polled from a fused source: never buffered, nothing merged. */
-  private beginWithParts(value: I, trace: TraceRef, seq: number): void {
-    const context = this.passContext === true ? this.contextFor(seq, (trace = traceOf(trace))) : undefined;
-    const startedAt = isSampled(trace) ? this.now() : 0;
-    const result = this.asyncWork === true ? this.callAsync(value, context, seq, trace, 0) : this.call(value, context, seq, trace, 0);
-    if (threw(result)) return;
-    if (result instanceof Promise && this.spare !== undefined && this.plainPromises === true && !isSampled(trace)) {
-      this.startPromise(this.spare, value, context, seq, trace, result);
-      return;
-    }
-    const kind = kindOf(result);
-    if (kind === PLAIN && (this.ordered === true ? this.firstTask : this.queue.peek()) === undefined && this.outlet.wants() === true) {
-      this.emitDirect(result as O, trace, -1, startedAt, 0);
-    } else {
-      this.startTask(value, context, seq, trace, result, kind, startedAt, -1, 0);
-    }
   }
 
   /** Something to deliver: ordered, the oldest task has an output or is done; unordered, any queued task. */

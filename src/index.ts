@@ -1,4 +1,4 @@
-export { Flow, NONE, subscribeWithDemand, isFlow, withLink, currentLink } from './flow/demand.js';
+export { Flow, subscribeWithDemand, isFlow, withLink, currentLink } from './flow/demand.js';
 export type { DemandLink, DemandSubscription, Outlet, Producer, Resumable } from './flow/demand.js';
 export { Inlet } from './flow/inlet.js';
 export { Ring } from './flow/ring.js';

@@ -122,19 +122,8 @@ export interface TracedSink {
 /** The payload type of a Flow of traced elements. */
 export type TracedValue<T> = T extends Traced<infer V> ? V : never;
 
-/** What `Producer.poll` returns when it gives no element: the source ended or failed, and said so through its outlet. */
-export const NONE: unique symbol = Symbol('sluice.none');
-
 /** The producing side of a Flow, one per subscription. */
 export interface Producer {
-  /**
-   * The next element, on the spot, for a producer that has it at hand (a synchronous iterable).
-   * A stage linked straight to such a producer may *fuse* with it (Reactor's synchronous fusion):
-   * from the first element it would have buffered, it stops being sent elements and polls one
-   * each time it starts work instead. At the end, or when the source throws, `poll` completes
-   * or errors its outlet itself and returns `NONE`. Optional: producers without it are never fused.
-   */
-  poll?(): unknown;
   /** Subscribe upstream, open files... Called once, after the outlet is linked. */
   start?(): void;
   /** Demand is available: emit while `outlet.wants()`. Never called re-entrantly. */
@@ -187,22 +176,10 @@ export interface DirectConsumer<T> {
   readonly tracedSink: TracedSink | undefined;
   /** The consumer's room shrinks only by this producer's elements: the producer may take all of it as credit (see `FlowOutlet.wants`). */
   readonly lendsRoom: boolean;
-  /** Offered, at subscribe, by a producer that can be polled: the consumer may `fuse` with it at any later time. */
-  fusable?(source: FusedSource<T>): void;
 }
 
-/** A producer a consumer may take elements from itself (see `Producer.poll`). @internal */
-export interface FusedSource<T> {
-  /** From now on the outlet emits no element: the consumer polls. The end, an error and a cancel still go through the subscription. */
-  fuse(): void;
-  /** The next element, or `NONE` (the source ended, failed, or was cancelled). Only after `fuse`. */
-  poll(): T | typeof NONE;
-}
-
-class FlowOutlet<T> implements Outlet<T>, Resumable, FusedSource<T> {
+class FlowOutlet<T> implements Outlet<T>, Resumable {
   private ended = false;
-  /** The consumer polls the producer (see `fuse`): never emit, never ask. */
-  private fused = false;
   private producer: Producer | undefined;
   private pulling = false;
   private pullAgain = false;
@@ -227,20 +204,6 @@ class FlowOutlet<T> implements Outlet<T>, Resumable, FusedSource<T> {
 
   bind(producer: Producer): void {
     this.producer = producer;
-    if (typeof producer.poll === 'function') this.direct?.fusable?.(this);
-  }
-
-  /** The consumer takes over: credit is void and the link no longer resumes us, so `wants()` stays false (see `ask`). */
-  fuse(): void {
-    this.fused = true;
-    this.credit = 0;
-    this.link?.detach(this);
-  }
-
-  poll(): T | typeof NONE {
-    const producer = this.producer;
-    if (this.ended === true || producer === undefined) return NONE;
-    return producer.poll!() as T | typeof NONE;
   }
 
   /** Ended, or the consumer left (a consumer that ends inside a synchronous subscribe, `take(1)`, does so before our teardown is even registered). */
@@ -269,7 +232,7 @@ class FlowOutlet<T> implements Outlet<T>, Resumable, FusedSource<T> {
   }
 
   private ask(link: DemandLink): boolean {
-    if (this.fused === true || !link.wants(this)) return false;
+    if (!link.wants(this)) return false;
     if (this.borrows === true) this.credit = link.credit!(this);
     return true;
   }

@@ -331,8 +331,8 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
       if (this.upstreamDone) {
         for (const lane of this.lanes) {
           if (this.terminated) break;
-          // Held elements wait only for full lanes, so none is headed for a lane whose buffer is empty.
-          if (lane.ring.length === 0) this.finishLane(lane);
+          // A held element may be bound for a lane with an empty buffer (it waits behind the head of the line).
+          if (lane.ring.length === 0 && !this.holdsFor(lane)) this.finishLane(lane);
         }
       }
     } while (--this.wip !== 0);
@@ -344,6 +344,11 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
       this.paused = true;
       this.stats.pauses++;
     }
+  }
+
+  private holdsFor(lane: Lane<T>): boolean {
+    for (let i = 0; i < this.held.length; i++) if (this.held.at(i)!.lane === lane) return true;
+    return false;
   }
 
   private deliver(lane: Lane<T>): boolean {

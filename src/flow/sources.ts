@@ -3,18 +3,45 @@
  * A 10M-element generator into a slow stage holds at most the stage's capacity.
  */
 import type { Readable } from 'node:stream';
-import { Flow, NONE, type Outlet, type Producer } from './demand.js';
+import { Flow, type Outlet, type Producer } from './demand.js';
 
 /**
  * A Flow over a synchronous iterable or generator, pulled one element per unit of
- * demand. Subscribed plainly it emits synchronously, like RxJS `from(array)`.
+ * demand. Subscribed plainly it emits synchronously, like RxJS `from(array)`. An array
+ * (or typed array) completes with its last element, since its end is known; any other
+ * iterator is known to be done only when asked for one more element, so it completes
+ * when demand asks again (a generator never runs ahead of demand).
  *
  * ```ts
  * fromIterable(function* () { for (let i = 0; ; i++) yield i; }())  // infinite, yet bounded memory
  * ```
  */
 export function fromIterable<T>(iterable: Iterable<T>): Flow<T> {
+  if (Array.isArray(iterable) || ArrayBuffer.isView(iterable)) return new Flow<T>((outlet) => new ArrayProducer(iterable as unknown as ArrayLike<T>, outlet));
   return new Flow<T>((outlet) => new IterableProducer(iterable, outlet));
+}
+
+class ArrayProducer<T> implements Producer {
+  private index = 0;
+  constructor(
+    private readonly array: ArrayLike<T>,
+    private readonly outlet: Outlet<T>,
+  ) {}
+
+  pull(): void {
+    const { array, outlet } = this;
+    try {
+      // The end is known without asking: complete with (or right after) the last element, demand or not.
+      while (this.index < array.length && outlet.wants() === true) outlet.next(array[this.index++]!);
+      if (this.index >= array.length && !outlet.closed) outlet.complete();
+    } catch (err) {
+      outlet.error(err);
+    }
+  }
+
+  cancel(): void {
+    this.index = Infinity;
+  }
 }
 
 class IterableProducer<T> implements Producer {
@@ -30,7 +57,7 @@ class IterableProducer<T> implements Producer {
       const iterator = (this.iterator ??= this.iterable[Symbol.iterator]());
       while (outlet.wants() === true) {
         const step = iterator.next();
-        if (step.done) {
+        if (step.done === true) {
           this.iterator = undefined;
           outlet.complete();
           return;
@@ -41,21 +68,6 @@ class IterableProducer<T> implements Producer {
       this.iterator = undefined;
       outlet.error(err);
     }
-  }
-
-  /** One step of `pull`, for a consumer fused with this source (see `Producer.poll`). */
-  poll(): T | typeof NONE {
-    try {
-      const iterator = (this.iterator ??= this.iterable[Symbol.iterator]());
-      const step = iterator.next();
-      if (step.done !== true) return step.value;
-      this.iterator = undefined;
-      this.outlet.complete();
-    } catch (err) {
-      this.iterator = undefined;
-      this.outlet.error(err);
-    }
-    return NONE;
   }
 
   cancel(): void {

@@ -31,7 +31,7 @@ export class StageStats {
   failed = 0;
   /** Elements waiting in buffers now. */
   buffered = 0;
-  /** Times the stage stopped its producers because it was full (fused with its source: times its slots filled). */
+  /** Times the stage stopped its producers because it was full. */
   pauses = 0;
   /** The stage's live runs: each counts its own work in flight (no shared counter to update per element). */
   private readonly runs = new Set<InFlightSource>();

@@ -1,5 +1,5 @@
 import { Subscriber, type Observable, type Subscription } from 'rxjs';
-import { withLink, type FusedSource, type DemandLink, type DirectConsumer, type TracedSink, type TracedValue } from './demand.js';
+import { withLink, type DemandLink, type DirectConsumer, type TracedSink, type TracedValue } from './demand.js';
 import { Traced, traceOf, type TraceRef } from '../trace/trace.js';
 
 /** What a demand-aware operator does with its upstream's signals. */
@@ -26,11 +26,6 @@ export interface UpstreamHandler<T> {
    * again only when that is used up. Default false: asked before every element.
    */
   readonly lendsRoom?: boolean;
-  /**
-   * A Flow linked straight to this handler can be polled (see `Producer.poll`): the handler may
-   * call `source.fuse()` at any time and then `source.poll()` for elements instead of being sent them.
-   */
-  onFusable?(source: FusedSource<T>): void;
   onUpstreamError(err: unknown): void;
   onUpstreamComplete(): void;
 }
@@ -46,9 +41,6 @@ class UpstreamSubscriber<T> extends Subscriber<T> implements DirectConsumer<T> {
     super();
     this.lendsRoom = handler.lendsRoom === true;
     this.tracedSink = handler.onTracedNext && handler.onSettledNext ? (handler as TracedSink) : undefined;
-  }
-  fusable(source: FusedSource<T>): void {
-    this.handler.onFusable?.(source);
   }
   askedNext(value: T): void {
     if (this.isStopped) return;
