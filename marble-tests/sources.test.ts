@@ -1,6 +1,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Readable } from 'node:stream';
+import v8 from 'node:v8';
+import vm from 'node:vm';
 import { TestScheduler } from 'rxjs/testing';
 import { NEVER, Subject, delay, firstValueFrom, map, of, toArray, type Observable } from 'rxjs';
 import { fromAsyncIterable, fromIterable, fromReadable } from '../src/flow/sources.js';
@@ -280,6 +282,41 @@ describe('fromIterable into a stage: the same with or without a plain operator i
       assert.deepEqual(seen, ['a', 'b', 'c']);
       assert.equal(completed, true, `completed without being asked again (${through ? 'through a stage' : 'bare'})`);
     }
+  });
+});
+
+describe('fromReadable: memory stays flat', () => {
+  it('an object-mode Readable whose read() pushes synchronously, through an async stage: 300k elements grow the live heap by < 10 MB', async () => {
+    v8.setFlagsFromString('--expose-gc');
+    const gc = vm.runInNewContext('gc') as () => void;
+    let i = 0;
+    const n = 300_000;
+    const readable = new Readable({
+      objectMode: true,
+      read() {
+        this.push(i < n ? { i: i++ } : null);
+      },
+    });
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    let peak = 0;
+    let seen = 0;
+    await new Promise<void>((resolve, reject) =>
+      fromReadable<{ i: number }>(readable)
+        .pipe(stage(async (x: { i: number }) => x, { capacity: 2 }))
+        .subscribe({
+          next: () => {
+            if (++seen % 50_000 === 0) {
+              gc();
+              peak = Math.max(peak, process.memoryUsage().heapUsed - before);
+            }
+          },
+          error: reject,
+          complete: resolve,
+        }),
+    );
+    assert.equal(seen, n);
+    assert.ok(peak < 10e6, `live heap grew ${(peak / 1e6).toFixed(1)} MB`);
   });
 });
 

@@ -146,8 +146,22 @@ export function fromReadable<T = Buffer>(readable: Readable): Flow<T> {
   return new Flow<T>((outlet) => new ReadableProducer<T>(readable, outlet));
 }
 
+/**
+ * Reads before the producer lets `process.nextTick` callbacks run. Each `read()` may queue one
+ * (the stream's `readable` bookkeeping), and a pipeline whose stages settle in microtasks never
+ * lets the tick queue drain: 1M reads held ~150 MB of queued ticks.
+ */
+const READS_PER_TICK = 1024;
+
 class ReadableProducer<T> implements Producer {
   private ended = false;
+  private reads = 0;
+  private yielding = false;
+  private readonly onTick = (): void => {
+    this.yielding = false;
+    this.reads = 0;
+    this.pull();
+  };
   private readonly onReadable = (): void => this.pull();
   private readonly onEnd = (): void => this.finish();
   private readonly onError = (err: unknown): void => {
@@ -171,10 +185,22 @@ class ReadableProducer<T> implements Producer {
 
   pull(): void {
     while (!this.ended && this.outlet.wants()) {
+      if (this.reads >= READS_PER_TICK) {
+        this.yieldToTicks();
+        return;
+      }
       const chunk = this.readable.read() as T | null;
       if (chunk === null) return; // 'readable' (or 'end') calls us again
+      this.reads++;
       this.outlet.next(chunk);
     }
+  }
+
+  /** Goes on once the tick queue has run (after the microtasks in flight drain). */
+  private yieldToTicks(): void {
+    if (this.yielding) return;
+    this.yielding = true;
+    process.nextTick(this.onTick);
   }
 
   private finish(): void {
