@@ -486,6 +486,24 @@ describe('a filter between two stages', () => {
 });
 
 describe('subscribeWithDemand through plain operators', () => {
+  it('§1.1 across a deferring operator: request(3) through delay(30) delivers exactly 3, however long the wait; the rest on request', async () => {
+    function* count(): Generator<number> {
+      for (let i = 0; i < 100; i++) yield i;
+    }
+    const seen: number[] = [];
+    let completed = false;
+    const demand = subscribeWithDemand(fromIterable(count()).pipe(delay(30)), { next: (x) => seen.push(x), complete: () => (completed = true) });
+    demand.request(3);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    assert.deepEqual(seen, [0, 1, 2]);
+    demand.request(2);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    assert.deepEqual(seen, [0, 1, 2, 3, 4]);
+    demand.request(Infinity);
+    await until(() => completed, 5_000);
+    assert.deepEqual(seen, Array.from({ length: 100 }, (_, i) => i));
+  });
+
   /** Waits (in real time: in-transit waits use `asyncScheduler`) until `done()` holds. */
   async function until(done: () => boolean, ticks = 500): Promise<void> {
     for (let i = 0; i < ticks && !done(); i++) await new Promise((resolve) => setTimeout(resolve, 1));

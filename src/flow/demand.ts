@@ -53,6 +53,7 @@ import { Observable, type Observer, type Subscriber, type Subscription } from 'r
 import { IllegalDemandError } from '../errors.js';
 import { Traced, traceOf, type TraceRef } from '../trace/trace.js';
 import { Inlet } from './inlet.js';
+import { Ring } from './ring.js';
 
 /** What a consumer tells its producers. */
 export interface DemandLink {
@@ -408,55 +409,89 @@ export interface DemandSubscription {
  * does not leak through plain operators: an element a `filter` drops uses none, and
  * the inner Flows of a `mergeMap` use the credits rather than the outer element. An
  * element that does not arrive during its emit holds its credit until it arrives or
- * a scheduler tick passes without it (then it counts as dropped, see `Inlet`): a
- * filter that drops more elements in a row than there are credits answers after a
- * tick, and an operator that defers longer than a tick can deliver more than was
- * requested, one more per tick (doubling while nothing comes back).
+ * the link gives up on it (see `Inlet`); if one it gave up on arrives after all, with
+ * no credit left, it waits here for the next `request`: the observer never gets more
+ * than it asked for (§1.1), and such early elements are bounded by the elements the
+ * link gave up on.
  */
 export function subscribeWithDemand<T>(source: Observable<T>, observer: Partial<Observer<T>>): DemandSubscription {
   let credits = 0;
   let failed = false;
   let subscription: Subscription | undefined;
-  // No grace: before a deferral is seen, a missing element holds its credit until a tick shows it was dropped (§1.1).
-  const link = new Inlet({ room: () => (failed || subscription?.closed === true ? 0 : credits) }, { grace: 0 });
+  /** Elements that arrived with no credit left (a deferring operator returned what the link had given up on): they wait for `request` (§1.1). */
+  const early = new Ring<T>(2);
+  let ended: { error: unknown } | 'complete' | undefined;
+  let delivering = false;
+  // No grace: before a deferral is seen, a missing element holds its credit until a tick shows it was dropped.
+  const link = new Inlet({ room: () => (failed || subscription?.closed === true ? 0 : Math.max(0, credits - early.length)) }, { grace: 0 });
+  const deliver = (): void => {
+    if (delivering) return; // re-entrant request: the loop below goes on
+    delivering = true;
+    try {
+      while (early.length > 0 && credits > 0 && !failed) {
+        if (credits !== Infinity) credits--;
+        observer.next?.(early.shift() as T);
+      }
+      if (early.length === 0 && ended !== undefined && !failed) {
+        const end = ended;
+        ended = undefined;
+        failed = true; // nothing more after a terminal signal
+        if (end === 'complete') observer.complete?.();
+        else observer.error?.(end.error);
+      }
+    } finally {
+      delivering = false;
+    }
+  };
   const forward = {
     next: (value: T) => {
-      link.arrive();
-      if (credits !== Infinity && credits > 0) credits--;
+      const asked = link.arrive();
+      // A source that cannot be paused pushes regardless (documented); what a Flow sent waits for credit.
+      if ((asked || link.producers > 0) && (credits === 0 || early.length > 0)) {
+        early.push(value);
+        return;
+      }
+      if (credits !== Infinity) credits--;
       observer.next?.(value);
     },
     error: (err: unknown) => {
       link.close();
-      observer.error?.(err);
+      ended = { error: err };
+      deliver();
     },
     complete: () => {
       link.close();
-      observer.complete?.();
+      ended = 'complete';
+      deliver();
     },
   };
   subscription = withLink(link, () => source.subscribe(forward));
   return {
     request(n: number): void {
-      if (subscription === undefined || subscription.closed || failed) return;
+      if (subscription === undefined || failed) return;
       if (!(n > 0) || !Number.isInteger(n)) {
         if (n !== Infinity) {
           failed = true;
           link.close();
           subscription.unsubscribe();
+          early.drain();
           observer.error?.(new IllegalDemandError(n));
           return;
         }
       }
       credits = credits + n >= Number.MAX_SAFE_INTEGER ? Infinity : credits + n;
-      link.signal();
+      if (early.length > 0 || ended !== undefined) deliver();
+      if (!subscription.closed) link.signal();
     },
     cancel(): void {
       link.close();
+      early.drain();
+      ended = undefined;
       subscription?.unsubscribe();
       subscription = undefined;
     },
     get closed(): boolean {
-      return subscription === undefined || subscription.closed || failed;
+      return subscription === undefined || failed || (subscription.closed && early.length === 0 && ended === undefined);
     },
     get outstanding(): number {
       return credits;
