@@ -2,7 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { TestScheduler } from 'rxjs/testing';
-import { Observable, VirtualTimeScheduler, catchError, map, mergeMap, of, throwError, type OperatorFunction } from 'rxjs';
+import { Observable, config as rxjsConfig, VirtualTimeScheduler, catchError, map, mergeMap, of, throwError, type OperatorFunction } from 'rxjs';
 import { stage, type StageContext } from '../operators/stage.js';
 import { retrying, retryAfterOf } from '../operators/retry.js';
 import { RateLimitedError } from '../src/inference/errors.js';
@@ -687,6 +687,36 @@ describe('admission: per-tenant token buckets, priority, bounded queue', () => {
     assert.equal(stats.delivered, 3);
     assert.equal(stats.shed['buffer-full'], 1);
     assert.equal(stats.received, stats.delivered + stats.shedTotal + stats.failed);
+  });
+
+  it('a throwing onReject is reported as RxJS reports unhandled errors; the stream and its accounting go on', async () => {
+    const reported: unknown[] = [];
+    const previous = rxjsConfig.onUnhandledError;
+    rxjsConfig.onUnhandledError = (err) => reported.push(err);
+    try {
+      const stats = new StageStats();
+      const out: string[] = [];
+      scheduler().run(({ cold, flush }) => {
+        const source = cold('(abcd)|', { a: req('a'), b: req('b'), c: req('c'), d: req('d') });
+        const admit = admission({
+          ...base,
+          rate: { perTenant: 100, burst: 2 },
+          maxQueue: 1,
+          stats,
+          onReject: () => {
+            throw new Error('hook failed');
+          },
+        });
+        source.pipe(admit, ids()).subscribe((id) => out.push(id));
+        flush();
+      });
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      assert.deepEqual(out, ['a', 'b', 'c']);
+      assert.deepEqual(reported.map((err) => (err as Error).message), ['hook failed']);
+      assert.equal(stats.received, stats.delivered + stats.shedTotal + stats.failed);
+    } finally {
+      rxjsConfig.onUnhandledError = previous;
+    }
   });
 
   it('evicts a waiting request of lower priority for an arriving one of higher priority', () => {

@@ -5,6 +5,7 @@ import { Inlet } from '../src/flow/inlet.js';
 import { LinkedRun } from '../src/flow/linked-run.js';
 import { functionSchema, parseOptions, schedulerSchema } from '../src/flow/options.js';
 import { StageStats } from '../src/flow/stats.js';
+import { callHook } from '../src/flow/report.js';
 import { StageError } from '../src/errors.js';
 import { AdmissionRejectedError } from '../src/resilience/errors.js';
 import { TokenBuckets } from '../src/resilience/bucket.js';
@@ -218,7 +219,7 @@ class AdmissionRun<T> extends LinkedRun<T | Traced<T>> {
     const retryAfter = Math.max(this.buckets.timeUntil(entry.tenant, ahead + 1), Math.ceil(1000 / this.config.rate.perTenant));
     const error = new AdmissionRejectedError(this.config.label, entry.tenant, retryAfter, reason);
     this.stats.shed[reason === 'queue-full' ? 'buffer-full' : 'evicted']++;
-    this.config.onReject?.({ stage: this.config.label, value: entry.value, tenant: entry.tenant, error, seq: entry.seq, trace: entry.trace });
+    callHook(this.config.onReject, { stage: this.config.label, value: entry.value, tenant: entry.tenant, error, seq: entry.seq, trace: entry.trace });
   }
 
   /** Emits admissible requests while downstream wants them; then waits for a token or for demand. Never re-entered. */
