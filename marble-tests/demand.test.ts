@@ -317,15 +317,16 @@ describe('plain RxJS operators between two stages', () => {
    * pulled − done never exceeds A's and B's capacity + concurrency: 12.
    *
    * The documented slack of a deferring operator (see `Inlet`): before its first
-   * element comes back, a link lets 16 elements go missing beyond its room, doubling
-   * each tick that passes with nothing arrived. An operator that defers by one tick
-   * costs 16; one that defers by d ticks at most 16 × (2^(d+1) − 1).
+   * element comes back, a link lets 16 elements go missing beyond its room, and waits
+   * (up to `transitTimeout`) before it lets more go: any deferral shorter than that
+   * costs 16, whatever its length, its spread or its queue.
    */
   const N = 50_000;
   const A = { capacity: 4, concurrency: 2 };
   const B = { capacity: 4, concurrency: 2 };
   const bound = A.capacity + A.concurrency + B.capacity + B.concurrency;
-  const slack = (ticks: number): number => 16 * (2 ** (ticks + 1) - 1);
+  /** Latencies between 1 and 40 frames, the same on every run. */
+  const jitter = (value: number): number => 1 + ((value * 7919) % 40);
 
   function run(
     name: string,
@@ -394,7 +395,22 @@ describe('plain RxJS operators between two stages', () => {
     }),
   );
   run('mergeMap(x => of(x).pipe(delay(1)))', () => mergeMap((t) => of(t).pipe(delay(1))), bound + 16);
-  run('delay(5)', () => delay(5), bound + slack(5));
+  run('delay(5)', () => delay(5), bound + 16);
+  run('delay(300)', () => delay(300), bound + 16);
+  // Out of order: the link learns the spread of transit times as they come (quick ones first), so it may let a few more past.
+  run('mergeMap over latencies of 1 to 40 frames (out of order)', () => mergeMap((t) => timer(jitter(t.value)).pipe(map(() => t))), 3 * bound + 16);
+  run('concatMap over 2-frame waits (a queue: transit grows with its length)', () => concatMap((t) => timer(2).pipe(map(() => t))), bound + 16);
+  run('delay(20) then a filter dropping nine in ten (drops after a deferral)', (dropped) => (source) =>
+    source.pipe(
+      delay(20),
+      filter((t) => {
+        const keep = t.value % 10 === 0;
+        if (!keep) dropped();
+        return keep;
+      }),
+    ),
+    bound + 16,
+  );
 
   run(
     'concatMap to an inner Flow of two copies, the second filtered out (each inner links to B, even one subscribed as the previous completes)',
@@ -405,6 +421,24 @@ describe('plain RxJS operators between two stages', () => {
       ),
     bound + 16, // concatMap's queue holds A's elements: the same slack as a deferral, until its first inner completes
   );
+
+  it('drops after a deferral do not crawl: delay(20) then a filter keeping one in ten takes at most 3× as long as delay(20) alone', () => {
+    const finish = (keep: (value: number) => boolean): number => {
+      const scheduler = new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));
+      let completedAt = -1;
+      scheduler.run(({ flush }) => {
+        fromIterable(counting(3000).generator)
+          .pipe(stage(identity, { name: 'A', ...A }), delay(20), filter((t) => keep(t.value)), stage(identity, { name: 'B', ...B }))
+          .subscribe({ complete: () => (completedAt = scheduler.now()) });
+        flush();
+      });
+      return completedAt;
+    };
+    const alone = finish(() => true);
+    const filtered = finish((value) => value % 10 === 0);
+    assert.ok(alone > 0 && filtered > 0, 'both completed');
+    assert.ok(filtered <= 3 * alone, `with the filter ${filtered} frames, without ${alone}`);
+  });
 
   it('a stage that answers synchronously after a deferring operator resumes its producer (no stall)', () => {
     const scheduler = new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));
@@ -470,18 +504,37 @@ describe('a filter between two stages', () => {
     assert.equal(completed, true);
   });
 
-  it('a run of drops before the first pass costs a few ticks, not one per element', () => {
+  it('a run of drops before the first pass within the grace (16 beyond the room) never waits', () => {
     const scheduler = new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));
     scheduler.run(({ flush }) => {
       let completedAt = -1;
-      fromIterable(counting(20_000).generator)
-        .pipe(stage(identity, { capacity: 2 }), filter((t) => t.value >= 19_000), stage(identity, { capacity: 2 }))
+      fromIterable(counting(100).generator)
+        .pipe(stage(identity, { capacity: 2 }), filter((t) => t.value >= 15), stage(identity, { capacity: 2 }))
         .subscribe({ complete: () => (completedAt = scheduler.now()) });
       flush();
-      // Each one-frame wait doubles what may go missing unconfirmed: 16, 32, ... 1024, then 1024 a frame:
-      // 19,000 drops take about 7 + 17 frames.
-      assert.ok(completedAt >= 0 && completedAt <= 30, `completed at frame ${completedAt}`);
+      assert.equal(completedAt, 0);
     });
+  });
+
+  it('a longer run of drops before the first pass waits transitTimeout per fourfold wave, once: 19,000 drops cost 5 waits', () => {
+    for (const transitTimeout of [1000, 10]) {
+      const scheduler = new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));
+      scheduler.run(({ flush }) => {
+        let completedAt = -1;
+        const seen: number[] = [];
+        fromIterable(counting(20_000).generator)
+          .pipe(
+            stage(identity, { capacity: 2 }),
+            filter((t) => t.value >= 19_000),
+            stage(identity, { capacity: 2, transitTimeout }),
+          )
+          .subscribe({ next: (t) => seen.push(t.value), complete: () => (completedAt = scheduler.now()) });
+        flush();
+        // Waves of 19, 64, 256, 1024, 4096 and 16384 elements: the sixth reaches the first pass. After it, no more waits.
+        assert.equal(seen.length, 1000);
+        assert.ok(completedAt >= 5 * transitTimeout && completedAt <= 5 * transitTimeout + 5, `completed at frame ${completedAt}`);
+      });
+    }
   });
 });
 

@@ -422,8 +422,8 @@ export function subscribeWithDemand<T>(source: Observable<T>, observer: Partial<
   const early = new Ring<T>(2);
   let ended: { error: unknown } | 'complete' | undefined;
   let delivering = false;
-  // No grace: before a deferral is seen, a missing element holds its credit until a tick shows it was dropped.
-  const link = new Inlet({ room: () => (failed || subscription?.closed === true ? 0 : Math.max(0, credits - early.length)) }, { grace: 0 });
+  // The link's grace may pull a few elements ahead of the credits before a deferral is seen: they wait in `early` (§1.1).
+  const link = new Inlet({ room: () => (failed || subscription?.closed === true ? 0 : Math.max(0, credits - early.length)) });
   const deliver = (): void => {
     if (delivering) return; // re-entrant request: the loop below goes on
     delivering = true;

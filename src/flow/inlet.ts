@@ -1,5 +1,6 @@
 import { asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
 import type { DemandLink, Resumable } from './demand.js';
+import { Ring } from './ring.js';
 
 /** What an inlet asks of the consumer that owns it. */
 export interface RoomOwner {
@@ -10,7 +11,10 @@ export interface RoomOwner {
 export interface InletOptions {
   /** Timers of the in-transit wait. Default `asyncScheduler`. */
   scheduler?: SchedulerLike;
-  /** Once a deferring operator has been seen: how long to wait for an element that may have been dropped (ms). Default 1000. */
+  /**
+   * The longest the link waits for an element that may have been dropped (ms): before it
+   * has seen a deferral, and as the cap of its give-up time after. Default 1000.
+   */
   transitTimeout?: number;
   /**
    * Elements that may go missing beyond the room before a deferral has been seen, at
@@ -19,9 +23,20 @@ export interface InletOptions {
   grace?: number;
 }
 
-/** Unconfirmed elements a link lets out beyond its room before it has seen a deferral: at first (by default), and at most. */
+/** Unconfirmed elements a link lets out beyond its room before it has seen a deferral, at first (by default). */
 const FIRST_GRACE = 16;
-const MAX_GRACE = 1024;
+/** Each wave that ends with nothing arrived multiplies the grace by this: a long drop run costs a few waves, not one per run. */
+const GRACE_GROWTH = 4;
+const MAX_GRACE = 1 << 20;
+/** Elements given up on that are remembered as asked for (at least; more while the grace is larger). */
+const MIN_FORGIVEN = 1024;
+/** Transit times kept: the give-up time follows the longest of the recent ones. */
+const SAMPLES = 8;
+/** Until `SAMPLES` transits have been seen, the give-up multiple is this many times larger. */
+const WARM_UP = 4;
+/** The give-up time starts at this multiple of the observed transit time, and doubles for each element that came back after it. */
+const FIRST_FACTOR = 2;
+const MAX_FACTOR = 64;
 
 /** Stands for producers that do not say who they are when they emit. */
 const ANONYMOUS: Resumable = { resume: () => {} };
@@ -46,26 +61,32 @@ const GONE: Resumable = { resume: () => {} };
  *   synchronous, what it lost before was dropped and what it loses later will be
  *   (no demand leaks through a `filter`). Only that producer's: another's may be held;
  * - an element arriving *outside* any emit: a deferral. From then on no path counts
- *   as synchronous, and every missing element stays in transit until one arrives;
+ *   as synchronous, every missing element stays in transit, and each arrival settles
+ *   the oldest one and measures its transit time;
  * - a Flow subscribed because of an element (`mergeMap`'s inner Flow during the emit,
  *   `concatMap`'s next inner later): the element became a producer that itself asks
  *   before each element, so it is no longer in transit (and a later one shows the
  *   segment holds elements);
- * - a consumer held back only by in-transit elements waits for them: one scheduler
- *   tick while the segment has shown no holding (they then count as dropped),
- *   `transitTimeout` once it has (then one is given up on). A wait ends when any
- *   element arrives.
+ * - time. A consumer held back only by in-transit elements waits for them; any
+ *   arrival ends the wait. Before the segment has shown holding, it waits until the
+ *   oldest has been missing `transitTimeout`, then takes them all as dropped. Once it
+ *   has, it gives up, all at once, on every element missing longer than twice the
+ *   longest of the last 8 transit times (eight times while it has seen fewer; at most
+ *   `transitTimeout`), and only after a silence as long: a segment whose elements keep
+ *   arriving is a queue, not a filter. An element that comes back after it was given
+ *   up on doubles the multiple.
  *
  * Before a segment has shown holding, up to `grace` elements (16 by default) may go
  * missing beyond the room without a wait, so a filter dropping a short run before its
- * first pass never waits; each wait that ends with nothing arrived doubles it, up to
- * 1024, so a long run waits a few ticks, not one per run. That is also the slack of a
- * deferring segment before its first element comes back: `grace` more than its room
- * if it comes back within a tick, and at most `room + grace` more per further tick
- * (`grace` doubling each tick).
+ * first pass never waits. That is the slack of a deferring segment: `grace` more than
+ * its room while its first element comes back within `transitTimeout`. Each wait that
+ * ends with nothing arrived multiplies the grace by 4, so a filter dropping a long run
+ * before its first pass costs a few `transitTimeout`s, once (a deferral longer than
+ * `transitTimeout` costs the same factor of slack per `transitTimeout`).
  *
- * Invariant: `inTransit` is the sum of the per-producer missing counts, and never
- * exceeds the elements emitted that have neither arrived nor become producers.
+ * Invariant: `inTransit` equals the sum of the per-producer missing counts and the
+ * length of `sent`, and never exceeds the elements emitted that have neither arrived nor
+ * become producers.
  */
 export class Inlet implements DemandLink {
   private readonly outlets: Resumable[] = [];
@@ -90,6 +111,14 @@ export class Inlet implements DemandLink {
   private readonly missing = new Map<Resumable, number>();
   /** Producers whose elements have come through during their emit: what they lose is dropped. */
   private readonly synchronous = new Set<Resumable>();
+  /** When each in-transit element was emitted, oldest first (which element arrives is not known: the oldest is settled). */
+  private readonly sent = new Ring<number>(16);
+  /** Recent transit times (ms), and the next slot to write. */
+  private readonly samples: number[] = [];
+  private nextSample = 0;
+  private factor = FIRST_FACTOR;
+  /** When the last element arrived outside an emit. */
+  private lastArrivalAt = 0;
   private wait: Subscription | undefined;
   /** Elements emitted upstream that have not arrived (held by a plain operator, or dropped). */
   inTransit = 0;
@@ -143,6 +172,7 @@ export class Inlet implements DemandLink {
       if (this.synchronous.has(outlet)) return;
       this.inTransit++;
       this.missing.set(outlet, (this.missing.get(outlet) ?? 0) + 1);
+      this.sent.push(this.scheduler.now());
       return;
     }
     // It came through during its emit (not as a new producer): this producer's path is synchronous.
@@ -152,6 +182,7 @@ export class Inlet implements DemandLink {
       if (dropped !== undefined) {
         this.missing.delete(outlet);
         this.inTransit -= dropped;
+        this.dropSent(dropped);
         this.remember(dropped);
       }
     }
@@ -167,24 +198,21 @@ export class Inlet implements DemandLink {
     this.lastArrival = ++this.events;
     if (this.wait !== undefined) this.stopWaiting();
     if (this.emitting > 0) return true;
+    this.lastArrivalAt = this.scheduler.now();
     // Outside any emit: a deferral (or a source that cannot be paused).
     if (this.inTransit > 0 || this.forgiven > 0 || this.outlets.length > 0) this.deferring();
     if (this.inTransit > 0) {
-      this.settle(1);
+      const sent = this.settle(1);
+      if (sent !== undefined) this.sample(this.scheduler.now() - sent);
       return true;
     }
     if (this.forgiven > 0) {
       this.forgiven--;
+      // Given up on, yet it came: the give-up time was too short.
+      this.factor = Math.min(MAX_FACTOR, this.factor * 2);
       return true;
     }
     return false;
-  }
-
-  /** Gives up on one in-transit element (a deferring operator dropped it), so the link cannot stall. */
-  forgiveOne(outlet?: Resumable): void {
-    if (this.inTransit === 0) return;
-    this.settle(1, outlet);
-    this.remember(1);
   }
 
   /** A producer asked and was told no: `signal` has someone to resume. */
@@ -233,15 +261,21 @@ export class Inlet implements DemandLink {
     this.stopWaiting();
   }
 
-  /** `count` in-transit elements are accounted for: `first`'s if it has any, then gone producers', then any producer's. */
-  private settle(count: number, first?: Resumable): void {
+  /**
+   * `count` in-transit elements are accounted for: `first`'s if it has any, then gone
+   * producers', then any producer's. Returns when the oldest of them was emitted.
+   */
+  private settle(count: number, first?: Resumable): number | undefined {
     this.inTransit -= count;
+    const oldest = this.sent.peek();
+    this.dropSent(count);
     if (first !== undefined) count = this.take(first, count);
     count = this.take(GONE, count);
     for (const outlet of this.missing.keys()) {
-      if (count === 0) return;
+      if (count === 0) break;
       count = this.take(outlet, count);
     }
+    return oldest;
   }
 
   /** Takes up to `count` from `outlet`'s missing elements; returns how many are left to take. */
@@ -254,9 +288,33 @@ export class Inlet implements DemandLink {
     return count - taken;
   }
 
+  private dropSent(count: number): void {
+    for (let i = 0; i < count && this.sent.length > 0; i++) this.sent.dropFirst();
+  }
+
   /** Forgiven elements are remembered (bounded: most were dropped, and a plain source must not ride on them). */
   private remember(count: number): void {
-    this.forgiven = Math.min(MAX_GRACE, this.forgiven + count);
+    this.forgiven = Math.min(Math.max(MIN_FORGIVEN, this.grace), this.forgiven + count);
+  }
+
+  private longest(): number {
+    let longest = 0;
+    for (const transit of this.samples) if (transit > longest) longest = transit;
+    return longest;
+  }
+
+  private sample(transit: number): void {
+    if (this.samples.length < SAMPLES) this.samples.push(transit);
+    else this.samples[this.nextSample] = transit;
+    this.nextSample = (this.nextSample + 1) % SAMPLES;
+  }
+
+  /** How long an element may be missing before it is given up on: a multiple of the longest recent transit time. */
+  private giveUpAfter(): number {
+    if (!this.holds || this.samples.length === 0) return this.transitTimeout;
+    // The first transits seen are the quickest (the slow ones have not come yet): be slower to give up until there are enough.
+    const factor = this.samples.length < SAMPLES ? this.factor * WARM_UP : this.factor;
+    return Math.min(this.transitTimeout, Math.max(1, this.longest() * factor));
   }
 
   private deferring(): void {
@@ -272,25 +330,41 @@ export class Inlet implements DemandLink {
     return this.holds ? missing : Math.max(0, missing - this.grace);
   }
 
-  /** Only in-transit elements hold demand back: wait for them, then give up on them so the link cannot stall. */
+  /** Only in-transit elements hold demand back: wait for the oldest, then give up on the overdue so the link cannot stall. */
   private waitForTransit(outlet: Resumable): void {
     if (this.wait !== undefined || this.inTransit === 0 || this.outlets.length === 0) return;
-    this.wait = this.scheduler.schedule(
-      () => {
-        this.wait = undefined;
-        if (this.holds) {
-          this.forgiveOne(outlet);
-        } else {
-          this.remember(this.inTransit);
-          this.inTransit = 0;
-          this.missing.clear();
-          this.grace = Math.min(MAX_GRACE, Math.max(1, this.grace * 2));
-        }
-        this.starved = true;
-        this.signal();
-      },
-      this.holds ? this.transitTimeout : 1,
-    );
+    const oldest = this.sent.peek() ?? this.scheduler.now();
+    const after = this.giveUpAfter();
+    // While elements keep arriving the segment is moving (a queue, not drops): wait for a silence as long too.
+    const due = Math.max(0, Math.max(oldest, this.holds ? this.lastArrivalAt : 0) + after - this.scheduler.now());
+    this.wait = this.scheduler.schedule(() => {
+      this.wait = undefined;
+      this.giveUp(outlet);
+      this.starved = true;
+      this.signal();
+    }, due);
+  }
+
+  /** Nothing arrived while waiting: give up on every overdue element (at least the one waited for). */
+  private giveUp(outlet: Resumable): void {
+    if (this.inTransit === 0) return;
+    if (!this.holds) {
+      // Before any holding was shown: they were dropped; let out more before the next wait.
+      this.remember(this.inTransit);
+      this.inTransit = 0;
+      this.missing.clear();
+      this.sent.clear();
+      this.grace = Math.min(MAX_GRACE, Math.max(1, this.grace * GRACE_GROWTH));
+      return;
+    }
+    const now = this.scheduler.now();
+    if (now - this.lastArrivalAt < this.giveUpAfter()) return; // not silent long enough: the next wait decides
+    const cutoff = now - this.giveUpAfter();
+    let overdue = 1;
+    while (overdue < this.sent.length && this.sent.at(overdue)! <= cutoff) overdue++;
+    overdue = Math.min(overdue, this.inTransit);
+    this.settle(overdue, outlet);
+    this.remember(overdue);
   }
 
   private stopWaiting(): void {

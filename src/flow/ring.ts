@@ -42,6 +42,12 @@ export class Ring<T> {
     this.size--;
   }
 
+  clear(): void {
+    this.items.fill(undefined);
+    this.head = 0;
+    this.size = 0;
+  }
+
   peek(): T | undefined {
     return this.size === 0 ? undefined : this.items[this.head];
   }
