@@ -422,6 +422,35 @@ describe('plain RxJS operators between two stages', () => {
     bound + 16, // concatMap's queue holds A's elements: the same slack as a deferral, until its first inner completes
   );
 
+  it('an element held longer than the link waited is taken when it comes (never an error), counted in stats.lateArrivals, and the link waits longer after it', () => {
+    const scheduler = new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));
+    scheduler.run(({ flush }) => {
+      const statsB = new StageStats();
+      const seen: number[] = [];
+      let worst = 0;
+      let error: unknown;
+      // Transits of 1 frame, except every 50th element: 300 frames (out of order through mergeMap).
+      fromIterable(counting(500).generator)
+        .pipe(
+          stage(identity, { name: 'A', ...A }),
+          mergeMap((t) => timer(t.value % 50 === 49 ? 300 : 1).pipe(map(() => t))),
+          stage(
+            (x: number) => {
+              worst = Math.max(worst, statsB.buffered + statsB.inFlight - statsB.lateArrivals);
+              return x;
+            },
+            { name: 'B', ...B, stats: statsB },
+          ),
+        )
+        .subscribe({ next: (t) => seen.push(t.value), error: (e: unknown) => (error = e) });
+      flush();
+      assert.equal(error, undefined);
+      assert.equal(seen.length, 500);
+      assert.ok(statsB.lateArrivals >= 1 && statsB.lateArrivals < 10, `late arrivals ${statsB.lateArrivals}: the first slow one, not each`);
+      assert.ok(worst <= B.capacity + B.concurrency + 16, `buffered + in flight − late arrivals reached ${worst}`);
+    });
+  });
+
   it('drops after a deferral do not crawl: delay(20) then a filter keeping one in ten takes at most 3× as long as delay(20) alone', () => {
     const finish = (keep: (value: number) => boolean): number => {
       const scheduler = new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));

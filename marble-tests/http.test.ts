@@ -360,6 +360,7 @@ describe('GET /metrics', () => {
     await eventually(() => assert.equal(stats.inFlight, 2));
     stats.buffered = 3;
     stats.shed['buffer-full'] = 4;
+    stats.lateArrivals = 2;
     cache.hits = 3;
     cache.misses = 1;
     let text = await scrape();
@@ -368,6 +369,7 @@ describe('GET /metrics', () => {
     assert.equal(sample(text, 'sluice_stage_buffered', 'stage="embed"'), 3);
     assert.equal(sample(text, 'sluice_stage_in_flight', 'stage="embed"'), 2);
     assert.equal(sample(text, 'sluice_stage_shed_total', 'stage="embed",reason="buffer-full"'), 4);
+    assert.equal(sample(text, 'sluice_stage_late_arrivals_total', 'stage="embed"'), 2);
     assert.equal(sample(text, 'sluice_cache_hits_total', 'cache="responses"'), 3);
     assert.equal(sample(text, 'sluice_cache_hit_ratio', 'cache="responses"'), 0.75);
     assert.equal(sample(text, 'sluice_circuit_breaker_state', 'breaker="gpu-a"'), 0);

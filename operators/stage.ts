@@ -525,7 +525,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     this.resumeAt = Math.max(1, Math.floor(config.limit / 4));
     this.name = config.name;
     this.scheduler = config.scheduler ?? asyncScheduler;
-    this.inlet = new Inlet(this, { scheduler: this.scheduler, transitTimeout: config.transitTimeout });
+    this.inlet = new Inlet(this, { scheduler: this.scheduler, transitTimeout: config.transitTimeout, onLate: () => stats.lateArrivals++ });
     this.clock = config.scheduler;
     this.sampler = new SeqSampler(config.sampleRate);
   }
@@ -575,7 +575,10 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     for (const task of this.tasksInFlight()) {
       task.context?.abort(reason);
       this.closeTask(task);
-      if (task.failed) continue;
+      if (task.failed) {
+        this.stats.failed += 1 + task.merged;
+        continue;
+      }
       if (this.delivered(task)) this.stats.deliveredCount += 1 + task.merged;
       else {
         const kept = task.kept; // a streaming task whose first outputs left: its record is marked shed
@@ -1121,7 +1124,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     task.failed = true;
     task.done = true;
     this.closeTask(task);
-    this.stats.failed += 1 + task.merged;
+    // Counted when it leaves its slot (`retire`): ordered, it may wait for its turn, still in flight.
     callHook(this.config.onFailure, { stage: this.config.name, error, value: task.value, seq: task.seq, trace: traceOf(task.trace) });
     this.ready(task);
   }
@@ -1270,6 +1273,7 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     if (this.ordered === false) this.unlink(task);
     if (task.reusable === false) this.closeTask(task);
     if (task.failed === false) this.stats.deliveredCount += 1 + task.merged;
+    else this.stats.failed += 1 + task.merged;
     if (isSampled(task.trace)) this.finishRecord(task);
     if (task.reusable === true) this.spareTask(task);
   }
@@ -1408,8 +1412,8 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     for (const task of this.tasksInFlight()) {
       task.context?.abort(error);
       this.closeTask(task);
-      if (task.failed) continue;
-      if (this.delivered(task)) this.stats.deliveredCount += 1 + task.merged;
+      if (task.failed) lost += 1 + task.merged;
+      else if (this.delivered(task)) this.stats.deliveredCount += 1 + task.merged;
       else lost += 1 + task.merged;
     }
     this.stats.failed += lost;

@@ -21,6 +21,8 @@ export interface InletOptions {
    * first. Default 16; 0 for a consumer that must never get more than it asked for.
    */
   grace?: number;
+  /** Called for each element given up on that arrives after all. */
+  onLate?: () => void;
 }
 
 /** Unconfirmed elements a link lets out beyond its room before it has seen a deferral, at first (by default). */
@@ -74,7 +76,8 @@ const GONE: Resumable = { resume: () => {} };
  *   longest of the last 8 transit times (eight times while it has seen fewer; at most
  *   `transitTimeout`), and only after a silence as long: a segment whose elements keep
  *   arriving is a queue, not a filter. An element that comes back after it was given
- *   up on doubles the multiple.
+ *   up on (`onLate`) is taken, and the link never again gives up sooner than twice
+ *   its transit time.
  *
  * Before a segment has shown holding, up to `grace` elements (16 by default) may go
  * missing beyond the room without a wait, so a filter dropping a short run before its
@@ -113,13 +116,18 @@ export class Inlet implements DemandLink {
   private readonly synchronous = new Set<Resumable>();
   /** When each in-transit element was emitted, oldest first (which element arrives is not known: the oldest is settled). */
   private readonly sent = new Ring<number>(16);
+  /** When the elements given up on after a deferral was seen were emitted, oldest first (at most `forgiven`). */
+  private readonly given = new Ring<number>(16);
   /** Recent transit times (ms), and the next slot to write. */
   private readonly samples: number[] = [];
   private nextSample = 0;
   private factor = FIRST_FACTOR;
+  /** The longest transit of an element that came back after it was given up on: never give up sooner than twice that. */
+  private slowest = 0;
   /** When the last element arrived outside an emit. */
   private lastArrivalAt = 0;
   private wait: Subscription | undefined;
+  private readonly onLate: (() => void) | undefined;
   /** Elements emitted upstream that have not arrived (held by a plain operator, or dropped). */
   inTransit = 0;
 
@@ -130,6 +138,7 @@ export class Inlet implements DemandLink {
     this.scheduler = options.scheduler ?? asyncScheduler;
     this.transitTimeout = options.transitTimeout ?? 1000;
     this.grace = options.grace ?? FIRST_GRACE;
+    this.onLate = options.onLate;
   }
 
   get producers(): number {
@@ -208,8 +217,11 @@ export class Inlet implements DemandLink {
     }
     if (this.forgiven > 0) {
       this.forgiven--;
-      // Given up on, yet it came: the give-up time was too short.
-      this.factor = Math.min(MAX_FACTOR, this.factor * 2);
+      // Given up on, yet it came: the give-up time was too short. Its transit (if known) is a sample, the longest yet.
+      const sent = this.given.shift();
+      if (sent !== undefined) this.slowest = Math.max(this.slowest, this.lastArrivalAt - sent);
+      else this.factor = Math.min(MAX_FACTOR, this.factor * 2);
+      this.onLate?.();
       return true;
     }
     return false;
@@ -295,6 +307,7 @@ export class Inlet implements DemandLink {
   /** Forgiven elements are remembered (bounded: most were dropped, and a plain source must not ride on them). */
   private remember(count: number): void {
     this.forgiven = Math.min(Math.max(MIN_FORGIVEN, this.grace), this.forgiven + count);
+    while (this.given.length > this.forgiven) this.given.dropFirst();
   }
 
   private longest(): number {
@@ -314,7 +327,7 @@ export class Inlet implements DemandLink {
     if (!this.holds || this.samples.length === 0) return this.transitTimeout;
     // The first transits seen are the quickest (the slow ones have not come yet): be slower to give up until there are enough.
     const factor = this.samples.length < SAMPLES ? this.factor * WARM_UP : this.factor;
-    return Math.min(this.transitTimeout, Math.max(1, this.longest() * factor));
+    return Math.min(this.transitTimeout, Math.max(1, this.longest() * factor, this.slowest * FIRST_FACTOR));
   }
 
   private deferring(): void {
@@ -363,6 +376,7 @@ export class Inlet implements DemandLink {
     let overdue = 1;
     while (overdue < this.sent.length && this.sent.at(overdue)! <= cutoff) overdue++;
     overdue = Math.min(overdue, this.inTransit);
+    for (let i = 0; i < overdue && i < this.sent.length; i++) this.given.push(this.sent.at(i)!);
     this.settle(overdue, outlet);
     this.remember(overdue);
   }

@@ -192,7 +192,7 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
     protected readonly stats: StageStats,
     private readonly subscriber: Subscriber<R>,
   ) {
-    this.inlet = new Inlet(this, { scheduler: config.scheduler, transitTimeout: config.transitTimeout });
+    this.inlet = new Inlet(this, { scheduler: config.scheduler, transitTimeout: config.transitTimeout, onLate: () => stats.lateArrivals++ });
     this.lanes = config.factories.map((_, index) => new Lane<T>(index, this as LaneRun<T, unknown>));
     this.openOutputs = this.lanes.length;
   }

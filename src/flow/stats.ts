@@ -33,6 +33,12 @@ export class StageStats {
   buffered = 0;
   /** Times the stage stopped its producers because it was full. */
   pauses = 0;
+  /**
+   * Elements its link gave up on (a deferring operator held them longer than the link
+   * waited, see *deferring and dropping*) that arrived after all: each may take the
+   * segment one beyond its bound.
+   */
+  lateArrivals = 0;
   /** The stage's live runs: each counts its own work in flight (no shared counter to update per element). */
   private readonly runs = new Set<InFlightSource>();
 

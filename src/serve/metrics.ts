@@ -158,6 +158,7 @@ export class SluiceMetrics {
     stageCounter('emitted', 'Outputs emitted downstream.', (s) => s.emitted);
     stageCounter('failed', 'Inputs whose work failed.', (s) => s.failed);
     stageCounter('pauses', 'Times the stage stopped its producers because it was full.', (s) => s.pauses);
+    stageCounter('late_arrivals', 'Elements its link gave up on that arrived after all (a deferring operator held them longer than the link waited).', (s) => s.lateArrivals);
     const shed: Counter<'stage' | 'reason'> = new Counter({
       name: `${prefix}stage_shed_total`,
       help: 'Elements shed by a stage, by reason.',
