@@ -796,29 +796,15 @@ describe('stage: properties', () => {
     assertAccounted(run.b, 'B');
   };
 
-  it('buffered ≤ capacity and in flight ≤ concurrency at every step, pausing, over every source kind and deferring operator, with re-entrant calls', async () => {
-    await fc.assert(
-      fc.asyncProperty(
-        fc.scheduler(),
-        planArbitrary({ policies: ['pause'], sources: ['array', 'generator', 'async', 'readable', 'push'], defers: DEFER_KINDS, reentrant: true }),
-        stepsArbitrary(['work', 'work', 'work', 'time']),
-        boundsHold,
-      ),
-      { numRuns, ...replay },
-    );
-  });
-
-  it('buffered ≤ capacity and in flight ≤ concurrency at every step, for the shedding, failing and conflating policies', async () => {
-    await fc.assert(
-      fc.asyncProperty(
-        fc.scheduler(),
-        planArbitrary({ policies: ['shed-incoming', 'shed-oldest', 'fail', 'conflate'], sources: ['plain', 'generator', 'push'], consumerPolicies: ALL_POLICIES, failures: true, defers: DEFER_KINDS }),
-        stepsArbitrary(['work', 'work', 'work', 'time']),
-        boundsHold,
-      ),
-      { numRuns, ...replay },
-    );
-  });
+  const boundsCases: [string, PlanOptions][] = [
+    ['pausing, over every source kind and deferring operator, with re-entrant calls', { policies: ['pause'], sources: ['array', 'generator', 'async', 'readable', 'push'], defers: DEFER_KINDS, reentrant: true }],
+    ['for the shedding, failing and conflating policies', { policies: ['shed-incoming', 'shed-oldest', 'fail', 'conflate'], sources: ['plain', 'generator', 'push'], consumerPolicies: ALL_POLICIES, failures: true, defers: DEFER_KINDS }],
+  ];
+  for (const [what, options] of boundsCases) {
+    it(`buffered ≤ capacity and in flight ≤ concurrency at every step, ${what}`, async () => {
+      await fc.assert(fc.asyncProperty(fc.scheduler(), planArbitrary(options), stepsArbitrary(['work', 'work', 'work', 'time']), boundsHold), { numRuns, ...replay });
+    });
+  }
 
   it('demand sent upstream never exceeds free capacity: pulled − (delivered + shed + failed) ≤ capacity + concurrency at every pull', async () => {
     await fc.assert(
