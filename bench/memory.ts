@@ -11,10 +11,25 @@
  *
  * Heap: `global.gc()` then `heapUsed` before, periodically during (with and without
  * a forced GC: live heap vs. live heap plus garbage not yet collected) and after.
+ *
+ * Per source kind (`memory-source-*`): the same small request objects from each kind of
+ * sluice source, every one through the same bounded pipeline,
+ * `source → stage(async x => x, { capacity: 2 })` (one async hop per element, so the
+ * source is paused and resumed all the time), against the target heap growth < 10 MB:
+ *   - `fromIterable(generator)`;
+ *   - `fromAsyncIterable(async generator)`;
+ *   - `fromReadable(objectMode Readable whose read() pushes synchronously)`;
+ *   - `fromPush(Subject, { capacity: 64, policy: 'shed-incoming' })`, fed in bursts of 1,024
+ *     from `setImmediate`: it cannot be paused, so it sheds; every element is delivered or shed.
+ * `fromIterable(array)` has no row: at 10M elements the array is the memory (the source
+ * holds every element before the run starts), so heap growth would measure the array.
+ * Peak held is read at the sink every 1,024 elements: the stage's buffer and work in flight, and
+ * fromPush's buffer (the Readable's own buffer is reported apart).
  */
-import { from, mergeMap, of, tap, type Observable } from 'rxjs';
-import { StageStats, fromIterable, stage, type Traced } from 'sluice';
-import { collect, nowNs } from './harness.js';
+import { Readable } from 'node:stream';
+import { Subject, from, mergeMap, of, tap, type Observable } from 'rxjs';
+import { StageStats, fromAsyncIterable, fromIterable, fromPush, fromReadable, stage, type Traced } from 'sluice';
+import { collect, formatCount, nowNs } from './harness.js';
 
 export interface MemoryResult {
   readonly id: string;
@@ -32,6 +47,8 @@ export interface MemoryResult {
   readonly samples: number;
   /** How the peak splits, when there is more than one holder. */
   readonly detail?: string;
+  /** Elements shed on the way (a source that cannot be paused). */
+  readonly shed?: number;
 }
 
 /** What flows: a small object per element, as a request would be (numbers would hide the heap cost of buffering). */
@@ -198,3 +215,125 @@ export async function rxjsMemory(n: number): Promise<MemoryResult> {
     return done;
   });
 }
+
+// ---------------------------------------------------------------- per source kind
+
+/** A source kind's run at `n` elements. */
+export interface SourceKindScenario {
+  readonly id: string;
+  readonly label: string;
+  readonly run: (n: number) => Promise<MemoryResult>;
+}
+
+/** The one pipeline every source kind goes through: a single async hop per element, bounded at 2 (+1 in flight). */
+const BOUNDED_CAPACITY = 2;
+function bounded(source: Observable<Request>, stats: StageStats): Observable<Traced<Request>> {
+  return source.pipe(stage(async (request: Request) => request, { name: 'bounded', capacity: BOUNDED_CAPACITY, stats })) as Observable<Traced<Request>>;
+}
+
+/**
+ * Counts what reaches the sink, taking the checkpoints there (the stage's work is left as the bare
+ * identity): held elements every 1,024 arrivals, the live heap every n/100 (a push source delivers
+ * only part of n; the 50 ms timer samples it too, as it yields to the event loop).
+ */
+function drain(source: Observable<unknown>, n: number, checkpoint: (live?: boolean) => void): Promise<number> {
+  const liveEvery = Math.max(1024, Math.floor(n / 100));
+  return new Promise((resolve, reject) => {
+    let count = 0;
+    source.subscribe({
+      next: () => checkpointFor(count++, liveEvery, checkpoint),
+      error: reject,
+      complete: () => resolve(count),
+    });
+  });
+}
+
+async function* requestsLater(n: number): AsyncGenerator<Request> {
+  for (let id = 0; id < n; id++) yield { id, prompt: 'summarise this' };
+}
+
+/** Elements the push producer sends per `setImmediate` turn; the pipeline drains between turns. */
+const PUSH_BURST = 1024;
+const PUSH_CAPACITY = 64;
+
+/** One source kind's run, opened before the heap baseline is taken and drained inside `watch`. */
+interface KindRun {
+  /** Elements held by sluice now (the stage's buffer and work in flight, and a push source's buffer). */
+  readonly held: () => number;
+  /** Subscribes, starts any producer, resolves with the elements accounted for (must be `n`). */
+  readonly drained: (checkpoint: (live?: boolean) => void) => Promise<number>;
+  readonly after?: () => Pick<MemoryResult, 'detail' | 'shed'>;
+}
+
+function sourceKind(id: string, label: string, open: (n: number) => KindRun): SourceKindScenario {
+  return {
+    id,
+    label,
+    run: async (n) => {
+      const kind = open(n);
+      const result = await watch(id, label, n, kind.held, kind.drained);
+      return { ...result, ...kind.after?.() };
+    },
+  };
+}
+
+export const sourceKindScenarios: readonly SourceKindScenario[] = [
+  sourceKind('memory-source-generator', '`fromIterable(generator)`', (n) => {
+    const stats = new StageStats();
+    return {
+      held: () => stats.buffered + stats.inFlight,
+      drained: (checkpoint) => drain(bounded(fromIterable(requests(n)), stats), n, checkpoint),
+    };
+  }),
+  sourceKind('memory-source-async-iterable', '`fromAsyncIterable(async generator)`', (n) => {
+    const stats = new StageStats();
+    return {
+      held: () => stats.buffered + stats.inFlight,
+      drained: (checkpoint) => drain(bounded(fromAsyncIterable(requestsLater(n)), stats), n, checkpoint),
+    };
+  }),
+  sourceKind('memory-source-readable', '`fromReadable(Readable)`, objectMode, read() pushes synchronously', (n) => {
+    const stats = new StageStats();
+    let id = 0;
+    const readable = new Readable({
+      objectMode: true,
+      read() {
+        this.push(id < n ? { id: id++, prompt: 'summarise this' } : null);
+      },
+    });
+    let peakReadable = 0;
+    return {
+      held: () => {
+        peakReadable = Math.max(peakReadable, readable.readableLength);
+        return stats.buffered + stats.inFlight;
+      },
+      drained: (checkpoint) => drain(bounded(fromReadable<Request>(readable), stats), n, checkpoint),
+      after: () => ({ detail: `the Readable's own buffer peaked at ${peakReadable} objects (highWaterMark ${readable.readableHighWaterMark})` }),
+    };
+  }),
+  sourceKind('memory-source-push', `\`fromPush(Subject, { capacity: ${PUSH_CAPACITY}, policy: 'shed-incoming' })\`, bursts of ${PUSH_BURST} from setImmediate`, (n) => {
+    const stats = new StageStats();
+    const push = new StageStats();
+    const subject = new Subject<Request>();
+    let id = 0;
+    const burst = (): void => {
+      const end = Math.min(n, id + PUSH_BURST);
+      while (id < end) subject.next({ id: id++, prompt: 'summarise this' });
+      if (id < n) setImmediate(burst);
+      else subject.complete();
+    };
+    return {
+      held: () => push.buffered + stats.buffered + stats.inFlight,
+      drained: async (checkpoint) => {
+        const delivered = drain(bounded(fromPush(subject, { name: 'push', capacity: PUSH_CAPACITY, policy: 'shed-incoming', stats: push }), stats), n, checkpoint);
+        setImmediate(burst);
+        // It cannot be paused: every element pushed is delivered or shed.
+        return (await delivered) + push.shedTotal;
+      },
+      after: () => {
+        const shed = push.shedTotal;
+        return { shed, detail: `${formatCount(n - shed)} delivered, ${formatCount(shed)} shed (${((100 * shed) / n).toFixed(1)}%, all buffer-full: ${push.shed['buffer-full'] === shed})` };
+      },
+    };
+  }),
+];

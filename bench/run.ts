@@ -7,9 +7,13 @@
  * Sections (in one process, so every pipeline shares one JIT state as in an application):
  *   1. throughput — 7 identity stages, ns per element per stage, sluice vs RxJS, Node streams, async generators
  *   2. wakeup latency — element available → idle stage's work starts, p50/p99 in µs
- *   3. memory bound — 10M elements into a much slower stage: peak buffered elements and heap growth, vs RxJS `mergeMap`
+ *   3. memory bound — 10M elements into a much slower stage: peak buffered elements and heap growth, vs RxJS `mergeMap`;
+ *      then 10M elements from each kind of source (generator, async generator, Readable, push) through one bounded
+ *      async stage: heap growth per source kind (bench/memory.ts)
  *   4. WebSocket load — 1,000 clients streaming 1M tokens from `attachTokenSocket` vs a naive `ws.send` loop, then with
  *      10% of the clients never reading: tokens/s, p50/p99 token latency, server RSS (servers in child processes; bench/ws-load.ts)
+ *   5. transit — plain deferring RxJS operators (`delay`, `mergeMap` over Promises, with a `filter`) between two stages of
+ *      capacity 4, real timers: wall-time ratio filtered/alone, peak buffered and peak in transit against the bound (bench/transit.ts)
  *
  * Environment (all optional):
  *   BENCH_N=1000000              elements per throughput run
@@ -18,6 +22,8 @@
  *   BENCH_LATENCY_SAMPLES=20000  wakeup samples per scenario (plus 10% warm-up)
  *   BENCH_BIG_N=10000000         elements for the sluice memory run
  *   BENCH_RXJS_BIG_N=250000      elements for the RxJS memory run (quadratic)
+ *   BENCH_SOURCE_N=10000000      elements for each memory run per source kind (memory-source-*)
+ *   BENCH_TRANSIT_N=3000         elements for the delay(20) transit runs, alone and filtered (about 12 s and 30 s)
  *   BENCH_WS_CLIENTS, BENCH_WS_TOKENS, BENCH_WS_QUICK=1 ...  WebSocket load sizes (all listed in bench/ws-load.ts)
  *   BENCH_FULL_GC=1              force a full GC before every throughput run (re-optimisation timed too; see throughput.ts)
  *   BENCH_ONLY=regex             run only cases / scenarios / sections whose id matches (e.g. `^sluice-sync`, `^ws-`);
@@ -50,8 +56,9 @@ import {
   type TargetCheck,
 } from './harness.js';
 import { latencyScenarios, measureLatency, type LatencyResult } from './latency.js';
-import { rxjsMemory, sluiceMemory, sourceNsPerElement, type MemoryResult } from './memory.js';
+import { rxjsMemory, sluiceMemory, sourceKindScenarios, sourceNsPerElement, type MemoryResult } from './memory.js';
 import { STAGES, measureThroughput, throughputCases, type ThroughputResult } from './throughput.js';
+import { TRANSIT_CAPACITY, TRANSIT_ROOM, TRANSIT_SLACK, meanTransitDelay, measureTransit, transitScenarios, type TransitResult } from './transit.js';
 import { measureWsLoad, wsLoadConfig, wsLoadReport, wsScenarios, type WsLoadResult } from './ws-load.js';
 
 const config = {
@@ -61,6 +68,8 @@ const config = {
   latencySamples: envInt('BENCH_LATENCY_SAMPLES', 20_000),
   bigN: envInt('BENCH_BIG_N', 10_000_000),
   rxjsBigN: envInt('BENCH_RXJS_BIG_N', 250_000),
+  sourceN: envInt('BENCH_SOURCE_N', 10_000_000),
+  transitN: envInt('BENCH_TRANSIT_N', 3_000),
   ws: wsLoadConfig(),
 };
 
@@ -70,6 +79,8 @@ const TARGETS = {
   async: 80,
   wakeupP99: 5,
   heapGrowthMB: 10,
+  /** `delay(20)` then a filter keeping 1 in 10, wall time over `delay(20)` alone. */
+  transitFilterRatio: 3,
 } as const;
 
 /**
@@ -125,7 +136,7 @@ if (!canCollect) console.log('warning: run with --expose-gc (npm run bench does)
 const cases = throughputCases(config.rxjsAsyncN).filter((c) => selected(c.id));
 let throughput: ThroughputResult[] = [];
 if (cases.length > 0) {
-  process.stderr.write(`\n[1/4] throughput: ${cases.length} pipelines × ${config.repeats} rounds\n`);
+  process.stderr.write(`\n[1/5] throughput: ${cases.length} pipelines × ${config.repeats} rounds\n`);
   throughput = await measureThroughput(cases, { n: config.n, repeats: config.repeats, onProgress: progress });
 }
 const byId = new Map(throughput.map((r) => [r.id, r]));
@@ -191,7 +202,7 @@ if (throughput.length > 0) {
 const scenarios = latencyScenarios.filter((s) => selected(s.id));
 const latency: LatencyResult[] = [];
 if (scenarios.length > 0) {
-  process.stderr.write(`\n[2/4] wakeup latency: ${scenarios.length} scenarios × ${config.latencySamples} samples\n`);
+  process.stderr.write(`\n[2/5] wakeup latency: ${scenarios.length} scenarios × ${config.latencySamples} samples\n`);
   for (const scenario of scenarios) {
     await settle();
     const result = await measureLatency(scenario, config.latencySamples, Math.ceil(config.latencySamples / 10));
@@ -220,9 +231,13 @@ if (latency.length > 0) {
 // ---------------------------------------------------------------- 3. memory bound
 
 const memory: MemoryResult[] = [];
+const sourceKinds = sourceKindScenarios.filter((s) => selected(s.id));
+const sourceMemory: MemoryResult[] = [];
 let sourceNs = NaN;
+if (selected('sluice-memory') || selected('rxjs-memory') || sourceKinds.length > 0) {
+  process.stderr.write(`\n[3/5] memory bound\n`);
+}
 if (selected('sluice-memory') || selected('rxjs-memory')) {
-  process.stderr.write(`\n[3/4] memory bound\n`);
   sourceNs = sourceNsPerElement(Math.min(config.bigN, 2_000_000));
   if (selected('sluice-memory')) {
     await settle();
@@ -262,13 +277,42 @@ if (memory.length > 0) {
   for (const m of memory) console.log(`  - ${m.label}: ${m.samples} heap samples${m.detail ? `; ${m.detail}` : ''}`);
 }
 
+for (const kind of sourceKinds) {
+  await settle();
+  progress(`${kind.id}: ${formatCount(config.sourceN)} elements`);
+  const result = await kind.run(config.sourceN);
+  progress(`${kind.id}: peak live heap Δ ${formatMB(result.peakLiveGrowth)}, ${result.seconds.toFixed(1)} s`);
+  sourceMemory.push(result);
+  checks.push(target(`heap growth, ${kind.id.replace('memory-source-', '')} source, ${formatCount(result.n)} elements, peak live (MB)`, result.peakLiveGrowth / 2 ** 20, 'MB', 'lt', TARGETS.heapGrowthMB));
+}
+const sourceMemoryHeader = ['memory: source → stage(async x => x, { capacity: 2 })', 'N', 'time s', 'ns/el', 'peak held', 'shed', 'peak live heap Δ', 'peak heapUsed Δ (incl. garbage)', 'retained Δ', 'target'];
+const sourceMemoryRows = sourceMemory.map((m) => [
+  m.label,
+  formatCount(m.n),
+  m.seconds.toFixed(2),
+  formatNs((m.seconds * 1e9) / m.n),
+  String(m.peakBuffered),
+  m.shed === undefined ? '' : formatCount(m.shed),
+  formatMB(m.peakLiveGrowth),
+  formatMB(m.peakRawGrowth),
+  formatMB(m.retainedGrowth),
+  `< ${TARGETS.heapGrowthMB} MB ${m.peakLiveGrowth / 2 ** 20 < TARGETS.heapGrowthMB ? 'PASS' : 'MISS'}`,
+]);
+if (sourceMemory.length > 0) {
+  console.log(`\n## 3b. Memory per source kind — small request objects through one bounded async stage; peak held: the stage's buffer and work in flight (and fromPush's buffer)\n`);
+  console.log(textTable(sourceMemoryHeader, sourceMemoryRows));
+  console.log('');
+  for (const m of sourceMemory) console.log(`  - ${m.label}: ${m.samples} heap samples${m.detail ? `; ${m.detail}` : ''}`);
+  console.log('  - `fromIterable(array)` has no row: at 10M elements the array itself is the memory');
+}
+
 // ---------------------------------------------------------------- 4. WebSocket load
 
 const wsSelected = wsScenarios().filter((s) => selected(s.id));
 let wsLoad: WsLoadResult[] = [];
 let wsTables: ReturnType<typeof wsLoadReport> | undefined;
 if (wsSelected.length > 0) {
-  process.stderr.write(`\n[4/4] WebSocket load: ${wsSelected.length} scenarios, ${config.ws.clients} clients, ${formatCount(config.ws.tokens)} tokens in all\n`);
+  process.stderr.write(`\n[4/5] WebSocket load: ${wsSelected.length} scenarios, ${config.ws.clients} clients, ${formatCount(config.ws.tokens)} tokens in all\n`);
   await settle();
   wsLoad = await measureWsLoad(wsSelected, config.ws, progress);
   wsTables = wsLoadReport(wsLoad);
@@ -279,6 +323,66 @@ if (wsSelected.length > 0) {
   console.log(textTable(wsTables.comparisonHeader, wsTables.comparisonRows));
   console.log('');
   for (const note of wsTables.notes) console.log(`  - ${note}`);
+}
+
+// ---------------------------------------------------------------- 5. transit
+
+const transitSelected = transitScenarios(config.transitN).filter((s) => selected(s.id));
+const transit: TransitResult[] = [];
+if (transitSelected.length > 0) {
+  process.stderr.write(`\n[5/5] transit: ${transitSelected.length} pipelines, real timers\n`);
+  for (const scenario of transitSelected) {
+    await settle();
+    const result = await measureTransit(scenario);
+    progress(`${scenario.id}: ${formatCount(result.n)} elements in ${(result.ms / 1000).toFixed(2)} s`);
+    transit.push(result);
+  }
+}
+const transitById = new Map(transit.map((r) => [r.id, r]));
+const bufferBound = TRANSIT_CAPACITY + TRANSIT_SLACK;
+const segmentBound = TRANSIT_ROOM + TRANSIT_SLACK;
+const transitFigures: { what: string; value: string; against: string; result: string }[] = [];
+{
+  const alone = transitById.get('transit-delay');
+  const filtered = transitById.get('transit-delay-filter');
+  if (alone && filtered) {
+    const ratio = filtered.ms / alone.ms;
+    checks.push(target('transit, delay(20) + filter 1/10 over delay(20) alone (wall time ×)', ratio, '×', 'le', TARGETS.transitFilterRatio));
+    transitFigures.push({ what: `${formatCount(alone.n)} elements: delay(20) + filter 1/10, wall time over delay(20) alone`, value: formatRatio(ratio), against: `≤ ${TARGETS.transitFilterRatio}×`, result: ratio <= TARGETS.transitFilterRatio ? 'PASS' : 'MISS' });
+  }
+  const buffered = transitById.get('transit-delay-buffered');
+  if (buffered) {
+    checks.push(target(`transit, delay(50): peak downstream buffered (≤ capacity + ${TRANSIT_SLACK})`, buffered.peakBuffered, 'elements', 'le', bufferBound));
+    transitFigures.push({ what: 'delay(50): peak buffered in the downstream stage', value: String(buffered.peakBuffered), against: `≤ capacity + ${TRANSIT_SLACK} = ${bufferBound}`, result: buffered.peakBuffered <= bufferBound ? 'PASS' : 'MISS' });
+  }
+  const merged = transitById.get('transit-merge-map');
+  if (merged) {
+    checks.push(target(`transit, mergeMap over 10–100 ms Promises: peak between the stages (≤ room + ${TRANSIT_SLACK})`, merged.peakBetween, 'elements', 'le', segmentBound));
+    transitFigures.push({ what: 'mergeMap over 10–100 ms Promises: peak elements between the stages', value: String(merged.peakBetween), against: `≤ capacity + concurrency + ${TRANSIT_SLACK} = ${segmentBound}`, result: merged.peakBetween <= segmentBound ? 'PASS' : 'MISS' });
+    const ideal = (merged.n * meanTransitDelay(merged.n)) / TRANSIT_ROOM;
+    transitFigures.push({ what: `mergeMap over 10–100 ms Promises: wall time over n × mean delay / room (${(ideal / 1000).toFixed(2)} s)`, value: `${(merged.ms / ideal).toFixed(2)}×`, against: '', result: '' });
+  }
+}
+const transitHeader = ['transit: stage(capacity 4) → middle → stage(capacity 4)', 'N', 'out', 'wall s', 'ms/element', 'peak buffered', 'peak between'];
+const transitRows = transit.map((r) => [
+  r.label,
+  formatCount(r.n),
+  formatCount(r.count),
+  (r.ms / 1000).toFixed(2),
+  (r.ms / r.n).toFixed(2),
+  String(r.peakBuffered),
+  r.id === 'transit-delay-filter' ? '—' : String(r.peakBetween),
+]);
+const transitFigureHeader = ['transit figure', 'measured', 'against', 'result'];
+const transitFigureRows = transitFigures.map((f) => [f.what, f.value, f.against, f.result]);
+if (transit.length > 0) {
+  console.log(`\n## 5. Transit — deferring RxJS operators between two stages, real timers (peak between: upstream delivered − downstream received + downstream buffered)\n`);
+  console.log(textTable(transitHeader, transitRows));
+  if (transitFigures.length > 0) {
+    console.log('');
+    console.log(textTable(transitFigureHeader, transitFigureRows));
+  }
+  console.log(`\n  - peak between is not shown for the filtered run: the elements the filter dropped never arrive, so it counts them too`);
 }
 
 // ---------------------------------------------------------------- targets, markdown, json
@@ -310,10 +414,13 @@ console.log(
 if (throughput.length > 0) console.log(`${markdownTable(throughputHeader, throughputRows)}\n`);
 if (latency.length > 0) console.log(`${markdownTable(latencyHeader, latencyRows)}\n`);
 if (memory.length > 0) console.log(`${markdownTable(memoryHeader, memoryRows)}\n`);
+if (sourceMemory.length > 0) console.log(`${markdownTable(sourceMemoryHeader, sourceMemoryRows)}\n`);
 if (wsTables !== undefined) {
   console.log(`${markdownTable(wsTables.header, wsTables.rows)}\n`);
   console.log(`${markdownTable(wsTables.comparisonHeader, wsTables.comparisonRows)}\n`);
 }
+if (transit.length > 0) console.log(`${markdownTable(transitHeader, transitRows)}\n`);
+if (transitFigures.length > 0) console.log(`${markdownTable(transitFigureHeader, transitFigureRows)}\n`);
 if (checks.length > 0) console.log(`${markdownTable(targetHeader, targetRows)}\n`);
 if (yardstickLine !== undefined) console.log(`${yardstickLine}\n`);
 
@@ -333,7 +440,9 @@ const results = {
   throughput: throughput.map((r) => ({ ...r, comparison: comparison(r) })),
   latency,
   memory: memory.map((m) => ({ ...m, sourceNsPerElement: sourceNs })),
+  memorySources: sourceMemory,
   wsLoad,
+  transit,
   checks,
 };
 // A filtered run must not overwrite the full results: it writes only where BENCH_OUT says.
