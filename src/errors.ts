@@ -120,3 +120,15 @@ export class EmptyPromptError extends SluiceError {
 function describe(cause: unknown): string {
   return cause instanceof Error ? cause.message : String(cause);
 }
+
+/** An optional peer dependency an entry point needs is not installed: the message names the package and the install command. */
+export class MissingPeerError extends SluiceError {
+  readonly packageName: string;
+  constructor(packageName: string, entry: string, cause?: unknown) {
+    super('MISSING_PEER', `${entry} needs the package "${packageName}", which is not installed.`, {
+      hint: `Install it next to sluice: npm install ${packageName}`,
+      cause,
+    });
+    this.packageName = packageName;
+  }
+}

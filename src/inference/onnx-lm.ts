@@ -9,7 +9,8 @@
  * A running step cannot be interrupted, so the signal is checked between steps.
  */
 import { readFile } from 'node:fs/promises';
-import * as ort from 'onnxruntime-node';
+import type * as ort from 'onnxruntime-node';
+import { onnxruntime } from '../peers.js';
 import type { Flow } from '../flow/demand.js';
 import { SIGNATURES, loadModel, type LoadedModel } from '../models/load.js';
 import { EmptyPromptError } from './errors.js';
@@ -28,6 +29,8 @@ import {
   type ModelWorker,
   type Token,
 } from './worker.js';
+
+const ortRuntime = onnxruntime();
 
 /** Runs the model once. `signal` is for runners that can drop queued work (a pool); a running session ignores it. */
 export type RunModel = (feeds: Record<string, ort.Tensor>, signal: AbortSignal) => Promise<Record<string, ort.Tensor>>;
@@ -69,7 +72,7 @@ abstract class LmWorker implements ModelWorker<GenerateRequest, Completion> {
   }
 }
 
-const int64 = (values: readonly number[], dims: readonly number[]) => new ort.Tensor('int64', BigInt64Array.from(values, (v) => BigInt(v)), [...dims]);
+const int64 = (values: readonly number[], dims: readonly number[]) => new ortRuntime.Tensor('int64', BigInt64Array.from(values, (v) => BigInt(v)), [...dims]);
 
 function lastRow(logits: ort.Tensor): Float32Array {
   const dims = logits.dims;
@@ -234,8 +237,8 @@ export class DecoderLmWorker extends LmWorker {
     const empty = new Float32Array(0);
     let past: Record<string, ort.Tensor> = {};
     for (let l = 0; l < shape.layers; l++) {
-      past[`past_key_values.${l}.key`] = new ort.Tensor('float32', empty, [1, shape.heads, 0, shape.headDim]);
-      past[`past_key_values.${l}.value`] = new ort.Tensor('float32', empty, [1, shape.heads, 0, shape.headDim]);
+      past[`past_key_values.${l}.key`] = new ortRuntime.Tensor('float32', empty, [1, shape.heads, 0, shape.headDim]);
+      past[`past_key_values.${l}.value`] = new ortRuntime.Tensor('float32', empty, [1, shape.heads, 0, shape.headDim]);
     }
     let input = [...ids];
     const inputTokens = ids.length;

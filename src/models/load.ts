@@ -1,10 +1,13 @@
 import { readFile } from 'node:fs/promises';
-import * as ort from 'onnxruntime-node';
+import type * as ort from 'onnxruntime-node';
+import { onnxruntime } from '../peers.js';
 import * as z from 'zod';
 import { ModelCorruptError, ModelNotFoundError, ModelSignatureError, UnsupportedTokenizerError } from './errors.js';
 import { embeddingOutputProblem } from './pooling.js';
 import { HashTokenizer, type Tokenizer } from './tokenizer.js';
 import { WordPieceTokenizer } from './wordpiece.js';
+
+const ortRuntime = onnxruntime();
 
 /** What an adapter requires of one input or output. */
 export interface TensorSpec {
@@ -115,7 +118,7 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   if (bytes.length === 0) throw new ModelCorruptError(path, 'the file is empty.');
   let session: ort.InferenceSession;
   try {
-    session = await ort.InferenceSession.create(bytes, options.sessionOptions ?? { executionProviders: ['cpu'] });
+    session = await ortRuntime.InferenceSession.create(bytes, options.sessionOptions ?? { executionProviders: ['cpu'] });
   } catch (cause) {
     throw new ModelCorruptError(path, `onnxruntime rejected it as an ONNX model (${firstLine(cause)}).`, cause);
   }

@@ -1,7 +1,10 @@
-import * as ort from 'onnxruntime-node';
+import type * as ort from 'onnxruntime-node';
+import { onnxruntime } from '../peers.js';
 import type { Feeds, InferencePool } from './pool.js';
 import { planPooling, type PoolingOptions } from './pooling.js';
 import { FeedBuffers, type Tokenizer } from './tokenizer.js';
+
+const ortRuntime = onnxruntime();
 
 /**
  * Tokenizes `texts` into the feeds of a BERT-style text model: `input_ids` and
@@ -20,10 +23,10 @@ export function textFeeds(tokenizer: Tokenizer, texts: readonly string[], inputN
   const encoded = tokenizer.encodeBatch(texts, buffers);
   const dims = [...encoded.shape];
   const feeds: Record<string, ort.Tensor> = {
-    input_ids: new ort.Tensor('int64', encoded.inputIds, dims),
-    attention_mask: new ort.Tensor('int64', encoded.attentionMask, dims),
+    input_ids: new ortRuntime.Tensor('int64', encoded.inputIds, dims),
+    attention_mask: new ortRuntime.Tensor('int64', encoded.attentionMask, dims),
   };
-  if (inputNames.includes('token_type_ids')) feeds.token_type_ids = new ort.Tensor('int64', encoded.tokenTypeIds, dims);
+  if (inputNames.includes('token_type_ids')) feeds.token_type_ids = new ortRuntime.Tensor('int64', encoded.tokenTypeIds, dims);
   return feeds;
 }
 

@@ -1,7 +1,8 @@
 import { stat } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
-import * as ort from 'onnxruntime-node';
+import type * as ort from 'onnxruntime-node';
+import { onnxruntime } from '../peers.js';
 import * as z from 'zod';
 import { AbortedError } from '../errors.js';
 import { parseOptions, positiveInt } from '../flow/options.js';
@@ -10,6 +11,8 @@ import { BorrowedOutputsError, InferenceFailedError, PoolClosedError, PoolQueueF
 import { lease, release, sharedBuffers } from './leases.js';
 import type { PoolingPlan } from './pooling.js';
 import { fromArena, fromWire, toWire, type FromWorker, type ModelInfo, type ToWorker, type WireTensors, type WorkerInit } from './pool-protocol.js';
+
+const ortRuntime = onnxruntime();
 
 /** A model file path, or the model's bytes. */
 export type ModelSource = string | Uint8Array;
@@ -445,10 +448,10 @@ export class InferencePool {
         this.counts.discarded++;
         job.state = 'settled';
       } else if (message.type === 'done') {
-        this.settle(job, 'completed', fromWire(ort, message.outputs));
+        this.settle(job, 'completed', fromWire(ortRuntime, message.outputs));
       } else if (message.type === 'done-in-arena') {
         // Read now, before this worker is given another job (becomeIdle below): that job would overwrite them.
-        this.settle(job, 'completed', fromArena(ort, slot.arena!, message.outputs));
+        this.settle(job, 'completed', fromArena(ortRuntime, slot.arena!, message.outputs));
       } else {
         this.settle(job, 'failed', new InferenceFailedError(this.name, job.model, message.message));
       }

@@ -4,8 +4,11 @@
  * the Hugging Face hub (all-MiniLM-L6-v2, …) usually stop at the token vectors
  * (`last_hidden_state` [batch, seq, dim]) and leave pooling to the caller.
  */
-import * as ort from 'onnxruntime-node';
+import type * as ort from 'onnxruntime-node';
+import { onnxruntime } from '../peers.js';
 import { ModelSignatureError } from './errors.js';
+
+const ortRuntime = onnxruntime();
 
 /**
  * How token vectors become one vector per text: `'none'` (the output already has one
@@ -101,7 +104,7 @@ export function poolOutputs(outputs: Readonly<Record<string, ort.Tensor>>, feeds
   }
   const mask = feeds.attention_mask?.data;
   const data = poolVectors(tensor.data as Float32Array, tensor.dims, mask instanceof BigInt64Array ? mask : undefined, plan);
-  return { embeddings: new ort.Tensor('float32', data, [tensor.dims[0]!, tensor.dims[rank - 1]!]) };
+  return { embeddings: new ortRuntime.Tensor('float32', data, [tensor.dims[0]!, tensor.dims[rank - 1]!]) };
 }
 
 /** The pooled `[batch, dim]` data of `values` (`[batch, dim]` or `[batch, seq, dim]`), summed in float64. */

@@ -14,7 +14,8 @@
  */
 import * as z from 'zod';
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { promClient } from '../peers.js';
 import { parseOptions } from '../flow/options.js';
 import type { StageStats } from '../flow/stats.js';
 import type { ShedReason } from '../flow/options.js';
@@ -23,6 +24,9 @@ import type { CircuitBreaker, CircuitState } from '../resilience/breaker.js';
 import type { TraceContext } from '../trace/trace.js';
 import type { GenerationDone } from '../inference/worker.js';
 import type { TokenSocketStats } from './ws-server.js';
+
+const prom = promClient();
+
 
 export interface SluiceMetricsOptions {
   /** Prepended to every sluice metric name (not to `gen_ai_*` nor the default Node metrics). Default `sluice_`. */
@@ -111,23 +115,23 @@ export class SluiceMetrics {
 
   constructor(options: SluiceMetricsOptions = {}) {
     const { prefix, defaultMetrics, eventLoopResolution } = parseOptions(optionsSchema, options, 'SluiceMetrics options');
-    const registry = (this.registry = new Registry());
+    const registry = (this.registry = new prom.Registry());
     const registers = [registry];
     if (defaultMetrics) {
-      collectDefaultMetrics({ register: registry });
+      prom.collectDefaultMetrics({ register: registry });
       // prom-client names these gauges `_total`, which Prometheus reserves for counters (promtool
       // rejects them); the per-type gauges beside them carry the same numbers: sum() them.
       for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) registry.removeSingleMetric(name);
     }
 
-    this.requests = new Counter({ name: `${prefix}http_requests_total`, help: 'HTTP requests answered, by route and status class.', labelNames: ['route', 'code'], registers });
-    this.requestDuration = new Histogram({ name: `${prefix}http_request_duration_seconds`, help: 'HTTP request duration, until the last byte was written or the client left.', labelNames: ['route'], buckets: LATENCY_BUCKETS, registers });
-    this.queueWait = new Histogram({ name: `${prefix}stage_queue_wait_seconds`, help: 'Time sampled elements waited in a stage buffer before work started.', labelNames: ['stage'], buckets: LATENCY_BUCKETS, registers });
-    this.service = new Histogram({ name: `${prefix}stage_service_seconds`, help: 'Time sampled elements spent in a stage work function.', labelNames: ['stage'], buckets: LATENCY_BUCKETS, registers });
-    this.paused = new Counter({ name: `${prefix}stage_paused_seconds_total`, help: 'Time results of sampled elements waited for downstream demand (backpressure).', labelNames: ['stage'], registers });
+    this.requests = new prom.Counter({ name: `${prefix}http_requests_total`, help: 'HTTP requests answered, by route and status class.', labelNames: ['route', 'code'], registers });
+    this.requestDuration = new prom.Histogram({ name: `${prefix}http_request_duration_seconds`, help: 'HTTP request duration, until the last byte was written or the client left.', labelNames: ['route'], buckets: LATENCY_BUCKETS, registers });
+    this.queueWait = new prom.Histogram({ name: `${prefix}stage_queue_wait_seconds`, help: 'Time sampled elements waited in a stage buffer before work started.', labelNames: ['stage'], buckets: LATENCY_BUCKETS, registers });
+    this.service = new prom.Histogram({ name: `${prefix}stage_service_seconds`, help: 'Time sampled elements spent in a stage work function.', labelNames: ['stage'], buckets: LATENCY_BUCKETS, registers });
+    this.paused = new prom.Counter({ name: `${prefix}stage_paused_seconds_total`, help: 'Time results of sampled elements waited for downstream demand (backpressure).', labelNames: ['stage'], registers });
 
     const stageGauge = (name: string, help: string, read: (stats: StageStats) => number) => {
-      const gauge: Gauge<'stage'> = new Gauge({
+      const gauge: Gauge<'stage'> = new prom.Gauge({
         name: `${prefix}stage_${name}`,
         help,
         labelNames: ['stage'],
@@ -141,7 +145,7 @@ export class SluiceMetrics {
     stageGauge('in_flight', 'Work started and not yet fully delivered, now.', (s) => s.inFlight);
 
     const stageCounter = (name: string, help: string, read: (stats: StageStats) => number) => {
-      const counter: Counter<'stage'> = new Counter({
+      const counter: Counter<'stage'> = new prom.Counter({
         name: `${prefix}stage_${name}_total`,
         help,
         labelNames: ['stage'],
@@ -159,7 +163,7 @@ export class SluiceMetrics {
     stageCounter('failed', 'Inputs whose work failed.', (s) => s.failed);
     stageCounter('pauses', 'Times the stage stopped its producers because it was full.', (s) => s.pauses);
     stageCounter('late_arrivals', 'Elements its link gave up on that arrived after all (a deferring operator held them longer than the link waited).', (s) => s.lateArrivals);
-    const shed: Counter<'stage' | 'reason'> = new Counter({
+    const shed: Counter<'stage' | 'reason'> = new prom.Counter({
       name: `${prefix}stage_shed_total`,
       help: 'Elements shed by a stage, by reason.',
       labelNames: ['stage', 'reason'],
@@ -174,7 +178,7 @@ export class SluiceMetrics {
       const name = metric.name.replace(/^sluice_/, prefix);
       const help = metric.help;
       if (metric.type === 'counter') {
-        const counter: Counter<'cache'> = new Counter({
+        const counter: Counter<'cache'> = new prom.Counter({
           name,
           help,
           labelNames: ['cache'],
@@ -185,7 +189,7 @@ export class SluiceMetrics {
           },
         });
       } else {
-        const cacheGauge: Gauge<'cache'> = new Gauge({
+        const cacheGauge: Gauge<'cache'> = new prom.Gauge({
           name,
           help,
           labelNames: ['cache'],
@@ -196,7 +200,7 @@ export class SluiceMetrics {
         });
       }
     }
-    const hitRatio: Gauge<'cache'> = new Gauge({
+    const hitRatio: Gauge<'cache'> = new prom.Gauge({
       name: `${prefix}cache_hit_ratio`,
       help: 'Share of cache requests answered from a cache (exact or semantic) since start; prefer rate() over the counters for recent behaviour.',
       labelNames: ['cache'],
@@ -206,7 +210,7 @@ export class SluiceMetrics {
       },
     });
 
-    const breakerState: Gauge<'breaker'> = new Gauge({
+    const breakerState: Gauge<'breaker'> = new prom.Gauge({
       name: `${prefix}circuit_breaker_state`,
       help: 'Circuit breaker state: 0 closed, 1 half-open, 2 open.',
       labelNames: ['breaker'],
@@ -217,7 +221,7 @@ export class SluiceMetrics {
     });
 
     const socketGauge = (name: string, help: string, read: (c: SocketCounters) => number) => {
-      const gauge: Gauge<'server'> = new Gauge({
+      const gauge: Gauge<'server'> = new prom.Gauge({
         name: `${prefix}ws_${name}`,
         help,
         labelNames: ['server'],
@@ -232,7 +236,7 @@ export class SluiceMetrics {
     socketGauge('buffered_bytes', 'Bytes waiting in the WebSocket send buffers now, all connections together.', (c) => c.buffered);
     type SocketLabel = 'server' | 'outcome' | 'status';
     const socketCounter = (name: string, help: string, labelNames: readonly SocketLabel[], fill: (counter: Counter<SocketLabel>, server: string, c: SocketCounters) => void) => {
-      const counter: Counter<SocketLabel> = new Counter({
+      const counter: Counter<SocketLabel> = new prom.Counter({
         name: `${prefix}ws_${name}_total`,
         help,
         labelNames: [...labelNames],
@@ -254,7 +258,7 @@ export class SluiceMetrics {
 
     this.loop = monitorEventLoopDelay({ resolution: eventLoopResolution });
     this.loop.enable();
-    const loopDelay: Gauge<'stat'> = new Gauge({
+    const loopDelay: Gauge<'stat'> = new prom.Gauge({
       name: `${prefix}event_loop_delay_seconds`,
       help: 'Event-loop delay since the previous scrape (perf_hooks.monitorEventLoopDelay), by statistic.',
       labelNames: ['stat'],
@@ -269,11 +273,11 @@ export class SluiceMetrics {
     });
 
     const genAi = ['gen_ai_operation_name', 'gen_ai_request_model'] as const;
-    this.timeToFirstToken = new Histogram({ name: 'gen_ai_server_time_to_first_token_seconds', help: 'Time from the start of a generation to its first token (gen_ai.server.time_to_first_token).', labelNames: genAi, buckets: LATENCY_BUCKETS, registers });
-    this.timePerOutputToken = new Histogram({ name: 'gen_ai_server_time_per_output_token_seconds', help: 'Time per output token after the first (gen_ai.server.time_per_output_token).', labelNames: genAi, buckets: PER_TOKEN_BUCKETS, registers });
-    this.generationDuration = new Histogram({ name: 'gen_ai_server_request_duration_seconds', help: 'Generation request duration (gen_ai.server.request.duration).', labelNames: [...genAi, 'error_type'], buckets: LATENCY_BUCKETS, registers });
-    this.tokenUsage = new Histogram({ name: 'gen_ai_client_token_usage', help: 'Tokens per generation, input or output (gen_ai.client.token.usage).', labelNames: [...genAi, 'gen_ai_token_type'], buckets: TOKEN_BUCKETS, registers });
-    this.generatedTokens = new Counter({ name: `${prefix}generated_tokens_total`, help: 'Output tokens generated; rate() of it is tokens per second.', labelNames: ['gen_ai_request_model'], registers });
+    this.timeToFirstToken = new prom.Histogram({ name: 'gen_ai_server_time_to_first_token_seconds', help: 'Time from the start of a generation to its first token (gen_ai.server.time_to_first_token).', labelNames: genAi, buckets: LATENCY_BUCKETS, registers });
+    this.timePerOutputToken = new prom.Histogram({ name: 'gen_ai_server_time_per_output_token_seconds', help: 'Time per output token after the first (gen_ai.server.time_per_output_token).', labelNames: genAi, buckets: PER_TOKEN_BUCKETS, registers });
+    this.generationDuration = new prom.Histogram({ name: 'gen_ai_server_request_duration_seconds', help: 'Generation request duration (gen_ai.server.request.duration).', labelNames: [...genAi, 'error_type'], buckets: LATENCY_BUCKETS, registers });
+    this.tokenUsage = new prom.Histogram({ name: 'gen_ai_client_token_usage', help: 'Tokens per generation, input or output (gen_ai.client.token.usage).', labelNames: [...genAi, 'gen_ai_token_type'], buckets: TOKEN_BUCKETS, registers });
+    this.generatedTokens = new prom.Counter({ name: `${prefix}generated_tokens_total`, help: 'Output tokens generated; rate() of it is tokens per second.', labelNames: ['gen_ai_request_model'], registers });
   }
 
   /** Exports a stage's `StageStats` under `stage` (buffered, in flight, shed by reason...). Re-registering a name replaces it. */

@@ -42,7 +42,8 @@
 import type { IncomingMessage, Server as HttpServer } from 'node:http';
 import type { Duplex } from 'node:stream';
 import * as z from 'zod';
-import { WebSocketServer, WebSocket, type RawData } from 'ws';
+import type { WebSocketServer, WebSocket, RawData } from 'ws';
+import { wsPeer } from '../peers.js';
 import { subscribeWithDemand, type DemandSubscription } from '../flow/demand.js';
 import { functionSchema, parseOptions, positiveInt } from '../flow/options.js';
 import { SluiceError } from '../errors.js';
@@ -53,6 +54,7 @@ import type { SluiceMetrics } from './metrics.js';
 import type { Tracer } from '@opentelemetry/api';
 import { endGenAiSpan, errorType, genAiSpan, recordStageSpans, traceparentOf, type GenAiSpan } from '../trace/otel.js';
 import {
+
   BEARER_PROTOCOL_PREFIX,
   CLOSE_CODES,
   SUBPROTOCOL,
@@ -66,6 +68,8 @@ import {
   type RequestErrorCode,
   type ServerFrame,
 } from './protocol.js';
+
+const wsLib = wsPeer();
 
 /** What the server needs of a model: its name and a token Flow. Every `ModelWorker` fits. */
 export type TokenWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate'>;
@@ -349,7 +353,7 @@ class Hub {
     this.rate = new TokenBuckets(limits.rate.perSecond, limits.rate.burst, () => performance.now());
     this.sample = sampler(config.sampleRate);
     this.tenantRate = new TokenBuckets(limits.tenantRate.perSecond, limits.tenantRate.burst, () => performance.now());
-    this.wss = new WebSocketServer({
+    this.wss = new wsLib.WebSocketServer({
       noServer: true,
       maxPayload: limits.maxPayload,
       perMessageDeflate: false,
@@ -656,7 +660,7 @@ class Connection {
 
   /** True while tokens may be decoded for this socket; arms the stall timer when not. */
   writable(): boolean {
-    if (this.ending || this.ws.readyState !== WebSocket.OPEN) return false;
+    if (this.ending || this.ws.readyState !== wsLib.WebSocket.OPEN) return false;
     if (this.budget <= 0) {
       this.nextTurn ??= setImmediate(() => {
         this.nextTurn = undefined;
@@ -675,7 +679,7 @@ class Connection {
   }
 
   send(frame: ServerFrame): void {
-    if (this.ending || this.ws.readyState !== WebSocket.OPEN) return;
+    if (this.ending || this.ws.readyState !== wsLib.WebSocket.OPEN) return;
     // Token frames are paced by demand; error and done frames are not, so a hard cap bounds them.
     if (this.ws.bufferedAmount > this.limits.maxBuffered) return this.stalled();
     if (frame.type === 'token') {
@@ -715,7 +719,7 @@ class Connection {
       return;
     }
     this.alive = false;
-    if (this.ws.readyState === WebSocket.OPEN) this.ws.ping();
+    if (this.ws.readyState === wsLib.WebSocket.OPEN) this.ws.ping();
   }
 
   private receive(data: RawData, isBinary: boolean): void {

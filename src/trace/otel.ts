@@ -12,21 +12,12 @@
  * then start the element's trace from the span's traceparent (`genAiSpan(...).traceparent`
  * into `traced(value, { traceparent })`).
  */
-import {
-  ROOT_CONTEXT,
-  SpanKind,
-  SpanStatusCode,
-  TraceFlags,
-  context as otelContext,
-  isSpanContextValid,
-  trace as otelTrace,
-  type Attributes,
-  type Context,
-  type Span,
-  type Tracer,
-} from '@opentelemetry/api';
+import type { Attributes, Context, Span, Tracer, SpanKind as SpanKindType } from '@opentelemetry/api';
+import { otelApi } from '../peers.js';
 import { parseTraceparent, type TraceContext } from './trace.js';
 import type { GenerationDone, GenerationParams } from '../inference/worker.js';
+
+const { ROOT_CONTEXT, SpanKind, SpanStatusCode, TraceFlags, context: otelContext, isSpanContextValid, trace: otelTrace } = otelApi();
 
 const TRACER_NAME = 'sluice';
 
@@ -70,7 +61,7 @@ export interface GenAiSpanOptions {
   /** The parent when there is no traceparent. Default: the active context. */
   readonly parent?: Context;
   /** Span kind. Default `SERVER` (sluice answering a request). */
-  readonly kind?: SpanKind;
+  readonly kind?: SpanKindType;
   /** When the request began (epoch ms). Default now. */
   readonly startTime?: number;
 }

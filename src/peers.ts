@@ -1,0 +1,29 @@
+import { createRequire } from 'node:module';
+import { MissingPeerError } from './errors.js';
+
+/**
+ * Optional peer dependencies, loaded with `require` when the module that needs them is
+ * imported: a static `import` of a missing package fails while Node links the module
+ * graph, before any of our code can say which package to install.
+ */
+const load = createRequire(import.meta.url);
+const loaded = new Map<string, unknown>();
+
+function peer<T>(name: string, entry: string): T {
+  if (loaded.has(name)) return loaded.get(name) as T;
+  let module: T;
+  try {
+    module = load(name) as T;
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    if (code === 'MODULE_NOT_FOUND' || code === 'ERR_MODULE_NOT_FOUND') throw new MissingPeerError(name, entry, error);
+    throw error;
+  }
+  loaded.set(name, module);
+  return module;
+}
+
+export const onnxruntime = (): typeof import('onnxruntime-node') => peer('onnxruntime-node', 'sluice/ai');
+export const wsPeer = (): typeof import('ws') => peer('ws', 'sluice/serve');
+export const promClient = (): typeof import('prom-client') => peer('prom-client', 'sluice/serve');
+export const otelApi = (): typeof import('@opentelemetry/api') => peer('@opentelemetry/api', 'sluice/serve');
