@@ -13,6 +13,8 @@ export type { StageRecord, TraceRef } from './trace/trace.js';
 export { stage } from '../operators/stage.js';
 export type { StageContext, StageOperator, StageOptions, Work, WorkResult, ShedEvent, FailureEvent } from '../operators/stage.js';
 export { fromIterable, fromAsyncIterable, fromReadable } from './flow/sources.js';
+export { toWritable, toAsyncIterable, untraced, WritableClosedError, AlreadyIteratedError } from './flow/sinks.js';
+export type { ToWritableOptions, ToAsyncIterableOptions, FlowIterator } from './flow/sinks.js';
 export { subscribeUpstream } from './flow/upstream.js';
 export type { UpstreamHandler } from './flow/upstream.js';
 export type { RoomOwner } from './flow/inlet.js';
