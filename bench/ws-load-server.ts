@@ -26,7 +26,9 @@ import { readFileSync } from 'node:fs';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setImmediate as immediate } from 'node:timers/promises';
 import { WebSocket, WebSocketServer } from 'ws';
-import { attachTokenSocket, fromIterable, type GenerateRequest, type GenerationOptions, type Token, type TokenSocket, type TokenWorker } from 'sluice';
+import { fromIterable } from 'sluice';
+import { type GenerateRequest, type GenerationOptions, type Token } from 'sluice/ai';
+import { attachTokenSocket, type TokenSocket, type TokenWorker } from 'sluice/serve';
 import { monotonicMs } from './harness.js';
 
 export type ServerKind = 'sluice' | 'naive';

@@ -9,28 +9,8 @@
  */
 import { lastValueFrom, map, tap } from 'rxjs';
 import * as z from 'zod';
-import {
-  CharLmWorker,
-  InferencePool,
-  StageStats,
-  Traced,
-  assemble,
-  embed,
-  embedder,
-  fromIterable,
-  generateModels,
-  generateRequest,
-  guard,
-  indexPassages,
-  poolClassifier,
-  loadCorpus,
-  loadTokenizer,
-  redact,
-  retrieve,
-  stage,
-  type AssembledPrompt,
-  type TraceContext,
-} from 'sluice';
+import { StageStats, Traced, fromIterable, stage, type TraceContext } from 'sluice';
+import { CharLmWorker, InferencePool, assemble, embed, embedder, generateModels, generateRequest, guard, indexPassages, poolClassifier, loadCorpus, loadTokenizer, redact, retrieve, type AssembledPrompt } from 'sluice/ai';
 
 const models = process.env.SLUICE_MODELS ?? 'models';
 await generateModels({ outDir: models, dataDir: 'data' }); // keeps files that exist

@@ -1,0 +1,4 @@
+import { onnxruntime } from './peers.js';
+
+// Evaluated before every other module of `sluice/ai` (its first import).
+onnxruntime();

@@ -1,0 +1,6 @@
+import { otelApi, promClient, wsPeer } from './peers.js';
+
+// Evaluated before every other module of `sluice/serve` (its first import).
+wsPeer();
+promClient();
+otelApi();

@@ -1,0 +1,18 @@
+/**
+ * `sluice/serve` — WebSocket token streams, the OpenAI-compatible HTTP handler, the
+ * server behind `sluice serve`, Prometheus metrics and OpenTelemetry spans. Needs the
+ * optional peers `ws`, `prom-client` and `@opentelemetry/api`.
+ */
+import './peers-serve.js'; // first: a missing peer fails the import here, naming it
+export { createHttpHandler } from './serve/http.js';
+export type { HttpHandler, HttpHandlerOptions, HttpDrainReport, ChatWorker } from './serve/http.js';
+export { SluiceMetrics, BREAKER_STATE_VALUES } from './serve/metrics.js';
+export type { SluiceMetricsOptions, RequestObservation, SocketCounters } from './serve/metrics.js';
+export { genAiSpan, endGenAiSpan, recordStageSpans, contextFromTraceparent, traceparentOf, sluiceTracer, errorType } from './trace/otel.js';
+export type { GenAiSpan, GenAiSpanOptions, GenAiOutcome, StageSpanOptions } from './trace/otel.js';
+export { attachTokenSocket } from './serve/ws-server.js';
+export type { TokenSocket, TokenSocketOptions, TokenSocketLimits, TokenSocketStats, TokenSocketEvent, TokenWorker, Principal, Authenticate, CloseCause, DrainReport } from './serve/ws-server.js';
+export { startServer, isLoopback, WS_PATH } from './serve/app.js';
+export type { ServeOptions, RunningServer, ShutdownReport } from './serve/app.js';
+export { SUBPROTOCOL, BEARER_PROTOCOL_PREFIX, CLOSE_CODES, PROTOCOL_ERRORS, REQUEST_ERRORS, parseClientFrame, serverFrameSchema, generateMessageSchema, cancelMessageSchema } from './serve/protocol.js';
+export type { ClientMessage, GenerateMessage, CancelMessage, ServerFrame, HelloFrame, HelloLimits, TokenFrame, DoneFrame, ErrorFrame, ErrorCode, ProtocolErrorCode, RequestErrorCode, ParsedFrame } from './serve/protocol.js';
