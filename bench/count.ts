@@ -16,9 +16,9 @@
  * that the GC's freed maps deoptimised (see bench/throughput.ts).
  */
 import { map, range, type Observable, type OperatorFunction } from 'rxjs';
-import { stage } from '../operators/stage.js';
+import { stage } from '../src/operators/stage.js';
 import { fromIterable } from '../src/flow/sources.js';
-import type { Traced } from '../src/trace/trace.js';
+import type { Traced } from '../src/core/trace.js';
 import { promiseHops } from './floor.js';
 
 const measured = process.env.COUNT_CASE ?? 'sync-sampled';

@@ -2,7 +2,7 @@
 // loop (every score into an array, then a full sort). Standalone:
 //   node --conditions=sluice-source --import tsx bench/vector-index.ts [rows] [dim] [queries]
 import { performance } from 'node:perf_hooks';
-import { VectorIndex } from '../src/rag/vector-index.js';
+import { VectorIndex } from '../src/ai/rag/vector-index.js';
 
 const rows = Number(process.argv[2] ?? 100_000);
 const dim = Number(process.argv[3] ?? 384);

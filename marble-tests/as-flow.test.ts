@@ -4,7 +4,7 @@ import { filter, map } from 'rxjs';
 import { asFlow } from '../src/flow/as-flow.js';
 import { subscribeWithDemand } from '../src/flow/demand.js';
 import { fromIterable } from '../src/flow/sources.js';
-import { stage } from '../operators/stage.js';
+import { stage } from '../src/operators/stage.js';
 
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
 

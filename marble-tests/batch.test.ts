@@ -3,13 +3,13 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { TestScheduler } from 'rxjs/testing';
 import { Subject, VirtualTimeScheduler, delay, filter, map, of, take, tap, type Observable, type OperatorFunction } from 'rxjs';
-import { Batch, batch, unbatch, type BatchOptions } from '../operators/batch.js';
-import { stage } from '../operators/stage.js';
+import { Batch, batch, unbatch, type BatchOptions } from '../src/operators/batch.js';
+import { stage } from '../src/operators/stage.js';
 import { subscribeWithDemand, type Flow } from '../src/flow/demand.js';
 import { fromIterable } from '../src/flow/sources.js';
 import { StageStats } from '../src/flow/stats.js';
-import { TraceContext, Traced, traced } from '../src/trace/trace.js';
-import { BatchMismatchError, InvalidOptionsError, UnpausableSourceError } from '../src/errors.js';
+import { TraceContext, Traced, traced } from '../src/core/trace.js';
+import { BatchMismatchError, InvalidOptionsError, UnpausableSourceError } from '../src/core/errors.js';
 
 function scheduler(): TestScheduler {
   return new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));

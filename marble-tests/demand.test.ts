@@ -9,15 +9,15 @@ import { TestScheduler } from 'rxjs/testing';
 import { Subject, concatMap, delay, filter, from, map, mergeMap, of, take, tap, timer, type Observable } from 'rxjs';
 import { fromIterable } from '../src/flow/sources.js';
 import { subscribeWithDemand, type DemandSubscription, type Flow } from '../src/flow/demand.js';
-import { batch } from '../operators/batch.js';
-import { partition } from '../operators/partition.js';
-import { balance } from '../operators/balance.js';
-import { broadcast } from '../operators/broadcast.js';
-import { stage } from '../operators/stage.js';
+import { batch } from '../src/operators/batch.js';
+import { partition } from '../src/operators/partition.js';
+import { balance } from '../src/operators/balance.js';
+import { broadcast } from '../src/operators/broadcast.js';
+import { stage } from '../src/operators/stage.js';
 import { StageStats } from '../src/flow/stats.js';
 import { KillSwitch } from '../src/flow/kill-switch.js';
-import { IllegalDemandError, SluiceError, StageError } from '../src/errors.js';
-import type { Traced } from '../src/trace/trace.js';
+import { IllegalDemandError, SluiceError, StageError } from '../src/core/errors.js';
+import type { Traced } from '../src/core/trace.js';
 
 /** A generator that counts how far it was pulled and whether it was closed. */
 function counting(limit = Infinity) {

@@ -6,14 +6,14 @@ import fc from 'fast-check';
 import { Flow, subscribeWithDemand, type DemandSubscription } from '../src/flow/demand.js';
 import { fromIterable } from '../src/flow/sources.js';
 import { StageStats } from '../src/flow/stats.js';
-import { InvalidOptionsError, UnpausableSourceError } from '../src/errors.js';
-import { Traced, traced } from '../src/trace/trace.js';
-import { stage } from '../operators/stage.js';
-import { partition, stableHash, laneOf } from '../operators/partition.js';
-import { balance } from '../operators/balance.js';
-import { broadcast } from '../operators/broadcast.js';
-import { mergeFlows } from '../operators/merge.js';
-import type { LaneShedEvent } from '../src/flow/lanes.js';
+import { InvalidOptionsError, UnpausableSourceError } from '../src/core/errors.js';
+import { Traced, traced } from '../src/core/trace.js';
+import { stage } from '../src/operators/stage.js';
+import { partition, stableHash, laneOf } from '../src/operators/partition.js';
+import { balance } from '../src/operators/balance.js';
+import { broadcast } from '../src/operators/broadcast.js';
+import { mergeFlows } from '../src/operators/merge.js';
+import type { LaneShedEvent } from '../src/operators/lanes.js';
 
 function scheduler(): TestScheduler {
   return new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));

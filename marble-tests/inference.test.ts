@@ -11,16 +11,16 @@ import * as ort from 'onnxruntime-node';
 import { firstValueFrom, toArray } from 'rxjs';
 import { subscribeWithDemand } from '../src/flow/demand.js';
 import { fromIterable } from '../src/flow/sources.js';
-import { AbortedError, InvalidOptionsError } from '../src/errors.js';
-import { TraceContext, type Traced } from '../src/trace/trace.js';
-import { stage } from '../operators/stage.js';
-import { MODEL_FILES, generateModels } from '../src/models/generate.js';
-import { SIGNATURES, loadModel, type LoadedModel } from '../src/models/load.js';
-import { EmptyPromptError, HttpStatusError, MalformedEventError, ProviderError, RateLimitedError } from '../src/inference/errors.js';
-import { StopMatcher, applyRepetitionPenalty, createRandom, distribution, sampleToken } from '../src/inference/sampling.js';
-import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker, type Token } from '../src/inference/worker.js';
-import { OpenAIWorker, SseParser } from '../src/inference/openai.js';
-import { CharLmWorker, DecoderLmWorker, type RunModel } from '../src/inference/onnx-lm.js';
+import { AbortedError, InvalidOptionsError } from '../src/core/errors.js';
+import { TraceContext, type Traced } from '../src/core/trace.js';
+import { stage } from '../src/operators/stage.js';
+import { MODEL_FILES, generateModels } from '../src/ai/models/generate.js';
+import { SIGNATURES, loadModel, type LoadedModel } from '../src/ai/models/load.js';
+import { EmptyPromptError, HttpStatusError, MalformedEventError, ProviderError, RateLimitedError } from '../src/ai/inference/errors.js';
+import { StopMatcher, applyRepetitionPenalty, createRandom, distribution, sampleToken } from '../src/ai/inference/sampling.js';
+import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker, type Token } from '../src/ai/inference/worker.js';
+import { OpenAIWorker, SseParser } from '../src/ai/inference/openai.js';
+import { CharLmWorker, DecoderLmWorker, type RunModel } from '../src/ai/inference/onnx-lm.js';
 
 const texts = (tokens: readonly Token[]) => tokens.map((t) => t.text).join('');
 /** Lets pending I/O and promise chains run: several macrotask turns, no wall-clock. */

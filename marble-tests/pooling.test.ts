@@ -4,17 +4,17 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { firstValueFrom, toArray } from 'rxjs';
-import { infer } from '../operators/infer.js';
-import { SluiceError } from '../src/errors.js';
+import { infer } from '../src/ai/stages/infer.js';
+import { SluiceError } from '../src/core/errors.js';
 import { fromIterable } from '../src/flow/sources.js';
-import { ModelSignatureError } from '../src/models/errors.js';
-import { SIGNATURES, loadModel } from '../src/models/load.js';
-import { GraphBuilder, ModelBuilder } from '../src/models/onnx/index.js';
-import { embedder, tensorRows, textFeeds } from '../src/models/pool-embedder.js';
-import { InferencePool } from '../src/models/pool.js';
-import { planPooling, poolOutputs } from '../src/models/pooling.js';
-import { seededRandom } from '../src/models/random.js';
-import { DEFAULT_HASH_TOKENIZER, HashTokenizer } from '../src/models/tokenizer.js';
+import { ModelSignatureError } from '../src/ai/models/errors.js';
+import { SIGNATURES, loadModel } from '../src/ai/models/load.js';
+import { GraphBuilder, ModelBuilder } from '../src/ai/models/onnx/index.js';
+import { embedder, tensorRows, textFeeds } from '../src/ai/models/pool-embedder.js';
+import { InferencePool } from '../src/ai/models/pool.js';
+import { planPooling, poolOutputs } from '../src/ai/models/pooling.js';
+import { seededRandom } from '../src/ai/models/random.js';
+import { DEFAULT_HASH_TOKENIZER, HashTokenizer } from '../src/ai/models/tokenizer.js';
 
 // A stand-in for a Hugging Face sentence-transformer export: token vectors out, no pooling in the graph.
 const tokenizer = new HashTokenizer({ ...DEFAULT_HASH_TOKENIZER, buckets: 97 });

@@ -6,17 +6,17 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import * as z from 'zod';
 import { lastValueFrom, toArray, type Observable } from 'rxjs';
-import { embed, type Embedder } from '../operators/embed.js';
-import { retrieve, withCitations } from '../operators/retrieve.js';
-import { PromptTemplate, assemble } from '../operators/assemble.js';
+import { embed, type Embedder } from '../src/ai/stages/embed.js';
+import { retrieve, withCitations } from '../src/ai/stages/retrieve.js';
+import { PromptTemplate, assemble } from '../src/ai/stages/assemble.js';
 import { fromIterable } from '../src/flow/sources.js';
 import { StageStats } from '../src/flow/stats.js';
-import { InvalidOptionsError, StageError } from '../src/errors.js';
-import { VectorIndex } from '../src/rag/vector-index.js';
-import { EmbeddingCache } from '../src/rag/embedding-cache.js';
-import { chunkMarkdown, indexPassages, loadCorpus } from '../src/rag/corpus.js';
-import { countTokens, tokenize } from '../src/rag/tokens.js';
-import type { PassageMetadata, RetrievedPassage } from '../src/rag/passage.js';
+import { InvalidOptionsError, StageError } from '../src/core/errors.js';
+import { VectorIndex } from '../src/ai/rag/vector-index.js';
+import { EmbeddingCache } from '../src/ai/rag/embedding-cache.js';
+import { chunkMarkdown, indexPassages, loadCorpus } from '../src/ai/rag/corpus.js';
+import { countTokens, tokenize } from '../src/ai/rag/tokens.js';
+import type { PassageMetadata, RetrievedPassage } from '../src/ai/rag/passage.js';
 import {
   DuplicateIdError,
   EmbedderOutputError,
@@ -25,7 +25,7 @@ import {
   InvalidVectorError,
   PromptOverBudgetError,
   TemplateVariablesError,
-} from '../src/rag/errors.js';
+} from '../src/ai/rag/errors.js';
 
 /** A deterministic bag-of-words embedder: each word adds ±1 to a hashed bucket. */
 function hashingEmbedder(dim = 64): Embedder & { calls: string[][] } {

@@ -6,14 +6,14 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Subject, Subscriber, config, type Subscription } from 'rxjs';
-import { stage, type StageOptions } from '../operators/stage.js';
+import { stage, type StageOptions } from '../src/operators/stage.js';
 import { fromIterable } from '../src/flow/sources.js';
 import { fromPush } from '../src/flow/push.js';
 import type { DemandSubscription } from '../src/flow/demand.js';
 import { StageStats } from '../src/flow/stats.js';
 import { KillSwitch } from '../src/flow/kill-switch.js';
-import { InvalidOptionsError } from '../src/errors.js';
-import type { Traced } from '../src/trace/trace.js';
+import { InvalidOptionsError } from '../src/core/errors.js';
+import type { Traced } from '../src/core/trace.js';
 
 const tick = (ms = 0) => new Promise((resolve) => setTimeout(resolve, ms));
 

@@ -11,7 +11,7 @@ import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { InvalidOptionsError } from '../src/errors.js';
+import { InvalidOptionsError } from '../src/core/errors.js';
 import { startServer, type RunningServer } from '../src/serve/app.js';
 import type { ServerFrame } from '../src/serve/protocol.js';
 import { WsClient as Client, until } from './support/ws-client.js';

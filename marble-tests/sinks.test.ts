@@ -8,10 +8,10 @@ import assert from 'node:assert/strict';
 import { Readable, Writable } from 'node:stream';
 import { fromIterable } from '../src/flow/sources.js';
 import { Flow, subscribeWithDemand } from '../src/flow/demand.js';
-import { stage } from '../operators/stage.js';
+import { stage } from '../src/operators/stage.js';
 import { AlreadyIteratedError, WritableClosedError, toAsyncIterable, toWritable, untraced } from '../src/flow/sinks.js';
-import { InvalidOptionsError } from '../src/errors.js';
-import { Traced } from '../src/trace/trace.js';
+import { InvalidOptionsError } from '../src/core/errors.js';
+import { Traced } from '../src/core/trace.js';
 
 /** A generator that counts how far it was pulled and whether it was closed; it throws `failure` at `failAt`. */
 function counting(limit = Infinity, failAt = Infinity, failure: unknown = new Error('source failed')) {

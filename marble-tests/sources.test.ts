@@ -8,10 +8,10 @@ import { NEVER, Subject, delay, firstValueFrom, map, of, toArray, type Observabl
 import { fromAsyncIterable, fromIterable, fromReadable } from '../src/flow/sources.js';
 import { fromPush } from '../src/flow/push.js';
 import { subscribeWithDemand } from '../src/flow/demand.js';
-import { stage } from '../operators/stage.js';
-import type { Traced } from '../src/trace/trace.js';
+import { stage } from '../src/operators/stage.js';
+import type { Traced } from '../src/core/trace.js';
 import { StageStats } from '../src/flow/stats.js';
-import { DrainTimeoutError, InvalidOptionsError, OverflowError } from '../src/errors.js';
+import { DrainTimeoutError, InvalidOptionsError, OverflowError } from '../src/core/errors.js';
 import { KillSwitch } from '../src/flow/kill-switch.js';
 import { eventually } from '../src/testing/assert.js';
 

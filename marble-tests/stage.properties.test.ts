@@ -40,11 +40,11 @@ import { fromAsyncIterable, fromIterable, fromReadable } from '../src/flow/sourc
 import { fromPush } from '../src/flow/push.js';
 import { subscribeWithDemand, type DemandSubscription } from '../src/flow/demand.js';
 import { KillSwitch } from '../src/flow/kill-switch.js';
-import { stage, type ShedEvent, type StageContext, type StageOptions, type WorkResult } from '../operators/stage.js';
+import { stage, type ShedEvent, type StageContext, type StageOptions, type WorkResult } from '../src/operators/stage.js';
 import { StageStats } from '../src/flow/stats.js';
 import { Ring } from '../src/flow/ring.js';
 import type { Policy } from '../src/flow/options.js';
-import { SeqSampler, sampler, type TraceContext, type Traced } from '../src/trace/trace.js';
+import { SeqSampler, sampler, type TraceContext, type Traced } from '../src/core/trace.js';
 
 type Scheduler = fc.Scheduler;
 

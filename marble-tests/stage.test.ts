@@ -2,12 +2,12 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { TestScheduler } from 'rxjs/testing';
 import { NEVER, Observable, delay, lastValueFrom, map, of, take, toArray, type OperatorFunction } from 'rxjs';
-import { stage, type ShedEvent } from '../operators/stage.js';
+import { stage, type ShedEvent } from '../src/operators/stage.js';
 import { fromAsyncIterable, fromIterable } from '../src/flow/sources.js';
 import { StageStats } from '../src/flow/stats.js';
 import { KillSwitch } from '../src/flow/kill-switch.js';
-import { TraceContext, Traced } from '../src/trace/trace.js';
-import { monotonicNow } from '../src/trace/clock.js';
+import { TraceContext, Traced } from '../src/core/trace.js';
+import { monotonicNow } from '../src/core/clock.js';
 import { TestSink, eventually } from '../src/testing/index.js';
 import {
   AbortedError,
@@ -17,7 +17,7 @@ import {
   StageError,
   StageTimeoutError,
   UnpausableSourceError,
-} from '../src/errors.js';
+} from '../src/core/errors.js';
 
 const values = <T>(): OperatorFunction<Traced<T>, T> => map((t) => t.value);
 

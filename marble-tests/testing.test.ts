@@ -3,10 +3,10 @@ import assert from 'node:assert/strict';
 import { AssertionError } from 'node:assert';
 import { VirtualTimeScheduler, filter, merge } from 'rxjs';
 import { TestSink, TestSource, eventually, expectAccounted, verify } from 'sluice/testing';
-import { stage, type ShedEvent, type StageOptions } from '../operators/stage.js';
+import { stage, type ShedEvent, type StageOptions } from '../src/operators/stage.js';
 import { StageStats } from '../src/flow/stats.js';
-import { IllegalDemandError, OverflowError, StageError, StageTimeoutError } from '../src/errors.js';
-import { Traced } from '../src/trace/trace.js';
+import { IllegalDemandError, OverflowError, StageError, StageTimeoutError } from '../src/core/errors.js';
+import { Traced } from '../src/core/trace.js';
 
 const times10 = (x: number): number => x * 10;
 

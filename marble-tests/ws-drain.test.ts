@@ -6,7 +6,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { decode, generateRequest, type Completion, type GenerateOptions, type GenerateRequest, type ModelWorker, type Token } from '../src/inference/worker.js';
+import { decode, generateRequest, type Completion, type GenerateOptions, type GenerateRequest, type ModelWorker, type Token } from '../src/ai/inference/worker.js';
 import type { Flow } from '../src/flow/demand.js';
 import { attachTokenSocket, type TokenSocket, type TokenSocketEvent, type TokenSocketOptions } from '../src/serve/ws-server.js';
 import { CLOSE_CODES } from '../src/serve/protocol.js';

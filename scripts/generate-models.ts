@@ -2,7 +2,7 @@
 // Usage: node --conditions=sluice-source --import tsx scripts/generate-models.ts [--force] [--out DIR]
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { generateModels } from '../src/models/generate.js';
+import { generateModels } from '../src/ai/models/generate.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const { values } = parseArgs({ options: { force: { type: 'boolean', default: false }, out: { type: 'string', default: `${root}models` } } });

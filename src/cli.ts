@@ -9,7 +9,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { InvalidOptionsError } from './errors.js';
+import { InvalidOptionsError } from './core/errors.js';
 import { SUBPROTOCOL } from './serve/protocol.js';
 import { startServer, type ServeOptions } from './serve/app.js';
 

@@ -1,4 +1,4 @@
-import { onnxruntime } from './peers.js';
+import { onnxruntime } from './core/peers.js';
 
 // Evaluated before every other module of `sluice/ai` (its first import).
 onnxruntime();

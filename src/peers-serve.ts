@@ -1,4 +1,4 @@
-import { otelApi, promClient, wsPeer } from './peers.js';
+import { otelApi, promClient, wsPeer } from './core/peers.js';
 
 // Evaluated before every other module of `sluice/serve` (its first import).
 wsPeer();

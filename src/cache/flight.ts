@@ -1,6 +1,6 @@
 import { Observable, type Subscriber, type Subscription } from 'rxjs';
 import { swapLink } from '../flow/demand.js';
-import { AbortedError } from '../errors.js';
+import { AbortedError } from '../core/errors.js';
 
 /** How a flight ended. `cancelled`: every participant left before the end, and the work was aborted. */
 export type FlightOutcome<T> =

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { SluiceError } from '../errors.js';
+import { SluiceError } from '../core/errors.js';
 
 /** A chat message, as most model APIs take it. */
 export interface ChatMessage {

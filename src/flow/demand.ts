@@ -50,8 +50,8 @@
  * without overflow (§3.17), and re-entrant demand is trampolined, never recursive (§3.3).
  */
 import { Observable, type Observer, type Subscriber, type Subscription } from 'rxjs';
-import { IllegalDemandError } from '../errors.js';
-import { Traced, traceOf, type TraceRef } from '../trace/trace.js';
+import { IllegalDemandError } from '../core/errors.js';
+import { Traced, traceOf, type TraceRef } from '../core/trace.js';
 import { Inlet } from './inlet.js';
 import { Ring } from './ring.js';
 

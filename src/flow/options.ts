@@ -1,6 +1,6 @@
 import * as z from 'zod';
 import type { SchedulerLike } from 'rxjs';
-import { InvalidOptionsError } from '../errors.js';
+import { InvalidOptionsError } from '../core/errors.js';
 
 /**
  * Overflow policies — one vocabulary for types, metrics labels, trace records and docs.

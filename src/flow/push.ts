@@ -1,7 +1,7 @@
 import * as z from 'zod';
 import type { Observable, Subscription } from 'rxjs';
 import { Flow, withLink, type Outlet, type Producer } from './demand.js';
-import { OverflowError } from '../errors.js';
+import { OverflowError } from '../core/errors.js';
 import { functionSchema, parseOptions, positiveInt, type ShedReason } from './options.js';
 import { Ring } from './ring.js';
 import { StageStats } from './stats.js';

@@ -16,8 +16,8 @@ import { map, type Observable, type OperatorFunction } from 'rxjs';
 import { subscribeWithDemand, type DemandSubscription } from './demand.js';
 import { parseOptions, positiveInt } from './options.js';
 import { Ring } from './ring.js';
-import { InvalidOptionsError, SluiceError } from '../errors.js';
-import type { Traced } from '../trace/trace.js';
+import { InvalidOptionsError, SluiceError } from '../core/errors.js';
+import type { Traced } from '../core/trace.js';
 
 /** Something else ended the writable before the source completed: what the source had left was not written. */
 export class WritableClosedError extends SluiceError {

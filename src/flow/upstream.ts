@@ -1,6 +1,6 @@
 import { Subscriber, type Observable, type Subscription } from 'rxjs';
 import { withLink, type DemandLink, type DirectConsumer, type TracedSink, type TracedValue } from './demand.js';
-import { Traced, traceOf, type TraceRef } from '../trace/trace.js';
+import { Traced, traceOf, type TraceRef } from '../core/trace.js';
 
 /** What a demand-aware operator does with its upstream's signals. */
 export interface UpstreamHandler<T> {

@@ -3,8 +3,8 @@ import { BehaviorSubject, asyncScheduler, distinctUntilChanged, type Observable,
 import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../flow/options.js';
 import { CircuitOpenError } from './errors.js';
 import type { StreamWork } from './relay.js';
-import type { Work } from '../../operators/stage.js';
-import { withCircuitBreaker } from '../../operators/circuit-breaker.js';
+import type { Work } from '../operators/stage.js';
+import { withCircuitBreaker } from './circuit-breaker.js';
 
 /** `closed`: calls go through. `open`: calls fail at once. `half-open`: a few probe calls test the worker. */
 export type CircuitState = 'closed' | 'open' | 'half-open';

@@ -7,8 +7,8 @@
  */
 import { asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
 import { Flow, type Outlet, type Producer } from '../flow/demand.js';
-import type { StageContext, WorkResult } from '../../operators/stage.js';
-import { AbortedError } from '../errors.js';
+import type { StageContext, WorkResult } from '../operators/stage.js';
+import { AbortedError } from '../core/errors.js';
 import { AttemptContext, Relay } from './relay.js';
 
 export interface AttemptPlan<O> {

@@ -2,7 +2,7 @@
  * Errors of the resilience operators: each a `SluiceError` with its own code, the
  * stage when known, and what to do about it.
  */
-import { SluiceError } from '../errors.js';
+import { SluiceError } from '../core/errors.js';
 
 /** Which deadline a token stream missed. */
 export type StreamTimeoutKind = 'total' | 'idle';

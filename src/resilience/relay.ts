@@ -10,8 +10,8 @@ import { Flow } from '../flow/demand.js';
 import { Inlet, type RoomOwner } from '../flow/inlet.js';
 import { fromAsyncIterable } from '../flow/sources.js';
 import { subscribeUpstream, type UpstreamHandler } from '../flow/upstream.js';
-import type { StageContext, Work, WorkResult } from '../../operators/stage.js';
-import type { TraceContext } from '../trace/trace.js';
+import type { StageContext, Work, WorkResult } from '../operators/stage.js';
+import type { TraceContext } from '../core/trace.js';
 
 /** A work function as the wrappers return it: always a (cold) Flow of outputs. */
 export type StreamWork<I, O> = (value: I, context: StageContext) => Flow<O>;

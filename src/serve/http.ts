@@ -16,11 +16,11 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Tracer } from '@opentelemetry/api';
 import { subscribeWithDemand } from '../flow/demand.js';
 import { functionSchema, parseOptions } from '../flow/options.js';
-import { AbortedError, InvalidOptionsError, SluiceError } from '../errors.js';
-import { parseTraceparent, sampler, traced } from '../trace/trace.js';
-import { endGenAiSpan, errorType, genAiSpan, recordStageSpans, traceparentOf } from '../trace/otel.js';
-import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker } from '../inference/worker.js';
-import { EmptyPromptError } from '../inference/errors.js';
+import { AbortedError, InvalidOptionsError, SluiceError } from '../core/errors.js';
+import { parseTraceparent, sampler, traced } from '../core/trace.js';
+import { endGenAiSpan, errorType, genAiSpan, recordStageSpans, traceparentOf } from './otel.js';
+import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker } from '../ai/inference/worker.js';
+import { EmptyPromptError } from '../ai/inference/errors.js';
 import type { SluiceMetrics } from './metrics.js';
 import { pathOf } from './protocol.js';
 

@@ -15,14 +15,14 @@
 import * as z from 'zod';
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
 import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { promClient } from '../peers.js';
+import { promClient } from '../core/peers.js';
 import { parseOptions } from '../flow/options.js';
 import type { StageStats } from '../flow/stats.js';
 import type { ShedReason } from '../flow/options.js';
 import { CacheStats } from '../cache/stats.js';
 import type { CircuitBreaker, CircuitState } from '../resilience/breaker.js';
-import type { TraceContext } from '../trace/trace.js';
-import type { GenerationDone } from '../inference/worker.js';
+import type { TraceContext } from '../core/trace.js';
+import type { GenerationDone } from '../ai/inference/worker.js';
 import type { TokenSocketStats } from './ws-server.js';
 
 const prom = promClient();

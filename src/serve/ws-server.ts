@@ -43,16 +43,16 @@ import type { IncomingMessage, Server as HttpServer } from 'node:http';
 import type { Duplex } from 'node:stream';
 import * as z from 'zod';
 import type { WebSocketServer, WebSocket, RawData } from 'ws';
-import { wsPeer } from '../peers.js';
+import { wsPeer } from '../core/peers.js';
 import { subscribeWithDemand, type DemandSubscription } from '../flow/demand.js';
 import { functionSchema, parseOptions, positiveInt } from '../flow/options.js';
-import { SluiceError } from '../errors.js';
-import { TokenBuckets } from '../resilience/bucket.js';
-import { parseTraceparent, sampler, traced, type TraceContext } from '../trace/trace.js';
-import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker, type Token } from '../inference/worker.js';
+import { SluiceError } from '../core/errors.js';
+import { TokenBuckets } from '../core/token-bucket.js';
+import { parseTraceparent, sampler, traced, type TraceContext } from '../core/trace.js';
+import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker, type Token } from '../ai/inference/worker.js';
 import type { SluiceMetrics } from './metrics.js';
 import type { Tracer } from '@opentelemetry/api';
-import { endGenAiSpan, errorType, genAiSpan, recordStageSpans, traceparentOf, type GenAiSpan } from '../trace/otel.js';
+import { endGenAiSpan, errorType, genAiSpan, recordStageSpans, traceparentOf, type GenAiSpan } from './otel.js';
 import {
 
   BEARER_PROTOCOL_PREFIX,

@@ -1,7 +1,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { Observable } from 'rxjs';
 import { subscribeWithDemand, type DemandSubscription } from '../flow/demand.js';
-import { Traced } from '../trace/trace.js';
+import { Traced } from '../core/trace.js';
 import { fail, failNotYet, show, showList } from './assert.js';
 
 /**

@@ -1,0 +1,89 @@
+/**
+ * Errors raised by model workers. Each carries a stable `code` and says what to do,
+ * like every `SluiceError`.
+ */
+import { SluiceError } from '../../core/errors.js';
+
+
+/**
+ * The model server answered with an HTTP error status. `body` holds the start of its
+ * answer (servers explain themselves there).
+ *
+ * ## Example
+ * ```ts
+ * if (err instanceof HttpStatusError && err.status >= 500) retryLater();
+ * ```
+ */
+export class HttpStatusError extends SluiceError {
+  constructor(
+    readonly status: number,
+    readonly body: string,
+    details: { code?: string; hint?: string } = {},
+  ) {
+    super(details.code ?? 'HTTP_STATUS', `The model server answered HTTP ${status}${body ? `: ${body}` : '.'}`, {
+      hint: details.hint ?? (status >= 500 ? 'The server failed; retrying may help.' : 'Check the request, the model name and the API key.'),
+    });
+  }
+}
+
+/**
+ * HTTP 429: the server asks the client to slow down. `retryAfter` is how long it asked
+ * to wait, in milliseconds (from `retry-after-ms` or `retry-after`), when it said.
+ *
+ * ## Example
+ * ```ts
+ * catch (err) { if (err instanceof RateLimitedError) await sleep(err.retryAfter ?? 1000); }
+ * ```
+ */
+export class RateLimitedError extends HttpStatusError {
+  constructor(
+    body: string,
+    readonly retryAfter: number | undefined,
+  ) {
+    super(429, body, {
+      code: 'RATE_LIMITED',
+      hint: retryAfter === undefined ? 'Retry later with backoff.' : `Retry after ${retryAfter} ms.`,
+    });
+  }
+}
+
+/**
+ * A streamed answer that breaks the server-sent-events protocol or the chat-completions
+ * chunk shape: a `data:` payload that is not JSON, a chunk without `choices`, a stream
+ * that ends before `[DONE]`, a wrong content type.
+ *
+ * ## Example
+ * ```ts
+ * if (err instanceof MalformedEventError) console.error(err.event); // the offending payload
+ * ```
+ */
+export class MalformedEventError extends SluiceError {
+  constructor(
+    reason: string,
+    readonly event: string | undefined = undefined,
+  ) {
+    super('MALFORMED_EVENT', `Malformed event from the model server: ${reason}${event === undefined ? '' : ` (event: ${JSON.stringify(event.slice(0, 200))})`}.`, {
+      hint: 'Check that the server speaks the OpenAI chat-completions streaming protocol.',
+    });
+  }
+}
+
+/**
+ * The server sent an error object inside a stream that had started well (`data: {"error": ...}`).
+ *
+ * ## Example
+ * ```ts
+ * if (err instanceof ProviderError) console.error(err.type, err.message);
+ * ```
+ */
+export class ProviderError extends SluiceError {
+  constructor(
+    message: string,
+    readonly type: string | undefined,
+  ) {
+    super('PROVIDER_ERROR', `The model server reported an error mid-stream: ${message}`);
+  }
+}
+
+/** One class for every empty prompt, wherever it is found. */
+export { EmptyPromptError } from '../../core/errors.js';

@@ -1,0 +1,298 @@
+/**
+ * `ModelWorker`s over ONNX language models: a causal LM without a cache (the bundled
+ * character trigram model) and a decoder with a KV cache (`past_key_values.N.*` in,
+ * `present.N.*` out, Hugging Face / Optimum layout).
+ *
+ * Every model call goes through one `run(feeds, signal)` function. `load()` defaults
+ * it to the session on the main thread; pass your own (a worker-thread pool) to move
+ * inference off the event loop — onnxruntime's `run()` blocks the thread it runs on.
+ * A running step cannot be interrupted, so the signal is checked between steps.
+ */
+import { readFile } from 'node:fs/promises';
+import type * as ort from 'onnxruntime-node';
+import { onnxruntime } from '../../core/peers.js';
+import type { Flow } from '../../flow/demand.js';
+import { SIGNATURES, loadModel, type LoadedModel } from '../models/load.js';
+import { EmptyPromptError } from './errors.js';
+import { createRandom, sampleToken } from './sampling.js';
+import {
+  complete,
+  decode,
+  generateRequest,
+  promptText,
+  type Completion,
+  type DecodeStep,
+  type Decoding,
+  type GenerateOptions,
+  type GenerateRequest,
+  type InferOptions,
+  type ModelWorker,
+  type Token,
+} from './worker.js';
+
+const ortRuntime = onnxruntime();
+
+/** Runs the model once. `signal` is for runners that can drop queued work (a pool); a running session ignores it. */
+export type RunModel = (feeds: Record<string, ort.Tensor>, signal: AbortSignal) => Promise<Record<string, ort.Tensor>>;
+
+/** Text to token ids and back, one token at a time. */
+export interface TokenCodec {
+  encode(text: string): number[];
+  decode(id: number): string;
+}
+
+interface LmWorkerOptions {
+  /** Names the worker in traces and errors. */
+  readonly name?: string;
+  /** Tokens generated when the request does not say (`max_tokens`). Default 256. */
+  readonly maxTokens?: number;
+  /** How a chat becomes text to continue. Default: the contents, one per line. */
+  readonly template?: (request: GenerateRequest) => string;
+}
+
+/** A session's run as a `RunModel`: on the main thread, blocking it for the step. */
+function sessionRunner(model: LoadedModel): RunModel {
+  return (feeds) => model.run(feeds);
+}
+
+abstract class LmWorker implements ModelWorker<GenerateRequest, Completion> {
+  abstract readonly name: string;
+  protected abstract readonly maxTokens: number;
+  protected abstract readonly template: (request: GenerateRequest) => string;
+  protected abstract open(request: GenerateRequest): Decoding;
+
+  generate(request: GenerateRequest, options: GenerateOptions = {}): Flow<Token> {
+    const valid = generateRequest(request);
+    return decode(valid, options, { name: this.name, maxTokens: valid.max_tokens ?? this.maxTokens }, () => this.open(valid));
+  }
+
+  /** The whole completion, generated with `generate`. */
+  infer(request: GenerateRequest, options: InferOptions = {}): Promise<Completion> {
+    return complete((onDone) => this.generate(request, { ...options, onDone }));
+  }
+}
+
+const int64 = (values: readonly number[], dims: readonly number[]) => new ortRuntime.Tensor('int64', BigInt64Array.from(values, (v) => BigInt(v)), [...dims]);
+
+function lastRow(logits: ort.Tensor): Float32Array {
+  const dims = logits.dims;
+  const seq = dims[1]!;
+  const vocab = dims[2]!;
+  return (logits.data as Float32Array).subarray((seq - 1) * vocab, seq * vocab);
+}
+
+export interface CharLmWorkerOptions extends LmWorkerOptions {
+  /** The model's characters by id; id 0 is beginning-of-text (`charlm.vocab.json`). */
+  readonly vocab: readonly string[];
+  readonly run: RunModel;
+  /** Characters of context fed per step. The trigram model reads two; more costs only time. Default 8. */
+  readonly window?: number;
+}
+
+/**
+ * The character language model (`charlm.onnx`: `input_ids` → `logits`). It has no
+ * cache: each step feeds the last `window` characters and reads the last position's
+ * logits. It has no end-of-text either, so a generation ends at `max_tokens` or a stop
+ * sequence. Characters outside its vocabulary are dropped from the prompt.
+ *
+ * ## Example
+ * ```ts
+ * const lm = await CharLmWorker.load('models/charlm.onnx');   // reads models/charlm.vocab.json
+ * lm.generate(generateRequest({ prompt: 'The stage', max_tokens: 80, temperature: 0.8, seed: 1 })).subscribe((t) => process.stdout.write(t.text));
+ * ```
+ */
+export class CharLmWorker extends LmWorker {
+  readonly name: string;
+  protected readonly maxTokens: number;
+  protected readonly template: (request: GenerateRequest) => string;
+  private readonly index: Map<string, number>;
+
+  constructor(private readonly options: CharLmWorkerOptions) {
+    super();
+    this.name = options.name ?? 'charlm';
+    this.maxTokens = options.maxTokens ?? 256;
+    this.template = options.template ?? promptText;
+    this.index = new Map(options.vocab.map((ch, id) => [ch, id]));
+  }
+
+  /** Loads `path` (checked against `SIGNATURES.causalLm`) and its vocabulary (`vocabPath`, default `<name>.vocab.json` beside it). */
+  static async load(path: string, options: Partial<CharLmWorkerOptions> & { readonly vocabPath?: string } = {}): Promise<CharLmWorker> {
+    const vocab = options.vocab ?? (JSON.parse(await readFile(options.vocabPath ?? path.replace(/\.onnx$/, '') + '.vocab.json', 'utf8')) as string[]);
+    const model = options.run === undefined ? await loadModel(path, { signature: SIGNATURES.causalLm }) : undefined;
+    const worker = new CharLmWorker({ ...options, vocab, run: options.run ?? sessionRunner(model!) });
+    worker.model = model;
+    return worker;
+  }
+
+  private model: LoadedModel | undefined;
+
+  /** Releases the session `load` created (not an injected runner's). */
+  async release(): Promise<void> {
+    await this.model?.release();
+    this.model = undefined;
+  }
+
+  protected open(request: GenerateRequest): Decoding {
+    const ids = Array.from(this.template(request)).flatMap((ch) => {
+      const id = this.index.get(ch);
+      return id === undefined || id === 0 ? [] : [id];
+    });
+    const { vocab, run } = this.options;
+    const window = this.options.window ?? 8;
+    const random = createRandom(request.seed);
+    const inputTokens = ids.length;
+    return {
+      inputTokens,
+      async step(signal): Promise<DecodeStep> {
+        // An empty context is the start of a text: the model reads id 0 as beginning-of-text.
+        const context = ids.length === 0 ? [0] : ids.slice(-window);
+        const { logits } = await run({ input_ids: int64(context, [1, context.length]) }, signal);
+        const scores = Float32Array.from(lastRow(logits!));
+        scores[0] = -Infinity; // beginning-of-text is context, never a prediction
+        const { id, logprob } = sampleToken(scores, request, random, ids);
+        ids.push(id);
+        return { text: vocab[id] ?? '', logprob };
+      },
+      close() {},
+    };
+  }
+}
+
+/** The shape of a decoder's KV cache. */
+export interface DecoderShape {
+  readonly layers: number;
+  readonly heads: number;
+  readonly headDim: number;
+  /** Positions the model can embed; a generation reaching it ends with `length`. */
+  readonly maxPositions?: number;
+}
+
+export interface DecoderLmWorkerOptions extends LmWorkerOptions {
+  readonly shape: DecoderShape;
+  readonly run: RunModel;
+  /** Default: one token per character code below 128 (the bundled decoder's vocabulary). */
+  readonly codec?: TokenCodec;
+  /** The token that ends a generation (`stop`). Default: none. */
+  readonly eosTokenId?: number;
+}
+
+/** Characters with codes below 128, one token each; others are dropped. */
+export const ASCII_CODEC: TokenCodec = {
+  encode: (text) => Array.from(text, (ch) => ch.charCodeAt(0)).filter((code) => code < 128),
+  decode: (id) => String.fromCharCode(id),
+};
+
+/**
+ * A decoder with a KV cache (`decoder.onnx`). The first step feeds the whole prompt
+ * with an empty cache; every later step feeds only the new token, its position and the
+ * `present.N.*` tensors of the step before as `past_key_values.N.*`, so a step costs
+ * one position, not the whole text.
+ *
+ * ## Example
+ * ```ts
+ * const decoder = await DecoderLmWorker.load('models/decoder.onnx');
+ * const { text } = await decoder.infer(generateRequest({ prompt: 'Hello, ', max_tokens: 16, temperature: 0 }));
+ * ```
+ */
+export class DecoderLmWorker extends LmWorker {
+  readonly name: string;
+  protected readonly maxTokens: number;
+  protected readonly template: (request: GenerateRequest) => string;
+  private model: LoadedModel | undefined;
+
+  constructor(private readonly options: DecoderLmWorkerOptions) {
+    super();
+    this.name = options.name ?? 'decoder';
+    this.maxTokens = options.maxTokens ?? 256;
+    this.template = options.template ?? promptText;
+  }
+
+  /**
+   * Loads `path` (checked against `SIGNATURES.decoderWithPast`) and reads the cache shape
+   * from its inputs; `maxPositions` comes from `<name>.json` beside it when present.
+   * With an injected `run`, the session is still opened here to read the shape, then released.
+   */
+  static async load(path: string, options: Partial<DecoderLmWorkerOptions> = {}): Promise<DecoderLmWorker> {
+    const model = await loadModel(path, { signature: SIGNATURES.decoderWithPast });
+    const shape = options.shape ?? (await readShape(model, path));
+    if (options.run !== undefined) await model.release();
+    const worker = new DecoderLmWorker({ ...options, shape, run: options.run ?? sessionRunner(model) });
+    if (options.run === undefined) worker.model = model;
+    return worker;
+  }
+
+  /** Releases the session `load` created (not an injected runner's). */
+  async release(): Promise<void> {
+    await this.model?.release();
+    this.model = undefined;
+  }
+
+  protected open(request: GenerateRequest): Decoding {
+    const { shape, run } = this.options;
+    const codec = this.options.codec ?? ASCII_CODEC;
+    const eos = this.options.eosTokenId;
+    const ids = codec.encode(this.template(request));
+    if (ids.length === 0) throw new EmptyPromptError("the prompt has no token the model's vocabulary covers");
+    const random = createRandom(request.seed);
+    const empty = new Float32Array(0);
+    let past: Record<string, ort.Tensor> = {};
+    for (let l = 0; l < shape.layers; l++) {
+      past[`past_key_values.${l}.key`] = new ortRuntime.Tensor('float32', empty, [1, shape.heads, 0, shape.headDim]);
+      past[`past_key_values.${l}.value`] = new ortRuntime.Tensor('float32', empty, [1, shape.heads, 0, shape.headDim]);
+    }
+    let input = [...ids];
+    const inputTokens = ids.length;
+    return {
+      inputTokens,
+      async step(signal): Promise<DecodeStep> {
+        if (shape.maxPositions !== undefined && ids.length >= shape.maxPositions) return { end: 'length' };
+        const start = ids.length - input.length;
+        const out = await run(
+          {
+            ...past,
+            input_ids: int64(input, [1, input.length]),
+            attention_mask: int64(new Array<number>(ids.length).fill(1), [1, ids.length]),
+            position_ids: int64(
+              input.map((_, i) => start + i),
+              [1, input.length],
+            ),
+          },
+          signal,
+        );
+        const next: Record<string, ort.Tensor> = {};
+        for (let l = 0; l < shape.layers; l++) {
+          next[`past_key_values.${l}.key`] = out[`present.${l}.key`]!;
+          next[`past_key_values.${l}.value`] = out[`present.${l}.value`]!;
+        }
+        past = next;
+        const { id, logprob } = sampleToken(lastRow(out.logits!), request, random, ids);
+        ids.push(id);
+        input = [id];
+        if (id === eos) return { end: 'stop' };
+        return { text: codec.decode(id), logprob };
+      },
+      close() {
+        past = {};
+      },
+    };
+  }
+}
+
+async function readShape(model: LoadedModel, path: string): Promise<DecoderShape> {
+  const keys = model.session.inputMetadata.filter((m) => /^past_key_values\.\d+\.key$/.test(m.name));
+  const first = keys[0];
+  const dims = first !== undefined && first.isTensor ? first.shape : [];
+  const heads = dims[1];
+  const headDim = dims[3];
+  if (typeof heads !== 'number' || typeof headDim !== 'number') {
+    throw new TypeError(`${path}: past_key_values.0.key must declare fixed heads and head size (axes 1 and 3); pass options.shape`);
+  }
+  let maxPositions: number | undefined;
+  try {
+    const config = JSON.parse(await readFile(path.replace(/\.onnx$/, '') + '.json', 'utf8')) as { maxPositions?: unknown };
+    if (typeof config.maxPositions === 'number') maxPositions = config.maxPositions;
+  } catch {
+    // no sidecar config: positions are unbounded as far as the worker knows
+  }
+  return maxPositions === undefined ? { layers: keys.length, heads, headDim } : { layers: keys.length, heads, headDim, maxPositions };
+}

@@ -1,0 +1,341 @@
+/**
+ * A client for OpenAI-compatible chat-completions servers (OpenAI, vLLM, llama.cpp,
+ * Ollama, TGI...), streaming with server-sent events, as a `ModelWorker`.
+ *
+ * The response body is read through its own reader, one chunk when a token is wanted
+ * and none is parsed yet, so what sits in memory is bounded by one network chunk plus
+ * the transport's own window: a slow consumer makes TCP flow control reach the server.
+ */
+import * as z from 'zod';
+import { Flow } from '../../flow/demand.js';
+import { parseOptions } from '../../flow/options.js';
+import { HttpStatusError, MalformedEventError, ProviderError, RateLimitedError } from './errors.js';
+import {
+  complete,
+  decode,
+  generateRequest,
+  type Completion,
+  type DecodeStep,
+  type Decoding,
+  type GenerateOptions,
+  type GenerateRequest,
+  type InferOptions,
+  type ModelWorker,
+  type Token,
+  type Usage,
+} from './worker.js';
+
+export interface OpenAIWorkerOptions {
+  /** Up to and including the version, e.g. `https://api.openai.com/v1` or `http://127.0.0.1:8000/v1`. */
+  readonly baseUrl: string;
+  readonly model: string;
+  /** Sent as `Authorization: Bearer <apiKey>`. */
+  readonly apiKey?: string;
+  /** Extra request headers. */
+  readonly headers?: Readonly<Record<string, string>>;
+  /** Names the worker in traces and errors. Default `openai:<model>`. */
+  readonly name?: string;
+  /** The `fetch` to use. Default: the global one. */
+  readonly fetch?: typeof fetch;
+}
+
+const optionsSchema = z
+  .object({
+    baseUrl: z.url({ error: 'baseUrl must be an absolute URL' }),
+    model: z.string().min(1, { error: 'model must not be empty' }),
+    apiKey: z.string().optional(),
+    headers: z.record(z.string(), z.string()).optional(),
+    name: z.string().min(1).optional(),
+    fetch: z.custom<typeof fetch>((v) => typeof v === 'function', { error: 'fetch must be a function' }).optional(),
+  })
+  .strict();
+
+/**
+ * A `ModelWorker` over HTTP. `generate` streams (`stream: true`); `infer` asks for the
+ * whole answer at once. HTTP errors become `HttpStatusError` (429: `RateLimitedError`
+ * with `retryAfter` in ms), a broken stream `MalformedEventError`, an error object in
+ * the stream `ProviderError`. Aborting the signal or unsubscribing closes the connection.
+ *
+ * `top_k` and `repetition_penalty` are sent only when set: OpenAI ignores or rejects
+ * them, vLLM and llama.cpp honour them. Stop sequences are sent to the server and also
+ * applied here, so a server that ignores them still stops.
+ *
+ * ## Example
+ * ```ts
+ * const worker = new OpenAIWorker({ baseUrl: 'http://127.0.0.1:8000/v1', model: 'llama-3-8b' });
+ * worker.generate(generateRequest({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 32 }))
+ *   .subscribe((token) => process.stdout.write(token.text));
+ * ```
+ */
+export class OpenAIWorker implements ModelWorker<GenerateRequest, Completion> {
+  readonly name: string;
+  private readonly options: z.output<typeof optionsSchema>;
+
+  constructor(options: OpenAIWorkerOptions) {
+    this.options = parseOptions(optionsSchema, options, 'OpenAIWorker options');
+    this.name = this.options.name ?? `openai:${this.options.model}`;
+  }
+
+  generate(request: GenerateRequest, options: GenerateOptions = {}): Flow<Token> {
+    const valid = generateRequest(request);
+    return decode(valid, options, { name: this.name, maxTokens: undefined }, () => new SseDecoding(this, valid));
+  }
+
+  /** The whole completion in one response (`stream: false`). */
+  async infer(request: GenerateRequest, options: InferOptions = {}): Promise<Completion> {
+    const valid = generateRequest(request);
+    const response = await this.post(valid, false, options.signal);
+    const text = await response.text();
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      throw new MalformedEventError('the response is not JSON', text);
+    }
+    const parsed = completionSchema.safeParse(json);
+    if (!parsed.success) throw new MalformedEventError(`unexpected completion shape (${parsed.error.issues[0]?.message ?? 'invalid'})`, text);
+    const choice = parsed.data.choices[0];
+    return {
+      text: choice?.message.content ?? '',
+      finishReason: finishReason(choice?.finish_reason),
+      usage: { inputTokens: parsed.data.usage?.prompt_tokens ?? 0, outputTokens: parsed.data.usage?.completion_tokens ?? 0 },
+    };
+  }
+
+  /** Streams the completion and gathers it: what `infer` gives, built from `generate`. */
+  completeStreaming(request: GenerateRequest, options: InferOptions = {}): Promise<Completion> {
+    return complete((onDone) => this.generate(request, { ...options, onDone }));
+  }
+
+  /** @internal POSTs the request; answers with the response once its status is OK, or throws the typed HTTP error. */
+  async post(request: GenerateRequest, stream: boolean, signal: AbortSignal | undefined): Promise<Response> {
+    const body: Record<string, unknown> = {
+      model: this.options.model,
+      messages: request.messages ?? [{ role: 'user', content: request.prompt }],
+      stream,
+    };
+    if (stream) body.stream_options = { include_usage: true };
+    for (const key of ['temperature', 'top_p', 'top_k', 'max_tokens', 'stop', 'repetition_penalty', 'seed'] as const) {
+      if (request[key] !== undefined) body[key] = request[key];
+    }
+    const doFetch = this.options.fetch ?? fetch;
+    const response = await doFetch(`${this.options.baseUrl.replace(/\/+$/, '')}/chat/completions`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: stream ? 'text/event-stream' : 'application/json',
+        ...(this.options.apiKey === undefined ? {} : { authorization: `Bearer ${this.options.apiKey}` }),
+        ...this.options.headers,
+      },
+      body: JSON.stringify(body),
+      ...(signal === undefined ? {} : { signal }),
+    });
+    if (response.ok) return response;
+    const text = (await response.text().catch(() => '')).slice(0, 1000);
+    if (response.status === 429) throw new RateLimitedError(text, retryAfter(response.headers));
+    throw new HttpStatusError(response.status, text);
+  }
+}
+
+/** One streamed generation: the response body read per demand and parsed into deltas. */
+class SseDecoding implements Decoding {
+  inputTokens = 0;
+  private reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  private readonly parser = new SseParser();
+  /** Deltas parsed from the last chunk read and not yet stepped: at most one chunk's worth. */
+  private pending: DecodeStep[] = [];
+  private next = 0;
+  private finish: 'stop' | 'length' | undefined;
+  private usage: Partial<Usage> | undefined;
+  private sawDone = false;
+  private closed = false;
+
+  constructor(
+    private readonly worker: OpenAIWorker,
+    private readonly request: GenerateRequest,
+  ) {}
+
+  async step(signal: AbortSignal): Promise<DecodeStep> {
+    for (;;) {
+      if (this.next < this.pending.length) return this.pending[this.next++]!;
+      this.pending = [];
+      this.next = 0;
+      if (this.sawDone) return this.end();
+      if (this.reader === undefined) {
+        const response = await this.worker.post(this.request, true, signal);
+        const type = response.headers.get('content-type') ?? '';
+        if (!type.includes('text/event-stream')) {
+          await response.body?.cancel().catch(() => {});
+          throw new MalformedEventError(`expected content-type text/event-stream, got "${type}"`);
+        }
+        if (response.body === null) throw new MalformedEventError('the response has no body');
+        this.reader = response.body.getReader();
+        if (this.closed) this.release();
+      }
+      const { done, value } = await this.reader.read();
+      const events = done ? this.parser.end() : this.parser.push(value);
+      for (const event of events) this.accept(event);
+      if (done && !this.sawDone) {
+        // Some servers end the body after the last chunk without `[DONE]`; a stream with no finish reason was cut off.
+        if (this.finish === undefined) throw new MalformedEventError('the stream ended before [DONE]');
+        this.sawDone = true;
+      }
+    }
+  }
+
+  private end(): DecodeStep {
+    return this.usage === undefined ? { end: this.finish ?? 'stop' } : { end: this.finish ?? 'stop', usage: this.usage };
+  }
+
+  private accept(data: string): void {
+    if (this.sawDone) return;
+    if (data === '[DONE]') {
+      this.sawDone = true;
+      return;
+    }
+    let json: unknown;
+    try {
+      json = JSON.parse(data);
+    } catch {
+      throw new MalformedEventError('a data payload is not JSON', data);
+    }
+    const error = errorSchema.safeParse(json);
+    if (error.success) throw new ProviderError(error.data.error.message ?? JSON.stringify(error.data.error), error.data.error.type ?? undefined);
+    const chunk = chunkSchema.safeParse(json);
+    if (!chunk.success) throw new MalformedEventError(`unexpected chunk shape (${chunk.error.issues[0]?.message ?? 'invalid'})`, data);
+    if (chunk.data.usage) {
+      this.usage = { inputTokens: chunk.data.usage.prompt_tokens, outputTokens: chunk.data.usage.completion_tokens };
+      this.inputTokens = chunk.data.usage.prompt_tokens;
+    }
+    for (const choice of chunk.data.choices) {
+      if (choice.index !== undefined && choice.index !== 0) continue;
+      const content = choice.delta?.content;
+      if (typeof content === 'string' && content.length > 0) this.pending.push({ text: content });
+      if (choice.finish_reason) this.finish = finishReason(choice.finish_reason);
+    }
+  }
+
+  close(): void {
+    this.closed = true;
+    this.release();
+  }
+
+  private release(): void {
+    const reader = this.reader;
+    this.reader = undefined;
+    // Cancelling the body closes the connection, so the server stops generating too.
+    reader?.cancel().catch(() => {});
+  }
+}
+
+/**
+ * Server-sent events, incrementally: bytes in (split anywhere, even inside a UTF-8
+ * character or between CR and LF), the `data` of each complete event out. Other fields
+ * (`event`, `id`, `retry`) and comments are ignored; a chat-completions stream uses
+ * only `data`.
+ *
+ * ## Example
+ * ```ts
+ * const parser = new SseParser();
+ * parser.push(new TextEncoder().encode('data: {"a"'));  // []
+ * parser.push(new TextEncoder().encode(':1}\n\n'));     // ['{"a":1}']
+ * ```
+ */
+export class SseParser {
+  private readonly decoder = new TextDecoder('utf-8', { fatal: false });
+  private line = '';
+  private data: string[] = [];
+  private afterCarriageReturn = false;
+  private started = false;
+
+  /** The events completed by `chunk`. */
+  push(chunk: Uint8Array): string[] {
+    return this.feed(this.decoder.decode(chunk, { stream: true }));
+  }
+
+  /**
+   * The body ended. A last event missing its blank line is still delivered: the spec
+   * drops it, but servers that end with a bare `data: [DONE]` are common.
+   */
+  end(): string[] {
+    const events = this.feed(this.decoder.decode());
+    if (this.line !== '') this.dispatchLine(this.line, events);
+    this.dispatchLine('', events);
+    this.line = '';
+    return events;
+  }
+
+  private feed(text: string): string[] {
+    if (!this.started && text.length > 0) {
+      this.started = true;
+      if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
+    }
+    const events: string[] = [];
+    let start = 0;
+    // The LF of a CRLF split across two chunks ends no second line.
+    if (this.afterCarriageReturn && text.charCodeAt(0) === 10) start = 1;
+    this.afterCarriageReturn = false;
+    for (let i = start; i < text.length; i++) {
+      const c = text.charCodeAt(i);
+      if (c !== 10 && c !== 13) continue;
+      this.dispatchLine(this.line + text.slice(start, i), events);
+      this.line = '';
+      if (c === 13) {
+        if (i + 1 === text.length) this.afterCarriageReturn = true;
+        else if (text.charCodeAt(i + 1) === 10) i++;
+      }
+      start = i + 1;
+    }
+    this.line += text.slice(start);
+    return events;
+  }
+
+  private dispatchLine(line: string, events: string[]): void {
+    if (line === '') {
+      if (this.data.length > 0) events.push(this.data.join('\n'));
+      this.data = [];
+      return;
+    }
+    if (line.startsWith(':')) return;
+    const colon = line.indexOf(':');
+    const field = colon < 0 ? line : line.slice(0, colon);
+    if (field !== 'data') return;
+    let value = colon < 0 ? '' : line.slice(colon + 1);
+    if (value.startsWith(' ')) value = value.slice(1);
+    this.data.push(value);
+  }
+}
+
+const chunkSchema = z.looseObject({
+  choices: z.array(
+    z.looseObject({
+      index: z.number().optional(),
+      delta: z.looseObject({ content: z.string().nullish() }).nullish(),
+      finish_reason: z.string().nullish(),
+    }),
+  ),
+  usage: z.looseObject({ prompt_tokens: z.number(), completion_tokens: z.number() }).nullish(),
+});
+
+const completionSchema = z.looseObject({
+  choices: z.array(z.looseObject({ message: z.looseObject({ content: z.string().nullish() }), finish_reason: z.string().nullish() })),
+  usage: z.looseObject({ prompt_tokens: z.number(), completion_tokens: z.number() }).nullish(),
+});
+
+const errorSchema = z.looseObject({ error: z.looseObject({ message: z.string().nullish(), type: z.string().nullish() }) });
+
+function finishReason(reason: string | null | undefined): 'stop' | 'length' {
+  return reason === 'length' ? 'length' : 'stop';
+}
+
+/** `retry-after-ms` (OpenAI), else `retry-after` in seconds or as an HTTP date; in ms. */
+function retryAfter(headers: Headers): number | undefined {
+  const ms = Number.parseFloat(headers.get('retry-after-ms') ?? '');
+  if (Number.isFinite(ms) && ms >= 0) return ms;
+  const value = headers.get('retry-after');
+  if (value === null) return undefined;
+  const seconds = Number(value.trim());
+  if (value.trim() !== '' && Number.isFinite(seconds) && seconds >= 0) return seconds * 1000;
+  const date = Date.parse(value);
+  return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now());
+}

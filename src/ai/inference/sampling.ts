@@ -1,0 +1,222 @@
+/**
+ * Choosing the next token from a model's logits: repetition penalty, temperature,
+ * top-k, top-p, a seedable generator; and stop sequences over streamed text.
+ *
+ * The order is the Hugging Face one: penalty on the raw logits, then temperature, then
+ * top-k, then top-p over what is left, then one draw.
+ */
+import { seededRandom } from '../../resilience/random.js';
+
+/** The parameters that shape the distribution (a subset of `GenerationParams`). */
+export interface SamplingParams {
+  readonly temperature?: number;
+  readonly top_k?: number;
+  readonly top_p?: number;
+  readonly repetition_penalty?: number;
+}
+
+/** A chosen token and the natural log of its probability under the (penalised) model distribution at temperature 1. */
+export interface SampledToken {
+  readonly id: number;
+  readonly logprob: number;
+}
+
+/**
+ * A generator of numbers in [0, 1): reproducible with a `seed`, `Math.random` without one.
+ *
+ * ## Example
+ * ```ts
+ * const a = createRandom(7), b = createRandom(7);
+ * a() === b(); // true
+ * ```
+ */
+export function createRandom(seed?: number): () => number {
+  return seed === undefined ? Math.random : seededRandom(seed);
+}
+
+/**
+ * CTRL-style repetition penalty, in place: a logit of a token in `history` is divided
+ * by `penalty` when positive and multiplied when negative, so `penalty > 1` always
+ * makes it less likely (dividing a negative logit would raise it).
+ *
+ * ## Example
+ * ```ts
+ * const logits = Float64Array.from([2, -1, 0.5]);
+ * applyRepetitionPenalty(logits, [0, 1], 2); // [1, -2, 0.5]
+ * ```
+ */
+export function applyRepetitionPenalty(logits: Float64Array, history: Iterable<number>, penalty: number): void {
+  if (penalty === 1) return;
+  const seen = new Set<number>();
+  for (const id of history) {
+    if (seen.has(id) || id < 0 || id >= logits.length) continue;
+    seen.add(id);
+    const logit = logits[id]!;
+    logits[id] = logit > 0 ? logit / penalty : logit * penalty;
+  }
+}
+
+/**
+ * The distribution a token is drawn from: probabilities summing to 1, zero outside the
+ * support that top-k and top-p leave. Temperature 0 (or `top_k: 1`) puts all the mass
+ * on the most likely token (the first one on a tie).
+ *
+ * ## Example
+ * ```ts
+ * distribution(Float32Array.from([3, 2, 1, 0]), { top_k: 2 }); // two non-zero entries, at 0 and 1
+ * ```
+ */
+export function distribution(logits: ArrayLike<number>, params: SamplingParams = {}, history: Iterable<number> = []): Float64Array {
+  const scores = Float64Array.from(logits as ArrayLike<number>);
+  applyRepetitionPenalty(scores, history, params.repetition_penalty ?? 1);
+  const probabilities = new Float64Array(scores.length);
+  const temperature = params.temperature ?? 1;
+  const topK = params.top_k ?? 0;
+  if (temperature === 0 || topK === 1) {
+    probabilities[argmax(scores)] = 1;
+    return probabilities;
+  }
+  // Sorted once: top-k and top-p both walk the tokens from the most likely down.
+  const order = Array.from(scores.keys()).sort((a, b) => scores[b]! - scores[a]! || a - b);
+  const kept = topK > 0 ? Math.min(topK, order.length) : order.length;
+  const max = scores[order[0]!]!;
+  let total = 0;
+  for (let rank = 0; rank < kept; rank++) {
+    const id = order[rank]!;
+    const p = Math.exp((scores[id]! - max) / temperature);
+    probabilities[id] = p;
+    total += p;
+  }
+  const topP = params.top_p ?? 1;
+  let cumulative = 0;
+  let support = kept;
+  if (topP < 1) {
+    for (let rank = 0; rank < kept; rank++) {
+      cumulative += probabilities[order[rank]!]! / total;
+      if (cumulative >= topP) {
+        support = rank + 1;
+        break;
+      }
+    }
+    for (let rank = support; rank < kept; rank++) probabilities[order[rank]!] = 0;
+  }
+  total = 0;
+  for (let rank = 0; rank < support; rank++) total += probabilities[order[rank]!]!;
+  for (let rank = 0; rank < support; rank++) probabilities[order[rank]!]! /= total;
+  return probabilities;
+}
+
+/**
+ * Draws one token from `logits` shaped by `params`.
+ *
+ * ## Example
+ * ```ts
+ * const random = createRandom(42);
+ * const { id, logprob } = sampleToken(logits, { temperature: 0.8, top_p: 0.95 }, random, previousIds);
+ * ```
+ */
+export function sampleToken(logits: ArrayLike<number>, params: SamplingParams, random: () => number, history: Iterable<number> = []): SampledToken {
+  const historyIds = Array.isArray(history) ? (history as number[]) : [...history];
+  const probabilities = distribution(logits, params, historyIds);
+  let id = -1;
+  let r = random();
+  for (let i = 0; i < probabilities.length; i++) {
+    const p = probabilities[i]!;
+    if (p === 0) continue;
+    id = i;
+    r -= p;
+    if (r < 0) break;
+  }
+  return { id, logprob: logSoftmaxAt(logits, id, params.repetition_penalty ?? 1, historyIds) };
+}
+
+function logSoftmaxAt(logits: ArrayLike<number>, id: number, penalty: number, history: readonly number[]): number {
+  const scores = Float64Array.from(logits);
+  applyRepetitionPenalty(scores, history, penalty);
+  const max = scores[argmax(scores)]!;
+  let total = 0;
+  for (let i = 0; i < scores.length; i++) total += Math.exp(scores[i]! - max);
+  return scores[id]! - max - Math.log(total);
+}
+
+function argmax(values: ArrayLike<number>): number {
+  let best = 0;
+  for (let i = 1; i < values.length; i++) if (values[i]! > values[best]!) best = i;
+  return best;
+}
+
+/**
+ * Finds stop sequences in text that arrives in pieces. Text that could be the start of
+ * a stop sequence is held back until the next piece shows whether it is; text before a
+ * stop sequence is released, the stop sequence itself never is. When several stop
+ * sequences occur, the one that begins first wins, even if a shorter one completes
+ * sooner (`['bca', 'c']` on `'bc'` then `'a'` stops before the `b`).
+ *
+ * ## Example
+ * ```ts
+ * const stops = new StopMatcher(['END']);
+ * stops.push('abc E'); // { text: 'abc ', stopped: false } ('E' is held)
+ * stops.push('ND!');   // { text: '', stopped: true }
+ * ```
+ */
+export class StopMatcher {
+  private held = '';
+  private readonly longest: number;
+  private found = false;
+
+  constructor(private readonly stops: readonly string[]) {
+    this.longest = Math.max(0, ...stops.map((s) => s.length));
+  }
+
+  /** Whether a stop sequence was found (by `push`, or by `flush` in what was still held). */
+  get matched(): boolean {
+    return this.found;
+  }
+
+  /** The text safe to emit now, and whether a stop sequence was found (then nothing is held any more). */
+  push(piece: string): { text: string; stopped: boolean } {
+    const text = this.held + piece;
+    const at = this.firstMatch(text);
+    // Where a stop sequence may still begin: the start of the longest suffix that is a proper prefix of one.
+    const keep = this.heldSuffix(text);
+    const pending = keep > 0 ? text.length - keep : -1;
+    if (at >= 0 && (pending < 0 || pending >= at)) {
+      this.held = '';
+      this.found = true;
+      return { text: text.slice(0, at), stopped: true };
+    }
+    // Invariant: a stop sequence beginning in the released text would lie wholly inside `text` (none
+    // does before `at`) or run past its end (its start would be a pending one, and none is earlier).
+    const release = pending >= 0 ? pending : text.length;
+    this.held = text.slice(release);
+    return { text: text.slice(0, release), stopped: false };
+  }
+
+  /** The text still held back when the generation ends: up to a stop sequence it holds, if any. */
+  flush(): string {
+    const held = this.held;
+    this.held = '';
+    const at = this.firstMatch(held);
+    if (at < 0) return held;
+    this.found = true;
+    return held.slice(0, at);
+  }
+
+  private firstMatch(text: string): number {
+    let at = -1;
+    for (const stop of this.stops) {
+      const i = text.indexOf(stop);
+      if (i >= 0 && (at < 0 || i < at)) at = i;
+    }
+    return at;
+  }
+
+  /** Length of the longest suffix of `text` that is a proper prefix of some stop sequence. */
+  private heldSuffix(text: string): number {
+    for (let length = Math.min(this.longest - 1, text.length); length > 0; length--) {
+      const suffix = text.slice(text.length - length);
+      if (this.stops.some((stop) => stop.length > length && stop.startsWith(suffix))) return length;
+    }
+    return 0;
+  }
+}

@@ -1,0 +1,50 @@
+import type { Classification, Classifier } from '../stages/guard.js';
+import type { InferencePool } from './pool.js';
+import { textFeeds, tensorRows } from './pool-embedder.js';
+import { GUARD_LABELS } from './guard.js';
+import { FeedBuffers, type Tokenizer } from './tokenizer.js';
+
+export interface PoolClassifierOptions {
+  /** The pool's model to run. Default: the pool's only model. */
+  model?: string;
+  /** Names of the score columns, in order. Default: the generated guard's `['benign', 'injection']`. */
+  labels?: readonly string[];
+  /** The label whose probability is reported as the score. Default: the last label (`injection`). */
+  positive?: string;
+}
+
+/**
+ * A `guard` classifier running an ONNX text classifier (`input_ids`, `attention_mask` →
+ * `scores` [batch, labels]) in the worker pool. It reports the probability of one label —
+ * the one the guard's thresholds are about — so `thresholds: { flag: 0.5, block: 0.8 }`
+ * read as "flag above 50 % injection, block above 80 %", whatever the other labels say.
+ *
+ * ## Example
+ * ```ts
+ * const pool = await InferencePool.create({ model: 'models/guard.onnx', size: 1 });
+ * const classify = poolClassifier(pool, await loadTokenizer('models/embed.tokenizer.json'));
+ * prompts.pipe(guard({ classify, thresholds: { flag: 0.5, block: 0.8 } }));
+ * ```
+ */
+export function poolClassifier(pool: InferencePool, tokenizer: Tokenizer, options: PoolClassifierOptions = {}): Classifier {
+  const labels = options.labels ?? GUARD_LABELS;
+  const positive = options.positive ?? labels[labels.length - 1]!;
+  const column = labels.indexOf(positive);
+  if (column < 0) throw new TypeError(`positive label "${positive}" is not one of ${labels.join(', ')}`);
+  const info = pool.describe(options.model);
+  const output = info.outputNames[0]!;
+  const buffers = new FeedBuffers(); // refilled per call: `pool.run` has copied them when it returns
+  return async (text: string, signal: AbortSignal): Promise<Classification> => {
+    // Borrowed: only one number is kept, so the scores need no buffer of their own on this thread.
+    const score = await pool.runBorrowed(
+      textFeeds(tokenizer, [text], info.inputNames, buffers),
+      (outputs) => {
+        const row = tensorRows(outputs[output]!)[0]!;
+        if (row.length !== labels.length) throw new TypeError(`the model scores ${row.length} labels, ${labels.length} were named`);
+        return row[column]!;
+      },
+      { signal, model: options.model },
+    );
+    return { label: positive, score };
+  };
+}

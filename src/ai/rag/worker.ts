@@ -1,0 +1,154 @@
+/**
+ * A RAG pipeline as a `ModelWorker`: `generate(request)` runs the question through
+ * guard → embed → retrieve → assemble → the language model, and streams the model's
+ * tokens. Each request is its own `pipe()` chain of stages over shared parts (the
+ * inference pool, the index, the caches, the stage statistics), so unsubscribing a
+ * request unsubscribes its whole pipeline, and the `AbortSignal` of each stage reaches
+ * the pool's queue.
+ *
+ * This is what `sluice serve` answers with; it is also the smallest complete example
+ * of composing the AI stages into a worker the HTTP and WebSocket servers accept.
+ */
+import { map, type Observable } from 'rxjs';
+import * as z from 'zod';
+import { asFlow } from '../../flow/as-flow.js';
+import { parseOptions } from '../../flow/options.js';
+import type { Flow } from '../../flow/demand.js';
+import { fromIterable } from '../../flow/sources.js';
+import type { StageStats } from '../../flow/stats.js';
+import { Traced, traced } from '../../core/trace.js';
+import { EmbeddingCache } from './embedding-cache.js';
+import type { VectorIndex } from './vector-index.js';
+import type { PassageMetadata } from './passage.js';
+import { stage } from '../../operators/stage.js';
+import { embed, type Embedder } from '../stages/embed.js';
+import { retrieve } from '../stages/retrieve.js';
+import { assemble, type AssembledPrompt } from '../stages/assemble.js';
+import { guard, type Classifier } from '../stages/guard.js';
+import { complete, generateRequest, type Completion, type GenerateOptions, type GenerateRequest, type InferOptions, type ModelWorker, type Token } from '../inference/worker.js';
+import { EmptyPromptError } from '../inference/errors.js';
+
+/** The stages of a RAG worker, as named in traces, stats and metrics. */
+export const RAG_STAGES = ['guard', 'embed', 'retrieve', 'assemble', 'generate'] as const;
+export type RagStage = (typeof RAG_STAGES)[number];
+
+export interface RagWorkerOptions {
+  /** The worker's name (the `model` clients ask for). Default `sluice-rag`. */
+  readonly name?: string;
+  /** Generates the answer from the assembled prompt. */
+  readonly lm: Pick<ModelWorker, 'generate'>;
+  /** Turns texts into vectors (e.g. `embedder(pool, tokenizer)`). */
+  readonly embedder: Embedder;
+  readonly index: VectorIndex<PassageMetadata>;
+  /** Scores questions for prompt injection; without it there is no guard stage. */
+  readonly classify?: Classifier;
+  /** Guard thresholds. Default flag 0.5, block 0.8. */
+  readonly thresholds?: { readonly flag: number; readonly block: number };
+  /** Passages retrieved per question. Default 3. */
+  readonly k?: number;
+  /** Passages below this cosine similarity are left out. Default: none. */
+  readonly minScore?: number;
+  /** Token budget of the assembled prompt. Default 300. */
+  readonly budget?: number;
+  /** The system prompt. */
+  readonly system?: string;
+  /** Tokens generated when the request does not say. Default 120. */
+  readonly maxTokens?: number;
+  /** Vectors of questions kept, by text. Default 1024. */
+  readonly cacheCapacity?: number;
+  /** Statistics per stage (shared by every request), e.g. to export with `SluiceMetrics.registerStage`. */
+  readonly stats?: Partial<Record<RagStage, StageStats>>;
+}
+
+const optionsSchema = z
+  .object({
+    name: z.string().min(1, { error: 'name must not be empty' }).default('sluice-rag'),
+    lm: z.custom<Pick<ModelWorker, 'generate'>>((v) => typeof v === 'object' && v !== null && typeof (v as ModelWorker).generate === 'function', { error: 'lm must be a ModelWorker' }),
+    embedder: z.custom<Embedder>((v) => typeof v === 'function', { error: 'embedder must be a function' }),
+    index: z.custom<VectorIndex<PassageMetadata>>((v) => typeof v === 'object' && v !== null && typeof (v as VectorIndex).search === 'function', { error: 'index must be a VectorIndex' }),
+    classify: z.custom<Classifier>((v) => typeof v === 'function', { error: 'classify must be a function' }).optional(),
+    thresholds: z.object({ flag: z.number().min(0).max(1), block: z.number().min(0).max(1) }).strict().default({ flag: 0.5, block: 0.8 }),
+    k: z.number().int({ error: 'k must be an integer' }).min(1, { error: 'k must be ≥ 1' }).default(3),
+    minScore: z.number().min(-1).max(1).optional(),
+    budget: z.number().int({ error: 'budget must be an integer' }).min(16, { error: 'budget must be ≥ 16 tokens' }).default(300),
+    system: z.string().default('Answer from the context only and cite sources as [n].'),
+    maxTokens: z.number().int({ error: 'maxTokens must be an integer' }).min(1, { error: 'maxTokens must be ≥ 1' }).default(120),
+    cacheCapacity: z.number().int().min(1, { error: 'cacheCapacity must be ≥ 1' }).default(1024),
+    stats: z.record(z.enum(RAG_STAGES), z.custom<StageStats>((v) => typeof v === 'object' && v !== null)).optional(),
+  })
+  .strict();
+
+const variables = z.object({ question: z.string().min(1) });
+
+/**
+ * Builds the worker. The question is the request's `prompt`, or the last `user`
+ * message of its `messages`. Generation parameters (temperature, top_p, max_tokens,
+ * stop, seed...) pass through to the language model.
+ *
+ * A question the guard blocks fails the request with `GuardBlockedError`
+ * (`GUARD_BLOCKED`); the WebSocket server answers it with an `error` frame.
+ *
+ * ## Example
+ * ```ts
+ * const rag = ragWorker({ lm, embedder: embedder(pool, tokenizer), index, classify: poolClassifier(pool, tokenizer, { model: 'guard' }) });
+ * rag.generate(generateRequest({ prompt: 'How does a stage pause a fast producer?' })).subscribe((t) => process.stdout.write(t.text));
+ * ```
+ */
+export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateRequest, Completion> {
+  const config = parseOptions(optionsSchema, options, 'ragWorker options');
+  const cache = new EmbeddingCache(config.cacheCapacity);
+  const stats: Partial<Record<RagStage, StageStats>> = config.stats ?? {};
+
+  const generate = (request: GenerateRequest, generateOptions: GenerateOptions = {}): Flow<Token> => {
+    const valid = generateRequest(request);
+    const question = questionOf(valid);
+    const { prompt: _prompt, messages: _messages, ...params } = valid;
+    const first = generateOptions.trace === undefined ? traced(question) : new Traced(question, generateOptions.trace);
+    const guarded: Observable<Traced<string>> = config.classify === undefined
+      ? fromIterable([first])
+      : fromIterable([first]).pipe(guard({ name: 'guard', classify: config.classify, thresholds: config.thresholds, errorPolicy: 'fail', stats: stats.guard }));
+    return asFlow(
+      guarded.pipe(
+        embed({ name: 'embed', embedder: config.embedder, cache, stats: stats.embed }),
+        retrieve({ name: 'retrieve', index: config.index, k: config.k, ...(config.minScore !== undefined && { minScore: config.minScore }), stats: stats.retrieve }),
+        assemble({
+          name: 'assemble',
+          system: config.system,
+          template: 'Context:\n{{context}}\n\nQuestion: {{question}}',
+          schema: variables,
+          variables: (r) => ({ question: r.input.text }),
+          passages: (r) => r.passages,
+          budget: config.budget,
+          stats: stats.assemble,
+        }),
+        stage(
+          (prompt: AssembledPrompt, context) =>
+            config.lm.generate(generateRequest({ max_tokens: config.maxTokens, ...params, prompt: prompt.messages.map((m) => m.content).join('\n') }), {
+              // The caller's signal too (an HTTP client that left): the model stops between steps.
+              signal: generateOptions.signal === undefined ? context.signal : AbortSignal.any([context.signal, generateOptions.signal]),
+              trace: context.trace,
+              stage: 'generate',
+              ...(generateOptions.onDone !== undefined && { onDone: generateOptions.onDone }),
+            }),
+          { name: 'generate', stats: stats.generate },
+        ),
+        map((t) => t.value),
+      ),
+    );
+  };
+
+  return {
+    name: config.name,
+    generate,
+    infer: (request: GenerateRequest, inferOptions: InferOptions = {}) => complete((onDone) => generate(request, { ...inferOptions, onDone })),
+  };
+}
+
+/** The prompt, or the last user message (else the last message) of a chat. */
+function questionOf(request: GenerateRequest): string {
+  if (request.prompt !== undefined) return request.prompt;
+  const messages = request.messages;
+  const user = [...messages].reverse().find((m) => m.role === 'user' && m.content.length > 0) ?? [...messages].reverse().find((m) => m.content.length > 0);
+  if (user === undefined) throw new EmptyPromptError('there is no message to answer');
+  return user.content;
+}
