@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { filter, map } from 'rxjs';
-import { asFlow } from '../src/flow/as-flow.js';
+import { asFlow } from '../src/resilience/as-flow.js';
 import { subscribeWithDemand } from '../src/flow/demand.js';
 import { fromIterable } from '../src/flow/sources.js';
 import { stage } from '../src/operators/stage.js';

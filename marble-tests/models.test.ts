@@ -15,7 +15,7 @@ import { EMBEDDING_CONFIG, GUARD_SPLIT_SEED, MODEL_FILES, generateModels, type G
 import { GUARD_LABELS, parseGuardExamples, splitGuardExamples } from '../src/ai/models/guard.js';
 import { SIGNATURES, loadModel, loadTokenizer, type LoadedModel } from '../src/ai/models/load.js';
 import { GraphBuilder, ModelBuilder } from '../src/ai/models/onnx/index.js';
-import { fnv1a, seededRandom } from '../src/ai/models/random.js';
+import { fnv1a, seededRandom } from '../src/core/random.js';
 import { DEFAULT_HASH_TOKENIZER, FeedBuffers, HashTokenizer } from '../src/ai/models/tokenizer.js';
 import type { EncodedBatch, Tokenizer } from '../src/ai/models/tokenizer.js';
 

@@ -13,7 +13,7 @@ import { GraphBuilder, ModelBuilder } from '../src/ai/models/onnx/index.js';
 import { embedder, tensorRows, textFeeds } from '../src/ai/models/pool-embedder.js';
 import { InferencePool } from '../src/ai/models/pool.js';
 import { planPooling, poolOutputs } from '../src/ai/models/pooling.js';
-import { seededRandom } from '../src/ai/models/random.js';
+import { seededRandom } from '../src/core/random.js';
 import { DEFAULT_HASH_TOKENIZER, HashTokenizer } from '../src/ai/models/tokenizer.js';
 
 // A stand-in for a Hugging Face sentence-transformer export: token vectors out, no pooling in the graph.

@@ -132,3 +132,22 @@ export class MissingPeerError extends SluiceError {
     this.packageName = packageName;
   }
 }
+
+/** Admission control turned a request away at the door. */
+export class AdmissionRejectedError extends SluiceError {
+  constructor(
+    stage: string,
+    readonly tenant: string,
+    /** How long (ms) the tenant should wait before sending again. */
+    readonly retryAfter: number,
+    readonly reason: 'queue-full' | 'evicted',
+  ) {
+    super(
+      'ADMISSION_REJECTED',
+      reason === 'queue-full'
+        ? `Admission "${stage}" rejected a request of tenant "${tenant}": the queue is full.`
+        : `Admission "${stage}" evicted a request of tenant "${tenant}" for one of higher priority.`,
+      { stage, hint: `Retry after ${retryAfter} ms (e.g. HTTP 429 with Retry-After).` },
+    );
+  }
+}

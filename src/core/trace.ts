@@ -8,7 +8,7 @@
  * sampled elements carry per-stage records.
  */
 import { randomBytes } from 'node:crypto';
-import type { ShedReason } from '../flow/options.js';
+import type { ShedReason } from './vocabulary.js';
 
 /** What one stage did to one element (only for sampled elements). Times in ms. */
 export interface StageRecord {

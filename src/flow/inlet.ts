@@ -1,5 +1,5 @@
 import { asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
-import type { DemandLink, Resumable } from './demand.js';
+import type { DemandLink, Resumable } from './protocol.js';
 import { Ring } from './ring.js';
 
 /** What an inlet asks of the consumer that owns it. */

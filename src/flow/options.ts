@@ -2,25 +2,8 @@ import * as z from 'zod';
 import type { SchedulerLike } from 'rxjs';
 import { InvalidOptionsError } from '../core/errors.js';
 
-/**
- * Overflow policies — one vocabulary for types, metrics labels, trace records and docs.
- *
- * | policy          | when the buffer is full                                        | lossless |
- * |-----------------|----------------------------------------------------------------|----------|
- * | `pause`         | no more demand goes upstream (default)                         | yes      |
- * | `shed-incoming` | the arriving element is shed                                   | no       |
- * | `shed-oldest`   | the oldest buffered element is shed, the arriving one kept     | no       |
- * | `fail`          | the stream fails with `OverflowError` after delivering the buffer | no    |
- * | `conflate`      | the arriving element is merged into the newest buffered one    | content  |
- */
-export const POLICIES = ['pause', 'shed-incoming', 'shed-oldest', 'fail', 'conflate'] as const;
-export type Policy = (typeof POLICIES)[number];
-
-/** Why an element was shed. */
-export type ShedReason = 'buffer-full' | 'evicted' | 'lagging' | 'cancelled';
-
-/** How an element left a stage: every element that enters leaves exactly once. */
-export type Outcome = 'delivered' | 'shed' | 'failed';
+export { POLICIES } from '../core/vocabulary.js';
+export type { Policy, ShedReason, Outcome } from '../core/vocabulary.js';
 
 export const positiveInt = (what: string) =>
   z.number({ error: `${what} must be a number` }).int({ error: `${what} must be an integer` }).positive({ error: `${what} must be ≥ 1` });

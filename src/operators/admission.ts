@@ -7,7 +7,7 @@ import { functionSchema, parseOptions, schedulerSchema } from '../flow/options.j
 import { StageStats } from '../flow/stats.js';
 import { callHook } from '../flow/report.js';
 import { StageError } from '../core/errors.js';
-import { AdmissionRejectedError } from '../resilience/errors.js';
+import { AdmissionRejectedError } from '../core/errors.js';
 import { TokenBuckets } from '../core/token-bucket.js';
 import { TraceContext, Traced } from '../core/trace.js';
 

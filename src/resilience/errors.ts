@@ -4,6 +4,8 @@
  */
 import { SluiceError } from '../core/errors.js';
 
+export { AdmissionRejectedError } from '../core/errors.js';
+
 /** Which deadline a token stream missed. */
 export type StreamTimeoutKind = 'total' | 'idle';
 
@@ -41,24 +43,6 @@ export class CircuitOpenError extends SluiceError {
   }
 }
 
-/** Admission control turned a request away at the door. */
-export class AdmissionRejectedError extends SluiceError {
-  constructor(
-    stage: string,
-    readonly tenant: string,
-    /** How long (ms) the tenant should wait before sending again. */
-    readonly retryAfter: number,
-    readonly reason: 'queue-full' | 'evicted',
-  ) {
-    super(
-      'ADMISSION_REJECTED',
-      reason === 'queue-full'
-        ? `Admission "${stage}" rejected a request of tenant "${tenant}": the queue is full.`
-        : `Admission "${stage}" evicted a request of tenant "${tenant}" for one of higher priority.`,
-      { stage, hint: `Retry after ${retryAfter} ms (e.g. HTTP 429 with Retry-After).` },
-    );
-  }
-}
 
 /** Every worker of a fallback chain failed before its first output. `cause` is the last failure. */
 export class FallbackExhaustedError extends SluiceError {

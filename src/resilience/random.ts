@@ -5,7 +5,7 @@
  */
 
 /** A reproducible generator of numbers in [0, 1) (mulberry32): the same seed gives the same sequence. */
-export { seededRandom } from '../ai/models/random.js';
+export { seededRandom } from '../core/random.js';
 
 export interface BackoffOptions {
   /** Delay before the first retry (ms). */

@@ -23,7 +23,7 @@ import { CacheStats } from '../cache/stats.js';
 import type { CircuitBreaker, CircuitState } from '../resilience/breaker.js';
 import type { TraceContext } from '../core/trace.js';
 import type { GenerationDone } from '../ai/inference/worker.js';
-import type { TokenSocketStats } from './ws-server.js';
+import type { TokenSocketStats } from './socket-stats.js';
 
 const prom = promClient();
 

@@ -69,6 +69,9 @@ import {
   type ServerFrame,
 } from './protocol.js';
 
+import type { RefusalStatus, TokenSocketStats } from './socket-stats.js';
+export type { RefusalStatus, TokenSocketStats } from './socket-stats.js';
+
 const wsLib = wsPeer();
 
 /** What the server needs of a model: its name and a token Flow. Every `ModelWorker` fits. */
@@ -123,8 +126,7 @@ export type TokenSocketEvent =
   | { readonly kind: 'refused'; readonly connection: number; readonly code: RequestErrorCode | (string & {}) }
   | { readonly kind: 'closed'; readonly connection: number; readonly tenant: string; readonly code: number; readonly cause: CloseCause };
 
-/** The HTTP status of a refused upgrade: bad subprotocol, bad token, foreign origin, shutting down. */
-export type RefusalStatus = 400 | 401 | 403 | 503;
+
 
 /** The close code that refuses a browser after the handshake: 4401 unauthorized, 1013 try again later. */
 export type RefusalCloseCode = typeof CLOSE_CODES.unauthorized | typeof CLOSE_CODES.tryAgainLater;
@@ -161,27 +163,6 @@ export interface TokenSocketOptions {
   readonly sampleRate?: number;
 }
 
-/** Counters for tests, health checks and metrics. */
-export interface TokenSocketStats {
-  readonly connections: number;
-  /** Requests subscribed to a model now. */
-  readonly activeRequests: number;
-  /** Bytes waiting in the sockets' send buffers now, all connections together. */
-  readonly buffered: number;
-  /** Stall and close timers armed now, refused browsers' included (the heartbeat interval is not counted). */
-  readonly timers: number;
-  /** Requests running per tenant (tenants with none are absent). */
-  readonly tenants: Readonly<Record<string, number>>;
-  readonly started: number;
-  readonly completed: number;
-  readonly cancelled: number;
-  readonly failed: number;
-  /** Requests ended by `drain()` at its deadline, with a `SHUTDOWN` error frame. */
-  readonly interrupted: number;
-  readonly badFrames: number;
-  /** Upgrades refused, by HTTP status; a browser refused with 4401 or 1013 counts under 401 or 503. */
-  readonly upgradesRejected: Readonly<Record<RefusalStatus, number>>;
-}
 
 /** What `drain()` reports. */
 export interface DrainReport {

@@ -1,5 +1,5 @@
 import { GraphBuilder, ModelBuilder } from './onnx/index.js';
-import { seededRandom } from './random.js';
+import { seededRandom } from '../../core/random.js';
 
 export interface DecoderConfig {
   readonly vocabSize: number;

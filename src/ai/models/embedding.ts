@@ -1,5 +1,5 @@
 import { GraphBuilder, ModelBuilder } from './onnx/index.js';
-import { seededRandom } from './random.js';
+import { seededRandom } from '../../core/random.js';
 import type { HashTokenizerConfig } from './tokenizer.js';
 
 export interface EmbeddingModelConfig {

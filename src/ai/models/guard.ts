@@ -2,7 +2,7 @@ import * as z from 'zod';
 import { SluiceError } from '../../core/errors.js';
 import { addEmbeddingLayers, embedIds, type EmbeddingModelConfig } from './embedding.js';
 import { GraphBuilder, ModelBuilder } from './onnx/index.js';
-import { shuffled } from './random.js';
+import { shuffled } from '../../core/random.js';
 import { HashTokenizer } from './tokenizer.js';
 
 /** Label order of the classifier's `scores` output. */

@@ -1,5 +1,5 @@
 import { leased } from './leases.js';
-import { fnv1aStep } from './random.js';
+import { fnv1aStep } from '../../core/random.js';
 
 const [W, C, B, COLON, SPACE, LT, GT] = [...'wcb: <>'].map((c) => c.charCodeAt(0)) as [number, number, number, number, number, number, number];
 

@@ -11,7 +11,7 @@
  */
 import { map, type Observable } from 'rxjs';
 import * as z from 'zod';
-import { asFlow } from '../../flow/as-flow.js';
+import { asFlow } from '../../resilience/as-flow.js';
 import { parseOptions } from '../../flow/options.js';
 import type { Flow } from '../../flow/demand.js';
 import { fromIterable } from '../../flow/sources.js';

@@ -5,8 +5,8 @@
  * an element only while this Flow's consumer wants one. A Flow is returned as it is.
  */
 import { asyncScheduler, type Observable, type SchedulerLike } from 'rxjs';
-import { Flow } from './demand.js';
-import { Relay } from '../resilience/relay.js';
+import { Flow } from '../flow/demand.js';
+import { Relay } from './relay.js';
 
 /**
  * Wraps `source` as a Flow. `source` is subscribed once per subscription of the result
