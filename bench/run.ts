@@ -14,6 +14,8 @@
  *      10% of the clients never reading: tokens/s, p50/p99 token latency, server RSS (servers in child processes; bench/ws-load.ts)
  *   5. transit — plain deferring RxJS operators (`delay`, `mergeMap` over Promises, with a `filter`) between two stages of
  *      capacity 4, real timers: wall-time ratio filtered/alone, peak buffered and peak in transit against the bound (bench/transit.ts)
+ *   6. import cost — cold `import()` time and RSS of the built core (dist/src/index.js, built first if missing or older than
+ *      src/) beside plain rxjs and zod, one child process per sample; target: core ≤ 1.5× rxjs (bench/import-cost.ts)
  *
  * Environment (all optional):
  *   BENCH_N=1000000              elements per throughput run
@@ -24,6 +26,7 @@
  *   BENCH_RXJS_BIG_N=250000      elements for the RxJS memory run (quadratic)
  *   BENCH_SOURCE_N=10000000      elements for each memory run per source kind (memory-source-*)
  *   BENCH_TRANSIT_N=3000         elements for the delay(20) transit runs, alone and filtered (about 12 s and 30 s)
+ *   BENCH_IMPORT_SAMPLES=9       child processes per module for the import cost (median reported)
  *   BENCH_WS_CLIENTS, BENCH_WS_TOKENS, BENCH_WS_QUICK=1 ...  WebSocket load sizes (all listed in bench/ws-load.ts)
  *   BENCH_FULL_GC=1              force a full GC before every throughput run (re-optimisation timed too; see throughput.ts)
  *   BENCH_ONLY=regex             run only cases / scenarios / sections whose id matches (e.g. `^sluice-sync`, `^ws-`);
@@ -60,6 +63,7 @@ import { rxjsMemory, sluiceMemory, sourceKindScenarios, sourceNsPerElement, type
 import { STAGES, measureThroughput, throughputCases, type ThroughputResult } from './throughput.js';
 import { TRANSIT_CAPACITY, TRANSIT_ROOM, TRANSIT_SLACK, meanTransitDelay, measureTransit, transitScenarios, type TransitResult } from './transit.js';
 import { measureWsLoad, wsLoadConfig, wsLoadReport, wsScenarios, type WsLoadResult } from './ws-load.js';
+import { ensureBuilt, importCases, measureImportCost, type ImportResult } from './import-cost.js';
 
 const config = {
   n: envInt('BENCH_N', 1_000_000),
@@ -70,6 +74,7 @@ const config = {
   rxjsBigN: envInt('BENCH_RXJS_BIG_N', 250_000),
   sourceN: envInt('BENCH_SOURCE_N', 10_000_000),
   transitN: envInt('BENCH_TRANSIT_N', 3_000),
+  importSamples: envInt('BENCH_IMPORT_SAMPLES', 9),
   ws: wsLoadConfig(),
 };
 
@@ -81,6 +86,8 @@ const TARGETS = {
   heapGrowthMB: 10,
   /** `delay(20)` then a filter keeping 1 in 10, wall time over `delay(20)` alone. */
   transitFilterRatio: 3,
+  /** Cold `import()` of the built core over plain rxjs's (which every user imports anyway). */
+  coreImportRatio: 1.5,
 } as const;
 
 /**
@@ -136,7 +143,7 @@ if (!canCollect) console.log('warning: run with --expose-gc (npm run bench does)
 const cases = throughputCases(config.rxjsAsyncN).filter((c) => selected(c.id));
 let throughput: ThroughputResult[] = [];
 if (cases.length > 0) {
-  process.stderr.write(`\n[1/5] throughput: ${cases.length} pipelines × ${config.repeats} rounds\n`);
+  process.stderr.write(`\n[1/6] throughput: ${cases.length} pipelines × ${config.repeats} rounds\n`);
   throughput = await measureThroughput(cases, { n: config.n, repeats: config.repeats, onProgress: progress });
 }
 const byId = new Map(throughput.map((r) => [r.id, r]));
@@ -202,7 +209,7 @@ if (throughput.length > 0) {
 const scenarios = latencyScenarios.filter((s) => selected(s.id));
 const latency: LatencyResult[] = [];
 if (scenarios.length > 0) {
-  process.stderr.write(`\n[2/5] wakeup latency: ${scenarios.length} scenarios × ${config.latencySamples} samples\n`);
+  process.stderr.write(`\n[2/6] wakeup latency: ${scenarios.length} scenarios × ${config.latencySamples} samples\n`);
   for (const scenario of scenarios) {
     await settle();
     const result = await measureLatency(scenario, config.latencySamples, Math.ceil(config.latencySamples / 10));
@@ -235,7 +242,7 @@ const sourceKinds = sourceKindScenarios.filter((s) => selected(s.id));
 const sourceMemory: MemoryResult[] = [];
 let sourceNs = NaN;
 if (selected('sluice-memory') || selected('rxjs-memory') || sourceKinds.length > 0) {
-  process.stderr.write(`\n[3/5] memory bound\n`);
+  process.stderr.write(`\n[3/6] memory bound\n`);
 }
 if (selected('sluice-memory') || selected('rxjs-memory')) {
   sourceNs = sourceNsPerElement(Math.min(config.bigN, 2_000_000));
@@ -312,7 +319,7 @@ const wsSelected = wsScenarios().filter((s) => selected(s.id));
 let wsLoad: WsLoadResult[] = [];
 let wsTables: ReturnType<typeof wsLoadReport> | undefined;
 if (wsSelected.length > 0) {
-  process.stderr.write(`\n[4/5] WebSocket load: ${wsSelected.length} scenarios, ${config.ws.clients} clients, ${formatCount(config.ws.tokens)} tokens in all\n`);
+  process.stderr.write(`\n[4/6] WebSocket load: ${wsSelected.length} scenarios, ${config.ws.clients} clients, ${formatCount(config.ws.tokens)} tokens in all\n`);
   await settle();
   wsLoad = await measureWsLoad(wsSelected, config.ws, progress);
   wsTables = wsLoadReport(wsLoad);
@@ -330,7 +337,7 @@ if (wsSelected.length > 0) {
 const transitSelected = transitScenarios(config.transitN).filter((s) => selected(s.id));
 const transit: TransitResult[] = [];
 if (transitSelected.length > 0) {
-  process.stderr.write(`\n[5/5] transit: ${transitSelected.length} pipelines, real timers\n`);
+  process.stderr.write(`\n[5/6] transit: ${transitSelected.length} pipelines, real timers\n`);
   for (const scenario of transitSelected) {
     await settle();
     const result = await measureTransit(scenario);
@@ -385,6 +392,41 @@ if (transit.length > 0) {
   console.log(`\n  - peak between is not shown for the filtered run: the elements the filter dropped never arrive, so it counts them too`);
 }
 
+// ---------------------------------------------------------------- 6. import cost
+
+const importSelected = importCases.filter((c) => selected(c.id));
+let importCost: ImportResult[] = [];
+let importRatio: { ms: number; rss: number } | undefined;
+if (importSelected.length > 0) {
+  process.stderr.write(`\n[6/6] import cost: ${importSelected.length} modules × ${config.importSamples} child processes\n`);
+  progress(ensureBuilt());
+  importCost = measureImportCost(importSelected, config.importSamples, progress);
+  const core = importCost.find((r) => r.id === 'import-core');
+  const rxjs = importCost.find((r) => r.id === 'import-rxjs');
+  if (core && rxjs) {
+    importRatio = { ms: core.ms / rxjs.ms, rss: core.rss / rxjs.rss };
+    checks.push(target('import, built core over plain rxjs (cold import() time ×)', importRatio.ms, '×', 'le', TARGETS.coreImportRatio));
+  }
+}
+const importHeader = ['cold import() in a fresh node', 'ms (median)', 'best ms', 'RSS after', 'time vs rxjs', 'RSS vs rxjs', 'target'];
+const importRows = importCost.map((r) => {
+  const rxjs = importCost.find((x) => x.id === 'import-rxjs');
+  const vs = (a: number, b: number | undefined) => (b === undefined || r.id === 'import-rxjs' ? '' : `${(a / b).toFixed(2)}×`);
+  return [
+    r.label,
+    r.ms.toFixed(1),
+    r.bestMs.toFixed(1),
+    formatMB(r.rss),
+    vs(r.ms, rxjs?.ms),
+    r.id === 'import-core-own' ? '' : vs(r.rss, rxjs?.rss), // its RSS holds rxjs and zod too
+    r.id === 'import-core' && importRatio !== undefined ? `≤ ${TARGETS.coreImportRatio}× rxjs ${importRatio.ms <= TARGETS.coreImportRatio ? 'PASS' : 'MISS'}` : '',
+  ];
+});
+if (importCost.length > 0) {
+  console.log(`\n## 6. Import cost — one child process per sample, median of ${config.importSamples}; the import() alone (Node start-up excluded), RSS after it\n`);
+  console.log(textTable(importHeader, importRows));
+}
+
 // ---------------------------------------------------------------- targets, markdown, json
 
 const targetHeader = ['target', 'measured', 'limit', 'result'];
@@ -421,6 +463,7 @@ if (wsTables !== undefined) {
 }
 if (transit.length > 0) console.log(`${markdownTable(transitHeader, transitRows)}\n`);
 if (transitFigures.length > 0) console.log(`${markdownTable(transitFigureHeader, transitFigureRows)}\n`);
+if (importCost.length > 0) console.log(`${markdownTable(importHeader, importRows)}\n`);
 if (checks.length > 0) console.log(`${markdownTable(targetHeader, targetRows)}\n`);
 if (yardstickLine !== undefined) console.log(`${yardstickLine}\n`);
 
@@ -443,6 +486,7 @@ const results = {
   memorySources: sourceMemory,
   wsLoad,
   transit,
+  importCost: importCost.map((r) => ({ ...r, ratioToRxjs: r.id === 'import-core' ? importRatio : undefined })),
   checks,
 };
 // A filtered run must not overwrite the full results: it writes only where BENCH_OUT says.
