@@ -17,12 +17,11 @@ import type { Tracer } from '@opentelemetry/api';
 import { subscribeWithDemand } from '../flow/demand.js';
 import { functionSchema, parseOptions } from '../flow/options.js';
 import { AbortedError, InvalidOptionsError, SluiceError } from '../core/errors.js';
-import { parseTraceparent, sampler, traced } from '../core/trace.js';
-import { endGenAiSpan, errorType, genAiSpan, recordStageSpans, traceparentOf } from './otel.js';
 import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker } from '../ai/inference/worker.js';
 import { EmptyPromptError } from '../ai/inference/errors.js';
 import type { SluiceMetrics } from './metrics.js';
 import { pathOf } from './protocol.js';
+import { RequestTelemetry } from './telemetry.js';
 
 /** A worker that can chat: anything implementing `ModelWorker.generate`. */
 export type ChatWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate'>;
@@ -164,8 +163,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
   const config = parseOptions(optionsSchema, options, 'HTTP handler options');
   const workers = new Map<string, ChatWorker>(Object.entries(config.workers ?? {}));
   if (config.worker !== undefined && !workers.has(config.worker.name)) workers.set(config.worker.name, config.worker);
-  const sample = sampler(config.sampleRate);
-  let seq = 0;
+  const telemetry = new RequestTelemetry({ tracer: config.tracer, metrics: config.metrics, sampleRate: config.sampleRate });
   let draining = false;
   let inFlight = 0;
   let idle: (() => void) | undefined;
@@ -199,10 +197,8 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
   const generate = (req: IncomingMessage, res: ServerResponse, arrivedAt: number, body: ChatBody, worker: ChatWorker, request: GenerateRequest): Promise<void> => {
     const arrivedEpoch = Date.now() - (performance.now() - arrivedAt);
     const incoming = headerValue(req.headers.traceparent);
-    const otel = genAiSpan({ ...(config.tracer && { tracer: config.tracer }), model: body.model, params: request, ...(incoming !== undefined && { traceparent: incoming }), startTime: arrivedEpoch });
-    const sampled = sample(seq++) || (incoming !== undefined && parseTraceparent(incoming)?.sampled === true);
-    const element = traced(request, { seq, sampled, ...(otel.traceparent !== undefined && { traceparent: otel.traceparent }) });
-    const trace = element.trace;
+    const requestTrace = telemetry.begin({ model: body.model, request, traceparent: incoming, startTime: arrivedEpoch });
+    const trace = requestTrace.trace;
     const id = `chatcmpl-${randomUUID()}`;
     const created = Math.floor(Date.now() / 1000);
     const controller = new AbortController();
@@ -217,7 +213,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       if (!res.writableFinished) controller.abort(new AbortedError(config.stage, 'the client disconnected'));
     };
     res.on('close', onClose);
-    res.setHeader('traceparent', traceparentOf(otel.span) ?? trace.traceparent);
+    res.setHeader('traceparent', requestTrace.traceparent);
 
     let done: GenerationDone | undefined;
     let paused = 0;
@@ -228,11 +224,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       res.off('close', onClose);
       const endedAt = performance.now();
       trace.addRecord({ stage: config.stage, queueWait: startedAt - arrivedAt, service: Math.max(0, endedAt - startedAt - paused), paused, retries: 0, conflated: 0 });
-      const failure = error ?? (controller.signal.aborted ? controller.signal.reason : undefined);
-      config.metrics?.observeTrace(trace);
-      if (done !== undefined) config.metrics?.observeGeneration(body.model, done, (endedAt - startedAt) / 1000, failure === undefined ? undefined : errorType(failure));
-      endGenAiSpan(otel.span, { ...(done && { done }), ...(failure !== undefined && { error: failure }), responseId: id, responseModel: body.model, trace });
-      recordStageSpans(trace, otel.context, { ...(config.tracer && { tracer: config.tracer }), startTime: arrivedEpoch });
+      requestTrace.end({ responseId: id, done, error: error ?? (controller.signal.aborted ? controller.signal.reason : undefined) });
     };
 
     return new Promise<void>((resolve) => {

@@ -1,0 +1,92 @@
+/**
+ * Request telemetry, one module for both transports (the HTTP handler and the WebSocket
+ * server): a request's GenAI span and element trace when it starts, its metrics and stage
+ * spans when it ends.
+ *
+ * A server keeps one `RequestTelemetry`: it numbers requests from 0 in arrival order and
+ * samples them by that number (a sampled incoming traceparent is always sampled). Each
+ * `begin()` gives a `RequestTrace`: the trace the worker records into, the traceparent to
+ * hand back to the client, and `end()`.
+ */
+import type { Tracer } from '@opentelemetry/api';
+import { parseTraceparent, sampler, traced, type TraceContext } from '../core/trace.js';
+import type { GenerateRequest, GenerationDone } from '../ai/inference/worker.js';
+import type { SluiceMetrics } from './metrics.js';
+import { endGenAiSpan, errorType, genAiSpan, recordStageSpans, traceparentOf, type GenAiSpan } from './otel.js';
+
+export interface RequestTelemetryOptions {
+  /** Default: the global provider's tracer (a no-op unless an SDK is registered). */
+  readonly tracer?: Tracer | undefined;
+  readonly metrics?: SluiceMetrics | undefined;
+  /** Share of requests whose per-stage timing is recorded. */
+  readonly sampleRate: number;
+}
+
+/** What a request is when it starts. */
+export interface RequestStart {
+  /** The model as the client named it: the span's and the metrics' model. */
+  readonly model: string;
+  readonly request: GenerateRequest;
+  /** The client's W3C traceparent: the span and the trace continue it. */
+  readonly traceparent?: string | undefined;
+  /** When the request arrived (epoch ms), if before now. */
+  readonly startTime?: number | undefined;
+}
+
+/** How a request ended. */
+export interface RequestEnd {
+  readonly responseId: string;
+  readonly done?: GenerationDone | undefined;
+  /** Set when it failed or was aborted; becomes `error.type`. */
+  readonly error?: unknown;
+}
+
+/** A server's request numbering and sampling, and where its spans and metrics go. */
+export class RequestTelemetry {
+  private seq = 0;
+  private readonly sample: (seq: number) => boolean;
+
+  constructor(private readonly options: RequestTelemetryOptions) {
+    this.sample = sampler(options.sampleRate);
+  }
+
+  /** Starts a request's span and its element trace (which continues the span). */
+  begin(start: RequestStart): RequestTrace {
+    const { tracer } = this.options;
+    const { traceparent: incoming, startTime } = start;
+    const otel = genAiSpan({ ...(tracer && { tracer }), model: start.model, params: start.request, ...(incoming !== undefined && { traceparent: incoming }), ...(startTime !== undefined && { startTime }) });
+    const seq = this.seq++;
+    const sampled = this.sample(seq) || (incoming !== undefined && parseTraceparent(incoming)?.sampled === true);
+    const trace = traced(start.request, { seq, sampled, ...(otel.traceparent !== undefined && { traceparent: otel.traceparent }) }).trace;
+    return new RequestTrace(this.options, start.model, otel, trace, startTime ?? Date.now());
+  }
+}
+
+/** One request's span and trace, from `begin()` to `end()`. */
+export class RequestTrace {
+  /** The traceparent to give the client, taken at the start: an ended span names no parent any more. */
+  readonly traceparent: string;
+  private readonly startedAt = performance.now();
+
+  constructor(
+    private readonly options: RequestTelemetryOptions,
+    private readonly model: string,
+    private readonly otel: GenAiSpan,
+    /** The element trace the worker records into. */
+    readonly trace: TraceContext,
+    private readonly startEpoch: number,
+  ) {
+    this.traceparent = traceparentOf(otel.span) ?? trace.traceparent;
+  }
+
+  /** Ends the span, lays out the stage spans, and feeds the trace and the generation report to the metrics. */
+  end({ responseId, done, error }: RequestEnd): void {
+    const { tracer, metrics } = this.options;
+    const trace = this.trace;
+    endGenAiSpan(this.otel.span, { ...(done && { done }), ...(error !== undefined && { error }), responseId, responseModel: this.model, trace });
+    recordStageSpans(trace, this.otel.context, { ...(tracer && { tracer }), startTime: this.startEpoch });
+    if (metrics === undefined) return;
+    metrics.observeTrace(trace);
+    if (done !== undefined) metrics.observeGeneration(this.model, done, (performance.now() - this.startedAt) / 1000, error === undefined ? undefined : errorType(error));
+  }
+}

@@ -1,0 +1,146 @@
+/**
+ * The hub: what a server's connections share — their registry and numbering, the
+ * workers, quotas, write budget, telemetry and heartbeat — and the server's lifecycle
+ * (stats, drain, close). Kept apart from admission (before a connection) and the
+ * connection itself (one socket).
+ */
+import type { Server as HttpServer } from 'node:http';
+import type { WebSocket } from 'ws';
+import { CLOSE_CODES, SUBPROTOCOL, type HelloLimits } from '../protocol.js';
+import type { TokenSocketStats } from '../socket-stats.js';
+import { RequestTelemetry } from '../telemetry.js';
+import { eventSink, type Counters, type TokenSocketEvent } from './events.js';
+import type { TokenSocketConfig, TokenSocketLimits, TokenWorker } from './options.js';
+import { Admission } from './admission.js';
+import { Quotas } from './quotas.js';
+import { ServerBudget } from './fair-share.js';
+import { Connection, type ConnectionHub } from './connection.js';
+
+/** What `drain()` reports. */
+export interface DrainReport {
+  /** Requests running when the drain began. */
+  readonly running: number;
+  /** Of those, how many ended on their own (done, error or client cancel) before the deadline. */
+  readonly finished: number;
+  /** Of those, how many were cut off at the deadline with a `SHUTDOWN` error frame. */
+  readonly interrupted: number;
+}
+
+export class Hub implements ConnectionHub {
+  readonly connections = new Set<Connection>();
+  readonly counters: Counters = { started: 0, completed: 0, cancelled: 0, failed: 0, interrupted: 0, badFrames: 0 };
+  readonly quotas: Quotas;
+  readonly budget = new ServerBudget();
+  readonly telemetry: RequestTelemetry;
+  readonly emit: (event: TokenSocketEvent) => void;
+  private readonly admission: Admission;
+  private readonly heartbeat: NodeJS.Timeout;
+  private readonly workers: ReadonlyMap<string, TokenWorker>;
+  /** What every connection's `hello` announces: the model names (the default first) and the client-facing limits. */
+  private readonly models: readonly string[];
+  private readonly clientLimits: HelloLimits;
+  private numbering = 0;
+  private shut = false;
+  private drainStarted = false;
+  private drained: (() => void) | undefined;
+
+  constructor(
+    server: HttpServer,
+    config: TokenSocketConfig,
+    readonly limits: TokenSocketLimits,
+  ) {
+    this.workers = new Map(config.worker !== undefined ? [[config.worker.name, config.worker]] : Object.entries(config.workers ?? {}));
+    // Map order is the workers' order, so the first name is the default `worker()` picks.
+    this.models = [...this.workers.keys()];
+    const { maxTokens, maxConcurrent, rate, tenantConcurrent, tenantRate, maxPayload, heartbeatInterval } = limits;
+    this.clientLimits = { maxTokens, maxConcurrent, rate, tenantConcurrent, tenantRate, maxPayload, heartbeatInterval };
+    this.quotas = new Quotas(limits);
+    this.telemetry = new RequestTelemetry({ tracer: config.tracer, metrics: config.metrics, sampleRate: config.sampleRate });
+    this.emit = eventSink(config.onEvent);
+    this.admission = new Admission(server, config, maxPayload, {
+      // 503 from the drain's start on, even once closed; a server closed without a drain drops upgrades instead.
+      draining: () => this.drainStarted,
+      closed: () => this.shut,
+      emit: this.emit,
+      accept: (ws, tenant) => this.accept(ws, tenant),
+    });
+    this.heartbeat = setInterval(() => {
+      for (const connection of this.connections) connection.beat();
+    }, heartbeatInterval);
+    this.heartbeat.unref();
+    config.metrics?.registerSocket(config.name, () => this.stats());
+  }
+
+  get draining(): boolean {
+    return this.drainStarted || this.shut;
+  }
+
+  worker(model: string | undefined): TokenWorker | undefined {
+    if (model === undefined) return this.workers.values().next().value;
+    return this.workers.get(model);
+  }
+
+  private accept(ws: WebSocket, tenant: string): void {
+    const connection = new Connection(this, ws, ++this.numbering, tenant);
+    this.connections.add(connection);
+    // The greeting goes first: no frame of this connection can be sent before it.
+    connection.send({ type: 'hello', protocol: SUBPROTOCOL, connection: connection.number, tenant, models: this.models, limits: this.clientLimits });
+    this.emit({ kind: 'connected', connection: connection.number, tenant });
+  }
+
+  forget(connection: Connection): void {
+    this.connections.delete(connection);
+  }
+
+  stats(): TokenSocketStats {
+    let activeRequests = 0;
+    let timers = 0;
+    let buffered = 0;
+    for (const connection of this.connections) {
+      activeRequests += connection.streams.size;
+      buffered += connection.ws.bufferedAmount;
+      timers += connection.timers();
+    }
+    timers += this.admission.timers();
+    return { connections: this.connections.size, activeRequests, buffered, timers, tenants: this.quotas.tenants(), ...this.counters, upgradesRejected: this.admission.refusals() };
+  }
+
+  released(): void {
+    if (this.drained !== undefined && this.active() === 0) this.drained();
+  }
+
+  private active(): number {
+    let running = 0;
+    for (const connection of this.connections) running += connection.streams.size;
+    return running;
+  }
+
+  async drain(deadline: number): Promise<DrainReport> {
+    if (this.draining) return { running: 0, finished: 0, interrupted: 0 };
+    this.drainStarted = true;
+    const running = this.active();
+    if (running > 0) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, deadline);
+        this.drained = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.drained = undefined;
+    }
+    let interrupted = 0;
+    for (const connection of this.connections) interrupted += connection.interruptAll();
+    this.close();
+    return { running, finished: running - interrupted, interrupted };
+  }
+
+  close(): void {
+    if (this.shut) return;
+    this.shut = true;
+    clearInterval(this.heartbeat);
+    this.budget.close();
+    for (const connection of this.connections) connection.shutDown(CLOSE_CODES.goingAway, 'server shutting down', 'shutdown');
+    this.admission.close();
+  }
+}

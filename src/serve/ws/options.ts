@@ -1,0 +1,153 @@
+/** The token socket's options and limits: their types, defaults and validation, up front as `ws` does. */
+import type { IncomingMessage } from 'node:http';
+import * as z from 'zod';
+import type { Tracer } from '@opentelemetry/api';
+import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
+import type { ModelWorker } from '../../ai/inference/worker.js';
+import type { SluiceMetrics } from '../metrics.js';
+import type { TokenSocketEvent } from './events.js';
+
+/** What the server needs of a model: its name and a token Flow. Every `ModelWorker` fits. */
+export type TokenWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate'>;
+
+/** Who a token belongs to. Quotas are kept per `tenant`. */
+export interface Principal {
+  readonly tenant: string;
+}
+
+/** Checks a bearer token; `undefined` (or a throw) refuses the upgrade with 401 (a browser: close 4401 after the handshake). */
+export type Authenticate = (token: string, request: IncomingMessage) => Principal | undefined | Promise<Principal | undefined>;
+
+/**
+ * The server's limits. The ones a client must stay within (`maxTokens`, `maxConcurrent`,
+ * `rate`, `tenantConcurrent`, `tenantRate`, `maxPayload`, `heartbeatInterval`) are
+ * announced to each connection in its `hello` frame.
+ */
+export interface TokenSocketLimits {
+  /** Largest frame a client may send, bytes; larger ones close the connection with 1009. Default 64 KiB. */
+  readonly maxPayload: number;
+  /** Requests one connection may run at once. Default 8. */
+  readonly maxConcurrent: number;
+  /** Frames a connection may send: `perSecond` on average, `burst` at once. Default 20/s, burst 40. */
+  readonly rate: { readonly perSecond: number; readonly burst: number };
+  /** Requests one tenant may run at once, across its connections. Default 32. */
+  readonly tenantConcurrent: number;
+  /** Requests one tenant may start, across its connections: `perSecond` on average, `burst` at once. Default 50/s, burst 100. */
+  readonly tenantRate: { readonly perSecond: number; readonly burst: number };
+  /** Bytes buffered for a socket above which no more tokens are decoded for it. Default 64 KiB. */
+  readonly highWaterMark: number;
+  /** Bytes buffered for a socket beyond which it is closed at once with 4008 (error frames are not paced by demand). Default 1 MiB. */
+  readonly maxBuffered: number;
+  /** How long, ms, a socket may stay above the high-water mark before it is closed with 4008. Default 10 s. */
+  readonly stallTimeout: number;
+  /** Protocol errors in a row that close the connection with 1008. Default 5. */
+  readonly maxBadFrames: number;
+  /** Ping every this many ms; a connection that did not answer the previous ping is terminated. Default 30 s. */
+  readonly heartbeatInterval: number;
+  /** The largest `max_tokens` a request may ask for. Default 4096. */
+  readonly maxTokens: number;
+  /** Characters a `conflate` request may hold while its client is slow; decoding pauses beyond. Default 16 Ki. */
+  readonly conflateLimit: number;
+}
+
+export interface TokenSocketOptions {
+  /** The model that generates. Give this or `workers`. */
+  readonly worker?: TokenWorker;
+  /** Several models, chosen by the message's `model` (default: the first). */
+  readonly workers?: Readonly<Record<string, TokenWorker>>;
+  /**
+   * Checks the bearer token of each upgrade. Without it connections are not
+   * authenticated (every one is tenant `anonymous`): only for a server on loopback.
+   */
+  readonly authenticate?: Authenticate;
+  /**
+   * Origins browsers may connect from, or a check of the `Origin` header; another origin gets 403.
+   * Requests without `Origin` (non-browser clients) pass. Default: any.
+   */
+  readonly origins?: readonly string[] | ((origin: string, request: IncomingMessage) => boolean);
+  /** Only upgrades to this path are handled; others are left to other `upgrade` listeners. Default: every path. */
+  readonly path?: string;
+  readonly limits?: Partial<TokenSocketLimits>;
+  readonly onEvent?: (event: TokenSocketEvent) => void;
+  /** Exports connection and request counters (`sluice_ws_*`) and observes each request's trace and generation. */
+  readonly metrics?: SluiceMetrics;
+  /** Names this server in metrics. Default `ws`. */
+  readonly name?: string;
+  /** The OpenTelemetry tracer for request and stage spans. Default: the global provider's (a no-op unless an SDK is registered). */
+  readonly tracer?: Tracer;
+  /** Share of requests whose per-stage timing is recorded (metrics, stage spans); a sampled incoming traceparent always is. Default 1. */
+  readonly sampleRate?: number;
+}
+
+
+
+const DEFAULT_LIMITS: TokenSocketLimits = {
+  maxPayload: 64 * 1024,
+  maxConcurrent: 8,
+  rate: { perSecond: 20, burst: 40 },
+  tenantConcurrent: 32,
+  tenantRate: { perSecond: 50, burst: 100 },
+  highWaterMark: 64 * 1024,
+  maxBuffered: 1024 * 1024,
+  stallTimeout: 10_000,
+  maxBadFrames: 5,
+  heartbeatInterval: 30_000,
+  maxTokens: 4096,
+  conflateLimit: 16 * 1024,
+};
+
+const workerSchema = z.custom<TokenWorker>(
+  (v) => typeof v === 'object' && v !== null && typeof (v as TokenWorker).generate === 'function' && typeof (v as TokenWorker).name === 'string',
+  { error: 'must be a ModelWorker (with name and generate())' },
+);
+
+const rateSchema = z.object({ perSecond: z.number().positive({ error: 'perSecond must be > 0' }), burst: z.number().min(1, { error: 'burst must be ≥ 1' }) }).strict();
+
+const limitsSchema = z
+  .object({
+    maxPayload: positiveInt('maxPayload'),
+    maxConcurrent: positiveInt('maxConcurrent'),
+    rate: rateSchema,
+    tenantConcurrent: positiveInt('tenantConcurrent'),
+    tenantRate: rateSchema,
+    highWaterMark: positiveInt('highWaterMark'),
+    maxBuffered: positiveInt('maxBuffered'),
+    stallTimeout: positiveInt('stallTimeout'),
+    maxBadFrames: positiveInt('maxBadFrames'),
+    heartbeatInterval: positiveInt('heartbeatInterval'),
+    maxTokens: positiveInt('maxTokens'),
+    conflateLimit: positiveInt('conflateLimit'),
+  })
+  .strict()
+  .refine((l) => l.maxBuffered > l.highWaterMark, { error: 'maxBuffered must be greater than highWaterMark', path: ['maxBuffered'] });
+
+const optionsSchema = z
+  .object({
+    worker: workerSchema.optional(),
+    workers: z.record(z.string(), workerSchema).optional(),
+    authenticate: functionSchema<Authenticate>().optional(),
+    origins: z
+      .union([z.array(z.string().min(1, { error: 'an origin must not be empty' })), functionSchema<(origin: string, request: IncomingMessage) => boolean>()], { error: 'origins must be an array of strings or a function' })
+      .optional(),
+    path: z.string().startsWith('/', { error: 'path must start with "/"' }).optional(),
+    limits: z.unknown().optional(),
+    onEvent: functionSchema<(event: TokenSocketEvent) => void>().optional(),
+    metrics: z.custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).registerSocket === 'function', { error: 'metrics must be a SluiceMetrics' }).optional(),
+    name: z.string().min(1, { error: 'name must not be empty' }).default('ws'),
+    sampleRate: z.number({ error: 'sampleRate must be a number' }).min(0, { error: 'sampleRate must be in [0, 1]' }).max(1, { error: 'sampleRate must be in [0, 1]' }).default(1),
+    tracer: z.custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', { error: 'tracer must be an OpenTelemetry Tracer' }).optional(),
+  })
+  .strict()
+  .refine((o) => (o.worker === undefined) !== (o.workers === undefined || Object.keys(o.workers).length === 0), {
+    error: 'give exactly one of worker or workers (non-empty)',
+    path: ['worker'],
+  });
+
+export type TokenSocketConfig = z.output<typeof optionsSchema>;
+
+/** Validates the options, and the limits merged over their defaults; throws `InvalidOptionsError` naming the field. */
+export function parseTokenSocketOptions(options: TokenSocketOptions): { readonly config: TokenSocketConfig; readonly limits: TokenSocketLimits } {
+  const config = parseOptions(optionsSchema, options, 'token socket options');
+  const limits = parseOptions(limitsSchema, { ...DEFAULT_LIMITS, ...(config.limits as object | undefined) }, 'token socket limits');
+  return { config, limits };
+}
