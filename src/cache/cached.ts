@@ -9,7 +9,7 @@ import { SemanticCache, type SemanticCacheOptions } from './semantic.js';
 import { Flight, SingleFlight, type FlightOutcome, type FlightWork } from './flight.js';
 import { cacheKey, hashKey, isCacheRequest } from './key.js';
 import { estimateSize } from './size.js';
-import type { StageContext, Work, WorkResult } from '../operators/stage.js';
+import type { StageContext, Work, WorkResult } from '../flow/work.js';
 
 /**
  * A complete answer as the caches hold it: one output (`streamed: false`, the work

@@ -3,7 +3,7 @@ import { BehaviorSubject, asyncScheduler, distinctUntilChanged, type Observable,
 import { AbortedError } from '../core/errors.js';
 import { Flow, type Outlet, type Producer } from '../flow/demand.js';
 import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../flow/options.js';
-import type { StageContext, Work } from '../operators/stage.js';
+import type { StageContext, Work } from '../flow/work.js';
 import { CircuitOpenError } from './errors.js';
 import { AttemptContext, Relay, type StreamWork } from './relay.js';
 

@@ -7,7 +7,7 @@
  */
 import { asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
 import { Flow, type Outlet, type Producer } from '../flow/demand.js';
-import type { StageContext, WorkResult } from '../operators/stage.js';
+import type { StageContext, WorkResult } from '../flow/work.js';
 import { AbortedError } from '../core/errors.js';
 import { AttemptContext, Relay } from './relay.js';
 

@@ -4,7 +4,7 @@ import { functionSchema, parseOptions, schedulerSchema } from '../flow/options.j
 import { attemptChain } from './chain.js';
 import { FallbackExhaustedError } from './errors.js';
 import { named, type StreamWork, type Worker } from './relay.js';
-import type { Work } from '../operators/stage.js';
+import type { Work } from '../flow/work.js';
 
 export interface FallbackOptions {
   /** Whether a failure of `worker` should move on to the next worker. Default: every failure. */

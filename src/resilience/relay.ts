@@ -10,7 +10,7 @@ import { Flow } from '../flow/demand.js';
 import { Inlet, type RoomOwner } from '../flow/inlet.js';
 import { fromAsyncIterable } from '../flow/sources.js';
 import { subscribeUpstream, type UpstreamHandler } from '../flow/upstream.js';
-import type { StageContext, Work, WorkResult } from '../operators/stage.js';
+import type { StageContext, Work, WorkResult } from '../flow/work.js';
 import type { TraceContext } from '../core/trace.js';
 
 /** A work function as the wrappers return it: always a (cold) Flow of outputs. */

@@ -4,7 +4,7 @@ import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../f
 import { attemptChain } from './chain.js';
 import { backoffDelay } from './random.js';
 import type { StreamWork } from './relay.js';
-import type { Work } from '../operators/stage.js';
+import type { Work } from '../flow/work.js';
 
 export interface RetryOptions {
   /** Attempts in all, the first included (3 = up to 2 retries). */

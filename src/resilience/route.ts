@@ -7,7 +7,7 @@ import { AttemptContext, Relay, named, toObservable, type NamedWorker, type Stre
 import type { TraceContext } from '../core/trace.js';
 import { workerSchema } from './fallback.js';
 import { stableHash } from '../operators/partition.js';
-import type { StageContext, Work } from '../operators/stage.js';
+import type { StageContext, Work } from '../flow/work.js';
 
 export interface RouteVariant<I, O> {
   readonly name: string;

@@ -5,7 +5,7 @@ import { parseOptions, schedulerSchema } from '../flow/options.js';
 import { AbortedError } from '../core/errors.js';
 import { StreamTimeoutError, type StreamTimeoutKind } from './errors.js';
 import { AttemptContext, Relay, type StreamWork } from './relay.js';
-import type { StageContext, Work } from '../operators/stage.js';
+import type { StageContext, Work } from '../flow/work.js';
 
 export interface TimeoutOptions {
   /** The whole stream must complete within this (ms), from subscription. */
