@@ -176,6 +176,17 @@ describe('Quotas', () => {
     now = 100;
     assert.equal(quotas.frame(1), true);
   });
+
+  it('forgets the frame bucket of a closed connection: 1,000 connections that each sent a frame and closed leave none', () => {
+    const quotas = new Quotas({ rate: { perSecond: 10, burst: 2 }, tenantConcurrent: 1, tenantRate: { perSecond: 1, burst: 1 } }, () => 0);
+    for (let connection = 0; connection < 1000; connection++) {
+      assert.equal(quotas.frame(connection), true);
+      quotas.closed(connection);
+    }
+    assert.equal(quotas.frameBuckets, 0);
+    quotas.frame(1);
+    assert.equal(quotas.frameBuckets, 1, 'an open connection keeps its bucket while it is not full again');
+  });
 });
 
 describe('write budgets', () => {

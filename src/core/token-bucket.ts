@@ -31,6 +31,16 @@ export class TokenBuckets {
     return true;
   }
 
+  /** Drops `key`'s bucket: its owner is gone (a bucket not yet full again would otherwise stay). */
+  forget(key: string): void {
+    this.buckets.delete(key);
+  }
+
+  /** Buckets held now (keys that spent tokens and are not full again). */
+  get size(): number {
+    return this.buckets.size;
+  }
+
   /** How long (ms, whole) until `key` has `count` tokens. */
   timeUntil(key: string, count: number): number {
     const missing = count - this.tokens(key);

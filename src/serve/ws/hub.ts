@@ -90,6 +90,7 @@ export class Hub implements ConnectionHub {
 
   forget(connection: Connection): void {
     this.connections.delete(connection);
+    this.quotas.closed(connection.number);
   }
 
   stats(): TokenSocketStats {

@@ -25,6 +25,16 @@ export class Quotas {
     return this.frames.take(String(connection));
   }
 
+  /** `connection` closed: its frame bucket goes with it. */
+  closed(connection: number): void {
+    this.frames.forget(String(connection));
+  }
+
+  /** Frame buckets held now: one per connection that spent frames recently, none for closed ones. */
+  get frameBuckets(): number {
+    return this.frames.size;
+  }
+
   /**
    * Takes a slot for one request of `tenant`, or returns why not (the `TENANT_QUOTA`
    * message): it runs as many as it may, or started more than its rate allows.
