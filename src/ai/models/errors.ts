@@ -1,6 +1,6 @@
 import { SluiceError } from '../../core/errors.js';
 
-const GENERATE_HINT = 'Generate the bundled models with `node --conditions=sluice-source --import tsx scripts/generate-models.ts`, or pass the path of your own export.';
+const GENERATE_HINT = 'Generate the bundled models with `generateModels({ outDir })` from sluice/ai (what `sluice serve` does on first start; `npm run models` in a clone of the repository), or pass the path of your own export.';
 
 /** A model or tokenizer file that does not exist (or is a directory). */
 export class ModelNotFoundError extends SluiceError {
