@@ -326,7 +326,7 @@ describe('tiny transformer decoder', () => {
 describe('loading user models', () => {
   it('a missing file is MODEL_NOT_FOUND, naming the path', async () => {
     const missing = join(dir, 'nope.onnx');
-    await expectError(loadModel(missing), ModelNotFoundError, 'MODEL_NOT_FOUND', missing, 'generate-models');
+    await expectError(loadModel(missing), ModelNotFoundError, 'MODEL_NOT_FOUND', missing, 'generateModels({ outDir })');
     await expectError(loadTokenizer(join(dir, 'tokenizer.json')), ModelNotFoundError, 'MODEL_NOT_FOUND', 'Tokenizer file not found');
   });
 
