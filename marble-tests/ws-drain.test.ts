@@ -86,8 +86,10 @@ describe('WebSocket drain (graceful shutdown)', () => {
       client.send({ type: 'generate', id: 'late', prompt: 'too late', parameters: { max_tokens: 5 } });
       await assert.rejects(open(served.port), (err: Error & { status?: number }) => err.status === 503);
 
+      const again = served.tokens.drain(10);
       const report = await draining;
       assert.deepEqual(report, { running: 3, finished: 1, interrupted: 2 });
+      assert.deepEqual(await again, report, 'a second drain while one runs gets the same report');
       assert.equal(await client.closed, 1001);
       assert.equal(client.end('short')?.type, 'done');
       for (const id of ['hang-1', 'hang-2']) {

@@ -43,6 +43,7 @@ export class Hub implements ConnectionHub {
   private shut = false;
   private drainStarted = false;
   private drained: (() => void) | undefined;
+  private drainReport: Promise<DrainReport> | undefined;
 
   constructor(
     server: HttpServer,
@@ -116,8 +117,15 @@ export class Hub implements ConnectionHub {
     return running;
   }
 
-  async drain(deadline: number): Promise<DrainReport> {
-    if (this.draining) return { running: 0, finished: 0, interrupted: 0 };
+  /** A second call while a drain runs gets the same report; after a close without a drain, an empty one. */
+  drain(deadline: number): Promise<DrainReport> {
+    if (this.drainReport !== undefined) return this.drainReport;
+    if (this.shut) return Promise.resolve({ running: 0, finished: 0, interrupted: 0 });
+    this.drainReport = this.runDrain(deadline);
+    return this.drainReport;
+  }
+
+  private async runDrain(deadline: number): Promise<DrainReport> {
     this.drainStarted = true;
     const running = this.active();
     if (running > 0) {
