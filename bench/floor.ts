@@ -35,4 +35,3 @@ export function promiseHops(inFlight: number, stages: number) {
       if (n === 0) resolve({ count, sum });
     });
 }
-

@@ -29,13 +29,29 @@ const top = Number(process.env.TOP ?? 30);
 
 const dir = mkdtempSync(join(tmpdir(), 'sluice-functions-'));
 const bundle = join(dir, 'count.mjs');
-execFileSync('node_modules/.bin/esbuild', ['bench/count.ts', '--bundle', '--platform=node', '--format=esm', '--conditions=sluice-source', `--outfile=${bundle}`, '--log-level=warning']);
+execFileSync('node_modules/.bin/esbuild', [
+  'bench/count.ts',
+  '--bundle',
+  '--platform=node',
+  '--format=esm',
+  '--conditions=sluice-source',
+  `--outfile=${bundle}`,
+  '--log-level=warning',
+]);
 
 /** Runs the case under callgrind; resolves with the output file and the perf map of that run. */
 function profile(rounds) {
   const out = join(dir, `callgrind-${rounds}.out`);
   const tool = ['--tool=callgrind', '--dump-instr=yes', `--callgrind-out-file=${out}`, ...(misses ? ['--cache-sim=yes'] : [])];
-  const node = [...(process.env.COUNT_GC === '1' ? ['--expose-gc'] : []), '--single-threaded', '--hash-seed=1', '--random-seed=1', '--perf-basic-prof', ...(linesOf ? ['--print-opt-code'] : []), bundle];
+  const node = [
+    ...(process.env.COUNT_GC === '1' ? ['--expose-gc'] : []),
+    '--single-threaded',
+    '--hash-seed=1',
+    '--random-seed=1',
+    '--perf-basic-prof',
+    ...(linesOf ? ['--print-opt-code'] : []),
+    bundle,
+  ];
   const listing = join(dir, `opt-code-${rounds}.txt`);
   return new Promise((resolve, reject) => {
     const child = spawn('valgrind', [...tool, process.execPath, ...node], {
@@ -141,7 +157,6 @@ function lineCosts(codePath, cgPath, name) {
       if (version) versions.push(version);
       section = undefined;
     } else if (version === undefined) {
-      continue;
     } else if (line.startsWith('Instructions (size')) section = 'code';
     else if (line.startsWith('Source positions:')) section = 'positions';
     else if (line.startsWith('Inlined functions') || line.startsWith('--- End code')) section = undefined;

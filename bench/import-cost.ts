@@ -68,7 +68,7 @@ export function ensureBuilt(): string {
 
 function sample({ specifier, preload = [] }: ImportCase): { ms: number; rss: number } {
   const env = { ...process.env };
-  delete env['NODE_OPTIONS']; // a cold, plain `node`: no loader of the bench's own process
+  delete env.NODE_OPTIONS; // a cold, plain `node`: no loader of the bench's own process
   const child = spawnSync(process.execPath, ['--input-type=module', '-e', CHILD, specifier, ...preload], { cwd: ROOT, env, encoding: 'utf8' });
   if (child.status !== 0) throw new Error(`importing ${specifier} failed (exit ${child.status}): ${child.stderr}`);
   return JSON.parse(child.stdout) as { ms: number; rss: number };

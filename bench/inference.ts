@@ -48,7 +48,9 @@ const VOCAB = 'model stream backpressure token queue worker tensor batch trace s
 const textOf = (i: number) => Array.from({ length: 12 + (i % 19) }, (_, j) => VOCAB[(i * 31 + j * 7) % VOCAB.length]).join(' ');
 const texts = Array.from({ length: ITEMS }, (_, i) => textOf(i));
 
-const HEAVY_IDS = Array.from({ length: 8 }, (_, salt) => BigInt64Array.from({ length: HEAVY_ROWS * HEAVY_SEQ }, (_, i) => BigInt(1 + ((i * 7919 + salt) % 4000))));
+const HEAVY_IDS = Array.from({ length: 8 }, (_, salt) =>
+  BigInt64Array.from({ length: HEAVY_ROWS * HEAVY_SEQ }, (_, i) => BigInt(1 + ((i * 7919 + salt) % 4000))),
+);
 const HEAVY_MASK = new BigInt64Array(HEAVY_ROWS * HEAVY_SEQ).fill(1n);
 /** The same ids in shared memory, as `FeedBuffers` keeps them: the pool's workers read them in place (onnxruntime on this thread refuses shared memory). */
 const inShared = (data: BigInt64Array) => {
@@ -119,7 +121,10 @@ async function batchServiceTime(pool: InferencePool): Promise<number> {
     await pool.run(textFeeds(tokenizer, texts.slice(i * MAX_BATCH, (i + 1) * MAX_BATCH), undefined, buffers));
     times.push(performance.now() - start);
   }
-  return percentile(times.sort((a, b) => a - b), 0.5);
+  return percentile(
+    times.sort((a, b) => a - b),
+    0.5,
+  );
 }
 
 /**
@@ -148,7 +153,13 @@ async function latencyUnderLoad(pool: InferencePool, rate: number, count: number
     fromAsyncIterable(arrivals()).pipe(
       infer({
         pool,
-        toFeeds: (batch: Batch<number>) => textFeeds(tokenizer, batch.items.map((i) => texts[i % ITEMS]!), undefined, buffers),
+        toFeeds: (batch: Batch<number>) =>
+          textFeeds(
+            tokenizer,
+            batch.items.map((i) => texts[i % ITEMS]!),
+            undefined,
+            buffers,
+          ),
         fromOutputs: (outputs, batch) => tensorRows(outputs.embeddings!).map((row, j) => (Number.isFinite(row[0]) ? batch.items[j]! : NaN)),
         maxBatch: MAX_BATCH,
         maxWait: MAX_WAIT,
@@ -185,9 +196,21 @@ async function main(): Promise<void> {
   const pool2Load = await loopDelayUnderLoad((salt) => pool2.run(heavyFeeds(salt, true)), 4);
   log(`pool: p99 ${ms(pool1Load.p99)} / ${ms(pool2Load.p99)} ms`);
   rows.push(
-    ['event-loop delay p99, `session.run` inline on the main thread', `${ms(inlineLoad.p99)} ms (max ${ms(inlineLoad.max)}; ${inlineLoad.runsPerSecond.toFixed(0)} runs/s)`, '—'],
-    ['event-loop delay p99, InferencePool size 1', `${ms(pool1Load.p99)} ms (max ${ms(pool1Load.max)}; ${pool1Load.runsPerSecond.toFixed(0)} runs/s)`, pool1Load.p99 < 5 ? '< 5 ms ✓' : '< 5 ms ✗'],
-    ['event-loop delay p99, InferencePool size 2', `${ms(pool2Load.p99)} ms (max ${ms(pool2Load.max)}; ${pool2Load.runsPerSecond.toFixed(0)} runs/s)`, pool2Load.p99 < 5 ? '< 5 ms ✓' : '< 5 ms ✗'],
+    [
+      'event-loop delay p99, `session.run` inline on the main thread',
+      `${ms(inlineLoad.p99)} ms (max ${ms(inlineLoad.max)}; ${inlineLoad.runsPerSecond.toFixed(0)} runs/s)`,
+      '—',
+    ],
+    [
+      'event-loop delay p99, InferencePool size 1',
+      `${ms(pool1Load.p99)} ms (max ${ms(pool1Load.max)}; ${pool1Load.runsPerSecond.toFixed(0)} runs/s)`,
+      pool1Load.p99 < 5 ? '< 5 ms ✓' : '< 5 ms ✗',
+    ],
+    [
+      'event-loop delay p99, InferencePool size 2',
+      `${ms(pool2Load.p99)} ms (max ${ms(pool2Load.max)}; ${pool2Load.runsPerSecond.toFixed(0)} runs/s)`,
+      pool2Load.p99 < 5 ? '< 5 ms ✓' : '< 5 ms ✗',
+    ],
   );
 
   // 2. Batched vs one per run, at saturation (pool of 2).
@@ -215,7 +238,9 @@ async function main(): Promise<void> {
   const loads = [
     { rate: Math.round(capacity * 0.5), what: "50% of 1 worker's batched capacity" },
     { rate: Math.round(capacity * 0.25), what: "25% of 1 worker's batched capacity" },
-    ...(fillsAtMaxWait < capacity ? [{ rate: fillsAtMaxWait, what: `${MAX_BATCH} arrivals per maxWait, ${((fillsAtMaxWait / capacity) * 100).toFixed(0)}% of capacity` }] : []),
+    ...(fillsAtMaxWait < capacity
+      ? [{ rate: fillsAtMaxWait, what: `${MAX_BATCH} arrivals per maxWait, ${((fillsAtMaxWait / capacity) * 100).toFixed(0)}% of capacity` }]
+      : []),
   ];
   // Borrowed outputs (`borrowOutputs`: read in the worker's shared arena), as a latency-
   // sensitive pipeline that keeps only what it derives runs; then, for comparison, the

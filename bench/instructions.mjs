@@ -20,7 +20,15 @@ const flags = [
 ];
 
 const bundle = join(mkdtempSync(join(tmpdir(), 'sluice-count-')), 'count.mjs');
-execFileSync('node_modules/.bin/esbuild', ['bench/count.ts', '--bundle', '--platform=node', '--format=esm', '--conditions=sluice-source', `--outfile=${bundle}`, '--log-level=warning']);
+execFileSync('node_modules/.bin/esbuild', [
+  'bench/count.ts',
+  '--bundle',
+  '--platform=node',
+  '--format=esm',
+  '--conditions=sluice-source',
+  `--outfile=${bundle}`,
+  '--log-level=warning',
+]);
 
 function count(which, rounds) {
   return new Promise((resolve, reject) => {

@@ -199,21 +199,27 @@ export async function rxjsMemory(n: number): Promise<MemoryResult> {
   let emitted = 0;
   let started = 0;
   const liveEvery = Math.max(1024, Math.floor(n / 10));
-  return watch('rxjs-memory', 'RxJS `from(gen) → mergeMap(slow, 4)`', n, () => emitted - started, async (checkpoint) => {
-    const done = countAll(
-      from(requests(n)).pipe(
-        tap(() => void emitted++),
-        mergeMap((request: Request) => {
-          started++;
-          checkpointFor(request.id, liveEvery, checkpoint);
-          const result = slowly(request);
-          return result instanceof Promise ? result : of(result);
-        }, 4),
-      ),
-    );
-    checkpoint(true); // the synchronous source has emitted everything by now
-    return done;
-  });
+  return watch(
+    'rxjs-memory',
+    'RxJS `from(gen) → mergeMap(slow, 4)`',
+    n,
+    () => emitted - started,
+    async (checkpoint) => {
+      const done = countAll(
+        from(requests(n)).pipe(
+          tap(() => void emitted++),
+          mergeMap((request: Request) => {
+            started++;
+            checkpointFor(request.id, liveEvery, checkpoint);
+            const result = slowly(request);
+            return result instanceof Promise ? result : of(result);
+          }, 4),
+        ),
+      );
+      checkpoint(true); // the synchronous source has emitted everything by now
+      return done;
+    },
+  );
 }
 
 // ---------------------------------------------------------------- per source kind
@@ -311,29 +317,40 @@ export const sourceKindScenarios: readonly SourceKindScenario[] = [
       after: () => ({ detail: `the Readable's own buffer peaked at ${peakReadable} objects (highWaterMark ${readable.readableHighWaterMark})` }),
     };
   }),
-  sourceKind('memory-source-push', `\`fromPush(Subject, { capacity: ${PUSH_CAPACITY}, policy: 'shed-incoming' })\`, bursts of ${PUSH_BURST} from setImmediate`, (n) => {
-    const stats = new StageStats();
-    const push = new StageStats();
-    const subject = new Subject<Request>();
-    let id = 0;
-    const burst = (): void => {
-      const end = Math.min(n, id + PUSH_BURST);
-      while (id < end) subject.next({ id: id++, prompt: 'summarise this' });
-      if (id < n) setImmediate(burst);
-      else subject.complete();
-    };
-    return {
-      held: () => push.buffered + stats.buffered + stats.inFlight,
-      drained: async (checkpoint) => {
-        const delivered = drain(bounded(fromPush(subject, { name: 'push', capacity: PUSH_CAPACITY, policy: 'shed-incoming', stats: push }), stats), n, checkpoint);
-        setImmediate(burst);
-        // It cannot be paused: every element pushed is delivered or shed.
-        return (await delivered) + push.shedTotal;
-      },
-      after: () => {
-        const shed = push.shedTotal;
-        return { shed, detail: `${formatCount(n - shed)} delivered, ${formatCount(shed)} shed (${((100 * shed) / n).toFixed(1)}%, all buffer-full: ${push.shed['buffer-full'] === shed})` };
-      },
-    };
-  }),
+  sourceKind(
+    'memory-source-push',
+    `\`fromPush(Subject, { capacity: ${PUSH_CAPACITY}, policy: 'shed-incoming' })\`, bursts of ${PUSH_BURST} from setImmediate`,
+    (n) => {
+      const stats = new StageStats();
+      const push = new StageStats();
+      const subject = new Subject<Request>();
+      let id = 0;
+      const burst = (): void => {
+        const end = Math.min(n, id + PUSH_BURST);
+        while (id < end) subject.next({ id: id++, prompt: 'summarise this' });
+        if (id < n) setImmediate(burst);
+        else subject.complete();
+      };
+      return {
+        held: () => push.buffered + stats.buffered + stats.inFlight,
+        drained: async (checkpoint) => {
+          const delivered = drain(
+            bounded(fromPush(subject, { name: 'push', capacity: PUSH_CAPACITY, policy: 'shed-incoming', stats: push }), stats),
+            n,
+            checkpoint,
+          );
+          setImmediate(burst);
+          // It cannot be paused: every element pushed is delivered or shed.
+          return (await delivered) + push.shedTotal;
+        },
+        after: () => {
+          const shed = push.shedTotal;
+          return {
+            shed,
+            detail: `${formatCount(n - shed)} delivered, ${formatCount(shed)} shed (${((100 * shed) / n).toFixed(1)}%, all buffer-full: ${push.shed['buffer-full'] === shed})`,
+          };
+        },
+      };
+    },
+  ),
 ];

@@ -22,7 +22,11 @@ const dir = mkdtempSync(join(tmpdir(), 'sluice-pair-'));
 function bundle(tree, name) {
   const out = join(dir, `${name}.mjs`);
   const esbuild = resolve('node_modules/.bin/esbuild');
-  execFileSync(esbuild, ['bench/count.ts', '--bundle', '--platform=node', '--format=esm', '--conditions=sluice-source', `--outfile=${out}`, '--log-level=warning'], { cwd: tree });
+  execFileSync(
+    esbuild,
+    ['bench/count.ts', '--bundle', '--platform=node', '--format=esm', '--conditions=sluice-source', `--outfile=${out}`, '--log-level=warning'],
+    { cwd: tree },
+  );
   return out;
 }
 

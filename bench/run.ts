@@ -112,8 +112,12 @@ function commandLine(): string {
 
 function gitRevision(): string | undefined {
   try {
-    const head = execSync('git rev-parse --short HEAD', { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim();
-    const dirty = execSync('git status --porcelain -- src operators', { stdio: ['ignore', 'pipe', 'ignore'] }).toString().trim();
+    const head = execSync('git rev-parse --short HEAD', { stdio: ['ignore', 'pipe', 'ignore'] })
+      .toString()
+      .trim();
+    const dirty = execSync('git status --porcelain -- src operators', { stdio: ['ignore', 'pipe', 'ignore'] })
+      .toString()
+      .trim();
     return dirty === '' ? head : `${head} (src/operators modified)`;
   } catch {
     return undefined;
@@ -135,7 +139,10 @@ console.log(`command: ${commandLine()}`);
 console.log(`config: ${JSON.stringify(config)}`);
 const loadAtStart = loadavg()[0]!;
 console.log(`load average (1 min) at start: ${loadAtStart.toFixed(2)}`);
-if (loadAtStart > 0.5) console.log(`warning: the machine is busy (load ${loadAtStart.toFixed(2)} on ${machine.cores} cores): wall-clock figures are inflated; compare the cpu column`);
+if (loadAtStart > 0.5)
+  console.log(
+    `warning: the machine is busy (load ${loadAtStart.toFixed(2)} on ${machine.cores} cores): wall-clock figures are inflated; compare the cpu column`,
+  );
 if (!canCollect) console.log('warning: run with --expose-gc (npm run bench does): without it GC is not settled between runs and heap figures are noisy');
 
 // ---------------------------------------------------------------- 1. throughput
@@ -166,7 +173,7 @@ for (const result of throughput) {
   const t = throughputTargets[result.id];
   if (t) checks.push(target(`throughput ${t.what} (ns/element/stage)`, result.median, 'ns', 'le', t.limit));
 }
-const checkOf = (what: string) => checks.find((c) => c.what.startsWith(what));
+const _checkOf = (what: string) => checks.find((c) => c.what.startsWith(what));
 const targetCell = (id: string): string => {
   const t = throughputTargets[id];
   if (!t) return '';
@@ -258,10 +265,22 @@ if (selected('sluice-memory') || selected('rxjs-memory')) {
   }
   const sluiceRun = memory.find((m) => m.id === 'sluice-memory');
   if (sluiceRun) {
-    checks.push(target(`heap growth, ${formatCount(sluiceRun.n)} elements, peak live (MB)`, sluiceRun.peakLiveGrowth / 2 ** 20, 'MB', 'lt', TARGETS.heapGrowthMB));
+    checks.push(
+      target(`heap growth, ${formatCount(sluiceRun.n)} elements, peak live (MB)`, sluiceRun.peakLiveGrowth / 2 ** 20, 'MB', 'lt', TARGETS.heapGrowthMB),
+    );
   }
 }
-const memoryHeader = ['memory: generator → slower stage', 'N', 'time s', 'ns/el', 'peak buffered', 'peak live heap Δ', 'peak heapUsed Δ (incl. garbage)', 'retained Δ', 'target'];
+const memoryHeader = [
+  'memory: generator → slower stage',
+  'N',
+  'time s',
+  'ns/el',
+  'peak buffered',
+  'peak live heap Δ',
+  'peak heapUsed Δ (incl. garbage)',
+  'retained Δ',
+  'target',
+];
 const memoryRows = memory.map((m) => [
   m.label,
   formatCount(m.n),
@@ -279,7 +298,9 @@ if (memory.length > 0) {
   const sluiceRun = memory.find((m) => m.id === 'sluice-memory');
   if (sluiceRun) {
     const stageNs = (sluiceRun.seconds * 1e9) / sluiceRun.n;
-    console.log(`\n  - source alone: ${formatNs(sourceNs)} ns/element; the pipeline ran at ${formatNs(stageNs)} ns/element: the slow stage is ${formatRatio(stageNs / sourceNs)} slower than its source`);
+    console.log(
+      `\n  - source alone: ${formatNs(sourceNs)} ns/element; the pipeline ran at ${formatNs(stageNs)} ns/element: the slow stage is ${formatRatio(stageNs / sourceNs)} slower than its source`,
+    );
   }
   for (const m of memory) console.log(`  - ${m.label}: ${m.samples} heap samples${m.detail ? `; ${m.detail}` : ''}`);
 }
@@ -290,9 +311,28 @@ for (const kind of sourceKinds) {
   const result = await kind.run(config.sourceN);
   progress(`${kind.id}: peak live heap Δ ${formatMB(result.peakLiveGrowth)}, ${result.seconds.toFixed(1)} s`);
   sourceMemory.push(result);
-  checks.push(target(`heap growth, ${kind.id.replace('memory-source-', '')} source, ${formatCount(result.n)} elements, peak live (MB)`, result.peakLiveGrowth / 2 ** 20, 'MB', 'lt', TARGETS.heapGrowthMB));
+  checks.push(
+    target(
+      `heap growth, ${kind.id.replace('memory-source-', '')} source, ${formatCount(result.n)} elements, peak live (MB)`,
+      result.peakLiveGrowth / 2 ** 20,
+      'MB',
+      'lt',
+      TARGETS.heapGrowthMB,
+    ),
+  );
 }
-const sourceMemoryHeader = ['memory: source → stage(async x => x, { capacity: 2 })', 'N', 'time s', 'ns/el', 'peak held', 'shed', 'peak live heap Δ', 'peak heapUsed Δ (incl. garbage)', 'retained Δ', 'target'];
+const sourceMemoryHeader = [
+  'memory: source → stage(async x => x, { capacity: 2 })',
+  'N',
+  'time s',
+  'ns/el',
+  'peak held',
+  'shed',
+  'peak live heap Δ',
+  'peak heapUsed Δ (incl. garbage)',
+  'retained Δ',
+  'target',
+];
 const sourceMemoryRows = sourceMemory.map((m) => [
   m.label,
   formatCount(m.n),
@@ -306,7 +346,9 @@ const sourceMemoryRows = sourceMemory.map((m) => [
   `< ${TARGETS.heapGrowthMB} MB ${m.peakLiveGrowth / 2 ** 20 < TARGETS.heapGrowthMB ? 'PASS' : 'MISS'}`,
 ]);
 if (sourceMemory.length > 0) {
-  console.log(`\n## 3b. Memory per source kind — small request objects through one bounded async stage; peak held: the stage's buffer and work in flight (and fromPush's buffer)\n`);
+  console.log(
+    `\n## 3b. Memory per source kind — small request objects through one bounded async stage; peak held: the stage's buffer and work in flight (and fromPush's buffer)\n`,
+  );
   console.log(textTable(sourceMemoryHeader, sourceMemoryRows));
   console.log('');
   for (const m of sourceMemory) console.log(`  - ${m.label}: ${m.samples} heap samples${m.detail ? `; ${m.detail}` : ''}`);
@@ -319,7 +361,9 @@ const wsSelected = wsScenarios().filter((s) => selected(s.id));
 let wsLoad: WsLoadResult[] = [];
 let wsTables: ReturnType<typeof wsLoadReport> | undefined;
 if (wsSelected.length > 0) {
-  process.stderr.write(`\n[4/6] WebSocket load: ${wsSelected.length} scenarios, ${config.ws.clients} clients, ${formatCount(config.ws.tokens)} tokens in all\n`);
+  process.stderr.write(
+    `\n[4/6] WebSocket load: ${wsSelected.length} scenarios, ${config.ws.clients} clients, ${formatCount(config.ws.tokens)} tokens in all\n`,
+  );
   await settle();
   wsLoad = await measureWsLoad(wsSelected, config.ws, progress);
   wsTables = wsLoadReport(wsLoad);
@@ -355,19 +399,47 @@ const transitFigures: { what: string; value: string; against: string; result: st
   if (alone && filtered) {
     const ratio = filtered.ms / alone.ms;
     checks.push(target('transit, delay(20) + filter 1/10 over delay(20) alone (wall time ×)', ratio, '×', 'le', TARGETS.transitFilterRatio));
-    transitFigures.push({ what: `${formatCount(alone.n)} elements: delay(20) + filter 1/10, wall time over delay(20) alone`, value: formatRatio(ratio), against: `≤ ${TARGETS.transitFilterRatio}×`, result: ratio <= TARGETS.transitFilterRatio ? 'PASS' : 'MISS' });
+    transitFigures.push({
+      what: `${formatCount(alone.n)} elements: delay(20) + filter 1/10, wall time over delay(20) alone`,
+      value: formatRatio(ratio),
+      against: `≤ ${TARGETS.transitFilterRatio}×`,
+      result: ratio <= TARGETS.transitFilterRatio ? 'PASS' : 'MISS',
+    });
   }
   const buffered = transitById.get('transit-delay-buffered');
   if (buffered) {
     checks.push(target(`transit, delay(50): peak downstream buffered (≤ capacity + ${TRANSIT_SLACK})`, buffered.peakBuffered, 'elements', 'le', bufferBound));
-    transitFigures.push({ what: 'delay(50): peak buffered in the downstream stage', value: String(buffered.peakBuffered), against: `≤ capacity + ${TRANSIT_SLACK} = ${bufferBound}`, result: buffered.peakBuffered <= bufferBound ? 'PASS' : 'MISS' });
+    transitFigures.push({
+      what: 'delay(50): peak buffered in the downstream stage',
+      value: String(buffered.peakBuffered),
+      against: `≤ capacity + ${TRANSIT_SLACK} = ${bufferBound}`,
+      result: buffered.peakBuffered <= bufferBound ? 'PASS' : 'MISS',
+    });
   }
   const merged = transitById.get('transit-merge-map');
   if (merged) {
-    checks.push(target(`transit, mergeMap over 10–100 ms Promises: peak between the stages (≤ room + ${TRANSIT_SLACK})`, merged.peakBetween, 'elements', 'le', segmentBound));
-    transitFigures.push({ what: 'mergeMap over 10–100 ms Promises: peak elements between the stages', value: String(merged.peakBetween), against: `≤ capacity + concurrency + ${TRANSIT_SLACK} = ${segmentBound}`, result: merged.peakBetween <= segmentBound ? 'PASS' : 'MISS' });
+    checks.push(
+      target(
+        `transit, mergeMap over 10–100 ms Promises: peak between the stages (≤ room + ${TRANSIT_SLACK})`,
+        merged.peakBetween,
+        'elements',
+        'le',
+        segmentBound,
+      ),
+    );
+    transitFigures.push({
+      what: 'mergeMap over 10–100 ms Promises: peak elements between the stages',
+      value: String(merged.peakBetween),
+      against: `≤ capacity + concurrency + ${TRANSIT_SLACK} = ${segmentBound}`,
+      result: merged.peakBetween <= segmentBound ? 'PASS' : 'MISS',
+    });
     const ideal = (merged.n * meanTransitDelay(merged.n)) / TRANSIT_ROOM;
-    transitFigures.push({ what: `mergeMap over 10–100 ms Promises: wall time over n × mean delay / room (${(ideal / 1000).toFixed(2)} s)`, value: `${(merged.ms / ideal).toFixed(2)}×`, against: '', result: '' });
+    transitFigures.push({
+      what: `mergeMap over 10–100 ms Promises: wall time over n × mean delay / room (${(ideal / 1000).toFixed(2)} s)`,
+      value: `${(merged.ms / ideal).toFixed(2)}×`,
+      against: '',
+      result: '',
+    });
   }
 }
 const transitHeader = ['transit: stage(capacity 4) → middle → stage(capacity 4)', 'N', 'out', 'wall s', 'ms/element', 'peak buffered', 'peak between'];
@@ -383,7 +455,9 @@ const transitRows = transit.map((r) => [
 const transitFigureHeader = ['transit figure', 'measured', 'against', 'result'];
 const transitFigureRows = transitFigures.map((f) => [f.what, f.value, f.against, f.result]);
 if (transit.length > 0) {
-  console.log(`\n## 5. Transit — deferring RxJS operators between two stages, real timers (peak between: upstream delivered − downstream received + downstream buffered)\n`);
+  console.log(
+    `\n## 5. Transit — deferring RxJS operators between two stages, real timers (peak between: upstream delivered − downstream received + downstream buffered)\n`,
+  );
   console.log(textTable(transitHeader, transitRows));
   if (transitFigures.length > 0) {
     console.log('');
@@ -419,18 +493,27 @@ const importRows = importCost.map((r) => {
     formatMB(r.rss),
     vs(r.ms, rxjs?.ms),
     r.id === 'import-core-own' ? '' : vs(r.rss, rxjs?.rss), // its RSS holds rxjs and zod too
-    r.id === 'import-core' && importRatio !== undefined ? `≤ ${TARGETS.coreImportRatio}× rxjs ${importRatio.ms <= TARGETS.coreImportRatio ? 'PASS' : 'MISS'}` : '',
+    r.id === 'import-core' && importRatio !== undefined
+      ? `≤ ${TARGETS.coreImportRatio}× rxjs ${importRatio.ms <= TARGETS.coreImportRatio ? 'PASS' : 'MISS'}`
+      : '',
   ];
 });
 if (importCost.length > 0) {
-  console.log(`\n## 6. Import cost — one child process per sample, median of ${config.importSamples}; the import() alone (Node start-up excluded), RSS after it\n`);
+  console.log(
+    `\n## 6. Import cost — one child process per sample, median of ${config.importSamples}; the import() alone (Node start-up excluded), RSS after it\n`,
+  );
   console.log(textTable(importHeader, importRows));
 }
 
 // ---------------------------------------------------------------- targets, markdown, json
 
 const targetHeader = ['target', 'measured', 'limit', 'result'];
-const targetRows = checks.map((c) => [c.what, c.measured.toFixed(c.unit === 'MB' ? 1 : 2), `${c.comparison === 'le' ? '≤' : '<'} ${c.limit}`, c.pass ? 'PASS' : 'MISS']);
+const targetRows = checks.map((c) => [
+  c.what,
+  c.measured.toFixed(c.unit === 'MB' ? 1 : 2),
+  `${c.comparison === 'le' ? '≤' : '<'} ${c.limit}`,
+  c.pass ? 'PASS' : 'MISS',
+]);
 if (checks.length > 0) {
   console.log(`\n## Targets (benchmark figures, not tests)\n`);
   console.log(textTable(targetHeader, targetRows));

@@ -171,7 +171,15 @@ async function asyncGenerators(n: number, stageFn: (source: AsyncIterable<number
 /** 7 plain function calls per element: the floor (the checked sum keeps the calls from being optimised away). */
 const calls = repeat(STAGES, () => (x: number) => x);
 async function plainCalls(n: number): Promise<Checked> {
-  const [f1, f2, f3, f4, f5, f6, f7] = calls as [typeof identity, typeof identity, typeof identity, typeof identity, typeof identity, typeof identity, typeof identity];
+  const [f1, f2, f3, f4, f5, f6, f7] = calls as [
+    typeof identity,
+    typeof identity,
+    typeof identity,
+    typeof identity,
+    typeof identity,
+    typeof identity,
+    typeof identity,
+  ];
   let count = 0;
   let sum = 0;
   for (let i = 0; i < n; i++) {

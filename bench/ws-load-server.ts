@@ -27,7 +27,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setImmediate as immediate } from 'node:timers/promises';
 import { WebSocket, WebSocketServer } from 'ws';
 import { fromIterable } from 'sluice';
-import { type GenerateRequest, type GenerationOptions, type Token } from 'sluice/ai';
+import type { GenerateRequest, GenerationOptions, Token } from 'sluice/ai';
 import { attachTokenSocket, type TokenSocket, type TokenWorker } from 'sluice/serve';
 import { monotonicMs } from './harness.js';
 

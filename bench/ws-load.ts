@@ -69,7 +69,20 @@ import { cpus, loadavg } from 'node:os';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { WebSocket } from 'ws';
-import { envInt, formatCount, formatMB, formatRatio, markdownTable, median, monotonicMs, percentile, selected, target, textTable, type TargetCheck } from './harness.js';
+import {
+  envInt,
+  formatCount,
+  formatMB,
+  formatRatio,
+  markdownTable,
+  median,
+  monotonicMs,
+  percentile,
+  selected,
+  target,
+  textTable,
+  type TargetCheck,
+} from './harness.js';
 import type { ServerKind, ServerReport } from './ws-load-server.js';
 
 export interface WsLoadConfig {
@@ -100,7 +113,8 @@ export function wsLoadConfig(): WsLoadConfig {
     fillTimeout: envInt('BENCH_WS_FILL_MS', 60_000),
   };
   if (config.stalledPercent >= 100) throw new Error('BENCH_WS_STALLED_PERCENT must be below 100');
-  if (config.tokens < config.clients * config.rounds * config.requests) throw new Error('BENCH_WS_TOKENS must give every request of every client at least one token');
+  if (config.tokens < config.clients * config.rounds * config.requests)
+    throw new Error('BENCH_WS_TOKENS must give every request of every client at least one token');
   return config;
 }
 
@@ -346,7 +360,15 @@ async function readPhase(
     ws.off('message', onMessage);
     ws.off('close', onClose);
   }
-  return { received, firstTokens: firstTokens.subarray(0, firstTokenCount).sort(), errors, closes, seconds, slowest: outcome === 'done' ? slowest / 1000 : seconds, partial: outcome !== 'done' };
+  return {
+    received,
+    firstTokens: firstTokens.subarray(0, firstTokenCount).sort(),
+    errors,
+    closes,
+    seconds,
+    slowest: outcome === 'done' ? slowest / 1000 : seconds,
+    partial: outcome !== 'done',
+  };
 }
 
 /** Splits `total` tokens into `parts` requests (the first ones take the remainder). */
@@ -389,7 +411,9 @@ export async function measureWsScenario(scenario: WsScenario, config: WsLoadConf
     const fillSeconds = (monotonicMs() - filling) / 1000;
     const fillTokens = fill === undefined ? 0 : fill.tokensGenerated - beforeFill.tokensGenerated;
     if (fill !== undefined) {
-      onProgress(`${scenario.id}: ${fill.stuck} / ${stuck.length} non-readers stuck after ${fillSeconds.toFixed(1)} s (${formatCount(fillTokens)} tokens sent to them, ${formatMB(fill.buffered)} queued in the server)`);
+      onProgress(
+        `${scenario.id}: ${fill.stuck} / ${stuck.length} non-readers stuck after ${fillSeconds.toFixed(1)} s (${formatCount(fillTokens)} tokens sent to them, ${formatMB(fill.buffered)} queued in the server)`,
+      );
     }
 
     const loadAverage = loadavg()[0]!;
@@ -405,7 +429,10 @@ export async function measureWsScenario(scenario: WsScenario, config: WsLoadConf
       const phase = await readPhase(reading, split(roundTokens, config.requests), {
         deadline: config.deadline,
         latencies: own,
-        onTick: (got, finished) => onProgress(`${scenario.id}: round ${round + 1}: ${formatCount(got)} / ${formatCount(own.length)} tokens, ${finished} / ${reading.length} readers done`),
+        onTick: (got, finished) =>
+          onProgress(
+            `${scenario.id}: round ${round + 1}: ${formatCount(got)} / ${formatCount(own.length)} tokens, ${finished} / ${reading.length} readers done`,
+          ),
       });
       roundP99.push(percentile(own.subarray(0, Math.min(phase.received, own.length)).sort(), 99));
       received += phase.received;
@@ -526,7 +553,14 @@ export function wsLoadReport(results: readonly WsLoadResult[]): {
 
   const find = (server: ServerKind, stalled: boolean) => results.find((r) => r.server === server && r.stalled === stalled);
   const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined ? NaN : a / b);
-  const comparisonHeader = ['server', 'readers\' p99 with non-readers ÷ without', 'tokens/s with ÷ without', 'peak RSS with ÷ without', 'p99 ÷ sluice (all read / with non-readers)', 'peak RSS ÷ sluice (all read / with non-readers)'];
+  const comparisonHeader = [
+    'server',
+    "readers' p99 with non-readers ÷ without",
+    'tokens/s with ÷ without',
+    'peak RSS with ÷ without',
+    'p99 ÷ sluice (all read / with non-readers)',
+    'peak RSS ÷ sluice (all read / with non-readers)',
+  ];
   const comparisonRows: string[][] = [];
   const checks: TargetCheck[] = [];
   for (const server of ['sluice', 'naive'] as const) {
@@ -552,11 +586,27 @@ export function wsLoadReport(results: readonly WsLoadResult[]): {
     ]);
     if (server !== 'sluice' || withStalled === undefined) continue;
     if (without !== undefined) {
-      checks.push(target(`WebSocket: readers' p99 token latency (median of rounds) with ${withStalled.nonReaders} non-readers ÷ without (×)`, p99Ratio, '×', 'le', TARGET_P99_RATIO));
+      checks.push(
+        target(
+          `WebSocket: readers' p99 token latency (median of rounds) with ${withStalled.nonReaders} non-readers ÷ without (×)`,
+          p99Ratio,
+          '×',
+          'le',
+          TARGET_P99_RATIO,
+        ),
+      );
     }
     // What sluice may queue for a socket that does not read: up to the high-water mark, plus the frame that crossed it.
     const bound = Math.ceil(((withStalled.nonReaders * (SLUICE_HIGH_WATER_MARK + 1024) + (without?.report.peakBuffered ?? 0)) / 2 ** 20) * 100) / 100;
-    checks.push(target(`WebSocket: bytes queued in the server with ${withStalled.nonReaders} non-readers, peak (MB)`, withStalled.report.peakBuffered / 2 ** 20, 'MB', 'le', bound));
+    checks.push(
+      target(
+        `WebSocket: bytes queued in the server with ${withStalled.nonReaders} non-readers, peak (MB)`,
+        withStalled.report.peakBuffered / 2 ** 20,
+        'MB',
+        'le',
+        bound,
+      ),
+    );
   }
 
   const notes: string[] = [];
@@ -572,7 +622,10 @@ export function wsLoadReport(results: readonly WsLoadResult[]): {
         : '',
     ].filter((p) => p !== '');
     const spread = Math.max(...r.roundP99) / Math.min(...r.roundP99);
-    if (spread > 2) problems.push(`p99 varied ${formatRatio(spread)} between rounds (load average ${r.loadAverage.toFixed(2)} on ${cpus().length} cores): the machine was busy, compare runs on a quiet one`);
+    if (spread > 2)
+      problems.push(
+        `p99 varied ${formatRatio(spread)} between rounds (load average ${r.loadAverage.toFixed(2)} on ${cpus().length} cores): the machine was busy, compare runs on a quiet one`,
+      );
     if (problems.length > 0) notes.push(`${r.id}: ${problems.join('; ')}`);
     const fill =
       r.fill === undefined
@@ -584,7 +637,6 @@ export function wsLoadReport(results: readonly WsLoadResult[]): {
   }
   return { header, rows, comparisonHeader, comparisonRows, checks, notes };
 }
-
 
 /** The command line that runs this file alone. */
 const COMMAND = 'node --conditions=sluice-source --import tsx bench/ws-load.ts';
@@ -606,10 +658,17 @@ async function main(): Promise<void> {
   for (const note of report.notes) console.log(`  - ${note}`);
   if (report.checks.length > 0) {
     console.log('');
-    console.log(textTable(['target', 'measured', 'limit', 'result'], report.checks.map((c) => [c.what, c.measured.toFixed(2), `≤ ${c.limit.toFixed(2)}`, c.pass ? 'PASS' : 'MISS'])));
+    console.log(
+      textTable(
+        ['target', 'measured', 'limit', 'result'],
+        report.checks.map((c) => [c.what, c.measured.toFixed(2), `≤ ${c.limit.toFixed(2)}`, c.pass ? 'PASS' : 'MISS']),
+      ),
+    );
   }
   console.log(`\n## Markdown (for the README)\n`);
-  console.log(`Measured with \`${COMMAND}\` on ${cpus()[0]?.model ?? 'unknown cpu'}, ${cpus().length} cores, Node ${process.version}, load average ${loadAtStart.toFixed(2)}.\n`);
+  console.log(
+    `Measured with \`${COMMAND}\` on ${cpus()[0]?.model ?? 'unknown cpu'}, ${cpus().length} cores, Node ${process.version}, load average ${loadAtStart.toFixed(2)}.\n`,
+  );
   console.log(`${markdownTable(report.header, report.rows)}\n`);
   console.log(`${markdownTable(report.comparisonHeader, report.comparisonRows)}\n`);
   console.log(`load average (1 min): ${loadAtStart.toFixed(2)} at start, ${loadavg()[0]!.toFixed(2)} at the end`);

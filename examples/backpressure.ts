@@ -59,7 +59,9 @@ async function runSluice(): Promise<void> {
     ),
   );
   clearInterval(report);
-  console.log(`  sluice: ${delivered} delivered of ${N}; at most ${peakHeld} elements between source and sink (bound: capacities 16 + 32 + concurrency 1 + ${INFER_CONCURRENCY} = ${16 + 32 + 1 + INFER_CONCURRENCY})`);
+  console.log(
+    `  sluice: ${delivered} delivered of ${N}; at most ${peakHeld} elements between source and sink (bound: capacities 16 + 32 + concurrency 1 + ${INFER_CONCURRENCY} = ${16 + 32 + 1 + INFER_CONCURRENCY})`,
+  );
   if (sampleTrace) {
     const t = sampleTrace.trace;
     console.log(`  a sampled element: traceparent ${t.traceparent}`);

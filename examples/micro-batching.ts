@@ -24,12 +24,7 @@ async function runModel(b: Batch<Request>): Promise<Batch<string>> {
 }
 
 const results = await lastValueFrom(
-  fromIterable(requests).pipe(
-    batch({ maxSize: 8, maxWait: 5, key: (r) => r.model }),
-    stage(runModel, { name: 'infer', concurrency: 2 }),
-    unbatch(),
-    toArray(),
-  ),
+  fromIterable(requests).pipe(batch({ maxSize: 8, maxWait: 5, key: (r) => r.model }), stage(runModel, { name: 'infer', concurrency: 2 }), unbatch(), toArray()),
 );
 
 console.log(`${results.length} results from ${batchSizes.length} model calls: ${batchSizes.join(', ')}`);

@@ -10,7 +10,23 @@
 import { lastValueFrom, map, tap } from 'rxjs';
 import * as z from 'zod';
 import { StageStats, Traced, fromIterable, stage, type TraceContext } from 'sluice';
-import { CharLmWorker, InferencePool, assemble, embed, embedder, generateModels, generateRequest, guard, indexPassages, poolClassifier, loadCorpus, loadTokenizer, redact, retrieve, type AssembledPrompt } from 'sluice/ai';
+import {
+  CharLmWorker,
+  InferencePool,
+  assemble,
+  embed,
+  embedder,
+  generateModels,
+  generateRequest,
+  guard,
+  indexPassages,
+  poolClassifier,
+  loadCorpus,
+  loadTokenizer,
+  redact,
+  retrieve,
+  type AssembledPrompt,
+} from 'sluice/ai';
 
 const models = process.env.SLUICE_MODELS ?? 'models';
 await generateModels({ outDir: models, dataDir: 'data' }); // keeps files that exist
@@ -64,7 +80,10 @@ await lastValueFrom(
     tap((t) => {
       traces.push(t.trace);
       const sources = t.value.citations.map((c) => `[${c.marker}] ${c.source}`).join(', ');
-      headers.set(t.trace, `\nQ: ${questions[t.trace.seq]}\n   sources: ${sources}${t.value.dropped.length ? `; dropped to fit: ${t.value.dropped.join(', ')}` : ''}\nA: `);
+      headers.set(
+        t.trace,
+        `\nQ: ${questions[t.trace.seq]}\n   sources: ${sources}${t.value.dropped.length ? `; dropped to fit: ${t.value.dropped.join(', ')}` : ''}\nA: `,
+      );
     }),
     stage(
       (prompt: AssembledPrompt, context) =>
@@ -93,7 +112,9 @@ for (const trace of traces) {
       .filter(([key]) => key.startsWith(`${record.stage}.`))
       .map(([key, value]) => `${key.slice(record.stage.length + 1)}=${typeof value === 'number' ? Math.round(value * 10) / 10 : value}`)
       .join(' ');
-    console.log(`${`#${trace.seq}`.padEnd(9)}${record.stage.padEnd(10)}${record.queueWait.toFixed(2).padStart(11)}${record.service.toFixed(2).padStart(10)}${record.paused.toFixed(2).padStart(9)}  ${notes}`);
+    console.log(
+      `${`#${trace.seq}`.padEnd(9)}${record.stage.padEnd(10)}${record.queueWait.toFixed(2).padStart(11)}${record.service.toFixed(2).padStart(10)}${record.paused.toFixed(2).padStart(9)}  ${notes}`,
+    );
   }
 }
 for (const [name, s] of Object.entries(stats)) {

@@ -53,7 +53,13 @@ describe('asFlow', () => {
     const errors: unknown[] = [];
     let completed = false;
     asFlow(fromIterable([1, 2, 3]).pipe(map((n) => n))).subscribe({ complete: () => (completed = true) });
-    asFlow(fromIterable([1]).pipe(map(() => { throw new Error('boom'); }))).subscribe({ error: (e) => errors.push(e) });
+    asFlow(
+      fromIterable([1]).pipe(
+        map(() => {
+          throw new Error('boom');
+        }),
+      ),
+    ).subscribe({ error: (e) => errors.push(e) });
     await turn();
     assert.equal(completed, true);
     assert.equal((errors[0] as Error).message, 'boom');

@@ -192,7 +192,11 @@ describe('batch: backpressure', () => {
     assert.deepEqual(seen, [[0, 1]]);
     assert.equal(pulled(), 6, 'one batch out, room for two more items');
     subscription.request(2);
-    assert.deepEqual(seen, [[0, 1], [2, 3], [4, 5]]);
+    assert.deepEqual(seen, [
+      [0, 1],
+      [2, 3],
+      [4, 5],
+    ]);
     assert.equal(pulled(), 10);
     subscription.cancel();
     assert.ok(closed(), 'cancel ends the upstream (the generator is returned)');
@@ -462,7 +466,12 @@ describe('unbatch', () => {
   it('behaves as its documented marble diagram', () => {
     scheduler().run(({ cold, expectObservable }) => {
       const source = cold('----x---------(y|)', { x: batchOf(['a', 'b', 'c'], 0), y: batchOf(['d'], 3) });
-      expectObservable(source.pipe(unbatch<string>(), map((t) => t.value))).toBe('----(abc)-----(d|)');
+      expectObservable(
+        source.pipe(
+          unbatch<string>(),
+          map((t) => t.value),
+        ),
+      ).toBe('----(abc)-----(d|)');
     });
   });
 
@@ -493,10 +502,7 @@ describe('unbatch', () => {
 
 describe('batch: properties', () => {
   it('under any demand, timing and filter upstream, every input appears exactly once, in order within its key, in batches of 1..maxSize, never beyond demand or capacity', () => {
-    const step = fc.oneof(
-      fc.record({ request: fc.integer({ min: 1, max: 3 }) }),
-      fc.record({ advance: fc.integer({ min: 1, max: 15 }) }),
-    );
+    const step = fc.oneof(fc.record({ request: fc.integer({ min: 1, max: 3 }) }), fc.record({ advance: fc.integer({ min: 1, max: 15 }) }));
     fc.assert(
       fc.property(
         fc.array(fc.constantFrom('a', 'b', 'c'), { maxLength: 40 }),
@@ -519,15 +525,18 @@ describe('batch: properties', () => {
           const errors: unknown[] = [];
           let completed = false;
           let requested = 0;
-          const subscription = subscribeWithDemand(fromIterable(inputs).pipe(
+          const subscription = subscribeWithDemand(
+            fromIterable(inputs).pipe(
               filter(kept),
               tap(() => passed++),
               batch(options),
-            ), {
-            next: (t) => emitted.push(t.value),
-            error: (err) => errors.push(err),
-            complete: () => (completed = true),
-          });
+            ),
+            {
+              next: (t) => emitted.push(t.value),
+              error: (err) => errors.push(err),
+              complete: () => (completed = true),
+            },
+          );
           const check = (): void => {
             const delivered = emitted.reduce((n, b) => n + b.size, 0);
             assert.ok(emitted.length <= requested, 'never more batches than requested');
@@ -562,8 +571,17 @@ describe('batch: properties', () => {
             }
           }
           const all = [...seen.values()].flat().sort((x, y) => x - y);
-          assert.deepEqual(all, expected.map((x) => x.id), 'every input exactly once');
-          for (const ids of seen.values()) assert.deepEqual(ids, [...ids].sort((x, y) => x - y), 'in order within a key');
+          assert.deepEqual(
+            all,
+            expected.map((x) => x.id),
+            'every input exactly once',
+          );
+          for (const ids of seen.values())
+            assert.deepEqual(
+              ids,
+              [...ids].sort((x, y) => x - y),
+              'in order within a key',
+            );
         },
       ),
       { numRuns: 300 },

@@ -21,10 +21,11 @@ import { chromium, type Browser, type Page } from 'playwright-core';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 /** Debian's chromium; `SLUICE_CHROMIUM` names another build of it. */
-const CHROMIUM = process.env['SLUICE_CHROMIUM'] || '/usr/bin/chromium';
+const CHROMIUM = process.env.SLUICE_CHROMIUM || '/usr/bin/chromium';
 const installed = existsSync(CHROMIUM);
-const inCi = process.env['CI'] === 'true';
-const skip = installed || inCi ? false : `${CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium, as .ci/run does) to run the browser test`;
+const inCi = process.env.CI === 'true';
+const skip =
+  installed || inCi ? false : `${CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium, as .ci/run does) to run the browser test`;
 
 /** Large enough that a generation is still streaming when the test stops it, whatever the machine's speed. */
 const LONG_ANSWER = 200_000;
@@ -152,7 +153,16 @@ describe('the chat page in headless Chromium against `sluice serve`', { skip }, 
     browser = await chromium.launch({
       executablePath: CHROMIUM,
       // The background-networking flags keep Chromium from phoning home, which this closed network answers with refusals.
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
     });
     const page = await browser.newPage();
     page.on('pageerror', (err) => pageErrors.push(err.message));
@@ -204,7 +214,7 @@ describe('the chat page in headless Chromium against `sluice serve`', { skip }, 
     }
     assert.equal((await chat.status()).state, 'streaming');
     assert.match((await chat.status()).text, /^Streaming… \d+ tokens$/);
-    const shots = process.env['SLUICE_E2E_SCREENSHOTS'];
+    const shots = process.env.SLUICE_E2E_SCREENSHOTS;
     if (shots) await chat.page.screenshot({ path: join(shots, 'chat-streaming.png'), fullPage: true });
 
     await chat.page.getByTestId('stop').click();
@@ -265,7 +275,8 @@ describe('the chat page in headless Chromium against `sluice serve`', { skip }, 
       page.on('websocket', () => sockets++);
       const connection = page.getByTestId('connection');
       const tokenField = page.getByTestId('token');
-      const shows = (text: string) => until(`the connection line to read "${text}"`, async () => ((await connection.textContent()) === text ? true : undefined));
+      const shows = (text: string) =>
+        until(`the connection line to read "${text}"`, async () => ((await connection.textContent()) === text ? true : undefined));
       const secure = new ChatPage(page);
 
       // The page opens without a token: the server completes the handshake and closes with 4401.

@@ -6,7 +6,7 @@ import { lastValueFrom, map, toArray, type Observable, type OperatorFunction } f
 import { stage } from '../src/operators/stage.js';
 import { cached, type CachedAnswer } from '../src/cache/cached.js';
 import { fromIterable } from '../src/flow/sources.js';
-import { Traced } from '../src/core/trace.js';
+import type { Traced } from '../src/core/trace.js';
 import { InvalidOptionsError, StageError } from '../src/core/errors.js';
 import { CacheStats } from '../src/cache/stats.js';
 import { LruCache } from '../src/cache/lru.js';
@@ -41,7 +41,12 @@ function hashingEmbedder(dimensions = 256): { embed: (text: string, signal: Abor
 
 /** Collects every output of a pipeline, with its trace notes. */
 async function run<T>(flow: Observable<Traced<T>>): Promise<{ value: T; notes: Record<string, string | number | boolean> | undefined }[]> {
-  return lastValueFrom(flow.pipe(map((t) => ({ value: t.value, notes: t.trace.notes })), toArray()));
+  return lastValueFrom(
+    flow.pipe(
+      map((t) => ({ value: t.value, notes: t.trace.notes })),
+      toArray(),
+    ),
+  );
 }
 
 describe('cache keys', () => {
@@ -71,10 +76,16 @@ describe('cache keys', () => {
   });
 
   it('refuses values that cannot be keyed faithfully', () => {
-    assert.throws(() => hashKey({ f: 1n }), (err: unknown) => (err as { code: string }).code === 'CACHE_KEY');
+    assert.throws(
+      () => hashKey({ f: 1n }),
+      (err: unknown) => (err as { code: string }).code === 'CACHE_KEY',
+    );
     const cyclic: Record<string, unknown> = {};
     cyclic.self = cyclic;
-    assert.throws(() => hashKey(cyclic), (err: unknown) => (err as { code: string }).code === 'CACHE_KEY');
+    assert.throws(
+      () => hashKey(cyclic),
+      (err: unknown) => (err as { code: string }).code === 'CACHE_KEY',
+    );
   });
 });
 
@@ -155,8 +166,14 @@ describe('LruCache', () => {
             while (total > maxBytes) total -= model.shift()!.bytes;
           }
           assert.ok(cache.bytes <= maxBytes, `holds ${cache.bytes} > ${maxBytes}`);
-          assert.deepEqual([...cache.keys()], model.map((e) => e.key));
-          assert.equal(cache.bytes, model.reduce((s, e) => s + e.bytes, 0));
+          assert.deepEqual(
+            [...cache.keys()],
+            model.map((e) => e.key),
+          );
+          assert.equal(
+            cache.bytes,
+            model.reduce((s, e) => s + e.bytes, 0),
+          );
           assert.deepEqual([stats.bytes, stats.entries, stats.rejected], [cache.bytes, cache.size, rejected]);
         }
       }),
@@ -177,8 +194,14 @@ describe('cached: response cache', () => {
     const stats = new CacheStats();
     const work = cached((p: string) => (calls++, `answer to ${p}`), { response: { maxBytes: 100_000 }, stats });
     const out = await run(fromIterable(['a', 'b', 'a', 'a']).pipe(stage(work, { name: 'infer' })));
-    assert.deepEqual(out.map((o) => o.value), ['answer to a', 'answer to b', 'answer to a', 'answer to a']);
-    assert.deepEqual(out.map((o) => o.notes?.['infer.cache']), ['miss', 'miss', 'hit', 'hit']);
+    assert.deepEqual(
+      out.map((o) => o.value),
+      ['answer to a', 'answer to b', 'answer to a', 'answer to a'],
+    );
+    assert.deepEqual(
+      out.map((o) => o.notes?.['infer.cache']),
+      ['miss', 'miss', 'hit', 'hit'],
+    );
     assert.equal(calls, 2);
     assert.deepEqual([stats.hits, stats.misses, stats.entries, stats.requests], [2, 2, 2, 4]);
     assert.ok(stats.bytes > 0);
@@ -210,8 +233,14 @@ describe('cached: response cache', () => {
     }
     const work = cached(tokens, { response: { maxBytes: 100_000 } });
     const out = await run(fromIterable(['the quick fox', 'the quick fox']).pipe(stage(work, { name: 'gen' })));
-    assert.deepEqual(out.map((o) => o.value), ['the', 'quick', 'fox', 'the', 'quick', 'fox']);
-    assert.deepEqual(out.map((o) => o.notes?.['gen.cache']), ['miss', 'miss', 'miss', 'hit', 'hit', 'hit']);
+    assert.deepEqual(
+      out.map((o) => o.value),
+      ['the', 'quick', 'fox', 'the', 'quick', 'fox'],
+    );
+    assert.deepEqual(
+      out.map((o) => o.notes?.['gen.cache']),
+      ['miss', 'miss', 'miss', 'hit', 'hit', 'hit'],
+    );
     assert.equal(calls, 1);
   });
 
@@ -251,7 +280,10 @@ describe('cached: response cache', () => {
     const stats = new CacheStats();
     const work = cached((p: string) => p.repeat(1000), { response: { maxBytes: 1000 }, stats });
     const out = await run(fromIterable(['ab', 'ab']).pipe(stage(work)));
-    assert.deepEqual(out.map((o) => o.value.length), [2000, 2000]);
+    assert.deepEqual(
+      out.map((o) => o.value.length),
+      [2000, 2000],
+    );
     assert.deepEqual([stats.misses, stats.hits, stats.rejected, stats.entries, stats.bytes], [2, 0, 2, 0, 0]);
   });
 });
@@ -267,8 +299,14 @@ describe('cached: semantic cache', () => {
     let calls = 0;
     const work = cached((p: string) => (calls++, `answer to ${p}`), { semantic: { embed: embedder.embed, threshold: 0.9 }, stats });
     const out = await run(fromIterable([france, similar, other]).pipe(stage(work, { name: 'infer' })));
-    assert.deepEqual(out.map((o) => o.value), [`answer to ${france}`, `answer to ${france}`, `answer to ${other}`]);
-    assert.deepEqual(out.map((o) => o.notes?.['infer.cache']), ['miss', 'semantic-hit', 'miss']);
+    assert.deepEqual(
+      out.map((o) => o.value),
+      [`answer to ${france}`, `answer to ${france}`, `answer to ${other}`],
+    );
+    assert.deepEqual(
+      out.map((o) => o.notes?.['infer.cache']),
+      ['miss', 'semantic-hit', 'miss'],
+    );
     const similarity = out[1]!.notes?.['infer.similarity'] as number;
     assert.ok(Math.abs(similarity - 6 / Math.sqrt(42)) < 1e-6, `similarity ${similarity}`);
     assert.deepEqual([calls, stats.semanticHits, stats.misses, stats.entries], [2, 1, 2, 2]);
@@ -279,7 +317,10 @@ describe('cached: semantic cache', () => {
     let calls = 0;
     const work = cached((p: string) => (calls++, p), { semantic: { embed: embedder.embed, threshold: 0.95 } });
     const out = await run(fromIterable([france, similar]).pipe(stage(work, { name: 'infer' })));
-    assert.deepEqual(out.map((o) => o.notes?.['infer.cache']), ['miss', 'miss']);
+    assert.deepEqual(
+      out.map((o) => o.notes?.['infer.cache']),
+      ['miss', 'miss'],
+    );
     assert.equal(calls, 2);
   });
 
@@ -295,7 +336,10 @@ describe('cached: semantic cache', () => {
       { model: 'a', prompt: similar },
     ];
     const out = await run(fromIterable(requests).pipe(stage(work, { name: 'infer' })));
-    assert.deepEqual(out.map((o) => o.notes?.['infer.cache']), ['miss', 'miss', 'miss', 'semantic-hit']);
+    assert.deepEqual(
+      out.map((o) => o.notes?.['infer.cache']),
+      ['miss', 'miss', 'miss', 'semantic-hit'],
+    );
     assert.equal(out[3]!.value, `a: ${france}`);
   });
 
@@ -330,8 +374,14 @@ describe('cached: single-flight', () => {
     assert.deepEqual([calls, stats.misses, stats.joins], [1, 1, 7]);
     release('the answer');
     const out = await done;
-    assert.deepEqual(out.map((o) => o.value), Array.from({ length: 8 }, () => 'the answer'));
-    assert.deepEqual(out.map((o) => o.notes?.['infer.cache']), ['miss', ...Array.from({ length: 7 }, () => 'joined')]);
+    assert.deepEqual(
+      out.map((o) => o.value),
+      Array.from({ length: 8 }, () => 'the answer'),
+    );
+    assert.deepEqual(
+      out.map((o) => o.notes?.['infer.cache']),
+      ['miss', ...Array.from({ length: 7 }, () => 'joined')],
+    );
     assert.equal(calls, 1);
   });
 
@@ -413,15 +463,21 @@ describe('cached: all together', () => {
     const first = run(fromIterable(['What is the capital of France', 'What is the capital of France']).pipe(infer));
     while (answers.size === 0) await new Promise((r) => setImmediate(r));
     answers.get('What is the capital of France')!('Paris');
-    assert.deepEqual((await first).map((o) => [o.value, o.notes?.['infer.cache']]), [
-      ['Paris', 'miss'],
-      ['Paris', 'joined'],
-    ]);
+    assert.deepEqual(
+      (await first).map((o) => [o.value, o.notes?.['infer.cache']]),
+      [
+        ['Paris', 'miss'],
+        ['Paris', 'joined'],
+      ],
+    );
     const second = await run(fromIterable(['What is the capital of France', 'what is the capital of france please']).pipe(infer));
-    assert.deepEqual(second.map((o) => [o.value, o.notes?.['infer.cache']]), [
-      ['Paris', 'hit'],
-      ['Paris', 'semantic-hit'],
-    ]);
+    assert.deepEqual(
+      second.map((o) => [o.value, o.notes?.['infer.cache']]),
+      [
+        ['Paris', 'hit'],
+        ['Paris', 'semantic-hit'],
+      ],
+    );
     assert.equal(calls, 1);
     assert.deepEqual([stats.hits, stats.semanticHits, stats.misses, stats.joins, stats.requests], [1, 1, 1, 1, 4]);
     assert.equal(stats.entries, 2, 'one response entry and one semantic entry');
@@ -450,7 +506,10 @@ describe('cached: options', () => {
         () => cached(work, options as never),
         (err: unknown) => {
           assert.ok(err instanceof InvalidOptionsError);
-          assert.ok(err.issues.some((i) => i.path === path), `expected an issue at "${path}", got ${JSON.stringify(err.issues)}`);
+          assert.ok(
+            err.issues.some((i) => i.path === path),
+            `expected an issue at "${path}", got ${JSON.stringify(err.issues)}`,
+          );
           return true;
         },
       );
@@ -459,9 +518,12 @@ describe('cached: options', () => {
 
   it('accepts shared cache instances and keeps the work name for the stage', () => {
     const response = new LruCache<CachedAnswer<string>>({ maxBytes: 1000 });
-    const named = cached(function summarise(x: string) {
-      return x;
-    }, { response });
+    const named = cached(
+      function summarise(x: string) {
+        return x;
+      },
+      { response },
+    );
     assert.equal(named.name, 'summarise');
   });
 });

@@ -26,7 +26,7 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const TSC = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
-const inCi = process.env['CI'] === 'true';
+const inCi = process.env.CI === 'true';
 /**
  * Linked from the repo for the second half (`onnxruntime-common` is onnxruntime-node's dependency). A
  * scope is linked package by package, never as a whole folder, and no npm command runs in the app
@@ -93,7 +93,8 @@ describe('the packed package in a fresh app', { timeout: 240_000 }, () => {
     writeFileSync(join(app, 'package.json'), `${JSON.stringify({ name: 'consumer-app', private: true, type: 'module' }, null, 2)}\n`);
     const install = await run('npm', ['install', join(work, tarball), 'rxjs', '--no-audit', '--no-fund', '--prefer-offline'], app, 120_000);
     if (install.code !== 0) {
-      if (/ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ETIMEDOUT|ECONNRESET|network/i.test(install.stderr)) unavailable = `the npm registry is unreachable (${install.stderr.split('\n').find((l) => /ERR/.test(l)) ?? 'network error'})`;
+      if (/ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ETIMEDOUT|ECONNRESET|network/i.test(install.stderr))
+        unavailable = `the npm registry is unreachable (${install.stderr.split('\n').find((l) => /ERR/.test(l)) ?? 'network error'})`;
       else assert.fail(`npm install of the tarball failed: ${shown(install)}`);
     }
   });
@@ -130,7 +131,8 @@ import('sluice').then((ns) => console.log(JSON.stringify({ same: ns === sluice, 
       if (!needsApp(t)) return;
       // @types/node only: the core's declarations use node:stream (fromReadable, toWritable), as any Node project's would.
       mkdirSync(join(app, 'node_modules', '@types'), { recursive: true });
-      if (!existsSync(join(app, 'node_modules', '@types', 'node'))) symlinkSync(join(ROOT, 'node_modules', '@types', 'node'), join(app, 'node_modules', '@types', 'node'), 'dir');
+      if (!existsSync(join(app, 'node_modules', '@types', 'node')))
+        symlinkSync(join(ROOT, 'node_modules', '@types', 'node'), join(app, 'node_modules', '@types', 'node'), 'dir');
       const esmCode = `import { lastValueFrom, toArray, type Observable } from 'rxjs';
 import { fromIterable, stage, StageStats, type StageOptions, type Traced } from 'sluice';
 import { TestSink, TestSource, verify } from 'sluice/testing';
@@ -169,7 +171,10 @@ export const source = new testing.TestSource<number>();
       const results = await Promise.all(
         setups.map(async (setup) => {
           const config = `tsconfig.${setup.file.split('/')[0]}.json`;
-          writeFileSync(join(app, config), JSON.stringify({ compilerOptions: { ...strict, module: setup.module, moduleResolution: setup.moduleResolution }, files: [setup.file] }, null, 2));
+          writeFileSync(
+            join(app, config),
+            JSON.stringify({ compilerOptions: { ...strict, module: setup.module, moduleResolution: setup.moduleResolution }, files: [setup.file] }, null, 2),
+          );
           return { setup, result: await run(process.execPath, [TSC, '-p', config, '--listFiles'], app, 120_000) };
         }),
       );
@@ -178,7 +183,11 @@ export const source = new testing.TestSource<number>();
         assert.equal(result.code, 0, `${setup.name}: tsc failed\n${diagnostics.join('\n')}${result.stderr}`);
         // The core's and the testing kit's declarations reach nothing of sluice/ai or sluice/serve.
         const leaked = result.stdout.split('\n').filter((f) => /node_modules\/sluice\/dist\/src\/(ai|serve)[/.]/.test(f));
-        assert.deepEqual(leaked.map((f) => relative(app, f)), [], `${setup.name}: declarations of the core reach the ai/serve layers`);
+        assert.deepEqual(
+          leaked.map((f) => relative(app, f)),
+          [],
+          `${setup.name}: declarations of the core reach the ai/serve layers`,
+        );
       }
     });
 
@@ -252,13 +261,19 @@ console.log(JSON.stringify({
       assert.deepEqual(out.builtins, [], 'server or worker built-ins loaded by the core');
     });
 
-    it('sluice serve from the installed package answers one chat completion, then exits 0 on SIGTERM, writing nothing into the package', { timeout: 90_000 }, async (t) => {
+    it('sluice serve from the installed package answers one chat completion, then exits 0 on SIGTERM, writing nothing into the package', {
+      timeout: 90_000,
+    }, async (t) => {
       if (!needsApp(t)) return;
       const packageDir = join(app, 'node_modules', 'sluice');
       const filesBefore = listFiles(packageDir);
       let server: ChildProcess | undefined;
       try {
-        server = spawn(process.execPath, [join('node_modules', '.bin', 'sluice'), 'serve', '--host', '127.0.0.1', '--port', '0', '--pool-size', '1'], { cwd: app, env, stdio: ['ignore', 'pipe', 'pipe'] });
+        server = spawn(process.execPath, [join('node_modules', '.bin', 'sluice'), 'serve', '--host', '127.0.0.1', '--port', '0', '--pool-size', '1'], {
+          cwd: app,
+          env,
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
         const exited = new Promise<number | null>((resolve) => server!.once('exit', (code) => resolve(code)));
         let stdout = '';
         let stderr = '';
@@ -283,7 +298,12 @@ console.log(JSON.stringify({
         const response = await fetch(`${url}/v1/chat/completions`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: 'charlm', stream: false, max_tokens: 8, messages: [{ role: 'user', content: 'How does a stage pause a fast producer?' }] }),
+          body: JSON.stringify({
+            model: 'charlm',
+            stream: false,
+            max_tokens: 8,
+            messages: [{ role: 'user', content: 'How does a stage pause a fast producer?' }],
+          }),
         });
         const body = (await response.json()) as { object?: string; choices?: { message?: { role?: string; content?: unknown }; finish_reason?: string }[] };
         assert.equal(response.status, 200, JSON.stringify(body));

@@ -328,11 +328,7 @@ describe('plain RxJS operators between two stages', () => {
   /** Latencies between 1 and 40 frames, the same on every run. */
   const jitter = (value: number): number => 1 + ((value * 7919) % 40);
 
-  function run(
-    name: string,
-    between: (dropped: () => void) => (source: Observable<Traced<number>>) => Observable<Traced<number>>,
-    allowed = bound,
-  ) {
+  function run(name: string, between: (dropped: () => void) => (source: Observable<Traced<number>>) => Observable<Traced<number>>, allowed = bound) {
     const what = allowed === bound ? `${bound} elements` : `${bound} + ${allowed - bound} (deferral slack) elements`;
     it(`${name}: never stalls, never loses, and pulls at most ${what} ahead of the consumer`, () => {
       const scheduler = new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));
@@ -400,15 +396,17 @@ describe('plain RxJS operators between two stages', () => {
   // Out of order: the link learns the spread of transit times as they come (quick ones first), so it may let a few more past.
   run('mergeMap over latencies of 1 to 40 frames (out of order)', () => mergeMap((t) => timer(jitter(t.value)).pipe(map(() => t))), 3 * bound + 16);
   run('concatMap over 2-frame waits (a queue: transit grows with its length)', () => concatMap((t) => timer(2).pipe(map(() => t))), bound + 16);
-  run('delay(20) then a filter dropping nine in ten (drops after a deferral)', (dropped) => (source) =>
-    source.pipe(
-      delay(20),
-      filter((t) => {
-        const keep = t.value % 10 === 0;
-        if (!keep) dropped();
-        return keep;
-      }),
-    ),
+  run(
+    'delay(20) then a filter dropping nine in ten (drops after a deferral)',
+    (dropped) => (source) =>
+      source.pipe(
+        delay(20),
+        filter((t) => {
+          const keep = t.value % 10 === 0;
+          if (!keep) dropped();
+          return keep;
+        }),
+      ),
     bound + 16,
   );
 
@@ -457,7 +455,12 @@ describe('plain RxJS operators between two stages', () => {
       let completedAt = -1;
       scheduler.run(({ flush }) => {
         fromIterable(counting(3000).generator)
-          .pipe(stage(identity, { name: 'A', ...A }), delay(20), filter((t) => keep(t.value)), stage(identity, { name: 'B', ...B }))
+          .pipe(
+            stage(identity, { name: 'A', ...A }),
+            delay(20),
+            filter((t) => keep(t.value)),
+            stage(identity, { name: 'B', ...B }),
+          )
           .subscribe({ complete: () => (completedAt = scheduler.now()) });
         flush();
       });
@@ -477,7 +480,11 @@ describe('plain RxJS operators between two stages', () => {
       let worst = 0;
       let completed = false;
       fromIterable(source.generator)
-        .pipe(stage(identity, { name: 'A', ...A }), mergeMap((t) => of(t).pipe(delay(1))), stage(identity, { name: 'B', ...B }))
+        .pipe(
+          stage(identity, { name: 'A', ...A }),
+          mergeMap((t) => of(t).pipe(delay(1))),
+          stage(identity, { name: 'B', ...B }),
+        )
         .subscribe({
           next: () => {
             delivered++;
@@ -538,7 +545,11 @@ describe('a filter between two stages', () => {
     scheduler.run(({ flush }) => {
       let completedAt = -1;
       fromIterable(counting(100).generator)
-        .pipe(stage(identity, { capacity: 2 }), filter((t) => t.value >= 15), stage(identity, { capacity: 2 }))
+        .pipe(
+          stage(identity, { capacity: 2 }),
+          filter((t) => t.value >= 15),
+          stage(identity, { capacity: 2 }),
+        )
         .subscribe({ complete: () => (completedAt = scheduler.now()) });
       flush();
       assert.equal(completedAt, 0);
@@ -583,7 +594,10 @@ describe('subscribeWithDemand through plain operators', () => {
     assert.deepEqual(seen, [0, 1, 2, 3, 4]);
     demand.request(Infinity);
     await until(() => completed, 5_000);
-    assert.deepEqual(seen, Array.from({ length: 100 }, (_, i) => i));
+    assert.deepEqual(
+      seen,
+      Array.from({ length: 100 }, (_, i) => i),
+    );
   });
 
   /** Waits (in real time: in-transit waits use `asyncScheduler`) until `done()` holds. */
@@ -608,7 +622,12 @@ describe('subscribeWithDemand through plain operators', () => {
   });
 
   it('a filter after a stage does not use up credits either', async () => {
-    const recorder = record(fromIterable(counting(100).generator).pipe(stage(identity), filter((t) => t.value % 4 === 0)));
+    const recorder = record(
+      fromIterable(counting(100).generator).pipe(
+        stage(identity),
+        filter((t) => t.value % 4 === 0),
+      ),
+    );
     recorder.subscription.request(3);
     await until(() => recorder.values.length === 3);
     assert.deepEqual(
@@ -685,7 +704,10 @@ describe('ending early stops the source at once', () => {
     const stats = new StageStats();
     const seen: number[] = [];
     fromIterable([1, 2, 3])
-      .pipe(stage(async (x: number) => x, { capacity: 1, concurrency: 2, stats }), take(1))
+      .pipe(
+        stage(async (x: number) => x, { capacity: 1, concurrency: 2, stats }),
+        take(1),
+      )
       .subscribe((t) => seen.push(t.value));
     for (let i = 0; i < 5; i++) await tick();
     assert.deepEqual(seen, [1]);
@@ -738,4 +760,3 @@ describe('accounting when the consumer leaves early', () => {
     assert.equal(stats.received, stats.delivered + stats.shedTotal + stats.failed);
   });
 });
-

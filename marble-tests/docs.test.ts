@@ -107,7 +107,7 @@ function tsBlocks(doc: string, text: string): Block[] {
     const [language = '', ...markers] = fence.info.split(/[\s,]+/).filter(Boolean);
     if (!['ts', 'typescript'].includes(language.toLowerCase())) continue;
     const name = `${doc.replace(/[^A-Za-z0-9]+/g, '_')}_L${fence.line}.ts`;
-    blocks.push({ doc, line: fence.line, indent: fence.indent, info: fence.info, markers, code: fence.lines.join('\n') + '\n', fileName: name });
+    blocks.push({ doc, line: fence.line, indent: fence.indent, info: fence.info, markers, code: `${fence.lines.join('\n')}\n`, fileName: name });
   }
   return blocks;
 }
@@ -178,9 +178,7 @@ function check(blocks: readonly Block[], options: ts.CompilerOptions): Checked {
   host.readFile = (fileName) => virtual.get(fileName)?.code ?? readFile.call(host, fileName);
 
   const program = ts.createProgram({ rootNames: [...virtual.keys()], options, host });
-  const global = [...program.getOptionsDiagnostics(), ...program.getGlobalDiagnostics()].map((d) =>
-    ts.formatDiagnostic(d, formatHost).trim(),
-  );
+  const global = [...program.getOptionsDiagnostics(), ...program.getGlobalDiagnostics()].map((d) => ts.formatDiagnostic(d, formatHost).trim());
   const problems = new Map<Block, string[]>();
   for (const block of blocks) {
     const found = conventionProblems(block);
@@ -194,7 +192,10 @@ function check(blocks: readonly Block[], options: ts.CompilerOptions): Checked {
     } else {
       const byPosition = (a: ts.Diagnostic, b: ts.Diagnostic) => (a.start ?? -1) - (b.start ?? -1);
       // Syntax errors first: when there are any, they explain most of what follows.
-      const diagnostics = [...[...program.getSyntacticDiagnostics(sourceFile)].sort(byPosition), ...[...program.getSemanticDiagnostics(sourceFile)].sort(byPosition)];
+      const diagnostics = [
+        ...[...program.getSyntacticDiagnostics(sourceFile)].sort(byPosition),
+        ...[...program.getSemanticDiagnostics(sourceFile)].sort(byPosition),
+      ];
       for (const diagnostic of diagnostics) {
         const message = ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n    ');
         const category = ts.DiagnosticCategory[diagnostic.category].toLowerCase();
@@ -291,12 +292,15 @@ const ran = (): Promise<Map<Block, RunResult>> =>
     }
   })());
 
-test('docs checker: tsconfig.json loads and \'sluice\' resolves to the repo sources', async () => {
+test("docs checker: tsconfig.json loads and 'sluice' resolves to the repo sources", async () => {
   const { global } = await checked();
   assert.deepEqual(global, [], `compiler setup problems:\n${global.join('\n')}`);
   const options = compilerOptions();
   const from = join(blockDir, 'probe.ts');
-  for (const [specifier, expected] of [['sluice', 'src/index.ts'], ['sluice/testing', 'src/testing/index.ts']] as const) {
+  for (const [specifier, expected] of [
+    ['sluice', 'src/index.ts'],
+    ['sluice/testing', 'src/testing/index.ts'],
+  ] as const) {
     const resolved = ts.resolveModuleName(specifier, from, options, ts.sys, undefined, undefined, ts.ModuleKind.ESNext).resolvedModule;
     assert.equal(
       resolved && relative(ROOT, resolved.resolvedFileName),
@@ -333,13 +337,16 @@ for (const doc of docs) {
       });
     }
 
-    await t.test(`${blocks.length - skipped.length} TypeScript block(s) type-check${skipped.length ? ` (${skipped.length} marked no-check)` : ''}`, async () => {
-      const { problems } = await checked();
-      const failures = blocks
-        .filter((block) => (problems.get(block)?.length ?? 0) > 0)
-        .map((block) => `${block.doc}:${block.line}: \`\`\`${block.info} block fails:\n  ${problems.get(block)!.join('\n  ')}`);
-      if (failures.length > 0) fail(`${failures.length} block(s) in ${doc} fail:\n\n${failures.join('\n\n')}\n`);
-    });
+    await t.test(
+      `${blocks.length - skipped.length} TypeScript block(s) type-check${skipped.length ? ` (${skipped.length} marked no-check)` : ''}`,
+      async () => {
+        const { problems } = await checked();
+        const failures = blocks
+          .filter((block) => (problems.get(block)?.length ?? 0) > 0)
+          .map((block) => `${block.doc}:${block.line}: \`\`\`${block.info} block fails:\n  ${problems.get(block)!.join('\n  ')}`);
+        if (failures.length > 0) fail(`${failures.length} block(s) in ${doc} fail:\n\n${failures.join('\n\n')}\n`);
+      },
+    );
 
     if (runnable.length > 0) {
       await t.test(`${runnable.length} runnable block(s) exit 0`, async () => {

@@ -3,11 +3,11 @@ import assert from 'node:assert/strict';
 import { TestScheduler } from 'rxjs/testing';
 import { Observable, concatMap, map, take, throwError, timer } from 'rxjs';
 import fc from 'fast-check';
-import { Flow, subscribeWithDemand, type DemandSubscription } from '../src/flow/demand.js';
+import { type Flow, subscribeWithDemand, type DemandSubscription } from '../src/flow/demand.js';
 import { fromIterable } from '../src/flow/sources.js';
 import { StageStats } from '../src/flow/stats.js';
 import { InvalidOptionsError, UnpausableSourceError } from '../src/core/errors.js';
-import { Traced, traced } from '../src/core/trace.js';
+import { type Traced, traced } from '../src/core/trace.js';
 import { stage } from '../src/operators/stage.js';
 import { partition, stableHash, laneOf } from '../src/operators/partition.js';
 import { balance } from '../src/operators/balance.js';
@@ -140,7 +140,7 @@ describe('partition', () => {
     assert.ok(new Set(keys.map((key) => laneOf(key, 4))).size > 1, 'the keys spread over more than one lane');
   });
 
-  it('merges the lanes\' outputs with the source\'s timing', () => {
+  it("merges the lanes' outputs with the source's timing", () => {
     scheduler().run(({ cold, expectObservable }) => {
       const [x, y] = [keyFor(0, 2, 'x'), keyFor(1, 2, 'y')];
       const source = cold('-a-b-c-d|', { a: x, b: y, c: y, d: x });
@@ -149,7 +149,7 @@ describe('partition', () => {
     });
   });
 
-  it('pauses upstream when the next element\'s lane is full, even while other lanes have room (head-of-line)', () => {
+  it("pauses upstream when the next element's lane is full, even while other lanes have room (head-of-line)", () => {
     const [full, free] = [keyFor(0, 2), keyFor(1, 2)];
     const source = counting((i) => (i < 4 ? full : free));
     const lanes = probes<string>(0, 0);
@@ -176,7 +176,7 @@ describe('partition', () => {
     assert.equal(stats.shed.cancelled, 5, 'two buffered in each lane and one at the head are shed on teardown');
   });
 
-  it('holds a slow lane\'s backlog behind the head of the line (virtual time)', () => {
+  it("holds a slow lane's backlog behind the head of the line (virtual time)", () => {
     scheduler().run(({ expectObservable }) => {
       const [a, b] = [keyFor(0, 2, 'a'), keyFor(1, 2, 'b')];
       // Lane 0 takes 30 per element, lane 1 10; each lane's stage holds 2 (one working, one buffered), its ring 1.
@@ -206,7 +206,11 @@ describe('partition', () => {
         partition({
           lanes: 2,
           key: (key: string) => key,
-          lane: (flow, index) => flow.pipe(take(index === 0 ? 1 : Infinity), map((element) => element.value)),
+          lane: (flow, index) =>
+            flow.pipe(
+              take(index === 0 ? 1 : Infinity),
+              map((element) => element.value),
+            ),
           stats,
           onShed: (event) => shed.push(event),
         }),
@@ -249,58 +253,69 @@ describe('partition', () => {
     const input = fc.array(fc.record({ key: fc.constantFrom('a', 'b', 'c', 'd', 'e', 'f'), n: fc.nat() }), { maxLength: 60 });
     const modes = fc.array(fc.constantFrom('plain', 'sync-stage', 'async-stage'), { minLength: 5, maxLength: 5 });
     await fc.assert(
-      fc.asyncProperty(input, fc.integer({ min: 1, max: 5 }), fc.integer({ min: 1, max: 4 }), modes, fc.array(fc.integer({ min: 1, max: 7 }), { maxLength: 10 }), fc.integer({ min: 1, max: 3 }), async (elements, lanes, capacity, laneModes, requests, expand) => {
-        const indexed: Item[] = elements.map((element, i) => ({ ...element, i }));
-        // Each pulled element expands into `expand` (a plain operator between): the overshoot past the head of the line.
-        const chunks = Array.from({ length: Math.ceil(indexed.length / expand) }, (_, c) => indexed.slice(c * expand, (c + 1) * expand));
-        const stats = new StageStats();
-        const out: { key: string; i: number; lane: number }[] = [];
-        const done = new Promise<void>((resolve, reject) => {
-          const subscription = subscribeWithDemand(
-            fromIterable(chunks).pipe(
-              concatMap((chunk) => chunk),
-              partition({
-                lanes,
-                capacity,
-                stats,
-                key: (element: Item) => element.key,
-                lane: (flow, lane) => {
-                  const mode = laneModes[lane]!;
-                  const tag = map((element: Traced<Item>) => ({ key: element.value.key, i: element.value.i, lane }));
-                  if (mode === 'plain') return flow.pipe(tag);
-                  const work = mode === 'sync-stage' ? (value: Item) => value : async (value: Item) => value;
-                  return flow.pipe(stage<Item, Item>(work, { capacity }), tag);
-                },
-              }),
-            ),
-            { next: (value) => out.push(value), complete: resolve, error: reject },
-          );
-          void (async () => {
-            for (const n of requests) {
-              subscription.request(n);
-              await new Promise((tick) => setImmediate(tick));
-            }
-            subscription.request(Infinity);
-          })();
-        });
-        await done;
-        assert.deepEqual(
-          out.map((element) => element.i).sort((x, y) => x - y),
-          indexed.map((element) => element.i),
-          'each element exactly once',
-        );
-        for (const key of new Set(indexed.map((element) => element.key))) {
-          const ofKey = out.filter((element) => element.key === key);
+      fc.asyncProperty(
+        input,
+        fc.integer({ min: 1, max: 5 }),
+        fc.integer({ min: 1, max: 4 }),
+        modes,
+        fc.array(fc.integer({ min: 1, max: 7 }), { maxLength: 10 }),
+        fc.integer({ min: 1, max: 3 }),
+        async (elements, lanes, capacity, laneModes, requests, expand) => {
+          const indexed: Item[] = elements.map((element, i) => ({ ...element, i }));
+          // Each pulled element expands into `expand` (a plain operator between): the overshoot past the head of the line.
+          const chunks = Array.from({ length: Math.ceil(indexed.length / expand) }, (_, c) => indexed.slice(c * expand, (c + 1) * expand));
+          const stats = new StageStats();
+          const out: { key: string; i: number; lane: number }[] = [];
+          const done = new Promise<void>((resolve, reject) => {
+            const subscription = subscribeWithDemand(
+              fromIterable(chunks).pipe(
+                concatMap((chunk) => chunk),
+                partition({
+                  lanes,
+                  capacity,
+                  stats,
+                  key: (element: Item) => element.key,
+                  lane: (flow, lane) => {
+                    const mode = laneModes[lane]!;
+                    const tag = map((element: Traced<Item>) => ({ key: element.value.key, i: element.value.i, lane }));
+                    if (mode === 'plain') return flow.pipe(tag);
+                    const work = mode === 'sync-stage' ? (value: Item) => value : async (value: Item) => value;
+                    return flow.pipe(stage<Item, Item>(work, { capacity }), tag);
+                  },
+                }),
+              ),
+              { next: (value) => out.push(value), complete: resolve, error: reject },
+            );
+            void (async () => {
+              for (const n of requests) {
+                subscription.request(n);
+                await new Promise((tick) => setImmediate(tick));
+              }
+              subscription.request(Infinity);
+            })();
+          });
+          await done;
           assert.deepEqual(
-            ofKey.map((element) => element.i),
-            indexed.filter((element) => element.key === key).map((element) => element.i),
-            `order kept for key ${key}`,
+            out.map((element) => element.i).sort((x, y) => x - y),
+            indexed.map((element) => element.i),
+            'each element exactly once',
           );
-          assert.ok(ofKey.every((element) => element.lane === laneOf(key, lanes)), `key ${key} stayed on its lane`);
-        }
-        assertAccounted(stats);
-        assert.equal(stats.delivered, indexed.length);
-      }),
+          for (const key of new Set(indexed.map((element) => element.key))) {
+            const ofKey = out.filter((element) => element.key === key);
+            assert.deepEqual(
+              ofKey.map((element) => element.i),
+              indexed.filter((element) => element.key === key).map((element) => element.i),
+              `order kept for key ${key}`,
+            );
+            assert.ok(
+              ofKey.every((element) => element.lane === laneOf(key, lanes)),
+              `key ${key} stayed on its lane`,
+            );
+          }
+          assertAccounted(stats);
+          assert.equal(stats.delivered, indexed.length);
+        },
+      ),
       { numRuns: 150 },
     );
   });
@@ -316,7 +331,7 @@ describe('balance', () => {
       .subscribe({ complete: () => (completed = true) });
     assert.deepEqual(workers.probes[0]!.received, [0], 'worker 0 asked for one');
     assert.equal(workers.probes[1]!.received.length, 19, 'worker 1 took the rest: an asking worker beats an empty lane');
-    assert.equal(completed, true, 'nothing was parked in worker 0\'s lane ahead of its demand');
+    assert.equal(completed, true, "nothing was parked in worker 0's lane ahead of its demand");
     assertAccounted(stats);
     assert.equal(stats.delivered, 20);
   });
@@ -329,20 +344,23 @@ describe('balance', () => {
         .pipe(
           balance({
             workers: 2,
-            worker: (flow, index) =>
-              flow.pipe(stage((n: number) => timer(index === 0 ? 40 : 10).pipe(map(() => ({ n, index }))), { capacity: 1 })),
+            worker: (flow, index) => flow.pipe(stage((n: number) => timer(index === 0 ? 40 : 10).pipe(map(() => ({ n, index }))), { capacity: 1 })),
           }),
         )
         .subscribe({ next: ({ value }) => byWorker[value.index]!.push(value.n), complete: () => (completed = true) });
       flush();
       assert.equal(completed, true);
       const [slow, fast] = byWorker as [number[], number[]];
-      assert.deepEqual([...slow, ...fast].sort((x, y) => x - y), Array.from({ length: 12 }, (_, i) => i), 'every element once');
+      assert.deepEqual(
+        [...slow, ...fast].sort((x, y) => x - y),
+        Array.from({ length: 12 }, (_, i) => i),
+        'every element once',
+      );
       assert.ok(fast.length >= 2 * slow.length, `fast worker got ${fast.length}, slow worker ${slow.length}`);
     });
   });
 
-  it('pauses upstream only when every worker\'s lane is full', () => {
+  it("pauses upstream only when every worker's lane is full", () => {
     const source = counting((i) => i);
     const workers = probes<number>(0, 0, 0);
     const subscription = source.flow.pipe(balance({ workers: 3, capacity: 2, worker: workers.lane })).subscribe();
@@ -401,7 +419,7 @@ describe('broadcast', () => {
     subscription.unsubscribe();
     assertAccounted(stats);
     assert.equal(stats.shed.lagging, 0, 'nothing is shed without maxLag');
-    assert.equal(stats.shed.cancelled, 4, 'the slow branch\'s buffer is shed on teardown');
+    assert.equal(stats.shed.cancelled, 4, "the slow branch's buffer is shed on teardown");
   });
 
   it('with maxLag, sheds the lagging branch\'s oldest elements (reason "lagging") and lets the others run', () => {
@@ -480,7 +498,7 @@ describe('mergeFlows', () => {
     subscription.unsubscribe();
   });
 
-  it('merges with the sources\' timing, like RxJS merge', () => {
+  it("merges with the sources' timing, like RxJS merge", () => {
     scheduler().run(({ cold, expectObservable }) => {
       expectObservable(mergeFlows(cold('-a---c|'), cold('---b---d|'))).toBe('-a-b-c-d|');
     });
@@ -574,7 +592,9 @@ describe('fan-out lifecycle', () => {
   it('completes once upstream completes and every lane has drained', () => {
     const branches = probes<number>(0, 0);
     let completed = false;
-    fromIterable([1, 2, 3]).pipe(broadcast({ branches: 2, branch: branches.lane })).subscribe({ complete: () => (completed = true) });
+    fromIterable([1, 2, 3])
+      .pipe(broadcast({ branches: 2, branch: branches.lane }))
+      .subscribe({ complete: () => (completed = true) });
     branches.probes[0]!.request(Infinity);
     assert.deepEqual([branches.probes[0]!.completed, completed], [true, false]);
     branches.probes[1]!.request(2);
@@ -583,7 +603,7 @@ describe('fan-out lifecycle', () => {
     assert.equal(completed, true);
   });
 
-  it('the lanes\' outputs are paced by the consumer\'s demand', () => {
+  it("the lanes' outputs are paced by the consumer's demand", () => {
     const source = counting((i) => i);
     const out: number[] = [];
     const subscription = subscribeWithDemand(
@@ -614,24 +634,39 @@ describe('fan-out options', () => {
   const lane = (flow: Flow<Traced<number>>) => flow;
   it('rejects lanes: 0, naming the field', () => {
     const issues = optionIssues(() => partition({ lanes: 0, key: String, lane }));
-    assert.deepEqual(issues.map((issue) => issue.path), ['lanes']);
+    assert.deepEqual(
+      issues.map((issue) => issue.path),
+      ['lanes'],
+    );
   });
   it('rejects workers: 1.5, naming the field', () => {
     const issues = optionIssues(() => balance({ workers: 1.5, worker: lane }));
-    assert.deepEqual(issues.map((issue) => issue.path), ['workers']);
+    assert.deepEqual(
+      issues.map((issue) => issue.path),
+      ['workers'],
+    );
     assert.match(issues[0]!.message, /integer/);
   });
   it('rejects maxLag: -1, naming the field', () => {
     const issues = optionIssues(() => broadcast({ branches: [lane], maxLag: -1 }));
-    assert.deepEqual(issues.map((issue) => issue.path), ['maxLag']);
+    assert.deepEqual(
+      issues.map((issue) => issue.path),
+      ['maxLag'],
+    );
   });
   it('rejects maxLag not below capacity, naming the field', () => {
     const issues = optionIssues(() => broadcast({ branches: [lane], maxLag: 4, capacity: 4 }));
-    assert.deepEqual(issues.map((issue) => issue.path), ['maxLag']);
+    assert.deepEqual(
+      issues.map((issue) => issue.path),
+      ['maxLag'],
+    );
   });
   it('rejects a branch count without `branch`, naming the field', () => {
     const issues = optionIssues(() => broadcast({ branches: 2 } as never));
-    assert.deepEqual(issues.map((issue) => issue.path), ['branch']);
+    assert.deepEqual(
+      issues.map((issue) => issue.path),
+      ['branch'],
+    );
   });
   it('rejects unknown fields, naming them', () => {
     for (const build of [
@@ -640,11 +675,17 @@ describe('fan-out options', () => {
       () => broadcast({ branches: [lane], lane_count: 3 } as never),
     ]) {
       const issues = optionIssues(build);
-      assert.ok(issues.some((issue) => issue.message.includes('lane_count')), JSON.stringify(issues));
+      assert.ok(
+        issues.some((issue) => issue.message.includes('lane_count')),
+        JSON.stringify(issues),
+      );
     }
   });
   it('rejects a missing key function, naming the field', () => {
     const issues = optionIssues(() => partition({ lanes: 2, lane } as never));
-    assert.deepEqual(issues.map((issue) => issue.path), ['key']);
+    assert.deepEqual(
+      issues.map((issue) => issue.path),
+      ['key'],
+    );
   });
 });

@@ -15,7 +15,15 @@ import { CircuitBreaker } from '../src/resilience/breaker.js';
 import { stage } from '../src/operators/stage.js';
 import { eventually } from '../src/testing/index.js';
 import { MODEL_FILES, generateModels } from '../src/ai/models/generate.js';
-import { decode, generateRequest, type GenerateOptions, type GenerateRequest, type ModelWorker, type Completion, type Token } from '../src/ai/inference/worker.js';
+import {
+  decode,
+  generateRequest,
+  type GenerateOptions,
+  type GenerateRequest,
+  type ModelWorker,
+  type Completion,
+  type Token,
+} from '../src/ai/inference/worker.js';
 import { OpenAIWorker, SseParser } from '../src/ai/inference/openai.js';
 import { CharLmWorker } from '../src/ai/inference/onnx-lm.js';
 import { HttpStatusError } from '../src/ai/inference/errors.js';
@@ -45,7 +53,7 @@ async function quiescent(read: () => number, still = 5, everyMs = 40): Promise<n
 class CountingWorker implements ModelWorker<GenerateRequest, Completion> {
   steps = 0;
   readonly signals: AbortSignal[] = [];
-  readonly traces: (GenerateOptions['trace'])[] = [];
+  readonly traces: GenerateOptions['trace'][] = [];
   constructor(
     readonly name: string,
     private readonly tokenBytes = 0,
@@ -93,7 +101,11 @@ async function stop(running: Running | undefined): Promise<void> {
 }
 
 const post = (base: string, body: unknown, headers: Record<string, string> = {}) =>
-  fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  fetch(`${base}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
 
 const user = (content: string) => [{ role: 'user', content }];
 
@@ -131,13 +143,25 @@ describe('POST /v1/chat/completions with a deterministic worker', () => {
     assert.match(response.headers.get('content-type') ?? '', /^text\/event-stream/);
     const data = await events(response);
     assert.equal(data.at(-1), '[DONE]');
-    const chunks = data.slice(0, -1).map((d) => JSON.parse(d) as { id: string; object: string; model: string; choices: { delta: { role?: string; content?: string }; finish_reason: string | null }[]; usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number } });
+    const chunks = data.slice(0, -1).map(
+      (d) =>
+        JSON.parse(d) as {
+          id: string;
+          object: string;
+          model: string;
+          choices: { delta: { role?: string; content?: string }; finish_reason: string | null }[];
+          usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+        },
+    );
     assert.ok(chunks.every((c) => c.object === 'chat.completion.chunk' && c.model === 'counter' && c.id === chunks[0]!.id));
     assert.equal(chunks[0]!.choices[0]!.delta.role, 'assistant');
     const text = chunks.flatMap((c) => c.choices.map((choice) => choice.delta.content ?? '')).join('');
     assert.equal(text, 't0 t1 t2 t3 ');
     const finals = chunks.filter((c) => c.choices[0]?.finish_reason);
-    assert.deepEqual(finals.map((c) => c.choices[0]!.finish_reason), ['length']);
+    assert.deepEqual(
+      finals.map((c) => c.choices[0]!.finish_reason),
+      ['length'],
+    );
     assert.deepEqual(chunks.at(-1)!.usage, { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 });
     assert.deepEqual(chunks.at(-1)!.choices, []);
   });
@@ -145,7 +169,11 @@ describe('POST /v1/chat/completions with a deterministic worker', () => {
   it('answers a chat.completion with usage when not streaming', async () => {
     const response = await post(running.base, { model: 'counter', messages: user('hi'), max_tokens: 3 });
     assert.equal(response.status, 200);
-    const body = (await response.json()) as { object: string; choices: { message: { role: string; content: string }; finish_reason: string }[]; usage: unknown };
+    const body = (await response.json()) as {
+      object: string;
+      choices: { message: { role: string; content: string }; finish_reason: string }[];
+      usage: unknown;
+    };
     assert.equal(body.object, 'chat.completion');
     assert.deepEqual(body.choices[0]!.message, { role: 'assistant', content: 't0 t1 t2 ' });
     assert.equal(body.choices[0]!.finish_reason, 'length');
@@ -231,7 +259,11 @@ describe('POST /v1/chat/completions with a deterministic worker', () => {
     assert.ok((sample(text, 'sluice_stage_service_seconds_count', 'stage="generate"') ?? 0) >= 3);
     assert.ok((sample(text, 'sluice_stage_queue_wait_seconds_count', 'stage="generate"') ?? 0) >= 3);
     assert.ok((sample(text, 'sluice_generated_tokens_total', 'gen_ai_request_model="counter"') ?? 0) >= 7);
-    assert.ok((sample(text, 'gen_ai_server_request_duration_seconds_count', 'gen_ai_operation_name="chat",gen_ai_request_model="counter",error_type="ABORTED"') ?? 0) >= 1, 'the disconnected request is recorded as aborted');
+    assert.ok(
+      (sample(text, 'gen_ai_server_request_duration_seconds_count', 'gen_ai_operation_name="chat",gen_ai_request_model="counter",error_type="ABORTED"') ?? 0) >=
+        1,
+      'the disconnected request is recorded as aborted',
+    );
     assert.doesNotMatch(text, /chatcmpl-|go on forever/, 'no request id or prompt in labels');
   });
 });
@@ -349,13 +381,21 @@ describe('GET /metrics', () => {
   };
 
   it('reads stage, cache and breaker gauges at scrape time, so they follow the live values', async () => {
-    const outputs = await firstValueFrom(fromIterable([1, 2, 3, 4, 5]).pipe(stage(async (x: number) => x * 2, { name: 'embed', stats }), toArray()));
+    const outputs = await firstValueFrom(
+      fromIterable([1, 2, 3, 4, 5]).pipe(
+        stage(async (x: number) => x * 2, { name: 'embed', stats }),
+        toArray(),
+      ),
+    );
     assert.equal(outputs.length, 5);
     // Two elements held in flight by real work (the in-flight gauge is summed over the stage's live runs).
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
     const held = fromIterable([10, 20])
-      .pipe(stage(async (x: number) => (await gate, x), { name: 'embed', stats, concurrency: 2 }), toArray())
+      .pipe(
+        stage(async (x: number) => (await gate, x), { name: 'embed', stats, concurrency: 2 }),
+        toArray(),
+      )
       .subscribe();
     await eventually(() => assert.equal(stats.inFlight, 2));
     stats.buffered = 3;
@@ -398,7 +438,9 @@ describe('GET /metrics', () => {
       await response.text();
     }
     const text = await scrape();
-    assert.ok((sample(text, 'gen_ai_client_token_usage_count', 'gen_ai_operation_name="chat",gen_ai_request_model="counter",gen_ai_token_type="output"') ?? 0) >= 3);
+    assert.ok(
+      (sample(text, 'gen_ai_client_token_usage_count', 'gen_ai_operation_name="chat",gen_ai_request_model="counter",gen_ai_token_type="output"') ?? 0) >= 3,
+    );
     const promtool = spawnSync('promtool', ['--version'], { encoding: 'utf8' });
     if (promtool.error !== undefined) {
       // CI installs prometheus; there a missing promtool is a failure, locally it is reported.

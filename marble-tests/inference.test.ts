@@ -67,7 +67,11 @@ describe('generation requests', () => {
       [{ temprature: 1 }, 'temprature'],
     ];
     for (const [params, field] of bad) {
-      assert.deepEqual(issuesOf(() => generateRequest({ prompt: 'hi', ...params } as GenerateRequest)), [field], JSON.stringify(params));
+      assert.deepEqual(
+        issuesOf(() => generateRequest({ prompt: 'hi', ...params } as GenerateRequest)),
+        [field],
+        JSON.stringify(params),
+      );
     }
     assert.deepEqual(issuesOf(() => generateRequest({ prompt: 'hi', top_p: 0, max_tokens: 0 })).sort(), ['max_tokens', 'top_p']);
   });
@@ -104,22 +108,27 @@ describe('sampling', () => {
 
   it('top-k and top-p restrict the support to the most likely tokens', () => {
     fc.assert(
-      fc.property(fc.array(fc.float({ min: -5, max: 5, noNaN: true }), { minLength: 2, maxLength: 40 }), fc.integer({ min: 1, max: 10 }), fc.double({ min: 0.05, max: 1, noNaN: true }), (values, k, p) => {
-        const scores = Float32Array.from(values);
-        const ranked = [...scores.keys()].sort((a, b) => scores[b]! - scores[a]! || a - b);
-        const topK = distribution(scores, { top_k: k });
-        const supportK = [...topK.keys()].filter((i) => topK[i]! > 0);
-        assert.ok(supportK.length <= k);
-        assert.deepEqual(new Set(supportK), new Set(ranked.slice(0, supportK.length)));
-        const full = distribution(scores, {});
-        const topP = distribution(scores, { top_p: p });
-        const supportP = ranked.filter((i) => topP[i]! > 0);
-        assert.deepEqual(supportP, ranked.slice(0, supportP.length), 'top-p keeps a prefix of the ranking');
-        const mass = (n: number) => ranked.slice(0, n).reduce((sum, i) => sum + full[i]!, 0);
-        assert.ok(mass(supportP.length) >= p - 1e-9, 'the kept tokens reach top_p');
-        assert.ok(supportP.length === 1 || mass(supportP.length - 1) < p + 1e-9, 'and no fewer would');
-        assert.ok(Math.abs(topP.reduce((a, b) => a + b, 0) - 1) < 1e-9);
-      }),
+      fc.property(
+        fc.array(fc.float({ min: -5, max: 5, noNaN: true }), { minLength: 2, maxLength: 40 }),
+        fc.integer({ min: 1, max: 10 }),
+        fc.double({ min: 0.05, max: 1, noNaN: true }),
+        (values, k, p) => {
+          const scores = Float32Array.from(values);
+          const ranked = [...scores.keys()].sort((a, b) => scores[b]! - scores[a]! || a - b);
+          const topK = distribution(scores, { top_k: k });
+          const supportK = [...topK.keys()].filter((i) => topK[i]! > 0);
+          assert.ok(supportK.length <= k);
+          assert.deepEqual(new Set(supportK), new Set(ranked.slice(0, supportK.length)));
+          const full = distribution(scores, {});
+          const topP = distribution(scores, { top_p: p });
+          const supportP = ranked.filter((i) => topP[i]! > 0);
+          assert.deepEqual(supportP, ranked.slice(0, supportP.length), 'top-p keeps a prefix of the ranking');
+          const mass = (n: number) => ranked.slice(0, n).reduce((sum, i) => sum + full[i]!, 0);
+          assert.ok(mass(supportP.length) >= p - 1e-9, 'the kept tokens reach top_p');
+          assert.ok(supportP.length === 1 || mass(supportP.length - 1) < p + 1e-9, 'and no fewer would');
+          assert.ok(Math.abs(topP.reduce((a, b) => a + b, 0) - 1) < 1e-9);
+        },
+      ),
     );
     const random = createRandom(1);
     for (let i = 0; i < 200; i++) assert.ok([1, 5].includes(sampleToken(logits, { top_k: 2 }, random).id));
@@ -150,7 +159,10 @@ describe('sampling', () => {
     fc.assert(
       fc.property(
         fc.array(alphabet, { maxLength: 40 }).map((a) => a.join('')),
-        fc.array(fc.array(alphabet, { minLength: 1, maxLength: 4 }).map((a) => a.join('')), { minLength: 1, maxLength: 3 }),
+        fc.array(
+          fc.array(alphabet, { minLength: 1, maxLength: 4 }).map((a) => a.join('')),
+          { minLength: 1, maxLength: 3 },
+        ),
         fc.array(fc.nat(), { maxLength: 20 }),
         (text, stops, cuts) => {
           const points = [...new Set(cuts.map((c) => c % (text.length + 1)))].sort((a, b) => a - b);
@@ -341,7 +353,9 @@ describe('OpenAI-compatible client', () => {
       return new Response(body, { status: response.status, headers: response.headers });
     };
     const tokens: Token[] = [];
-    const subscription = subscribeWithDemand(new OpenAIWorker({ baseUrl, model: 'tiny', fetch: counting }).generate(generateRequest({ prompt: 'x' })), { next: (t) => tokens.push(t) });
+    const subscription = subscribeWithDemand(new OpenAIWorker({ baseUrl, model: 'tiny', fetch: counting }).generate(generateRequest({ prompt: 'x' })), {
+      next: (t) => tokens.push(t),
+    });
     for (let n = 1; n <= 3; n++) {
       subscription.request(1);
       await settle(40);
@@ -397,7 +411,12 @@ describe('OpenAI-compatible client', () => {
     handler = (_req, res, body) => {
       seen = JSON.parse(body) as Record<string, unknown>;
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ choices: [{ index: 0, message: { role: 'assistant', content: 'Hello ✓' }, finish_reason: 'length' }], usage: { prompt_tokens: 3, completion_tokens: 2 } }));
+      res.end(
+        JSON.stringify({
+          choices: [{ index: 0, message: { role: 'assistant', content: 'Hello ✓' }, finish_reason: 'length' }],
+          usage: { prompt_tokens: 3, completion_tokens: 2 },
+        }),
+      );
     };
     const completion = await worker().infer(generateRequest({ prompt: 'Hi', seed: 4 }));
     assert.deepEqual(completion, { text: 'Hello ✓', finishReason: 'length', usage: { inputTokens: 3, outputTokens: 2 } });
@@ -406,8 +425,14 @@ describe('OpenAI-compatible client', () => {
   });
 
   it('invalid parameters fail before any request is sent', () => {
-    assert.throws(() => worker().generate({ prompt: 'x', top_k: -3 }), (e: unknown) => e instanceof InvalidOptionsError && e.issues[0]?.path === 'top_k');
-    assert.throws(() => new OpenAIWorker({ baseUrl: 'not a url', model: 'm' }), (e: unknown) => e instanceof InvalidOptionsError && e.issues[0]?.path === 'baseUrl');
+    assert.throws(
+      () => worker().generate({ prompt: 'x', top_k: -3 }),
+      (e: unknown) => e instanceof InvalidOptionsError && e.issues[0]?.path === 'top_k',
+    );
+    assert.throws(
+      () => new OpenAIWorker({ baseUrl: 'not a url', model: 'm' }),
+      (e: unknown) => e instanceof InvalidOptionsError && e.issues[0]?.path === 'baseUrl',
+    );
   });
 });
 
@@ -453,7 +478,10 @@ describe('ONNX language-model adapters', () => {
     assert.equal(a.tokens.length, 120);
     assert.equal(a.done?.finishReason, 'length');
     const alphabet = new Set(corpus);
-    assert.ok([...texts(a.tokens)].every((ch) => alphabet.has(ch)), texts(a.tokens));
+    assert.ok(
+      [...texts(a.tokens)].every((ch) => alphabet.has(ch)),
+      texts(a.tokens),
+    );
     assert.equal(texts(a.tokens), texts(b.tokens));
     assert.ok(a.tokens.every((t) => typeof t.logprob === 'number' && t.logprob <= 0));
     const other = await run(charLm, generateRequest({ ...request, seed: 12 }));
@@ -490,7 +518,9 @@ describe('ONNX language-model adapters', () => {
     assert.deepEqual(
       calls,
       // The first step feeds the prompt; every later one a single token over a cache that grew by one.
-      Array.from({ length: steps }, (_, i) => (i === 0 ? { inputLength: prompt.length, pastLength: 0 } : { inputLength: 1, pastLength: prompt.length + i - 1 })),
+      Array.from({ length: steps }, (_, i) =>
+        i === 0 ? { inputLength: prompt.length, pastLength: 0 } : { inputLength: 1, pastLength: prompt.length + i - 1 },
+      ),
     );
   });
 

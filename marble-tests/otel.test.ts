@@ -5,7 +5,15 @@ import type { AddressInfo } from 'node:net';
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { TraceContext } from '../src/core/trace.js';
-import { decode, generateRequest, type Completion, type GenerateOptions, type GenerateRequest, type ModelWorker, type Token } from '../src/ai/inference/worker.js';
+import {
+  decode,
+  generateRequest,
+  type Completion,
+  type GenerateOptions,
+  type GenerateRequest,
+  type ModelWorker,
+  type Token,
+} from '../src/ai/inference/worker.js';
 import type { Flow } from '../src/flow/demand.js';
 import { createHttpHandler, type HttpHandlerOptions } from '../src/serve/http.js';
 import { genAiSpan, recordStageSpans, traceparentOf } from '../src/serve/otel.js';
@@ -51,7 +59,11 @@ async function close(server: Server): Promise<void> {
 }
 
 const chat = (base: string, body: Record<string, unknown>, headers: Record<string, string> = {}) =>
-  fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], ...body }) });
+  fetch(`${base}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], ...body }),
+  });
 
 const INCOMING = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
 
@@ -166,7 +178,13 @@ describe('a tracer passed as an option', () => {
     const { base, server } = await serve({ worker: new ScriptedWorker('scripted'), tracer: provider.getTracer('test') });
     try {
       await (await chat(base, { model: 'scripted', max_tokens: 1 })).json();
-      assert.deepEqual(exporter.getFinishedSpans().map((s) => s.name).sort(), ['chat scripted', 'stage generate']);
+      assert.deepEqual(
+        exporter
+          .getFinishedSpans()
+          .map((s) => s.name)
+          .sort(),
+        ['chat scripted', 'stage generate'],
+      );
     } finally {
       await close(server);
       await provider.shutdown();

@@ -5,10 +5,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { firstValueFrom, toArray } from 'rxjs';
-import { Batch } from '../src/operators/batch.js';
+import type { Batch } from '../src/operators/batch.js';
 import { infer } from '../src/ai/stages/infer.js';
 import { fromIterable } from '../src/flow/sources.js';
-import { AbortedError, InvalidOptionsError, SluiceError } from '../src/core/errors.js';
+import { AbortedError, InvalidOptionsError, type SluiceError } from '../src/core/errors.js';
 import { buildEmbeddingModel } from '../src/ai/models/embedding.js';
 import { ModelCorruptError, ModelNotFoundError } from '../src/ai/models/errors.js';
 import { EMBEDDING_CONFIG } from '../src/ai/models/generate.js';
@@ -79,7 +79,11 @@ const totalRuns = (pool: InferencePool) => pool.stats.workers.reduce((sum, w) =>
 describe('InferencePool (real onnxruntime in worker threads)', () => {
   it('returns what session.run on the main thread returns for the same feeds, transferring the feed buffers with transferFeeds: true', async () => {
     await withPool({ model: modelPath, size: 1, transferFeeds: true }, async (pool) => {
-      for (const [rows, seq, salt] of [[1, 5, 1], [3, 17, 2], [8, 64, 3]] as const) {
+      for (const [rows, seq, salt] of [
+        [1, 5, 1],
+        [3, 17, 2],
+        [8, 64, 3],
+      ] as const) {
         const expected = await onMainThread(feeds(rows, seq, salt));
         const input = feeds(rows, seq, salt);
         const outputs = await pool.run(input);
@@ -98,7 +102,10 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
       const input = feeds(2, 9, 4);
       const expected = await onMainThread(input);
       const big = new BigInt64Array(1000).fill(7n);
-      const viewed = { ...input, input_ids: new ort.Tensor('int64', (() => (big.set(input.input_ids!.data as BigInt64Array, 100), big.subarray(100, 118)))(), [2, 9]) };
+      const viewed = {
+        ...input,
+        input_ids: new ort.Tensor('int64', (() => (big.set(input.input_ids!.data as BigInt64Array, 100), big.subarray(100, 118)))(), [2, 9]),
+      };
       const outputs = await pool.run(viewed);
       assert.deepEqual(outputs.embeddings!.data, expected);
       assert.equal(big.byteLength, 8000, 'the caller keeps its buffer');
@@ -125,7 +132,12 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
   it('reads FeedBuffers in place, leasing them until the worker is done: queued batches get their own buffers, finished ones are reused', async () => {
     await withPool({ model: modelPath, size: 1 }, async (pool) => {
       const tokenizer = new HashTokenizer();
-      const batches = [['the first batch', 'of two texts'], ['a second batch, queued behind the first'], ['a third', 'queued too', 'three texts'], ['and a fourth']];
+      const batches = [
+        ['the first batch', 'of two texts'],
+        ['a second batch, queued behind the first'],
+        ['a third', 'queued too', 'three texts'],
+        ['and a fourth'],
+      ];
       const expected = await Promise.all(batches.map((texts) => onMainThread(textFeeds(tokenizer, texts))));
       const buffers = new FeedBuffers();
       const shared = new Set<SharedArrayBuffer>();
@@ -140,10 +152,16 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
       assert.ok([...shared].every((buffer) => leased(buffer)));
       const outputs = await Promise.all(runs);
       outputs.forEach((output, i) => assert.deepEqual(output.embeddings!.data, expected[i], `batch ${i}`));
-      assert.ok([...shared].every((buffer) => !leased(buffer)), 'every lease ends with its run');
+      assert.ok(
+        [...shared].every((buffer) => !leased(buffer)),
+        'every lease ends with its run',
+      );
       const again = (textFeeds(tokenizer, ['once the runs are over'], undefined, buffers).input_ids!.data as BigInt64Array).buffer as SharedArrayBuffer;
       assert.ok(shared.has(again), 'a finished buffer is reused');
-      const [outputsAgain, reference] = await Promise.all([pool.run(textFeeds(tokenizer, ['once the runs are over'], undefined, buffers)), onMainThread(textFeeds(tokenizer, ['once the runs are over']))]);
+      const [outputsAgain, reference] = await Promise.all([
+        pool.run(textFeeds(tokenizer, ['once the runs are over'], undefined, buffers)),
+        onMainThread(textFeeds(tokenizer, ['once the runs are over'])),
+      ]);
       assert.deepEqual(outputsAgain.embeddings!.data, reference);
     });
   });
@@ -155,8 +173,13 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
       const queued = new AbortController();
       const first = textFeeds(tokenizer, ['a long running batch '.repeat(20)], undefined, new FeedBuffers());
       const second = textFeeds(tokenizer, ['a queued batch'], undefined, new FeedBuffers());
-      const [firstBuffer, secondBuffer] = [(first.input_ids!.data as BigInt64Array).buffer as SharedArrayBuffer, (second.input_ids!.data as BigInt64Array).buffer as SharedArrayBuffer];
-      const runs = [pool.run(first, { signal: running.signal }), pool.run(second, { signal: queued.signal })].map((run) => run.catch((error: unknown) => error));
+      const [firstBuffer, secondBuffer] = [
+        (first.input_ids!.data as BigInt64Array).buffer as SharedArrayBuffer,
+        (second.input_ids!.data as BigInt64Array).buffer as SharedArrayBuffer,
+      ];
+      const runs = [pool.run(first, { signal: running.signal }), pool.run(second, { signal: queued.signal })].map((run) =>
+        run.catch((error: unknown) => error),
+      );
       queued.abort(new Error('not needed'));
       assert.equal(leased(secondBuffer), false, 'a queued job that aborts never reaches the worker');
       running.abort(new Error('not needed either'));
@@ -180,7 +203,10 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
       assert.equal(stats.running, 0);
       assert.equal(totalRuns(pool), 40, 'the workers report 40 runs between them');
       // The first two jobs went to the two idle workers synchronously, so both worked.
-      assert.ok(stats.workers.every((w) => w.runs > 0), JSON.stringify(stats.workers));
+      assert.ok(
+        stats.workers.every((w) => w.runs > 0),
+        JSON.stringify(stats.workers),
+      );
     });
   });
 
@@ -297,7 +323,12 @@ describe('InferencePool.runBorrowed (outputs in a shared arena the worker reuses
   it('hands use() the same outputs as run(), in one shared buffer per worker that every borrowed run reuses', async () => {
     await withPool({ model: modelPath, size: 1 }, async (pool) => {
       const arenas = new Set<ArrayBufferLike>();
-      for (const [rows, seq, salt] of [[1, 5, 1], [3, 17, 2], [8, 64, 3], [2, 9, 4]] as const) {
+      for (const [rows, seq, salt] of [
+        [1, 5, 1],
+        [3, 17, 2],
+        [8, 64, 3],
+        [2, 9, 4],
+      ] as const) {
         const expected = await onMainThread(feeds(rows, seq, salt));
         const copied = await pool.runBorrowed(feeds(rows, seq, salt), ({ embeddings }) => {
           const data = embeddings!.data as Float32Array;
@@ -348,19 +379,44 @@ describe('InferencePool.runBorrowed (outputs in a shared arena the worker reuses
     }
     const invalid = await rejection(InferencePool.create({ model: modelPath, size: 1, outputArenaBytes: -1 }));
     assert.ok(invalid instanceof InvalidOptionsError, String(invalid));
-    assert.deepEqual(invalid.issues.map((i) => i.path), ['outputArenaBytes']);
+    assert.deepEqual(
+      invalid.issues.map((i) => i.path),
+      ['outputArenaBytes'],
+    );
   });
 
   it('refuses a use() that would outlive the outputs (a Promise, a view into them) and passes on what use() throws; the pool goes on', async () => {
     await withPool({ model: modelPath, size: 1 }, async (pool) => {
-      const asPromise = await expectCode(pool.runBorrowed(feeds(1, 4, 1), async ({ embeddings }) => embeddings!.data), BorrowedOutputsError, 'BORROWED_OUTPUTS');
+      const asPromise = await expectCode(
+        pool.runBorrowed(feeds(1, 4, 1), async ({ embeddings }) => embeddings!.data),
+        BorrowedOutputsError,
+        'BORROWED_OUTPUTS',
+      );
       assert.match(asPromise.message, /Promise/);
-      const view = await expectCode(pool.runBorrowed(feeds(2, 4, 1), ({ embeddings }) => tensorRows(embeddings!)), BorrowedOutputsError, 'BORROWED_OUTPUTS');
+      const view = await expectCode(
+        pool.runBorrowed(feeds(2, 4, 1), ({ embeddings }) => tensorRows(embeddings!)),
+        BorrowedOutputsError,
+        'BORROWED_OUTPUTS',
+      );
       assert.match(view.message, /copy what you keep/);
-      await expectCode(pool.runBorrowed(feeds(1, 4, 1), ({ embeddings }) => embeddings!.data), BorrowedOutputsError, 'BORROWED_OUTPUTS');
+      await expectCode(
+        pool.runBorrowed(feeds(1, 4, 1), ({ embeddings }) => embeddings!.data),
+        BorrowedOutputsError,
+        'BORROWED_OUTPUTS',
+      );
       const thrown = new Error('the reader failed');
-      assert.equal(await rejection(pool.runBorrowed(feeds(1, 4, 1), () => { throw thrown; })), thrown);
-      assert.deepEqual(await pool.runBorrowed(feeds(1, 4, 2), ({ embeddings }) => (embeddings!.data as Float32Array).slice()), await onMainThread(feeds(1, 4, 2)));
+      assert.equal(
+        await rejection(
+          pool.runBorrowed(feeds(1, 4, 1), () => {
+            throw thrown;
+          }),
+        ),
+        thrown,
+      );
+      assert.deepEqual(
+        await pool.runBorrowed(feeds(1, 4, 2), ({ embeddings }) => (embeddings!.data as Float32Array).slice()),
+        await onMainThread(feeds(1, 4, 2)),
+      );
       assert.ok((await rejection(pool.runBorrowed(feeds(1, 4, 1), undefined as never))) instanceof TypeError);
       assert.equal(totalRuns(pool), 5, 'a run without a reader never started');
     });
@@ -426,7 +482,10 @@ describe('infer (micro-batching on the pool)', () => {
     );
     assert.equal(results.length, texts.length);
     assert.ok(Math.max(...sizes) > 1, `batch sizes ${sizes}`);
-    assert.equal(sizes.reduce((a, b) => a + b, 0), texts.length);
+    assert.equal(
+      sizes.reduce((a, b) => a + b, 0),
+      texts.length,
+    );
     assert.equal(pool.stats.completed >= sizes.length, true);
     const traceIds = new Set<string>();
     for (const [i, { value, trace }] of results.entries()) {
@@ -462,14 +521,20 @@ describe('infer (micro-batching on the pool)', () => {
         toArray(),
       ),
     );
-    assert.ok(batches.some((b) => b.lengths.length > 1), 'batches of more than one');
+    assert.ok(
+      batches.some((b) => b.lengths.length > 1),
+      'batches of more than one',
+    );
     for (const { lengths, padded } of batches) {
       const buckets = new Set(lengths.map((n) => Math.ceil(n / 16)));
       assert.equal(buckets.size, 1, `one bucket per batch: lengths ${lengths}`);
       assert.ok(padded <= Math.ceil(lengths[0]! / 16) * 16, `padded to ${padded} for lengths ${lengths}`);
     }
     // Batches of different buckets complete out of input order: the trace says which input each result is.
-    assert.deepEqual(results.map(({ trace }) => trace.seq).sort((a, b) => a - b), texts.map((_, i) => i));
+    assert.deepEqual(
+      results.map(({ trace }) => trace.seq).sort((a, b) => a - b),
+      texts.map((_, i) => i),
+    );
     for (const { value, trace } of results) {
       const input = texts[trace.seq]!;
       assert.equal(trace.notes?.['infer.lengthBucket'], Math.ceil(length(input) / 16));
@@ -480,12 +545,26 @@ describe('infer (micro-batching on the pool)', () => {
   it('with borrowOutputs, fromOutputs reads the outputs in the arena: the same results, and a returned view fails the element', async () => {
     const texts = Array.from({ length: 30 }, (_, i) => text(i, 1 + (i % 6)));
     const run = (borrowOutputs: boolean, fromOutputs: (outputs: Record<string, ort.Tensor>, batch: Batch<string>) => readonly Float32Array[]) =>
-      firstValueFrom(fromIterable(texts).pipe(infer({ pool, toFeeds: (batch: Batch<string>) => textFeeds(tokenizer, batch.items), fromOutputs, maxBatch: 8, maxWait: 20, borrowOutputs }), toArray()));
+      firstValueFrom(
+        fromIterable(texts).pipe(
+          infer({ pool, toFeeds: (batch: Batch<string>) => textFeeds(tokenizer, batch.items), fromOutputs, maxBatch: 8, maxWait: 20, borrowOutputs }),
+          toArray(),
+        ),
+      );
     const shared: boolean[] = [];
-    const copies = await run(true, (outputs) => tensorRows(outputs.embeddings!).map((row) => (shared.push(row.buffer instanceof SharedArrayBuffer), row.slice())));
-    assert.deepEqual(shared, texts.map(() => true), 'every batch was read in shared memory');
+    const copies = await run(true, (outputs) =>
+      tensorRows(outputs.embeddings!).map((row) => (shared.push(row.buffer instanceof SharedArrayBuffer), row.slice())),
+    );
+    assert.deepEqual(
+      shared,
+      texts.map(() => true),
+      'every batch was read in shared memory',
+    );
     const owned = await run(false, (outputs) => tensorRows(outputs.embeddings!));
-    assert.deepEqual(copies.map(({ value }) => value), owned.map(({ value }) => value));
+    assert.deepEqual(
+      copies.map(({ value }) => value),
+      owned.map(({ value }) => value),
+    );
     for (const [i, { value }] of copies.entries()) assertClose(value, await embedOnMainThread(texts[i]!), `text ${i}`);
     const escaped = await rejection(run(true, (outputs) => tensorRows(outputs.embeddings!)));
     assert.ok(escaped instanceof BorrowedOutputsError, String(escaped));
@@ -503,7 +582,15 @@ describe('infer (micro-batching on the pool)', () => {
 
   it('rejects bad options naming each field, and a model the pool does not hold', () => {
     const bad = () => infer({ pool, toFeeds: () => ({}), fromOutputs: () => [], maxBatch: 0, maxWait: -1 });
-    assert.throws(bad, (error: unknown) => error instanceof InvalidOptionsError && error.issues.map((i) => i.path).sort().join() === 'maxBatch,maxWait');
+    assert.throws(
+      bad,
+      (error: unknown) =>
+        error instanceof InvalidOptionsError &&
+        error.issues
+          .map((i) => i.path)
+          .sort()
+          .join() === 'maxBatch,maxWait',
+    );
     assert.throws(() => infer({ pool, toFeeds: () => ({}), fromOutputs: () => [], maxBatch: 1, maxWait: 1, model: 'other' }), UnknownModelError);
   });
 });

@@ -75,7 +75,11 @@ describe('pooling a sentence-transformer export that outputs last_hidden_state',
     assert.deepEqual(planPooling(['embeddings']), { output: 'embeddings', pooling: 'none', normalize: false });
     assert.deepEqual(planPooling(['last_hidden_state', 'sentence_embedding']), { output: 'sentence_embedding', pooling: 'none', normalize: false });
     assert.deepEqual(planPooling(['last_hidden_state', 'pooler_output']), { output: 'last_hidden_state', pooling: 'mean', normalize: true });
-    assert.deepEqual(planPooling(['last_hidden_state', 'sentence_embedding'], { pooling: 'cls' }), { output: 'last_hidden_state', pooling: 'cls', normalize: true });
+    assert.deepEqual(planPooling(['last_hidden_state', 'sentence_embedding'], { pooling: 'cls' }), {
+      output: 'last_hidden_state',
+      pooling: 'cls',
+      normalize: true,
+    });
     assert.deepEqual(planPooling(['pooler_output'], { output: 'pooler_output' }), { output: 'pooler_output', pooling: 'none', normalize: false });
     assert.deepEqual(planPooling(['last_hidden_state'], { normalize: false }), { output: 'last_hidden_state', pooling: 'mean', normalize: false });
   });
@@ -114,7 +118,10 @@ describe('pooling a sentence-transformer export that outputs last_hidden_state',
           toArray(),
         ),
       );
-      assert.ok(results.some(({ trace }) => Number(trace.notes?.['infer.batchSize']) > 1), 'batches of more than one');
+      assert.ok(
+        results.some(({ trace }) => Number(trace.notes?.['infer.batchSize']) > 1),
+        'batches of more than one',
+      );
       for (const { value, trace } of results) assertClose(value, reference(texts[trace.seq]!, 'mean'), `text ${trace.seq}`);
     } finally {
       await pool.close();
@@ -147,7 +154,8 @@ describe('pooling a sentence-transformer export that outputs last_hidden_state',
       const expectSignature = (make: () => unknown, ...mentions: string[]) =>
         assert.throws(make, (error: unknown) => {
           assert.ok(error instanceof ModelSignatureError && error instanceof SluiceError, String(error));
-          for (const mention of [...mentions, '"logits"', `inference pool "${pool.name}"`]) assert.ok(error.message.includes(mention), `${mention} in:\n${error.message}`);
+          for (const mention of [...mentions, '"logits"', `inference pool "${pool.name}"`])
+            assert.ok(error.message.includes(mention), `${mention} in:\n${error.message}`);
           return true;
         });
       expectSignature(() => embedder(pool, tokenizer), 'no output to take embeddings from');
@@ -164,7 +172,10 @@ describe('pooling a sentence-transformer export that outputs last_hidden_state',
       const embed = embedder(pool, tokenizer, { output: 'last_hidden_state', pooling: 'none' });
       await assert.rejects(embed(texts), (error: unknown) => {
         assert.ok(error instanceof SluiceError, String(error));
-        assert.match(error.message, /"last_hidden_state" is float32 \[3, \d+, 8\]; expected \[batch, dim\] for pooling "none" \(token vectors need "mean" or "cls"\)/);
+        assert.match(
+          error.message,
+          /"last_hidden_state" is float32 \[3, \d+, 8\]; expected \[batch, dim\] for pooling "none" \(token vectors need "mean" or "cls"\)/,
+        );
         return true;
       });
     } finally {

@@ -74,7 +74,9 @@ describe('redact: the same redaction whatever the token split', () => {
   it('property: a custom pattern without `partial` is found across splits too (held for maxLength)', () => {
     const ticket = { name: 'ticket', pattern: /(?<![A-Z])[A-Z]{3}-\d{4}(?!\d)/, maxLength: 9 };
     const ticketText = fc
-      .array(fc.oneof(fc.constantFrom('ABC-1234', 'XYZ-9876', 'AB-12', ' ', 'Q'), fc.string({ unit: fc.constantFrom(...'AB-19 '.split('')), maxLength: 6 })), { maxLength: 10 })
+      .array(fc.oneof(fc.constantFrom('ABC-1234', 'XYZ-9876', 'AB-12', ' ', 'Q'), fc.string({ unit: fc.constantFrom(...'AB-19 '.split('')), maxLength: 6 })), {
+        maxLength: 10,
+      })
       .map((p) => p.join(''));
     fc.assert(
       fc.property(ticketText, fc.array(fc.nat(), { maxLength: 8 }), (t, cuts) => {
@@ -105,7 +107,10 @@ describe('redact: detectors', () => {
     assert.equal(redactText('write to john.doe@example.com.'), 'write to [EMAIL].');
     for (const phone of PHONES) assert.equal(redactText(`call ${phone} now`), 'call [PHONE] now', phone);
     for (const ip of IPS) assert.equal(redactText(`host ${ip} up`), 'host [IP] up', ip);
-    assert.equal(redactText('dates 2024-01-15, times 12:30:45, std::vector, version 1.2.3.4.5, 1.2.3.256'), 'dates 2024-01-15, times 12:30:45, std::vector, version 1.2.3.4.5, 1.2.3.256');
+    assert.equal(
+      redactText('dates 2024-01-15, times 12:30:45, std::vector, version 1.2.3.4.5, 1.2.3.256'),
+      'dates 2024-01-15, times 12:30:45, std::vector, version 1.2.3.4.5, 1.2.3.256',
+    );
   });
 
   it('uses configured replacements and user patterns, and counts per kind in stats and trace notes', () => {
@@ -212,7 +217,7 @@ describe('redact: hold-back, bound, flush and demand', () => {
   it('built-in detectors never hold more than the default maxHold, so nothing is forced', () => {
     const redactor = new Redactor();
     for (let i = 0; i < 200; i++) {
-      redactor.push('a.b-c_d+e@'.slice(i % 10) + '12.34.56 ');
+      redactor.push(`${'a.b-c_d+e@'.slice(i % 10)}12.34.56 `);
       redactor.push('x'.repeat(70));
       assert.ok(redactor.holding <= 640, `holding ${redactor.holding}`);
     }
@@ -255,7 +260,12 @@ describe('redact: hold-back, bound, flush and demand', () => {
   it('keeps marble timing: a chunk goes out in the frame of the token that made it certain', () => {
     new TestScheduler((a, e) => assert.deepEqual(a, e)).run(({ cold, expectObservable }) => {
       const tokens = cold('-a--b----c-|', { a: 'mail jo', b: 'hn@exa', c: 'mple.com now' });
-      expectObservable(tokens.pipe(redact(), map((t) => t.value))).toBe('-x-------y-(z|)', { x: 'mail ', y: '[EMAIL] ', z: 'now' });
+      expectObservable(
+        tokens.pipe(
+          redact(),
+          map((t) => t.value),
+        ),
+      ).toBe('-x-------y-(z|)', { x: 'mail ', y: '[EMAIL] ', z: 'now' });
     });
   });
 });
@@ -270,16 +280,29 @@ describe('guard: thresholds, verdicts and reports', () => {
     const verdicts: string[] = [];
     const out = await lastValueFrom(
       fromIterable(['hello', 'you are stupid', 'I hate you', 'bye']).pipe(
-        guard({ name: 'mod', classify: keywords, thresholds: { flag: 0.5, block: 0.9 }, stats, onFailure: (e) => failures.push(e), onVerdict: (e) => verdicts.push(e.verdict.action) }),
+        guard({
+          name: 'mod',
+          classify: keywords,
+          thresholds: { flag: 0.5, block: 0.9 },
+          stats,
+          onFailure: (e) => failures.push(e),
+          onVerdict: (e) => verdicts.push(e.verdict.action),
+        }),
         toArray(),
       ),
     );
-    assert.deepEqual(out.map((t) => t.value), ['hello', 'you are stupid', 'bye']);
-    assert.deepEqual(out.map((t) => t.trace.notes), [
-      { 'mod.verdict': 'pass', 'mod.label': 'toxic', 'mod.score': 0.1 },
-      { 'mod.verdict': 'flag', 'mod.label': 'toxic', 'mod.score': 0.6 },
-      { 'mod.verdict': 'pass', 'mod.label': 'toxic', 'mod.score': 0.1 },
-    ]);
+    assert.deepEqual(
+      out.map((t) => t.value),
+      ['hello', 'you are stupid', 'bye'],
+    );
+    assert.deepEqual(
+      out.map((t) => t.trace.notes),
+      [
+        { 'mod.verdict': 'pass', 'mod.label': 'toxic', 'mod.score': 0.1 },
+        { 'mod.verdict': 'flag', 'mod.label': 'toxic', 'mod.score': 0.6 },
+        { 'mod.verdict': 'pass', 'mod.label': 'toxic', 'mod.score': 0.1 },
+      ],
+    );
     assert.deepEqual(verdicts, ['pass', 'flag', 'block', 'pass']);
     assert.equal(failures.length, 1);
     const [blocked] = failures;
@@ -310,7 +333,9 @@ describe('guard: thresholds, verdicts and reports', () => {
       return keywords(text, signal);
     };
     await assert.rejects(
-      lastValueFrom(fromIterable(['fine', 'hate', 'never']).pipe(guard({ classify: asyncClassifier, thresholds: { flag: 0.5, block: 0.9 }, errorPolicy: 'fail' }))),
+      lastValueFrom(
+        fromIterable(['fine', 'hate', 'never']).pipe(guard({ classify: asyncClassifier, thresholds: { flag: 0.5, block: 0.9 }, errorPolicy: 'fail' })),
+      ),
       (err: unknown) => err instanceof GuardBlockedError && err.stage === 'guard' && err.verdict.score === 0.95,
     );
   });
@@ -372,17 +397,14 @@ describe('jsonOutput: parse, validate, one repair', () => {
 
   it('fails with OUTPUT_INVALID naming every zod issue path when the repair does not help', async () => {
     let repairs = 0;
-    await assert.rejects(
-      parseJsonOutput(Answer, '{"city": 3, "tags": [1]}', { name: 'answer', repair: (text) => (repairs++, text) }),
-      (err: unknown) => {
-        assert.ok(err instanceof OutputInvalidError);
-        assert.equal(err.code, 'OUTPUT_INVALID');
-        assert.equal(err.stage, 'answer');
-        assert.deepEqual(err.issues.map((i) => i.path).sort(), ['city', 'population', 'tags.0']);
-        assert.match(err.message, /city: .*population: .*tags\.0/s);
-        return true;
-      },
-    );
+    await assert.rejects(parseJsonOutput(Answer, '{"city": 3, "tags": [1]}', { name: 'answer', repair: (text) => (repairs++, text) }), (err: unknown) => {
+      assert.ok(err instanceof OutputInvalidError);
+      assert.equal(err.code, 'OUTPUT_INVALID');
+      assert.equal(err.stage, 'answer');
+      assert.deepEqual(err.issues.map((i) => i.path).sort(), ['city', 'population', 'tags.0']);
+      assert.match(err.message, /city: .*population: .*tags\.0/s);
+      return true;
+    });
     assert.equal(repairs, 1);
     await assert.rejects(parseJsonOutput(Answer, 'I cannot answer that.'), (err: unknown) => err instanceof OutputInvalidError && err.issues[0]!.path === '');
   });
@@ -395,8 +417,14 @@ describe('jsonOutput: parse, validate, one repair', () => {
         toArray(),
       ),
     );
-    assert.deepEqual(out.map((t) => t.value), [{ n: 1 }, { n: 2 }]);
-    assert.deepEqual(out.map((t) => t.trace.notes?.['json-output.repaired']), [false, true]);
+    assert.deepEqual(
+      out.map((t) => t.value),
+      [{ n: 1 }, { n: 2 }],
+    );
+    assert.deepEqual(
+      out.map((t) => t.trace.notes?.['json-output.repaired']),
+      [false, true],
+    );
     assert.deepEqual(failures, ['OUTPUT_INVALID', 'OUTPUT_INVALID']);
   });
 });

@@ -107,16 +107,19 @@ describe('VectorIndex: exact top-k', () => {
 
   it('scores are cosine similarities (checked in float64)', () => {
     fc.assert(
-      fc.property(fc.integer({ min: 1, max: 40 }).chain((dim) => fc.tuple(fc.array(vectorArb(dim), { minLength: 1, maxLength: 10 }), vectorArb(dim))), ([rows, query]) => {
-        const index = new VectorIndex<null>(query.length);
-        rows.forEach((row, i) => index.add(`r${i}`, row, null));
-        const norm = (v: number[]) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
-        for (const { id, score } of index.scoreAll(query)) {
-          const row = rows[Number(id.slice(1))]!;
-          const cosine = row.reduce((s, x, j) => s + x * query[j]!, 0) / (norm(row) * norm(query));
-          assert.ok(Math.abs(score - cosine) < 1e-5, `${id}: ${score} vs ${cosine}`);
-        }
-      }),
+      fc.property(
+        fc.integer({ min: 1, max: 40 }).chain((dim) => fc.tuple(fc.array(vectorArb(dim), { minLength: 1, maxLength: 10 }), vectorArb(dim))),
+        ([rows, query]) => {
+          const index = new VectorIndex<null>(query.length);
+          rows.forEach((row, i) => index.add(`r${i}`, row, null));
+          const norm = (v: number[]) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+          for (const { id, score } of index.scoreAll(query)) {
+            const row = rows[Number(id.slice(1))]!;
+            const cosine = row.reduce((s, x, j) => s + x * query[j]!, 0) / (norm(row) * norm(query));
+            assert.ok(Math.abs(score - cosine) < 1e-5, `${id}: ${score} vs ${cosine}`);
+          }
+        },
+      ),
       { numRuns: 200 },
     );
   });
@@ -159,13 +162,22 @@ describe('VectorIndex: exact top-k', () => {
     assert.equal(nan.field, 'vector');
     assert.match(nan.message, /component 1 is NaN/);
     assert.equal(index.has('b'), false);
-    assert.ok(errorOf(() => index.add('c', [0, 0, 0], null)) instanceof InvalidVectorError, 'errorOf(() => index.add(\'c\', [0, 0, 0], null)) instanceof InvalidVectorError');
+    assert.ok(
+      errorOf(() => index.add('c', [0, 0, 0], null)) instanceof InvalidVectorError,
+      "errorOf(() => index.add('c', [0, 0, 0], null)) instanceof InvalidVectorError",
+    );
     for (const k of [0, -1, 1.5]) {
       const error = errorOf(() => index.search([1, 0, 0], { k }));
       assert.ok(error instanceof InvalidOptionsError, 'error instanceof InvalidOptionsError');
-      assert.deepEqual(error.issues.map((i) => i.path), ['k']);
+      assert.deepEqual(
+        error.issues.map((i) => i.path),
+        ['k'],
+      );
     }
-    assert.ok(errorOf(() => index.add('a', [0, 1, 0], null)) instanceof DuplicateIdError, 'errorOf(() => index.add(\'a\', [0, 1, 0], null)) instanceof DuplicateIdError');
+    assert.ok(
+      errorOf(() => index.add('a', [0, 1, 0], null)) instanceof DuplicateIdError,
+      "errorOf(() => index.add('a', [0, 1, 0], null)) instanceof DuplicateIdError",
+    );
     const badDim = errorOf(() => new VectorIndex(0));
     assert.ok(badDim instanceof InvalidOptionsError, 'badDim instanceof InvalidOptionsError');
     assert.equal(badDim.issues[0]!.path, 'dim');
@@ -195,7 +207,11 @@ describe('VectorIndex: save and load', () => {
     const loaded = await VectorIndex.load(path, { schema: z.object({ text: z.string(), source: z.string() }) });
     assert.equal(loaded.dim, 6);
     assert.equal(loaded.size, 19);
-    for (const query of [[1, 0, 0, 0, 0, 0], [3, -1, 2, 0, 1, 1]]) assert.deepEqual(loaded.search(query, { k: 19 }), index.search(query, { k: 19 }));
+    for (const query of [
+      [1, 0, 0, 0, 0, 0],
+      [3, -1, 2, 0, 1, 1],
+    ])
+      assert.deepEqual(loaded.search(query, { k: 19 }), index.search(query, { k: 19 }));
     assert.deepEqual(loaded.get('p19'), { text: 'passage 19', source: 'doc3.md' });
   });
 
@@ -259,7 +275,9 @@ describe('embed', () => {
 
   it('embeds a selected field and passes the input through', async () => {
     const out = await collect(
-      fromIterable([{ q: 'what is a policy', user: 7 }]).pipe(embed({ embedder: hashingEmbedder(16), text: (v: { q: string; user: number }) => v.q, cache: { capacity: 4 } })),
+      fromIterable([{ q: 'what is a policy', user: 7 }]).pipe(
+        embed({ embedder: hashingEmbedder(16), text: (v: { q: string; user: number }) => v.q, cache: { capacity: 4 } }),
+      ),
     );
     assert.equal(out[0]!.value.input.user, 7);
     assert.equal(out[0]!.value.text, 'what is a policy');
@@ -303,19 +321,31 @@ describe('retrieve and citations', () => {
     const run = (options: { k: number; minScore?: number; filter?: (m: PassageMetadata & { lang: string }) => boolean }) =>
       collect(fromIterable([{ vector: new Float32Array([1, 0.2, 0]) }]).pipe(retrieve({ index, ...options })));
     const [top2] = await run({ k: 2 });
-    assert.deepEqual(top2!.value.passages.map((p) => p.id), ['x', 'xy']);
+    assert.deepEqual(
+      top2!.value.passages.map((p) => p.id),
+      ['x', 'xy'],
+    );
     assert.deepEqual(Object.keys(top2!.value.passages[0]!).sort(), ['id', 'score', 'source', 'text']);
     assert.ok(top2!.value.passages[0]!.score > top2!.value.passages[1]!.score, 'top2!.value.passages[0]!.score > top2!.value.passages[1]!.score');
     assert.equal(top2!.trace.notes?.['retrieve.hits'], 2);
     const [above] = await run({ k: 4, minScore: 0.5 });
-    assert.deepEqual(above!.value.passages.map((p) => p.id), ['x', 'xy']);
+    assert.deepEqual(
+      above!.value.passages.map((p) => p.id),
+      ['x', 'xy'],
+    );
     const [french] = await run({ k: 4, filter: (m) => m.lang === 'en' });
-    assert.deepEqual(french!.value.passages.map((p) => p.id), ['x', 'y', 'z']);
+    assert.deepEqual(
+      french!.value.passages.map((p) => p.id),
+      ['x', 'y', 'z'],
+    );
   });
 
   it('reads the query through a selector, and validates its options', async () => {
     const [out] = await collect(fromIterable([[0, 0, 2]]).pipe(retrieve({ index, k: 1, query: (v: number[]) => v })));
-    assert.deepEqual(out!.value.passages.map((p) => p.text), ['about z']);
+    assert.deepEqual(
+      out!.value.passages.map((p) => p.text),
+      ['about z'],
+    );
     const error = errorOf(() => retrieve({ index, k: 0, minScore: 2 }));
     assert.ok(error instanceof InvalidOptionsError, 'error instanceof InvalidOptionsError');
     assert.deepEqual(error.issues.map((i) => i.path).sort(), ['k', 'minScore']);
@@ -352,10 +382,13 @@ describe('prompt assembly', () => {
     const passages = [passage('mid', 0.5, 10), passage('low', 0.1, 10), passage('high', 0.9, 10), passage('lower', 0.2, 10)];
     const full = template(10_000).render({ question: 'why?' }, passages);
     assert.deepEqual(full.dropped, []);
-    const perPassage = countTokens('[1] ' + passages[0]!.text) + countTokens('[1] mid.md');
+    const perPassage = countTokens(`[1] ${passages[0]!.text}`) + countTokens('[1] mid.md');
     const prompt = template(full.tokens - 2 * perPassage).render({ question: 'why?' }, passages);
     assert.deepEqual(prompt.dropped, ['low', 'lower']);
-    assert.deepEqual(prompt.citations.map((c) => c.ids[0]), ['high', 'mid']);
+    assert.deepEqual(
+      prompt.citations.map((c) => c.ids[0]),
+      ['high', 'mid'],
+    );
     assert.ok(prompt.tokens <= full.tokens - 2 * perPassage, 'prompt.tokens <= full.tokens - 2 * perPassage');
     assert.equal(prompt.tokens, total(prompt.messages));
   });
@@ -442,14 +475,23 @@ describe('prompt assembly', () => {
 
     const missing = errorOf(() => template(100).render({} as { question: string }));
     assert.ok(missing instanceof TemplateVariablesError, 'missing instanceof TemplateVariablesError');
-    assert.deepEqual(missing.issues.map((i) => i.path), ['question']);
+    assert.deepEqual(
+      missing.issues.map((i) => i.path),
+      ['question'],
+    );
     const wrongType = errorOf(() => template(100).render({ question: 42 } as unknown as { question: string }));
     assert.ok(wrongType instanceof TemplateVariablesError, 'wrongType instanceof TemplateVariablesError');
-    assert.deepEqual(wrongType.issues.map((i) => i.path), ['question']);
+    assert.deepEqual(
+      wrongType.issues.map((i) => i.path),
+      ['question'],
+    );
 
     const unknown = errorOf(() => new PromptTemplate({ template: 'Q: {{questoin}}', system: '{{context}}', schema, budget: 10 }));
     assert.ok(unknown instanceof InvalidOptionsError, 'unknown instanceof InvalidOptionsError');
-    assert.deepEqual(unknown.issues.map((i) => i.path), ['template', 'system']);
+    assert.deepEqual(
+      unknown.issues.map((i) => i.path),
+      ['template', 'system'],
+    );
     const badBudget = errorOf(() => template(0));
     assert.ok(badBudget instanceof InvalidOptionsError, 'badBudget instanceof InvalidOptionsError');
     assert.equal(badBudget.issues[0]!.path, 'budget');
@@ -457,7 +499,11 @@ describe('prompt assembly', () => {
 
   it('as a stage: notes tokens and dropped ids in the trace, and fails the stream with PROMPT_OVER_BUDGET', async () => {
     const input = { question: 'why?', passages: [passage('a', 0.9, 5), passage('b', 0.1, 50)] };
-    const [out] = await collect(fromIterable([input]).pipe(assemble({ template: '{{context}} Q: {{question}}', schema, budget: 30, variables: (v: typeof input) => ({ question: v.question }) })));
+    const [out] = await collect(
+      fromIterable([input]).pipe(
+        assemble({ template: '{{context}} Q: {{question}}', schema, budget: 30, variables: (v: typeof input) => ({ question: v.question }) }),
+      ),
+    );
     assert.deepEqual(out!.value.dropped, ['b']);
     assert.equal(out!.trace.notes?.['assemble.dropped'], 'b');
     assert.equal(out!.trace.notes?.['assemble.tokens'], out!.value.tokens);
@@ -473,7 +519,10 @@ describe('prompt assembly', () => {
 
 describe('corpus and an end-to-end pipeline', () => {
   it('chunks markdown by heading and paragraph, keeping fenced code whole', () => {
-    const passages = chunkMarkdown('Intro line.\n\n# Title\n\nFirst para\ncontinues.\n\n```ts\nconst a = 1;\n\n# not a heading\n```\n\n## Sub\n- one\n- two\n', 'doc.md');
+    const passages = chunkMarkdown(
+      'Intro line.\n\n# Title\n\nFirst para\ncontinues.\n\n```ts\nconst a = 1;\n\n# not a heading\n```\n\n## Sub\n- one\n- two\n',
+      'doc.md',
+    );
     assert.deepEqual(passages, [
       { id: 'doc.md#doc-md-1', text: 'Intro line.', source: 'doc.md' },
       { id: 'doc.md#title-1', text: 'First para\ncontinues.', source: 'doc.md › Title' },
@@ -484,7 +533,7 @@ describe('corpus and an end-to-end pipeline', () => {
 
   it('answers questions over the bundled corpus: embed → retrieve → assemble, with citations', async () => {
     const corpus = await loadCorpus();
-    assert.equal(corpus.length, 18, "one passage per paragraph of the five bundled documents");
+    assert.equal(corpus.length, 18, 'one passage per paragraph of the five bundled documents');
     assert.equal(new Set(corpus.map((p) => p.id)).size, corpus.length);
     const embedder = hashingEmbedder(256);
     const index = await indexPassages(corpus, embedder, { batchSize: 8 });
@@ -520,6 +569,9 @@ describe('corpus and an end-to-end pipeline', () => {
     }
     assert.equal(prompts[2]!.trace.notes?.['embed.cache'], 'hit');
     assert.equal(cache.hits, 1);
-    assert.ok(prompts.some((p) => p.value.dropped.length > 0), 'the budget of 120 tokens drops some passages');
+    assert.ok(
+      prompts.some((p) => p.value.dropped.length > 0),
+      'the budget of 120 tokens drops some passages',
+    );
   });
 });

@@ -58,7 +58,13 @@ describe('re-entrancy: the consumer leaves from inside work', () => {
           return x;
         };
         const source = fromIterable([0, 1, 2]);
-        const piped = shape === 'fused source' ? source.pipe(stage(work, { stats })) : source.pipe(stage((x: number) => x), stage(work, { stats }));
+        const piped =
+          shape === 'fused source'
+            ? source.pipe(stage(work, { stats }))
+            : source.pipe(
+                stage((x: number) => x),
+                stage(work, { stats }),
+              );
         piped.subscribe(consumer);
         await tick(5);
       });

@@ -12,7 +12,7 @@ import { admission, type RejectEvent } from '../src/operators/admission.js';
 import { StageStats } from '../src/flow/stats.js';
 import { route, type ShadowReport } from '../src/resilience/route.js';
 import { fromIterable } from '../src/flow/sources.js';
-import { Traced, TraceContext } from '../src/core/trace.js';
+import { type Traced, TraceContext } from '../src/core/trace.js';
 import { InvalidOptionsError, StageError } from '../src/core/errors.js';
 import { AdmissionRejectedError, CircuitOpenError, FallbackExhaustedError, StreamTimeoutError } from '../src/resilience/errors.js';
 import { CircuitBreaker, type CircuitStateChange } from '../src/resilience/breaker.js';
@@ -32,7 +32,7 @@ function contextFor(name = 'test'): StageContext & { readonly controller: AbortC
 }
 
 /** The error a stage wraps around a work failure. */
-function causeOf(err: unknown): unknown {
+function _causeOf(err: unknown): unknown {
   return err instanceof StageError ? err.cause : err;
 }
 
@@ -117,7 +117,10 @@ describe('withTimeouts: total and idle deadlines for token streams', () => {
       () => withTimeouts(() => 1, { idle: -1 }),
       (err: unknown) => err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'idle'),
     );
-    assert.throws(() => withTimeouts(() => 1, {}), (err: unknown) => err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'total'));
+    assert.throws(
+      () => withTimeouts(() => 1, {}),
+      (err: unknown) => err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'total'),
+    );
   });
 });
 
@@ -142,7 +145,13 @@ describe('retrying: backoff with jitter, never after the first token', () => {
     const d2 = Math.round(200 * (1 - 0.5 * second));
     ts.run(({ cold, expectObservable }) => {
       let calls = 0;
-      const work = retrying(() => (calls++ < 2 ? cold('#') : cold('(a|)')), { attempts: 3, baseDelay: 100, jitter: 0.5, random: seededRandom(7), scheduler: ts });
+      const work = retrying(() => (calls++ < 2 ? cold('#') : cold('(a|)')), {
+        attempts: 3,
+        baseDelay: 100,
+        jitter: 0.5,
+        random: seededRandom(7),
+        scheduler: ts,
+      });
       expectObservable(work('p', contextFor())).toBe(`${d1 + d2}ms (a|)`);
     });
     assert.ok(d1 >= 50 && d1 <= 100 && d2 >= 100 && d2 <= 200);
@@ -168,10 +177,10 @@ describe('retrying: backoff with jitter, never after the first token', () => {
 
   it('propagates a failure after the first token instead of retrying', () => {
     scheduler().run(({ cold, expectObservable }) => {
-      let calls = 0;
+      let _calls = 0;
       const work = retrying(
         () => {
-          calls++;
+          _calls++;
           return cold('-a-#', undefined, new Error('broke'));
         },
         { attempts: 5, baseDelay: 1 },
@@ -393,10 +402,12 @@ describe('retrying: backoff with jitter, never after the first token', () => {
   it('names the bad field of invalid options', () => {
     assert.throws(
       () => retrying(() => 1, { attempts: 0, baseDelay: 1, jitter: 2 }),
-      (err: unknown) =>
-        err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'attempts') && err.issues.some((i) => i.path === 'jitter'),
+      (err: unknown) => err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'attempts') && err.issues.some((i) => i.path === 'jitter'),
     );
-    assert.throws(() => retrying(() => 1, { attempts: 2, baseDelay: 1, maxRetryAfter: -1 }), (err: unknown) => err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'maxRetryAfter'));
+    assert.throws(
+      () => retrying(() => 1, { attempts: 2, baseDelay: 1, maxRetryAfter: -1 }),
+      (err: unknown) => err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'maxRetryAfter'),
+    );
   });
 });
 
@@ -405,7 +416,12 @@ describe('CircuitBreaker: closed → open → half-open → closed, with hystere
    * Calls made at the frames of `calls`: f fails at once, s succeeds at once, q fails
    * after 3 frames, p succeeds after 3 frames. Outcomes: F failed, S succeeded, x rejected.
    */
-  function drive(breaker: CircuitBreaker, cold: (marbles: string, values?: Record<string, string>, error?: unknown) => Observable<string>, calls: Observable<string>, rejections: CircuitOpenError[] = []): Observable<string> {
+  function drive(
+    breaker: CircuitBreaker,
+    cold: (marbles: string, values?: Record<string, string>, error?: unknown) => Observable<string>,
+    calls: Observable<string>,
+    rejections: CircuitOpenError[] = [],
+  ): Observable<string> {
     const worker = breaker.wrap((kind: string) => {
       if (kind === 'f') return throwError(() => new Error('down'));
       if (kind === 'q') return cold('---#', undefined, new Error('down'));
@@ -608,13 +624,20 @@ describe('fallback: the next worker only before the first token', () => {
         if (answering < 0) {
           assert.deepEqual(out, []);
           assert.ok(error instanceof FallbackExhaustedError);
-          assert.deepEqual(calls, plan.map((_, i) => i));
+          assert.deepEqual(
+            calls,
+            plan.map((_, i) => i),
+          );
           return;
         }
         const step = plan[answering]!;
         assert.deepEqual(out, step.failAfter === undefined ? step.tokens : step.tokens.slice(0, step.failAfter));
         assert.equal(completed, step.failAfter === undefined);
-        assert.deepEqual(calls, plan.slice(0, answering + 1).map((_, i) => i), 'no worker after the one that answered');
+        assert.deepEqual(
+          calls,
+          plan.slice(0, answering + 1).map((_, i) => i),
+          'no worker after the one that answered',
+        );
         assert.equal(context.trace.notes?.['infer.worker'], `w${answering}`);
       }),
       { numRuns: 300 },
@@ -624,9 +647,13 @@ describe('fallback: the next worker only before the first token', () => {
   it('names the bad field of invalid arguments', () => {
     assert.throws(
       () => fallback([() => 1, { name: '', work: () => 2 }], { when: 3 as unknown as () => boolean }),
-      (err: unknown) => err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'workers.1.name') && err.issues.some((i) => i.path === 'options.when'),
+      (err: unknown) =>
+        err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'workers.1.name') && err.issues.some((i) => i.path === 'options.when'),
     );
-    assert.throws(() => fallback([]), (err: unknown) => err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'workers'));
+    assert.throws(
+      () => fallback([]),
+      (err: unknown) => err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'workers'),
+    );
   });
 });
 
@@ -712,7 +739,10 @@ describe('admission: per-tenant token buckets, priority, bounded queue', () => {
       });
       await new Promise((resolve) => setTimeout(resolve, 5));
       assert.deepEqual(out, ['a', 'b', 'c']);
-      assert.deepEqual(reported.map((err) => (err as Error).message), ['hook failed']);
+      assert.deepEqual(
+        reported.map((err) => (err as Error).message),
+        ['hook failed'],
+      );
       assert.equal(stats.received, stats.delivered + stats.shedTotal + stats.failed);
     } finally {
       rxjsConfig.onUnhandledError = previous;
@@ -765,7 +795,8 @@ describe('admission: per-tenant token buckets, priority, bounded queue', () => {
   it('names the bad field of invalid options', () => {
     assert.throws(
       () => admission({ tenant: () => 't', rate: { perTenant: 0, burst: 1 }, maxQueue: -1 }),
-      (err: unknown) => err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'rate.perTenant') && err.issues.some((i) => i.path === 'maxQueue'),
+      (err: unknown) =>
+        err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'rate.perTenant') && err.issues.some((i) => i.path === 'maxQueue'),
     );
   });
 });

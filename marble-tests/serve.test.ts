@@ -119,7 +119,10 @@ describe('startServer (in process)', () => {
     };
     const aborted: number[] = [];
     for (let attempt = 0; attempt < 3 && !aborted.some((n) => n >= 1); attempt++) aborted.push(await round(attempt));
-    assert.ok(aborted.some((n) => n >= 1), `queued steps were aborted (per round: ${aborted.join(', ')})`);
+    assert.ok(
+      aborted.some((n) => n >= 1),
+      `queued steps were aborted (per round: ${aborted.join(', ')})`,
+    );
   });
 
   it('serves the chat page, lists both models, and answers OpenAI chat completions', async () => {
@@ -128,7 +131,10 @@ describe('startServer (in process)', () => {
     assert.match(page.headers.get('content-security-policy') ?? '', /connect-src 'self'/);
     assert.match(await page.text(), /<html/i);
     const models = (await (await fetch(`${running.url}/v1/models`)).json()) as { data: { id: string }[] };
-    assert.deepEqual(models.data.map((m) => m.id), ['sluice-rag', 'charlm']);
+    assert.deepEqual(
+      models.data.map((m) => m.id),
+      ['sluice-rag', 'charlm'],
+    );
     const response = await fetch(`${running.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -150,7 +156,8 @@ describe('startServer (in process)', () => {
 
   it('exports the pipeline stages and the WebSocket counters on /metrics, valid for promtool', async (t) => {
     const text = await (await fetch(`${running.url}/metrics`)).text();
-    for (const stage of ['guard', 'embed', 'retrieve', 'assemble', 'generate']) assert.match(text, new RegExp(`^sluice_stage_received_total\\{stage="${stage}"\\} \\d+$`, 'm'));
+    for (const stage of ['guard', 'embed', 'retrieve', 'assemble', 'generate'])
+      assert.match(text, new RegExp(`^sluice_stage_received_total\\{stage="${stage}"\\} \\d+$`, 'm'));
     assert.match(text, /^sluice_ws_requests_started_total\{server="ws"\} [1-9]\d*$/m);
     const promtool = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
     if (promtool.error !== undefined) {
@@ -164,7 +171,9 @@ describe('startServer (in process)', () => {
     const port = Number(new URL(running.url).port);
     const answer = await new Promise<string>((resolve, reject) => {
       const socket = connect(port, '127.0.0.1', () => {
-        socket.write(`GET /elsewhere HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`);
+        socket.write(
+          `GET /elsewhere HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`,
+        );
       });
       let data = '';
       socket.on('data', (chunk) => (data += String(chunk)));
@@ -176,8 +185,14 @@ describe('startServer (in process)', () => {
 
   it('refuses invalid options at construction with the path of the field', async () => {
     await assert.rejects(startServer({ port: 70_000 }), (err: unknown) => err instanceof InvalidOptionsError && /port/.test(err.message));
-    await assert.rejects(startServer({ host: '0.0.0.0' }), (err: unknown) => err instanceof InvalidOptionsError && /tokens/.test(err.message) && /loopback/.test(err.message));
-    await assert.rejects(startServer({ tokens: { short: 'acme' } }), (err: unknown) => err instanceof InvalidOptionsError && /at least 8 characters/.test(err.message));
+    await assert.rejects(
+      startServer({ host: '0.0.0.0' }),
+      (err: unknown) => err instanceof InvalidOptionsError && /tokens/.test(err.message) && /loopback/.test(err.message),
+    );
+    await assert.rejects(
+      startServer({ tokens: { short: 'acme' } }),
+      (err: unknown) => err instanceof InvalidOptionsError && /at least 8 characters/.test(err.message),
+    );
   });
 });
 
@@ -200,7 +215,8 @@ describe('sluice serve flags and environment', () => {
   });
 
   /** Runs the command to its exit (for the ones that exit before serving). */
-  const run = (args: string[], env: Record<string, string> = {}) => spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', env: { ...process.env, ...env }, timeout: 60_000 });
+  const run = (args: string[], env: Record<string, string> = {}) =>
+    spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', env: { ...process.env, ...env }, timeout: 60_000 });
 
   it('exits with 2 and names the bad flag or variable', () => {
     const cases: [string[], Record<string, string>, RegExp][] = [
@@ -261,7 +277,18 @@ describe('sluice serve: SIGTERM under load', () => {
 
   it('stops accepting, lets short requests finish, ends long ones with SHUTDOWN, and accounts for every request', async () => {
     const token = 'test-token-0123456789';
-    const server = await spawnServe(['--models', models, '--shutdown-timeout', '1500', '--token', `acme:${token}`, '--tenant-concurrent', '64', '--pool-size', '1']);
+    const server = await spawnServe([
+      '--models',
+      models,
+      '--shutdown-timeout',
+      '1500',
+      '--token',
+      `acme:${token}`,
+      '--tenant-concurrent',
+      '64',
+      '--pool-size',
+      '1',
+    ]);
     const wsUrl = `${server.url.replace('http', 'ws')}/v1/ws`;
     try {
       // 16 connections, each with a long and a short request; 2 long HTTP streams.

@@ -94,7 +94,13 @@ describe('toWritable', () => {
     let finishedFirst = false;
     writable.on('finish', () => (finishedFirst = true));
 
-    await toWritable(fromIterable(numbers()).pipe(stage((x: number) => x, { capacity, concurrency }), untraced()), writable);
+    await toWritable(
+      fromIterable(numbers()).pipe(
+        stage((x: number) => x, { capacity, concurrency }),
+        untraced(),
+      ),
+      writable,
+    );
 
     let expectedHash = 0;
     for (let i = 0; i < N; i++) expectedHash = (Math.imul(expectedHash, 31) + i) | 0;
@@ -159,7 +165,16 @@ describe('toWritable', () => {
         else callback();
       },
     });
-    await assert.rejects(toWritable(fromIterable(source.generator).pipe(stage((x: number) => x), untraced()), writable), (error) => error === failure);
+    await assert.rejects(
+      toWritable(
+        fromIterable(source.generator).pipe(
+          stage((x: number) => x),
+          untraced(),
+        ),
+        writable,
+      ),
+      (error) => error === failure,
+    );
     assert.equal(source.state.closed, true, 'generator finally ran');
     const pulled = source.state.pulled;
     assert.ok(pulled <= 1000 + 17 + 4 + 4, `pulled ${pulled}`);
@@ -195,7 +210,16 @@ describe('toWritable', () => {
     const failure = new Error('model unavailable');
     const source = counting(Infinity, 50, failure);
     const { got, writable } = recordingWritable(4, 3);
-    await assert.rejects(toWritable(fromIterable(source.generator).pipe(stage(async (x: number) => x), untraced()), writable), (error) => error === failure);
+    await assert.rejects(
+      toWritable(
+        fromIterable(source.generator).pipe(
+          stage(async (x: number) => x),
+          untraced(),
+        ),
+        writable,
+      ),
+      (error) => error === failure,
+    );
     assert.equal(writable.destroyed, true);
     assert.equal(writable.errored, failure);
     assert.ok(got.length <= 50);
@@ -308,7 +332,13 @@ describe('toAsyncIterable', () => {
   it('break after k elements cancels the source: its finally ran, no more pulls', async () => {
     const source = counting();
     const seen: number[] = [];
-    for await (const value of toAsyncIterable(fromIterable(source.generator).pipe(stage((x: number) => x), untraced()), { highWaterMark: 4 })) {
+    for await (const value of toAsyncIterable(
+      fromIterable(source.generator).pipe(
+        stage((x: number) => x),
+        untraced(),
+      ),
+      { highWaterMark: 4 },
+    )) {
       seen.push(value);
       if (seen.length === 5) break;
     }
@@ -324,9 +354,12 @@ describe('toAsyncIterable', () => {
     const source = counting(Infinity, 5, failure);
     const seen: number[] = [];
     // Straight from the source: a stage would drop what it buffered on an upstream error (docs/pipelines.md).
-    await assert.rejects(async () => {
-      for await (const value of toAsyncIterable(fromIterable(source.generator), { highWaterMark: 16 })) seen.push(value);
-    }, (error) => error === failure);
+    await assert.rejects(
+      async () => {
+        for await (const value of toAsyncIterable(fromIterable(source.generator), { highWaterMark: 16 })) seen.push(value);
+      },
+      (error) => error === failure,
+    );
     assert.deepEqual(seen, [0, 1, 2, 3, 4]);
   });
 
@@ -338,9 +371,12 @@ describe('toAsyncIterable', () => {
       if (x === 7) throw failure;
       return x;
     };
-    await assert.rejects(async () => {
-      for await (const value of toAsyncIterable(fromIterable(source.generator).pipe(stage(work, { name: 'model' }), untraced()))) seen.push(value);
-    }, (error: Error) => error.cause === failure && (error as { stage?: string }).stage === 'model');
+    await assert.rejects(
+      async () => {
+        for await (const value of toAsyncIterable(fromIterable(source.generator).pipe(stage(work, { name: 'model' }), untraced()))) seen.push(value);
+      },
+      (error: Error) => error.cause === failure && (error as { stage?: string }).stage === 'model',
+    );
     assert.deepEqual(seen, [0, 1, 2, 3, 4, 5, 6]);
     assert.equal(source.state.closed, true);
   });
@@ -370,9 +406,15 @@ describe('toAsyncIterable', () => {
   it('an abort rejects the pending next() with the reason and cancels the source', async () => {
     const source = counting();
     const controller = new AbortController();
-    const iterator = toAsyncIterable(fromIterable(source.generator).pipe(stage((x: number) => new Promise<number>((resolve) => setTimeout(resolve, 5, x))), untraced()), {
-      signal: controller.signal,
-    });
+    const iterator = toAsyncIterable(
+      fromIterable(source.generator).pipe(
+        stage((x: number) => new Promise<number>((resolve) => setTimeout(resolve, 5, x))),
+        untraced(),
+      ),
+      {
+        signal: controller.signal,
+      },
+    );
     const pending = iterator.next();
     const reason = new Error('deadline');
     controller.abort(reason);
@@ -394,9 +436,15 @@ describe('untraced', () => {
   it('keeps backpressure: request(3) after a stage delivers 3 payloads and pulls no further than the stage holds', () => {
     const source = counting();
     const seen: number[] = [];
-    const subscription = subscribeWithDemand(fromIterable(source.generator).pipe(stage((x: number) => x * 2, { capacity: 4 }), untraced()), {
-      next: (value) => seen.push(value),
-    });
+    const subscription = subscribeWithDemand(
+      fromIterable(source.generator).pipe(
+        stage((x: number) => x * 2, { capacity: 4 }),
+        untraced(),
+      ),
+      {
+        next: (value) => seen.push(value),
+      },
+    );
     subscription.request(3);
     assert.deepEqual(seen, [0, 2, 4]);
     assert.ok(source.state.pulled <= 3 + 4 + 1, `pulled ${source.state.pulled}`);
@@ -411,17 +459,50 @@ describe('sink options', () => {
   it('bad options throw InvalidOptionsError at construction, naming the field, before subscribing', () => {
     const source = counting();
     const flow = fromIterable(source.generator);
-    assert.equal(invalidPath(() => toWritable(flow, writable(), { highWaterMark: 0 })), 'highWaterMark');
-    assert.equal(invalidPath(() => toWritable(flow, writable(), { highWaterMark: 1.5 })), 'highWaterMark');
-    assert.equal(invalidPath(() => toWritable(flow, writable(), { highWatermark: 4 } as never)), 'highWatermark');
-    assert.equal(invalidPath(() => toWritable(flow, writable(), { end: 'yes' } as never)), 'end');
-    assert.equal(invalidPath(() => toWritable(flow, writable(), { signal: {} } as never)), 'signal');
-    assert.equal(invalidPath(() => toWritable(flow, new Readable() as never)), 'writable');
-    assert.equal(invalidPath(() => toWritable(flow, {} as never)), 'writable');
-    assert.equal(invalidPath(() => toWritable([1, 2] as never, writable())), 'source');
-    assert.equal(invalidPath(() => toAsyncIterable(flow, { highWaterMark: 0 })), 'highWaterMark');
-    assert.equal(invalidPath(() => toAsyncIterable(flow, { highWaterMark: -2, capacity: 3 } as never)), 'highWaterMark,capacity');
-    assert.equal(invalidPath(() => toAsyncIterable(null as never)), 'source');
+    assert.equal(
+      invalidPath(() => toWritable(flow, writable(), { highWaterMark: 0 })),
+      'highWaterMark',
+    );
+    assert.equal(
+      invalidPath(() => toWritable(flow, writable(), { highWaterMark: 1.5 })),
+      'highWaterMark',
+    );
+    assert.equal(
+      invalidPath(() => toWritable(flow, writable(), { highWatermark: 4 } as never)),
+      'highWatermark',
+    );
+    assert.equal(
+      invalidPath(() => toWritable(flow, writable(), { end: 'yes' } as never)),
+      'end',
+    );
+    assert.equal(
+      invalidPath(() => toWritable(flow, writable(), { signal: {} } as never)),
+      'signal',
+    );
+    assert.equal(
+      invalidPath(() => toWritable(flow, new Readable() as never)),
+      'writable',
+    );
+    assert.equal(
+      invalidPath(() => toWritable(flow, {} as never)),
+      'writable',
+    );
+    assert.equal(
+      invalidPath(() => toWritable([1, 2] as never, writable())),
+      'source',
+    );
+    assert.equal(
+      invalidPath(() => toAsyncIterable(flow, { highWaterMark: 0 })),
+      'highWaterMark',
+    );
+    assert.equal(
+      invalidPath(() => toAsyncIterable(flow, { highWaterMark: -2, capacity: 3 } as never)),
+      'highWaterMark,capacity',
+    );
+    assert.equal(
+      invalidPath(() => toAsyncIterable(null as never)),
+      'source',
+    );
     assert.equal(source.state.pulled, 0);
     assert.match(
       (() => {

@@ -115,7 +115,10 @@ describe('fromIterable straight into a pause stage', () => {
         toArray(),
       ),
     );
-    assert.deepEqual(out, Array.from({ length: 500 }, (_, i) => i));
+    assert.deepEqual(
+      out,
+      Array.from({ length: 500 }, (_, i) => i),
+    );
     assert.ok(worst.held > 3 && worst.held <= 8 + 2, `held ${worst.held}, bound 10`);
     assert.ok(buffered <= 8, `buffered ${buffered}`);
     assert.deepEqual([stats.received, stats.delivered, stats.buffered, stats.inFlight], [500, 500, 0, 0]);
@@ -125,7 +128,13 @@ describe('fromIterable straight into a pause stage', () => {
     const source = counting(500);
     const stats = new StageStats();
     const worst = { held: 0 };
-    await firstValueFrom(fromIterable(source.generator).pipe(map((x) => x), stage(slowWork(source, stats, worst), { capacity: 8, concurrency: 2, stats }), toArray()));
+    await firstValueFrom(
+      fromIterable(source.generator).pipe(
+        map((x) => x),
+        stage(slowWork(source, stats, worst), { capacity: 8, concurrency: 2, stats }),
+        toArray(),
+      ),
+    );
     assert.ok(worst.held > 3 && worst.held <= 8 + 2, `held ${worst.held}`);
   });
 
@@ -215,7 +224,10 @@ describe('fromIterable straight into a pause stage', () => {
         )
         .subscribe({ next: (t) => seen.push(t.value), error: reject, complete: resolve }),
     );
-    assert.deepEqual(seen, Array.from({ length: seen.length }, (_, i) => i));
+    assert.deepEqual(
+      seen,
+      Array.from({ length: seen.length }, (_, i) => i),
+    );
     assert.ok(seen.length >= 11 && seen.length <= 11 + 4 + 2, `delivered ${seen.length}`);
     assert.equal(source.pulled(), seen.length);
     assert.deepEqual([stats.received, stats.delivered], [seen.length, seen.length]);
@@ -273,7 +285,12 @@ describe('fromIterable into a stage: the same with or without a plain operator i
       const seen: unknown[] = [];
       let completed = false;
       const source = fromIterable(['a', 'b', 'c']);
-      const flow: Observable<unknown> = through ? source.pipe(stage((x: string) => x), map((t) => t.value)) : source;
+      const flow: Observable<unknown> = through
+        ? source.pipe(
+            stage((x: string) => x),
+            map((t) => t.value),
+          )
+        : source;
       const demand = subscribeWithDemand(flow, { next: (x) => seen.push(x), complete: () => (completed = true) });
       demand.request(2);
       assert.deepEqual(seen, ['a', 'b']);
@@ -345,8 +362,17 @@ describe('fromAsyncIterable', () => {
     async function* generate() {
       for (let i = 0; i < 50; i++) yield i;
     }
-    const out = await firstValueFrom(fromAsyncIterable(generate()).pipe(stage(async (x: number) => x * 2, { capacity: 2 }), map((t) => t.value), toArray()));
-    assert.deepEqual(out, Array.from({ length: 50 }, (_, i) => i * 2));
+    const out = await firstValueFrom(
+      fromAsyncIterable(generate()).pipe(
+        stage(async (x: number) => x * 2, { capacity: 2 }),
+        map((t) => t.value),
+        toArray(),
+      ),
+    );
+    assert.deepEqual(
+      out,
+      Array.from({ length: 50 }, (_, i) => i * 2),
+    );
   });
 });
 
@@ -387,7 +413,8 @@ describe('fromPush', () => {
   it('refuses policy pause at construction, saying why', () => {
     assert.throws(
       () => fromPush(new Subject<number>(), { capacity: 4, policy: 'pause' as never }),
-      (err: unknown) => err instanceof InvalidOptionsError && err.issues[0]!.path === 'policy' && /cannot be paused|emits without being asked/.test(err.message),
+      (err: unknown) =>
+        err instanceof InvalidOptionsError && err.issues[0]!.path === 'policy' && /cannot be paused|emits without being asked/.test(err.message),
     );
   });
 
@@ -436,7 +463,12 @@ describe('fromPush', () => {
     scheduler().run(({ hot, expectObservable }) => {
       const source = fromPush(hot<string>('-a-b-c-d-e|', { a: 'a', b: 'b', c: 'c', d: 'd', e: 'e' }), { capacity: 1, policy: 'shed-incoming', stats });
       const slow = (x: string) => of(x).pipe(delay(4));
-      expectObservable(source.pipe(stage(slow, { capacity: 1 }), map((t) => t.value))).toBe('-----a---b---c---(d|)');
+      expectObservable(
+        source.pipe(
+          stage(slow, { capacity: 1 }),
+          map((t) => t.value),
+        ),
+      ).toBe('-----a---b---c---(d|)');
     });
     assert.equal(stats.shed['buffer-full'], 1);
   });

@@ -29,7 +29,6 @@ import {
   map,
   mergeMap,
   observeOn,
-  of,
   take,
   tap,
   type MonoTypeOperatorFunction,
@@ -183,30 +182,32 @@ const consumerArbitrary: fc.Arbitrary<Plan['consumer']> = fc.oneof(
 
 function planArbitrary(options: PlanOptions): fc.Arbitrary<Plan> {
   const failures = options.failures ?? false;
-  return fc.record({
-    input: fc.array(fc.integer({ min: 0, max: 1000 }), { maxLength: 60, size: 'max' }),
-    source: fc.constantFrom(...options.sources),
-    a: stagePlan(options.policies, failures, options.works),
-    keep: keepArbitrary,
-    expand: fc.boolean(),
-    defer: fc.option(fc.constantFrom(...(options.defers ?? DEFER_KINDS.filter((kind) => !dropsElements(kind)))), { nil: undefined, freq: 2 }),
-    direct: fc.boolean(),
-    b: stagePlan(options.consumerPolicies ?? ['pause'], failures, options.works),
-    consumer: consumerArbitrary,
-    take: fc.option(fc.integer({ min: 1, max: 20 }), { nil: undefined, freq: 3 }),
-    failing: failures ? fc.option(oneIn(8), { nil: undefined }) : fc.constant(undefined),
-    reentry: options.reentrant
-      ? fc.option(
-          fc.record({
-            stage: fc.constantFrom<'A' | 'B'>('A', 'B'),
-            from: fc.constantFrom<'work' | 'onShed'>('work', 'onShed'),
-            at: fc.integer({ min: 0, max: 12 }),
-            action: fc.constantFrom<Reentry['action']>('unsubscribe', 'request', 'shutdown', 'abort'),
-          }),
-          { nil: undefined, freq: 2 },
-        )
-      : fc.constant(undefined),
-  }).map((plan) => (plan.direct ? { ...plan, keep: undefined, expand: false, defer: undefined } : plan));
+  return fc
+    .record({
+      input: fc.array(fc.integer({ min: 0, max: 1000 }), { maxLength: 60, size: 'max' }),
+      source: fc.constantFrom(...options.sources),
+      a: stagePlan(options.policies, failures, options.works),
+      keep: keepArbitrary,
+      expand: fc.boolean(),
+      defer: fc.option(fc.constantFrom(...(options.defers ?? DEFER_KINDS.filter((kind) => !dropsElements(kind)))), { nil: undefined, freq: 2 }),
+      direct: fc.boolean(),
+      b: stagePlan(options.consumerPolicies ?? ['pause'], failures, options.works),
+      consumer: consumerArbitrary,
+      take: fc.option(fc.integer({ min: 1, max: 20 }), { nil: undefined, freq: 3 }),
+      failing: failures ? fc.option(oneIn(8), { nil: undefined }) : fc.constant(undefined),
+      reentry: options.reentrant
+        ? fc.option(
+            fc.record({
+              stage: fc.constantFrom<'A' | 'B'>('A', 'B'),
+              from: fc.constantFrom<'work' | 'onShed'>('work', 'onShed'),
+              at: fc.integer({ min: 0, max: 12 }),
+              action: fc.constantFrom<Reentry['action']>('unsubscribe', 'request', 'shutdown', 'abort'),
+            }),
+            { nil: undefined, freq: 2 },
+          )
+        : fc.constant(undefined),
+    })
+    .map((plan) => (plan.direct ? { ...plan, keep: undefined, expand: false, defer: undefined } : plan));
 }
 
 /** What happens between starting a run and letting it settle. */
@@ -269,7 +270,8 @@ function checkBounds(run: Run, where: string): void {
     // latencies vary without limit, as fast-check schedules them, are where the link gives up too soon).
     if (name === 'B' && run.plan.defer !== undefined) {
       const bound = plan.capacity + plan.concurrency + 16 + stats.lateArrivals;
-      if (stats.buffered + stats.inFlight > bound) run.violations.push(`${where}: stage B buffered ${stats.buffered} + in flight ${stats.inFlight} > room + 16 + late arrivals = ${bound}`);
+      if (stats.buffered + stats.inFlight > bound)
+        run.violations.push(`${where}: stage B buffered ${stats.buffered} + in flight ${stats.inFlight} > room + 16 + late arrivals = ${bound}`);
     } else if (stats.buffered > plan.capacity) run.violations.push(`${where}: stage ${name} buffered ${stats.buffered} > capacity ${plan.capacity}`);
     if (stats.inFlight > plan.concurrency) run.violations.push(`${where}: stage ${name} in flight ${stats.inFlight} > concurrency ${plan.concurrency}`);
     if (stats.buffered < 0 || stats.inFlight < 0) run.violations.push(`${where}: stage ${name} gauges went negative`);
@@ -289,7 +291,8 @@ const accounted = (stats: StageStats): number => stats.delivered + stats.shedTot
 function checkHeld(run: Run, where: string): void {
   for (const [name, { stats, plan }] of [['A', run.a] as const, ['B', run.b] as const]) {
     const held = accounted(stats) + stats.buffered + stats.inFlight;
-    if (plan.policy !== 'conflate' && stats.received !== held) run.violations.push(`${where}: stage ${name} received ${stats.received} ≠ delivered + shed + failed + buffered + in flight ${held}`);
+    if (plan.policy !== 'conflate' && stats.received !== held)
+      run.violations.push(`${where}: stage ${name} received ${stats.received} ≠ delivered + shed + failed + buffered + in flight ${held}`);
   }
 }
 
@@ -381,10 +384,7 @@ function makeWork(s: Scheduler, run: () => Run, probe: StageProbe, name: 'A' | '
         call.finished = true;
         return fromIterable([x, x]).pipe(map(compute));
       case 'observable':
-        return from(later()).pipe(
-          map(compute),
-          tap({ complete: () => (call.finished = true), error: () => (call.finished = true) }),
-        );
+        return from(later()).pipe(map(compute), tap({ complete: () => (call.finished = true), error: () => (call.finished = true) }));
       default:
         return (async function* tokens(): AsyncGenerator<number> {
           try {
@@ -518,7 +518,12 @@ function start(s: Scheduler, plan: Plan): Run {
 
   if (plan.hop === true) source = source.pipe(map((x) => x));
   const keep = plan.keep;
-  const afterA = source.pipe(stage(makeWork(s, () => run, a, 'A', mapA), stageOptions(plan.a, 'A', a.stats, run)));
+  const afterA = source.pipe(
+    stage(
+      makeWork(s, () => run, a, 'A', mapA),
+      stageOptions(plan.a, 'A', a.stats, run),
+    ),
+  );
   const intoB = plan.direct
     ? afterA
     : afterA.pipe(
@@ -533,7 +538,10 @@ function start(s: Scheduler, plan: Plan): Run {
         serial(run, 'into B'),
       );
   const pipeline = intoB.pipe(
-    stage(makeWork(s, () => run, b, 'B', mapB), stageOptions(plan.b, 'B', b.stats, run)),
+    stage(
+      makeWork(s, () => run, b, 'B', mapB),
+      stageOptions(plan.b, 'B', b.stats, run),
+    ),
     plan.take === undefined ? (flow: Observable<Traced<number>>) => flow : take(plan.take),
     serial(run, 'consumer'),
   );
@@ -731,7 +739,8 @@ describe('stage: properties', () => {
           // Every output of A reached B unless the filter dropped it (a conflated group is one output).
           const kept = run.a.stats.emitted - run.dropped;
           // Elements the plain operators between the stages still held when the run ended are theirs to lose.
-          if (plan.expand || plan.defer !== undefined) assert.ok(run.b.stats.received <= (plan.expand ? 2 : 1) * kept, 'B received at most what A emitted and the filter kept');
+          if (plan.expand || plan.defer !== undefined)
+            assert.ok(run.b.stats.received <= (plan.expand ? 2 : 1) * kept, 'B received at most what A emitted and the filter kept');
           else assert.equal(run.b.stats.received, kept, 'B received what A emitted and the filter kept');
           assert.equal(run.b.stats.emitted, run.output.length, 'the consumer got what B emitted');
           if (!run.unsubscribed) assert.ok(run.completed || run.error !== undefined, 'the run ended');
@@ -751,9 +760,13 @@ describe('stage: properties', () => {
       }
       assert.ok(records !== undefined && records.length > 0, `${where}: a sampled trace has records`);
       assert.equal(records[0]!.stage, 'A', `${where}: the first record is A's`);
-      assert.ok(records.slice(1).every((r) => r.stage === 'B'), `${where}: then only B's (${records.map((r) => r.stage).join(',')})`);
+      assert.ok(
+        records.slice(1).every((r) => r.stage === 'B'),
+        `${where}: then only B's (${records.map((r) => r.stage).join(',')})`,
+      );
       for (const r of records) {
-        for (const field of [r.queueWait, r.service, r.paused, r.retries, r.conflated]) assert.ok(Number.isFinite(field) && field >= 0, `${where}: ${JSON.stringify(r)}`);
+        for (const field of [r.queueWait, r.service, r.paused, r.retries, r.conflated])
+          assert.ok(Number.isFinite(field) && field >= 0, `${where}: ${JSON.stringify(r)}`);
       }
       return records;
     };
@@ -771,16 +784,27 @@ describe('stage: properties', () => {
             if (plan.a.sampled) {
               // A stage whose work streams may be cancelled after some outputs left: its record then says so.
               assert.ok(records[0]!.shed === undefined || records[0]!.shed === 'cancelled', `output #${i}: it passed A`);
-              assert.ok(records.some((r) => r.stage === 'B' && (r.shed === undefined || r.shed === 'cancelled')), `output #${i}: it passed B`);
+              assert.ok(
+                records.some((r) => r.stage === 'B' && (r.shed === undefined || r.shed === 'cancelled')),
+                `output #${i}: it passed B`,
+              );
             }
           }
           for (const event of run.sheds) {
             const records = checkRecords(event.trace, plan.a.sampled, `shed at ${event.stage}`);
-            if (plan.a.sampled) assert.ok(records.some((r) => r.stage === event.stage && r.shed === event.reason), `shed at ${event.stage}: recorded with its reason`);
+            if (plan.a.sampled)
+              assert.ok(
+                records.some((r) => r.stage === event.stage && r.shed === event.reason),
+                `shed at ${event.stage}: recorded with its reason`,
+              );
           }
           const reported = run.sheds.reduce((total, event) => total + event.count, 0);
           assert.equal(reported, run.a.stats.shedTotal + run.b.stats.shedTotal, 'every shed input was reported (a conflated element counts its merged inputs)');
-          for (const event of run.sheds) assert.ok(event.count >= 1 && (event.count === 1 || [plan.a, plan.b][event.stage === 'A' ? 0 : 1]!.policy === 'conflate'), `a shed at ${event.stage} stands for ${event.count} inputs`);
+          for (const event of run.sheds)
+            assert.ok(
+              event.count >= 1 && (event.count === 1 || [plan.a, plan.b][event.stage === 'A' ? 0 : 1]!.policy === 'conflate'),
+              `a shed at ${event.stage} stands for ${event.count} inputs`,
+            );
         },
       ),
       { numRuns, ...replay },
@@ -797,12 +821,27 @@ describe('stage: properties', () => {
   };
 
   const boundsCases: [string, PlanOptions][] = [
-    ['pausing, over every source kind and deferring operator, with re-entrant calls', { policies: ['pause'], sources: ['array', 'generator', 'async', 'readable', 'push'], defers: DEFER_KINDS, reentrant: true }],
-    ['for the shedding, failing and conflating policies', { policies: ['shed-incoming', 'shed-oldest', 'fail', 'conflate'], sources: ['plain', 'generator', 'push'], consumerPolicies: ALL_POLICIES, failures: true, defers: DEFER_KINDS }],
+    [
+      'pausing, over every source kind and deferring operator, with re-entrant calls',
+      { policies: ['pause'], sources: ['array', 'generator', 'async', 'readable', 'push'], defers: DEFER_KINDS, reentrant: true },
+    ],
+    [
+      'for the shedding, failing and conflating policies',
+      {
+        policies: ['shed-incoming', 'shed-oldest', 'fail', 'conflate'],
+        sources: ['plain', 'generator', 'push'],
+        consumerPolicies: ALL_POLICIES,
+        failures: true,
+        defers: DEFER_KINDS,
+      },
+    ],
   ];
   for (const [what, options] of boundsCases) {
     it(`buffered ≤ capacity and in flight ≤ concurrency at every step, ${what}`, async () => {
-      await fc.assert(fc.asyncProperty(fc.scheduler(), planArbitrary(options), stepsArbitrary(['work', 'work', 'work', 'time']), boundsHold), { numRuns, ...replay });
+      await fc.assert(fc.asyncProperty(fc.scheduler(), planArbitrary(options), stepsArbitrary(['work', 'work', 'work', 'time']), boundsHold), {
+        numRuns,
+        ...replay,
+      });
     });
   }
 
@@ -863,7 +902,11 @@ describe('stage: properties', () => {
     await fc.assert(
       fc.asyncProperty(
         fc.scheduler(),
-        planArbitrary({ policies: ALL_POLICIES, sources: ['array', 'generator', 'async', 'plain'], consumerPolicies: ['pause', 'shed-oldest', 'conflate'] }).map((plan) => ({
+        planArbitrary({
+          policies: ALL_POLICIES,
+          sources: ['array', 'generator', 'async', 'plain'],
+          consumerPolicies: ['pause', 'shed-oldest', 'conflate'],
+        }).map((plan) => ({
           ...plan,
           a: { ...plan.a, timeout: true, drainTimeout: true },
           b: { ...plan.b, timeout: true, drainTimeout: true },

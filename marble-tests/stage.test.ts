@@ -6,7 +6,7 @@ import { stage, type ShedEvent } from '../src/operators/stage.js';
 import { fromAsyncIterable, fromIterable } from '../src/flow/sources.js';
 import { StageStats } from '../src/flow/stats.js';
 import { KillSwitch } from '../src/flow/kill-switch.js';
-import { TraceContext, Traced } from '../src/core/trace.js';
+import { TraceContext, type Traced } from '../src/core/trace.js';
 import { monotonicNow } from '../src/core/clock.js';
 import { TestSink, eventually } from '../src/testing/index.js';
 import {
@@ -40,7 +40,12 @@ describe('stage: values and timing', () => {
   it('maps each element and keeps the timing of a synchronous stage', () => {
     scheduler().run(({ cold, expectObservable }) => {
       const source = cold('-a-b-c|', { a: 1, b: 2, c: 3 });
-      expectObservable(source.pipe(stage((x: number) => x * 10), values())).toBe('-a-b-c|', { a: 10, b: 20, c: 30 });
+      expectObservable(
+        source.pipe(
+          stage((x: number) => x * 10),
+          values(),
+        ),
+      ).toBe('-a-b-c|', { a: 10, b: 20, c: 30 });
     });
   });
 
@@ -166,11 +171,7 @@ describe('stage: overflow policies (hot source 1 element / 2 frames, work 10 fra
   it('pause fails loudly when a source that cannot be paused overflows it', () => {
     scheduler().run(({ hot, expectObservable, expectSubscriptions }) => {
       const source = hot(marbles);
-      expectObservable(source.pipe(stage(slow(10), { name: 's', capacity: 1 }), values())).toBe(
-        '-----#',
-        undefined,
-        new UnpausableSourceError('s', 1),
-      );
+      expectObservable(source.pipe(stage(slow(10), { name: 's', capacity: 1 }), values())).toBe('-----#', undefined, new UnpausableSourceError('s', 1));
       expectSubscriptions(source.subscriptions).toBe('^----!');
     });
   });
@@ -187,9 +188,9 @@ describe('stage: overflow policies (hot source 1 element / 2 frames, work 10 fra
     const stats = new StageStats();
     scheduler().run(({ hot, expectObservable }) => {
       const source = hot(marbles);
-      expectObservable(
-        source.pipe(stage(slow(10), { name: 's', capacity: 1, policy: 'shed-incoming', onShed: log.onShed, stats }), values()),
-      ).toBe('- 10ms a 9ms (b|)');
+      expectObservable(source.pipe(stage(slow(10), { name: 's', capacity: 1, policy: 'shed-incoming', onShed: log.onShed, stats }), values())).toBe(
+        '- 10ms a 9ms (b|)',
+      );
     });
     assert.deepEqual(
       log.events.map((e) => [e.value, e.reason, e.stage]),
@@ -211,16 +212,17 @@ describe('stage: overflow policies (hot source 1 element / 2 frames, work 10 fra
         '- 10ms a 9ms (b|)',
       );
     });
-    assert.deepEqual(log.events.map((e) => e.trace.records!.map((r) => [r.stage, r.shed])), [[['llm', 'buffer-full']]]);
+    assert.deepEqual(
+      log.events.map((e) => e.trace.records!.map((r) => [r.stage, r.shed])),
+      [[['llm', 'buffer-full']]],
+    );
   });
 
   it('shed-oldest evicts the oldest buffered element and keeps the arriving one', () => {
     const log = shedLog();
     scheduler().run(({ hot, expectObservable }) => {
       const source = hot(marbles);
-      expectObservable(source.pipe(stage(slow(10), { capacity: 1, policy: 'shed-oldest', onShed: log.onShed }), values())).toBe(
-        '- 10ms a 9ms (e|)',
-      );
+      expectObservable(source.pipe(stage(slow(10), { capacity: 1, policy: 'shed-oldest', onShed: log.onShed }), values())).toBe('- 10ms a 9ms (e|)');
     });
     assert.deepEqual(
       log.events.map((e) => [e.value, e.reason]),
@@ -302,7 +304,11 @@ describe('stage: errors', () => {
       }
     }
     const out = await lastValueFrom(
-      fromAsyncIterable(spaced()).pipe(stage(work, { name: 'odd-fails', errorPolicy: 'skip', stats, onFailure: (e) => failures.push(e.seq) }), values(), toArray()),
+      fromAsyncIterable(spaced()).pipe(
+        stage(work, { name: 'odd-fails', errorPolicy: 'skip', stats, onFailure: (e) => failures.push(e.seq) }),
+        values(),
+        toArray(),
+      ),
     );
     assert.deepEqual(out, [2, 4, 6]);
     assert.deepEqual(failures, [0, 2, 4, 6]);
@@ -326,7 +332,12 @@ describe('stage: errors', () => {
 
   it('an upstream error passes through', () => {
     scheduler().run(({ cold, expectObservable }) => {
-      expectObservable(cold('a-#', undefined, new Error('boom')).pipe(stage((x: string) => x), values())).toBe('a-#', undefined, new Error('boom'));
+      expectObservable(
+        cold('a-#', undefined, new Error('boom')).pipe(
+          stage((x: string) => x),
+          values(),
+        ),
+      ).toBe('a-#', undefined, new Error('boom'));
     });
   });
 });
@@ -336,14 +347,21 @@ describe('stage: lifecycle', () => {
     const stats = new StageStats();
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
-    const held = fromIterable([1]).pipe(stage(async (x: number) => (await gate, x), { stats })).subscribe();
+    const held = fromIterable([1])
+      .pipe(stage(async (x: number) => (await gate, x), { stats }))
+      .subscribe();
     await eventually(() => assert.equal(stats.inFlight, 1));
     assert.equal(stats.liveRuns, 1);
     held.unsubscribe();
     assert.deepEqual([stats.liveRuns, stats.inFlight], [0, 0], 'after unsubscribe');
     release();
 
-    await lastValueFrom(fromIterable([1, 2]).pipe(stage(async (x: number) => x, { stats }), toArray()));
+    await lastValueFrom(
+      fromIterable([1, 2]).pipe(
+        stage(async (x: number) => x, { stats }),
+        toArray(),
+      ),
+    );
     assert.equal(stats.liveRuns, 0, 'after completion');
 
     const failing = stage(
@@ -445,7 +463,12 @@ describe('stage: lifecycle', () => {
     const got: number[] = [];
     let completed = false;
     fromIterable([0, 1, 2, 3, 4, 5, 6, 7])
-      .pipe(stage(gated, { name: 'gated', concurrency: 4, stats: first }), stage(async (x: number) => x, { name: 'next', concurrency: 4, stats: second }), values(), take(2))
+      .pipe(
+        stage(gated, { name: 'gated', concurrency: 4, stats: first }),
+        stage(async (x: number) => x, { name: 'next', concurrency: 4, stats: second }),
+        values(),
+        take(2),
+      )
       .subscribe({ next: (x) => got.push(x), complete: () => (completed = true) });
     await eventually(() => gates.size === 4);
     for (const x of [0, 1, 2, 3]) gates.get(x)!(); // all four settle; `take(2)` leaves during the second's emit
@@ -478,9 +501,7 @@ describe('stage: link scope', () => {
     });
     let maxBuffered = 0;
     const never = new Promise<number>(() => {});
-    const subscription = both
-      .pipe(stage((_: number) => never, { name: 'held', capacity: 2, stats }))
-      .subscribe();
+    const subscription = both.pipe(stage((_: number) => never, { name: 'held', capacity: 2, stats })).subscribe();
     for (let tick = 0; tick < 20; tick++) {
       maxBuffered = Math.max(maxBuffered, stats.buffered);
       await new Promise((resolve) => setTimeout(resolve, 1));
@@ -502,9 +523,15 @@ describe('stage: link scope', () => {
       return x;
     };
     fromIterable([1, 2, 3])
-      .pipe(stage((x: number) => x), map((t) => t), stage(countAll, { capacity: 1 }))
+      .pipe(
+        stage((x: number) => x),
+        map((t) => t),
+        stage(countAll, { capacity: 1 }),
+      )
       .subscribe();
-    fromIterable([4]).pipe(stage(countAll, { capacity: 1 })).subscribe();
+    fromIterable([4])
+      .pipe(stage(countAll, { capacity: 1 }))
+      .subscribe();
     assert.deepEqual(counts, [100, 100, 100, 100]);
   });
 });
@@ -525,8 +552,14 @@ describe('stage: traces', () => {
     assert.deepEqual(
       seen.map((t) => t.trace.records!.map((r) => [r.stage, r.queueWait, r.service, r.paused])),
       [
-        [['upper', 0, 0, 0], ['wait', 0, 2, 0]],
-        [['upper', 0, 0, 0], ['wait', 0, 2, 0]],
+        [
+          ['upper', 0, 0, 0],
+          ['wait', 0, 2, 0],
+        ],
+        [
+          ['upper', 0, 0, 0],
+          ['wait', 0, 2, 0],
+        ],
       ],
     );
   });
@@ -544,7 +577,10 @@ describe('stage: traces', () => {
     );
     assert.equal(held.length, 2);
     for (const [i, t] of out.entries()) {
-      assert.deepEqual(t.trace.records!.map((r) => r.stage), ['first', 'second', 'third']);
+      assert.deepEqual(
+        t.trace.records!.map((r) => r.stage),
+        ['first', 'second', 'third'],
+      );
       assert.equal(t.trace.records, held[i], 'the array read after the first stage is the one that grew');
       assert.deepEqual(Object.keys(t.trace.records![0]!), ['stage', 'queueWait', 'service', 'paused', 'retries', 'conflated']);
     }
@@ -572,7 +608,10 @@ describe('stage: traces', () => {
       expectObservable(pipeline).toBe('-x-y-(z|)', { x: 'A1', y: 'A2', z: 'A3' });
     });
     const records = seen!.trace.records!;
-    assert.deepEqual(records.map((r) => r.stage), ['generate', 'post', 'post', 'post']);
+    assert.deepEqual(
+      records.map((r) => r.stage),
+      ['generate', 'post', 'post', 'post'],
+    );
     assert.equal(records[0]!.service, 5, 'the record of generate is complete: its stream took 5 frames');
     assert.equal(held[0], records, 'an array read at the first token is the one that grew');
     assert.equal(new Set(held).size, 1);
@@ -590,7 +629,13 @@ describe('stage: traces', () => {
       expectObservable(pipeline).toBe('---a--(b|)');
     });
     const slowRecords = seen.map((t) => t.trace.record('slow')!);
-    assert.deepEqual(slowRecords.map((r) => [r.queueWait, r.service]), [[0, 3], [3, 3]]);
+    assert.deepEqual(
+      slowRecords.map((r) => [r.queueWait, r.service]),
+      [
+        [0, 3],
+        [3, 3],
+      ],
+    );
   });
 
   it('without a scheduler, times are read on performance.now()’s time line, in milliseconds', async () => {
@@ -601,14 +646,14 @@ describe('stage: traces', () => {
       const after = performance.now();
       assert.ok(read >= before - 0.5 && read <= after + 0.5, `${before} ≤ ${read} ≤ ${after}`);
     }
-    const busy = (ms: number) => <T>(x: T): T => {
-      const until = performance.now() + ms;
-      while (performance.now() < until);
-      return x;
-    };
-    const [out] = await lastValueFrom(
-      fromIterable(['a']).pipe(stage(busy(3), { name: 'busy', sampleRate: 1 }), stage(busy(2), { name: 'after' }), toArray()),
-    );
+    const busy =
+      (ms: number) =>
+      <T>(x: T): T => {
+        const until = performance.now() + ms;
+        while (performance.now() < until);
+        return x;
+      };
+    const [out] = await lastValueFrom(fromIterable(['a']).pipe(stage(busy(3), { name: 'busy', sampleRate: 1 }), stage(busy(2), { name: 'after' }), toArray()));
     const [first, second] = out!.trace.records!;
     // At least the time spent; an upper bound would be a timed test, but a unit slip (ns, s) is off by 10³.
     assert.ok(first!.service >= 3 - 0.5 && first!.service < 3_000, `busy: ${first!.service} ms`);
@@ -683,7 +728,10 @@ describe('stage: traces', () => {
           toArray(),
         ),
       );
-      assert.deepEqual(out.map((t) => t.value), Array.from({ length: n }, (_, i) => i));
+      assert.deepEqual(
+        out.map((t) => t.value),
+        Array.from({ length: n }, (_, i) => i),
+      );
       for (const t of out) {
         assert.equal(t.trace, seen.get(t.value), `element ${t.value}: the work's context.trace is the output's`);
         assert.equal(t.trace.seq, t.value);
@@ -704,10 +752,16 @@ describe('stage: traces', () => {
           toArray(),
         ),
       );
-      assert.deepEqual(out.map((t) => t.value), ['0a', '0b', '0c', '1a', '1b', '1c', '2a', '2b', '2c']);
+      assert.deepEqual(
+        out.map((t) => t.value),
+        ['0a', '0b', '0c', '1a', '1b', '1c', '2a', '2b', '2c'],
+      );
       for (let i = 0; i < 3; i++) {
         const group = out.slice(3 * i, 3 * i + 3).map((t) => t.trace);
-        assert.ok(group.every((trace) => trace === group[0]), `outputs of ${i} share one context`);
+        assert.ok(
+          group.every((trace) => trace === group[0]),
+          `outputs of ${i} share one context`,
+        );
         assert.equal(group[0]!.seq, i);
       }
       assert.notEqual(out[0]!.trace.traceId, out[3]!.trace.traceId);
@@ -739,12 +793,21 @@ describe('stage: traces', () => {
       ),
     );
     // 0 waits on the gate, 1 and 2 fill the buffer, 3, 4 and 5 are shed; of 0, 1 and 2 the odd one fails.
-    assert.deepEqual(out.map((t) => [t.value, t.trace.seq]), [[0, 0], [2, 2]]);
-    assert.deepEqual(shed.map((e) => [e.value, e.seq, e.trace.seq, e.trace.sampled, e.reason]), [
-      [3, 3, 3, false, 'buffer-full'],
-      [4, 4, 4, false, 'buffer-full'],
-      [5, 5, 5, false, 'buffer-full'],
-    ]);
+    assert.deepEqual(
+      out.map((t) => [t.value, t.trace.seq]),
+      [
+        [0, 0],
+        [2, 2],
+      ],
+    );
+    assert.deepEqual(
+      shed.map((e) => [e.value, e.seq, e.trace.seq, e.trace.sampled, e.reason]),
+      [
+        [3, 3, 3, false, 'buffer-full'],
+        [4, 4, 4, false, 'buffer-full'],
+        [5, 5, 5, false, 'buffer-full'],
+      ],
+    );
     assert.deepEqual(failedSeqs, [1]);
   });
 });
@@ -755,8 +818,16 @@ describe('stage: work that looks async', () => {
   const AsyncFunctionPrototype = Object.getPrototypeOf(async () => {}) as object;
   const cases: [string, (x: number) => unknown][] = [
     ['a Proxy of an async function whose apply returns a plain value', new Proxy(async (x: number) => x, { apply: (_target, _this, [x]: [number]) => x * 10 })],
-    ['an ordinary function with the prototype of an async one', Object.setPrototypeOf((x: number) => ({ then: undefined, x }), AsyncFunctionPrototype) as (x: number) => unknown],
-    ['a bound async function', async function (this: { k: number }, x: number) { return x * this.k; }.bind({ k: 10 })],
+    [
+      'an ordinary function with the prototype of an async one',
+      Object.setPrototypeOf((x: number) => ({ then: undefined, x }), AsyncFunctionPrototype) as (x: number) => unknown,
+    ],
+    [
+      'a bound async function',
+      async function (this: { k: number }, x: number) {
+        return x * this.k;
+      }.bind({ k: 10 }),
+    ],
   ];
   for (const [what, work] of cases) {
     it(`${what}: every element is delivered, in order`, async () => {
@@ -770,13 +841,16 @@ describe('stage: work that looks async', () => {
         ),
       );
       assert.equal(out.length, 5);
-      assert.deepEqual(out.map((x) => (typeof x === 'object' && x !== null ? (x as { x: number }).x * 10 : x)), [10, 20, 30, 40, 50]);
+      assert.deepEqual(
+        out.map((x) => (typeof x === 'object' && x !== null ? (x as { x: number }).x * 10 : x)),
+        [10, 20, 30, 40, 50],
+      );
     });
   }
 });
 
 describe('stage: the work context', () => {
-  it('gives every work that can see a second argument a context with the element\'s stage, seq and trace', async () => {
+  it("gives every work that can see a second argument a context with the element's stage, seq and trace", async () => {
     const seen: { stage: string; seq: number; traced: boolean }[][] = [];
     const record = (i: number, ctx: { stage: string; seq: number; trace: unknown } | undefined) => {
       (seen[i] ??= []).push({ stage: ctx!.stage, seq: ctx!.seq, traced: ctx!.trace !== undefined });
@@ -795,14 +869,25 @@ describe('stage: the work context', () => {
         record(this.i, ctx);
         return x;
       }.bind({ i: 4 }),
-      { m(x: string, ctx: never) { record(5, ctx); return x; } }.m,
+      {
+        m(x: string, ctx: never) {
+          record(5, ctx);
+          return x;
+        },
+      }.m,
     ];
     for (const work of shapes) {
       const out = await lastValueFrom(fromIterable(['a', 'b', 'c']).pipe(stage(work as never, { name: 'w' }), toArray()));
-      assert.deepEqual(out.map((t) => (t as Traced<string>).value), ['a', 'b', 'c']);
+      assert.deepEqual(
+        out.map((t) => (t as Traced<string>).value),
+        ['a', 'b', 'c'],
+      );
     }
     const expected = [0, 1, 2].map((seq) => ({ stage: 'w', seq, traced: true }));
-    assert.deepEqual(seen, shapes.map(() => expected));
+    assert.deepEqual(
+      seen,
+      shapes.map(() => expected),
+    );
   });
 
   it('work that cannot see one (an arrow of one plain parameter) still reports seq and trace on failure, and its tasks still abort', async () => {
@@ -819,11 +904,16 @@ describe('stage: the work context', () => {
         toArray(),
       ),
     );
-    assert.deepEqual(out.map((t) => t.value), ['a', 'c']);
+    assert.deepEqual(
+      out.map((t) => t.value),
+      ['a', 'c'],
+    );
     assert.deepEqual(failures, [[1, true]]);
     // An async one-parameter arrow becomes a task: a timeout fails it with its seq.
     await assert.rejects(
-      lastValueFrom(fromIterable(['a']).pipe(stage(async (x: string) => new Promise<string>((resolve) => setTimeout(() => resolve(x), 50)), { name: 'slow', timeout: 5 }))),
+      lastValueFrom(
+        fromIterable(['a']).pipe(stage(async (x: string) => new Promise<string>((resolve) => setTimeout(() => resolve(x), 50)), { name: 'slow', timeout: 5 })),
+      ),
       (err: unknown) => err instanceof StageTimeoutError && err.seq === 0,
     );
   });
@@ -846,7 +936,10 @@ describe('stage: options', () => {
         (err: unknown) => {
           assert.ok(err instanceof InvalidOptionsError);
           assert.equal(err.code, 'INVALID_OPTIONS');
-          assert.ok(err.issues.some((i) => i.path === path), `expected an issue at "${path}", got ${JSON.stringify(err.issues)}`);
+          assert.ok(
+            err.issues.some((i) => i.path === path),
+            `expected an issue at "${path}", got ${JSON.stringify(err.issues)}`,
+          );
           assert.match(err.message, new RegExp(path));
           return true;
         },

@@ -226,7 +226,12 @@ describe('stage demand, driven by TestSource and TestSink', () => {
 
   it('gives back the demand of elements a filter dropped once a later element arrives', () => {
     const source = new TestSource<number>();
-    const sink = TestSink.subscribe(source.pipe(filter((x: number) => x % 2 === 0), stage(times10, { capacity: 2, concurrency: 1 })));
+    const sink = TestSink.subscribe(
+      source.pipe(
+        filter((x: number) => x % 2 === 0),
+        stage(times10, { capacity: 2, concurrency: 1 }),
+      ),
+    );
     source.emit(1, 3); // dropped by the filter
     source.emit(2); // arrives: the stage now holds one element, so two places are left
     source.expectDemand(2);
@@ -333,12 +338,21 @@ describe('the test kit itself', () => {
 
   it('throws when emitting before anything subscribed or after completion (§1.7)', () => {
     const source = new TestSource<number>();
-    assert.match(failureOf(() => source.emit(1)), /nothing has subscribed/);
+    assert.match(
+      failureOf(() => source.emit(1)),
+      /nothing has subscribed/,
+    );
     const sink = TestSink.subscribe(source, { request: 1 });
     source.complete();
     sink.expectComplete();
-    assert.match(failureOf(() => source.emit(1)), /already completed \(Reactive Streams §1\.7\)/);
-    assert.match(failureOf(() => source.complete()), /already completed/);
+    assert.match(
+      failureOf(() => source.emit(1)),
+      /already completed \(Reactive Streams §1\.7\)/,
+    );
+    assert.match(
+      failureOf(() => source.complete()),
+      /already completed/,
+    );
   });
 
   it('rejects a second subscriber while the first is active', () => {
@@ -365,7 +379,10 @@ describe('the test kit itself', () => {
 
   it('says how many elements arrived when too few did', () => {
     const sink = TestSink.subscribe(new TestSource<number>());
-    assert.match(failureOf(() => sink.expectNext(1, 2)), /expected 2 element\(s\); none has arrived[\s\S]*outstanding demand 0/);
+    assert.match(
+      failureOf(() => sink.expectNext(1, 2)),
+      /expected 2 element\(s\); none has arrived[\s\S]*outstanding demand 0/,
+    );
   });
 
   it('fails expectComplete while elements are still unconsumed', () => {
@@ -373,15 +390,24 @@ describe('the test kit itself', () => {
     const sink = TestSink.subscribe(source, { request: 1 });
     source.emit(7);
     source.complete();
-    assert.match(failureOf(() => sink.expectComplete()), /expected completion, but the stream emitted 7/);
+    assert.match(
+      failureOf(() => sink.expectComplete()),
+      /expected completion, but the stream emitted 7/,
+    );
     sink.expectNext(7).expectComplete();
   });
 
   it('fails expectError when the error does not match the class or code', () => {
     const sink = TestSink.subscribe(new TestSource<number>());
     sink.request(0);
-    assert.match(failureOf(() => sink.expectError(StageError)), /IllegalDemandError \[ILLEGAL_DEMAND\].*does not match/);
-    assert.match(failureOf(() => sink.expectError('OVERFLOW')), /does not match/);
+    assert.match(
+      failureOf(() => sink.expectError(StageError)),
+      /IllegalDemandError \[ILLEGAL_DEMAND\].*does not match/,
+    );
+    assert.match(
+      failureOf(() => sink.expectError('OVERFLOW')),
+      /does not match/,
+    );
     sink.expectError(IllegalDemandError);
   });
 
@@ -485,15 +511,24 @@ describe('the test kit itself', () => {
     stats.received = 3;
     stats.delivered = 1;
     stats.shed['buffer-full'] = 1;
-    assert.match(failureOf(() => expectAccounted(stats)), /received 3 but delivered \+ shed \+ failed = 2: 1 element\(s\) unaccounted for/);
+    assert.match(
+      failureOf(() => expectAccounted(stats)),
+      /received 3 but delivered \+ shed \+ failed = 2: 1 element\(s\) unaccounted for/,
+    );
   });
 
   it('refuses to judge accounting while a stage still holds elements, and checks named counters', () => {
     const { source, sink, stats } = probe();
     source.emit(1, 2);
-    assert.match(failureOf(() => expectAccounted(stats)), /has not ended/);
+    assert.match(
+      failureOf(() => expectAccounted(stats)),
+      /has not ended/,
+    );
     sink.cancel();
-    assert.match(failureOf(() => expectAccounted(stats, { delivered: 2 })), /delivered: expected 2, got 0/);
+    assert.match(
+      failureOf(() => expectAccounted(stats, { delivered: 2 })),
+      /delivered: expected 2, got 0/,
+    );
     expectAccounted(stats, { received: 2, delivered: 0, shed: { cancelled: 2 } });
   });
 });

@@ -6,7 +6,15 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { decode, generateRequest, type Completion, type GenerateOptions, type GenerateRequest, type ModelWorker, type Token } from '../src/ai/inference/worker.js';
+import {
+  decode,
+  generateRequest,
+  type Completion,
+  type GenerateOptions,
+  type GenerateRequest,
+  type ModelWorker,
+  type Token,
+} from '../src/ai/inference/worker.js';
 import type { Flow } from '../src/flow/demand.js';
 import { attachTokenSocket, type TokenSocket, type TokenSocketEvent, type TokenSocketOptions } from '../src/serve/ws-server.js';
 import { CLOSE_CODES } from '../src/serve/protocol.js';
@@ -100,7 +108,8 @@ describe('WebSocket drain (graceful shutdown)', () => {
       const late = client.end('late');
       assert.equal(late?.type === 'error' && late.code, 'SHUTTING_DOWN');
       // Every request that started ended with exactly one terminal frame.
-      for (const id of ['hang-1', 'hang-2', 'short', 'late']) assert.equal(client.frames.filter((f) => 'id' in f && f.id === id && f.type !== 'token').length, 1, id);
+      for (const id of ['hang-1', 'hang-2', 'short', 'late'])
+        assert.equal(client.frames.filter((f) => 'id' in f && f.id === id && f.type !== 'token').length, 1, id);
       assert.ok(worker.signals[0]!.aborted && worker.signals[1]!.aborted, 'the interrupted generations were aborted');
       const stats = served.tokens.stats();
       assert.equal(stats.interrupted, 2);
@@ -166,7 +175,7 @@ describe('WebSocket server without authenticate', () => {
       const a = await open(served.port);
       const b = await open(served.port, { authorization: 'Bearer whatever-token' });
       a.send({ type: 'generate', id: 'x', prompt: 'hang', parameters: { max_tokens: 10 } });
-      await until(() => served.tokens.stats().tenants['anonymous'] === 1, 'the anonymous tenant to run one request');
+      await until(() => served.tokens.stats().tenants.anonymous === 1, 'the anonymous tenant to run one request');
       // Both connections are one tenant: its quota of 1 is spent.
       b.send({ type: 'generate', id: 'y', prompt: 'ok', parameters: { max_tokens: 2 } });
       await until(() => b.end('y') !== undefined, 'the refusal');
@@ -180,7 +189,7 @@ describe('WebSocket server without authenticate', () => {
 });
 
 describe('WebSocket tenant request rate', () => {
-  it('is one bucket across the tenant\'s connections; over it, TENANT_QUOTA says when to retry', async () => {
+  it("is one bucket across the tenant's connections; over it, TENANT_QUOTA says when to retry", async () => {
     const served = await serve({ worker: new HangingWorker(), limits: { tenantRate: { perSecond: 0.01, burst: 2 } } });
     try {
       const a = await open(served.port);
@@ -195,7 +204,7 @@ describe('WebSocket tenant request rate', () => {
       const third = b.end('3');
       assert.equal(third?.type === 'error' && third.code, 'TENANT_QUOTA');
       assert.match(third?.type === 'error' ? third.message : '', /per second \(burst 2\); retry in \d+ ms/);
-      assert.equal(served.tokens.stats().tenants['anonymous'], undefined, 'a refused request holds no concurrency slot');
+      assert.equal(served.tokens.stats().tenants.anonymous, undefined, 'a refused request holds no concurrency slot');
     } finally {
       await served.close();
     }
@@ -210,7 +219,10 @@ describe('WebSocket counters on /metrics', () => {
       const client = await open(served.port);
       client.send({ type: 'generate', id: 'a', prompt: 'ok', parameters: { max_tokens: 4 } });
       client.send('not json');
-      await until(() => client.end('a') !== undefined && client.frames.some((f) => f.type === 'error' && f.code === 'INVALID_JSON'), 'done and the bad-frame error');
+      await until(
+        () => client.end('a') !== undefined && client.frames.some((f) => f.type === 'error' && f.code === 'INVALID_JSON'),
+        'done and the bad-frame error',
+      );
       const { body } = await metrics.scrape();
       assert.match(body, /^sluice_ws_connections\{server="chat"\} 1$/m);
       assert.match(body, /^sluice_ws_requests_started_total\{server="chat"\} 1$/m);

@@ -4,7 +4,15 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import type { TraceContext } from '../src/core/trace.js';
-import { decode, generateRequest, type Completion, type GenerateOptions, type GenerateRequest, type ModelWorker, type Token } from '../src/ai/inference/worker.js';
+import {
+  decode,
+  generateRequest,
+  type Completion,
+  type GenerateOptions,
+  type GenerateRequest,
+  type ModelWorker,
+  type Token,
+} from '../src/ai/inference/worker.js';
 import type { Flow } from '../src/flow/demand.js';
 import { createHttpHandler } from '../src/serve/http.js';
 import { SluiceMetrics } from '../src/serve/metrics.js';
@@ -138,7 +146,11 @@ describe('RequestTelemetry', () => {
       started.end({ responseId: 'r1', done: { finishReason: 'stop', usage: { inputTokens: 2, outputTokens: 5 }, timeToFirstToken: 3, tokensPerSecond: 100 } });
       const [span] = exporter.getFinishedSpans();
       assert.ok(span);
-      assert.equal(started.traceparent, `00-${span.spanContext().traceId}-${span.spanContext().spanId}-01`, 'the traceparent names the request span, ended or not');
+      assert.equal(
+        started.traceparent,
+        `00-${span.spanContext().traceId}-${span.spanContext().spanId}-01`,
+        'the traceparent names the request span, ended or not',
+      );
       assert.deepEqual([span.name, span.attributes['gen_ai.response.id'], span.attributes['gen_ai.usage.output_tokens']], ['chat m', 'r1', 5]);
       const { body } = await metrics.scrape();
       assert.match(body, /sluice_generated_tokens_total\{gen_ai_request_model="m"\} 5/);

@@ -12,7 +12,15 @@ import fc from 'fast-check';
 import { WebSocket } from 'ws';
 import { MODEL_FILES, generateModels } from '../src/ai/models/generate.js';
 import { CharLmWorker } from '../src/ai/inference/onnx-lm.js';
-import { decode, generateRequest, type GenerateOptions, type GenerateRequest, type ModelWorker, type Completion, type Token } from '../src/ai/inference/worker.js';
+import {
+  decode,
+  generateRequest,
+  type GenerateOptions,
+  type GenerateRequest,
+  type ModelWorker,
+  type Completion,
+  type Token,
+} from '../src/ai/inference/worker.js';
 import type { Flow } from '../src/flow/demand.js';
 import { InvalidOptionsError } from '../src/core/errors.js';
 import { attachTokenSocket, type TokenSocket, type TokenSocketEvent, type TokenSocketLimits, type TokenSocketOptions } from '../src/serve/ws-server.js';
@@ -104,7 +112,10 @@ class Client {
     );
   }
 
-  static open(url: string, options: { token?: string; via?: 'header' | 'protocol'; protocols?: string[]; origin?: string; autoPong?: boolean } = {}): Promise<Client> {
+  static open(
+    url: string,
+    options: { token?: string; via?: 'header' | 'protocol'; protocols?: string[]; origin?: string; autoPong?: boolean } = {},
+  ): Promise<Client> {
     const token = options.token ?? SECRET;
     const via = options.via ?? 'header';
     const protocols = options.protocols ?? [SUBPROTOCOL, ...(via === 'protocol' ? [`bearer.${token}`] : [])];
@@ -196,8 +207,20 @@ describe('WebSocket token server', () => {
         const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
         const a = { prompt: 'The stage', temperature: 0.8, seed: 3, max_tokens: 40 };
         const b = { prompt: 'A pipeline', temperature: 0.9, seed: 5, max_tokens: 25 };
-        client.send({ type: 'generate', id: 'a', prompt: a.prompt, parameters: { temperature: a.temperature, seed: a.seed, max_tokens: a.max_tokens }, traceparent });
-        client.send({ type: 'generate', id: 'b', model: 'charlm', prompt: b.prompt, parameters: { temperature: b.temperature, seed: b.seed, max_tokens: b.max_tokens } });
+        client.send({
+          type: 'generate',
+          id: 'a',
+          prompt: a.prompt,
+          parameters: { temperature: a.temperature, seed: a.seed, max_tokens: a.max_tokens },
+          traceparent,
+        });
+        client.send({
+          type: 'generate',
+          id: 'b',
+          model: 'charlm',
+          prompt: b.prompt,
+          parameters: { temperature: b.temperature, seed: b.seed, max_tokens: b.max_tokens },
+        });
         const [doneA, doneB] = await Promise.all([client.terminal('a'), client.terminal('b')]);
         assert.equal(doneA.type, 'done');
         assert.equal(doneB.type, 'done');
@@ -257,10 +280,21 @@ describe('WebSocket token server', () => {
 
   describe('hello', () => {
     it('greets every connection first with hello: the protocol, its tenant, the models (default first) and the configured limits — never the token', async () => {
-      const limits = { maxTokens: 123, maxConcurrent: 3, rate: { perSecond: 7, burst: 9 }, tenantConcurrent: 5, tenantRate: { perSecond: 4, burst: 6 }, maxPayload: 4096, heartbeatInterval: 45_000 };
+      const limits = {
+        maxTokens: 123,
+        maxConcurrent: 3,
+        rate: { perSecond: 7, burst: 9 },
+        tenantConcurrent: 5,
+        tenantRate: { perSecond: 4, burst: 6 },
+        maxPayload: 4096,
+        heartbeatInterval: 45_000,
+      };
       // Server-side limits a client cannot act on stay out of the greeting.
       const counter = new CountingWorker();
-      const served = await serve({ workers: { counter, charlm: charLm }, limits: { ...limits, highWaterMark: 8192, stallTimeout: 5000, maxBadFrames: 4, conflateLimit: 1000 } });
+      const served = await serve({
+        workers: { counter, charlm: charLm },
+        limits: { ...limits, highWaterMark: 8192, stallTimeout: 5000, maxBadFrames: 4, conflateLimit: 1000 },
+      });
       try {
         // Like a page that sends at once: the hello still comes before the answer to it.
         const eager = new Client(new WebSocket(served.url, [SUBPROTOCOL, `bearer.${SECRET}`]));
@@ -270,10 +304,28 @@ describe('WebSocket token server', () => {
         await until(() => other.frames.length > 0, 'the other hello');
         const connected = served.events.flatMap((e) => (e.kind === 'connected' ? [[e.tenant, e.connection] as const] : []));
         const numberOf = new Map(connected);
-        assert.deepEqual(eager.frames[0], { type: 'hello', protocol: SUBPROTOCOL, connection: numberOf.get('acme'), tenant: 'acme', models: ['counter', 'charlm'], limits });
-        assert.deepEqual(other.frames[0], { type: 'hello', protocol: SUBPROTOCOL, connection: numberOf.get('globex'), tenant: 'globex', models: ['counter', 'charlm'], limits });
+        assert.deepEqual(eager.frames[0], {
+          type: 'hello',
+          protocol: SUBPROTOCOL,
+          connection: numberOf.get('acme'),
+          tenant: 'acme',
+          models: ['counter', 'charlm'],
+          limits,
+        });
+        assert.deepEqual(other.frames[0], {
+          type: 'hello',
+          protocol: SUBPROTOCOL,
+          connection: numberOf.get('globex'),
+          tenant: 'globex',
+          models: ['counter', 'charlm'],
+          limits,
+        });
         assert.notEqual(numberOf.get('acme'), numberOf.get('globex'));
-        assert.deepEqual(eager.frames.map((f) => f.type), ['hello', 'token', 'token', 'done'], 'one hello, before everything else');
+        assert.deepEqual(
+          eager.frames.map((f) => f.type),
+          ['hello', 'token', 'token', 'done'],
+          'one hello, before everything else',
+        );
         assert.equal(other.frames.length, 1);
         // A request without `model` went to the first model the hello named.
         assert.equal(counter.generations.length, 1);
@@ -298,7 +350,15 @@ describe('WebSocket token server', () => {
         const hello = client.frames[0]!;
         assert.ok(hello.type === 'hello');
         assert.deepEqual(hello.models, ['counter']);
-        assert.deepEqual(hello.limits, { maxTokens: 4096, maxConcurrent: 8, rate: { perSecond: 20, burst: 40 }, tenantConcurrent: 32, tenantRate: { perSecond: 50, burst: 100 }, maxPayload: 65536, heartbeatInterval: 30_000 });
+        assert.deepEqual(hello.limits, {
+          maxTokens: 4096,
+          maxConcurrent: 8,
+          rate: { perSecond: 20, burst: 40 },
+          tenantConcurrent: 32,
+          tenantRate: { perSecond: 50, burst: 100 },
+          maxPayload: 65536,
+          heartbeatInterval: 30_000,
+        });
         client.ws.close();
         await settledToZero(served);
       } finally {
@@ -459,7 +519,10 @@ describe('WebSocket token server', () => {
         client.resume();
         const { code } = await client.closed;
         assert.equal(code, 4008);
-        assert.equal(client.frames.some((f) => f.type === 'done'), false);
+        assert.equal(
+          client.frames.some((f) => f.type === 'done'),
+          false,
+        );
         await until(() => served.tokens.stats().connections === 0, 'connection gone');
         await settledToZero(served);
         assert.ok(served.events.some((e) => e.kind === 'closed' && e.cause === 'stalled'));
@@ -663,7 +726,10 @@ describe('WebSocket token server', () => {
         one.send({ type: 'cancel', id: 'c' });
         await until(() => one.errors().length === 3, 'unknown id and rate limit');
         assert.deepEqual(
-          one.errors().slice(1).map((e) => [e.id, e.code]),
+          one
+            .errors()
+            .slice(1)
+            .map((e) => [e.id, e.code]),
           [
             ['zz', 'UNKNOWN_ID'],
             ['c', 'RATE_LIMITED'],
@@ -740,10 +806,18 @@ describe('WebSocket token server', () => {
       const json = (v: unknown) => JSON.stringify(v);
       const bad = (data: string | Buffer): Frame => ({ kind: 'bad', data });
       const mutation = fc.oneof(
-        fc.string().filter((s) => s !== 'generate' && s !== 'cancel').map((type) => bad(json({ ...valid, type }))),
-        fc.oneof(fc.integer(), fc.boolean(), fc.constant(null), fc.constant(''), fc.string({ minLength: 129, maxLength: 200 })).map((id) => bad(json({ ...valid, id }))),
+        fc
+          .string()
+          .filter((s) => s !== 'generate' && s !== 'cancel')
+          .map((type) => bad(json({ ...valid, type }))),
+        fc
+          .oneof(fc.integer(), fc.boolean(), fc.constant(null), fc.constant(''), fc.string({ minLength: 129, maxLength: 200 }))
+          .map((id) => bad(json({ ...valid, id }))),
         fc.oneof(fc.integer(), fc.array(fc.string()), fc.constant(null)).map((prompt) => bad(json({ ...valid, prompt }))),
-        fc.string({ minLength: 1 }).filter((k) => !['type', 'id', 'prompt', 'messages', 'parameters', 'traceparent', 'policy', 'model'].includes(k)).map((k) => bad(json({ ...valid, [k]: 1 }))),
+        fc
+          .string({ minLength: 1 })
+          .filter((k) => !['type', 'id', 'prompt', 'messages', 'parameters', 'traceparent', 'policy', 'model'].includes(k))
+          .map((k) => bad(json({ ...valid, [k]: 1 }))),
         fc.constantFrom('type', 'id', 'prompt').map((k) => bad(json(Object.fromEntries(Object.entries(valid).filter(([key]) => key !== k))))),
         fc.string().map((t) => bad(json({ ...valid, traceparent: t }))),
         fc.oneof(fc.string(), fc.integer(), fc.array(fc.integer())).map((parameters) => bad(json({ ...valid, parameters }))),
@@ -752,10 +826,18 @@ describe('WebSocket token server', () => {
         fc.string().map((s) => bad(json(valid).slice(0, Math.max(1, s.length % json(valid).length)))),
         fc.oneof(fc.integer(), fc.constant('[]'), fc.constant('null'), fc.constant('"generate"')).map((v) => bad(String(v))),
       );
-      const random = fc.string({ maxLength: 200 }).filter((s) => !s.includes('"type"')).map((s) => bad(s));
+      const random = fc
+        .string({ maxLength: 200 })
+        .filter((s) => !s.includes('"type"'))
+        .map((s) => bad(s));
       const good = fc.string({ minLength: 1, maxLength: 20 }).map((id) => ({ kind: 'good', data: json({ type: 'cancel', id: `unknown-${id}` }) }) as Frame);
       const oversize = fc.constant<Frame>({ kind: 'oversize', data: json({ ...valid, prompt: 'x'.repeat(maxPayload) }) });
-      const frame = fc.oneof({ weight: 6, arbitrary: mutation }, { weight: 3, arbitrary: random }, { weight: 3, arbitrary: good }, { weight: 1, arbitrary: oversize });
+      const frame = fc.oneof(
+        { weight: 6, arbitrary: mutation },
+        { weight: 3, arbitrary: random },
+        { weight: 3, arbitrary: good },
+        { weight: 1, arbitrary: oversize },
+      );
 
       let sent = 0;
       let closedByRule = 0;

@@ -2,7 +2,9 @@
 import { readdirSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 
-const examples = readdirSync('examples').filter((f) => f.endsWith('.ts')).sort();
+const examples = readdirSync('examples')
+  .filter((f) => f.endsWith('.ts'))
+  .sort();
 for (const file of examples) {
   const started = Date.now();
   const result = spawnSync(process.execPath, ['--conditions=sluice-source', '--import', 'tsx', `examples/${file}`], {

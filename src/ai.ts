@@ -39,7 +39,21 @@ export type { Retrieved, RetrieveOptions, Citation, CitedContext } from './ai/st
 export { assemble, PromptTemplate } from './ai/stages/assemble.js';
 export type { AssembleOptions, AssembledPrompt, FewShotExample, PromptTemplateOptions, TemplateValue, VariablesSchema } from './ai/stages/assemble.js';
 export { generateRequest, promptText, generation, complete, decode } from './ai/inference/worker.js';
-export type { ModelWorker, GenerateRequest, GenerationParams, GenerateOptions as GenerationOptions, InferOptions as ModelInferOptions, Token, FinishReason, Usage, GenerationDone, Completion, DecodeStep, Decoding, DecodeConfig } from './ai/inference/worker.js';
+export type {
+  ModelWorker,
+  GenerateRequest,
+  GenerationParams,
+  GenerateOptions as GenerationOptions,
+  InferOptions as ModelInferOptions,
+  Token,
+  FinishReason,
+  Usage,
+  GenerationDone,
+  Completion,
+  DecodeStep,
+  Decoding,
+  DecodeConfig,
+} from './ai/inference/worker.js';
 export { StopMatcher, createRandom, distribution, sampleToken, applyRepetitionPenalty } from './ai/inference/sampling.js';
 export type { SamplingParams, SampledToken } from './ai/inference/sampling.js';
 export { OpenAIWorker, SseParser } from './ai/inference/openai.js';
@@ -49,7 +63,14 @@ export type { RunModel, TokenCodec, DecoderShape, CharLmWorkerOptions, DecoderLm
 export { HttpStatusError, RateLimitedError, MalformedEventError, ProviderError } from './ai/inference/errors.js';
 export { InferencePool } from './ai/models/pool.js';
 export type { InferencePoolOptions, InferencePoolStats, WorkerStats, RunOptions, Feeds, Outputs, ModelSource, ModelInfo } from './ai/models/pool.js';
-export { BorrowedOutputsError, PoolClosedError, PoolQueueFullError, WorkerCrashedError, InferenceFailedError, UnknownModelError } from './ai/models/pool-errors.js';
+export {
+  BorrowedOutputsError,
+  PoolClosedError,
+  PoolQueueFullError,
+  WorkerCrashedError,
+  InferenceFailedError,
+  UnknownModelError,
+} from './ai/models/pool-errors.js';
 export { embedder, textFeeds, tensorRows } from './ai/models/pool-embedder.js';
 export type { PoolEmbedderOptions } from './ai/models/pool-embedder.js';
 export { infer } from './ai/stages/infer.js';

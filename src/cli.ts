@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { InvalidOptionsError } from './core/errors.js';
 import { SUBPROTOCOL } from './serve/protocol.js';
-import { startServer, type ServeOptions } from './serve/app.js';
+import { startServer, type RunningServer, type ServeOptions } from './serve/app.js';
 
 const HELP = `Usage: sluice serve [options]
 
@@ -80,7 +80,10 @@ function integer(flags: Flags['values'], env: NodeJS.ProcessEnv, flag: keyof Fla
 function list(fromFlags: readonly string[] | undefined, raw: string | undefined): string[] | undefined {
   if (fromFlags !== undefined && fromFlags.length > 0) return [...fromFlags];
   if (raw === undefined || raw.trim() === '') return undefined;
-  return raw.split(',').map((s) => s.trim()).filter((s) => s.length > 0);
+  return raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s.length > 0);
 }
 
 /** `tenant:token` or `token` (tenant `default`), as a map token → tenant. */
@@ -112,16 +115,17 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
     ...defined('maxTokens', integer(v, env, 'max-tokens', 'SLUICE_MAX_TOKENS')),
     ...(rate !== undefined && { rate: { perSecond: rate, burst: rate * 2 } }),
   };
-  const insecureEnv = env['SLUICE_INSECURE'];
-  if (insecureEnv !== undefined && !['', '0', '1', 'true', 'false'].includes(insecureEnv)) throw new UsageError(`SLUICE_INSECURE: expected 1 or 0, got "${insecureEnv}"`);
+  const insecureEnv = env.SLUICE_INSECURE;
+  if (insecureEnv !== undefined && !['', '0', '1', 'true', 'false'].includes(insecureEnv))
+    throw new UsageError(`SLUICE_INSECURE: expected 1 or 0, got "${insecureEnv}"`);
   return {
-    ...defined('host', v.host ?? (env['SLUICE_HOST'] || undefined)),
+    ...defined('host', v.host ?? (env.SLUICE_HOST || undefined)),
     ...defined('port', integer(v, env, 'port', 'SLUICE_PORT')),
-    ...defined('tokens', tokens(list(v.token, env['SLUICE_TOKENS']))),
+    ...defined('tokens', tokens(list(v.token, env.SLUICE_TOKENS))),
     ...defined('insecure', v.insecure ?? (insecureEnv === '1' || insecureEnv === 'true' ? true : undefined)),
-    ...defined('origins', list(v.origin, env['SLUICE_ORIGINS'])),
-    ...defined('models', v.models ?? (env['SLUICE_MODELS'] || undefined)),
-    ...defined('corpus', v.corpus ?? (env['SLUICE_CORPUS'] || undefined)),
+    ...defined('origins', list(v.origin, env.SLUICE_ORIGINS)),
+    ...defined('models', v.models ?? (env.SLUICE_MODELS || undefined)),
+    ...defined('corpus', v.corpus ?? (env.SLUICE_CORPUS || undefined)),
     ...defined('poolSize', integer(v, env, 'pool-size', 'SLUICE_POOL_SIZE')),
     ...defined('shutdownTimeout', integer(v, env, 'shutdown-timeout', 'SLUICE_SHUTDOWN_TIMEOUT')),
     ...(Object.keys(limits).length > 0 && { limits }),
@@ -176,7 +180,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   }
 
   const log = (line: string) => process.stderr.write(`${new Date().toISOString()} ${line}\n`);
-  let running;
+  let running: RunningServer;
   try {
     running = await startServer({ ...options, log });
   } catch (err) {
@@ -193,7 +197,10 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     return 1;
   }
 
-  const auth = options.tokens === undefined || Object.keys(options.tokens).length === 0 ? 'none (open: loopback only)' : `bearer token (${Object.keys(options.tokens).length} accepted)`;
+  const auth =
+    options.tokens === undefined || Object.keys(options.tokens).length === 0
+      ? 'none (open: loopback only)'
+      : `bearer token (${Object.keys(options.tokens).length} accepted)`;
   const [model] = running.models;
   process.stdout.write(
     [

@@ -11,8 +11,43 @@ export type { SluiceMetricsOptions, RequestObservation, SocketCounters } from '.
 export { genAiSpan, endGenAiSpan, recordStageSpans, contextFromTraceparent, traceparentOf, sluiceTracer, errorType } from './serve/otel.js';
 export type { GenAiSpan, GenAiSpanOptions, GenAiOutcome, StageSpanOptions } from './serve/otel.js';
 export { attachTokenSocket } from './serve/ws-server.js';
-export type { TokenSocket, TokenSocketOptions, TokenSocketLimits, TokenSocketStats, TokenSocketEvent, TokenWorker, Principal, Authenticate, CloseCause, DrainReport } from './serve/ws-server.js';
+export type {
+  TokenSocket,
+  TokenSocketOptions,
+  TokenSocketLimits,
+  TokenSocketStats,
+  TokenSocketEvent,
+  TokenWorker,
+  Principal,
+  Authenticate,
+  CloseCause,
+  DrainReport,
+} from './serve/ws-server.js';
 export { startServer, isLoopback, WS_PATH } from './serve/app.js';
 export type { ServeOptions, RunningServer, ShutdownReport } from './serve/app.js';
-export { SUBPROTOCOL, BEARER_PROTOCOL_PREFIX, CLOSE_CODES, PROTOCOL_ERRORS, REQUEST_ERRORS, parseClientFrame, serverFrameSchema, generateMessageSchema, cancelMessageSchema } from './serve/protocol.js';
-export type { ClientMessage, GenerateMessage, CancelMessage, ServerFrame, HelloFrame, HelloLimits, TokenFrame, DoneFrame, ErrorFrame, ErrorCode, ProtocolErrorCode, RequestErrorCode, ParsedFrame } from './serve/protocol.js';
+export {
+  SUBPROTOCOL,
+  BEARER_PROTOCOL_PREFIX,
+  CLOSE_CODES,
+  PROTOCOL_ERRORS,
+  REQUEST_ERRORS,
+  parseClientFrame,
+  serverFrameSchema,
+  generateMessageSchema,
+  cancelMessageSchema,
+} from './serve/protocol.js';
+export type {
+  ClientMessage,
+  GenerateMessage,
+  CancelMessage,
+  ServerFrame,
+  HelloFrame,
+  HelloLimits,
+  TokenFrame,
+  DoneFrame,
+  ErrorFrame,
+  ErrorCode,
+  ProtocolErrorCode,
+  RequestErrorCode,
+  ParsedFrame,
+} from './serve/protocol.js';

@@ -121,8 +121,14 @@ export function cached<I, O>(work: Work<I, O>, options: CachedOptions<I, O>): Wo
   const parsed = parseOptions(cachedOptionsSchema, options, 'cached options');
   const stats = parsed.stats ?? new CacheStats();
   const response = nested('response', parsed.response, LruCache, (o: ResponseCacheOptions<O>) => new LruCache({ ...o, sizeOf: answerSize(o.sizeOf), stats }));
-  const semantic = nested('semantic', parsed.semantic, SemanticCache, (o: SemanticOptions<O>) => new SemanticCache({ ...o, sizeOf: answerSize(o.sizeOf), stats }));
-  const flights = parsed.singleFlight instanceof SingleFlight ? (parsed.singleFlight as SingleFlight<O>) : parsed.singleFlight ? new SingleFlight<O>() : undefined;
+  const semantic = nested(
+    'semantic',
+    parsed.semantic,
+    SemanticCache,
+    (o: SemanticOptions<O>) => new SemanticCache({ ...o, sizeOf: answerSize(o.sizeOf), stats }),
+  );
+  const flights =
+    parsed.singleFlight instanceof SingleFlight ? (parsed.singleFlight as SingleFlight<O>) : parsed.singleFlight ? new SingleFlight<O>() : undefined;
   const keyOf = (options.key ?? defaultKey) as (value: I) => string;
   const textOf = (options.text ?? defaultText) as (value: I) => string;
   const scopeOf = (options.scope ?? defaultScope) as (value: I) => string;

@@ -48,7 +48,10 @@ export class IllegalDemandError extends SluiceError {
 
 /** Policy `fail`: an element arrived while the buffer was full. */
 export class OverflowError extends SluiceError {
-  constructor(stage: string, readonly capacity: number) {
+  constructor(
+    stage: string,
+    readonly capacity: number,
+  ) {
     super('OVERFLOW', `Stage "${stage}" overflowed its buffer (capacity ${capacity}, policy "fail").`, {
       stage,
       hint: 'Raise the capacity, or choose policy "pause", "shed-incoming", "shed-oldest" or "conflate".',
@@ -58,7 +61,10 @@ export class OverflowError extends SluiceError {
 
 /** Policy `pause` met a producer that cannot be paused. */
 export class UnpausableSourceError extends SluiceError {
-  constructor(stage: string, readonly capacity: number) {
+  constructor(
+    stage: string,
+    readonly capacity: number,
+  ) {
     super(
       'UNPAUSABLE_SOURCE',
       `Stage "${stage}" (capacity ${capacity}, policy "pause") is full and its source cannot be paused (a plain Observable, Subject or event source pushes without demand).`,
@@ -72,13 +78,21 @@ export class UnpausableSourceError extends SluiceError {
 
 /** User work threw or rejected; carries the stage and the element's sequence number. */
 export class StageError extends SluiceError {
-  constructor(stage: string, readonly seq: number, cause: unknown) {
+  constructor(
+    stage: string,
+    readonly seq: number,
+    cause: unknown,
+  ) {
     super('WORK_FAILED', `Stage "${stage}" failed on element #${seq}: ${describe(cause)}`, { stage, cause });
   }
 }
 
 export class StageTimeoutError extends SluiceError {
-  constructor(stage: string, readonly seq: number, readonly timeout: number) {
+  constructor(
+    stage: string,
+    readonly seq: number,
+    readonly timeout: number,
+  ) {
     super('TIMEOUT', `Stage "${stage}" timed out on element #${seq} after ${timeout} ms.`, {
       stage,
       hint: 'Raise `timeout`, or make the work honour its AbortSignal sooner.',
@@ -87,7 +101,11 @@ export class StageTimeoutError extends SluiceError {
 }
 
 export class DrainTimeoutError extends SluiceError {
-  constructor(stage: string, readonly deadline: number, readonly abandoned: number) {
+  constructor(
+    stage: string,
+    readonly deadline: number,
+    readonly abandoned: number,
+  ) {
     super('DRAIN_TIMEOUT', `Stage "${stage}" did not drain within ${deadline} ms; ${abandoned} element(s) were failed.`, { stage });
   }
 }
@@ -101,7 +119,10 @@ export class AbortedError extends SluiceError {
 
 /** A batch was given results (or traces) whose count differs from its items: results could not be mapped back. */
 export class BatchMismatchError extends SluiceError {
-  constructor(readonly expected: number, readonly actual: number) {
+  constructor(
+    readonly expected: number,
+    readonly actual: number,
+  ) {
     super('BATCH_MISMATCH', `A batch of ${expected} item(s) got ${actual} result(s); results map back to items by position.`, {
       hint: 'Return exactly one result per item, in item order (e.g. batch.withResults(outputs) with outputs.length === batch.size).',
     });

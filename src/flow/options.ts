@@ -6,7 +6,10 @@ export { POLICIES } from '../core/vocabulary.js';
 export type { Policy, ShedReason, Outcome } from '../core/vocabulary.js';
 
 export const positiveInt = (what: string) =>
-  z.number({ error: `${what} must be a number` }).int({ error: `${what} must be an integer` }).positive({ error: `${what} must be ≥ 1` });
+  z
+    .number({ error: `${what} must be a number` })
+    .int({ error: `${what} must be an integer` })
+    .positive({ error: `${what} must be ≥ 1` });
 
 export const schedulerSchema = z.custom<SchedulerLike>(
   (v) => typeof v === 'object' && v !== null && typeof (v as SchedulerLike).schedule === 'function' && typeof (v as SchedulerLike).now === 'function',

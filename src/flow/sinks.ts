@@ -207,7 +207,8 @@ export function toWritable<T>(source: Observable<T>, writable: Writable, options
         else if (unflushed === 0) succeed();
       },
     });
-    if (settled) subscription.cancel(); // failed while subscribing
+    if (settled)
+      subscription.cancel(); // failed while subscribing
     else refill();
   });
 }

@@ -7,7 +7,7 @@ import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../f
 import { Ring } from '../flow/ring.js';
 import { StageStats } from '../flow/stats.js';
 import { BatchMismatchError, StageError, UnpausableSourceError } from '../core/errors.js';
-import { TraceContext, Traced, sampler, toTraced } from '../core/trace.js';
+import { type TraceContext, Traced, sampler, toTraced } from '../core/trace.js';
 import { monotonicNow } from '../core/clock.js';
 
 /**

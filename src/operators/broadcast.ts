@@ -42,9 +42,7 @@ export interface BroadcastCountOptions<T, R> extends BroadcastCommon<T> {
 export type BroadcastOptions<T, R> = BroadcastBranchesOptions<T, R> | BroadcastCountOptions<T, R>;
 
 const branchesSchema = z.custom<readonly LaneFactory<unknown, unknown>[] | number>(
-  (v) =>
-    (Array.isArray(v) && v.length > 0 && v.every((f) => typeof f === 'function')) ||
-    (typeof v === 'number' && Number.isInteger(v) && v >= 1),
+  (v) => (Array.isArray(v) && v.length > 0 && v.every((f) => typeof f === 'function')) || (typeof v === 'number' && Number.isInteger(v) && v >= 1),
   { error: 'branches must be a non-empty array of functions, or a count ≥ 1 together with `branch`' },
 );
 
@@ -125,9 +123,7 @@ interface BroadcastConfig<T, R> extends LaneConfig<T, R> {
 export function broadcast<T, R>(options: BroadcastOptions<T, R>): FanOutOperator<T, R> {
   const parsed = parseOptions(broadcastOptionsSchema, options, `broadcast${options?.name ? ` "${options.name}"` : ''} options`);
   const branches = parsed.branches;
-  const factories = (
-    typeof branches === 'number' ? Array.from({ length: branches }, () => parsed.branch!) : [...branches]
-  ) as LaneFactory<T, R>[];
+  const factories = (typeof branches === 'number' ? Array.from({ length: branches }, () => parsed.branch!) : [...branches]) as LaneFactory<T, R>[];
   const config: BroadcastConfig<T, R> = {
     name: parsed.name ?? defaultName('broadcast'),
     capacity: parsed.capacity ?? Math.max(16, (parsed.maxLag ?? 0) + 1),

@@ -27,7 +27,7 @@ import { functionSchema, positiveInt, schedulerSchema, type ShedReason } from '.
 import { Ring } from '../flow/ring.js';
 import { callHook } from '../flow/report.js';
 import { StageStats } from '../flow/stats.js';
-import { Traced, toTraced } from '../core/trace.js';
+import { type Traced, toTraced } from '../core/trace.js';
 import { UnpausableSourceError } from '../core/errors.js';
 import type { ShedEvent } from './stage.js';
 
@@ -303,7 +303,15 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
     this.stats.shed[reason]++;
     const trace = pending.element.trace;
     if (trace.sampled) trace.keep(this.config.name, 0, 0, 0, 0, 0, reason); // as a stage does: a dead letter says where and why
-    callHook(this.config.onShed, { stage: this.config.name, reason, value: pending.element.value, seq: pending.seq, trace: pending.element.trace, count: 1, lane: lane.index });
+    callHook(this.config.onShed, {
+      stage: this.config.name,
+      reason,
+      value: pending.element.value,
+      seq: pending.seq,
+      trace: pending.element.trace,
+      count: 1,
+      lane: lane.index,
+    });
   }
 
   /** An element arrived that upstream was not asked for while there was no room: the source cannot be paused. */

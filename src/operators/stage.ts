@@ -173,10 +173,17 @@ let unnamed = 0;
  */
 export function stage<I, O>(work: Work<I, O>, options: StageOptions<I> = {}): StageOperator<I, O> {
   if (typeof work !== 'function') {
-    throw new InvalidOptionsError(`stage${options?.name ? ` "${options.name}"` : ''}`, [{ path: 'work', message: `must be a function (value, context) => result, got ${describeValue(work)}` }]);
+    throw new InvalidOptionsError(`stage${options?.name ? ` "${options.name}"` : ''}`, [
+      { path: 'work', message: `must be a function (value, context) => result, got ${describeValue(work)}` },
+    ]);
   }
   const parsed = parseOptions(stageOptionsSchema, options, `stage${options?.name ? ` "${options.name}"` : ''} options`);
-  const config = new StageConfig(parsed, parsed.name ?? (work.name && work.name !== 'work' ? work.name : `stage-${++unnamed}`), !ignoresContext(work), isAsyncFunction(work));
+  const config = new StageConfig(
+    parsed,
+    parsed.name ?? (work.name && work.name !== 'work' ? work.name : `stage-${++unnamed}`),
+    !ignoresContext(work),
+    isAsyncFunction(work),
+  );
   const stats = parsed.stats ?? new StageStats();
   return (source) => new Flow<Traced<O>>((outlet) => new StageRun(source, work, config, stats, outlet));
 }
@@ -886,8 +893,13 @@ class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<
     if (this.cancelled === true) this.shed(value, trace, seq, 'cancelled', 1 + merged);
     else this.stats.failed += 1 + merged;
     const kind = kindOf(result);
-    if (kind === PROMISE) (result as PromiseLike<O>).then(undefined, () => {}); // a late rejection has no one to tell
-    else if (kind === ASYNC_ITERABLE) (result as AsyncIterable<O>)[Symbol.asyncIterator]().return?.()?.then(undefined, () => {});
+    if (kind === PROMISE)
+      (result as PromiseLike<O>).then(undefined, () => {}); // a late rejection has no one to tell
+    else if (kind === ASYNC_ITERABLE)
+      (result as AsyncIterable<O>)
+        [Symbol.asyncIterator]()
+        .return?.()
+        ?.then(undefined, () => {});
     return FAILED;
   }
 

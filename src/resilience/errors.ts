@@ -43,7 +43,6 @@ export class CircuitOpenError extends SluiceError {
   }
 }
 
-
 /** Every worker of a fallback chain failed before its first output. `cause` is the last failure. */
 export class FallbackExhaustedError extends SluiceError {
   constructor(

@@ -14,7 +14,10 @@ export interface FallbackOptions {
 }
 
 export const workerSchema = z.union(
-  [functionSchema<Work<unknown, unknown>>(), z.object({ name: z.string().min(1, { error: 'name must not be empty' }), work: functionSchema<Work<unknown, unknown>>() })],
+  [
+    functionSchema<Work<unknown, unknown>>(),
+    z.object({ name: z.string().min(1, { error: 'name must not be empty' }), work: functionSchema<Work<unknown, unknown>>() }),
+  ],
   { error: 'must be a work function or { name, work }' },
 );
 

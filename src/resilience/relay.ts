@@ -6,7 +6,7 @@
  * without aborting the caller's.
  */
 import { Observable, from, of, type SchedulerLike, type Subscription } from 'rxjs';
-import { Flow } from '../flow/demand.js';
+import type { Flow } from '../flow/demand.js';
 import { Inlet, type RoomOwner } from '../flow/inlet.js';
 import { fromAsyncIterable } from '../flow/sources.js';
 import { subscribeUpstream, type UpstreamHandler } from '../flow/upstream.js';

@@ -33,7 +33,11 @@ const retryOptionsSchema = z
     attempts: positiveInt('attempts'),
     baseDelay: z.number({ error: 'baseDelay must be a number of ms' }).min(0, { error: 'baseDelay must be ≥ 0 ms' }),
     maxDelay: z.number({ error: 'maxDelay must be a number of ms' }).min(0, { error: 'maxDelay must be ≥ 0 ms' }).default(Infinity),
-    jitter: z.number({ error: 'jitter must be a number' }).min(0, { error: 'jitter must be in [0, 1]' }).max(1, { error: 'jitter must be in [0, 1]' }).default(0),
+    jitter: z
+      .number({ error: 'jitter must be a number' })
+      .min(0, { error: 'jitter must be in [0, 1]' })
+      .max(1, { error: 'jitter must be in [0, 1]' })
+      .default(0),
     retryOn: functionSchema<(error: unknown, retry: number) => boolean>().optional(),
     random: functionSchema<() => number>().default(() => Math.random),
     maxRetryAfter: z.number({ error: 'maxRetryAfter must be a number of ms' }).min(0, { error: 'maxRetryAfter must be ≥ 0 ms' }).default(60_000),

@@ -68,7 +68,10 @@ const routeSchema = z
     canary: z
       .object({
         worker: functionSchema<Work<unknown, unknown>>(),
-        percent: z.number({ error: 'percent must be a number' }).min(0, { error: 'percent must be in [0, 100]' }).max(100, { error: 'percent must be in [0, 100]' }),
+        percent: z
+          .number({ error: 'percent must be a number' })
+          .min(0, { error: 'percent must be in [0, 100]' })
+          .max(100, { error: 'percent must be in [0, 100]' }),
         name: z.string().min(1, { error: 'name must not be empty' }).optional(),
       })
       .strict()
@@ -129,8 +132,10 @@ export function route<I, O>(options: RouteOptions<I, O>): StreamWork<I, O> {
   const parsed = parseOptions(routeSchema, options, 'route options');
   const variants = options.variants;
   const total = variants.reduce((sum, v) => sum + v.weight, 0);
-  const canary = options.canary === undefined ? undefined : { name: options.canary.name ?? 'canary', work: options.canary.worker, percent: options.canary.percent };
-  const shadow = options.shadow === undefined ? undefined : typeof options.shadow === 'function' ? { name: 'shadow', work: options.shadow } : named(options.shadow, 0);
+  const canary =
+    options.canary === undefined ? undefined : { name: options.canary.name ?? 'canary', work: options.canary.worker, percent: options.canary.percent };
+  const shadow =
+    options.shadow === undefined ? undefined : typeof options.shadow === 'function' ? { name: 'shadow', work: options.shadow } : named(options.shadow, 0);
   const key = options.key;
   const random = parsed.random;
   const scheduler = parsed.scheduler ?? asyncScheduler;

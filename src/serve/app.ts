@@ -38,9 +38,13 @@ import { attachTokenSocket, type TokenSocketEvent, type TokenSocketLimits, type 
 export const WS_PATH = '/v1/ws';
 
 /** `data/` of the package, from source or from `dist/`. */
-const BUNDLED_DATA = [new URL('../../data/', import.meta.url), new URL('../../../data/', import.meta.url)].map((url) => fileURLToPath(url)).find((path) => existsSync(path));
+const BUNDLED_DATA = [new URL('../../data/', import.meta.url), new URL('../../../data/', import.meta.url)]
+  .map((url) => fileURLToPath(url))
+  .find((path) => existsSync(path));
 /** The chat page, from source or from `dist/`. */
-const CHAT_PAGE = [new URL('../../examples/chat.html', import.meta.url), new URL('../../../examples/chat.html', import.meta.url)].map((url) => fileURLToPath(url)).find((path) => existsSync(path));
+const CHAT_PAGE = [new URL('../../examples/chat.html', import.meta.url), new URL('../../../examples/chat.html', import.meta.url)]
+  .map((url) => fileURLToPath(url))
+  .find((path) => existsSync(path));
 
 export interface ServeOptions {
   /** Interface to listen on. Default `127.0.0.1`. */
@@ -73,10 +77,17 @@ export interface ServeOptions {
 const optionsSchema = z
   .object({
     host: z.string().min(1, { error: 'host must not be empty' }).default('127.0.0.1'),
-    port: z.number({ error: 'port must be a number' }).int({ error: 'port must be an integer' }).min(0, { error: 'port must be in [0, 65535]' }).max(65535, { error: 'port must be in [0, 65535]' }).default(8787),
+    port: z
+      .number({ error: 'port must be a number' })
+      .int({ error: 'port must be an integer' })
+      .min(0, { error: 'port must be in [0, 65535]' })
+      .max(65535, { error: 'port must be in [0, 65535]' })
+      .default(8787),
     // Checked as a whole, so an error never names a token (a record key would be in its path).
     tokens: z
-      .custom<Record<string, string>>((v) => typeof v === 'object' && v !== null && Object.values(v).every((t) => typeof t === 'string'), { error: 'tokens must map each token to its tenant name' })
+      .custom<Record<string, string>>((v) => typeof v === 'object' && v !== null && Object.values(v).every((t) => typeof t === 'string'), {
+        error: 'tokens must map each token to its tenant name',
+      })
       .refine((t) => Object.keys(t).every((token) => token.length >= 8), { error: 'a token must have at least 8 characters' })
       .refine((t) => Object.values(t).every((tenant) => tenant.length > 0), { error: 'a tenant must not be empty' })
       .default({}),
@@ -184,10 +195,20 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     const server = createServer((req, res) => {
       if (guardHost && !loopbackHost(req.headers.host)) {
         res.writeHead(403, { 'content-type': 'application/json' });
-        return void res.end(JSON.stringify({ error: { message: 'This open server answers only requests addressed to a loopback host.', type: 'invalid_request_error', param: null, code: 'forbidden_host' } }));
+        return void res.end(
+          JSON.stringify({
+            error: {
+              message: 'This open server answers only requests addressed to a loopback host.',
+              type: 'invalid_request_error',
+              param: null,
+              code: 'forbidden_host',
+            },
+          }),
+        );
       }
       const path = pathOf(req.url);
-      if ((path === '/' || path === '/index.html') && (req.method === 'GET' || req.method === 'HEAD') && page !== undefined) return sendPage(res, page, req.method === 'HEAD');
+      if ((path === '/' || path === '/index.html') && (req.method === 'GET' || req.method === 'HEAD') && page !== undefined)
+        return sendPage(res, page, req.method === 'HEAD');
       if (path === '/favicon.ico') return void res.writeHead(204).end();
       api(req, res);
     });
@@ -198,7 +219,9 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       ...(!open && { authenticate: (token: string) => (tenants.has(token) ? { tenant: tenants.get(token)! } : undefined) }),
       ...(config.origins !== undefined
         ? { origins: config.origins }
-        : open && { origins: (origin: string, req: IncomingMessage) => (!guardHost || loopbackHost(req.headers.host)) && sameOrigin(origin, req.headers.host) }),
+        : open && {
+            origins: (origin: string, req: IncomingMessage) => (!guardHost || loopbackHost(req.headers.host)) && sameOrigin(origin, req.headers.host),
+          }),
       ...(config.limits !== undefined && { limits: config.limits as Partial<TokenSocketLimits> }),
       onEvent: (event) => logEvent(log, event),
     });
@@ -232,7 +255,9 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
         await lm.release();
         await pool.close();
         metrics.close();
-        log(`stopped: WebSocket ${ws.finished} finished, ${ws.interrupted} interrupted; HTTP ${http.running - http.interrupted} finished, ${http.interrupted} interrupted`);
+        log(
+          `stopped: WebSocket ${ws.finished} finished, ${ws.interrupted} interrupted; HTTP ${http.running - http.interrupted} finished, ${http.interrupted} interrupted`,
+        );
         return { ws, http: { running: http.running, interrupted: http.interrupted } };
       })());
 

@@ -81,17 +81,40 @@ const optionsSchema = z
   .object({
     workers: z.record(z.string().min(1, { error: 'a model name must not be empty' }), workerSchema).optional(),
     worker: workerSchema.optional(),
-    metrics: z.custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).scrape === 'function', { error: 'metrics must be a SluiceMetrics' }).optional(),
+    metrics: z
+      .custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).scrape === 'function', {
+        error: 'metrics must be a SluiceMetrics',
+      })
+      .optional(),
     auth: functionSchema<(req: IncomingMessage) => boolean | Promise<boolean>>().optional(),
-    maxBodyBytes: z.number({ error: 'maxBodyBytes must be a number' }).int({ error: 'maxBodyBytes must be an integer' }).positive({ error: 'maxBodyBytes must be ≥ 1' }).default(1 << 20),
-    maxTokens: z.number({ error: 'maxTokens must be a number' }).int({ error: 'maxTokens must be an integer' }).positive({ error: 'maxTokens must be ≥ 1' }).default(4096),
+    maxBodyBytes: z
+      .number({ error: 'maxBodyBytes must be a number' })
+      .int({ error: 'maxBodyBytes must be an integer' })
+      .positive({ error: 'maxBodyBytes must be ≥ 1' })
+      .default(1 << 20),
+    maxTokens: z
+      .number({ error: 'maxTokens must be a number' })
+      .int({ error: 'maxTokens must be an integer' })
+      .positive({ error: 'maxTokens must be ≥ 1' })
+      .default(4096),
     ready: functionSchema<() => boolean>().optional(),
-    tracer: z.custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', { error: 'tracer must be an OpenTelemetry Tracer' }).optional(),
-    sampleRate: z.number({ error: 'sampleRate must be a number' }).min(0, { error: 'sampleRate must be in [0, 1]' }).max(1, { error: 'sampleRate must be in [0, 1]' }).default(1),
+    tracer: z
+      .custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', {
+        error: 'tracer must be an OpenTelemetry Tracer',
+      })
+      .optional(),
+    sampleRate: z
+      .number({ error: 'sampleRate must be a number' })
+      .min(0, { error: 'sampleRate must be in [0, 1]' })
+      .max(1, { error: 'sampleRate must be in [0, 1]' })
+      .default(1),
     stage: z.string().min(1, { error: 'stage must not be empty' }).default('generate'),
   })
   .strict()
-  .refine((o) => o.worker !== undefined || (o.workers !== undefined && Object.keys(o.workers).length > 0), { error: 'give worker or workers (at least one model)', path: ['workers'] });
+  .refine((o) => o.worker !== undefined || (o.workers !== undefined && Object.keys(o.workers).length > 0), {
+    error: 'give worker or workers (at least one model)',
+    path: ['workers'],
+  });
 
 const contentPart = z.looseObject({ type: z.string(), text: z.string().optional() });
 const messageSchema = z.looseObject({
@@ -105,12 +128,28 @@ const chatSchema = z
   .object({
     model: z.string({ error: 'model is required' }).min(1, { error: 'model must not be empty' }),
     messages: z.array(messageSchema, { error: 'messages must be an array' }).min(1, { error: 'messages must not be empty' }),
-    temperature: z.number({ error: 'temperature must be a number' }).min(0, { error: 'temperature must be in [0, 2]' }).max(2, { error: 'temperature must be in [0, 2]' }).nullish(),
+    temperature: z
+      .number({ error: 'temperature must be a number' })
+      .min(0, { error: 'temperature must be in [0, 2]' })
+      .max(2, { error: 'temperature must be in [0, 2]' })
+      .nullish(),
     top_p: z.number({ error: 'top_p must be a number' }).gt(0, { error: 'top_p must be in (0, 1]' }).max(1, { error: 'top_p must be in (0, 1]' }).nullish(),
     top_k: z.number({ error: 'top_k must be a number' }).int({ error: 'top_k must be an integer' }).min(0, { error: 'top_k must be ≥ 0' }).nullish(),
-    max_tokens: z.number({ error: 'max_tokens must be a number' }).int({ error: 'max_tokens must be an integer' }).min(1, { error: 'max_tokens must be ≥ 1' }).nullish(),
-    max_completion_tokens: z.number({ error: 'max_completion_tokens must be a number' }).int({ error: 'max_completion_tokens must be an integer' }).min(1, { error: 'max_completion_tokens must be ≥ 1' }).nullish(),
-    stop: z.union([z.string().min(1), z.array(z.string().min(1)).max(4, { error: 'stop takes at most 4 sequences' })], { error: 'stop must be a string or an array of up to 4 non-empty strings' }).nullish(),
+    max_tokens: z
+      .number({ error: 'max_tokens must be a number' })
+      .int({ error: 'max_tokens must be an integer' })
+      .min(1, { error: 'max_tokens must be ≥ 1' })
+      .nullish(),
+    max_completion_tokens: z
+      .number({ error: 'max_completion_tokens must be a number' })
+      .int({ error: 'max_completion_tokens must be an integer' })
+      .min(1, { error: 'max_completion_tokens must be ≥ 1' })
+      .nullish(),
+    stop: z
+      .union([z.string().min(1), z.array(z.string().min(1)).max(4, { error: 'stop takes at most 4 sequences' })], {
+        error: 'stop must be a string or an array of up to 4 non-empty strings',
+      })
+      .nullish(),
     stream: z.boolean({ error: 'stream must be a boolean' }).nullish(),
     stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
     seed: z.number({ error: 'seed must be a number' }).int({ error: 'seed must be an integer' }).nullish(),
@@ -194,7 +233,14 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     }
   };
 
-  const generate = (req: IncomingMessage, res: ServerResponse, arrivedAt: number, body: ChatBody, worker: ChatWorker, request: GenerateRequest): Promise<void> => {
+  const generate = (
+    req: IncomingMessage,
+    res: ServerResponse,
+    arrivedAt: number,
+    body: ChatBody,
+    worker: ChatWorker,
+    request: GenerateRequest,
+  ): Promise<void> => {
     const arrivedEpoch = Date.now() - (performance.now() - arrivedAt);
     const incoming = headerValue(req.headers.traceparent);
     const requestTrace = telemetry.begin({ model: body.model, request, traceparent: incoming, startTime: arrivedEpoch });
@@ -223,7 +269,14 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       interrupts.delete(interrupt);
       res.off('close', onClose);
       const endedAt = performance.now();
-      trace.addRecord({ stage: config.stage, queueWait: startedAt - arrivedAt, service: Math.max(0, endedAt - startedAt - paused), paused, retries: 0, conflated: 0 });
+      trace.addRecord({
+        stage: config.stage,
+        queueWait: startedAt - arrivedAt,
+        service: Math.max(0, endedAt - startedAt - paused),
+        paused,
+        retries: 0,
+        conflated: 0,
+      });
       requestTrace.end({ responseId: id, done, error: error ?? (controller.signal.aborted ? controller.signal.reason : undefined) });
     };
 
@@ -232,7 +285,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
         finish(error);
         resolve();
       };
-      let flow;
+      let flow: ReturnType<typeof worker.generate>;
       try {
         flow = worker.generate(request, { signal: controller.signal, trace, stage: config.stage, onDone: (d) => (done = d) });
       } catch (err) {
@@ -240,7 +293,16 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
         return end(err);
       }
       if (body.stream === true) {
-        streamChat(res, flow, { id, created, model: body.model, includeUsage: body.stream_options?.include_usage === true, getDone: () => done, onPaused: (ms) => (paused += ms), end, interrupted: () => interrupted });
+        streamChat(res, flow, {
+          id,
+          created,
+          model: body.model,
+          includeUsage: body.stream_options?.include_usage === true,
+          getDone: () => done,
+          onPaused: (ms) => (paused += ms),
+          end,
+          interrupted: () => interrupted,
+        });
       } else {
         let text = '';
         flow.subscribe({
@@ -398,7 +460,14 @@ function streamChat(res: ServerResponse, flow: ReturnType<ChatWorker['generate']
       res.write(chunk({}, openAiFinish(done)));
       if (stream.includeUsage) {
         const usage = done?.usage ?? { inputTokens: 0, outputTokens: 0 };
-        const usageChunk = { id: stream.id, object: 'chat.completion.chunk', created: stream.created, model: stream.model, choices: [], usage: { prompt_tokens: usage.inputTokens, completion_tokens: usage.outputTokens, total_tokens: usage.inputTokens + usage.outputTokens } };
+        const usageChunk = {
+          id: stream.id,
+          object: 'chat.completion.chunk',
+          created: stream.created,
+          model: stream.model,
+          choices: [],
+          usage: { prompt_tokens: usage.inputTokens, completion_tokens: usage.outputTokens, total_tokens: usage.inputTokens + usage.outputTokens },
+        };
         res.write(`data: ${JSON.stringify(usageChunk)}\n\n`);
       }
       res.end('data: [DONE]\n\n');
@@ -445,7 +514,8 @@ function toApiError(err: unknown): ApiError {
   if (err instanceof SluiceError) {
     if (err.code === 'SHUTDOWN') return new ApiError(503, err.message, 'server_error', 'server_shutdown');
     // The guard's score and thresholds are the operator's business, not the client's.
-    if (err.code === 'GUARD_BLOCKED') return new ApiError(400, 'The request was blocked by the content policy.', 'invalid_request_error', 'content_policy_violation', 'messages');
+    if (err.code === 'GUARD_BLOCKED')
+      return new ApiError(400, 'The request was blocked by the content policy.', 'invalid_request_error', 'content_policy_violation', 'messages');
     return new ApiError(500, err.message, 'server_error', err.code);
   }
   // Only sluice's own messages are passed on: anything else may carry internals (paths, hosts, keys). A code is safe.

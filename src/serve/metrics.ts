@@ -27,7 +27,6 @@ import type { TokenSocketStats } from './socket-stats.js';
 
 const prom = promClient();
 
-
 export interface SluiceMetricsOptions {
   /** Prepended to every sluice metric name (not to `gen_ai_*` nor the default Node metrics). Default `sluice_`. */
   readonly prefix?: string;
@@ -42,9 +41,16 @@ export interface SluiceMetricsOptions {
 
 const optionsSchema = z
   .object({
-    prefix: z.string().regex(/^[a-zA-Z_:][a-zA-Z0-9_:]*$/, { error: 'prefix must be a valid Prometheus metric name prefix' }).default('sluice_'),
+    prefix: z
+      .string()
+      .regex(/^[a-zA-Z_:][a-zA-Z0-9_:]*$/, { error: 'prefix must be a valid Prometheus metric name prefix' })
+      .default('sluice_'),
     defaultMetrics: z.boolean({ error: 'defaultMetrics must be a boolean' }).default(true),
-    eventLoopResolution: z.number({ error: 'eventLoopResolution must be a number of ms' }).int({ error: 'eventLoopResolution must be an integer' }).min(1, { error: 'eventLoopResolution must be ≥ 1 ms' }).default(20),
+    eventLoopResolution: z
+      .number({ error: 'eventLoopResolution must be a number of ms' })
+      .int({ error: 'eventLoopResolution must be an integer' })
+      .min(1, { error: 'eventLoopResolution must be ≥ 1 ms' })
+      .default(20),
   })
   .strict();
 
@@ -52,7 +58,10 @@ const optionsSchema = z
 export const BREAKER_STATE_VALUES: Readonly<Record<CircuitState, number>> = { closed: 0, 'half-open': 1, open: 2 };
 
 /** What a WebSocket token server reports at scrape time (`TokenSocket.stats()` fits). */
-export type SocketCounters = Pick<TokenSocketStats, 'connections' | 'activeRequests' | 'buffered' | 'started' | 'completed' | 'cancelled' | 'failed' | 'interrupted' | 'badFrames' | 'upgradesRejected'>;
+export type SocketCounters = Pick<
+  TokenSocketStats,
+  'connections' | 'activeRequests' | 'buffered' | 'started' | 'completed' | 'cancelled' | 'failed' | 'interrupted' | 'badFrames' | 'upgradesRejected'
+>;
 
 const SOCKET_OUTCOMES = ['completed', 'cancelled', 'failed', 'interrupted'] as const;
 const REFUSAL_STATUSES = [400, 401, 403, 503] as const;
@@ -124,11 +133,39 @@ export class SluiceMetrics {
       for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) registry.removeSingleMetric(name);
     }
 
-    this.requests = new prom.Counter({ name: `${prefix}http_requests_total`, help: 'HTTP requests answered, by route and status class.', labelNames: ['route', 'code'], registers });
-    this.requestDuration = new prom.Histogram({ name: `${prefix}http_request_duration_seconds`, help: 'HTTP request duration, until the last byte was written or the client left.', labelNames: ['route'], buckets: LATENCY_BUCKETS, registers });
-    this.queueWait = new prom.Histogram({ name: `${prefix}stage_queue_wait_seconds`, help: 'Time sampled elements waited in a stage buffer before work started.', labelNames: ['stage'], buckets: LATENCY_BUCKETS, registers });
-    this.service = new prom.Histogram({ name: `${prefix}stage_service_seconds`, help: 'Time sampled elements spent in a stage work function.', labelNames: ['stage'], buckets: LATENCY_BUCKETS, registers });
-    this.paused = new prom.Counter({ name: `${prefix}stage_paused_seconds_total`, help: 'Time results of sampled elements waited for downstream demand (backpressure).', labelNames: ['stage'], registers });
+    this.requests = new prom.Counter({
+      name: `${prefix}http_requests_total`,
+      help: 'HTTP requests answered, by route and status class.',
+      labelNames: ['route', 'code'],
+      registers,
+    });
+    this.requestDuration = new prom.Histogram({
+      name: `${prefix}http_request_duration_seconds`,
+      help: 'HTTP request duration, until the last byte was written or the client left.',
+      labelNames: ['route'],
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.queueWait = new prom.Histogram({
+      name: `${prefix}stage_queue_wait_seconds`,
+      help: 'Time sampled elements waited in a stage buffer before work started.',
+      labelNames: ['stage'],
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.service = new prom.Histogram({
+      name: `${prefix}stage_service_seconds`,
+      help: 'Time sampled elements spent in a stage work function.',
+      labelNames: ['stage'],
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.paused = new prom.Counter({
+      name: `${prefix}stage_paused_seconds_total`,
+      help: 'Time results of sampled elements waited for downstream demand (backpressure).',
+      labelNames: ['stage'],
+      registers,
+    });
 
     const stageGauge = (name: string, help: string, read: (stats: StageStats) => number) => {
       const gauge: Gauge<'stage'> = new prom.Gauge({
@@ -162,7 +199,11 @@ export class SluiceMetrics {
     stageCounter('emitted', 'Outputs emitted downstream.', (s) => s.emitted);
     stageCounter('failed', 'Inputs whose work failed.', (s) => s.failed);
     stageCounter('pauses', 'Times the stage stopped its producers because it was full.', (s) => s.pauses);
-    stageCounter('late_arrivals', 'Elements its link gave up on that arrived after all (a deferring operator held them longer than the link waited).', (s) => s.lateArrivals);
+    stageCounter(
+      'late_arrivals',
+      'Elements its link gave up on that arrived after all (a deferring operator held them longer than the link waited).',
+      (s) => s.lateArrivals,
+    );
     const shed: Counter<'stage' | 'reason'> = new prom.Counter({
       name: `${prefix}stage_shed_total`,
       help: 'Elements shed by a stage, by reason.',
@@ -235,7 +276,12 @@ export class SluiceMetrics {
     socketGauge('active_requests', 'WebSocket requests generating now.', (c) => c.activeRequests);
     socketGauge('buffered_bytes', 'Bytes waiting in the WebSocket send buffers now, all connections together.', (c) => c.buffered);
     type SocketLabel = 'server' | 'outcome' | 'status';
-    const socketCounter = (name: string, help: string, labelNames: readonly SocketLabel[], fill: (counter: Counter<SocketLabel>, server: string, c: SocketCounters) => void) => {
+    const socketCounter = (
+      name: string,
+      help: string,
+      labelNames: readonly SocketLabel[],
+      fill: (counter: Counter<SocketLabel>, server: string, c: SocketCounters) => void,
+    ) => {
       const counter: Counter<SocketLabel> = new prom.Counter({
         name: `${prefix}ws_${name}_total`,
         help,
@@ -252,9 +298,14 @@ export class SluiceMetrics {
       for (const outcome of SOCKET_OUTCOMES) counter.inc({ server, outcome }, c[outcome]);
     });
     socketCounter('bad_frames', 'Frames the WebSocket server could not understand.', ['server'], (counter, server, c) => counter.inc({ server }, c.badFrames));
-    socketCounter('upgrades_rejected', 'WebSocket upgrades refused, by HTTP status (a browser refused with close 4401 or 1013 counts as 401 or 503).', ['server', 'status'], (counter, server, c) => {
-      for (const status of REFUSAL_STATUSES) counter.inc({ server, status: String(status) }, c.upgradesRejected[status]);
-    });
+    socketCounter(
+      'upgrades_rejected',
+      'WebSocket upgrades refused, by HTTP status (a browser refused with close 4401 or 1013 counts as 401 or 503).',
+      ['server', 'status'],
+      (counter, server, c) => {
+        for (const status of REFUSAL_STATUSES) counter.inc({ server, status: String(status) }, c.upgradesRejected[status]);
+      },
+    );
 
     this.loop = monitorEventLoopDelay({ resolution: eventLoopResolution });
     this.loop.enable();
@@ -273,11 +324,40 @@ export class SluiceMetrics {
     });
 
     const genAi = ['gen_ai_operation_name', 'gen_ai_request_model'] as const;
-    this.timeToFirstToken = new prom.Histogram({ name: 'gen_ai_server_time_to_first_token_seconds', help: 'Time from the start of a generation to its first token (gen_ai.server.time_to_first_token).', labelNames: genAi, buckets: LATENCY_BUCKETS, registers });
-    this.timePerOutputToken = new prom.Histogram({ name: 'gen_ai_server_time_per_output_token_seconds', help: 'Time per output token after the first (gen_ai.server.time_per_output_token).', labelNames: genAi, buckets: PER_TOKEN_BUCKETS, registers });
-    this.generationDuration = new prom.Histogram({ name: 'gen_ai_server_request_duration_seconds', help: 'Generation request duration (gen_ai.server.request.duration).', labelNames: [...genAi, 'error_type'], buckets: LATENCY_BUCKETS, registers });
-    this.tokenUsage = new prom.Histogram({ name: 'gen_ai_client_token_usage', help: 'Tokens per generation, input or output (gen_ai.client.token.usage).', labelNames: [...genAi, 'gen_ai_token_type'], buckets: TOKEN_BUCKETS, registers });
-    this.generatedTokens = new prom.Counter({ name: `${prefix}generated_tokens_total`, help: 'Output tokens generated; rate() of it is tokens per second.', labelNames: ['gen_ai_request_model'], registers });
+    this.timeToFirstToken = new prom.Histogram({
+      name: 'gen_ai_server_time_to_first_token_seconds',
+      help: 'Time from the start of a generation to its first token (gen_ai.server.time_to_first_token).',
+      labelNames: genAi,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.timePerOutputToken = new prom.Histogram({
+      name: 'gen_ai_server_time_per_output_token_seconds',
+      help: 'Time per output token after the first (gen_ai.server.time_per_output_token).',
+      labelNames: genAi,
+      buckets: PER_TOKEN_BUCKETS,
+      registers,
+    });
+    this.generationDuration = new prom.Histogram({
+      name: 'gen_ai_server_request_duration_seconds',
+      help: 'Generation request duration (gen_ai.server.request.duration).',
+      labelNames: [...genAi, 'error_type'],
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.tokenUsage = new prom.Histogram({
+      name: 'gen_ai_client_token_usage',
+      help: 'Tokens per generation, input or output (gen_ai.client.token.usage).',
+      labelNames: [...genAi, 'gen_ai_token_type'],
+      buckets: TOKEN_BUCKETS,
+      registers,
+    });
+    this.generatedTokens = new prom.Counter({
+      name: `${prefix}generated_tokens_total`,
+      help: 'Output tokens generated; rate() of it is tokens per second.',
+      labelNames: ['gen_ai_request_model'],
+      registers,
+    });
   }
 
   /** Exports a stage's `StageStats` under `stage` (buffered, in flight, shed by reason...). Re-registering a name replaces it. */

@@ -35,7 +35,12 @@ export function contextFromTraceparent(header: string | undefined, base: Context
   if (header === undefined) return undefined;
   const parent = parseTraceparent(header);
   if (parent === undefined) return undefined;
-  return otelTrace.setSpanContext(base, { traceId: parent.traceId, spanId: parent.spanId, traceFlags: parent.sampled ? TraceFlags.SAMPLED : TraceFlags.NONE, isRemote: true });
+  return otelTrace.setSpanContext(base, {
+    traceId: parent.traceId,
+    spanId: parent.spanId,
+    traceFlags: parent.sampled ? TraceFlags.SAMPLED : TraceFlags.NONE,
+    isRemote: true,
+  });
 }
 
 /** The `traceparent` of a span that is recording, or undefined (a no-op tracer's span has no id of its own). */
@@ -109,7 +114,11 @@ export function genAiSpan(options: GenAiSpanOptions): GenAiSpan {
     parent,
   );
   const own = traceparentOf(span);
-  return { span, context: otelTrace.setSpan(parent, span), traceparent: own ?? (parseTraceparent(options.traceparent ?? '') ? options.traceparent : undefined) };
+  return {
+    span,
+    context: otelTrace.setSpan(parent, span),
+    traceparent: own ?? (parseTraceparent(options.traceparent ?? '') ? options.traceparent : undefined),
+  };
 }
 
 /** How a GenAI request ended, for {@link endGenAiSpan}. */

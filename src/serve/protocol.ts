@@ -106,7 +106,10 @@ export const generateMessageSchema = z
       .optional(),
     /** Generation parameters (`temperature`, `top_p`, `max_tokens`...), validated by `generateRequest`. */
     parameters: z.record(z.string(), z.unknown(), { error: 'parameters must be an object' }).optional(),
-    traceparent: z.string({ error: 'traceparent must be a string' }).regex(TRACEPARENT, { error: 'traceparent must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)' }).optional(),
+    traceparent: z
+      .string({ error: 'traceparent must be a string' })
+      .regex(TRACEPARENT, { error: 'traceparent must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)' })
+      .optional(),
     /** What happens to tokens while the client reads slowly: `pause` decoding (default) or `conflate` them into larger frames. */
     policy: z.enum(['pause', 'conflate'], { error: 'policy must be "pause" or "conflate"' }).optional(),
     /** Which of the server's workers generates, when it has several. */
@@ -231,7 +234,9 @@ export const serverFrameSchema = z.discriminatedUnion('type', [
 ]);
 
 /** What reading one frame gave: a message to act on, or the error frame to answer with. */
-export type ParsedFrame = { readonly ok: true; readonly message: ClientMessage } | { readonly ok: false; readonly error: ErrorFrame & { readonly code: ProtocolErrorCode } };
+export type ParsedFrame =
+  | { readonly ok: true; readonly message: ClientMessage }
+  | { readonly ok: false; readonly error: ErrorFrame & { readonly code: ProtocolErrorCode } };
 
 /**
  * Reads one client frame. Never throws: anything wrong becomes a protocol error frame,

@@ -54,7 +54,13 @@ export class RequestTelemetry {
   begin(start: RequestStart): RequestTrace {
     const { tracer } = this.options;
     const { traceparent: incoming, startTime } = start;
-    const otel = genAiSpan({ ...(tracer && { tracer }), model: start.model, params: start.request, ...(incoming !== undefined && { traceparent: incoming }), ...(startTime !== undefined && { startTime }) });
+    const otel = genAiSpan({
+      ...(tracer && { tracer }),
+      model: start.model,
+      params: start.request,
+      ...(incoming !== undefined && { traceparent: incoming }),
+      ...(startTime !== undefined && { startTime }),
+    });
     const seq = this.seq++;
     const sampled = this.sample(seq) || (incoming !== undefined && parseTraceparent(incoming)?.sampled === true);
     const trace = traced(start.request, { seq, sampled, ...(otel.traceparent !== undefined && { traceparent: otel.traceparent }) }).trace;
@@ -87,6 +93,7 @@ export class RequestTrace {
     recordStageSpans(trace, this.otel.context, { ...(tracer && { tracer }), startTime: this.startEpoch });
     if (metrics === undefined) return;
     metrics.observeTrace(trace);
-    if (done !== undefined) metrics.observeGeneration(this.model, done, (performance.now() - this.startedAt) / 1000, error === undefined ? undefined : errorType(error));
+    if (done !== undefined)
+      metrics.observeGeneration(this.model, done, (performance.now() - this.startedAt) / 1000, error === undefined ? undefined : errorType(error));
   }
 }

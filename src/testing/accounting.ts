@@ -46,11 +46,14 @@ export function expectAccounted(stats: StageStats, expected: ExpectedAccounting 
   }
   const accounted = stats.delivered + stats.shedTotal + stats.failed;
   if (stats.received !== accounted) {
-    fail(`expectAccounted: received ${stats.received} but delivered + shed + failed = ${accounted}: ${stats.received - accounted} element(s) unaccounted for.${breakdown}`, {
-      actual: accounted,
-      expected: stats.received,
-      operator: 'strictEqual',
-    });
+    fail(
+      `expectAccounted: received ${stats.received} but delivered + shed + failed = ${accounted}: ${stats.received - accounted} element(s) unaccounted for.${breakdown}`,
+      {
+        actual: accounted,
+        expected: stats.received,
+        operator: 'strictEqual',
+      },
+    );
   }
   const mismatches: string[] = [];
   const check = (name: string, actual: number, wanted: number | undefined): void => {

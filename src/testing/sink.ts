@@ -59,7 +59,10 @@ export interface TestSinkOptions {
  * assert.deepEqual(sink.signals.map((s) => s.kind), ['next', 'next', 'complete']);
  * ```
  */
-export type SinkSignal<V, T> = { readonly kind: 'next'; readonly value: V; readonly raw: T } | { readonly kind: 'complete' } | { readonly kind: 'error'; readonly error: unknown };
+export type SinkSignal<V, T> =
+  | { readonly kind: 'next'; readonly value: V; readonly raw: T }
+  | { readonly kind: 'complete' }
+  | { readonly kind: 'error'; readonly error: unknown };
 
 /**
  * A probe downstream (Akka's `TestSink.probe`): subscribes with explicit Reactive
@@ -333,7 +336,10 @@ export class TestSink<V, T = V> {
             : `open, outstanding demand ${this.outstanding}`;
     return (
       `\n  received: [${showList(this.received)}] (${this.cursor} signal(s) consumed by earlier expectations)` +
-      `\n  unconsumed: [${this.signalLog.slice(this.cursor).map((s) => this.showSignal(s)).join(', ')}]` +
+      `\n  unconsumed: [${this.signalLog
+        .slice(this.cursor)
+        .map((s) => this.showSignal(s))
+        .join(', ')}]` +
       `\n  stream: ${state}`
     );
   }

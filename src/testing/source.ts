@@ -65,10 +65,7 @@ export class TestSource<T> extends Flow<T> {
   private subscriptionCount = 0;
 
   constructor() {
-    // The producer factory runs only when subscribed, after `self` is set.
-    let self: TestSource<T> | undefined;
-    super((outlet) => self!.connect(outlet));
-    self = this;
+    super((outlet) => this!.connect(outlet));
   }
 
   /** This source as a `Flow<T>` (it is one; the accessor reads well in `verify(source.flow.pipe(...))`). */

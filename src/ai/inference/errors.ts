@@ -4,7 +4,6 @@
  */
 import { SluiceError } from '../../core/errors.js';
 
-
 /**
  * The model server answered with an HTTP error status. `body` holds the start of its
  * answer (servers explain themselves there).
@@ -62,9 +61,13 @@ export class MalformedEventError extends SluiceError {
     reason: string,
     readonly event: string | undefined = undefined,
   ) {
-    super('MALFORMED_EVENT', `Malformed event from the model server: ${reason}${event === undefined ? '' : ` (event: ${JSON.stringify(event.slice(0, 200))})`}.`, {
-      hint: 'Check that the server speaks the OpenAI chat-completions streaming protocol.',
-    });
+    super(
+      'MALFORMED_EVENT',
+      `Malformed event from the model server: ${reason}${event === undefined ? '' : ` (event: ${JSON.stringify(event.slice(0, 200))})`}.`,
+      {
+        hint: 'Check that the server speaks the OpenAI chat-completions streaming protocol.',
+      },
+    );
   }
 }
 

@@ -72,7 +72,12 @@ abstract class LmWorker implements ModelWorker<GenerateRequest, Completion> {
   }
 }
 
-const int64 = (values: readonly number[], dims: readonly number[]) => new ortRuntime.Tensor('int64', BigInt64Array.from(values, (v) => BigInt(v)), [...dims]);
+const int64 = (values: readonly number[], dims: readonly number[]) =>
+  new ortRuntime.Tensor(
+    'int64',
+    BigInt64Array.from(values, (v) => BigInt(v)),
+    [...dims],
+  );
 
 function lastRow(logits: ort.Tensor): Float32Array {
   const dims = logits.dims;
@@ -117,7 +122,7 @@ export class CharLmWorker extends LmWorker {
 
   /** Loads `path` (checked against `SIGNATURES.causalLm`) and its vocabulary (`vocabPath`, default `<name>.vocab.json` beside it). */
   static async load(path: string, options: Partial<CharLmWorkerOptions> & { readonly vocabPath?: string } = {}): Promise<CharLmWorker> {
-    const vocab = options.vocab ?? (JSON.parse(await readFile(options.vocabPath ?? path.replace(/\.onnx$/, '') + '.vocab.json', 'utf8')) as string[]);
+    const vocab = options.vocab ?? (JSON.parse(await readFile(options.vocabPath ?? `${path.replace(/\.onnx$/, '')}.vocab.json`, 'utf8')) as string[]);
     const model = options.run === undefined ? await loadModel(path, { signature: SIGNATURES.causalLm }) : undefined;
     const worker = new CharLmWorker({ ...options, vocab, run: options.run ?? sessionRunner(model!) });
     worker.model = model;
@@ -281,7 +286,7 @@ export class DecoderLmWorker extends LmWorker {
 async function readShape(model: LoadedModel, path: string): Promise<DecoderShape> {
   const keys = model.session.inputMetadata.filter((m) => /^past_key_values\.\d+\.key$/.test(m.name));
   const first = keys[0];
-  const dims = first !== undefined && first.isTensor ? first.shape : [];
+  const dims = first?.isTensor ? first.shape : [];
   const heads = dims[1];
   const headDim = dims[3];
   if (typeof heads !== 'number' || typeof headDim !== 'number') {
@@ -289,7 +294,7 @@ async function readShape(model: LoadedModel, path: string): Promise<DecoderShape
   }
   let maxPositions: number | undefined;
   try {
-    const config = JSON.parse(await readFile(path.replace(/\.onnx$/, '') + '.json', 'utf8')) as { maxPositions?: unknown };
+    const config = JSON.parse(await readFile(`${path.replace(/\.onnx$/, '')}.json`, 'utf8')) as { maxPositions?: unknown };
     if (typeof config.maxPositions === 'number') maxPositions = config.maxPositions;
   } catch {
     // no sidecar config: positions are unbounded as far as the worker knows

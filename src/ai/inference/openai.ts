@@ -7,7 +7,7 @@
  * the transport's own window: a slow consumer makes TCP flow control reach the server.
  */
 import * as z from 'zod';
-import { Flow } from '../../flow/demand.js';
+import type { Flow } from '../../flow/demand.js';
 import { parseOptions } from '../../flow/options.js';
 import { HttpStatusError, MalformedEventError, ProviderError, RateLimitedError } from './errors.js';
 import {

@@ -119,15 +119,22 @@ const requestSchema = z
   .object({
     prompt: z.string({ error: 'prompt must be a string' }).optional(),
     messages: z
-      .array(
-        z.object({ role: z.string().min(1, { error: 'role must not be empty' }), content: z.string({ error: 'content must be a string' }) }).loose(),
-        { error: 'messages must be an array of { role, content }' },
-      )
+      .array(z.object({ role: z.string().min(1, { error: 'role must not be empty' }), content: z.string({ error: 'content must be a string' }) }).loose(), {
+        error: 'messages must be an array of { role, content }',
+      })
       .optional(),
     temperature: z.number({ error: 'temperature must be a finite number' }).min(0, { error: 'temperature must be ≥ 0' }).optional(),
-    top_p: z.number({ error: 'top_p must be a finite number' }).gt(0, { error: 'top_p must be in (0, 1]' }).max(1, { error: 'top_p must be in (0, 1]' }).optional(),
+    top_p: z
+      .number({ error: 'top_p must be a finite number' })
+      .gt(0, { error: 'top_p must be in (0, 1]' })
+      .max(1, { error: 'top_p must be in (0, 1]' })
+      .optional(),
     top_k: z.number({ error: 'top_k must be a number' }).int({ error: 'top_k must be an integer' }).min(0, { error: 'top_k must be ≥ 0' }).optional(),
-    max_tokens: z.number({ error: 'max_tokens must be a number' }).int({ error: 'max_tokens must be an integer' }).min(1, { error: 'max_tokens must be ≥ 1' }).optional(),
+    max_tokens: z
+      .number({ error: 'max_tokens must be a number' })
+      .int({ error: 'max_tokens must be an integer' })
+      .min(1, { error: 'max_tokens must be ≥ 1' })
+      .optional(),
     stop: z.array(z.string().min(1, { error: 'a stop sequence must not be empty' }), { error: 'stop must be an array of strings' }).optional(),
     repetition_penalty: z.number({ error: 'repetition_penalty must be a finite number' }).gt(0, { error: 'repetition_penalty must be > 0' }).optional(),
     seed: z.number({ error: 'seed must be a number' }).int({ error: 'seed must be an integer' }).optional(),
@@ -151,7 +158,9 @@ export function generateRequest(input: GenerateRequest): GenerateRequest {
   if (validated.has(input)) return input;
   const parsed = parseOptions(requestSchema, input, 'generation request');
   if (parsed.prompt !== undefined ? parsed.prompt.length === 0 : parsed.messages!.every((m) => m.content.length === 0)) {
-    throw new EmptyPromptError(parsed.prompt !== undefined ? 'the prompt is empty' : parsed.messages!.length === 0 ? 'there are no messages' : 'every message is empty');
+    throw new EmptyPromptError(
+      parsed.prompt !== undefined ? 'the prompt is empty' : parsed.messages!.length === 0 ? 'there are no messages' : 'every message is empty',
+    );
   }
   const request = Object.freeze({
     ...parsed,
@@ -210,7 +219,7 @@ export function complete(start: (onDone: (done: GenerationDone) => void) => Flow
 
 /** What one step of a backend gives: a piece of text (usually one token), or the end. */
 export type DecodeStep =
-  | { readonly text: string; readonly logprob?: number; /** model tokens this piece stands for; default 1 */ readonly tokens?: number }
+  | { readonly text: string; readonly logprob?: number /** model tokens this piece stands for; default 1 */; readonly tokens?: number }
   | { readonly end: 'stop' | 'length'; readonly usage?: Partial<Usage> };
 
 /** One generation as a backend runs it, stepped by `decode`. */

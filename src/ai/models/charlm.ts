@@ -48,7 +48,9 @@ export function trainCharLm(corpus: string, weights: readonly [trigram: number, 
       const w1 = 1 - w3 - w2;
       for (let c = 1; c < V; c++) {
         const p =
-          (w3 > 0 ? (w3 * trigram[(a * V + b) * V + c]!) / pairCount : 0) + (w2 > 0 ? (w2 * bigram[b * V + c]!) / previousCount : 0) + (w1 * unigram[c]!) / total;
+          (w3 > 0 ? (w3 * trigram[(a * V + b) * V + c]!) / pairCount : 0) +
+          (w2 > 0 ? (w2 * bigram[b * V + c]!) / previousCount : 0) +
+          (w1 * unigram[c]!) / total;
         if (p > 0) logits[(a * V + b) * V + c] = Math.log(p);
       }
     }

@@ -85,4 +85,3 @@ export function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
   }
   return dot / Math.sqrt(na * nb || 1);
 }
-

@@ -94,7 +94,9 @@ export async function generateModels(options: GenerateOptions): Promise<Generate
       dataSha256: createHash('sha256').update(data).digest('hex'),
       tokenizer: MODEL_FILES.embeddingTokenizer,
     };
-    log(`guard    held-out accuracy ${(metadata.heldOutAccuracy * 100).toFixed(1)}% on ${metadata.testSize} examples (train ${(metadata.trainAccuracy * 100).toFixed(1)}% on ${metadata.trainSize})`);
+    log(
+      `guard    held-out accuracy ${(metadata.heldOutAccuracy * 100).toFixed(1)}% on ${metadata.testSize} examples (train ${(metadata.trainAccuracy * 100).toFixed(1)}% on ${metadata.trainSize})`,
+    );
     return [buildGuardModel(training.model, table, EMBEDDING_CONFIG, { 'sluice.heldOutAccuracy': String(metadata.heldOutAccuracy) }), json(metadata)];
   });
 

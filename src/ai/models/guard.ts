@@ -123,7 +123,12 @@ export function trainGuard(examples: readonly GuardExample[], table: Float32Arra
  * Embedding layers + linear + softmax → `scores` `[batch, 2]` in `GUARD_LABELS` order. The benign column's
  * weights are zero, so the softmax equals `[1 − σ(z), σ(z)]` of the trained logistic regression.
  */
-export function buildGuardModel(model: LogisticRegression, table: Float32Array, config: EmbeddingModelConfig, metadata: Readonly<Record<string, string>> = {}): Uint8Array {
+export function buildGuardModel(
+  model: LogisticRegression,
+  table: Float32Array,
+  config: EmbeddingModelConfig,
+  metadata: Readonly<Record<string, string>> = {},
+): Uint8Array {
   const graph = new GraphBuilder('sluice-guard');
   const embedding = addEmbeddingLayers(graph, table, config);
   const weights = new Float32Array(config.dim * 2);

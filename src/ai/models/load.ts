@@ -135,12 +135,18 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
 /** Every way the session's inputs and outputs differ from `signature`. */
 export function signatureProblems(session: Pick<ort.InferenceSession, 'inputMetadata' | 'outputMetadata'>, signature: ModelSignature): string[] {
   const problems: string[] = [];
-  const compare = (side: 'input' | 'output', actual: readonly ort.InferenceSession.ValueMetadata[], expected: Readonly<Record<string, TensorSpec>>, extra: ModelSignature['extraInputs']) => {
+  const compare = (
+    side: 'input' | 'output',
+    actual: readonly ort.InferenceSession.ValueMetadata[],
+    expected: Readonly<Record<string, TensorSpec>>,
+    extra: ModelSignature['extraInputs'],
+  ) => {
     const byName = new Map(actual.map((m) => [m.name, m]));
     for (const [name, spec] of Object.entries(expected)) {
       const meta = byName.get(name);
       if (meta === undefined) {
-        if (!spec.optional) problems.push(`missing ${side} "${name}" (${describeSpec(spec)}); the model's ${side}s are ${actual.map((m) => `"${m.name}"`).join(', ') || 'none'}`);
+        if (!spec.optional)
+          problems.push(`missing ${side} "${name}" (${describeSpec(spec)}); the model's ${side}s are ${actual.map((m) => `"${m.name}"`).join(', ') || 'none'}`);
         continue;
       }
       problems.push(...specProblems(side, meta, spec));
@@ -175,7 +181,8 @@ function specProblems(side: string, meta: ort.InferenceSession.ValueMetadata, sp
     } else {
       spec.dims.forEach((dim, axis) => {
         const actual = meta.shape[axis];
-        if (dim !== null && typeof actual === 'number' && actual !== dim) problems.push(`${side} "${meta.name}" has size ${actual} on axis ${axis}; expected ${dim}`);
+        if (dim !== null && typeof actual === 'number' && actual !== dim)
+          problems.push(`${side} "${meta.name}" has size ${actual} on axis ${axis}; expected ${dim}`);
       });
     }
   }

@@ -19,7 +19,12 @@ const ortRuntime = onnxruntime();
  * infer({ pool, toFeeds: (batch) => textFeeds(tokenizer, batch.items, undefined, buffers), fromOutputs: (o) => tensorRows(o.embeddings!), maxBatch: 32, maxWait: 5 });
  * ```
  */
-export function textFeeds(tokenizer: Tokenizer, texts: readonly string[], inputNames: readonly string[] = ['input_ids', 'attention_mask'], buffers?: FeedBuffers): Feeds {
+export function textFeeds(
+  tokenizer: Tokenizer,
+  texts: readonly string[],
+  inputNames: readonly string[] = ['input_ids', 'attention_mask'],
+  buffers?: FeedBuffers,
+): Feeds {
   const encoded = tokenizer.encodeBatch(texts, buffers);
   const dims = [...encoded.shape];
   const feeds: Record<string, ort.Tensor> = {
@@ -87,7 +92,11 @@ export interface PoolEmbedderOptions extends PoolingOptions {
  * questions.pipe(embed({ embedder: embedder(pool, tokenizer), concurrency: pool.size }));
  * ```
  */
-export function embedder(pool: InferencePool, tokenizer: Tokenizer, options: PoolEmbedderOptions = {}): (texts: readonly string[], signal?: AbortSignal) => Promise<Float32Array[]> {
+export function embedder(
+  pool: InferencePool,
+  tokenizer: Tokenizer,
+  options: PoolEmbedderOptions = {},
+): (texts: readonly string[], signal?: AbortSignal) => Promise<Float32Array[]> {
   const { model, ...poolingOptions } = options;
   const info = pool.describe(model);
   const plan = planPooling(info.outputNames, poolingOptions, `model "${model ?? pool.models[0]}" of inference pool "${pool.name}"`);

@@ -117,7 +117,10 @@ export function toWire(tensors: Readonly<Record<string, Tensor>>, transfer: bool
 }
 
 /** Rebuilds `ort.Tensor`s from their plain form, without copying the data. */
-export function fromWire(ort: { Tensor: new (type: Tensor.Type, data: Tensor.DataType, dims: readonly number[]) => Tensor }, wire: WireTensors): Record<string, Tensor> {
+export function fromWire(
+  ort: { Tensor: new (type: Tensor.Type, data: Tensor.DataType, dims: readonly number[]) => Tensor },
+  wire: WireTensors,
+): Record<string, Tensor> {
   const tensors: Record<string, Tensor> = {};
   for (const [name, t] of Object.entries(wire)) tensors[name] = new ort.Tensor(t.type, t.data, t.dims);
   return tensors;
@@ -162,9 +165,14 @@ export function intoArena(tensors: Readonly<Record<string, Tensor>>, arena: Shar
 }
 
 /** `ort.Tensor`s whose data are views into `arena` (no copy): valid until the arena is written again. */
-export function fromArena(ort: { Tensor: new (type: Tensor.Type, data: Tensor.DataType, dims: readonly number[]) => Tensor }, arena: SharedArrayBuffer, placed: Readonly<Record<string, ArenaTensor>>): Record<string, Tensor> {
+export function fromArena(
+  ort: { Tensor: new (type: Tensor.Type, data: Tensor.DataType, dims: readonly number[]) => Tensor },
+  arena: SharedArrayBuffer,
+  placed: Readonly<Record<string, ArenaTensor>>,
+): Record<string, Tensor> {
   const tensors: Record<string, Tensor> = {};
-  for (const [name, t] of Object.entries(placed)) tensors[name] = new ort.Tensor(t.type, new TYPED_ARRAYS[t.array](arena, t.offset, t.length) as Tensor.DataType, t.dims);
+  for (const [name, t] of Object.entries(placed))
+    tensors[name] = new ort.Tensor(t.type, new TYPED_ARRAYS[t.array](arena, t.offset, t.length) as Tensor.DataType, t.dims);
   return tensors;
 }
 

@@ -7,7 +7,18 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
 import { poolOutputs } from './pooling.js';
-import { firstLine, fromWire, intoArena, toWire, type FromWorker, type ModelInfo, type ToWorker, type WireTensor, type WireTensors, type WorkerInit } from './pool-protocol.js';
+import {
+  firstLine,
+  fromWire,
+  intoArena,
+  toWire,
+  type FromWorker,
+  type ModelInfo,
+  type ToWorker,
+  type WireTensor,
+  type WireTensors,
+  type WorkerInit,
+} from './pool-protocol.js';
 
 if (parentPort === null) throw new Error('pool-worker must be started as a worker thread by InferencePool');
 const port = parentPort;

@@ -117,7 +117,11 @@ const poolOptionsSchema = z
     interOpNumThreads: positiveInt('interOpNumThreads').default(1),
     graphOptimizationLevel: z.enum(['disabled', 'basic', 'extended', 'all']).default('all'),
     transferFeeds: z.boolean().default(true),
-    outputArenaBytes: z.number().int({ error: 'outputArenaBytes must be an integer' }).min(0, { error: 'outputArenaBytes must be ≥ 0' }).default(4 << 20),
+    outputArenaBytes: z
+      .number()
+      .int({ error: 'outputArenaBytes must be an integer' })
+      .min(0, { error: 'outputArenaBytes must be ≥ 0' })
+      .default(4 << 20),
     closeTimeout: z.number().positive({ error: 'closeTimeout must be > 0 ms' }).default(10_000),
   })
   .strict()
@@ -345,7 +349,22 @@ export class InferencePool {
     return new Promise<unknown>((resolve, reject) => {
       const leases = sharedBuffers(feeds);
       for (const buffer of leases) lease(buffer);
-      const job: Job = { id: this.nextId++, model, feeds: wire.tensors, pooling: options.pooling, transfer: wire.transfer, leases, use, resolve, reject, signal, onAbort: undefined, state: 'queued', prev: undefined, next: undefined };
+      const job: Job = {
+        id: this.nextId++,
+        model,
+        feeds: wire.tensors,
+        pooling: options.pooling,
+        transfer: wire.transfer,
+        leases,
+        use,
+        resolve,
+        reject,
+        signal,
+        onAbort: undefined,
+        state: 'queued',
+        prev: undefined,
+        next: undefined,
+      };
       if (signal !== undefined) {
         job.onAbort = InferencePool.abortListener(this, job);
         signal.addEventListener('abort', job.onAbort, { once: true });
@@ -409,7 +428,12 @@ export class InferencePool {
           resolve();
         } else if (message.type === 'init-failed') {
           const source = this.config.models[message.model]!;
-          reject(new ModelCorruptError(typeof source === 'string' ? source : `<bytes of model "${message.model}">`, `onnxruntime rejected it as an ONNX model (${message.message}).`));
+          reject(
+            new ModelCorruptError(
+              typeof source === 'string' ? source : `<bytes of model "${message.model}">`,
+              `onnxruntime rejected it as an ONNX model (${message.message}).`,
+            ),
+          );
         } else {
           this.onAnswer(slot, message);
         }
@@ -465,7 +489,8 @@ export class InferencePool {
     const job = slot.job;
     slot.job = undefined;
     if (job !== undefined) this.releaseFeeds(job); // the worker is done reading them
-    if (job !== undefined) this.settle(job, 'failed', new InferenceFailedError(this.name, job.model, `the worker's answer could not be read (${String(error)})`));
+    if (job !== undefined)
+      this.settle(job, 'failed', new InferenceFailedError(this.name, job.model, `the worker's answer could not be read (${String(error)})`));
     if (this.closing !== undefined) this.retire(slot);
     else this.becomeIdle(slot);
   }
@@ -589,9 +614,19 @@ export class InferencePool {
       return;
     }
     if (typeof (result as PromiseLike<unknown> | undefined)?.then === 'function') {
-      job.reject(new BorrowedOutputsError(this.name, `the reader of a borrowed run (runBorrowed's use, infer's fromOutputs) returned a Promise: it must read the outputs synchronously, they are reused once it returns`));
+      job.reject(
+        new BorrowedOutputsError(
+          this.name,
+          `the reader of a borrowed run (runBorrowed's use, infer's fromOutputs) returned a Promise: it must read the outputs synchronously, they are reused once it returns`,
+        ),
+      );
     } else if (holdsBorrowed(result, outputs)) {
-      job.reject(new BorrowedOutputsError(this.name, `the reader of a borrowed run (runBorrowed's use, infer's fromOutputs) returned a view into the borrowed outputs: copy what you keep (e.g. row.slice())`));
+      job.reject(
+        new BorrowedOutputsError(
+          this.name,
+          `the reader of a borrowed run (runBorrowed's use, infer's fromOutputs) returned a view into the borrowed outputs: copy what you keep (e.g. row.slice())`,
+        ),
+      );
     } else {
       job.resolve(result);
     }

@@ -60,7 +60,12 @@ export function embeddingOutputProblem(outputNames: readonly string[]): string |
  */
 export function planPooling(outputNames: readonly string[], options: PoolingOptions = {}, source = '<model>'): PoolingPlan {
   const fail = (problem: string): never => {
-    throw new ModelSignatureError(source, 'embedding', [problem], 'Pass `output` naming the output that holds the embeddings, and `pooling` if it holds one vector per token.');
+    throw new ModelSignatureError(
+      source,
+      'embedding',
+      [problem],
+      'Pass `output` naming the output that holds the embeddings, and `pooling` if it holds one vector per token.',
+    );
   };
   let output = options.output;
   if (output === undefined) {
@@ -92,7 +97,11 @@ export function planPooling(outputNames: readonly string[], options: PoolingOpti
  * const { embeddings } = poolOutputs(await model.run(feeds), feeds, planPooling(model.outputNames));
  * ```
  */
-export function poolOutputs(outputs: Readonly<Record<string, ort.Tensor>>, feeds: Readonly<Record<string, ort.Tensor>>, plan: PoolingPlan): { embeddings: ort.Tensor } {
+export function poolOutputs(
+  outputs: Readonly<Record<string, ort.Tensor>>,
+  feeds: Readonly<Record<string, ort.Tensor>>,
+  plan: PoolingPlan,
+): { embeddings: ort.Tensor } {
   const tensor = outputs[plan.output];
   if (tensor === undefined) throw new TypeError(`the model returned no output "${plan.output}" (it returned ${quoted(Object.keys(outputs))})`);
   const shape = `${tensor.type} [${tensor.dims.join(', ')}]`;

@@ -75,7 +75,13 @@ export function padBatch(sequences: readonly (readonly number[])[], padId: numbe
   const stride = Math.max(1, ...sequences.map((ids) => ids.length));
   const flat = new Int32Array(sequences.length * stride);
   sequences.forEach((ids, row) => flat.set(ids, row * stride));
-  return padRows(flat, stride, sequences.map((ids) => ids.length), padId, buffers);
+  return padRows(
+    flat,
+    stride,
+    sequences.map((ids) => ids.length),
+    padId,
+    buffers,
+  );
 }
 
 /** Row `r` holds `lengths[r]` ids from `rows[r × stride]`: copies them into `[batch, longest]` int64 tensors, right-padded. */
@@ -167,7 +173,13 @@ export class HashTokenizer implements Tokenizer {
 
   /** Lower-cased, accent-stripped runs of letters and digits. */
   static words(text: string): string[] {
-    return text.normalize('NFKD').replace(/\p{M}/gu, '').toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [];
+    return (
+      text
+        .normalize('NFKD')
+        .replace(/\p{M}/gu, '')
+        .toLowerCase()
+        .match(/[\p{L}\p{N}]+/gu) ?? []
+    );
   }
 
   features(text: string): string[] {

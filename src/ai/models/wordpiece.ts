@@ -48,7 +48,11 @@ export class WordPieceTokenizer implements Tokenizer {
   }
 
   encodeBatch(texts: readonly string[], buffers?: FeedBuffers): EncodedBatch {
-    return padBatch(texts.map((text) => this.encode(text)), this.padId, buffers);
+    return padBatch(
+      texts.map((text) => this.encode(text)),
+      this.padId,
+      buffers,
+    );
   }
 
   private normalize(text: string): string {
@@ -64,7 +68,7 @@ export class WordPieceTokenizer implements Tokenizer {
 
   private preTokenize(text: string): string[] {
     // BERT splits off every Unicode punctuation mark and every ASCII symbol, each as its own word.
-    return text.split(/\s+/u).flatMap((chunk) => chunk.split(/([\p{P}!-\/:-@\[-`{-~])/u).filter((part) => part !== ''));
+    return text.split(/\s+/u).flatMap((chunk) => chunk.split(/([\p{P}!-/:-@[-`{-~])/u).filter((part) => part !== ''));
   }
 
   private wordPieces(word: string): string[] {

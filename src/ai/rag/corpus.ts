@@ -6,9 +6,10 @@ import type { Passage, PassageMetadata } from './passage.js';
 import { VectorIndex } from './vector-index.js';
 
 /** The demo corpus shipped with the package: `data/corpus/` at the package root, from source or from `dist/`. */
-export const BUNDLED_CORPUS = [new URL('../../../data/corpus/', import.meta.url), new URL('../../../../data/corpus/', import.meta.url)]
-  .map((url) => fileURLToPath(url))
-  .find((path) => existsSync(path)) ?? fileURLToPath(new URL('../../../data/corpus/', import.meta.url));
+export const BUNDLED_CORPUS =
+  [new URL('../../../data/corpus/', import.meta.url), new URL('../../../../data/corpus/', import.meta.url)]
+    .map((url) => fileURLToPath(url))
+    .find((path) => existsSync(path)) ?? fileURLToPath(new URL('../../../data/corpus/', import.meta.url));
 
 const HEADING = /^(#{1,6})\s+(.+?)\s*#*\s*$/;
 const FENCE = /^\s*(```|~~~)/;

@@ -104,7 +104,8 @@ export class VectorIndex<M = unknown> {
 
   /** Adds a vector (normalised here; it is copied, not kept). Throws `DuplicateIdError` or `InvalidVectorError`. */
   add(id: string, vector: ArrayLike<number>, metadata: M): void {
-    if (typeof id !== 'string' || id.length === 0) throw new InvalidOptionsError('vector index add', [{ path: 'id', message: 'id must be a non-empty string' }]);
+    if (typeof id !== 'string' || id.length === 0)
+      throw new InvalidOptionsError('vector index add', [{ path: 'id', message: 'id must be a non-empty string' }]);
     if (this.rowOf.has(id)) throw new DuplicateIdError(id);
     const scale = this.inverseNorm('vector', vector);
     if (this.count === this.capacity) this.grow(this.capacity * 2);
@@ -223,7 +224,8 @@ export class VectorIndex<M = unknown> {
     const count = bytes.readUInt32LE(12);
     const metaBytes = bytes.readUInt32LE(16);
     const expected = HEADER_BYTES + count * dim * 4 + metaBytes;
-    if (bytes.length !== expected) fail('length', `${bytes.length} bytes, but the header (dim ${dim}, count ${count}, ${metaBytes} metadata bytes) says ${expected}`);
+    if (bytes.length !== expected)
+      fail('length', `${bytes.length} bytes, but the header (dim ${dim}, count ${count}, ${metaBytes} metadata bytes) says ${expected}`);
     let meta: unknown;
     try {
       meta = JSON.parse(bytes.toString('utf8', HEADER_BYTES + count * dim * 4));
@@ -238,7 +240,9 @@ export class VectorIndex<M = unknown> {
     const checked = (metadata as unknown[]).map((value, i) => {
       if (options.schema === undefined) return value as M;
       const result = options.schema.safeParse(value);
-      return result.success ? result.data : fail(`metadata[${i}]`, result.error.issues.map((issue) => `${issue.path.join('.') || '(root)'}: ${issue.message}`).join('; '));
+      return result.success
+        ? result.data
+        : fail(`metadata[${i}]`, result.error.issues.map((issue) => `${issue.path.join('.') || '(root)'}: ${issue.message}`).join('; '));
     });
     // Copy out of the (possibly unaligned, pooled) file buffer before viewing it as floats; Buffer#slice would not copy.
     const rows = new Float32Array(new Uint8Array(bytes.subarray(HEADER_BYTES, HEADER_BYTES + count * dim * 4)).buffer);
@@ -247,7 +251,8 @@ export class VectorIndex<M = unknown> {
       const vector = rows.subarray(row * dim, (row + 1) * dim);
       let norm = 0;
       for (let j = 0; j < dim; j++) norm += vector[j]! * vector[j]!;
-      if (!Number.isFinite(norm) || Math.abs(Math.sqrt(norm) - 1) > NORM_TOLERANCE) fail('vectors', `row ${row} is not a finite unit vector (norm ${Math.sqrt(norm)})`);
+      if (!Number.isFinite(norm) || Math.abs(Math.sqrt(norm) - 1) > NORM_TOLERANCE)
+        fail('vectors', `row ${row} is not a finite unit vector (norm ${Math.sqrt(norm)})`);
       const id = (ids as string[])[row]!;
       if (index.has(id)) fail('metadata', `id "${id}" appears twice`);
       index.add(id, vector, checked[row]!);

@@ -25,7 +25,16 @@ import { embed, type Embedder } from '../stages/embed.js';
 import { retrieve } from '../stages/retrieve.js';
 import { assemble, type AssembledPrompt } from '../stages/assemble.js';
 import { guard, type Classifier } from '../stages/guard.js';
-import { complete, generateRequest, type Completion, type GenerateOptions, type GenerateRequest, type InferOptions, type ModelWorker, type Token } from '../inference/worker.js';
+import {
+  complete,
+  generateRequest,
+  type Completion,
+  type GenerateOptions,
+  type GenerateRequest,
+  type InferOptions,
+  type ModelWorker,
+  type Token,
+} from '../inference/worker.js';
 import { EmptyPromptError } from '../inference/errors.js';
 
 /** The stages of a RAG worker, as named in traces, stats and metrics. */
@@ -63,18 +72,30 @@ export interface RagWorkerOptions {
 const optionsSchema = z
   .object({
     name: z.string().min(1, { error: 'name must not be empty' }).default('sluice-rag'),
-    lm: z.custom<Pick<ModelWorker, 'generate'>>((v) => typeof v === 'object' && v !== null && typeof (v as ModelWorker).generate === 'function', { error: 'lm must be a ModelWorker' }),
+    lm: z.custom<Pick<ModelWorker, 'generate'>>((v) => typeof v === 'object' && v !== null && typeof (v as ModelWorker).generate === 'function', {
+      error: 'lm must be a ModelWorker',
+    }),
     embedder: z.custom<Embedder>((v) => typeof v === 'function', { error: 'embedder must be a function' }),
-    index: z.custom<VectorIndex<PassageMetadata>>((v) => typeof v === 'object' && v !== null && typeof (v as VectorIndex).search === 'function', { error: 'index must be a VectorIndex' }),
+    index: z.custom<VectorIndex<PassageMetadata>>((v) => typeof v === 'object' && v !== null && typeof (v as VectorIndex).search === 'function', {
+      error: 'index must be a VectorIndex',
+    }),
     classify: z.custom<Classifier>((v) => typeof v === 'function', { error: 'classify must be a function' }).optional(),
-    thresholds: z.object({ flag: z.number().min(0).max(1), block: z.number().min(0).max(1) }).strict().default({ flag: 0.5, block: 0.8 }),
+    thresholds: z
+      .object({ flag: z.number().min(0).max(1), block: z.number().min(0).max(1) })
+      .strict()
+      .default({ flag: 0.5, block: 0.8 }),
     k: z.number().int({ error: 'k must be an integer' }).min(1, { error: 'k must be ≥ 1' }).default(3),
     minScore: z.number().min(-1).max(1).optional(),
     budget: z.number().int({ error: 'budget must be an integer' }).min(16, { error: 'budget must be ≥ 16 tokens' }).default(300),
     system: z.string().default('Answer from the context only and cite sources as [n].'),
     maxTokens: z.number().int({ error: 'maxTokens must be an integer' }).min(1, { error: 'maxTokens must be ≥ 1' }).default(120),
     cacheCapacity: z.number().int().min(1, { error: 'cacheCapacity must be ≥ 1' }).default(1024),
-    stats: z.record(z.enum(RAG_STAGES), z.custom<StageStats>((v) => typeof v === 'object' && v !== null)).optional(),
+    stats: z
+      .record(
+        z.enum(RAG_STAGES),
+        z.custom<StageStats>((v) => typeof v === 'object' && v !== null),
+      )
+      .optional(),
   })
   .strict();
 
@@ -104,13 +125,22 @@ export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateReques
     const question = questionOf(valid);
     const { prompt: _prompt, messages: _messages, ...params } = valid;
     const first = generateOptions.trace === undefined ? traced(question) : new Traced(question, generateOptions.trace);
-    const guarded: Observable<Traced<string>> = config.classify === undefined
-      ? fromIterable([first])
-      : fromIterable([first]).pipe(guard({ name: 'guard', classify: config.classify, thresholds: config.thresholds, errorPolicy: 'fail', stats: stats.guard }));
+    const guarded: Observable<Traced<string>> =
+      config.classify === undefined
+        ? fromIterable([first])
+        : fromIterable([first]).pipe(
+            guard({ name: 'guard', classify: config.classify, thresholds: config.thresholds, errorPolicy: 'fail', stats: stats.guard }),
+          );
     return asFlow(
       guarded.pipe(
         embed({ name: 'embed', embedder: config.embedder, cache, stats: stats.embed }),
-        retrieve({ name: 'retrieve', index: config.index, k: config.k, ...(config.minScore !== undefined && { minScore: config.minScore }), stats: stats.retrieve }),
+        retrieve({
+          name: 'retrieve',
+          index: config.index,
+          k: config.k,
+          ...(config.minScore !== undefined && { minScore: config.minScore }),
+          stats: stats.retrieve,
+        }),
         assemble({
           name: 'assemble',
           system: config.system,

@@ -112,9 +112,14 @@ export class PromptTemplate<S extends VariablesSchema> {
       const known = new Set(Object.keys(options.schema.shape as Record<string, unknown>));
       const issues: { path: string; message: string }[] = [];
       if (known.has(CONTEXT)) issues.push({ path: 'schema.context', message: '"context" is reserved for the retrieved passages' });
-      for (const name of used) if (name !== CONTEXT && !known.has(name)) issues.push({ path: 'template', message: `{{${name}}} is not a variable of the schema` });
+      for (const name of used)
+        if (name !== CONTEXT && !known.has(name)) issues.push({ path: 'template', message: `{{${name}}} is not a variable of the schema` });
       for (const name of slots(options.system ?? '')) {
-        if (!known.has(name)) issues.push({ path: 'system', message: `{{${name}}} is not a variable of the schema${name === CONTEXT ? ' ({{context}} belongs in the template)' : ''}` });
+        if (!known.has(name))
+          issues.push({
+            path: 'system',
+            message: `{{${name}}} is not a variable of the schema${name === CONTEXT ? ' ({{context}} belongs in the template)' : ''}`,
+          });
       }
       if (issues.length > 0) throw new InvalidOptionsError('prompt template options', issues);
     }
@@ -154,7 +159,10 @@ export class PromptTemplate<S extends VariablesSchema> {
       return {
         messages: [...head, { role: 'user', content: built.user }],
         tokens: built.tokens,
-        dropped: ranked.slice(keptCount + (truncated === undefined ? 0 : 1)).map((p) => p.id).reverse(),
+        dropped: ranked
+          .slice(keptCount + (truncated === undefined ? 0 : 1))
+          .map((p) => p.id)
+          .reverse(),
         truncated,
         citations: built.context.citations,
       };
@@ -243,8 +251,7 @@ const assembleOwnSchema = z
  * @see PromptTemplate for the fitting rules; retrieve; withCitations.
  */
 export function assemble<I, S extends VariablesSchema>(options: AssembleOptions<I, S>): StageOperator<I, AssembledPrompt> {
-  const { template, schema, system, examples, budget, countTokens, truncate, variables, passages, ...stageOptions } =
-    options ?? ({} as AssembleOptions<I, S>);
+  const { template, schema, system, examples, budget, countTokens, truncate, variables, passages, ...stageOptions } = options ?? ({} as AssembleOptions<I, S>);
   const name = stageOptions.name ?? 'assemble';
   parseOptions(assembleOwnSchema, { variables, passages }, `assemble "${name}" options`);
   const prompt = new PromptTemplate<S>({
@@ -257,7 +264,9 @@ export function assemble<I, S extends VariablesSchema>(options: AssembleOptions<
     ...(truncate === undefined ? {} : { truncate }),
   });
   if (passages !== undefined && !prompt.usesContext) {
-    throw new InvalidOptionsError(`assemble "${name}" options`, [{ path: 'template', message: 'a `passages` selector is given but the template has no {{context}} slot' }]);
+    throw new InvalidOptionsError(`assemble "${name}" options`, [
+      { path: 'template', message: 'a `passages` selector is given but the template has no {{context}} slot' },
+    ]);
   }
   const selectVariables = variables ?? ((value: I) => value as unknown as z.input<S>);
   const selectPassages =

@@ -84,7 +84,8 @@ export function embed<I>(options: EmbedOptions<I>): StageOperator<I, Embedded<I>
     }
     const vector: unknown = vectors[0];
     if (!(vector instanceof Float32Array) || vector.length === 0) throw new EmbedderOutputError(name, 'returned something other than a non-empty Float32Array');
-    if (dim !== undefined && vector.length !== dim) throw new EmbedderOutputError(name, `returned a vector of dimension ${vector.length} after ones of dimension ${dim}`);
+    if (dim !== undefined && vector.length !== dim)
+      throw new EmbedderOutputError(name, `returned a vector of dimension ${vector.length} after ones of dimension ${dim}`);
     for (let j = 0; j < vector.length; j++) {
       if (!Number.isFinite(vector[j])) throw new EmbedderOutputError(name, `returned a vector whose component ${j} is ${vector[j]}`);
     }

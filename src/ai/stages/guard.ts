@@ -52,7 +52,11 @@ export interface GuardOptions<T> extends Omit<StageOptions<T>, 'errorPolicy'> {
   onVerdict?: (event: { readonly stage: string; readonly value: T; readonly verdict: GuardVerdict; readonly trace: TraceContext }) => void;
 }
 
-const unit = (what: string) => z.number({ error: `${what} must be a number` }).min(0, { error: `${what} must be ≥ 0` }).max(1, { error: `${what} must be ≤ 1` });
+const unit = (what: string) =>
+  z
+    .number({ error: `${what} must be a number` })
+    .min(0, { error: `${what} must be ≥ 0` })
+    .max(1, { error: `${what} must be ≤ 1` });
 
 const guardOptionsSchema = z
   .object({
@@ -115,8 +119,7 @@ export function guard<T>(options: GuardOptions<T>): StageOperator<T, T> {
   const safe = new Set(safeLabels);
   const textOf = (text ?? ((value: unknown) => value)) as (value: T) => unknown;
   const verdictOf = (result: Classification): GuardVerdict => {
-    const action: GuardAction =
-      safe.has(result.label) || !(result.score >= thresholds.flag) ? 'pass' : result.score >= thresholds.block ? 'block' : 'flag';
+    const action: GuardAction = safe.has(result.label) || !(result.score >= thresholds.flag) ? 'pass' : result.score >= thresholds.block ? 'block' : 'flag';
     return { label: result.label, score: result.score, action };
   };
   return stage<T, T>(

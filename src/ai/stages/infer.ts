@@ -5,7 +5,7 @@ import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js
 import { InferencePool, type Feeds, type Outputs } from '../models/pool.js';
 import type { PoolingPlan } from '../models/pooling.js';
 import type { Traced } from '../../core/trace.js';
-import { Batch, batch, unbatch } from '../../operators/batch.js';
+import { type Batch, batch, unbatch } from '../../operators/batch.js';
 import { stage, type StageContext, type StageOptions } from '../../operators/stage.js';
 
 export interface InferOptions<I, R> extends Omit<StageOptions<Batch<I>>, 'conflate'> {
@@ -64,7 +64,10 @@ const inferOptionsSchema = z
       .strict()
       .optional(),
     batchCapacity: positiveInt('batchCapacity').optional(),
-    pooling: z.object({ output: z.string().min(1), pooling: z.enum(['none', 'mean', 'cls']), normalize: z.boolean() }).strict().optional(),
+    pooling: z
+      .object({ output: z.string().min(1), pooling: z.enum(['none', 'mean', 'cls']), normalize: z.boolean() })
+      .strict()
+      .optional(),
     borrowOutputs: z.boolean({ error: 'borrowOutputs must be a boolean' }).optional(),
   })
   .refine((o) => o.batchCapacity === undefined || o.batchCapacity >= o.maxBatch, { error: 'batchCapacity must be ≥ maxBatch', path: ['batchCapacity'] });
@@ -112,21 +115,32 @@ const inferOptionsSchema = z
  * @see InferencePool; `batch`, `unbatch`; `embedder` for the `embed` stage.
  */
 export function infer<I, R>(options: InferOptions<I, R>): InferOperator<I, R> {
-  const { pool, toFeeds, fromOutputs, maxBatch, maxWait, model, key, groupBySequenceLength, batchCapacity, pooling, borrowOutputs, ...stageOptions } = options ?? ({} as InferOptions<I, R>);
+  const { pool, toFeeds, fromOutputs, maxBatch, maxWait, model, key, groupBySequenceLength, batchCapacity, pooling, borrowOutputs, ...stageOptions } =
+    options ?? ({} as InferOptions<I, R>);
   const name = stageOptions.name ?? 'infer';
-  const parsed = parseOptions(inferOptionsSchema, { pool, toFeeds, fromOutputs, maxBatch, maxWait, model, key, groupBySequenceLength, batchCapacity, pooling, borrowOutputs }, `infer "${name}" options`);
+  const parsed = parseOptions(
+    inferOptionsSchema,
+    { pool, toFeeds, fromOutputs, maxBatch, maxWait, model, key, groupBySequenceLength, batchCapacity, pooling, borrowOutputs },
+    `infer "${name}" options`,
+  );
   const modelOf: (value: I) => string | undefined = typeof model === 'function' ? model : () => model;
   if (typeof model === 'string') pool.describe(model);
-  const bucketOf = groupBySequenceLength === undefined ? undefined : (value: I) => Math.ceil(groupBySequenceLength.length(value) / parsed.groupBySequenceLength!.bucket);
+  const bucketOf =
+    groupBySequenceLength === undefined ? undefined : (value: I) => Math.ceil(groupBySequenceLength.length(value) / parsed.groupBySequenceLength!.bucket);
   // Model, user key and length bucket joined by a separator no model name or key is expected to contain.
   const batchKey =
-    typeof model !== 'function' && key === undefined && bucketOf === undefined ? undefined : (value: I) => `${modelOf(value) ?? ''}\u0000${key?.(value) ?? ''}\u0000${bucketOf?.(value) ?? ''}`;
+    typeof model !== 'function' && key === undefined && bucketOf === undefined
+      ? undefined
+      : (value: I) => `${modelOf(value) ?? ''}\u0000${key?.(value) ?? ''}\u0000${bucketOf?.(value) ?? ''}`;
 
   const run = async (gathered: Batch<I>, context: StageContext): Promise<Batch<R>> => {
     const first = gathered.items[0] as I;
     const feeds = toFeeds(gathered);
     const runOptions = { signal: context.signal, model: modelOf(first), pooling };
-    const values = borrowOutputs === true ? await pool.runBorrowed(feeds, (outputs) => fromOutputs(outputs, gathered), runOptions) : fromOutputs(await pool.run(feeds, runOptions), gathered);
+    const values =
+      borrowOutputs === true
+        ? await pool.runBorrowed(feeds, (outputs) => fromOutputs(outputs, gathered), runOptions)
+        : fromOutputs(await pool.run(feeds, runOptions), gathered);
     const results = gathered.withResults(values);
     const bucket = bucketOf?.(first);
     for (const trace of gathered.traces) {

@@ -29,10 +29,14 @@ export class OutputInvalidError extends SluiceError {
         ? [{ path: '', message: problem.message }]
         : problem.error.issues.map((issue) => ({ path: issue.path.map(String).join('.'), message: issue.message }));
     const list = issues.map((i) => `${i.path || '(root)'}: ${i.message}`).join('; ');
-    super('OUTPUT_INVALID', `${stage ? `Stage "${stage}": output` : 'Output'} is not valid after one repair attempt (${problem.kind === 'parse' ? 'not JSON' : 'schema'}: ${list}).`, {
-      ...(stage === undefined ? {} : { stage }),
-      hint: 'Tighten the prompt (show the schema), or pass a repair(text, problem) that asks the model to fix its answer.',
-    });
+    super(
+      'OUTPUT_INVALID',
+      `${stage ? `Stage "${stage}": output` : 'Output'} is not valid after one repair attempt (${problem.kind === 'parse' ? 'not JSON' : 'schema'}: ${list}).`,
+      {
+        ...(stage === undefined ? {} : { stage }),
+        hint: 'Tighten the prompt (show the schema), or pass a repair(text, problem) that asks the model to fix its answer.',
+      },
+    );
     this.issues = issues;
   }
 }
@@ -113,7 +117,10 @@ export function lightRepair(text: string): string {
   }
   // Truncated: close what is open, after dropping a dangling comma, key or colon.
   if (inString) out += escaped ? '\\"' : '"';
-  out = out.replace(/,\s*$/, '').replace(/,?\s*"(?:[^"\\]|\\.)*"\s*:\s*$/, '').replace(/:\s*$/, '');
+  out = out
+    .replace(/,\s*$/, '')
+    .replace(/,?\s*"(?:[^"\\]|\\.)*"\s*:\s*$/, '')
+    .replace(/:\s*$/, '');
   out = out.replace(/,\s*$/, '');
   while (closers.length > 0) out += closers.pop();
   return out;
@@ -123,7 +130,8 @@ export function lightRepair(text: string): string {
 export async function collectText(response: ResponseText): Promise<string> {
   if (typeof response === 'string') return response;
   const chunk = (c: string | Traced<string>): string => (c instanceof Traced ? c.value : c);
-  if (isObservable(response)) return lastValueFrom(response.pipe(reduce((text: string, c: string | Traced<string>) => text + chunk(c), '')), { defaultValue: '' });
+  if (isObservable(response))
+    return lastValueFrom(response.pipe(reduce((text: string, c: string | Traced<string>) => text + chunk(c), '')), { defaultValue: '' });
   let text = '';
   for await (const c of response) text += chunk(c);
   return text;
@@ -140,13 +148,18 @@ export async function collectText(response: ResponseText): Promise<string> {
  * value.city; // 'Oslo' (typed)
  * ```
  */
-export async function parseJsonOutput<S extends z.ZodType>(schema: S, response: ResponseText, options: ParseJsonOutputOptions = {}): Promise<JsonOutcome<z.output<S>>> {
+export async function parseJsonOutput<S extends z.ZodType>(
+  schema: S,
+  response: ResponseText,
+  options: ParseJsonOutputOptions = {},
+): Promise<JsonOutcome<z.output<S>>> {
   const text = await collectText(response);
   const first = attempt(schema, text);
   if (first.ok) return { value: first.value, repaired: false };
   const repair = options.repair ?? 'light';
   const repairedText = repair === 'light' ? lightRepair(text) : await repair(text, first.problem, options.signal);
-  if (typeof repairedText !== 'string') throw new OutputInvalidError(options.name, { kind: 'parse', message: `repair returned ${typeof repairedText}, not text` }, String(repairedText));
+  if (typeof repairedText !== 'string')
+    throw new OutputInvalidError(options.name, { kind: 'parse', message: `repair returned ${typeof repairedText}, not text` }, String(repairedText));
   const second = attempt(schema, repairedText);
   if (second.ok) return { value: second.value, repaired: true };
   throw new OutputInvalidError(options.name, second.problem, repairedText);
@@ -159,7 +172,11 @@ export interface JsonOutputOptions extends Omit<StageOptions<ResponseText>, 'con
 
 const jsonOutputOptionsSchema = z
   .object({
-    repair: z.union([z.literal('light'), functionSchema<Repair>()], { error: 'repair must be "light" or a function (text, problem, signal) => string | Promise<string>' }).default('light'),
+    repair: z
+      .union([z.literal('light'), functionSchema<Repair>()], {
+        error: 'repair must be "light" or a function (text, problem, signal) => string | Promise<string>',
+      })
+      .default('light'),
   })
   // The rest is `stage`'s, validated there.
   .loose();

@@ -119,7 +119,14 @@ function prefixesOf(parts: readonly (readonly [full: string, prefixes: string])[
 }
 
 /** A detector from its parts; the last part stands for what the trailing lookahead reads, so text ending there stays open too. */
-function builtIn(kind: PiiKind, replacement: string, before: string, alternatives: readonly (readonly (readonly [string, string])[])[], after: string, accept?: (candidate: string) => number): Detector {
+function builtIn(
+  kind: PiiKind,
+  replacement: string,
+  before: string,
+  alternatives: readonly (readonly (readonly [string, string])[])[],
+  after: string,
+  accept?: (candidate: string) => number,
+): Detector {
   const full = alternatives.map((parts) => parts.map(([f]) => f).join('')).join('|');
   const partial = alternatives.map((parts) => prefixesOf(parts)).join('|');
   return {
@@ -179,13 +186,31 @@ function detectorFor(kind: PiiKind, replacement: string): Detector {
   switch (kind) {
     case 'card':
       // A card is 13–19 digits, optionally grouped by single spaces or hyphens, not inside a longer number, passing Luhn.
-      return builtIn(kind, replacement, '(?<!\\d)', [[['\\d', '\\d?'], ['(?:[ -]?\\d){12,18}', '(?:[ -]?\\d){0,18}[ -]?']]], '(?!\\d)', acceptCard);
+      return builtIn(
+        kind,
+        replacement,
+        '(?<!\\d)',
+        [
+          [
+            ['\\d', '\\d?'],
+            ['(?:[ -]?\\d){12,18}', '(?:[ -]?\\d){0,18}[ -]?'],
+          ],
+        ],
+        '(?!\\d)',
+        acceptCard,
+      );
     case 'email':
       return builtIn(
         kind,
         replacement,
         '(?<![A-Za-z0-9._%+-])',
-        [[['[A-Za-z0-9._%+-]{1,64}', '[A-Za-z0-9._%+-]{0,64}'], ['@', '@?'], ['(?:[A-Za-z0-9-]{1,63}\\.){1,8}[A-Za-z]{2,24}', '[A-Za-z0-9.-]{0,540}']]],
+        [
+          [
+            ['[A-Za-z0-9._%+-]{1,64}', '[A-Za-z0-9._%+-]{0,64}'],
+            ['@', '@?'],
+            ['(?:[A-Za-z0-9-]{1,63}\\.){1,8}[A-Za-z]{2,24}', '[A-Za-z0-9.-]{0,540}'],
+          ],
+        ],
         '(?![A-Za-z0-9-])',
       );
     case 'phone':
@@ -428,7 +453,10 @@ const patternSchema = z
     validate: functionSchema<(match: string) => boolean>().optional(),
   })
   .strict()
-  .refine((p) => p.partial === undefined || p.partial.source.endsWith('$'), { error: 'partial must end with $ (it matches the tail of the text)', path: ['partial'] });
+  .refine((p) => p.partial === undefined || p.partial.source.endsWith('$'), {
+    error: 'partial must end with $ (it matches the tail of the text)',
+    path: ['partial'],
+  });
 
 const redactorFields = {
   detect: z.array(z.enum(PII_KINDS, { error: `detect entries must be one of ${PII_KINDS.map((k) => `"${k}"`).join(', ')}` })).optional(),

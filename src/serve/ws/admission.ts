@@ -162,7 +162,12 @@ export class Admission {
     this.rejected[status]++;
     const close = status === 401 || status === 503 ? CLOSE_REFUSALS[status] : undefined;
     // The handshake can complete only if the browser's subprotocol can be selected, and only while the `ws` server is open.
-    const byClose = close !== undefined && request.headers.origin !== undefined && !this.host.closed() && !socket.destroyed && protocolsOf(request.headers['sec-websocket-protocol']).includes(SUBPROTOCOL);
+    const byClose =
+      close !== undefined &&
+      request.headers.origin !== undefined &&
+      !this.host.closed() &&
+      !socket.destroyed &&
+      protocolsOf(request.headers['sec-websocket-protocol']).includes(SUBPROTOCOL);
     if (byClose) {
       this.host.emit({ kind: 'upgrade-rejected', status, reason, closeCode: close.code });
       return this.refuseAfterHandshake(request, socket, head, close.code, `${close.prefix}: ${reason}`);

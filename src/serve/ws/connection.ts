@@ -137,7 +137,11 @@ export class Connection implements StreamHost {
     const parsed = parseClientFrame(isBinary ? '' : textOf(data), isBinary);
     const requestId = parsed.ok ? parsed.message.id : parsed.error.id;
     if (!this.hub.quotas.frame(this.number)) {
-      return this.refuse(requestId, 'RATE_LIMITED', `more than ${this.limits.rate.perSecond} frames per second (burst ${this.limits.rate.burst}); frame dropped`);
+      return this.refuse(
+        requestId,
+        'RATE_LIMITED',
+        `more than ${this.limits.rate.perSecond} frames per second (burst ${this.limits.rate.burst}); frame dropped`,
+      );
     }
     if (!parsed.ok) {
       this.hub.counters.badFrames++;

@@ -104,7 +104,15 @@ export class Hub implements ConnectionHub {
       timers += connection.timers();
     }
     timers += this.admission.timers();
-    return { connections: this.connections.size, activeRequests, buffered, timers, tenants: this.quotas.tenants(), ...this.counters, upgradesRejected: this.admission.refusals() };
+    return {
+      connections: this.connections.size,
+      activeRequests,
+      buffered,
+      timers,
+      tenants: this.quotas.tenants(),
+      ...this.counters,
+      upgradesRejected: this.admission.refusals(),
+    };
   }
 
   released(): void {

@@ -79,8 +79,6 @@ export interface TokenSocketOptions {
   readonly sampleRate?: number;
 }
 
-
-
 const DEFAULT_LIMITS: TokenSocketLimits = {
   maxPayload: 64 * 1024,
   maxConcurrent: 8,
@@ -101,7 +99,9 @@ const workerSchema = z.custom<TokenWorker>(
   { error: 'must be a ModelWorker (with name and generate())' },
 );
 
-const rateSchema = z.object({ perSecond: z.number().positive({ error: 'perSecond must be > 0' }), burst: z.number().min(1, { error: 'burst must be ≥ 1' }) }).strict();
+const rateSchema = z
+  .object({ perSecond: z.number().positive({ error: 'perSecond must be > 0' }), burst: z.number().min(1, { error: 'burst must be ≥ 1' }) })
+  .strict();
 
 const limitsSchema = z
   .object({
@@ -127,15 +127,29 @@ const optionsSchema = z
     workers: z.record(z.string(), workerSchema).optional(),
     authenticate: functionSchema<Authenticate>().optional(),
     origins: z
-      .union([z.array(z.string().min(1, { error: 'an origin must not be empty' })), functionSchema<(origin: string, request: IncomingMessage) => boolean>()], { error: 'origins must be an array of strings or a function' })
+      .union([z.array(z.string().min(1, { error: 'an origin must not be empty' })), functionSchema<(origin: string, request: IncomingMessage) => boolean>()], {
+        error: 'origins must be an array of strings or a function',
+      })
       .optional(),
     path: z.string().startsWith('/', { error: 'path must start with "/"' }).optional(),
     limits: z.unknown().optional(),
     onEvent: functionSchema<(event: TokenSocketEvent) => void>().optional(),
-    metrics: z.custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).registerSocket === 'function', { error: 'metrics must be a SluiceMetrics' }).optional(),
+    metrics: z
+      .custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).registerSocket === 'function', {
+        error: 'metrics must be a SluiceMetrics',
+      })
+      .optional(),
     name: z.string().min(1, { error: 'name must not be empty' }).default('ws'),
-    sampleRate: z.number({ error: 'sampleRate must be a number' }).min(0, { error: 'sampleRate must be in [0, 1]' }).max(1, { error: 'sampleRate must be in [0, 1]' }).default(1),
-    tracer: z.custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', { error: 'tracer must be an OpenTelemetry Tracer' }).optional(),
+    sampleRate: z
+      .number({ error: 'sampleRate must be a number' })
+      .min(0, { error: 'sampleRate must be in [0, 1]' })
+      .max(1, { error: 'sampleRate must be in [0, 1]' })
+      .default(1),
+    tracer: z
+      .custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', {
+        error: 'tracer must be an OpenTelemetry Tracer',
+      })
+      .optional(),
   })
   .strict()
   .refine((o) => (o.worker === undefined) !== (o.workers === undefined || Object.keys(o.workers).length === 0), {

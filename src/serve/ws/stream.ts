@@ -50,7 +50,12 @@ export class Stream {
 
   start(worker: TokenWorker, request: GenerateRequest): void {
     try {
-      const flow = worker.generate(request, { signal: this.controller.signal, trace: this.telemetry.trace, stage: worker.name, onDone: (done) => (this.report = done) });
+      const flow = worker.generate(request, {
+        signal: this.controller.signal,
+        trace: this.telemetry.trace,
+        stage: worker.name,
+        onDone: (done) => (this.report = done),
+      });
       this.subscription = subscribeWithDemand(flow, {
         next: (token) => this.onToken(token),
         error: (err: unknown) => this.onError(err),

@@ -81,7 +81,11 @@ export class GraphBuilder {
 
   /** An int64 initializer, for the shapes, axes and indices that ops take as inputs since opset 13. */
   int64s(name: string, values: readonly number[], dims: readonly number[] = [values.length]): string {
-    return this.initializer(name, BigInt64Array.from(values, (v) => BigInt(v)), dims);
+    return this.initializer(
+      name,
+      BigInt64Array.from(values, (v) => BigInt(v)),
+      dims,
+    );
   }
 
   /** A float initializer holding a scalar (dims `[]`) or a vector. */

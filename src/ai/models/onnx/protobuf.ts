@@ -4,7 +4,7 @@
  * time) would cost more than it saves.
  */
 
-const enum WireType {
+enum WireType {
   Varint = 0,
   LengthDelimited = 2,
   Fixed32 = 5,
