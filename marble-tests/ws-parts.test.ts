@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import type { TraceContext } from '../src/core/trace.js';
 import {
@@ -17,7 +17,7 @@ import type { Flow } from '../src/flow/demand.js';
 import { createHttpHandler } from '../src/serve/http.js';
 import { SluiceMetrics } from '../src/serve/metrics.js';
 import { RequestTelemetry } from '../src/serve/telemetry.js';
-import { attachTokenSocket } from '../src/serve/ws-server.js';
+import { attachTokenSocket, type TokenSocketEvent } from '../src/serve/ws-server.js';
 import { Quotas } from '../src/serve/ws/quotas.js';
 import { ServerBudget, WriteBudget } from '../src/serve/ws/fair-share.js';
 import { WsClient, until } from './support/ws-client.js';
@@ -157,6 +157,45 @@ describe('RequestTelemetry', () => {
     } finally {
       metrics.close();
       await provider.shutdown();
+    }
+  });
+});
+
+describe('a handshake ws finds malformed', () => {
+  it('is refused with 400 and a JSON body, counted in upgradesRejected and reported as upgrade-rejected', async () => {
+    const events: TokenSocketEvent[] = [];
+    const server = createServer();
+    const sockets = attachTokenSocket(server, { worker: new SteppingWorker('stepping'), onEvent: (e) => events.push(e) });
+    const port = await listen(server);
+    try {
+      const reply = await new Promise<string>((resolve, reject) => {
+        const socket = connect(port, '127.0.0.1', () =>
+          socket.write(
+            [
+              'GET / HTTP/1.1',
+              'Host: 127.0.0.1',
+              'Connection: Upgrade',
+              'Upgrade: websocket',
+              'Sec-WebSocket-Version: 13',
+              'Sec-WebSocket-Key: not-a-key',
+              'Sec-WebSocket-Protocol: sluice.v1',
+              '',
+              '',
+            ].join('\r\n'),
+          ),
+        );
+        let text = '';
+        socket.on('data', (chunk) => (text += chunk.toString()));
+        socket.on('close', () => resolve(text));
+        socket.on('error', reject);
+      });
+      assert.match(reply, /^HTTP\/1\.1 400 /);
+      assert.match(reply, /invalid handshake: Missing or invalid Sec-WebSocket-Key header/);
+      assert.equal(sockets.stats().upgradesRejected[400], 1);
+      assert.ok(events.some((e) => e.kind === 'upgrade-rejected' && e.status === 400));
+    } finally {
+      sockets.close();
+      await stop(server);
     }
   });
 });

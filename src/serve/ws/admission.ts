@@ -90,6 +90,10 @@ export class Admission {
       // Only the versioned protocol is ever selected: a `bearer.*` entry must never be echoed back.
       handleProtocols: (protocols) => (protocols.has(SUBPROTOCOL) ? SUBPROTOCOL : false),
     });
+    // A handshake ws itself finds malformed (key, version, method) is refused, counted and reported like ours.
+    this.wss.on('wsClientError', (error: Error, socket: Duplex, request: IncomingMessage) => {
+      this.refuse(request, socket, Buffer.alloc(0), 400, `invalid handshake: ${error.message}`);
+    });
     this.onUpgrade = (request, socket, head) => {
       if (this.config.path !== undefined && pathOf(request.url) !== this.config.path) return;
       void this.admit(request, socket, head);
