@@ -40,6 +40,7 @@ import { fromPush } from '../src/flow/push.js';
 import { subscribeWithDemand, type DemandSubscription } from '../src/flow/demand.js';
 import { KillSwitch } from '../src/flow/kill-switch.js';
 import { stage, type ShedEvent, type StageContext, type StageOptions, type WorkResult } from '../src/operators/stage.js';
+import { setFastPaths } from '../src/operators/stage/fast-paths.js';
 import { StageStats } from '../src/flow/stats.js';
 import { Ring } from '../src/flow/ring.js';
 import type { Policy } from '../src/flow/options.js';
@@ -81,7 +82,7 @@ interface Reentry {
  * `flow` a synchronous Flow of two values (paused while its output waits for demand),
  * `async` an `async` function awaiting a scheduled Promise (the stage's own path for them).
  */
-type WorkKind = 'sync' | 'promise' | 'mixed' | 'observable' | 'tokens' | 'flow' | 'async';
+type WorkKind = 'sync' | 'promise' | 'mixed' | 'observable' | 'tokens' | 'flow' | 'async' | 'async-now' | 'promise-now';
 const outputsPerInput = (kind: WorkKind): number => (kind === 'tokens' || kind === 'flow' ? 2 : 1);
 
 interface StagePlan {
@@ -359,6 +360,24 @@ function makeWork(s: Scheduler, run: () => Run, probe: StageProbe, name: 'A' | '
     const later = (): Promise<number> => s.schedule(Promise.resolve(x), `work(${x})`);
     return { call, compute, later };
   };
+  // Settled at once, so a run is the same every time (the fast paths off and on can be compared): an `async` function, and a plain one returning a Promise.
+  if (kind === 'async-now') {
+    return async (x: number, context: StageContext): Promise<number> => {
+      const { call, compute } = begin(x, context);
+      try {
+        return compute(x);
+      } finally {
+        call.finished = true;
+      }
+    };
+  }
+  if (kind === 'promise-now') {
+    return (x: number, context: StageContext): Promise<number> => {
+      const { call, compute } = begin(x, context);
+      call.finished = true;
+      return Promise.resolve(compute(x));
+    };
+  }
   if (kind === 'async') {
     return async (x: number, context: StageContext): Promise<number> => {
       const { call, compute, later } = begin(x, context);
@@ -892,6 +911,56 @@ describe('stage: properties', () => {
             return { output: run.output, error, completed: run.completed, pulled: run.pulled, a: stats(run.a), b: stats(run.b), sheds: run.sheds.length };
           };
           assert.deepEqual(await outcome(true), await outcome(false));
+        },
+      ),
+      { numRuns, ...replay },
+    );
+  });
+
+  it('the fast paths give what the general path gives: outputs, errors, accounting, completion and trace records', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.scheduler(),
+        planArbitrary({
+          policies: ALL_POLICIES,
+          sources: ['array', 'generator'],
+          consumerPolicies: ALL_POLICIES,
+          failures: true,
+          defers: ['delay', 'observeOn', 'debounceTime', 'auditTime'],
+          works: ['sync', 'flow', 'async-now', 'promise-now'],
+        }).map((plan) => ({ ...plan, consumer: { kind: 'stage' as const } })),
+        async (s, plan) => {
+          const outcome = async (fast: boolean) => {
+            setFastPaths(fast);
+            let run: Run;
+            try {
+              run = start(s, plan);
+            } finally {
+              setFastPaths(true);
+            }
+            await settleToEnd(s, run);
+            assertNoViolations(run);
+            const stats = ({ stats: st }: StageProbe) => ({
+              received: st.received,
+              delivered: st.delivered,
+              emitted: st.emitted,
+              shed: { ...st.shed },
+              failed: st.failed,
+            });
+            const error = run.error instanceof Error ? `${run.error.name}: ${run.error.message}` : run.error;
+            const records = run.traces.map((t) => (t.records ?? []).map((r) => `${r.stage}${r.shed === undefined ? '' : `:${r.shed}`}`).join(','));
+            const inOrder = plan.a.ordered && plan.b.ordered;
+            return {
+              output: inOrder ? run.output : sorted(run.output),
+              records: inOrder ? records : [...records].sort(),
+              error,
+              completed: run.completed,
+              a: stats(run.a),
+              b: stats(run.b),
+              sheds: run.sheds.map((e) => `${e.stage}:${e.reason}`).sort(),
+            };
+          };
+          assert.deepEqual(await outcome(false), await outcome(true));
         },
       ),
       { numRuns, ...replay },

@@ -10,6 +10,7 @@ import type { Work } from '../flow/work.js';
 export type { StageOptions, StageOperator } from './stage/options.js';
 import { StageConfig, stageOptionsSchema, type StageOptions, type StageOperator } from './stage/options.js';
 import { ignoresContext, isAsyncFunction } from './stage/work-kind.js';
+import { fastPathsOn } from './stage/fast-paths.js';
 import { StageRun, describeValue } from './stage/run.js';
 
 let unnamed = 0;
@@ -51,12 +52,9 @@ export function stage<I, O>(work: Work<I, O>, options: StageOptions<I> = {}): St
     ]);
   }
   const parsed = parseOptions(stageOptionsSchema, options, `stage${options?.name ? ` "${options.name}"` : ''} options`);
-  const config = new StageConfig(
-    parsed,
-    parsed.name ?? (work.name && work.name !== 'work' ? work.name : `stage-${++unnamed}`),
-    !ignoresContext(work),
-    isAsyncFunction(work),
-  );
+  const fast = fastPathsOn();
+  const name = parsed.name ?? (work.name && work.name !== 'work' ? work.name : `stage-${++unnamed}`);
+  const config = new StageConfig(parsed, name, !fast || !ignoresContext(work), fast && isAsyncFunction(work), fast);
   const stats = parsed.stats ?? new StageStats();
   return (source) => new Flow<Traced<O>>((outlet) => new StageRun(source, work, config, stats, outlet));
 }

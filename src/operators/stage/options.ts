@@ -100,7 +100,14 @@ export class StageConfig {
   /** The work is an `async` function: it is called from a call site of its own (see `StageRun.callAsync`). */
   readonly asyncWork: boolean;
 
-  constructor(options: ParsedOptions, name: string, passContext: boolean, asyncWork: boolean) {
+  constructor(
+    options: ParsedOptions,
+    name: string,
+    passContext: boolean,
+    asyncWork: boolean,
+    /** False: every element takes the general path (see `fast-paths.ts`). */
+    readonly fastPaths = true,
+  ) {
     this.name = name;
     this.passContext = passContext;
     this.asyncWork = asyncWork;

@@ -105,7 +105,7 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
     this.limit = config.pausing ? config.limit : Infinity;
     this.concurrency = config.concurrency;
     this.ordered = config.ordered;
-    this.plainPromises = config.ordered && config.timeout === undefined;
+    this.plainPromises = config.fastPaths && config.ordered && config.timeout === undefined;
     this.asyncHop = this.plainPromises && config.asyncWork;
     this.hop = this.asyncHop;
     this.passContext = config.passContext;
