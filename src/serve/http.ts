@@ -14,17 +14,18 @@ import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Tracer } from '@opentelemetry/api';
-import { subscribeWithDemand } from '../flow/demand.js';
 import { functionSchema, parseOptions } from '../flow/options.js';
-import { AbortedError, InvalidOptionsError, SluiceError } from '../core/errors.js';
-import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker } from '../ai/inference/worker.js';
-import { EmptyPromptError } from '../ai/inference/errors.js';
+import { AbortedError, SluiceError } from '../core/errors.js';
+import type { GenerateRequest, GenerationDone } from '../ai/inference/worker.js';
+
 import type { SluiceMetrics } from './metrics.js';
 import { pathOf } from './protocol.js';
 import { RequestTelemetry } from './telemetry.js';
+import { ApiError, chatSchema, openAiFinish, toApiError, toGenerateRequest, type ChatBody, type ChatWorker } from './openai-wire.js';
+import { headerValue, readJson, sendError, sendJson } from './http-io.js';
+import { streamChat } from './sse.js';
 
-/** A worker that can chat: anything implementing `ModelWorker.generate`. */
-export type ChatWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate'>;
+export type { ChatWorker } from './openai-wire.js';
 
 export interface HttpHandlerOptions {
   /** Models served, by the name clients put in `model`. */
@@ -115,67 +116,6 @@ const optionsSchema = z
     error: 'give worker or workers (at least one model)',
     path: ['workers'],
   });
-
-const contentPart = z.looseObject({ type: z.string(), text: z.string().optional() });
-const messageSchema = z.looseObject({
-  role: z.enum(['system', 'developer', 'user', 'assistant', 'tool'], { error: 'role must be one of system, developer, user, assistant, tool' }),
-  content: z.union([z.string(), z.array(contentPart), z.null()], { error: 'content must be a string or an array of text parts' }).optional(),
-  name: z.string().optional(),
-});
-
-/** The chat-completions body sluice understands. Unknown fields are refused, as OpenAI does, rather than silently ignored. */
-const chatSchema = z
-  .object({
-    model: z.string({ error: 'model is required' }).min(1, { error: 'model must not be empty' }),
-    messages: z.array(messageSchema, { error: 'messages must be an array' }).min(1, { error: 'messages must not be empty' }),
-    temperature: z
-      .number({ error: 'temperature must be a number' })
-      .min(0, { error: 'temperature must be in [0, 2]' })
-      .max(2, { error: 'temperature must be in [0, 2]' })
-      .nullish(),
-    top_p: z.number({ error: 'top_p must be a number' }).gt(0, { error: 'top_p must be in (0, 1]' }).max(1, { error: 'top_p must be in (0, 1]' }).nullish(),
-    top_k: z.number({ error: 'top_k must be a number' }).int({ error: 'top_k must be an integer' }).min(0, { error: 'top_k must be ≥ 0' }).nullish(),
-    max_tokens: z
-      .number({ error: 'max_tokens must be a number' })
-      .int({ error: 'max_tokens must be an integer' })
-      .min(1, { error: 'max_tokens must be ≥ 1' })
-      .nullish(),
-    max_completion_tokens: z
-      .number({ error: 'max_completion_tokens must be a number' })
-      .int({ error: 'max_completion_tokens must be an integer' })
-      .min(1, { error: 'max_completion_tokens must be ≥ 1' })
-      .nullish(),
-    stop: z
-      .union([z.string().min(1), z.array(z.string().min(1)).max(4, { error: 'stop takes at most 4 sequences' })], {
-        error: 'stop must be a string or an array of up to 4 non-empty strings',
-      })
-      .nullish(),
-    stream: z.boolean({ error: 'stream must be a boolean' }).nullish(),
-    stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
-    seed: z.number({ error: 'seed must be a number' }).int({ error: 'seed must be an integer' }).nullish(),
-    repetition_penalty: z.number({ error: 'repetition_penalty must be a number' }).gt(0, { error: 'repetition_penalty must be > 0' }).nullish(),
-    n: z.literal(1, { error: 'only n = 1 is supported' }).nullish(),
-    user: z.string().nullish(),
-  })
-  .strict();
-
-type ChatBody = z.output<typeof chatSchema>;
-
-/** An OpenAI-style error response. */
-class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-    readonly type: string,
-    readonly code: string | null,
-    readonly param: string | null = null,
-  ) {
-    super(message);
-  }
-  body(): string {
-    return JSON.stringify({ error: { message: this.message, type: this.type, param: this.param, code: this.code } });
-  }
-}
 
 const ROUTES = new Set(['/v1/chat/completions', '/v1/models', '/metrics', '/healthz', '/readyz']);
 
@@ -401,172 +341,4 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       },
     },
   }) as HttpHandler;
-}
-
-interface StreamConfig {
-  readonly id: string;
-  readonly created: number;
-  readonly model: string;
-  readonly includeUsage: boolean;
-  readonly getDone: () => GenerationDone | undefined;
-  readonly onPaused: (ms: number) => void;
-  readonly end: (error: unknown) => void;
-  /** Set when the drain's deadline ended the completion. */
-  readonly interrupted: () => SluiceError | undefined;
-}
-
-/**
- * Writes a token Flow as `chat.completion.chunk` events, one token asked at a time:
- * the next is requested only once the socket took the last one.
- */
-function streamChat(res: ServerResponse, flow: ReturnType<ChatWorker['generate']>, stream: StreamConfig): void {
-  const chunk = (delta: Record<string, string>, finishReason: string | null) =>
-    `data: ${JSON.stringify({ id: stream.id, object: 'chat.completion.chunk', created: stream.created, model: stream.model, choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }] })}\n\n`;
-  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
-  res.write(chunk({ role: 'assistant', content: '' }, null));
-
-  let waiting: (() => void) | undefined;
-  const stopWaiting = () => {
-    if (waiting !== undefined) res.off('drain', waiting);
-    waiting = undefined;
-  };
-  // `close` ends a wait for `drain` that would otherwise never come; the abort it triggers ends the flow.
-  res.once('close', stopWaiting);
-
-  const subscription = subscribeWithDemand(flow, {
-    next: (token) => {
-      if (res.destroyed) return;
-      if (res.write(chunk({ content: token.text }, null))) return subscription.request(1);
-      const pausedAt = performance.now();
-      waiting = () => {
-        waiting = undefined;
-        stream.onPaused(performance.now() - pausedAt);
-        subscription.request(1);
-      };
-      res.once('drain', waiting);
-    },
-    error: (err: unknown) => {
-      stopWaiting();
-      if (!res.destroyed && !res.writableEnded) {
-        const error = toApiError(stream.interrupted() ?? err);
-        res.write(`data: ${JSON.stringify({ error: { message: error.message, type: error.type, param: error.param, code: error.code } })}\n\n`);
-        res.end('data: [DONE]\n\n');
-      }
-      stream.end(res.destroyed && err instanceof AbortedError ? undefined : err);
-    },
-    complete: () => {
-      stopWaiting();
-      const done = stream.getDone();
-      res.write(chunk({}, openAiFinish(done)));
-      if (stream.includeUsage) {
-        const usage = done?.usage ?? { inputTokens: 0, outputTokens: 0 };
-        const usageChunk = {
-          id: stream.id,
-          object: 'chat.completion.chunk',
-          created: stream.created,
-          model: stream.model,
-          choices: [],
-          usage: { prompt_tokens: usage.inputTokens, completion_tokens: usage.outputTokens, total_tokens: usage.inputTokens + usage.outputTokens },
-        };
-        res.write(`data: ${JSON.stringify(usageChunk)}\n\n`);
-      }
-      res.end('data: [DONE]\n\n');
-      stream.end(undefined);
-    },
-  });
-  subscription.request(1);
-}
-
-function openAiFinish(done: GenerationDone | undefined): 'stop' | 'length' {
-  return done?.finishReason === 'length' ? 'length' : 'stop';
-}
-
-function toGenerateRequest(body: ChatBody, limit: number): GenerateRequest {
-  const messages = body.messages.map((m) => ({
-    role: m.role,
-    content: typeof m.content === 'string' ? m.content : (m.content ?? []).map((part) => (part.type === 'text' ? (part.text ?? '') : '')).join(''),
-  }));
-  const maxTokens = body.max_completion_tokens ?? body.max_tokens;
-  if (maxTokens != null && maxTokens > limit) {
-    const param = body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
-    throw new ApiError(400, `${param} must be at most ${limit} on this server`, 'invalid_request_error', 'invalid_value', param);
-  }
-  try {
-    return generateRequest({
-      messages,
-      ...(body.temperature != null && { temperature: body.temperature }),
-      ...(body.top_p != null && { top_p: body.top_p }),
-      ...(body.top_k != null && { top_k: body.top_k }),
-      ...(maxTokens != null && { max_tokens: maxTokens }),
-      ...(body.stop != null && { stop: typeof body.stop === 'string' ? [body.stop] : body.stop }),
-      ...(body.seed != null && { seed: body.seed }),
-      ...(body.repetition_penalty != null && { repetition_penalty: body.repetition_penalty }),
-    });
-  } catch (err) {
-    throw toApiError(err);
-  }
-}
-
-function toApiError(err: unknown): ApiError {
-  if (err instanceof ApiError) return err;
-  if (err instanceof EmptyPromptError) return new ApiError(400, err.message, 'invalid_request_error', 'empty_prompt', 'messages');
-  if (err instanceof InvalidOptionsError) return new ApiError(400, err.message, 'invalid_request_error', 'invalid_value', err.issues[0]?.path ?? null);
-  if (err instanceof SluiceError) {
-    if (err.code === 'SHUTDOWN') return new ApiError(503, err.message, 'server_error', 'server_shutdown');
-    // The guard's score and thresholds are the operator's business, not the client's.
-    if (err.code === 'GUARD_BLOCKED')
-      return new ApiError(400, 'The request was blocked by the content policy.', 'invalid_request_error', 'content_policy_violation', 'messages');
-    return new ApiError(500, err.message, 'server_error', err.code);
-  }
-  // Only sluice's own messages are passed on: anything else may carry internals (paths, hosts, keys). A code is safe.
-  const code = typeof err === 'object' && err !== null && typeof (err as { code?: unknown }).code === 'string' ? (err as { code: string }).code : null;
-  return new ApiError(500, 'The server failed to generate.', 'server_error', code);
-}
-
-function sendError(res: ServerResponse, error: ApiError): void {
-  if (res.headersSent || res.destroyed) return;
-  // A body still arriving is not read: closing the connection is cheaper than draining it.
-  if (error.status === 413) res.setHeader('connection', 'close');
-  res.writeHead(error.status, { 'content-type': 'application/json' });
-  res.end(error.body());
-}
-
-function sendJson(res: ServerResponse, status: number, value: unknown): void {
-  res.writeHead(status, { 'content-type': 'application/json' });
-  res.end(JSON.stringify(value));
-}
-
-function headerValue(value: string | string[] | undefined): string | undefined {
-  return Array.isArray(value) ? value[0] : value;
-}
-
-/** Reads the body up to `limit` bytes (413 beyond), then parses it as JSON (400 when it is not). */
-function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
-  const declared = Number(req.headers['content-length']);
-  if (Number.isFinite(declared) && declared > limit) {
-    return Promise.reject(new ApiError(413, `The request body is larger than ${limit} bytes.`, 'invalid_request_error', 'request_too_large'));
-  }
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const onData = (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > limit) {
-        req.off('data', onData);
-        reject(new ApiError(413, `The request body is larger than ${limit} bytes.`, 'invalid_request_error', 'request_too_large'));
-        return;
-      }
-      chunks.push(chunk);
-    };
-    req.on('data', onData);
-    req.once('error', reject);
-    req.once('end', () => {
-      if (size > limit) return;
-      try {
-        resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')));
-      } catch {
-        reject(new ApiError(400, 'The request body is not valid JSON.', 'invalid_request_error', 'invalid_json'));
-      }
-    });
-  });
 }

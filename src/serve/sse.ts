@@ -1,0 +1,81 @@
+/** A chat completion streamed as server-sent events at the client's pace: a token is asked of the worker only once the socket took the previous one. */
+import type { ServerResponse } from 'node:http';
+import { subscribeWithDemand } from '../flow/demand.js';
+import type { ChatWorker } from './openai-wire.js';
+import { AbortedError, type SluiceError } from '../core/errors.js';
+import type { GenerationDone } from '../ai/inference/worker.js';
+import { openAiFinish, toApiError } from './openai-wire.js';
+
+export interface StreamConfig {
+  readonly id: string;
+  readonly created: number;
+  readonly model: string;
+  readonly includeUsage: boolean;
+  readonly getDone: () => GenerationDone | undefined;
+  readonly onPaused: (ms: number) => void;
+  readonly end: (error: unknown) => void;
+  /** Set when the drain's deadline ended the completion. */
+  readonly interrupted: () => SluiceError | undefined;
+}
+
+/**
+ * Writes a token Flow as `chat.completion.chunk` events, one token asked at a time:
+ * the next is requested only once the socket took the last one.
+ */
+export function streamChat(res: ServerResponse, flow: ReturnType<ChatWorker['generate']>, stream: StreamConfig): void {
+  const chunk = (delta: Record<string, string>, finishReason: string | null) =>
+    `data: ${JSON.stringify({ id: stream.id, object: 'chat.completion.chunk', created: stream.created, model: stream.model, choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }] })}\n\n`;
+  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+  res.write(chunk({ role: 'assistant', content: '' }, null));
+
+  let waiting: (() => void) | undefined;
+  const stopWaiting = () => {
+    if (waiting !== undefined) res.off('drain', waiting);
+    waiting = undefined;
+  };
+  // `close` ends a wait for `drain` that would otherwise never come; the abort it triggers ends the flow.
+  res.once('close', stopWaiting);
+
+  const subscription = subscribeWithDemand(flow, {
+    next: (token) => {
+      if (res.destroyed) return;
+      if (res.write(chunk({ content: token.text }, null))) return subscription.request(1);
+      const pausedAt = performance.now();
+      waiting = () => {
+        waiting = undefined;
+        stream.onPaused(performance.now() - pausedAt);
+        subscription.request(1);
+      };
+      res.once('drain', waiting);
+    },
+    error: (err: unknown) => {
+      stopWaiting();
+      if (!res.destroyed && !res.writableEnded) {
+        const error = toApiError(stream.interrupted() ?? err);
+        res.write(`data: ${JSON.stringify({ error: { message: error.message, type: error.type, param: error.param, code: error.code } })}\n\n`);
+        res.end('data: [DONE]\n\n');
+      }
+      stream.end(res.destroyed && err instanceof AbortedError ? undefined : err);
+    },
+    complete: () => {
+      stopWaiting();
+      const done = stream.getDone();
+      res.write(chunk({}, openAiFinish(done)));
+      if (stream.includeUsage) {
+        const usage = done?.usage ?? { inputTokens: 0, outputTokens: 0 };
+        const usageChunk = {
+          id: stream.id,
+          object: 'chat.completion.chunk',
+          created: stream.created,
+          model: stream.model,
+          choices: [],
+          usage: { prompt_tokens: usage.inputTokens, completion_tokens: usage.outputTokens, total_tokens: usage.inputTokens + usage.outputTokens },
+        };
+        res.write(`data: ${JSON.stringify(usageChunk)}\n\n`);
+      }
+      res.end('data: [DONE]\n\n');
+      stream.end(undefined);
+    },
+  });
+  subscription.request(1);
+}
