@@ -18,9 +18,9 @@ export interface InFlightSource {
 export class StageStats {
   /**
    * What `received`, `delivered` and `emitted` hold beyond what live stage runs count themselves.
-   * A stage run counts its elements in fields of its own, one increment per element where there were
-   * three read-modify-writes of this object (measured: −30 instructions per element per stage on
-   * async work); the getters add them up. Operators other than `stage` add here. @internal
+   * A stage run counts its elements in fields of its own, one increment per element instead of three
+   * read-modify-writes of this shared object; the getters add them up (figures:
+   * docs/internals/stage-hot-path.md). Operators other than `stage` add here. @internal
    */
   receivedCount = 0;
   deliveredCount = 0;

@@ -45,8 +45,7 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
   /**
    * Tasks in flight, oldest first, linked by `after` (and, unordered, `before`). Ordered, the
    * oldest is the one to deliver next. Intrusive, not a `Ring`: appending is one field store and
-   * dropping the oldest reads only that task (measured: async 1,138 → 1,057 instructions
-   * per element per stage at concurrency 1, 1,157 → 1,072 at 16).
+   * dropping the oldest reads only that task (figures: docs/internals/stage-hot-path.md).
    */
   private firstTask: Task<I, O> | undefined;
   private lastTask: Task<I, O> | undefined;
@@ -223,7 +222,7 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
   onSettledNext(value: I, trace: TraceRef): void {
     // A spare task means a free slot: tasks are made only to start work in a free slot, so in flight plus spare never exceeds `concurrency`.
     // Downstream demand is not asked: work starts in a free slot whatever the demand (as from the buffer), and its Promise result
-    // cannot go out before `taskFulfilled`, which asks (measured: −10 instructions per element per stage). A consumer that left has cancelled us.
+    // cannot go out before `taskFulfilled`, which asks, so asking here would be asking twice. A consumer that left has cancelled us.
     if (this.hop === true && this.wip === 0 && this.buffer.length === 0 && this.spare !== undefined) {
       this.wip = 1; // as in `take`
       this.startSettled(value, this.seq++, trace);
@@ -246,8 +245,7 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
   /*
    * The hot path is onTracedNext → take → startNow → call → emitNow → the next stage's
    * onTracedNext. V8 inlines a call chain only up to ~920 bytes of bytecode, and the hop
-   * was at that limit (measured: trimming it took 529 → 428 instructions per element per
-   * stage), so these stay small and every rarer case (a result that is not a plain
+   * was at that limit, so these stay small and every rarer case (a result that is not a plain
    * value, buffering, tasks, timing records, an open link scope) is a call out of them.
    *
    * Flags on these paths are tested as `flag === true` / `flag === false`, not `if (flag)`:
@@ -471,8 +469,7 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
   /**
    * `call` for `async` functions, word for word: V8 keeps its feedback per call site,
    * shared by every stage, and async work seen at the site of sync work turns the call
-   * of every sync stage into a generic one (measured: 22 → 28 ns per element per stage
-   * on the sync bench once an async pipeline had run in the same process).
+   * of every sync stage into a generic one.
    */
   private callAsync(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof FAILED {
     if (currentLink() !== undefined) return this.callUnlinked(value, context, seq, trace, merged);
@@ -642,8 +639,7 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
   /**
    * `taskFulfilled`'s shortcut: what `drain` would do for this task, then the drain for the rest.
    * The task is retired before its output is emitted: nothing after the emit reads it, so the
-   * emit's inlined code ends the hop (measured: 1,285 → 1,272 instructions per element per stage
-   * at concurrency 1, 1,371 → 1,308 at 16). A consumer that leaves during the emit finds it
+   * emit's inlined code ends the hop. A consumer that leaves during the emit finds it
    * delivered, as it is; a second call of a misbehaving thenable finds it closed.
    */
   private deliverSettled(task: Task<I, O>, output: O): void {
