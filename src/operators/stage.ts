@@ -10,8 +10,8 @@ import type { Work } from '../flow/work.js';
 export type { StageOptions, StageOperator } from './stage/options.js';
 import { StageConfig, stageOptionsSchema, type StageOptions, type StageOperator } from './stage/options.js';
 import { ignoresContext, isAsyncFunction } from './stage/work-kind.js';
-import { fastPathsOn } from './stage/fast-paths.js';
-import { StageRun, describeValue } from './stage/run.js';
+import { FastStageRun, fastPathsOn } from './stage/fast-paths.js';
+import { describeValue } from './stage/run.js';
 
 let unnamed = 0;
 
@@ -56,5 +56,5 @@ export function stage<I, O>(work: Work<I, O>, options: StageOptions<I> = {}): St
   const name = parsed.name ?? (work.name && work.name !== 'work' ? work.name : `stage-${++unnamed}`);
   const config = new StageConfig(parsed, name, !fast || !ignoresContext(work), fast && isAsyncFunction(work), fast);
   const stats = parsed.stats ?? new StageStats();
-  return (source) => new Flow<Traced<O>>((outlet) => new StageRun(source, work, config, stats, outlet));
+  return (source) => new Flow<Traced<O>>((outlet) => new FastStageRun(source, work, config, stats, outlet));
 }

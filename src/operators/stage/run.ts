@@ -1,6 +1,6 @@
 /** One subscription of a stage: its buffer, its work in flight, the overflow policies, delivery, and its lifecycle. */
 import { monotonicNow } from '../../core/clock.js';
-import { Observable, asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
+import { type Observable, asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
 import { currentLink, swapLink, withLink, type Outlet, type Producer } from '../../flow/demand.js';
 import { Inlet, type RoomOwner } from '../../flow/inlet.js';
 import { subscribeUpstream, type UpstreamHandler } from '../../flow/upstream.js';
@@ -9,61 +9,37 @@ import type { ShedReason } from '../../flow/options.js';
 import { Ring } from '../../flow/ring.js';
 import { callHook } from '../../flow/report.js';
 import type { StageStats } from '../../flow/stats.js';
-import { AbortedError, DrainTimeoutError, OverflowError, SluiceError, StageError, StageTimeoutError, UnpausableSourceError } from '../../core/errors.js';
+import { AbortedError, DrainTimeoutError, SluiceError, StageError, StageTimeoutError } from '../../core/errors.js';
 import { SeqSampler, TraceContext, Traced, isSampled, traceOf, type Kept, type TraceRef } from '../../core/trace.js';
 import type { WorkResult, Work } from '../../flow/work.js';
-import { WorkContext, Pending, Task } from './task.js';
+import { WorkContext, Pending, type Task } from './task.js';
+import { InFlight } from './in-flight.js';
 import type { StageConfig } from './options.js';
+import { overflow, type Overflowing } from './overflow.js';
+import { finishRecord, placeRecord, recordShed, retriesOf } from './records.js';
 
-const PLAIN = 0;
-const PROMISE = 1;
-const OBSERVABLE = 2;
-const ASYNC_ITERABLE = 3;
-/** What `call` returns when the work threw (and was reported). */
-const FAILED: unique symbol = Symbol('failed');
-/** Whether `call` failed; the `typeof` test first keeps V8 from comparing a number with a symbol the slow way. */
-const threw = (result: unknown): result is typeof FAILED => typeof result === 'symbol' && result === FAILED;
+import { ASYNC_ITERABLE, FAILED, OBSERVABLE, PLAIN, PROMISE, kindOf, threw } from './result-kind.js';
 
-/** Small enough to inline on the hot path: a primitive needs no lookups. */
-function kindOf(result: unknown): number {
-  return result === null || (typeof result !== 'object' && typeof result !== 'function') ? PLAIN : objectKind(result);
-}
-
-function objectKind(result: unknown): number {
-  if (typeof (result as PromiseLike<unknown>).then === 'function') return PROMISE;
-  if (result instanceof Observable) return OBSERVABLE;
-  if (typeof (result as AsyncIterable<unknown>)[Symbol.asyncIterator] === 'function') return ASYNC_ITERABLE;
-  return PLAIN;
-}
-
-/** One subscription of a stage: the whole state machine, demand accounting included. */
-export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<I>> {
-  private readonly inlet: Inlet;
-  private readonly buffer: Ring<Pending<I>>;
-  /** Unordered: tasks with something to deliver (ordered stages deliver from `firstTask`). */
-  private readonly queue = new Ring<Task<I, O>>(4);
-  /**
-   * Tasks in flight, oldest first, linked by `after` (and, unordered, `before`). Ordered, the
-   * oldest is the one to deliver next. Intrusive, not a `Ring`: appending is one field store and
-   * dropping the oldest reads only that task (figures: docs/internals/stage-hot-path.md).
-   */
-  private firstTask: Task<I, O> | undefined;
-  private lastTask: Task<I, O> | undefined;
-  /** Retired tasks to reuse, linked by `after`: at most `concurrency` of them. */
-  private spare: Task<I, O> | undefined;
+/**
+ * One subscription of a stage: the whole state machine, demand accounting included, on its general
+ * path. Abstract: `FastStageRun` (fast-paths.ts) is the one class made, so V8 sees one shape.
+ */
+export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<I>>, Overflowing<I> {
+  protected readonly inlet: Inlet;
+  readonly buffer: Ring<Pending<I>>;
   /** Elements held at most (buffered plus in flight): `Infinity` unless the policy pauses. */
   private readonly limit: number;
   private readonly concurrency: number;
   private readonly ordered: boolean;
   /** Ordered, no timeout: a Promise task needs no timer and is listed in start order (see `startPromise`). */
-  private readonly plainPromises: boolean;
+  protected readonly plainPromises: boolean;
   /** `async` work and `plainPromises`: an unsampled element arriving at an idle stage starts by `startSettled`. */
   private readonly asyncHop: boolean;
   /** `asyncHop` while input is taken (not terminated, upstream not done): `onSettledNext` tests one field for three. */
-  private hop: boolean;
+  protected hop: boolean;
   /** `config.passContext` and `config.asyncWork`, one load nearer on the hop. */
-  private readonly passContext: boolean;
-  private readonly asyncWork: boolean;
+  protected readonly passContext: boolean;
+  protected readonly asyncWork: boolean;
   /**
    * A lone producer that stopped for lack of room is resumed once this much is free, not
    * at every freed slot (RxJava and Reactor replenish a prefetch at 75 % the same way):
@@ -78,28 +54,26 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
   private readonly sampler: SeqSampler;
   private readonly scheduler: SchedulerLike;
   private upstream: Subscription | undefined;
-  private upstreamDone = false;
-  private terminated = false;
+  protected upstreamDone = false;
+  protected terminated = false;
   /** Terminated by the consumer leaving (else by a failure or the end): what work returning late counts as. */
   private cancelled = false;
   private pendingError: { error: unknown } | undefined;
-  private inFlight = 0;
-  /** Ordered: tasks in flight behind the oldest that became ready (an output, or done) before it, marked `queued`. */
-  private readyBehind = 0;
-  private seq = 0;
+  protected seq = 0;
   /** Elements delivered with one output emitted, nothing merged (`passedNow`); the rest is counted in the stats. */
-  private passed = 0;
-  private wip = 0;
+  protected passed = 0;
+  protected wip = 0;
   private stopKillListener: (() => void) | undefined;
   private drainTimer: Subscription | undefined;
 
   constructor(
     private readonly source: Observable<I | Traced<I>>,
-    private readonly work: Work<I, O>,
-    private readonly config: StageConfig,
-    private readonly stats: StageStats,
-    private readonly outlet: Outlet<Traced<O>>,
+    protected readonly work: Work<I, O>,
+    readonly config: StageConfig,
+    readonly stats: StageStats,
+    protected readonly outlet: Outlet<Traced<O>>,
   ) {
+    super();
     this.buffer = new Ring(Math.min(config.capacity, 1024));
     this.limit = config.pausing ? config.limit : Infinity;
     this.concurrency = config.concurrency;
@@ -118,7 +92,7 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
   }
 
   /** A method, not a closure per run: the call site stays monomorphic and inlines the clock read. */
-  private now(): number {
+  protected now(): number {
     return this.clock === undefined ? monotonicNow() : this.clock.now();
   }
 
@@ -212,34 +186,9 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
     this.take(value, trace, true);
   }
 
-  /**
-   * `onTracedNext` from a stage whose async work settled, for an unsampled element (the sender
-   * checked: reading `trace.sampled` again cost a cache miss per hop at concurrency 16). The common
-   * case (async work, an idle stage, a spare task) starts here, with V8 feedback of its own (see
-   * `Outlet.nextSettled`), so the sync hop's `take` and `startNow` do not compile it in; every
-   * other case goes through `take` as any arrival does.
-   */
+  /** `onTracedNext` for an output of settled async work upstream (the fast paths take some of them a shorter way). */
   onSettledNext(value: I, trace: TraceRef): void {
-    // A spare task means a free slot: tasks are made only to start work in a free slot, so in flight plus spare never exceeds `concurrency`.
-    // Downstream demand is not asked: work starts in a free slot whatever the demand (as from the buffer), and its Promise result
-    // cannot go out before `taskFulfilled`, which asks, so asking here would be asking twice. A consumer that left has cancelled us.
-    if (this.hop === true && this.wip === 0 && this.buffer.length === 0 && this.spare !== undefined) {
-      this.wip = 1; // as in `take`
-      this.startSettled(value, this.seq++, trace);
-      if (this.wip === 1) this.wip = 0;
-      else this.drainDeferred();
-    } else if (this.terminated === false && this.upstreamDone === false) {
-      this.take(value, trace, true);
-    }
-  }
-
-  /** `startAsync` for an unsampled element, a spare task at hand, in a stage whose Promise tasks need no timer. */
-  private startSettled(value: I, seq: number, trace: TraceRef): void {
-    const context = this.passContext === true ? this.contextFor(seq, (trace = traceOf(trace))) : undefined;
-    const result = this.callAsync(value, context, seq, trace, 0);
-    // An `async` function's result is a native Promise, or FAILED (a symbol): no `instanceof` (−13 instructions per element per stage).
-    if (typeof result === 'object') this.startPromise(this.spare!, value, context, seq, trace, result as Promise<O>);
-    else this.startLater(value, context, seq, trace, result, kindOf(result), 0);
+    if (this.terminated === false && this.upstreamDone === false) this.take(value, trace, true);
   }
 
   /*
@@ -249,16 +198,14 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
    * value, buffering, tasks, timing records, an open link scope) is a call out of them.
    *
    * Flags on these paths are tested as `flag === true` / `flag === false`, not `if (flag)`:
-   * V8 keeps no type for a boolean field, so a bare test compiles to a full ToBoolean (false,
-   * "", undetectable, number, BigInt: ~10 instructions when the flag is true). Measured: async
-   * 1,209 → 1,138 (concurrency 1) and full timing 763 → 733 instructions per element per stage.
+   * V8 keeps no type for a boolean field, so a bare test compiles to a full ToBoolean.
    */
   private accept(input: I | Traced<I>, asked: boolean): void {
     if (input instanceof Traced) this.take((input as Traced<I>).value, (input as Traced<I>).trace, asked);
     else this.take(input, this.sampler.at(this.seq) === true ? new TraceContext(this.seq, true) : this.seq, asked); // a bare seq: see `TraceRef`
   }
 
-  private take(value: I, trace: TraceRef, asked: boolean): void {
+  protected take(value: I, trace: TraceRef, asked: boolean): void {
     const seq = this.seq++; // counts it received (see `receivedNow`)
     // Nothing buffered or being delivered, and a free slot: nothing is ahead of it. A closed outlet wants nothing.
     if (this.wip === 0 && this.buffer.length === 0 && this.inFlight < this.concurrency && this.outlet.wants() === true) {
@@ -273,7 +220,7 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
   }
 
   /** A drain asked for while user code ran under the guard of `take` or `onSettledNext`. */
-  private drainDeferred(): void {
+  protected drainDeferred(): void {
     this.wip = 0;
     this.drain();
   }
@@ -295,31 +242,14 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
     else this.startLater(value, context, seq, trace, result, kind, startedAt);
   }
 
-  /** `startNow` for an `async` function: its result is a native Promise (anything else, from a Proxy say, takes the general path). */
-  private startAsync(value: I, seq: number, trace: TraceRef): void {
-    const context = this.passContext === true ? this.contextFor(seq, (trace = traceOf(trace))) : undefined;
-    const startedAt = isSampled(trace) ? this.startTime(trace) : 0;
-    const result = this.callAsync(value, context, seq, trace, 0);
-    if (!(result instanceof Promise)) this.startLater(value, context, seq, trace, result, kindOf(result), startedAt);
-    else if (this.spare !== undefined && this.plainPromises === true && !isSampled(trace)) this.startPromise(this.spare, value, context, seq, trace, result);
-    else this.startTask(value, context, seq, trace, result, PROMISE, startedAt, -1, 0);
-  }
-
   /**
-   * `startTask` at its smallest: a spare task, an ordered stage without timeouts, an unsampled element.
-   * `startAsync`, `beginAsync` and `startTask` each test that inline, on purpose: a shared helper
-   * cost 21 instructions per element per stage, routing them all through `startTask` 53.
+   * The `async` function path (`FastStageRun`): `asyncWork` is true only with the fast paths on. A
+   * hook, not an override of `startNow`: a call more on the sync hop would cost it its inlining.
    */
-  private startPromise(task: Task<I, O>, value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, result: Promise<O>): void {
-    this.spare = task.after;
-    task.restart(value, context, seq, trace);
-    this.inFlight++;
-    this.append(task);
-    result.then(task.fulfilled, task.rejected);
-  }
+  protected abstract startAsync(value: I, seq: number, trace: TraceRef): void;
 
   /** `startNow` for a result that is not a plain value going straight out: kept out of the hop's inlined code. */
-  private startLater(
+  protected startLater(
     value: I,
     context: WorkContext | undefined,
     seq: number,
@@ -362,78 +292,34 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
   // ---- the state machine ----
 
   private enqueue(value: I, trace: TraceRef, seq: number, asked: boolean): void {
-    const enqueuedAt = isSampled(trace) ? this.now() : -1;
+    const pending = new Pending(value, trace, seq, isSampled(trace) ? this.now() : -1);
     if (this.buffer.length < this.config.capacity) {
-      this.buffer.push(new Pending(value, trace, seq, enqueuedAt));
+      this.buffer.push(pending);
       this.stats.buffered++;
-      return;
+    } else {
+      overflow(this, pending, asked);
     }
-    switch (this.config.policy) {
-      case 'pause':
-        // A linked producer asked first; a bounded overshoot comes only from a plain
-        // operator that expands one element into several. Anything else cannot be paused.
-        if (asked) {
-          this.buffer.push(new Pending(value, trace, seq, enqueuedAt));
-          this.stats.buffered++;
-        } else {
-          this.stats.failed++;
-          this.fail(new UnpausableSourceError(this.config.name, this.config.capacity));
-        }
-        return;
-      case 'shed-incoming':
-        this.shed(value, trace, seq, 'buffer-full', 1);
-        return;
-      case 'shed-oldest': {
-        const oldest = this.buffer.shift()!;
-        this.buffer.push(new Pending(value, trace, seq, enqueuedAt));
-        // The hook last, with the buffer whole again: it may unsubscribe, which sheds what is buffered.
-        this.shed(oldest.value, oldest.trace, oldest.seq, 'evicted', 1 + oldest.merged);
-        return;
-      }
-      case 'fail':
-        // Documented choice: what is buffered and in flight is delivered first, then the error.
-        this.stats.failed++;
-        this.pendingError = { error: new OverflowError(this.config.name, this.config.capacity) };
-        this.finishInput();
-        return;
-      case 'conflate': {
-        const newest = this.buffer.peekLast()!;
-        try {
-          newest.value = (this.config.conflate as (pending: I, incoming: I) => I)(newest.value, value);
-        } catch (err) {
-          this.stats.failed++;
-          this.fail(new StageError(this.config.name, seq, err));
-          return;
-        }
-        newest.merged++;
-        this.stats.conflated++;
-        return;
-      }
-    }
+  }
+
+  /** For the `fail` policy (`Overflowing`). */
+  failAfterDrain(error: SluiceError): void {
+    this.pendingError = { error };
+    this.finishInput();
   }
 
   /** Starts work on a buffered element. A plain result goes straight out when nothing is queued ahead and downstream wants it. */
-  private begin(pending: Pending<I>): void {
-    let trace = pending.trace;
-    let context: WorkContext | undefined;
-    if (this.passContext === true) context = this.contextFor(pending.seq, (pending.trace = trace = traceOf(trace)));
-    const startedAt = isSampled(trace) ? this.now() : 0;
-    if (this.asyncWork === true) this.beginAsync(pending, context, startedAt);
-    else this.beginWith(pending, context, startedAt, this.call(pending.value, context, pending.seq, trace, pending.merged));
+  protected begin(pending: Pending<I>): void {
+    const context = this.beginContext(pending);
+    const startedAt = isSampled(pending.trace) ? this.now() : 0;
+    this.beginWith(pending, context, startedAt, this.call(pending.value, context, pending.seq, pending.trace, pending.merged));
   }
 
-  /** `begin` for an `async` function: `startAsync`'s shortcut, for a buffered element. */
-  private beginAsync(pending: Pending<I>, context: WorkContext | undefined, startedAt: number): void {
-    const trace = pending.trace;
-    const result = this.callAsync(pending.value, context, pending.seq, trace, pending.merged);
-    if (result instanceof Promise && this.spare !== undefined && this.plainPromises === true && !isSampled(trace) && pending.merged === 0) {
-      this.startPromise(this.spare, pending.value, context, pending.seq, trace, result);
-    } else {
-      this.beginWith(pending, context, startedAt, result);
-    }
+  /** A buffered element's context, for work that can see one (its trace made a context, see `contextFor`). */
+  protected beginContext(pending: Pending<I>): WorkContext | undefined {
+    return this.passContext === true ? this.contextFor(pending.seq, (pending.trace = traceOf(pending.trace))) : undefined;
   }
 
-  private beginWith(pending: Pending<I>, context: WorkContext | undefined, startedAt: number, result: WorkResult<O> | typeof FAILED): void {
+  protected beginWith(pending: Pending<I>, context: WorkContext | undefined, startedAt: number, result: WorkResult<O> | typeof FAILED): void {
     const trace = pending.trace;
     if (threw(result)) return;
     const kind = kindOf(result);
@@ -448,7 +334,7 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
    * A context, for work that can see one. The caller passes `trace` on with the outputs too: the
    * work may note decisions in it (callers write `contextFor(seq, (trace = traceOf(trace)))`).
    */
-  private contextFor(seq: number, trace: TraceContext): WorkContext {
+  protected contextFor(seq: number, trace: TraceContext): WorkContext {
     return new WorkContext(this.name, seq, trace);
   }
 
@@ -466,25 +352,8 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
     return this.terminated === true ? this.abandon(value, trace, seq, merged, result) : result;
   }
 
-  /**
-   * `call` for `async` functions, word for word: V8 keeps its feedback per call site,
-   * shared by every stage, and async work seen at the site of sync work turns the call
-   * of every sync stage into a generic one.
-   */
-  private callAsync(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof FAILED {
-    if (currentLink() !== undefined) return this.callUnlinked(value, context, seq, trace, merged);
-    let result: WorkResult<O>;
-    try {
-      result = this.work(value, context as WorkContext);
-    } catch (err) {
-      this.workFailed(value, seq, trace, merged, err);
-      return FAILED;
-    }
-    return this.terminated === true ? this.abandon(value, trace, seq, merged, result) : result;
-  }
-
   /** Flows the work subscribes for itself must not link to whoever is emitting to us (a plain operator upstream opened a scope). */
-  private callUnlinked(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof FAILED {
+  protected callUnlinked(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof FAILED {
     const scope = swapLink(undefined);
     let result: WorkResult<O>;
     try {
@@ -502,7 +371,7 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
    * The run ended while the work ran (the consumer left, or a kill switch aborted, from inside it):
    * the element is accounted for as its buffered peers were, and a result still to come is let go.
    */
-  private abandon(value: I, trace: TraceRef, seq: number, merged: number, result: WorkResult<O>): typeof FAILED {
+  protected abandon(value: I, trace: TraceRef, seq: number, merged: number, result: WorkResult<O>): typeof FAILED {
     if (this.cancelled === true) this.shed(value, trace, seq, 'cancelled', 1 + merged);
     else this.stats.failed += 1 + merged;
     const kind = kindOf(result);
@@ -517,12 +386,12 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
   }
 
   /** When work on a sampled element straight from upstream starts: the upstream stage's exit time (one clock read per hop). */
-  private startTime(trace: TraceContext): number {
+  protected startTime(trace: TraceContext): number {
     return trace.lastExit > 0 ? trace.lastExit : this.now();
   }
 
   /** `emitDirect` for an element straight from upstream (nothing merged, never buffered): fewer arguments on the hop. */
-  private emitNow(output: O, trace: TraceRef, startedAt: number): void {
+  protected emitNow(output: O, trace: TraceRef, startedAt: number): void {
     this.passed++;
     if (isSampled(trace)) this.recordDirect(trace, -1, startedAt, 0);
     this.outlet.nextTraced(output, trace);
@@ -537,11 +406,12 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
 
   private recordDirect(trace: TraceContext, enqueuedAt: number, startedAt: number, merged: number): void {
     const end = this.now();
-    this.record(trace, enqueuedAt >= 0 ? startedAt - enqueuedAt : 0, end - startedAt, 0, merged);
+    const retries = retriesOf(trace, this.name);
+    trace.keep(this.name, enqueuedAt >= 0 ? startedAt - enqueuedAt : 0, end - startedAt, 0, retries, merged, undefined);
     trace.lastExit = end;
   }
 
-  private startTask(
+  protected startTask(
     value: I,
     context: WorkContext | undefined,
     seq: number,
@@ -552,13 +422,9 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
     enqueuedAt: number,
     merged: number,
   ): void {
-    if (kind === PROMISE && this.spare !== undefined && this.plainPromises === true && !isSampled(trace) && merged === 0 && result instanceof Promise) {
-      this.startPromise(this.spare, value, context, seq, trace, result); // a Promise from a function that is not `async`
-      return;
-    }
     // Outputs of one element share its context: work with many (an Observable, an AsyncIterable) makes it now (see `TraceRef`).
     if (kind >= OBSERVABLE) trace = traceOf(trace);
-    const task = this.taskFor(value, context, seq, trace, merged);
+    const task = this.taskFor(value, context, seq, trace, merged, this.plainPromises);
     if (isSampled(trace)) {
       task.startedAt = startedAt;
       task.queueWait = enqueuedAt >= 0 ? startedAt - enqueuedAt : 0;
@@ -616,56 +482,11 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
     if (task.closed) task.subscription.unsubscribe();
   }
 
-  private taskFor(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): Task<I, O> {
-    const task = this.spare;
-    if (task === undefined) return new Task<I, O>(this, value, context, seq, trace, merged, this.plainPromises);
-    this.spare = task.after;
-    task.reuse(value, context, seq, trace, merged, this.plainPromises);
-    return task;
-  }
-
   /** A Promise result settled (called by `Task.fulfilled`). */
   taskFulfilled(task: Task<I, O>, output: O): void {
     if (task.closed === true) return;
-    // The oldest task settled with its one output, nothing being delivered, downstream wanting it: out at once.
-    if (this.wip === 0 && task.quick === true && this.firstTask === task && this.outlet.wantsSettled() === true) {
-      this.deliverSettled(task, output);
-      return;
-    }
     task.push(output);
     this.taskDone(task);
-  }
-
-  /**
-   * `taskFulfilled`'s shortcut: what `drain` would do for this task, then the drain for the rest.
-   * The task is retired before its output is emitted: nothing after the emit reads it, so the
-   * emit's inlined code ends the hop. A consumer that leaves during the emit finds it
-   * delivered, as it is; a second call of a misbehaving thenable finds it closed.
-   */
-  private deliverSettled(task: Task<I, O>, output: O): void {
-    const trace = task.trace;
-    this.dropOldest(task);
-    this.inFlight--;
-    this.passed++;
-    if (task.merged !== 0) this.stats.deliveredCount += task.merged;
-    if (task.reusable === true) this.spareTask(task);
-    else this.closeSettled(task);
-    this.wip = 1; // demand signalled during the emit finds the drain below due
-    // `wants()` said yes in `taskFulfilled` and nothing since ran user code (a Promise task has no
-    // subscription, iterator or timer to close): `nextSettled` does not look again (−11 instructions).
-    this.outlet.nextSettled(output, trace);
-    this.wip = 0;
-    // Nothing buffered and no task behind this one with something to deliver (a stage keeping up): the drain would
-    // only ask upstream for more. (A counter, not a look at the next task: at concurrency 16 that task's memory is
-    // seldom in cache, and reading it cost 1.6 cache misses per settle.)
-    if (this.buffer.length !== 0 || this.upstreamDone === true || this.readyBehind !== 0) this.drain();
-    else if (this.inlet.starving === true && this.terminated === false) this.askMore(); // a slot was just freed: the room is not 0, no pause to count
-  }
-
-  /** Out of line: a task `deliverSettled` cannot spare. */
-  private closeSettled(task: Task<I, O>): void {
-    task.done = true;
-    this.closeTask(task);
   }
 
   private pullIterator(task: Task<I, O>): void {
@@ -718,7 +539,7 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
     this.ready(task);
   }
 
-  private workFailed(value: I, seq: number, trace: TraceRef, merged: number, err: unknown): void {
+  protected workFailed(value: I, seq: number, trace: TraceRef, merged: number, err: unknown): void {
     // Typed errors pass as they are, thrown or rejected alike: callers match on their code.
     const error = err instanceof SluiceError ? err : new StageError(this.config.name, seq, err);
     this.stats.failed += 1 + merged;
@@ -743,7 +564,7 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
   }
 
   /** The drain loop: deliver, start work, finish; then ask upstream for more. Never re-entered. */
-  private drain(): void {
+  protected drain(): void {
     if (this.wip++ !== 0) return;
     do {
       // Each delivery pass runs until it is blocked; only work started since can unblock it at once.
@@ -765,7 +586,7 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
   }
 
   /** After a drain: resume producers that stopped for lack of room if there is enough of it now (see `resumeAt`). */
-  private askMore(): void {
+  protected askMore(): void {
     const room = this.room();
     if (room >= this.resumeAt || (room > 0 && this.inlet.producers !== 1)) this.inlet.signal();
     else if (room === 0) this.stats.pauses++;
@@ -837,7 +658,7 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
         task.waitingSince = -1;
       }
       // An output before the last: it will collect records downstream before this task is done.
-      if (task.kept === undefined && task.recorded === false && (task.outputs > 0 || task.done === false)) this.placeRecord(task);
+      if (task.kept === undefined && task.recorded === false && (task.outputs > 0 || task.done === false)) placeRecord(task, this.name, this.now());
     }
     if (task.outputs > 0) return;
     if (task.done === false) {
@@ -867,96 +688,17 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
     if (task.reusable === true) this.spareTask(task);
   }
 
-  /** A retired reusable task waits for a later element (closing it is the flag alone: it never had a timer, subscription or iterator). */
-  private spareTask(task: Task<I, O>): void {
-    task.closed = true;
-    task.value = undefined as I; // the element's data is not held while the task waits
-    task.after = this.spare;
-    this.spare = task;
-  }
-
-  /** Ordered: `task` starts after every task in flight (a retired task's `after` was reset by `restart` or `reuse`). */
-  private append(task: Task<I, O>): void {
-    if (this.lastTask === undefined) this.firstTask = task;
-    else this.lastTask.after = task;
-    this.lastTask = task;
-  }
-
-  /** Ordered: the oldest task, `task`, leaves the list (before `spareTask` reuses its `after`). */
-  private dropOldest(task: Task<I, O>): void {
-    const next = task.after;
-    this.firstTask = next;
-    if (next === undefined) this.lastTask = undefined;
-  }
-
-  /** Unordered: `task` joins the list of tasks in flight. */
-  private link(task: Task<I, O>): void {
-    task.before = this.lastTask;
-    if (this.lastTask === undefined) this.firstTask = task;
-    else this.lastTask.after = task;
-    this.lastTask = task;
-  }
-
-  private unlink(task: Task<I, O>): void {
-    if (task.before === undefined) this.firstTask = task.after;
-    else task.before.after = task.after;
-    if (task.after === undefined) this.lastTask = task.before;
-    else task.after.before = task.before;
-  }
-
-  /** Every task in flight, oldest first (for cancel and fail). */
-  private tasksInFlight(): Task<I, O>[] {
-    const tasks: Task<I, O>[] = [];
-    for (let task = this.firstTask; task !== undefined; task = task.after) tasks.push(task);
-    return tasks;
-  }
-
   private finishRecord(task: Task<I, O>): void {
-    if (task.recorded === true) return;
-    task.recorded = true;
-    const trace = task.trace;
-    if (!isSampled(trace)) return; // only sampled tasks are recorded
-    const end = this.now();
-    const kept = task.kept;
-    if (kept === undefined) {
-      this.record(trace, task.queueWait, end - task.startedAt - task.paused, task.paused, task.merged);
-    } else {
-      task.kept = undefined;
-      trace.amend(kept, end - task.startedAt - task.paused, task.paused, this.retries(trace));
-    }
-    trace.lastExit = end;
+    if (task.recorded === false) finishRecord(task, this.name, this.now());
   }
 
-  /** Keeps a streaming task's record in stage order: placed as its first output leaves, with the times so far. */
-  private placeRecord(task: Task<I, O>): void {
-    const trace = task.trace as TraceContext;
-    const retries = this.retries(trace);
-    task.kept = trace.keep(this.name, task.queueWait, this.now() - task.startedAt - task.paused, task.paused, retries, task.merged, undefined);
-  }
-
-  private record(trace: TraceContext, queueWait: number, service: number, paused: number, conflated: number): void {
-    const retries = this.retries(trace);
-    trace.keep(this.name, queueWait, service, paused, retries, conflated, undefined);
-  }
-
-  /** Retry wrappers note their attempts; a record carries them so timing and retries read together. */
-  private retries(trace: TraceContext): number {
-    const notes = trace.notes;
-    if (notes === undefined) return 0;
-    const retries = notes[`${this.name}.retries`];
-    return typeof retries === 'number' ? retries : 0;
-  }
-
-  private shed(value: I, trace: TraceRef, seq: number, reason: ShedReason, count: number, kept?: Kept): void {
+  shed(value: I, trace: TraceRef, seq: number, reason: ShedReason, count: number, kept?: Kept): void {
     this.stats.shed[reason] += count;
-    if (isSampled(trace)) {
-      if (kept === undefined) trace.keep(this.name, 0, 0, 0, 0, 0, reason);
-      else trace.amend(kept, kept.service, kept.paused, kept.retries, reason);
-    }
+    if (isSampled(trace)) recordShed(trace, this.name, reason, kept);
     if (this.config.onShed !== undefined) callHook(this.config.onShed, { stage: this.config.name, reason, value, seq, trace: traceOf(trace), count });
   }
 
-  private closeTask(task: Task<I, O>): void {
+  protected closeTask(task: Task<I, O>): void {
     if (task.closed) return;
     task.closed = true;
     task.timer?.unsubscribe();
@@ -991,7 +733,7 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
   }
 
   /** Ends the stream now with `error`: in-flight work is aborted and it and the buffer count as failed. */
-  private fail(error: unknown): void {
+  fail(error: unknown): void {
     if (this.terminated) return;
     this.terminated = true;
     this.hop = false;
@@ -1026,9 +768,8 @@ export class StageRun<I, O> implements Producer, RoomOwner, UpstreamHandler<I | 
 
   private releaseAll(): void {
     this.takeBuffered();
-    this.inFlight = 0;
+    this.forgetTasks();
     this.stats.untrack(this);
-    this.firstTask = this.lastTask = this.spare = undefined;
     this.upstream?.unsubscribe();
     this.drainTimer?.unsubscribe();
     this.drainTimer = undefined;

@@ -64,12 +64,7 @@ export class Pending<I> {
  */
 export class Task<I, O> implements DemandLink {
   // Field order is memory order: what every settle reads or writes comes first (closed, quick, reusable,
-  // after, trace, merged, value: 7 fields of 8 bytes after the header), the rest after. At concurrency 16 a
-  // 7-stage pipeline has 112 tasks in flight, and their settles missed the L1 cache (cachegrind's simulation:
-  // 20.2 misses per element per stage, 6.3 at concurrency 1). `quick` here (then `sampled`) and `readyBehind` took it to
-  // 16.4; this order, after the list of tasks in flight, 16.2 → 15.5 (no wall-clock change measurable here).
-  // What a start writes follows (context, seq, done, failed, and the callbacks `then` reads): `outputs`, which
-  // neither touches, moved after them took the misses from 14.1 to 13.0 (with the source fused).
+  // after, trace, merged, value), then what a start writes; at concurrency 16 a settle's task is seldom in cache.
   closed = false;
   /**
    * Settles by `taskFulfilled`'s shortcut when it can: an ordered stage without timeouts, an unsampled
