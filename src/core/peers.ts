@@ -27,3 +27,5 @@ export const onnxruntime = (): typeof import('onnxruntime-node') => peer('onnxru
 export const wsPeer = (): typeof import('ws') => peer('ws', 'sluice/serve');
 export const promClient = (): typeof import('prom-client') => peer('prom-client', 'sluice/serve');
 export const otelApi = (): typeof import('@opentelemetry/api') => peer('@opentelemetry/api', 'sluice/serve');
+export const natsJetstream = (): typeof import('@nats-io/jetstream') => peer('@nats-io/jetstream', 'sluice/nats');
+export const natsTransport = (): typeof import('@nats-io/transport-node') => peer('@nats-io/transport-node', 'sluice/nats');

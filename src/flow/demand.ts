@@ -71,6 +71,11 @@ export interface Outlet<T> {
    * as it was registered, before any microtask.
    */
   wantsSettled(): boolean;
+  /**
+   * How many elements the consumer would take now: 0 when closed, `Infinity` for a consumer that
+   * does not speak demand. For producers that fetch in batches (a remote queue); others ask `wants()`.
+   */
+  demand(): number;
   next(value: T): void;
   /**
    * Emits the traced element `new Traced(value, trace)` (Flows of traced elements only).
@@ -207,6 +212,11 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
     if (this.ended === true) return false;
     if (this.credit > 0) return true;
     return this.link === undefined || this.ask(this.link);
+  }
+
+  demand(): number {
+    if (this.ended === true || this.subscriber.closed === true) return 0;
+    return this.link === undefined ? Number.POSITIVE_INFINITY : this.link.demand(this);
   }
 
   private ask(link: DemandLink): boolean {

@@ -1,0 +1,82 @@
+/**
+ * A real nats-server (Debian's binary, `.ci/run` installs it) started by a test as a child process:
+ * JetStream on, bound to 127.0.0.1, a port the OS picks, its store in a temporary directory that a
+ * restart keeps.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export interface NatsServer {
+  readonly url: string;
+  readonly port: number;
+  /** Stops the server (SIGTERM) and starts it again on the same port with the same store. */
+  restart(): Promise<void>;
+  /** Stops it; `restart` brings it back. */
+  stop(): Promise<void>;
+  /** Stops it and removes its store. */
+  close(): Promise<void>;
+}
+
+const LISTENING = /Listening for client connections on [^:]+:(\d+)/;
+
+function launch(port: number, storeDir: string, jetstream: boolean): Promise<{ child: ChildProcess; port: number }> {
+  const args = [...(jetstream ? ['-js', '-sd', storeDir] : []), '-a', '127.0.0.1', '-p', String(port)];
+  const child = spawn('nats-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  return new Promise((resolve, reject) => {
+    let log = '';
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`nats-server did not start within 10 s:\n${log}`));
+    }, 10_000);
+    child.once('error', (err) => {
+      clearTimeout(timer);
+      reject(new Error(`nats-server could not be started (${err.message}); install it: apt-get install nats-server`));
+    });
+    child.stderr!.setEncoding('utf8');
+    child.stderr!.on('data', (chunk: string) => {
+      log += chunk;
+      const match = LISTENING.exec(log);
+      if (match !== null && log.includes('Server is ready')) {
+        clearTimeout(timer);
+        child.stderr!.removeAllListeners('data');
+        child.stderr!.resume();
+        resolve({ child, port: Number(match[1]) });
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`nats-server exited with ${code}:\n${log}`));
+    });
+  });
+}
+
+function stopped(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    child.once('exit', () => resolve());
+    child.kill('SIGTERM');
+  });
+}
+
+/** `jetstream: false` starts a server without JetStream (to test the error that gives). */
+export async function startNatsServer({ jetstream = true } = {}): Promise<NatsServer> {
+  const storeDir = mkdtempSync(join(tmpdir(), 'sluice-nats-'));
+  let { child, port } = await launch(-1, storeDir, jetstream);
+  return {
+    url: `nats://127.0.0.1:${port}`,
+    port,
+    async restart() {
+      await stopped(child);
+      ({ child } = await launch(port, storeDir, jetstream));
+    },
+    async stop() {
+      await stopped(child);
+    },
+    async close() {
+      await stopped(child);
+      rmSync(storeDir, { recursive: true, force: true });
+    },
+  };
+}

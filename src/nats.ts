@@ -1,0 +1,13 @@
+/**
+ * `sluice/nats` — links between stages that cross processes and machines over NATS JetStream,
+ * with demand carried across: a producer publishes only as the link has room, a receiver pulls
+ * only what its pipeline asked for. Needs the optional peer `@nats-io/jetstream` (and a
+ * connection, e.g. from `@nats-io/transport-node`).
+ */
+import './peers-nats.js'; // first: without @nats-io/jetstream, the import fails here, naming it
+export { openLink, linkOptionsSchema, LinkError } from './nats/link.js';
+export type { Link, LinkConfig, LinkErrorCode, LinkOptions } from './nats/link.js';
+export { toLink } from './nats/publish.js';
+export type { PublishSummary, ToLinkOptions } from './nats/publish.js';
+export { fromLink } from './nats/source.js';
+export type { FromLinkOptions, LinkMessage } from './nats/source.js';

@@ -1,0 +1,147 @@
+/**
+ * A link: one edge of a pipeline carried by NATS JetStream. Its stream is a work queue bounded on
+ * the server (`max_msgs` = capacity, `discard: new`), so a producer that outruns the bound is
+ * refused rather than buffered; its one durable pull consumer is shared by every receiver, so
+ * the receivers split the work.
+ */
+import * as z from 'zod';
+import type { NatsConnection } from '@nats-io/nats-core';
+import type { JetStreamClient, JetStreamManager, StreamConfig, ConsumerConfig } from '@nats-io/jetstream';
+import { natsJetstream } from '../core/peers.js';
+import { SluiceError } from '../core/errors.js';
+import { parseOptions, positiveInt } from '../flow/options.js';
+
+/** A link could not be opened or used: the NATS server, its JetStream, or the link's stream or consumer. */
+export class LinkError extends SluiceError {
+  readonly link: string;
+  constructor(code: LinkErrorCode, link: string, message: string, hint: string, cause?: unknown) {
+    super(code, `link "${link}": ${message}`, { hint, cause });
+    this.link = link;
+  }
+}
+
+export type LinkErrorCode =
+  /** The server has JetStream off, or the account has none. */
+  | 'JETSTREAM_UNAVAILABLE'
+  /** The link's stream exists with settings that contradict the options. */
+  | 'LINK_CONFLICT'
+  /** The server refused a request of the link (its stream or consumer, a publish). */
+  | 'LINK_REFUSED'
+  /** The connection closed while the link was in use. */
+  | 'LINK_DISCONNECTED';
+
+export const linkOptionsSchema = z
+  .object({
+    /** The link's name: its stream is `SLUICE_<name>`, its subject `sluice.link.<name>`. */
+    name: z.string().regex(/^[A-Za-z0-9_-]+$/, { error: 'name must be letters, digits, "-" or "_"' }),
+    /** Messages the link holds at most, sent and not yet acknowledged (enforced by the server too). */
+    capacity: positiveInt('capacity').default(256),
+    /** How long a receiver may hold a message before the server delivers it again (ms). */
+    ackWait: z.number().positive({ error: 'ackWait must be > 0 ms' }).default(30_000),
+    /** Deliveries of one message before the server gives up on it. */
+    maxDeliver: positiveInt('maxDeliver').default(5),
+    /** Publishes awaiting their acknowledgement from the server, at most. */
+    publishWindow: positiveInt('publishWindow').default(32),
+    /** How often a producer without credit asks the server for the link's backlog (ms). */
+    creditInterval: z.number().positive({ error: 'creditInterval must be > 0 ms' }).default(250),
+    /** How long a receiver's pull waits for messages before it is renewed (ms). */
+    pullExpires: z.number().min(1000, { error: 'pullExpires must be ≥ 1000 ms (the server refuses less)' }).default(5_000),
+  })
+  .strict();
+
+export type LinkOptions = z.input<typeof linkOptionsSchema>;
+export type LinkConfig = z.output<typeof linkOptionsSchema>;
+
+/** An opened link: where its messages go, and the clients to reach them. */
+export interface Link {
+  readonly config: LinkConfig;
+  readonly stream: string;
+  readonly subject: string;
+  /** Where receivers tell producers that room was freed (core NATS, not stored). */
+  readonly creditSubject: string;
+  readonly durable: string;
+  readonly connection: NatsConnection;
+  readonly js: JetStreamClient;
+  readonly jsm: JetStreamManager;
+}
+
+/** JetStream's API error code for a stream refusing a message over `max_msgs` with `discard: new`. */
+export const MAXIMUM_MESSAGES_EXCEEDED = 10077;
+const STREAM_NOT_FOUND = 10059;
+
+/**
+ * Opens a link over `connection`, creating its stream and consumer if they do not exist and
+ * checking them if they do. Invalid options throw `InvalidOptionsError`; a server without
+ * JetStream, or a stream whose bound contradicts `capacity`, a `LinkError`.
+ */
+export async function openLink(connection: NatsConnection, options: LinkOptions): Promise<Link> {
+  const config = parseOptions(linkOptionsSchema, options, 'openLink options');
+  const { jetstreamManager, jetstream, RetentionPolicy, DiscardPolicy, AckPolicy } = natsJetstream();
+  const name = config.name;
+  let jsm: JetStreamManager;
+  try {
+    jsm = await jetstreamManager(connection);
+  } catch (error) {
+    throw new LinkError(
+      'JETSTREAM_UNAVAILABLE',
+      name,
+      'the server has no JetStream.',
+      'Start nats-server with -js (or enable JetStream for the account).',
+      error,
+    );
+  }
+  const stream = `SLUICE_${name}`;
+  const subject = `sluice.link.${name}`;
+  const durable = `${name}-receivers`;
+  const wanted: Partial<StreamConfig> & { name: string } = {
+    name: stream,
+    subjects: [subject],
+    retention: RetentionPolicy.Workqueue,
+    max_msgs: config.capacity,
+    discard: DiscardPolicy.New,
+  };
+  const existing = await jsm.streams.info(stream).catch((error: unknown) => {
+    if (apiCode(error) === STREAM_NOT_FOUND) return undefined;
+    throw refused(name, `its stream ${stream} could not be read`, error);
+  });
+  if (existing === undefined) {
+    await jsm.streams.add(wanted).catch((error: unknown) => {
+      throw refused(name, `its stream ${stream} could not be created`, error);
+    });
+  } else if (
+    existing.config.max_msgs !== config.capacity ||
+    existing.config.retention !== RetentionPolicy.Workqueue ||
+    existing.config.discard !== DiscardPolicy.New
+  ) {
+    throw new LinkError(
+      'LINK_CONFLICT',
+      name,
+      `its stream ${stream} exists with max_msgs ${existing.config.max_msgs}, retention ${existing.config.retention}, discard ${existing.config.discard}; the options ask for ${config.capacity}, workqueue, new.`,
+      'Open the link with the capacity it was made with, or delete the stream (nats stream rm) to make it again.',
+    );
+  }
+  const consumer: Partial<ConsumerConfig> = {
+    durable_name: durable,
+    ack_policy: AckPolicy.Explicit,
+    ack_wait: config.ackWait * 1_000_000,
+    max_deliver: config.maxDeliver,
+    max_ack_pending: config.capacity,
+  };
+  await jsm.consumers.add(stream, consumer).catch((error: unknown) => {
+    throw refused(name, `its consumer ${durable} could not be created (it may exist with other settings)`, error);
+  });
+  return { config, stream, subject, creditSubject: `${subject}.credit`, durable, connection, js: jetstream(connection), jsm };
+}
+
+/** The JetStream API error code of `error`, if it is one. */
+export function apiCode(error: unknown): number | undefined {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  if (typeof code === 'number') return code;
+  const api = (error as { api_error?: { err_code?: unknown } } | undefined)?.api_error?.err_code;
+  return typeof api === 'number' ? api : undefined;
+}
+
+export function refused(link: string, what: string, cause: unknown): LinkError {
+  const detail = cause instanceof Error ? cause.message : String(cause);
+  return new LinkError('LINK_REFUSED', link, `${what}: ${detail}.`, 'Check the server (nats-server -js) and the link options.', cause);
+}
