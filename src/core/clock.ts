@@ -2,12 +2,8 @@
  * The clock stage timings are read from: `performance.now()`'s time line (milliseconds since
  * the process began, fractional), read through `process.hrtime()`.
  *
- * Both read libuv's `uv_hrtime()`, but `performance.now()` first checks its receiver's brand
- * with `Object.prototype.hasOwnProperty`, which V8 runs as a builtin on every call. Counted on
- * Node 20 with valgrind, in bare loops: 246–255 instructions per `performance.now()`, 138–187 per
- * read through `process.hrtime()`. In the bench's fully timed stage, which reads the clock once
- * per element: 681 → 658 instructions per element per stage, and 72.7–77.6 → 67.6–72.0 ns in one
- * shell taking turns. A read still takes ~43 ns here (a bare loop of `process.hrtime()`).
+ * Both read libuv's `uv_hrtime()`, but `performance.now()` first checks its receiver's brand on
+ * every call, which costs more than the read (figures: docs/internals/stage-hot-path.md).
  */
 import { performance } from 'node:perf_hooks';
 
