@@ -2,9 +2,10 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { connect } from '@nats-io/transport-node';
 import type { NatsConnection } from '@nats-io/nats-core';
-import { lastValueFrom, take, toArray } from 'rxjs';
-import { fromIterable, stage, InvalidOptionsError } from '../src/index.js';
-import { fromLink, openLink, toLink, LinkError, type LinkMessage } from '../src/nats.js';
+import { Observable, filter, lastValueFrom, take, toArray } from 'rxjs';
+import * as z from 'zod';
+import { admission, fromIterable, stage, untraced, InvalidOptionsError, type Traced } from '../src/index.js';
+import { fromLink, linkMessageOf, openLink, toLink, LinkError, LinkReceiverStats } from '../src/nats.js';
 import { startNatsServer, type NatsServer } from './support/nats-server.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -65,13 +66,13 @@ describe('sluice/nats links, on a real nats-server', () => {
     const received = await lastValueFrom(
       fromLink<number>(link, { maxBatch: 4 }).pipe(
         stage(
-          async (message: LinkMessage<number>) => {
+          async (value: number) => {
             await sleep(2); // slower than the producer
-            message.ack();
-            return message.value;
+            return value;
           },
           { capacity: 2 },
         ),
+        untraced(),
         take(total),
         toArray(),
       ),
@@ -81,7 +82,7 @@ describe('sluice/nats links, on a real nats-server', () => {
     assert.equal(summary.published, total);
     assert.equal(summary.duplicates, 0);
     assert.deepEqual(
-      received.map((t) => t.value).sort((a, b) => a - b),
+      received.sort((a, b) => a - b),
       Array.from({ length: total }, (_, i) => i),
     );
     assert.ok(peakSeen <= capacity, `backlog reached ${peakSeen}, capacity ${capacity}`);
@@ -95,19 +96,318 @@ describe('sluice/nats links, on a real nats-server', () => {
     const link = await openLink(nc, { name: 'leave', capacity: 32, ackWait: 30_000 });
     await toLink(fromIterable(Array.from({ length: 20 }, (_, i) => i)), link, { producerId: 'p1' });
     // A plain subscriber asks for everything: one pull fetches a batch, and `take(3)` leaves with the rest unhandled.
-    const first = await lastValueFrom(fromLink<number>(link, { maxBatch: 16 }).pipe(take(3), toArray()));
-    for (const message of first) message.ack();
+    const first = await lastValueFrom(fromLink<number>(link, { maxBatch: 16 }).pipe(untraced(), take(3), toArray()));
     const started = Date.now();
-    const rest = await lastValueFrom(fromLink<number>(link, { maxBatch: 16 }).pipe(take(17), toArray()));
-    for (const message of rest) message.ack();
+    const deliveries: number[] = [];
+    const rest = await lastValueFrom(
+      fromLink<number>(link, { maxBatch: 16 }).pipe(
+        stage((value: number, context) => {
+          deliveries.push(linkMessageOf(context)!.deliveries);
+          return value;
+        }),
+        untraced(),
+        take(17),
+        toArray(),
+      ),
+    );
     assert.ok(Date.now() - started < 5_000, `the rest came back in ${Date.now() - started} ms`);
     assert.deepEqual(
-      [...first, ...rest].map((m) => m.value).sort((a, b) => a - b),
+      [...first, ...rest].sort((a, b) => a - b),
       Array.from({ length: 20 }, (_, i) => i),
+      'the three taken were acknowledged, the rest given back: each value once',
+    );
+    assert.ok(deliveries.includes(2), "the nak'ed messages were delivered a second time");
+    await sleep(50); // acknowledgements are not confirmed: give the server a moment
+    assert.equal((await link.jsm.streams.info(link.stream)).state.messages, 0);
+  });
+
+  it('acknowledges a message only once the pipeline is done with it: not while a stage works on it', async () => {
+    const link = await openLink(nc, { name: 'after', capacity: 16 });
+    await toLink(fromIterable([1, 2, 3, 4]), link, { producerId: 'p1' });
+    const stats = new LinkReceiverStats();
+    const pendingDuringWork: number[] = [];
+    const ackedDuringWork: number[] = [];
+    const values = await lastValueFrom(
+      fromLink<number>(link, { stats }).pipe(
+        stage(async (value: number) => {
+          const consumer = await link.jsm.consumers.info(link.stream, link.durable);
+          pendingDuringWork.push(consumer.num_ack_pending);
+          ackedDuringWork.push(stats.acked);
+          return value * 10;
+        }),
+        stage(async (value: number) => value + 1),
+        untraced(),
+        take(4),
+        toArray(),
+      ),
+    );
+    assert.deepEqual(values, [11, 21, 31, 41]);
+    assert.ok(
+      pendingDuringWork.every((n) => n >= 1),
+      `each element's message was unacknowledged while a stage held it (${pendingDuringWork})`,
+    );
+    // Work is serial (concurrency 1): the k-th element's work sees at most the k−1 before it acknowledged.
+    ackedDuringWork.forEach((acked, k) => assert.ok(acked <= k, `element ${k} saw ${acked} acknowledged`));
+    await sleep(50);
+    assert.equal(stats.acked, 4);
+    assert.equal((await link.jsm.streams.info(link.stream)).state.messages, 0);
+  });
+
+  it('a streaming stage: the message is acknowledged after its last output was taken, not its first', async () => {
+    const link = await openLink(nc, { name: 'streaming', capacity: 4 });
+    await toLink(fromIterable(['abc']), link, { producerId: 'p1' });
+    const stats = new LinkReceiverStats();
+    const ackedAtEachToken: number[] = [];
+    const tokens = await lastValueFrom(
+      fromLink<string>(link, { stats }).pipe(
+        stage(
+          (word: string) =>
+            new Observable<string>((subscriber) => {
+              let i = 0;
+              const timer = setInterval(() => {
+                if (i < word.length) subscriber.next(word[i++]!);
+                else subscriber.complete();
+              }, 5);
+              return () => clearInterval(timer);
+            }),
+        ),
+        stage(async (token: string) => {
+          await sleep(5);
+          ackedAtEachToken.push(stats.acked);
+          return token.toUpperCase();
+        }),
+        untraced(),
+        take(3),
+        toArray(),
+      ),
+    );
+    assert.deepEqual(tokens, ['A', 'B', 'C']);
+    assert.deepEqual(ackedAtEachToken, [0, 0, 0], 'nothing acknowledged while tokens were still on their way');
+    await sleep(20);
+    assert.equal(stats.acked, 1);
+    assert.equal(stats.nacked, 0);
+  });
+
+  it('a failed element is dead-lettered with its reason and terminated: never delivered again', async () => {
+    const link = await openLink(nc, { name: 'failing', capacity: 16, ackWait: 1_000 });
+    await toLink(fromIterable([1, 2, 3, 4, 5]), link, { producerId: 'p1' });
+    const stats = new LinkReceiverStats();
+    const dead: { seq: number; reason: string }[] = [];
+    const values = await lastValueFrom(
+      fromLink<number>(link, { stats, onDeadLetter: (event) => dead.push(event) }).pipe(
+        stage(
+          (value: number) => {
+            if (value === 3) throw new Error('three is not allowed');
+            return value;
+          },
+          { errorPolicy: 'skip' },
+        ),
+        untraced(),
+        take(4),
+        toArray(),
+      ),
+    );
+    assert.deepEqual(values, [1, 2, 4, 5]);
+    await sleep(1_500); // past ackWait: a message left unsettled would be delivered again by now
+    assert.equal(dead.length, 1);
+    assert.match(dead[0]!.reason, /three is not allowed/);
+    assert.equal(stats.deadLettered, 1);
+    assert.equal(stats.redelivered, 0);
+    const letters = await link.jsm.streams.info(link.deadStream);
+    assert.equal(letters.state.messages, 1);
+    const letter = await link.jsm.streams.getMessage(link.deadStream, { seq: letters.state.first_seq });
+    assert.equal(new TextDecoder().decode(letter!.data), '3');
+    assert.match(letter!.header.get('sluice-reason'), /WORK_FAILED.*three is not allowed/);
+    const remaining = (await link.jsm.streams.info(link.stream)).state.messages;
+    assert.equal(remaining, 0);
+    assert.equal(5, stats.acked + stats.deadLettered + remaining, 'published = acknowledged + dead-lettered + in the stream');
+  });
+
+  it('a message the link schema refuses is dead-lettered with the path of the bad field; a producer refuses to send one', async () => {
+    const schema = z.object({ prompt: z.string(), maxTokens: z.number().int() });
+    const link = await openLink(nc, { name: 'typed', capacity: 16, schema });
+    await toLink(fromIterable([{ prompt: 'a', maxTokens: 1 }]), link, { producerId: 'p1' });
+    // A producer that does not use sluice sends a bad body.
+    await link.js.publish(link.subject, JSON.stringify({ prompt: 'b', maxTokens: 'many' }));
+    await link.js.publish(link.subject, 'not json');
+    await toLink(fromIterable([{ prompt: 'c', maxTokens: 3 }]), link, { producerId: 'p2' });
+    const dead: string[] = [];
+    const values = await lastValueFrom(fromLink(link, { onDeadLetter: (event) => dead.push(event.reason) }).pipe(untraced(), take(2), toArray()));
+    assert.deepEqual(
+      values.map((v) => v.prompt),
+      ['a', 'c'],
+    );
+    await sleep(50);
+    assert.equal(dead.length, 2);
+    assert.ok(
+      dead.some((reason) => /maxTokens/.test(reason)),
+      dead.join(' | '),
     );
     assert.ok(
-      rest.some((m) => m.deliveries === 2),
-      "the nak'ed messages were delivered a second time",
+      dead.some((reason) => /undecodable/.test(reason)),
+      dead.join(' | '),
     );
+    await assert.rejects(
+      toLink(fromIterable([{ prompt: 'd', maxTokens: 1.5 }]), link, { producerId: 'p3' }),
+      (error: unknown) => error instanceof LinkError && error.code === 'INVALID_MESSAGE' && /maxTokens/.test(error.message),
+    );
+  });
+
+  it('a shed element is acknowledged (counted as shed), not left to time out', async () => {
+    const link = await openLink(nc, { name: 'shedding', capacity: 32, ackWait: 3_000 });
+    await toLink(fromIterable(Array.from({ length: 10 }, (_, i) => i)), link, { producerId: 'p1' });
+    const stats = new LinkReceiverStats();
+    const admitted: number[] = [];
+    const subscription = fromLink<number>(link, { stats, maxBatch: 10 })
+      .pipe(admission<number>({ rate: { perTenant: 1, burst: 2 }, tenant: () => 'one', maxQueue: 1 }), untraced())
+      .subscribe((value) => admitted.push(value));
+    await sleep(1_500);
+    subscription.unsubscribe();
+    await sleep(50);
+    assert.ok(admitted.length >= 2, `admitted ${admitted}`);
+    assert.equal(stats.redelivered, 0, 'nothing timed out and came back');
+    assert.equal(stats.acked + stats.nacked, 10);
+    assert.ok(stats.acked >= 9 - 1, `the shed ones were acknowledged (${stats.acked} acked, ${stats.nacked} given back)`);
+  });
+
+  it("a worker's hop: input acknowledged once its output is stored on the next link, with the trace carried across", async () => {
+    const requests = await openLink(nc, { name: 'requests', capacity: 8 });
+    const answers = await openLink(nc, { name: 'answers', capacity: 8 });
+    const sent: Traced<string>[] = [];
+    const producing = toLink(
+      fromIterable(['x', 'y', 'z']).pipe(
+        stage((value: string) => value, { name: 'ingest', sampleRate: 1 }),
+        (source) =>
+          new Observable<Traced<string>>((subscriber) =>
+            source.subscribe({
+              next: (element) => {
+                sent.push(element);
+                subscriber.next(element);
+              },
+              complete: () => subscriber.complete(),
+            }),
+          ),
+      ),
+      requests,
+      { producerId: 'edge' },
+    );
+    const requestStats = new LinkReceiverStats();
+    const working = toLink(
+      fromLink<string>(requests, { stats: requestStats }).pipe(
+        stage(async (value: string) => value.toUpperCase(), { name: 'work' }),
+        take(3),
+      ),
+      answers,
+      { producerId: 'worker' },
+    );
+    await producing;
+    const workSummary = await working;
+    assert.equal(workSummary.published, 3);
+    await sleep(20);
+    assert.equal(requestStats.acked, 3, 'each request acknowledged once its answer was stored');
+    const received = await lastValueFrom(fromLink<string>(answers).pipe(take(3), toArray()));
+    assert.deepEqual(
+      received.map((element) => element.value),
+      ['X', 'Y', 'Z'],
+    );
+    received.forEach((element, i) => {
+      assert.equal(element.trace.traceId, sent[i]!.trace.traceId, 'the trace id crossed two links');
+      assert.ok(element.trace.sampled);
+      assert.deepEqual(
+        element.trace.records?.map((record) => record.stage),
+        ['ingest', 'work'],
+        'the per-stage records of both processes',
+      );
+      assert.equal(element.trace.seq, sent[i]!.trace.seq);
+    });
+  });
+
+  it('nats-server restarted with the same store mid-run: producer and receiver resume, nothing is lost', async () => {
+    const own = await startNatsServer();
+    const connection = await connect({ servers: own.url, reconnectTimeWait: 100, maxReconnectAttempts: -1 });
+    try {
+      const link = await openLink(connection, { name: 'restart', capacity: 16, ackWait: 2_000, creditInterval: 50 });
+      const total = 150;
+      const producing = toLink(fromIterable(Array.from({ length: total }, (_, i) => i)), link, { producerId: 'p1' });
+      const stats = new LinkReceiverStats();
+      const seen: number[] = [];
+      let restarted: Promise<void> | undefined;
+      await new Promise<void>((resolve, reject) => {
+        const subscription = fromLink<number>(link, { stats, maxBatch: 8 })
+          .pipe(
+            stage(async (value: number) => {
+              await sleep(2);
+              return value;
+            }),
+            untraced(),
+          )
+          .subscribe({
+            next: (value) => {
+              seen.push(value);
+              if (seen.length === 40) restarted = own.restart();
+              if (new Set(seen).size === total) {
+                subscription.unsubscribe();
+                resolve();
+              }
+            },
+            error: reject,
+          });
+      });
+      await restarted;
+      const summary = await producing;
+      assert.equal(summary.published, total);
+      assert.equal(new Set(seen).size, total, 'every element arrived');
+      assert.ok(seen.length - total <= stats.redelivered, `${seen.length - total} seen twice, ${stats.redelivered} redelivered`);
+      await sleep(100);
+      assert.equal((await link.jsm.streams.info(link.stream)).state.messages, 0, 'every message acknowledged in the end');
+    } finally {
+      await connection.close();
+      await own.close();
+    }
+  });
+
+  it('a message dropped by a plain operator is delivered again, and after maxDeliver moved to the dead letters, not left in the queue', async () => {
+    const link = await openLink(nc, { name: 'expiring', capacity: 16, ackWait: 1_000, maxDeliver: 2 });
+    await toLink(fromIterable(Array.from({ length: 10 }, (_, i) => i)), link, { producerId: 'p1' });
+    const dead: string[] = [];
+    const seen: number[] = [];
+    const subscription = fromLink<number>(link, { keepAlive: false, onDeadLetter: (event) => dead.push(event.reason) })
+      .pipe(
+        filter((element) => element.value !== 7),
+        untraced(),
+      )
+      .subscribe((value) => seen.push(value));
+    const deadline = Date.now() + 10_000;
+    while (dead.length === 0 && Date.now() < deadline) await sleep(50);
+    subscription.unsubscribe();
+    assert.equal(dead.length, 1, 'the dropped message was dead-lettered');
+    assert.match(dead[0]!, /not settled after 2 deliveries/);
+    assert.deepEqual(
+      seen.sort((a, b) => a - b),
+      [0, 1, 2, 3, 4, 5, 6, 8, 9],
+    );
+    await sleep(50);
+    assert.equal((await link.jsm.streams.info(link.stream)).state.messages, 0, 'nothing left holding a place of the capacity');
+    assert.equal((await link.jsm.streams.info(link.deadStream)).state.messages, 1);
+  });
+
+  it('keepAlive: work longer than ackWait is not delivered again meanwhile', async () => {
+    const link = await openLink(nc, { name: 'long', capacity: 4, ackWait: 1_000 });
+    await toLink(fromIterable([1]), link, { producerId: 'p1' });
+    const stats = new LinkReceiverStats();
+    const values = await lastValueFrom(
+      fromLink<number>(link, { stats }).pipe(
+        stage(async (value: number) => {
+          await sleep(2_500);
+          return value;
+        }),
+        untraced(),
+        take(1),
+        toArray(),
+      ),
+    );
+    assert.deepEqual(values, [1]);
+    assert.equal(stats.redelivered, 0);
+    assert.equal(stats.received, 1);
   });
 });

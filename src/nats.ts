@@ -9,5 +9,5 @@ export { openLink, linkOptionsSchema, LinkError } from './nats/link.js';
 export type { Link, LinkConfig, LinkErrorCode, LinkOptions } from './nats/link.js';
 export { toLink } from './nats/publish.js';
 export type { PublishSummary, ToLinkOptions } from './nats/publish.js';
-export { fromLink } from './nats/source.js';
+export { fromLink, linkMessageOf, LinkReceiverStats } from './nats/source.js';
 export type { FromLinkOptions, LinkMessage } from './nats/source.js';

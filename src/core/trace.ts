@@ -8,6 +8,7 @@
  * sampled elements carry per-stage records.
  */
 import { randomBytes } from 'node:crypto';
+import type { Settlement } from './settlement.js';
 import type { ShedReason } from './vocabulary.js';
 
 /** What one stage did to one element (only for sampled elements). Times in ms. */
@@ -72,6 +73,8 @@ export class TraceContext {
    * → value, e.g. `{ "cache.hit": true, "route.variant": "b" }`. Allocated on first note.
    */
   notes: Record<string, string | number | boolean> | undefined;
+  /** What the element's source is owed when the pipeline is done with it (a link message's acknowledgement), if anything. */
+  settlement: Settlement | undefined = undefined;
 
   constructor(seq: number, sampled: boolean, parent?: { traceId: string; spanId: string }) {
     this.seq = seq;
@@ -190,6 +193,11 @@ export type TraceRef = TraceContext | number;
 /** The context a `TraceRef` stands for, made now if it is a number. @internal */
 export function traceOf(ref: TraceRef): TraceContext {
   return typeof ref === 'number' ? new TraceContext(ref, false) : ref;
+}
+
+/** The settlement a `TraceRef` carries (a number carries none). @internal */
+export function settlementOf(ref: TraceRef): Settlement | undefined {
+  return typeof ref === 'number' ? undefined : ref.settlement;
 }
 
 /** Whether per-stage timing is recorded for the element (a number never is). @internal */

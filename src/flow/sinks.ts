@@ -12,12 +12,13 @@
  */
 import { finished, type Writable } from 'node:stream';
 import * as z from 'zod';
-import { map, type Observable, type OperatorFunction } from 'rxjs';
+import { Observable, Subscriber, type OperatorFunction } from 'rxjs';
 import { subscribeWithDemand, type DemandSubscription } from './demand.js';
 import { parseOptions, positiveInt } from './options.js';
 import { Ring } from './ring.js';
 import { InvalidOptionsError, SluiceError } from '../core/errors.js';
 import type { Traced } from '../core/trace.js';
+import { type Settlement, forEachSettlement } from '../core/settlement.js';
 
 /** Something else ended the writable before the source completed: what the source had left was not written. */
 export class WritableClosedError extends SluiceError {
@@ -37,19 +38,48 @@ export class AlreadyIteratedError extends SluiceError {
   }
 }
 
-const payload = <T>(element: Traced<T>): T => element.value;
-
 /**
  * Leaves the `Traced` envelope: the payloads of a stage's outputs, for sinks and plain
- * consumers that want values. It is a plain synchronous `map`, so demand passes through it
+ * consumers that want values. Like a plain synchronous `map`, demand passes through it
  * (read what you need from the trace before it, in a `tap` or a stage).
+ *
+ * It ends the traced part of a pipeline: each element counts as delivered once the consumer
+ * after it took it, so an element from a link (`sluice/nats`) is acknowledged there.
  *
  * ```ts
  * await toWritable(fromIterable(lines).pipe(stage(translate), untraced()), file);
  * ```
  */
 export function untraced<T>(): OperatorFunction<Traced<T>, T> {
-  return map<Traced<T>, T>(payload);
+  return (source) =>
+    new Observable<T>((subscriber) => {
+      const leaving = new Leaving(subscriber);
+      subscriber.add(leaving); // before subscribing: a synchronous source stops as soon as the consumer leaves
+      source.subscribe(leaving);
+    });
+}
+
+/** Hands on each payload, then counts the element delivered. */
+class Leaving<T> extends Subscriber<Traced<T>> {
+  constructor(private readonly consumer: Subscriber<T>) {
+    super();
+  }
+  protected override _next(element: Traced<T>): void {
+    this.consumer.next(element.value);
+    forEachSettlement(element.value, element.trace.settlement, deliver);
+  }
+  protected override _error(error: unknown): void {
+    this.unsubscribe();
+    this.consumer.error(error);
+  }
+  protected override _complete(): void {
+    this.unsubscribe();
+    this.consumer.complete();
+  }
+}
+
+function deliver(settlement: Settlement): void {
+  settlement.deliver();
 }
 
 export interface ToWritableOptions {

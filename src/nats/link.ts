@@ -28,7 +28,9 @@ export type LinkErrorCode =
   /** The server refused a request of the link (its stream or consumer, a publish). */
   | 'LINK_REFUSED'
   /** The connection closed while the link was in use. */
-  | 'LINK_DISCONNECTED';
+  | 'LINK_DISCONNECTED'
+  /** An element the link's schema does not admit was offered to a producer. */
+  | 'INVALID_MESSAGE';
 
 export const linkOptionsSchema = z
   .object({
@@ -46,17 +48,28 @@ export const linkOptionsSchema = z
     creditInterval: z.number().positive({ error: 'creditInterval must be > 0 ms' }).default(250),
     /** How long a receiver's pull waits for messages before it is renewed (ms). */
     pullExpires: z.number().min(1000, { error: 'pullExpires must be ≥ 1000 ms (the server refuses less)' }).default(5_000),
+    /** Dead letters the link keeps, newest first (its dead-letter stream's `max_msgs`; older ones are dropped). */
+    deadLetters: positiveInt('deadLetters').default(10_000),
+    /** What a message must be: receivers dead-letter one that is not, producers refuse to send one. */
+    schema: z.custom<z.ZodType>((value) => value instanceof z.ZodType, { error: 'schema must be a zod schema' }).optional(),
   })
   .strict();
 
-export type LinkOptions = z.input<typeof linkOptionsSchema>;
+export type LinkOptions<T = unknown> = Omit<z.input<typeof linkOptionsSchema>, 'schema'> & {
+  /** What a message must be: receivers dead-letter one that is not, producers refuse to send one. */
+  schema?: z.ZodType<T>;
+};
 export type LinkConfig = z.output<typeof linkOptionsSchema>;
 
-/** An opened link: where its messages go, and the clients to reach them. */
-export interface Link {
+/** An opened link: where its messages go, and the clients to reach them. `T` is what its schema admits. */
+export interface Link<T = unknown> {
   readonly config: LinkConfig;
+  readonly schema: z.ZodType<T> | undefined;
   readonly stream: string;
   readonly subject: string;
+  /** The stream that keeps messages a receiver gave up on, each with its reason. */
+  readonly deadStream: string;
+  readonly deadSubject: string;
   /** Where receivers tell producers that room was freed (core NATS, not stored). */
   readonly creditSubject: string;
   readonly durable: string;
@@ -74,7 +87,7 @@ const STREAM_NOT_FOUND = 10059;
  * checking them if they do. Invalid options throw `InvalidOptionsError`; a server without
  * JetStream, or a stream whose bound contradicts `capacity`, a `LinkError`.
  */
-export async function openLink(connection: NatsConnection, options: LinkOptions): Promise<Link> {
+export async function openLink<T = unknown>(connection: NatsConnection, options: LinkOptions<T>): Promise<Link<T>> {
   const config = parseOptions(linkOptionsSchema, options, 'openLink options');
   const { jetstreamManager, jetstream, RetentionPolicy, DiscardPolicy, AckPolicy } = natsJetstream();
   const name = config.name;
@@ -130,7 +143,35 @@ export async function openLink(connection: NatsConnection, options: LinkOptions)
   await jsm.consumers.add(stream, consumer).catch((error: unknown) => {
     throw refused(name, `its consumer ${durable} could not be created (it may exist with other settings)`, error);
   });
-  return { config, stream, subject, creditSubject: `${subject}.credit`, durable, connection, js: jetstream(connection), jsm };
+  const deadStream = `SLUICE_${name}_DEAD`;
+  const deadSubject = `sluice.dead.${name}`;
+  const dead: Partial<StreamConfig> & { name: string } = {
+    name: deadStream,
+    subjects: [deadSubject],
+    retention: RetentionPolicy.Limits,
+    max_msgs: config.deadLetters,
+    discard: DiscardPolicy.Old,
+  };
+  // add, else update: the same config twice is accepted; a changed bound is applied.
+  await jsm.streams
+    .add(dead)
+    .catch(() => jsm.streams.update(deadStream, dead))
+    .catch((error: unknown) => {
+      throw refused(name, `its dead-letter stream ${deadStream} could not be created`, error);
+    });
+  return {
+    config,
+    schema: config.schema as z.ZodType<T> | undefined,
+    stream,
+    subject,
+    deadStream,
+    deadSubject,
+    creditSubject: `${subject}.credit`,
+    durable,
+    connection,
+    js: jetstream(connection),
+    jsm,
+  };
 }
 
 /** The JetStream API error code of `error`, if it is one. */
@@ -139,6 +180,21 @@ export function apiCode(error: unknown): number | undefined {
   if (typeof code === 'number') return code;
   const api = (error as { api_error?: { err_code?: unknown } } | undefined)?.api_error?.err_code;
   return typeof api === 'number' ? api : undefined;
+}
+
+/**
+ * Whether `error` is the server's definite answer (a JetStream API error: no such stream or
+ * consumer, a bound) rather than a passing state (a timeout, no responders while the server
+ * restarts or the client reconnects), which is worth trying again.
+ */
+export function definite(error: unknown): boolean {
+  const code = apiCode(error);
+  return code !== undefined && code >= 10_000;
+}
+
+/** The connection closed for good (the client stopped reconnecting): the link cannot go on. */
+export function disconnected(link: string, what: string, hint: string, cause: unknown): LinkError {
+  return new LinkError('LINK_DISCONNECTED', link, what, hint, cause);
 }
 
 export function refused(link: string, what: string, cause: unknown): LinkError {

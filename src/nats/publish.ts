@@ -11,15 +11,24 @@
  * and sent again once there is room; nothing is dropped.
  */
 import type { Observable } from 'rxjs';
-import type { Subscription as NatsSubscription } from '@nats-io/nats-core';
+import type { MsgHdrs, Subscription as NatsSubscription } from '@nats-io/nats-core';
+import { type Settlement, forEachSettlement } from '../core/settlement.js';
+import { Traced } from '../core/trace.js';
 import { subscribeWithDemand, type DemandSubscription } from '../flow/demand.js';
-import { type Link, LinkError, MAXIMUM_MESSAGES_EXCEEDED, apiCode, refused } from './link.js';
+import { type Link, LinkError, MAXIMUM_MESSAGES_EXCEEDED, apiCode, definite, disconnected, refused } from './link.js';
+import { invalidReason, traceHeaders } from './wire.js';
 
 export interface ToLinkOptions<T> {
   /** Names this producer in message ids (default: random). Reuse it after a restart to let the server drop what it already has. */
   producerId?: string;
   /** The message body for an element (default: JSON). */
   encode?: (value: T) => Uint8Array | string;
+  /**
+   * An element the link's schema refuses: `'fail'` (default) rejects with a `LinkError`
+   * `INVALID_MESSAGE` naming the bad fields; `'skip'` counts it in `invalid`, fails its
+   * element (a message it came from is dead-lettered) and goes on.
+   */
+  onInvalid?: 'fail' | 'skip';
 }
 
 /** What a finished `toLink` sent. */
@@ -32,20 +41,28 @@ export interface PublishSummary {
   readonly refusals: number;
   /** The largest backlog seen on the server, which `capacity` bounds. */
   readonly peakBacklog: number;
+  /** Elements the link's schema refused, under `onInvalid: 'skip'`. */
+  readonly invalid: number;
+  /** Publishes sent again after a passing failure (no confirmation in time, a server restarting). */
+  readonly retries: number;
 }
 
 /**
  * Publishes every element of `source` to `link`, pulling from upstream only as the link has room
- * and at most `publishWindow` publishes unconfirmed. Resolves when the source completed and every
- * publish was confirmed; rejects with the source's error, or a `LinkError` (upstream is cancelled).
+ * and at most `publishWindow` publishes unconfirmed. A `Traced` element's trace goes in the
+ * message headers, and the element counts as delivered (its own link message, if it came from
+ * one, is acknowledged) once the server confirmed it. Resolves when the source completed and
+ * every publish was confirmed; rejects with the source's error, or a `LinkError` (upstream is
+ * cancelled).
  */
-export function toLink<T>(source: Observable<T>, link: Link, options: ToLinkOptions<T> = {}): Promise<PublishSummary> {
+export function toLink<T>(source: Observable<T | Traced<T>>, link: Link<T>, options: ToLinkOptions<T> = {}): Promise<PublishSummary> {
   return new Promise((resolve, reject) => new Publisher(source, link, options, resolve, reject).start());
 }
 
 class Publisher<T> {
   private readonly producerId: string;
   private readonly encode: (value: T) => Uint8Array | string;
+  private readonly skipInvalid: boolean;
   private subscription: DemandSubscription | undefined;
   private creditWatch: NatsSubscription | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
@@ -63,16 +80,19 @@ class Publisher<T> {
   private duplicates = 0;
   private refusals = 0;
   private peakBacklog = 0;
+  private invalid = 0;
+  private retries = 0;
 
   constructor(
-    private readonly source: Observable<T>,
-    private readonly link: Link,
+    private readonly source: Observable<T | Traced<T>>,
+    private readonly link: Link<T>,
     options: ToLinkOptions<T>,
     private readonly resolve: (summary: PublishSummary) => void,
     private readonly reject: (error: unknown) => void,
   ) {
     this.producerId = options.producerId ?? Math.random().toString(36).slice(2, 12);
     this.encode = options.encode ?? ((value: T) => JSON.stringify(value));
+    this.skipInvalid = options.onInvalid === 'skip';
   }
 
   start(): void {
@@ -126,21 +146,25 @@ class Publisher<T> {
       (error: unknown) => {
         this.looking = false;
         if (this.link.connection.isClosed())
-          this.fail(
-            new LinkError(
-              'LINK_DISCONNECTED',
-              this.link.config.name,
-              'the connection closed.',
-              'Reconnect and run the producer again with the same producerId.',
-              error,
-            ),
-          );
+          this.fail(disconnected(this.link.config.name, 'the connection closed.', 'Reconnect and run the producer again with the same producerId.', error));
+        else if (definite(error)) this.fail(refused(this.link.config.name, `its stream ${this.link.stream} could not be read`, error));
         else this.waitForRoom(); // the server is away for now (a restart): look again later
       },
     );
   }
 
-  private publish(value: T): void {
+  private publish(input: T | Traced<T>): void {
+    const traced = input instanceof Traced ? (input as Traced<T>) : undefined;
+    let value = traced === undefined ? (input as T) : traced.value;
+    const schema = this.link.schema;
+    if (schema !== undefined) {
+      const result = schema.safeParse(value);
+      if (!result.success) {
+        this.refuseInvalid(value, traced, invalidReason(result.error));
+        return;
+      }
+      value = result.data;
+    }
     const sequence = ++this.sequence;
     let body: Uint8Array | string;
     try {
@@ -151,15 +175,41 @@ class Publisher<T> {
     }
     this.unconfirmed++;
     this.sent++;
-    this.send(body, sequence);
+    const outgoing: Outgoing = {
+      body,
+      sequence,
+      headers: traced === undefined ? undefined : traceHeaders(traced.trace),
+      value,
+      settlement: traced?.trace.settlement,
+    };
+    this.send(outgoing);
   }
 
-  private send(body: Uint8Array | string, sequence: number): void {
-    this.link.js.publish(this.link.subject, body, { msgID: `${this.producerId}-${sequence}` }).then(
+  private refuseInvalid(value: T, traced: Traced<T> | undefined, reason: string): void {
+    const error = new LinkError(
+      'INVALID_MESSAGE',
+      this.link.config.name,
+      `an element was not sent: ${reason}.`,
+      "Send values the link's schema admits, or open the link with onInvalid: 'skip'.",
+    );
+    if (!this.skipInvalid) {
+      this.fail(error);
+      return;
+    }
+    this.invalid++;
+    forEachSettlement(value, traced?.trace.settlement, (settlement) => settlement.fail(error));
+    this.ask();
+  }
+
+  private send(outgoing: Outgoing): void {
+    const { body, sequence, headers } = outgoing;
+    this.link.js.publish(this.link.subject, body, { msgID: `${this.producerId}-${sequence}`, headers }).then(
       (ack) => {
         this.unconfirmed--;
         this.published++;
         if (ack.duplicate) this.duplicates++;
+        // Stored on the server: the element is delivered (a message it came from is acknowledged now).
+        forEachSettlement(outgoing.value, outgoing.settlement, deliver);
         if (!this.settleIfDone()) this.ask();
       },
       (error: unknown) => {
@@ -169,34 +219,43 @@ class Publisher<T> {
           this.refusals++;
           this.backlog = this.link.config.capacity;
           this.sentAtLook = this.sent;
-          this.retryLater(body, sequence);
+          this.retryLater(outgoing);
         } else if (this.link.connection.isClosed()) {
           this.fail(
-            new LinkError(
-              'LINK_DISCONNECTED',
+            disconnected(
               this.link.config.name,
               'the connection closed with publishes unconfirmed.',
               'Reconnect and run the producer again with the same producerId: the server drops what it already has.',
               error,
             ),
           );
+        } else if (definite(error)) {
+          this.fail(refused(this.link.config.name, 'a publish was refused', error));
         } else {
-          this.retryLater(body, sequence); // no confirmation (a timeout, a server restart): the same msgID again
+          this.retries++;
+          this.retryLater(outgoing); // no confirmation (a timeout, a server restarting): the same msgID again
         }
       },
     );
   }
 
-  private retryLater(body: Uint8Array | string, sequence: number): void {
+  private retryLater(outgoing: Outgoing): void {
     setTimeout(() => {
-      if (!this.ended) this.send(body, sequence);
+      if (!this.ended) this.send(outgoing);
     }, this.link.config.creditInterval);
   }
 
   private settleIfDone(): boolean {
     if (!this.sourceDone || this.unconfirmed > 0 || this.ended) return false;
     this.end();
-    this.resolve({ published: this.published, duplicates: this.duplicates, refusals: this.refusals, peakBacklog: this.peakBacklog });
+    this.resolve({
+      published: this.published,
+      duplicates: this.duplicates,
+      refusals: this.refusals,
+      peakBacklog: this.peakBacklog,
+      invalid: this.invalid,
+      retries: this.retries,
+    });
     return true;
   }
 
@@ -213,4 +272,17 @@ class Publisher<T> {
     if (this.timer !== undefined) clearTimeout(this.timer);
     this.timer = undefined;
   }
+}
+
+/** A publish under way: what to send again, and what to settle once it is stored. */
+interface Outgoing {
+  readonly body: Uint8Array | string;
+  readonly sequence: number;
+  readonly headers: MsgHdrs | undefined;
+  readonly value: unknown;
+  readonly settlement: Settlement | undefined;
+}
+
+function deliver(settlement: Settlement): void {
+  settlement.deliver();
 }

@@ -1,18 +1,25 @@
 /**
  * The receiving end of a link: a Flow whose downstream demand becomes pulls from the link's
- * consumer, never of more messages than were asked for and not yet delivered (§1.1). Each element
- * is a `LinkMessage` carrying its acknowledgement: the receiver settles it once the pipeline is
- * done with it (`ack`, `nak` to have it sent again, `term` to give up on it). Messages fetched but
- * not yet emitted when the consumer leaves are `nak`ed at once, so another receiver gets them now
- * rather than after `ackWait`.
+ * consumer, never of more messages than were asked for and not yet delivered (§1.1).
+ *
+ * Each element is a `Traced` value whose trace continues the sender's (its `traceparent` and
+ * sampled records ride in the message headers) and carries the message's settlement: the
+ * message is acknowledged when the pipeline is done with the element, by the rule in
+ * `settleMessage`. Messages fetched or still in the pipeline when the consumer leaves are
+ * `nak`ed at once, so another receiver gets them now rather than after `ackWait`.
  */
 import type { JsMsg, Consumer, ConsumerMessages } from '@nats-io/jetstream';
+import type { Subscription as NatsSubscription } from '@nats-io/nats-core';
+import { Settlement, type Settled, type Settler } from '../core/settlement.js';
+import { TraceContext, type StageRecord, type Traced, parseTraceparent } from '../core/trace.js';
 import { Flow, type Outlet, type Producer } from '../flow/demand.js';
 import { Ring } from '../flow/ring.js';
-import { type Link, refused } from './link.js';
+import { type Link, definite, disconnected, refused } from './link.js';
+import { RECORDS, SEQ, TRACEPARENT, deadLetter, describe, invalidReason, letterOf } from './wire.js';
 
-/** One message of a link, with its acknowledgement. Settle it exactly once. */
+/** The message an element came from, for settling it by hand. Settle it once; later settlements change nothing. */
 export interface LinkMessage<T> {
+  /** The message's value, as received. */
   readonly value: T;
   /** The message's sequence in the link's stream. */
   readonly seq: number;
@@ -22,32 +29,92 @@ export interface LinkMessage<T> {
   ack(): void;
   /** Not done: deliver it again (to any receiver), after `delay` ms if given. */
   nak(delay?: number): void;
-  /** Give up on it: never delivered again. */
-  term(reason?: string): void;
+  /** Give up on it: moved to the link's dead-letter stream with `reason`, never delivered again. */
+  term(reason: string): void;
   /** Still working on it: the server waits another `ackWait` before delivering it again. */
   working(): void;
 }
 
-export interface FromLinkOptions<T> {
+/** What a receiver did with the messages of a link (one object can serve several receivers). */
+export class LinkReceiverStats {
+  /** Messages pulled from the link (a redelivered message counts each time). */
+  received = 0;
+  /** Of those, deliveries after the first: another receiver or an earlier pull did not settle it. */
+  redelivered = 0;
+  acked = 0;
+  /** Given back: the consumer left, or a shed element under `onShed: 'nak'`. */
+  nacked = 0;
+  /** Failed elements and messages not valid for the link, kept in its dead-letter stream. */
+  deadLettered = 0;
+  /** Pulls tried again after a passing failure (a server restart, a reconnect). */
+  pullRetries = 0;
+  /** Deliveries not settled by a receiver: held now, or held past `ackWait` and delivered again. */
+  get held(): number {
+    return this.received - this.acked - this.nacked - this.deadLettered;
+  }
+}
+
+export interface FromLinkOptions {
   /** Messages one pull asks for at most (default 64). */
   maxBatch?: number;
-  /** The element for a message body (default: JSON). */
-  decode?: (body: Uint8Array) => T;
+  /** The element for a message body (default: JSON), before the link's schema checks it. */
+  decode?: (body: Uint8Array) => unknown;
+  /** A shed element's message: `'ack'` (default: the pipeline chose to drop it) or `'nak'` (delivered again). */
+  onShed?: 'ack' | 'nak';
+  /** Counters to add to (default: a new one, unread). */
+  stats?: LinkReceiverStats;
+  /**
+   * Tells the server, every `ackWait / 2`, that messages still in the pipeline are being worked
+   * on (`working()`), so long work is not delivered again meanwhile (default true). A message is
+   * kept alive for `maxHold` ms at most (default 300 000): one a plain operator dropped is then
+   * delivered again.
+   */
+  keepAlive?: boolean;
+  maxHold?: number;
+  /** Called for each message dead-lettered, with its reason (a failed element, a message not valid for the link). */
+  onDeadLetter?: (event: { readonly seq: number; readonly reason: string }) => void;
 }
 
-/** A Flow of the messages of `link`, pulled as downstream asks. */
-export function fromLink<T>(link: Link, options: FromLinkOptions<T> = {}): Flow<LinkMessage<T>> {
-  const maxBatch = options.maxBatch ?? 64;
-  const decode = options.decode ?? ((body: Uint8Array) => JSON.parse(new TextDecoder().decode(body)) as T);
-  return new Flow<LinkMessage<T>>((outlet) => new LinkProducer(link, outlet, maxBatch, decode));
+/** A Flow of the messages of `link`, pulled as downstream asks, each acknowledged when the pipeline is done with it. */
+export function fromLink<T = unknown>(link: Link<T> | Link, options: FromLinkOptions = {}): Flow<Traced<T>> {
+  const receiver: ReceiverConfig = {
+    maxBatch: options.maxBatch ?? 64,
+    decode: options.decode ?? ((body: Uint8Array) => JSON.parse(new TextDecoder().decode(body))),
+    shedNaks: options.onShed === 'nak',
+    stats: options.stats ?? new LinkReceiverStats(),
+    onDeadLetter: options.onDeadLetter,
+    keepAlive: options.keepAlive ?? true,
+    maxHold: options.maxHold ?? 300_000,
+  };
+  return new Flow<Traced<T>>((outlet) => new LinkProducer(link, outlet, receiver));
 }
 
-class Received<T> implements LinkMessage<T> {
+/**
+ * The link message an element came from (or was derived from, through any stage), if it came
+ * from a link: pass the element, or a stage's work context (`linkMessageOf(context).working()`).
+ */
+export function linkMessageOf(element: { readonly trace: TraceContext }): LinkMessage<unknown> | undefined {
+  const settler = element.trace.settlement?.settler;
+  return settler instanceof Received ? settler : undefined;
+}
+
+interface ReceiverConfig {
+  readonly maxBatch: number;
+  readonly decode: (body: Uint8Array) => unknown;
+  readonly shedNaks: boolean;
+  readonly stats: LinkReceiverStats;
+  readonly onDeadLetter: ((event: { readonly seq: number; readonly reason: string }) => void) | undefined;
+  readonly keepAlive: boolean;
+  readonly maxHold: number;
+}
+
+class Received<T> implements LinkMessage<T>, Settler {
+  readonly settlement = new Settlement(this);
   private settled = false;
   constructor(
     readonly value: T,
     private readonly message: JsMsg,
-    private readonly freed: () => void,
+    private readonly receiver: LinkProducer<T>,
   ) {}
   get seq(): number {
     return this.message.seq;
@@ -55,22 +122,47 @@ class Received<T> implements LinkMessage<T> {
   get deliveries(): number {
     return this.message.info.deliveryCount;
   }
+  /**
+   * The rule: delivered → ack; shed → ack (or nak under `onShed: 'nak'`), but shed because the
+   * consumer left → nak; failed → moved to the dead-letter stream with the error as reason.
+   */
+  settle(settled: Settled): void {
+    if (settled.outcome === 'delivered') this.ack();
+    else if (settled.outcome === 'failed') this.term(describe(settled.error));
+    else if (settled.reason === 'cancelled' || this.receiver.config.shedNaks) this.nak();
+    else this.ack();
+  }
   ack(): void {
-    if (this.settle()) this.message.ack();
+    if (!this.claim()) return;
+    this.receiver.unhold(this);
+    this.message.ack();
+    this.receiver.released('acked');
   }
   nak(delay?: number): void {
-    if (this.settle()) this.message.nak(delay);
+    if (!this.claim()) return;
+    this.receiver.unhold(this);
+    const deliveries = this.message.info.deliveryCount;
+    // Given back on its last delivery, the server would keep it in the work queue for good.
+    if (deliveries >= this.receiver.maxDeliver) this.receiver.deadLetter(this.message, `given back after ${deliveries} deliveries (maxDeliver)`);
+    else {
+      this.message.nak(delay);
+      this.receiver.released('nacked');
+    }
   }
-  term(reason?: string): void {
-    if (this.settle()) this.message.term(reason);
+  term(reason: string): void {
+    if (!this.claim()) return;
+    this.receiver.unhold(this);
+    this.receiver.deadLetter(this.message, reason);
   }
   working(): void {
     if (!this.settled) this.message.working();
   }
-  private settle(): boolean {
+  /** When it was received (ms, `Date.now()`): `keepAlive` stops at `maxHold` after it. */
+  readonly receivedAt = Date.now();
+  private claim(): boolean {
     if (this.settled) return false;
     this.settled = true;
-    this.freed();
+    this.settlement.close();
     return true;
   }
 }
@@ -84,15 +176,27 @@ class LinkProducer<T> implements Producer {
   private asked = 0;
   private done = false;
   private nudgeQueued = false;
+  /** Emitted and not yet settled. */
+  private readonly held = new Set<Received<T>>();
+  private keepAliveTimer: ReturnType<typeof setInterval> | undefined;
+  private expiries: NatsSubscription | undefined;
 
   constructor(
-    private readonly link: Link,
-    private readonly outlet: Outlet<LinkMessage<T>>,
-    private readonly maxBatch: number,
-    private readonly decode: (body: Uint8Array) => T,
+    private readonly link: Link<T>,
+    private readonly outlet: Outlet<Traced<T>>,
+    readonly config: ReceiverConfig,
   ) {}
 
+  get maxDeliver(): number {
+    return this.link.config.maxDeliver;
+  }
+
   start(): void {
+    this.watchExpiries();
+    if (this.config.keepAlive) {
+      this.keepAliveTimer = setInterval(() => this.keepAlive(), this.link.config.ackWait / 2);
+      this.keepAliveTimer.unref();
+    }
     this.link.js.consumers.get(this.link.stream, this.link.durable).then(
       (consumer) => {
         this.consumer = consumer;
@@ -107,51 +211,171 @@ class LinkProducer<T> implements Producer {
     while (this.buffer.length > 0 && this.outlet.wants()) this.emit(this.buffer.shift()!);
     if (this.done || this.consumer === undefined || this.asked > 0 || this.buffer.length > 0) return;
     // `wants()` first: a producer told no is resumed when demand returns (`demand()` alone registers nothing).
-    if (this.outlet.wants()) this.fetch(this.consumer, Math.max(1, Math.min(this.outlet.demand(), this.maxBatch)));
+    if (this.outlet.wants()) this.fetch(this.consumer, Math.max(1, Math.min(this.outlet.demand(), this.config.maxBatch)));
   }
 
   private fetch(consumer: Consumer, count: number): void {
     this.asked = count;
-    consumer.fetch({ max_messages: count, expires: this.link.config.pullExpires }).then(
-      async (messages) => {
-        this.messages = messages;
-        for await (const message of messages) {
-          this.asked--;
-          if (this.done) message.nak();
-          else if (this.buffer.length === 0 && this.outlet.wants()) this.emit(message);
-          else this.buffer.push(message);
-        }
+    this.receive(consumer, count).then(
+      () => {
         this.messages = undefined;
         this.asked = 0;
         this.pull();
       },
       (error: unknown) => {
+        this.messages = undefined;
         this.asked = 0;
-        this.fail(refused(this.link.config.name, 'a pull failed', error));
+        this.pullFailed(error);
       },
     );
+  }
+
+  private async receive(consumer: Consumer, count: number): Promise<void> {
+    const messages = await consumer.fetch({ max_messages: count, expires: this.link.config.pullExpires });
+    this.messages = messages;
+    for await (const message of messages) {
+      this.asked--;
+      this.config.stats.received++;
+      if (message.info.deliveryCount > 1) this.config.stats.redelivered++;
+      if (this.done) this.giveBack(message);
+      else if (this.buffer.length === 0 && this.outlet.wants()) this.emit(message);
+      else this.buffer.push(message);
+    }
+  }
+
+  /**
+   * A pull failed. The server's definite answer (its consumer is gone) or a closed connection ends
+   * the flow with a `LinkError`; anything else (a server restarting, a client reconnecting) is
+   * tried again after `creditInterval`, for as long as the client keeps reconnecting.
+   */
+  private pullFailed(error: unknown): void {
+    if (this.done) return;
+    const name = this.link.config.name;
+    if (this.link.connection.isClosed()) {
+      this.fail(
+        disconnected(name, 'the connection closed while receiving.', 'Reconnect and subscribe again: what was not acknowledged is delivered again.', error),
+      );
+    } else if (definite(error)) {
+      this.fail(refused(name, 'a pull failed', error));
+    } else {
+      this.config.stats.pullRetries++;
+      setTimeout(() => this.pull(), this.link.config.creditInterval);
+    }
   }
 
   private emit(message: JsMsg): void {
     let value: T;
     try {
-      value = this.decode(message.data);
+      value = this.valueOf(message);
     } catch (error) {
-      message.term(`undecodable: ${error instanceof Error ? error.message : String(error)}`);
+      this.deadLetter(message, describe(error));
       return;
     }
-    this.outlet.next(new Received(value, message, this.freed));
+    const received = new Received(value, message, this);
+    this.held.add(received);
+    const trace = traceFrom(message);
+    trace.settlement = received.settlement;
+    this.outlet.nextTraced(value, trace);
+  }
+
+  private valueOf(message: JsMsg): T {
+    let decoded: unknown;
+    try {
+      decoded = this.config.decode(message.data);
+    } catch (error) {
+      throw new Error(`undecodable: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    const schema = this.link.schema;
+    if (schema === undefined) return decoded as T;
+    const result = schema.safeParse(decoded);
+    if (!result.success) throw new Error(invalidReason(result.error));
+    return result.data;
+  }
+
+  /**
+   * Keeps `message` in the dead-letter stream with `reason`, then acknowledges it: a work queue
+   * keeps a terminated message (nats-server 2.9), where it would hold a place of the link's
+   * capacity for good. If the dead letter cannot be stored, the message is delivered again.
+   */
+  deadLetter(message: JsMsg, reason: string): void {
+    deadLetter(this.link, letterOf(message), reason).then(
+      () => {
+        message.ack();
+        this.config.onDeadLetter?.({ seq: message.seq, reason });
+        this.settledAs('deadLettered');
+      },
+      () => {
+        message.nak(this.link.config.creditInterval);
+        this.settledAs('nacked');
+      },
+    );
   }
 
   /** A message was settled: producers waiting for room are told, once per turn of the event loop. */
-  private readonly freed = (): void => {
+  released(as: 'acked' | 'nacked'): void {
+    this.settledAs(as);
+  }
+
+  private settledAs(as: 'acked' | 'nacked' | 'deadLettered'): void {
+    this.config.stats[as]++;
     if (this.nudgeQueued) return;
     this.nudgeQueued = true;
     queueMicrotask(() => {
       this.nudgeQueued = false;
       if (!this.link.connection.isClosed()) this.link.connection.publish(this.link.creditSubject);
     });
-  };
+  }
+
+  private giveBack(message: JsMsg): void {
+    if (message.info.deliveryCount >= this.maxDeliver) {
+      this.deadLetter(message, `given back after ${message.info.deliveryCount} deliveries (maxDeliver)`);
+      return;
+    }
+    message.nak();
+    this.settledAs('nacked');
+  }
+
+  unhold(received: Received<T>): void {
+    this.held.delete(received);
+  }
+
+  private keepAlive(): void {
+    const oldest = Date.now() - this.config.maxHold;
+    for (const received of this.held) if (received.receivedAt >= oldest) received.working();
+  }
+
+  /**
+   * A message the server stopped delivering (`maxDeliver` reached: held past `ackWait` each time)
+   * would stay in the work queue for good, holding a place of the link's capacity: one receiver
+   * of the link (a queue group) moves it to the dead-letter stream and deletes it.
+   */
+  private watchExpiries(): void {
+    const { stream, durable, connection, jsm } = this.link;
+    this.expiries = connection.subscribe(`$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.${stream}.${durable}`, {
+      queue: durable,
+      callback: (_error, advisory) => {
+        if (advisory === undefined || advisory === null) return;
+        let seq: number;
+        let deliveries: number;
+        try {
+          ({ stream_seq: seq, deliveries } = advisory.json<{ stream_seq: number; deliveries: number }>());
+        } catch {
+          return;
+        }
+        jsm.streams
+          .getMessage(stream, { seq })
+          .then(async (stored) => {
+            if (stored === null) return;
+            const reason = `not settled after ${deliveries} deliveries (maxDeliver); was it dropped by a plain operator?`;
+            await deadLetter(this.link, { data: stored.data, headers: stored.header, seq, deliveries }, reason);
+            await jsm.streams.deleteMessage(stream, seq, false);
+            this.config.stats.deadLettered++;
+            this.config.onDeadLetter?.({ seq, reason });
+          })
+          .catch(() => {}); // already moved by another receiver (its dead letter has the same id)
+      },
+    });
+  }
 
   private fail(error: unknown): void {
     if (this.done) return;
@@ -162,8 +386,28 @@ class LinkProducer<T> implements Producer {
   cancel(): void {
     if (this.done) return;
     this.done = true;
-    // Fetched and never handed on: back to the link now, not after ackWait.
-    while (this.buffer.length > 0) this.buffer.shift()!.nak();
+    if (this.keepAliveTimer !== undefined) clearInterval(this.keepAliveTimer);
+    this.expiries?.unsubscribe();
+    // Fetched and never handed on: back to the link now, not after ackWait. What was handed on is
+    // settled where it is: a stage torn down sheds what it held as `cancelled` (→ nak), and what
+    // went past the consumer that left (`take`) goes on to be delivered.
+    while (this.buffer.length > 0) this.giveBack(this.buffer.shift()!);
     this.messages?.stop();
   }
+}
+
+/** The trace a message continues: the sender's trace id, span and sampled records, and its element's seq. */
+function traceFrom(message: JsMsg): TraceContext {
+  const headers = message.headers;
+  const parent = headers === undefined ? undefined : parseTraceparent(headers.get(TRACEPARENT));
+  const seqHeader = headers === undefined ? Number.NaN : Number(headers.get(SEQ));
+  const trace = new TraceContext(Number.isInteger(seqHeader) ? seqHeader : message.seq, parent?.sampled ?? false, parent);
+  if (trace.sampled && headers?.has(RECORDS)) {
+    try {
+      for (const record of JSON.parse(headers.get(RECORDS)) as StageRecord[]) trace.addRecord(record);
+    } catch {
+      // Records that do not parse are left out: the trace goes on without them.
+    }
+  }
+  return trace;
 }

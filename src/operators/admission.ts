@@ -10,6 +10,7 @@ import { StageError } from '../core/errors.js';
 import { AdmissionRejectedError } from '../core/errors.js';
 import { TokenBuckets } from '../core/token-bucket.js';
 import { TraceContext, Traced } from '../core/trace.js';
+import { forEachSettlement, giveBack } from '../core/settlement.js';
 
 /** A request turned away: reported to `onReject` and counted in `stats` (`shed['buffer-full']` or `shed.evicted`). */
 export interface RejectEvent<T> {
@@ -153,6 +154,7 @@ class AdmissionRun<T> extends LinkedRun<T | Traced<T>> {
 
   protected override onCancel(): void {
     this.stats.shed.cancelled += this.waiting.length;
+    for (const entry of this.waiting) giveBack(entry.value, entry.trace.settlement);
   }
 
   /** Never pauses the source: requests are decided at the door. */
@@ -161,7 +163,10 @@ class AdmissionRun<T> extends LinkedRun<T | Traced<T>> {
   }
 
   onNext(input: T | Traced<T>): void {
-    if (this.terminated || this.upstreamDone) return;
+    if (this.terminated || this.upstreamDone) {
+      if (input instanceof Traced) giveBack(input.value, input.trace.settlement); // late: not taken
+      return;
+    }
     this.inlet.arrive();
     this.stats.receivedCount++;
     const seq = this.seq++;
@@ -218,7 +223,9 @@ class AdmissionRun<T> extends LinkedRun<T | Traced<T>> {
     const ahead = this.waitingPerTenant.get(entry.tenant) ?? 0;
     const retryAfter = Math.max(this.buckets.timeUntil(entry.tenant, ahead + 1), Math.ceil(1000 / this.config.rate.perTenant));
     const error = new AdmissionRejectedError(this.config.label, entry.tenant, retryAfter, reason);
-    this.stats.shed[reason === 'queue-full' ? 'buffer-full' : 'evicted']++;
+    const shed = reason === 'queue-full' ? 'buffer-full' : 'evicted';
+    this.stats.shed[shed]++;
+    forEachSettlement(entry.value, entry.trace.settlement, (settlement) => settlement.shed(shed));
     callHook(this.config.onReject, { stage: this.config.label, value: entry.value, tenant: entry.tenant, error, seq: entry.seq, trace: entry.trace });
   }
 
@@ -279,6 +286,7 @@ class AdmissionRun<T> extends LinkedRun<T | Traced<T>> {
     if (this.terminated) return;
     this.terminated = true;
     this.stats.failed += this.waiting.length;
+    for (const entry of this.waiting) giveBack(entry.value, entry.trace.settlement);
     this.release();
     this.outlet.error(error);
   }

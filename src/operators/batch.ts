@@ -9,6 +9,7 @@ import { StageStats } from '../flow/stats.js';
 import { BatchMismatchError, StageError, UnpausableSourceError } from '../core/errors.js';
 import { type TraceContext, Traced, sampler, toTraced } from '../core/trace.js';
 import { monotonicNow } from '../core/clock.js';
+import { SETTLES_ITEMS, giveBack } from '../core/settlement.js';
 
 /**
  * Items gathered by `batch`, each with its own trace, so a batched call (one model
@@ -32,6 +33,11 @@ export class Batch<T> {
 
   get size(): number {
     return this.items.length;
+  }
+
+  /** A batch stands for its items: a sink or stage that settles it settles each (see `Settlement`). */
+  get [SETTLES_ITEMS](): true {
+    return true;
   }
 
   /**
@@ -209,7 +215,10 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> {
   // ---- upstream signals ----
 
   onNext(input: T | Traced<T>): void {
-    if (this.terminated || this.upstreamDone) return; // §2.8: late elements after cancel are ignored
+    if (this.terminated || this.upstreamDone) {
+      if (input instanceof Traced) giveBack(input.value, input.trace.settlement); // §2.8: late elements after cancel are not taken
+      return;
+    }
     const asked = this.inlet.arrive();
     this.stats.receivedCount++;
     const seq = this.seq++;
@@ -352,9 +361,16 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> {
   }
 
   protected release(): void {
-    for (const gathering of this.open.values()) this.stopTimer(gathering);
+    // Held when the run ended (cancelled or failed): their sources may offer them again.
+    for (const gathering of this.open.values()) {
+      this.stopTimer(gathering);
+      for (const trace of gathering.traces) giveBack(undefined, trace.settlement);
+    }
     this.open.clear();
-    for (const gathering of this.ready.drain()) this.stopTimer(gathering);
+    for (const gathering of this.ready.drain()) {
+      this.stopTimer(gathering);
+      for (const trace of gathering.traces) giveBack(undefined, trace.settlement);
+    }
     this.stats.buffered -= this.held;
     this.held = 0;
     this.upstream?.unsubscribe();
@@ -450,7 +466,10 @@ class UnbatchRun<T> extends LinkedRun<Batch<T> | Traced<Batch<T>>> {
   }
 
   onNext(input: Batch<T> | Traced<Batch<T>>): void {
-    if (this.terminated || this.upstreamDone) return;
+    if (this.terminated || this.upstreamDone) {
+      giveBack(input instanceof Traced ? input.value : input, input instanceof Traced ? input.trace.settlement : undefined);
+      return;
+    }
     const asked = this.inlet.arrive();
     this.stats.receivedCount++;
     const seq = this.seq++;
@@ -466,6 +485,8 @@ class UnbatchRun<T> extends LinkedRun<Batch<T> | Traced<Batch<T>>> {
       return;
     }
     const received = value as Batch<T>;
+    // Items go on with their own traces; an envelope with a trace of its own is done with here.
+    if (input instanceof Traced && (received.size === 0 || input.trace !== received.traces[0])) input.trace.settlement?.deliver();
     if (received.size === 0) {
       this.stats.deliveredCount++;
       return;
@@ -513,7 +534,11 @@ class UnbatchRun<T> extends LinkedRun<Batch<T> | Traced<Batch<T>>> {
   protected release(): void {
     let held = 0;
     const first = this.queue.peek();
-    for (const pending of this.queue.drain()) held += pending.size;
+    for (const pending of this.queue.drain()) {
+      held += pending.size;
+      // Items not yet handed on when the run ended: their sources may offer them again.
+      for (let i = pending === first ? this.index : 0; i < pending.size; i++) giveBack(undefined, pending.traces[i]!.settlement);
+    }
     if (first !== undefined) held -= this.index;
     this.stats.buffered -= held;
     this.index = 0;

@@ -27,7 +27,8 @@ import { functionSchema, positiveInt, schedulerSchema, type ShedReason } from '.
 import { Ring } from '../flow/ring.js';
 import { callHook } from '../flow/report.js';
 import { StageStats } from '../flow/stats.js';
-import { type Traced, toTraced } from '../core/trace.js';
+import { Traced, toTraced } from '../core/trace.js';
+import { forEachSettlement, giveBack } from '../core/settlement.js';
 import { UnpausableSourceError } from '../core/errors.js';
 import type { ShedEvent } from './stage.js';
 
@@ -254,9 +255,13 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
   }
 
   onNext(input: T | Traced<T>): void {
-    if (this.terminated || this.upstreamDone) return; // §2.8: late elements after cancel are ignored
+    if (this.terminated || this.upstreamDone) {
+      if (input instanceof Traced) giveBack(input.value, input.trace.settlement); // §2.8: late elements after cancel are not taken
+      return;
+    }
     // A consumer that left inside a synchronous subscribe (`take`) has no teardown registered yet.
     if (this.subscriber.closed) {
+      if (input instanceof Traced) giveBack(input.value, input.trace.settlement);
       this.cancel();
       return;
     }
@@ -264,6 +269,8 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
     const seq = this.seq++;
     const element = toTraced(input, seq, false);
     this.stats.receivedCount += this.copies;
+    const settlement = element.trace.settlement;
+    if (settlement !== undefined) for (let copy = 1; copy < this.copies; copy++) settlement.hold();
     this.route(new Pending(element, seq), asked);
     this.drain();
   }
@@ -303,6 +310,7 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
     this.stats.shed[reason]++;
     const trace = pending.element.trace;
     if (trace.sampled) trace.keep(this.config.name, 0, 0, 0, 0, 0, reason); // as a stage does: a dead letter says where and why
+    forEachSettlement(pending.element.value, trace.settlement, (settlement) => settlement.shed(reason));
     callHook(this.config.onShed, {
       stage: this.config.name,
       reason,
@@ -405,14 +413,15 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
     if (this.terminated) return;
     this.terminated = true;
     let lost = 0;
+    // What is held when the run fails: its sources may offer it again.
     for (const lane of this.lanes) {
       lost += lane.ring.length;
       this.stats.buffered -= lane.ring.length;
-      lane.ring.drain();
+      for (const pending of lane.ring.drain()) giveBack(pending.element.value, pending.element.trace.settlement);
     }
     lost += this.held.length;
     this.stats.buffered -= this.held.length;
-    this.held.drain();
+    for (const { pending } of this.held.drain()) giveBack(pending.element.value, pending.element.trace.settlement);
     this.stats.failed += lost;
     this.release();
     this.subscriber.error(error);

@@ -7,7 +7,8 @@ import type { Ring } from '../../flow/ring.js';
 import type { ShedReason } from '../../flow/options.js';
 import type { StageStats } from '../../flow/stats.js';
 import { OverflowError, StageError, UnpausableSourceError, type SluiceError } from '../../core/errors.js';
-import type { TraceRef } from '../../core/trace.js';
+import { type TraceRef, settlementOf } from '../../core/trace.js';
+import { forEachSettlement, giveBack } from '../../core/settlement.js';
 import type { StageConfig } from './options.js';
 import type { Pending } from './task.js';
 
@@ -35,6 +36,7 @@ export function overflow<I>(stage: Overflowing<I>, incoming: Pending<I>, asked: 
         stats.buffered++;
       } else {
         stats.failed++;
+        giveBack(incoming.value, settlementOf(incoming.trace)); // the run fails with it at the door
         stage.fail(new UnpausableSourceError(config.name, config.capacity));
       }
       return;
@@ -51,6 +53,7 @@ export function overflow<I>(stage: Overflowing<I>, incoming: Pending<I>, asked: 
     case 'fail':
       // Documented choice: what is buffered and in flight is delivered first, then the error.
       stats.failed++;
+      giveBack(incoming.value, settlementOf(incoming.trace));
       stage.failAfterDrain(new OverflowError(config.name, config.capacity));
       return;
     case 'conflate': {
@@ -59,12 +62,24 @@ export function overflow<I>(stage: Overflowing<I>, incoming: Pending<I>, asked: 
         newest.value = (config.conflate as (pending: I, incoming: I) => I)(newest.value, incoming.value);
       } catch (err) {
         stats.failed++;
-        stage.fail(new StageError(config.name, incoming.seq, err));
+        const error = new StageError(config.name, incoming.seq, err);
+        forEachSettlement(incoming.value, settlementOf(incoming.trace), (settlement) => settlement.fail(error));
+        stage.fail(error);
         return;
       }
       newest.merged++;
       stats.conflated++;
+      mergeSettlement(incoming.trace, newest.trace);
       return;
     }
   }
+}
+
+/** A merged element settles with the one it was merged into (at once, if that one owes nothing). */
+function mergeSettlement(merged: TraceRef, into: TraceRef): void {
+  const settlement = settlementOf(merged);
+  if (settlement === undefined) return;
+  const survivor = settlementOf(into);
+  if (survivor === undefined) settlement.deliver();
+  else survivor.absorb(settlement);
 }

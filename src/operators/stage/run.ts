@@ -10,7 +10,8 @@ import { Ring } from '../../flow/ring.js';
 import { callHook } from '../../flow/report.js';
 import type { StageStats } from '../../flow/stats.js';
 import { AbortedError, DrainTimeoutError, SluiceError, StageError, StageTimeoutError } from '../../core/errors.js';
-import { SeqSampler, TraceContext, Traced, isSampled, traceOf, type Kept, type TraceRef } from '../../core/trace.js';
+import { SeqSampler, TraceContext, Traced, isSampled, settlementOf, traceOf, type Kept, type TraceRef } from '../../core/trace.js';
+import { type Settlement, forEachSettlement, giveBack } from '../../core/settlement.js';
 import type { WorkResult, Work } from '../../flow/work.js';
 import { WorkContext, Pending, type Task } from './task.js';
 import { InFlight } from './in-flight.js';
@@ -146,6 +147,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
         task.kept = undefined;
         task.recorded = true;
         this.shed(task.value, task.trace, task.seq, 'cancelled', 1 + task.merged, kept);
+        this.releaseOutputs(task);
       }
     }
     this.releaseAll();
@@ -169,26 +171,32 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
   }
 
   onNext(input: I | Traced<I>): void {
-    if (this.terminated === true || this.upstreamDone === true) return; // §2.8: late elements after cancel are ignored
+    if (this.terminated === true || this.upstreamDone === true) return this.late(input); // §2.8: late elements after cancel are not taken
     this.accept(input, this.inlet.arrive());
     // An element that was in transit arrived: its producer may be waiting on it.
     if (this.terminated === false && this.upstreamDone === false) this.inlet.signal();
   }
 
   onAskedNext(input: I | Traced<I>): void {
-    if (this.terminated === true || this.upstreamDone === true) return;
+    if (this.terminated === true || this.upstreamDone === true) return this.late(input);
     this.accept(input, true);
   }
 
   /** From a stage linked straight to this one: the element's parts, no envelope. */
   onTracedNext(value: I, trace: TraceRef): void {
-    if (this.terminated === true || this.upstreamDone === true) return;
+    if (this.terminated === true || this.upstreamDone === true) return giveBack(value, settlementOf(trace));
     this.take(value, trace, true);
   }
 
   /** `onTracedNext` for an output of settled async work upstream (the fast paths take some of them a shorter way). */
   onSettledNext(value: I, trace: TraceRef): void {
     if (this.terminated === false && this.upstreamDone === false) this.take(value, trace, true);
+    else giveBack(value, settlementOf(trace));
+  }
+
+  /** An element that came after the run ended is not taken: its source may offer it again. */
+  private late(input: I | Traced<I>): void {
+    if (input instanceof Traced) giveBack(input.value, input.trace.settlement);
   }
 
   /*
@@ -373,7 +381,10 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
    */
   protected abandon(value: I, trace: TraceRef, seq: number, merged: number, result: WorkResult<O>): typeof FAILED {
     if (this.cancelled === true) this.shed(value, trace, seq, 'cancelled', 1 + merged);
-    else this.stats.failed += 1 + merged;
+    else {
+      this.stats.failed += 1 + merged;
+      giveBack(value, settlementOf(trace));
+    }
     const kind = kindOf(result);
     if (kind === PROMISE)
       (result as PromiseLike<O>).then(undefined, () => {}); // a late rejection has no one to tell
@@ -476,7 +487,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
       result.subscribe({
         next: (output) => this.taskOutput(task, output),
         error: (err: unknown) => this.taskFailed(task, err),
-        complete: () => this.taskDone(task),
+        complete: () => this.streamDone(task),
       }),
     );
     if (task.closed) task.subscription.unsubscribe();
@@ -497,7 +508,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
       (step) => {
         task.iterating = false;
         if (task.closed) return;
-        if (step.done) this.taskDone(task);
+        if (step.done) this.streamDone(task);
         else this.taskOutput(task, step.value);
       },
       (err: unknown) => {
@@ -507,10 +518,19 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     );
   }
 
+  /** An output of streaming work: one more copy of its element is on its way downstream. */
   private taskOutput(task: Task<I, O>, output: O): void {
     if (task.closed === true) return;
+    settlementOf(task.trace)?.hold();
     task.push(output);
     this.ready(task);
+  }
+
+  /** Streaming work ended: its own copy of the element is done (its outputs settle downstream). */
+  private streamDone(task: Task<I, O>): void {
+    if (task.closed === true || task.done === true) return;
+    forEachSettlement(task.value, settlementOf(task.trace), settleDelivered);
+    this.taskDone(task);
   }
 
   private taskDone(task: Task<I, O>): void {
@@ -527,6 +547,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
   taskFailed(task: Task<I, O>, err: unknown): void {
     if (task.closed || task.failed) return;
     const error = err instanceof SluiceError ? err : new StageError(this.config.name, task.seq, err);
+    forEachSettlement(task.value, settlementOf(task.trace), (settlement) => settlement.fail(error));
     if (this.config.errorPolicy === 'fail') {
       this.fail(error);
       return;
@@ -543,6 +564,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     // Typed errors pass as they are, thrown or rejected alike: callers match on their code.
     const error = err instanceof SluiceError ? err : new StageError(this.config.name, seq, err);
     this.stats.failed += 1 + merged;
+    forEachSettlement(value, settlementOf(trace), (settlement) => settlement.fail(error));
     if (this.config.errorPolicy === 'fail') {
       this.fail(error);
       return;
@@ -669,6 +691,16 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     }
   }
 
+  /**
+   * A streaming task ended early: besides the copy its shed or failure released (its stream's;
+   * none if the stream had ended), each output still waiting here was a copy of the element.
+   */
+  private releaseOutputs(task: Task<I, O>): void {
+    const settlement = settlementOf(task.trace);
+    if (settlement === undefined || (task.subscription === undefined && task.iterator === undefined)) return;
+    for (let copy = task.done ? 1 : 0; copy < task.outputs; copy++) settlement.shed('cancelled');
+  }
+
   /** Finished, and its last output already went downstream (the consumer may end the run while taking it). */
   private delivered(task: Task<I, O>): boolean {
     return task.done && task.outputs === 0;
@@ -695,6 +727,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
   shed(value: I, trace: TraceRef, seq: number, reason: ShedReason, count: number, kept?: Kept): void {
     this.stats.shed[reason] += count;
     if (isSampled(trace)) recordShed(trace, this.name, reason, kept);
+    forEachSettlement(value, settlementOf(trace), (settlement) => settlement.shed(reason));
     if (this.config.onShed !== undefined) callHook(this.config.onShed, { stage: this.config.name, reason, value, seq, trace: traceOf(trace), count });
   }
 
@@ -739,13 +772,20 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     this.hop = false;
     this.upstream?.unsubscribe();
     let lost = 0;
-    for (const pending of this.takeBuffered()) lost += 1 + pending.merged;
+    for (const pending of this.takeBuffered()) {
+      lost += 1 + pending.merged;
+      giveBack(pending.value, settlementOf(pending.trace));
+    }
     for (const task of this.tasksInFlight()) {
       task.context?.abort(error);
       this.closeTask(task);
       if (task.failed) lost += 1 + task.merged;
       else if (this.delivered(task)) this.stats.deliveredCount += 1 + task.merged;
-      else lost += 1 + task.merged;
+      else {
+        lost += 1 + task.merged;
+        giveBack(task.value, settlementOf(task.trace));
+        this.releaseOutputs(task);
+      }
     }
     this.stats.failed += lost;
     this.releaseAll();
@@ -785,4 +825,8 @@ export function describeValue(value: unknown): string {
 
 export function describe(reason: unknown): string {
   return reason instanceof Error ? reason.message : String(reason);
+}
+
+function settleDelivered(settlement: Settlement): void {
+  settlement.deliver();
 }
