@@ -11,15 +11,13 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type Page } from 'playwright-core';
+import { CliProcess } from './support/cli-process.js';
 
-const root = fileURLToPath(new URL('..', import.meta.url));
 /** Debian's chromium; `SLUICE_CHROMIUM` names another build of it. */
 const CHROMIUM = process.env.SLUICE_CHROMIUM || '/usr/bin/chromium';
 const installed = existsSync(CHROMIUM);
@@ -30,57 +28,6 @@ const skip =
 /** Large enough that a generation is still streaming when the test stops it, whatever the machine's speed. */
 const LONG_ANSWER = 200_000;
 const STEP_TIMEOUT = 30_000;
-
-/** The CLI in a child process: its URL once it listens, its output for failure messages. */
-class ServerProcess {
-  private stdout = '';
-  private stderr = '';
-  private readonly exited: Promise<number | null>;
-
-  private constructor(readonly child: ChildProcess) {
-    child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (this.stdout += chunk));
-    child.stderr!.setEncoding('utf8').on('data', (chunk: string) => (this.stderr += chunk));
-    this.exited = new Promise((resolve) => child.once('exit', (code) => resolve(code)));
-  }
-
-  static start(args: readonly string[]): ServerProcess {
-    return new ServerProcess(spawn(process.execPath, ['bin/sluice.js', 'serve', ...args], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] }));
-  }
-
-  /** Resolves with the URL of the first stdout line; rejects if the process exits first. */
-  async url(timeout = 120_000): Promise<string> {
-    const deadline = Date.now() + timeout;
-    while (Date.now() < deadline) {
-      const match = /^sluice \S+ listening on (http:\/\/\S+)\n/.exec(this.stdout);
-      if (match) return match[1]!;
-      if (this.child.exitCode !== null) throw new Error(`sluice serve exited with ${this.child.exitCode} before listening:\n${this.output()}`);
-      await sleep(50);
-    }
-    throw new Error(`sluice serve did not print its URL within ${timeout} ms:\n${this.output()}`);
-  }
-
-  /** Sends SIGTERM; resolves with the exit code. */
-  async stop(timeout = 60_000): Promise<number | null> {
-    if (this.child.exitCode !== null) return this.child.exitCode;
-    this.child.kill('SIGTERM');
-    let timer: NodeJS.Timeout | undefined;
-    const code = await Promise.race([this.exited, new Promise<'timeout'>((resolve) => (timer = setTimeout(resolve, timeout, 'timeout')))]);
-    clearTimeout(timer);
-    if (code === 'timeout') {
-      this.child.kill('SIGKILL');
-      throw new Error(`sluice serve did not exit within ${timeout} ms of SIGTERM:\n${this.output()}`);
-    }
-    return code;
-  }
-
-  kill(): void {
-    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGKILL');
-  }
-
-  output(): string {
-    return `--- stdout\n${this.stdout}--- stderr\n${this.stderr}`;
-  }
-}
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
@@ -140,7 +87,7 @@ class ChatPage {
 
 describe('the chat page in headless Chromium against `sluice serve`', { skip }, () => {
   let models: string;
-  let server: ServerProcess | undefined;
+  let server: CliProcess | undefined;
   let browser: Browser | undefined;
   let chat: ChatPage;
   const pageErrors: string[] = [];
@@ -148,7 +95,7 @@ describe('the chat page in headless Chromium against `sluice serve`', { skip }, 
   before(async () => {
     if (!installed) throw new Error(`${CHROMIUM} is missing, and CI=true: .ci/run must install Debian's chromium before the tests`);
     models = await mkdtemp(join(tmpdir(), 'sluice-e2e-'));
-    server = ServerProcess.start(['--port', '0', '--models', models, '--max-tokens', String(LONG_ANSWER)]);
+    server = CliProcess.start('serve', ['--port', '0', '--models', models, '--max-tokens', String(LONG_ANSWER)]);
     const url = await server.url();
     browser = await chromium.launch({
       executablePath: CHROMIUM,
@@ -266,7 +213,7 @@ describe('the chat page in headless Chromium against `sluice serve`', { skip }, 
 
   it('against a server with --token, shows "unauthorized — check the token" for a missing or wrong token and stops reconnecting; the right token connects', async () => {
     const token = 'e2e-token-0123456789';
-    const secured = ServerProcess.start(['--port', '0', '--models', models, '--token', `e2e:${token}`, '--pool-size', '1']);
+    const secured = CliProcess.start('serve', ['--port', '0', '--models', models, '--token', `e2e:${token}`, '--pool-size', '1']);
     try {
       const url = await secured.url();
       const page = await browser!.newPage();

@@ -5,7 +5,7 @@ import type { NatsConnection } from '@nats-io/nats-core';
 import { Observable, filter, lastValueFrom, take, toArray } from 'rxjs';
 import * as z from 'zod';
 import { admission, fromIterable, stage, untraced, InvalidOptionsError, type Traced } from '../src/index.js';
-import { fromLink, linkMessageOf, openLink, toLink, LinkError, LinkReceiverStats } from '../src/nats.js';
+import { checkLink, fromLink, linkMessageOf, openLink, toLink, LinkError, LinkReceiverStats } from '../src/nats.js';
 import { startNatsServer, type NatsServer } from './support/nats-server.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -409,5 +409,42 @@ describe('sluice/nats links, on a real nats-server', () => {
     assert.deepEqual(values, [1]);
     assert.equal(stats.redelivered, 0);
     assert.equal(stats.received, 1);
+  });
+
+  it('contracts: a producer whose schema the receivers do not cover is refused before anything is sent; one they cover goes through', async () => {
+    const name = 'contract';
+    const receiverSide = await openLink(nc, { name, capacity: 8, schema: z.object({ prompt: z.string(), maxTokens: z.number().int() }) });
+    // The receiver records what it accepts when it starts.
+    const received: { prompt: string }[] = [];
+    const receiving = fromLink(receiverSide)
+      .pipe(untraced())
+      .subscribe((value) => received.push(value));
+    await sleep(100);
+    const stale = await openLink(nc, { name, capacity: 8, schema: z.object({ prompt: z.string() }) });
+    await assert.rejects(
+      toLink(fromIterable([{ prompt: 'a' }]), stale, { producerId: 'old' }),
+      (error: unknown) => error instanceof LinkError && error.code === 'SCHEMA_MISMATCH' && /maxTokens: the receiver requires it/.test(error.message),
+    );
+    assert.equal((await receiverSide.jsm.streams.info(receiverSide.stream)).state.messages, 0, 'nothing was sent');
+    const current = await openLink(nc, {
+      name,
+      capacity: 8,
+      schema: z.object({ prompt: z.string(), maxTokens: z.number().int().min(1), stream: z.boolean().default(false) }),
+    });
+    const summary = await toLink(fromIterable([{ prompt: 'b', maxTokens: 4 }]), current, { producerId: 'new' });
+    assert.equal(summary.published, 1);
+    const deadline = Date.now() + 3_000;
+    while (received.length === 0 && Date.now() < deadline) await sleep(20);
+    assert.equal(received[0]?.prompt, 'b');
+    receiving.unsubscribe();
+    // A receiver that would refuse what the recorded producer sends is refused too.
+    const narrow = await openLink(nc, { name, capacity: 8, schema: z.object({ prompt: z.string(), maxTokens: z.number().int().max(2) }) });
+    await assert.rejects(
+      lastValueFrom(fromLink(narrow)),
+      (error: unknown) => error instanceof LinkError && error.code === 'SCHEMA_MISMATCH' && /maxTokens/.test(error.message),
+    );
+    const report = await checkLink(current);
+    assert.deepEqual(report.reasons, []);
+    assert.ok(report.producer !== undefined && report.receiver !== undefined);
   });
 });

@@ -227,6 +227,9 @@ describe('sluice serve flags and environment', () => {
       [['serve', '--host', '0.0.0.0'], {}, /tokens: an open server \(no tokens\) may only listen on a loopback host/],
       [['serve', '--pool-size', '0'], {}, /poolSize/],
       [['frobnicate'], {}, /unknown command "frobnicate"/],
+      [['worker'], { SLUICE_NATS: '' }, /sluice worker needs --nats <url>/],
+      [['worker', '--nats', 'nats://127.0.0.1:4222', '--concurrency', '0'], {}, /--concurrency: expected at least 1/],
+      [['worker', '--nats', 'nats://127.0.0.1:4222', '--concurrency', 'many'], {}, /--concurrency: expected a whole number/],
     ];
     for (const [args, env, message] of cases) {
       const result = run(args, env);

@@ -34,8 +34,20 @@ Options (environment variable in brackets):
   --tenant-concurrent <n>     requests per tenant, all connections [SLUICE_TENANT_CONCURRENT] (default 32)
   --max-tokens <n>            largest max_tokens a request may ask [SLUICE_MAX_TOKENS] (default 4096)
   --rate <n>                  frames per second per connection [SLUICE_RATE] (default 20)
+  --nats <url>                generate on worker processes over NATS JetStream (run "sluice worker"
+                              beside it); needs @nats-io/jetstream and @nats-io/transport-node [SLUICE_NATS]
   -h, --help                  this text
   -v, --version               the version
+
+Usage: sluice worker --nats <url> [options]
+
+Runs the language model for "sluice serve --nats": takes generation requests from the link
+"charlm", streams the tokens back. Start as many as you like; they share the work.
+
+  --nats <url>                NATS server URL(s), comma-separated [SLUICE_NATS] (required)
+  --models <dir>              model files; missing ones are generated [SLUICE_MODELS] (default models)
+  --concurrency <n>           requests generated at once [SLUICE_CONCURRENCY] (default 4)
+  --pool-size <n>             inference worker threads [SLUICE_POOL_SIZE] (default min(cores, 2))
 `;
 
 /** A bad flag or environment value: printed without a stack, exit code 2. */
@@ -62,10 +74,21 @@ function readFlags(argv: readonly string[]) {
       'tenant-concurrent': { type: 'string' },
       'max-tokens': { type: 'string' },
       rate: { type: 'string' },
+      nats: { type: 'string' },
+      concurrency: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
       version: { type: 'boolean', short: 'v' },
     },
   });
+}
+
+/** The flags given, or a `UsageError` naming the bad one. */
+function flagValues(argv: readonly string[]): Flags['values'] {
+  try {
+    return readFlags(argv).values;
+  } catch (err) {
+    throw new UsageError(err instanceof Error ? err.message : String(err));
+  }
 }
 
 /** An integer flag or variable; `undefined` when neither is set. */
@@ -99,15 +122,9 @@ function tokens(entries: readonly string[] | undefined): Record<string, string> 
   return map;
 }
 
-/** Flags and environment → `ServeOptions`. */
-export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): ServeOptions {
-  let parsed: Flags;
-  try {
-    parsed = readFlags(argv);
-  } catch (err) {
-    throw new UsageError(err instanceof Error ? err.message : String(err));
-  }
-  const v = parsed.values;
+/** Flags and environment → `ServeOptions`, and the NATS URL generation goes to, if any. */
+export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): ServeOptions & { nats?: string } {
+  const v = flagValues(argv);
   const rate = integer(v, env, 'rate', 'SLUICE_RATE');
   const limits = {
     ...defined('maxConcurrent', integer(v, env, 'max-concurrent', 'SLUICE_MAX_CONCURRENT')),
@@ -129,6 +146,22 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
     ...defined('poolSize', integer(v, env, 'pool-size', 'SLUICE_POOL_SIZE')),
     ...defined('shutdownTimeout', integer(v, env, 'shutdown-timeout', 'SLUICE_SHUTDOWN_TIMEOUT')),
     ...(Object.keys(limits).length > 0 && { limits }),
+    ...defined('nats', v.nats ?? (env.SLUICE_NATS || undefined)),
+  };
+}
+
+/** Flags and environment → what `sluice worker` runs with. */
+export function workerOptions(argv: readonly string[], env: NodeJS.ProcessEnv): { nats: string; models?: string; concurrency?: number; poolSize?: number } {
+  const v = flagValues(argv);
+  const nats = v.nats ?? (env.SLUICE_NATS || undefined);
+  if (nats === undefined) throw new UsageError('sluice worker needs --nats <url> (or SLUICE_NATS)');
+  const concurrency = integer(v, env, 'concurrency', 'SLUICE_CONCURRENCY');
+  if (concurrency === 0) throw new UsageError('--concurrency: expected at least 1');
+  return {
+    nats,
+    ...defined('models', v.models ?? (env.SLUICE_MODELS || undefined)),
+    ...defined('concurrency', concurrency),
+    ...defined('poolSize', integer(v, env, 'pool-size', 'SLUICE_POOL_SIZE')),
   };
 }
 
@@ -158,11 +191,12 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     process.stdout.write(`${version()}\n`);
     return 0;
   }
+  if (command === 'worker') return worker(rest, env);
   if (command !== 'serve') {
     process.stderr.write(`sluice: unknown command "${command}"\n\n${HELP}`);
     return 2;
   }
-  let options: ServeOptions;
+  let options: ServeOptions & { nats?: string };
   try {
     options = serveOptions(rest, env);
   } catch (err) {
@@ -181,9 +215,20 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
 
   const log = (line: string) => process.stderr.write(`${new Date().toISOString()} ${line}\n`);
   let running: RunningServer;
+  let remote: { close(): Promise<void> } | undefined;
   try {
-    running = await startServer({ ...options, log });
+    const { nats, ...serve } = options;
+    if (nats !== undefined) {
+      // Loaded only with --nats: plain `sluice serve` needs no NATS package.
+      const connected = await (await import('./nats/processes.js')).connectRemoteModel(nats);
+      remote = connected;
+      log(`generation runs on the workers of link charlm at ${nats}`);
+      running = await startServer({ ...serve, log, languageModel: connected.model });
+    } else {
+      running = await startServer({ ...serve, log });
+    }
   } catch (err) {
+    await remote?.close().catch(() => {});
     if (err instanceof InvalidOptionsError) {
       process.stderr.write(`sluice: ${err.message}\nRun "sluice serve --help" for the options.\n`);
       return 2;
@@ -227,15 +272,59 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       }
       signalled = true;
       log(`${signal} received`);
-      running.shutdown().then(
-        () => resolve(0),
-        (err: unknown) => {
-          log(`shutdown failed: ${err instanceof Error ? err.message : String(err)}`);
-          resolve(1);
-        },
-      );
+      running
+        .shutdown()
+        .then(() => remote?.close())
+        .then(
+          () => resolve(0),
+          (err: unknown) => {
+            log(`shutdown failed: ${err instanceof Error ? err.message : String(err)}`);
+            resolve(1);
+          },
+        );
     };
     process.on('SIGTERM', stop);
     process.on('SIGINT', stop);
+  });
+}
+
+/** `sluice worker`: serves the language model to `sluice serve --nats` until SIGTERM or SIGINT. */
+async function worker(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<number> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(HELP);
+    return 0;
+  }
+  let options: ReturnType<typeof workerOptions>;
+  try {
+    options = workerOptions(argv, env);
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    process.stderr.write(`sluice: ${err.message}\nRun "sluice worker --help" for the options.\n`);
+    return 2;
+  }
+  const log = (line: string) => process.stderr.write(`${new Date().toISOString()} ${line}\n`);
+  let running: Awaited<ReturnType<typeof import('./nats/processes.js').startModelWorker>>;
+  try {
+    running = await (await import('./nats/processes.js')).startModelWorker({ ...options, log });
+  } catch (err) {
+    if ((err as { code?: string }).code === 'MISSING_PEER') throw err;
+    process.stderr.write(`sluice: the worker failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
+    return 1;
+  }
+  process.stdout.write(`sluice ${version()} worker: serving charlm to ${options.nats}\n`);
+  return new Promise<number>((resolve) => {
+    const stop = (signal: NodeJS.Signals) => {
+      log(`${signal} received: handing requests in flight back to the link`);
+      running.stop().then(
+        () => resolve(0),
+        () => resolve(1),
+      );
+    };
+    process.once('SIGTERM', stop);
+    process.once('SIGINT', stop);
+    running.server.done.catch((err: unknown) => {
+      log(`the link failed: ${err instanceof Error ? err.message : String(err)}`);
+      resolve(1);
+    });
   });
 }

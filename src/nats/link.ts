@@ -30,7 +30,9 @@ export type LinkErrorCode =
   /** The connection closed while the link was in use. */
   | 'LINK_DISCONNECTED'
   /** An element the link's schema does not admit was offered to a producer. */
-  | 'INVALID_MESSAGE';
+  | 'INVALID_MESSAGE'
+  /** A producer's schema admits values the link's receivers refuse (or a receiver's refuses what producers send). */
+  | 'SCHEMA_MISMATCH';
 
 export const linkOptionsSchema = z
   .object({

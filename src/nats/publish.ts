@@ -17,6 +17,7 @@ import { Traced } from '../core/trace.js';
 import { subscribeWithDemand, type DemandSubscription } from '../flow/demand.js';
 import { type Link, LinkError, MAXIMUM_MESSAGES_EXCEEDED, apiCode, definite, disconnected, refused } from './link.js';
 import { invalidReason, traceHeaders } from './wire.js';
+import { agreeOnContract } from './contract.js';
 
 export interface ToLinkOptions<T> {
   /** Names this producer in message ids (default: random). Reuse it after a restart to let the server drop what it already has. */
@@ -95,7 +96,16 @@ class Publisher<T> {
     this.skipInvalid = options.onInvalid === 'skip';
   }
 
+  /** Agrees on the link's contract first: nothing is taken from upstream before. */
   start(): void {
+    agreeOnContract(this.link as Link<unknown>, 'producer').then(
+      () => this.run(),
+      (error: unknown) => this.fail(error),
+    );
+  }
+
+  private run(): void {
+    if (this.ended) return;
     this.creditWatch = this.link.connection.subscribe(this.link.creditSubject, { callback: () => this.look() });
     this.subscription = subscribeWithDemand(this.source, {
       next: (value) => this.publish(value),

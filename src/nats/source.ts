@@ -14,7 +14,8 @@ import { Settlement, type Settled, type Settler } from '../core/settlement.js';
 import { TraceContext, type StageRecord, type Traced, parseTraceparent } from '../core/trace.js';
 import { Flow, type Outlet, type Producer } from '../flow/demand.js';
 import { Ring } from '../flow/ring.js';
-import { type Link, definite, disconnected, refused } from './link.js';
+import { type Link, LinkError, definite, disconnected, refused } from './link.js';
+import { agreeOnContract } from './contract.js';
 import { RECORDS, SEQ, TRACEPARENT, deadLetter, describe, invalidReason, letterOf } from './wire.js';
 
 /** The message an element came from, for settling it by hand. Settle it once; later settlements change nothing. */
@@ -197,13 +198,17 @@ class LinkProducer<T> implements Producer {
       this.keepAliveTimer = setInterval(() => this.keepAlive(), this.link.config.ackWait / 2);
       this.keepAliveTimer.unref();
     }
-    this.link.js.consumers.get(this.link.stream, this.link.durable).then(
-      (consumer) => {
-        this.consumer = consumer;
-        this.pull();
-      },
-      (error: unknown) => this.fail(refused(this.link.config.name, `its consumer ${this.link.durable} could not be found`, error)),
-    );
+    // The contract first: no message is pulled before the link's producers and this receiver agree.
+    agreeOnContract(this.link as Link<unknown>, 'receiver')
+      .then(() => this.link.js.consumers.get(this.link.stream, this.link.durable))
+      .then(
+        (consumer) => {
+          this.consumer = consumer;
+          this.pull();
+        },
+        (error: unknown) =>
+          this.fail(error instanceof LinkError ? error : refused(this.link.config.name, `its consumer ${this.link.durable} could not be found`, error)),
+      );
   }
 
   pull(): void {

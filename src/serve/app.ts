@@ -22,11 +22,13 @@ import * as z from 'zod';
 import { parseOptions, positiveInt } from '../flow/options.js';
 import { StageStats } from '../flow/stats.js';
 import { generateModels, MODEL_FILES } from '../ai/models/generate.js';
+import { BUNDLED_DATA } from '../ai/models/bundled.js';
 import { InferencePool, type InferencePoolStats } from '../ai/models/pool.js';
 import { embedder } from '../ai/models/pool-embedder.js';
 import { poolClassifier } from '../ai/models/pool-classifier.js';
 import { loadTokenizer } from '../ai/models/load.js';
 import { CharLmWorker } from '../ai/inference/onnx-lm.js';
+import type { ModelWorker } from '../ai/inference/worker.js';
 import { BUNDLED_CORPUS, indexPassages, loadCorpus } from '../ai/rag/corpus.js';
 import { RAG_STAGES, ragWorker, type RagStage } from '../ai/rag/worker.js';
 import { createHttpHandler } from './http.js';
@@ -37,10 +39,6 @@ import { attachTokenSocket, type TokenSocketEvent, type TokenSocketLimits, type 
 /** Where the WebSocket protocol is served. */
 export const WS_PATH = '/v1/ws';
 
-/** `data/` of the package, from source or from `dist/`. */
-const BUNDLED_DATA = [new URL('../../data/', import.meta.url), new URL('../../../data/', import.meta.url)]
-  .map((url) => fileURLToPath(url))
-  .find((path) => existsSync(path));
 /** The chat page, from source or from `dist/`. */
 const CHAT_PAGE = [new URL('../../examples/chat.html', import.meta.url), new URL('../../../examples/chat.html', import.meta.url)]
   .map((url) => fileURLToPath(url))
@@ -72,6 +70,12 @@ export interface ServeOptions {
   readonly limits?: Partial<TokenSocketLimits>;
   /** Log lines (start-up, refusals, shutdown). Never given a token or a prompt. Default: none. */
   readonly log?: (line: string) => void;
+  /**
+   * The language model to serve instead of loading the generated one in this process: e.g. a
+   * `remoteModel` of `sluice/nats`, whose generations run in worker processes. The edge
+   * (sockets, HTTP, admission, caches), the guard, embedding and retrieval stay here.
+   */
+  readonly languageModel?: ModelWorker;
 }
 
 const optionsSchema = z
@@ -99,6 +103,11 @@ const optionsSchema = z
     shutdownTimeout: z.number({ error: 'shutdownTimeout must be a number of ms' }).int().min(0, { error: 'shutdownTimeout must be ≥ 0' }).default(10_000),
     limits: z.record(z.string(), z.unknown()).optional(),
     log: z.custom<(line: string) => void>((v) => typeof v === 'function', { error: 'log must be a function' }).optional(),
+    languageModel: z
+      .custom<ModelWorker>((v) => typeof (v as ModelWorker | undefined)?.generate === 'function' && typeof (v as ModelWorker).name === 'string', {
+        error: 'languageModel must be a ModelWorker (name, generate, infer)',
+      })
+      .optional(),
   })
   .strict()
   .refine((o) => Object.keys(o.tokens).length > 0 || o.insecure || isLoopback(o.host), {
@@ -162,7 +171,11 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
 
   const pool = await InferencePool.create({
     name: 'serve',
-    models: { embed: `${dir}/${MODEL_FILES.embedding}`, guard: `${dir}/${MODEL_FILES.guard}`, charlm: `${dir}/${MODEL_FILES.charLm}` },
+    models: {
+      embed: `${dir}/${MODEL_FILES.embedding}`,
+      guard: `${dir}/${MODEL_FILES.guard}`,
+      ...(config.languageModel === undefined && { charlm: `${dir}/${MODEL_FILES.charLm}` }),
+    },
     size: config.poolSize,
   });
   const metrics = new SluiceMetrics();
@@ -171,7 +184,11 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     const embed = embedder(pool, tokenizer, { model: 'embed' });
     const passages = await loadCorpus(config.corpus);
     const index = await indexPassages(passages, (texts, signal) => embed(texts, signal));
-    const lm = await CharLmWorker.load(`${dir}/${MODEL_FILES.charLm}`, { run: (feeds, signal) => pool.run(feeds, { model: 'charlm', signal }) });
+    const local =
+      config.languageModel === undefined
+        ? await CharLmWorker.load(`${dir}/${MODEL_FILES.charLm}`, { run: (feeds, signal) => pool.run(feeds, { model: 'charlm', signal }) })
+        : undefined;
+    const lm = config.languageModel ?? local!;
     const stats = Object.fromEntries(RAG_STAGES.map((name) => [name, new StageStats()])) as Record<RagStage, StageStats>;
     for (const [name, s] of Object.entries(stats)) metrics.registerStage(name, s);
     const rag = ragWorker({ lm, embedder: embed, index, classify: poolClassifier(pool, tokenizer, { model: 'guard' }), stats });
@@ -252,7 +269,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
         server.close();
         const [ws, http] = await Promise.all([sockets.drain(deadline), api.drain(deadline)]);
         server.closeAllConnections();
-        await lm.release();
+        await local?.release();
         await pool.close();
         metrics.close();
         log(
