@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,36 +14,20 @@ import { CharLmWorker } from '../src/ai/inference/onnx-lm.js';
 import { generateRequest, type ModelWorker, type Token } from '../src/ai/inference/worker.js';
 import { LinkReceiverStats, openModelLink, remoteModel, serveModel, type RemoteRequest } from '../src/nats.js';
 import { startNatsServer, type NatsServer } from './support/nats-server.js';
+import { startScript } from './support/child-script.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const root = fileURLToPath(new URL('..', import.meta.url));
 
 /** Starts a worker process; resolves once it is ready. `events` collects what it reports. */
-function startWorker(url: string, name: string, models: string, events: { outcome: string; sent: number; attempt: number }[]): Promise<ChildProcess> {
-  const child = spawn(
-    process.execPath,
-    ['--conditions=sluice-source', '--import', 'tsx', join(root, 'marble-tests/support/model-worker.ts'), url, name, models],
-    {
-      cwd: root,
-      stdio: ['ignore', 'pipe', 'inherit'],
-    },
-  );
-  return new Promise((resolve, reject) => {
-    let buffered = '';
-    child.stdout!.setEncoding('utf8');
-    child.stdout!.on('data', (chunk: string) => {
-      buffered += chunk;
-      let newline = buffered.indexOf('\n');
-      while (newline >= 0) {
-        const line = buffered.slice(0, newline);
-        buffered = buffered.slice(newline + 1);
-        if (line === 'ready') resolve(child);
-        else if (line.startsWith('{')) events.push(JSON.parse(line));
-        newline = buffered.indexOf('\n');
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`worker exited with ${code} before it was ready`)));
-  });
+async function startWorker(url: string, name: string, models: string, events: { outcome: string; sent: number; attempt: number }[]): Promise<ChildProcess> {
+  const { child, lines } = await startScript('./model-worker.ts', [url, name, models]);
+  const collect = setInterval(() => {
+    for (const line of lines.splice(0)) if (line.startsWith('{')) events.push(JSON.parse(line));
+  }, 10);
+  child.once('exit', () => clearInterval(collect));
+  collect.unref();
+  return child;
 }
 
 describe('remote generation over a link, on a real nats-server and the real character LM', () => {

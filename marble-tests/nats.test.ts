@@ -7,6 +7,7 @@ import * as z from 'zod';
 import { admission, fromIterable, stage, untraced, InvalidOptionsError, type Traced } from '../src/index.js';
 import { checkLink, fromLink, linkMessageOf, openLink, toLink, LinkError, LinkReceiverStats } from '../src/nats.js';
 import { startNatsServer, type NatsServer } from './support/nats-server.js';
+import { startScript } from './support/child-script.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -446,5 +447,40 @@ describe('sluice/nats links, on a real nats-server', () => {
     const report = await checkLink(current);
     assert.deepEqual(report.reasons, []);
     assert.ok(report.producer !== undefined && report.receiver !== undefined);
+  });
+
+  it('two stage worker processes share a link; one SIGKILLed under load: nothing lost, its redone results dropped as copies by the server', async () => {
+    const input = 'jobs';
+    const output = 'results';
+    const total = 300;
+    const jobs = await openLink(nc, { name: input, capacity: 64, ackWait: 1_500, creditInterval: 50 });
+    const results = await openLink(nc, { name: output, capacity: 1_000, creditInterval: 50 });
+    const a = await startScript('./stage-worker.ts', [server.url, input, output, '5']);
+    const b = await startScript('./stage-worker.ts', [server.url, input, output, '5']);
+    try {
+      const producing = toLink(fromIterable(Array.from({ length: total }, (_, i) => i)), jobs, { producerId: 'jobs' });
+      const stored = async () => (await results.jsm.streams.info(results.stream)).state.messages;
+      let deadline = Date.now() + 20_000;
+      while ((await stored()) < 80 && Date.now() < deadline) await sleep(10);
+      a.child.kill('SIGKILL');
+      await producing;
+      deadline = Date.now() + 20_000;
+      while ((await stored()) < total && Date.now() < deadline) await sleep(50);
+      await sleep(2_000); // past ackWait: anything the dead worker held has been redone by now
+      assert.equal(await stored(), total, 'each result stored once');
+      assert.equal((await jobs.jsm.streams.info(jobs.stream)).state.messages, 0, 'every job acknowledged');
+      const values = await lastValueFrom(fromLink<number>(results).pipe(untraced(), take(total), toArray()));
+      assert.deepEqual(
+        values.sort((x, y) => x - y),
+        Array.from({ length: total }, (_, i) => i * 2),
+      );
+      assert.ok(
+        b.lines.some((line) => line.startsWith('redelivered')),
+        'the survivor redid what the dead worker held',
+      );
+    } finally {
+      a.child.kill('SIGKILL');
+      b.child.kill('SIGKILL');
+    }
   });
 });

@@ -18,10 +18,19 @@ import { subscribeWithDemand, type DemandSubscription } from '../flow/demand.js'
 import { type Link, LinkError, MAXIMUM_MESSAGES_EXCEEDED, apiCode, definite, disconnected, refused } from './link.js';
 import { invalidReason, traceHeaders } from './wire.js';
 import { agreeOnContract } from './contract.js';
+import { originOf } from './source.js';
 
 export interface ToLinkOptions<T> {
   /** Names this producer in message ids (default: random). Reuse it after a restart to let the server drop what it already has. */
   producerId?: string;
+  /**
+   * Message ids of elements that came from a link: `'source'` (default) derives them from the
+   * source message and the output's ordinal among its outputs, so a worker that redoes a message
+   * another worker died on sends the same ids and the server drops the copies (within its
+   * duplicate window, 2 minutes by default); `'producer'` numbers them by producer like other
+   * elements (two producers sending outputs of one source message into one link need it).
+   */
+  ids?: 'source' | 'producer';
   /** The message body for an element (default: JSON). */
   encode?: (value: T) => Uint8Array | string;
   /**
@@ -64,6 +73,9 @@ class Publisher<T> {
   private readonly producerId: string;
   private readonly encode: (value: T) => Uint8Array | string;
   private readonly skipInvalid: boolean;
+  private readonly sourceIds: boolean;
+  /** Outputs sent so far per source message (`ids: 'source'`). */
+  private readonly ordinals = new WeakMap<Settlement, number>();
   private subscription: DemandSubscription | undefined;
   private creditWatch: NatsSubscription | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
@@ -94,6 +106,7 @@ class Publisher<T> {
     this.producerId = options.producerId ?? Math.random().toString(36).slice(2, 12);
     this.encode = options.encode ?? ((value: T) => JSON.stringify(value));
     this.skipInvalid = options.onInvalid === 'skip';
+    this.sourceIds = options.ids !== 'producer';
   }
 
   /** Agrees on the link's contract first: nothing is taken from upstream before. */
@@ -185,12 +198,13 @@ class Publisher<T> {
     }
     this.unconfirmed++;
     this.sent++;
+    const settlement = traced?.trace.settlement;
     const outgoing: Outgoing = {
       body,
-      sequence,
+      id: this.idOf(sequence, settlement),
       headers: traced === undefined ? undefined : traceHeaders(traced.trace),
       value,
-      settlement: traced?.trace.settlement,
+      settlement,
     };
     this.send(outgoing);
   }
@@ -211,9 +225,18 @@ class Publisher<T> {
     this.ask();
   }
 
+  /** The message id: from the source message and the output's ordinal, or from this producer's sequence. */
+  private idOf(sequence: number, settlement: Settlement | undefined): string {
+    const origin = this.sourceIds ? originOf(settlement) : undefined;
+    if (origin === undefined || settlement === undefined) return `${this.producerId}-${sequence}`;
+    const ordinal = this.ordinals.get(settlement) ?? 0;
+    this.ordinals.set(settlement, ordinal + 1);
+    return `${origin}.${ordinal}`;
+  }
+
   private send(outgoing: Outgoing): void {
-    const { body, sequence, headers } = outgoing;
-    this.link.js.publish(this.link.subject, body, { msgID: `${this.producerId}-${sequence}`, headers }).then(
+    const { body, id, headers } = outgoing;
+    this.link.js.publish(this.link.subject, body, { msgID: id, headers }).then(
       (ack) => {
         this.unconfirmed--;
         this.published++;
@@ -287,7 +310,7 @@ class Publisher<T> {
 /** A publish under way: what to send again, and what to settle once it is stored. */
 interface Outgoing {
   readonly body: Uint8Array | string;
-  readonly sequence: number;
+  readonly id: string;
   readonly headers: MsgHdrs | undefined;
   readonly value: unknown;
   readonly settlement: Settlement | undefined;

@@ -24,6 +24,8 @@ export interface LinkMessage<T> {
   readonly value: T;
   /** The message's sequence in the link's stream. */
   readonly seq: number;
+  /** `<stream>-<seq>`: the message, for good (a redelivery has the same origin). */
+  readonly origin: string;
   /** 1 on first delivery; more after a receiver failed to settle it in time or `nak`ed it. */
   readonly deliveries: number;
   /** Done with it: the server deletes it and the link has room for one more. */
@@ -90,6 +92,12 @@ export function fromLink<T = unknown>(link: Link<T> | Link, options: FromLinkOpt
   return new Flow<Traced<T>>((outlet) => new LinkProducer(link, outlet, receiver));
 }
 
+/** The origin (`<stream>-<seq>`) of the link message a settlement belongs to, if it belongs to one. */
+export function originOf(settlement: Settlement | undefined): string | undefined {
+  const settler = settlement?.settler;
+  return settler instanceof Received ? settler.origin : undefined;
+}
+
 /**
  * The link message an element came from (or was derived from, through any stage), if it came
  * from a link: pass the element, or a stage's work context (`linkMessageOf(context).working()`).
@@ -119,6 +127,9 @@ class Received<T> implements LinkMessage<T>, Settler {
   ) {}
   get seq(): number {
     return this.message.seq;
+  }
+  get origin(): string {
+    return `${this.message.info.stream}-${this.message.seq}`;
   }
   get deliveries(): number {
     return this.message.info.deliveryCount;

@@ -1,0 +1,30 @@
+/**
+ * A stage worker process for the crash tests: takes numbers from link `<in>`, doubles each after
+ * `<workMs>` ms of async work, and sends the result to link `<out>`. Prints "ready", then one line
+ * per message it got on a second or later delivery ("redelivered <seq>").
+ * Usage: node --conditions=sluice-source --import tsx stage-worker.ts <url> <in> <out> <workMs>
+ */
+import { connect } from '@nats-io/transport-node';
+import { stage } from '../../src/index.js';
+import { fromLink, linkMessageOf, openLink, toLink } from '../../src/nats.js';
+
+const [url, input, output, workMs] = process.argv.slice(2) as [string, string, string, string];
+const connection = await connect({ servers: url });
+const from = await openLink(connection, { name: input, capacity: 64, ackWait: 1_500, creditInterval: 50 });
+const to = await openLink(connection, { name: output, capacity: 1_000, creditInterval: 50 });
+void toLink(
+  fromLink<number>(from, { maxBatch: 8 }).pipe(
+    stage(
+      async (value: number, context) => {
+        const deliveries = linkMessageOf(context)?.deliveries ?? 1;
+        if (deliveries > 1) process.stdout.write(`redelivered ${value}\n`);
+        await new Promise((resolve) => setTimeout(resolve, Number(workMs)));
+        return value * 2;
+      },
+      { concurrency: 4 },
+    ),
+  ),
+  to,
+  { producerId: `worker-${process.pid}` },
+);
+process.stdout.write('ready\n');
