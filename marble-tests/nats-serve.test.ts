@@ -4,6 +4,7 @@
  * the worker that generates for it.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -93,5 +94,21 @@ describe('sluice serve --nats with two sluice worker processes', () => {
     const line = workers.map((worker) => /: cancelled after (\d+) tokens/.exec(worker.stderr)).find((match) => match !== null);
     assert.ok(line, `a worker logged the cancel:\n${workers.map((worker) => worker.output()).join('\n')}`);
     assert.ok(Number(line![1]) < 4000, 'it stopped long before max_tokens');
+  });
+
+  it('an unreachable NATS server: worker and serve exit 1 at start-up, naming the URL', () => {
+    for (const command of ['worker', 'serve']) {
+      const result = spawnSync(
+        process.execPath,
+        ['bin/sluice.js', command, '--nats', 'nats://127.0.0.1:1', '--models', models, '--port', '0'].slice(0, command === 'worker' ? 6 : 8),
+        {
+          cwd: root,
+          encoding: 'utf8',
+          timeout: 60_000,
+        },
+      );
+      assert.equal(result.status, 1, `${command}: ${result.stderr}`);
+      assert.match(result.stderr, /cannot reach the NATS server at nats:\/\/127\.0\.0\.1:1/);
+    }
   });
 });

@@ -57,15 +57,18 @@ describe('sluice/nats links, on a real nats-server', () => {
     const link = await openLink(nc, { name: 'slow', capacity, creditInterval: 50 });
     const total = 120;
     let peakSeen = 0;
+    let peakHeld = 0;
+    const stats = new LinkReceiverStats();
     const watching = setInterval(() => {
       link.jsm.streams.info(link.stream).then(
         (info) => (peakSeen = Math.max(peakSeen, info.state.messages)),
         () => {},
       );
     }, 5);
+    const holding = setInterval(() => (peakHeld = Math.max(peakHeld, stats.held)), 1);
     const producing = toLink(fromIterable(Array.from({ length: total }, (_, i) => i)), link, { producerId: 'p1' });
     const received = await lastValueFrom(
-      fromLink<number>(link, { maxBatch: 4 }).pipe(
+      fromLink<number>(link, { maxBatch: 4, stats }).pipe(
         stage(
           async (value: number) => {
             await sleep(2); // slower than the producer
@@ -79,7 +82,11 @@ describe('sluice/nats links, on a real nats-server', () => {
       ),
     );
     clearInterval(watching);
+    clearInterval(holding);
     const summary = await producing;
+    // The receiver holds no more than its pipeline asked for: the stage's buffer and the one in its work.
+    assert.ok(peakHeld <= 2 + 1, `the receiver held ${peakHeld} messages at once`);
+    assert.ok(peakHeld >= 2, `the receiver kept its pipeline fed (${peakHeld})`);
     assert.equal(summary.published, total);
     assert.equal(summary.duplicates, 0);
     assert.deepEqual(

@@ -6,6 +6,7 @@
 import { availableParallelism } from 'node:os';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { natsTransport } from '../core/peers.js';
+import { SluiceError } from '../core/errors.js';
 import { CharLmWorker } from '../ai/inference/onnx-lm.js';
 import type { Completion, GenerateRequest, ModelWorker } from '../ai/inference/worker.js';
 import { MODEL_FILES, generateModels } from '../ai/models/generate.js';
@@ -43,13 +44,13 @@ export async function startModelWorker(options: ModelWorkerOptions): Promise<Run
   const log = options.log ?? (() => {});
   const dir = options.models ?? 'models';
   if (BUNDLED_DATA === undefined) throw new Error('the bundled data/ folder is missing from the package');
+  const connection = await connectTo(options.nats, 'worker');
   await generateModels({ outDir: dir, dataDir: BUNDLED_DATA });
   const pool = await InferencePool.create({
     name: 'worker',
     models: { charlm: `${dir}/${MODEL_FILES.charLm}` },
     size: options.poolSize ?? Math.min(availableParallelism(), 2),
   });
-  const connection = await connectTo(options.nats, 'worker');
   const link = await openModelLink(connection, LINK);
   const lm = await CharLmWorker.load(`${dir}/${MODEL_FILES.charLm}`, { run: (feeds, signal) => pool.run(feeds, { model: 'charlm', signal }) });
   const server = serveModel(link, lm, {
@@ -75,7 +76,14 @@ export async function connectRemoteModel(nats: string): Promise<{ model: ModelWo
   return { model: remoteModel(link, { name: MODEL_LINK }), close: () => connection.drain() };
 }
 
-/** A connection that keeps reconnecting (a server restart must not end a worker). */
-function connectTo(servers: string, name: string): Promise<NatsConnection> {
-  return natsTransport().connect({ servers: servers.split(','), name: `sluice-${name}`, maxReconnectAttempts: -1, reconnectTimeWait: 500 });
+/** A connection that keeps reconnecting once made (a server restart must not end a worker); an unreachable server fails at once. */
+async function connectTo(servers: string, name: string): Promise<NatsConnection> {
+  try {
+    return await natsTransport().connect({ servers: servers.split(','), name: `sluice-${name}`, maxReconnectAttempts: -1, reconnectTimeWait: 500 });
+  } catch (error) {
+    throw new SluiceError('NATS_UNREACHABLE', `cannot reach the NATS server at ${servers} (${error instanceof Error ? error.message : String(error)}).`, {
+      hint: 'Start nats-server with -js there, or check --nats.',
+      cause: error,
+    });
+  }
 }
