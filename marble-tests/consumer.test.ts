@@ -28,13 +28,14 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const TSC = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
 const inCi = process.env.CI === 'true';
 /**
- * Linked from the repo for the second half (`onnxruntime-common` is onnxruntime-node's dependency). A
+ * Linked from the repo for the second half (`onnxruntime-common` is onnxruntime-node's dependency, `tweetnacl`
+ * the NATS client's). A
  * scope is linked package by package, never as a whole folder, and no npm command runs in the app
  * after linking: npm prunes what it finds extraneous, and through a linked scope folder it would
  * delete the repo's own packages.
  */
-const LINKED_PEERS = ['onnxruntime-node', 'onnxruntime-common', 'ws', 'prom-client', '@opentelemetry/*'];
-const OPTIONAL_PEERS = ['onnxruntime-node', 'ws', 'prom-client', '@opentelemetry/api'];
+const LINKED_PEERS = ['onnxruntime-node', 'onnxruntime-common', 'ws', 'prom-client', '@opentelemetry/*', '@nats-io/*', 'tweetnacl'];
+const OPTIONAL_PEERS = ['onnxruntime-node', 'ws', 'prom-client', '@opentelemetry/api', '@nats-io/jetstream', '@nats-io/transport-node'];
 
 /** The environment of every child: npm's script variables (`npm_config_prefix`, …) would redirect the app's npm. */
 const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith('npm_') && key !== 'NODE_OPTIONS'));
@@ -191,13 +192,13 @@ export const source = new testing.TestSource<number>();
       }
     });
 
-    it("import('sluice/ai') fails with MissingPeerError naming onnxruntime-node and its install command", async (t) => {
+    it("import('sluice/ai') fails with MissingPeerError naming onnxruntime-node and its install command (and sluice/serve, sluice/nats theirs)", async (t) => {
       if (!needsApp(t)) return;
       const out = await nodeJson<Record<string, { name: string; code: string; message: string } | null>>(
         app,
         'missing-peer.mjs',
         `const outcome = {};
-for (const entry of ['sluice/ai', 'sluice/serve']) {
+for (const entry of ['sluice/ai', 'sluice/serve', 'sluice/nats']) {
   try { await import(entry); outcome[entry] = null; }
   catch (error) { outcome[entry] = { name: error.name, code: error.code, message: error.message }; }
 }
@@ -211,6 +212,8 @@ console.log(JSON.stringify(outcome));
       assert.match(ai.message, /"onnxruntime-node"/);
       assert.match(ai.message, /npm install onnxruntime-node/);
       assert.equal(out['sluice/serve']?.code, 'MISSING_PEER', 'sluice/serve without its peers');
+      assert.equal(out['sluice/nats']?.code, 'MISSING_PEER', 'sluice/nats without the NATS client');
+      assert.match(out['sluice/nats']!.message, /npm install @nats-io\/jetstream/);
     });
   });
 
