@@ -490,4 +490,18 @@ describe('sluice/nats links, on a real nats-server', () => {
       b.child.kill('SIGKILL');
     }
   });
+
+  it('a connection closed for good fails a receiver and a producer with LINK_DISCONNECTED, never a silent stall', async () => {
+    const connection = await connect({ servers: server.url });
+    const link = await openLink(connection, { name: 'closing', capacity: 4, creditInterval: 50, pullExpires: 1_000 });
+    await toLink(fromIterable([1, 2, 3, 4]), link, { producerId: 'p1' });
+    // Nothing is settled (no untraced): the link stays full, and the second producer waits for room.
+    const receiving = lastValueFrom(fromLink<number>(link, { maxBatch: 1 }).pipe(toArray()));
+    const producing = toLink(fromIterable([5, 6]), link, { producerId: 'p2' });
+    await sleep(100);
+    await connection.close();
+    const disconnected = (error: unknown) => error instanceof LinkError && error.code === 'LINK_DISCONNECTED';
+    await assert.rejects(receiving, disconnected);
+    await assert.rejects(producing, disconnected);
+  });
 });
