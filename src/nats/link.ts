@@ -50,6 +50,8 @@ export const linkOptionsSchema = z
     creditInterval: z.number().positive({ error: 'creditInterval must be > 0 ms' }).default(250),
     /** How long a receiver's pull waits for messages before it is renewed (ms). */
     pullExpires: z.number().min(1000, { error: 'pullExpires must be ≥ 1000 ms (the server refuses less)' }).default(5_000),
+    /** Servers of a JetStream cluster that keep a copy of the link's streams (1, 3 or 5; at most the cluster's size). */
+    replicas: z.union([z.literal(1), z.literal(3), z.literal(5)], { error: 'replicas must be 1, 3 or 5' }).default(1),
     /** Dead letters the link keeps, newest first (its dead-letter stream's `max_msgs`; older ones are dropped). */
     deadLetters: positiveInt('deadLetters').default(10_000),
     /** What a message must be: receivers dead-letter one that is not, producers refuse to send one. */
@@ -114,6 +116,7 @@ export async function openLink<T = unknown>(connection: NatsConnection, options:
     retention: RetentionPolicy.Workqueue,
     max_msgs: config.capacity,
     discard: DiscardPolicy.New,
+    num_replicas: config.replicas,
   };
   const existing = await jsm.streams.info(stream).catch((error: unknown) => {
     if (apiCode(error) === STREAM_NOT_FOUND) return undefined;
@@ -153,6 +156,7 @@ export async function openLink<T = unknown>(connection: NatsConnection, options:
     retention: RetentionPolicy.Limits,
     max_msgs: config.deadLetters,
     discard: DiscardPolicy.Old,
+    num_replicas: config.replicas,
   };
   // add, else update: the same config twice is accepted; a changed bound is applied.
   await jsm.streams
