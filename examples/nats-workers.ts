@@ -6,7 +6,7 @@
  * Needs `nats-server` on the PATH (Debian: apt-get install nats-server) and the NATS client
  * packages: npm install @nats-io/jetstream@~3.3.1 @nats-io/transport-node@~3.3.1
  *
- * Run: node --import tsx examples/nats-workers.ts
+ * Run: node --conditions=sluice-source --import tsx examples/nats-workers.ts
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
