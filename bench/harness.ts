@@ -106,12 +106,12 @@ export interface TargetCheck {
   readonly measured: number;
   readonly unit: string;
   readonly limit: number;
-  /** `le`: measured ≤ limit passes; `lt`: measured < limit passes. */
-  readonly comparison: 'le' | 'lt';
+  /** `le`: measured ≤ limit passes; `lt`: measured < limit; `ge`: measured ≥ limit (a speed-up). */
+  readonly comparison: 'le' | 'lt' | 'ge';
   readonly pass: boolean;
 }
 
-export function target(what: string, measured: number, unit: string, comparison: 'le' | 'lt', limit: number): TargetCheck {
-  const pass = comparison === 'le' ? measured <= limit : measured < limit;
+export function target(what: string, measured: number, unit: string, comparison: 'le' | 'lt' | 'ge', limit: number): TargetCheck {
+  const pass = comparison === 'le' ? measured <= limit : comparison === 'lt' ? measured < limit : measured >= limit;
   return { what, measured, unit, limit, comparison, pass };
 }

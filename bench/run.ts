@@ -16,6 +16,10 @@
  *      capacity 4, real timers: wall-time ratio filtered/alone, peak buffered and peak in transit against the bound (bench/transit.ts)
  *   6. import cost — cold `import()` time and RSS of the built core (dist/src/index.js, built first if missing or older than
  *      src/) beside plain rxjs and zod, one child process per sample; target: core ≤ 1.5× rxjs (bench/import-cost.ts)
+ *   7. links over NATS — against a nats-server of its own (skipped without `nats-server` on the PATH): µs per element of
+ *      one link hop at batch 1, 16 and 256 beside an in-process stage; 1 ms of async work per element on 1 vs 2 worker
+ *      processes (target: ≥ 1.8×); the backlog and held counts of a slow receiver against their bounds; ms from a
+ *      worker's SIGKILL to its messages reaching another receiver (bench/nats.ts, bench/nats-worker.ts)
  *
  * Environment (all optional):
  *   BENCH_N=1000000              elements per throughput run
@@ -27,6 +31,9 @@
  *   BENCH_SOURCE_N=10000000      elements for each memory run per source kind (memory-source-*)
  *   BENCH_TRANSIT_N=3000         elements for the delay(20) transit runs, alone and filtered (about 12 s and 30 s)
  *   BENCH_IMPORT_SAMPLES=9       child processes per module for the import cost (median reported)
+ *   BENCH_NATS_N=5000            elements per link-hop run (nats-hop-*)
+ *   BENCH_NATS_WORK_N=2000       elements for each worker-process run (nats-workers-*)
+ *   BENCH_NATS_BOUNDS_N=1000     elements for the slow receiver (nats-bounds)
  *   BENCH_WS_CLIENTS, BENCH_WS_TOKENS, BENCH_WS_QUICK=1 ...  WebSocket load sizes (all listed in bench/ws-load.ts)
  *   BENCH_FULL_GC=1              force a full GC before every throughput run (re-optimisation timed too; see throughput.ts)
  *   BENCH_ONLY=regex             run only cases / scenarios / sections whose id matches (e.g. `^sluice-sync`, `^ws-`);
@@ -64,6 +71,7 @@ import { STAGES, measureThroughput, throughputCases, type ThroughputResult } fro
 import { TRANSIT_CAPACITY, TRANSIT_ROOM, TRANSIT_SLACK, meanTransitDelay, measureTransit, transitScenarios, type TransitResult } from './transit.js';
 import { measureWsLoad, wsLoadConfig, wsLoadReport, wsScenarios, type WsLoadResult } from './ws-load.js';
 import { ensureBuilt, importCases, measureImportCost, type ImportResult } from './import-cost.js';
+import { NATS_WORK_MS, REDELIVERY, measureNats, natsConfig, natsScenarioIds, natsServerVersion, type NatsResults } from './nats.js';
 
 const config = {
   n: envInt('BENCH_N', 1_000_000),
@@ -76,6 +84,7 @@ const config = {
   transitN: envInt('BENCH_TRANSIT_N', 3_000),
   importSamples: envInt('BENCH_IMPORT_SAMPLES', 9),
   ws: wsLoadConfig(),
+  nats: natsConfig(),
 };
 
 const TARGETS = {
@@ -88,6 +97,8 @@ const TARGETS = {
   transitFilterRatio: 3,
   /** Cold `import()` of the built core over plain rxjs's (which every user imports anyway). */
   coreImportRatio: 1.5,
+  /** Elements per second with 1 ms of async work per element on 2 worker processes over 1. */
+  natsWorkersSpeedup: 1.8,
 } as const;
 
 /**
@@ -150,7 +161,7 @@ if (!canCollect) console.log('warning: run with --expose-gc (npm run bench does)
 const cases = throughputCases(config.rxjsAsyncN).filter((c) => selected(c.id));
 let throughput: ThroughputResult[] = [];
 if (cases.length > 0) {
-  process.stderr.write(`\n[1/6] throughput: ${cases.length} pipelines × ${config.repeats} rounds\n`);
+  process.stderr.write(`\n[1/7] throughput: ${cases.length} pipelines × ${config.repeats} rounds\n`);
   throughput = await measureThroughput(cases, { n: config.n, repeats: config.repeats, onProgress: progress });
 }
 const byId = new Map(throughput.map((r) => [r.id, r]));
@@ -216,7 +227,7 @@ if (throughput.length > 0) {
 const scenarios = latencyScenarios.filter((s) => selected(s.id));
 const latency: LatencyResult[] = [];
 if (scenarios.length > 0) {
-  process.stderr.write(`\n[2/6] wakeup latency: ${scenarios.length} scenarios × ${config.latencySamples} samples\n`);
+  process.stderr.write(`\n[2/7] wakeup latency: ${scenarios.length} scenarios × ${config.latencySamples} samples\n`);
   for (const scenario of scenarios) {
     await settle();
     const result = await measureLatency(scenario, config.latencySamples, Math.ceil(config.latencySamples / 10));
@@ -249,7 +260,7 @@ const sourceKinds = sourceKindScenarios.filter((s) => selected(s.id));
 const sourceMemory: MemoryResult[] = [];
 let sourceNs = NaN;
 if (selected('sluice-memory') || selected('rxjs-memory') || sourceKinds.length > 0) {
-  process.stderr.write(`\n[3/6] memory bound\n`);
+  process.stderr.write(`\n[3/7] memory bound\n`);
 }
 if (selected('sluice-memory') || selected('rxjs-memory')) {
   sourceNs = sourceNsPerElement(Math.min(config.bigN, 2_000_000));
@@ -362,7 +373,7 @@ let wsLoad: WsLoadResult[] = [];
 let wsTables: ReturnType<typeof wsLoadReport> | undefined;
 if (wsSelected.length > 0) {
   process.stderr.write(
-    `\n[4/6] WebSocket load: ${wsSelected.length} scenarios, ${config.ws.clients} clients, ${formatCount(config.ws.tokens)} tokens in all\n`,
+    `\n[4/7] WebSocket load: ${wsSelected.length} scenarios, ${config.ws.clients} clients, ${formatCount(config.ws.tokens)} tokens in all\n`,
   );
   await settle();
   wsLoad = await measureWsLoad(wsSelected, config.ws, progress);
@@ -381,7 +392,7 @@ if (wsSelected.length > 0) {
 const transitSelected = transitScenarios(config.transitN).filter((s) => selected(s.id));
 const transit: TransitResult[] = [];
 if (transitSelected.length > 0) {
-  process.stderr.write(`\n[5/6] transit: ${transitSelected.length} pipelines, real timers\n`);
+  process.stderr.write(`\n[5/7] transit: ${transitSelected.length} pipelines, real timers\n`);
   for (const scenario of transitSelected) {
     await settle();
     const result = await measureTransit(scenario);
@@ -472,7 +483,7 @@ const importSelected = importCases.filter((c) => selected(c.id));
 let importCost: ImportResult[] = [];
 let importRatio: { ms: number; rss: number } | undefined;
 if (importSelected.length > 0) {
-  process.stderr.write(`\n[6/6] import cost: ${importSelected.length} modules × ${config.importSamples} child processes\n`);
+  process.stderr.write(`\n[6/7] import cost: ${importSelected.length} modules × ${config.importSamples} child processes\n`);
   progress(ensureBuilt());
   importCost = measureImportCost(importSelected, config.importSamples, progress);
   const core = importCost.find((r) => r.id === 'import-core');
@@ -505,13 +516,106 @@ if (importCost.length > 0) {
   console.log(textTable(importHeader, importRows));
 }
 
+// ---------------------------------------------------------------- 7. links over NATS
+
+const natsSelected = natsScenarioIds().filter((id) => selected(id));
+let nats: NatsResults | undefined;
+let natsSkipped: string | undefined;
+if (natsSelected.length > 0) {
+  const server = natsServerVersion();
+  if ('missing' in server) {
+    natsSkipped = server.missing;
+    console.log(`\n## 7. Links over NATS — skipped: ${natsSkipped}`);
+  } else {
+    process.stderr.write(`\n[7/7] links over NATS: ${natsSelected.length} scenarios, ${server.version}\n`);
+    await settle();
+    nats = await measureNats(natsSelected, config.nats, server.version, progress);
+  }
+}
+const natsSpeedup = ((): number | undefined => {
+  const one = nats?.workers.find((w) => w.workers === 1);
+  const two = nats?.workers.find((w) => w.workers === 2);
+  return one && two ? two.perSecond / one.perSecond : undefined;
+})();
+if (natsSpeedup !== undefined) {
+  checks.push(
+    target(`NATS: speed-up of 2 worker processes over 1, ${NATS_WORK_MS} ms of work per element (×)`, natsSpeedup, '×', 'ge', TARGETS.natsWorkersSpeedup),
+  );
+}
+const natsHopHeader = [
+  'link hop: toLink → fromLink → untraced()',
+  'batch',
+  'N',
+  'capacity',
+  'µs/element',
+  'messages/s',
+  'in-process stage ns/el',
+  'hop / in-process',
+];
+const natsHopRows = (nats?.hops ?? []).map((h) => [
+  h.id,
+  String(h.batch),
+  formatCount(h.n),
+  String(h.capacity),
+  h.usPerElement.toFixed(1),
+  h.perSecond.toFixed(0),
+  formatNs(h.inProcessNs),
+  formatRatio((h.usPerElement * 1000) / h.inProcessNs),
+]);
+const natsWorkersHeader = [`${NATS_WORK_MS} ms of async work per element, concurrency 1`, 'workers', 'N', 'wall s', 'elements/s', 'vs 1 worker', 'target'];
+const natsWorkersRows = (nats?.workers ?? []).map((w) => {
+  const two = w.workers === 2 && natsSpeedup !== undefined;
+  return [
+    w.id,
+    String(w.workers),
+    formatCount(w.n),
+    (w.ms / 1000).toFixed(2),
+    w.perSecond.toFixed(0),
+    two ? `${natsSpeedup.toFixed(2)}×` : w.workers === 1 ? 'reference' : '',
+    two ? `≥ ${TARGETS.natsWorkersSpeedup}× ${natsSpeedup >= TARGETS.natsWorkersSpeedup ? 'PASS' : 'MISS'}` : '',
+  ];
+});
+const natsFigureHeader = ['link figure', 'measured', 'against'];
+const natsFigureRows: string[][] = [];
+if (nats?.bounds !== undefined) {
+  const b = nats.bounds;
+  const slow = `nats-bounds: slow receiver, ${formatCount(b.n)} elements in ${(b.ms / 1000).toFixed(2)} s`;
+  natsFigureRows.push([
+    `${slow}: peak stream backlog (${b.backlogSamples} samples; the producer saw ${b.producerPeakBacklog})`,
+    String(b.peakBacklog),
+    `link capacity ${b.capacity}`,
+  ]);
+  natsFigureRows.push([`${slow}: peak held by the receiver`, String(b.peakHeld), `stage capacity + concurrency ${b.room}`]);
+}
+if (nats?.redelivery !== undefined) {
+  const r = nats.redelivery;
+  const what = `nats-redelivery: SIGKILL of a worker holding ${r.held} messages for ${r.heldBeforeKillMs.toFixed(0)} ms`;
+  natsFigureRows.push([`${what} → first at another receiver (ms)`, r.firstMs.toFixed(0), `ackWait ${r.ackWait}`]);
+  natsFigureRows.push([`${what} → all ${r.held} there (ms; ${r.redelivered} with deliveries > 1)`, r.lastMs.toFixed(0), `ackWait ${r.ackWait}`]);
+}
+if (nats !== undefined) {
+  console.log(`\n## 7. Links over NATS — ${nats.server} on 127.0.0.1, one connection per process, a fresh link per scenario\n`);
+  if (natsHopRows.length > 0) console.log(`${textTable(natsHopHeader, natsHopRows)}\n`);
+  if (natsWorkersRows.length > 0) console.log(`${textTable(natsWorkersHeader, natsWorkersRows)}\n`);
+  if (natsFigureRows.length > 0) console.log(`${textTable(natsFigureHeader, natsFigureRows)}\n`);
+  if (natsHopRows.length > 0)
+    console.log(
+      '  - a hop: wall time from starting producer and receiver (both in this process) to the N-th element received, over N; publishWindow = batch;\n' +
+        '    in-process: fromIterable → stage(x => x) → untraced() → counter, median of 11 runs of N after a warm-up',
+    );
+  if (natsWorkersRows.length > 0)
+    console.log("  - workers: wall time from the producer's start to the N-th distinct element reported done (core NATS) by the worker processes");
+  if (nats.redelivery !== undefined)
+    console.log(`  - redelivery: the server delivers a held message again ackWait (${REDELIVERY.ackWait} ms) after its delivery or last keep-alive`);
+}
+
 // ---------------------------------------------------------------- targets, markdown, json
 
 const targetHeader = ['target', 'measured', 'limit', 'result'];
 const targetRows = checks.map((c) => [
   c.what,
   c.measured.toFixed(c.unit === 'MB' ? 1 : 2),
-  `${c.comparison === 'le' ? '≤' : '<'} ${c.limit}`,
+  `${c.comparison === 'le' ? '≤' : c.comparison === 'lt' ? '<' : '≥'} ${c.limit}`,
   c.pass ? 'PASS' : 'MISS',
 ]);
 if (checks.length > 0) {
@@ -547,6 +651,9 @@ if (wsTables !== undefined) {
 if (transit.length > 0) console.log(`${markdownTable(transitHeader, transitRows)}\n`);
 if (transitFigures.length > 0) console.log(`${markdownTable(transitFigureHeader, transitFigureRows)}\n`);
 if (importCost.length > 0) console.log(`${markdownTable(importHeader, importRows)}\n`);
+if (natsHopRows.length > 0) console.log(`${markdownTable(natsHopHeader, natsHopRows)}\n`);
+if (natsWorkersRows.length > 0) console.log(`${markdownTable(natsWorkersHeader, natsWorkersRows)}\n`);
+if (natsFigureRows.length > 0) console.log(`${markdownTable(natsFigureHeader, natsFigureRows)}\n`);
 if (checks.length > 0) console.log(`${markdownTable(targetHeader, targetRows)}\n`);
 if (yardstickLine !== undefined) console.log(`${yardstickLine}\n`);
 
@@ -570,6 +677,7 @@ const results = {
   wsLoad,
   transit,
   importCost: importCost.map((r) => ({ ...r, ratioToRxjs: r.id === 'import-core' ? importRatio : undefined })),
+  nats: nats === undefined ? (natsSkipped === undefined ? undefined : { skipped: natsSkipped }) : { ...nats, workersSpeedup: natsSpeedup },
   checks,
 };
 // A filtered run must not overwrite the full results: it writes only where BENCH_OUT says.

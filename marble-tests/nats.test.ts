@@ -507,4 +507,21 @@ describe('sluice/nats links, on a real nats-server', () => {
     await assert.rejects(receiving, disconnected);
     await assert.rejects(producing, disconnected);
   });
+
+  it('a producer that fills the link exactly, with no receiver running, still resolves; one more waits for room', async () => {
+    const link = await openLink(nc, { name: 'exact', capacity: 4, creditInterval: 50 });
+    const summary = await toLink(fromIterable([1, 2, 3, 4]), link, { producerId: 'p1' });
+    assert.equal(summary.published, 4);
+    let resolved = false;
+    const more = toLink(fromIterable([5]), link, { producerId: 'p2' }).then((s) => {
+      resolved = true;
+      return s;
+    });
+    await sleep(300);
+    assert.equal(resolved, false, 'the fifth waits: the link is full');
+    assert.equal((await link.jsm.streams.info(link.stream)).state.messages, 4);
+    const first = await lastValueFrom(fromLink<number>(link).pipe(untraced(), take(1), toArray()));
+    assert.equal(first.length, 1);
+    assert.equal((await more).published, 1);
+  });
 });

@@ -142,7 +142,12 @@ class Publisher<T> {
     if (subscription === undefined || subscription.closed || this.ended) return;
     const allowed = Math.min(this.credit(), this.link.config.publishWindow - this.unconfirmed) - subscription.outstanding;
     if (allowed > 0) subscription.request(allowed);
-    else if (this.credit() <= 0) this.waitForRoom();
+    else if (this.credit() <= 0) {
+      // A source may tell it has ended only when asked for one more (an iterator): ask, so a producer
+      // that filled the link exactly still resolves. What comes instead waits here for room (one element).
+      if (subscription.outstanding === 0 && this.unconfirmed === 0 && !this.sourceDone) subscription.request(1);
+      this.waitForRoom();
+    }
   }
 
   private waitForRoom(): void {
