@@ -31,9 +31,15 @@ describe('sluice/nats links, on a real nats-server', () => {
       return true;
     });
     await assert.rejects(openLink(nc, { name: 'has a space' }), InvalidOptionsError);
-    await assert.rejects(openLink(nc, { name: 'two', replicas: 2 as 3 }), (error: unknown) => error instanceof InvalidOptionsError && /replicas must be 1, 3 or 5/.test(error.message));
+    await assert.rejects(
+      openLink(nc, { name: 'two', replicas: 2 as 3 }),
+      (error: unknown) => error instanceof InvalidOptionsError && /replicas must be 1, 3 or 5/.test(error.message),
+    );
     // Three copies on a server that is not part of a cluster: the server refuses, and the error says which stream.
-    await assert.rejects(openLink(nc, { name: 'replicated', replicas: 3 }), (error: unknown) => error instanceof LinkError && error.code === 'LINK_REFUSED' && /SLUICE_replicated/.test(error.message));
+    await assert.rejects(
+      openLink(nc, { name: 'replicated', replicas: 3 }),
+      (error: unknown) => error instanceof LinkError && error.code === 'LINK_REFUSED' && /SLUICE_replicated/.test(error.message),
+    );
   });
 
   it('refuses to reopen a link with another capacity (LINK_CONFLICT)', async () => {
