@@ -207,6 +207,60 @@ describe('POST /v1/chat/completions with a deterministic worker', () => {
     assert.equal((await fetch(`${running.base}/nope`)).status, 404);
   });
 
+  it('the OpenAI surface clients expect: GET /v1/models/{id}, 405 with Allow, JSON-only POST bodies, precise messages (issue 25)', async () => {
+    const model = await fetch(`${running.base}/v1/models/counter`);
+    assert.equal(model.status, 200);
+    assert.deepEqual(await model.json(), { id: 'counter', object: 'model', created: 0, owned_by: 'sluice' });
+    const missing = await fetch(`${running.base}/v1/models/nope`);
+    assert.equal(missing.status, 404);
+    assert.equal(((await missing.json()) as { error: { code: string } }).error.code, 'model_not_found');
+    for (const [path, method, allow] of [
+      ['/v1/chat/completions', 'GET', 'POST'],
+      ['/v1/models', 'DELETE', 'GET, HEAD'],
+      ['/v1/models/counter', 'POST', 'GET, HEAD'],
+      ['/healthz', 'POST', 'GET, HEAD'],
+    ] as const) {
+      const response = await fetch(`${running.base}${path}`, { method });
+      assert.equal(response.status, 405, `${method} ${path}`);
+      assert.equal(response.headers.get('allow'), allow, `${method} ${path}`);
+    }
+    // A cross-site form or fetch can send text/plain without a preflight: it must not start a generation.
+    const plain = await fetch(`${running.base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'text/plain' },
+      body: JSON.stringify({ model: 'counter', messages: user('hi') }),
+    });
+    assert.equal(plain.status, 415);
+    assert.equal(((await plain.json()) as { error: { code: string } }).error.code, 'unsupported_media_type');
+    const charset = await post(running.base, { model: 'counter', messages: user('hi'), max_tokens: 2 }, { 'content-type': 'application/json; charset=utf-8' });
+    assert.equal(charset.status, 200);
+    const numeric = await post(running.base, { model: 5, messages: user('hi') });
+    assert.equal(numeric.status, 400);
+    assert.match(((await numeric.json()) as { error: { message: string } }).error.message, /model must be a string/);
+  });
+
+  it('accepts the standard sampling fields: presence_penalty and frequency_penalty in [-2, 2]; logit_bias refused with a precise message (issue 25)', async () => {
+    const defaults = await post(running.base, { model: 'counter', messages: user('hi'), max_tokens: 2, presence_penalty: 0, frequency_penalty: 0 });
+    assert.equal(defaults.status, 200);
+    const set = await post(running.base, {
+      model: 'counter',
+      messages: user('hi'),
+      max_tokens: 2,
+      presence_penalty: 1.5,
+      frequency_penalty: -0.5,
+      logit_bias: {},
+    });
+    assert.equal(set.status, 200);
+    const far = await post(running.base, { model: 'counter', messages: user('hi'), presence_penalty: 3 });
+    assert.equal(far.status, 400);
+    assert.equal(((await far.json()) as { error: { param: string } }).error.param, 'presence_penalty');
+    const bias = await post(running.base, { model: 'counter', messages: user('hi'), logit_bias: { '50256': -100 } });
+    assert.equal(bias.status, 400);
+    const { error } = (await bias.json()) as { error: { param: string; message: string } };
+    assert.equal(error.param, 'logit_bias');
+    assert.match(error.message, /logit_bias is not supported/);
+  });
+
   it('refuses a body larger than maxBodyBytes with 413 without reading it, even when chunked', async () => {
     const status = await new Promise<number>((resolve, reject) => {
       const req = httpRequest(`${running.base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {

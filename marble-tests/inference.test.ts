@@ -17,7 +17,7 @@ import { stage } from '../src/operators/stage.js';
 import { MODEL_FILES, generateModels } from '../src/ai/models/generate.js';
 import { SIGNATURES, loadModel, type LoadedModel } from '../src/ai/models/load.js';
 import { EmptyPromptError, HttpStatusError, MalformedEventError, ProviderError, RateLimitedError } from '../src/ai/inference/errors.js';
-import { StopMatcher, applyRepetitionPenalty, createRandom, distribution, sampleToken } from '../src/ai/inference/sampling.js';
+import { StopMatcher, applyOccurrencePenalties, applyRepetitionPenalty, createRandom, distribution, sampleToken } from '../src/ai/inference/sampling.js';
 import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker, type Token } from '../src/ai/inference/worker.js';
 import { OpenAIWorker, SseParser } from '../src/ai/inference/openai.js';
 import { CharLmWorker, DecoderLmWorker, type RunModel } from '../src/ai/inference/onnx-lm.js';
@@ -142,6 +142,20 @@ describe('sampling', () => {
     const raw = Float64Array.from([2, -1]);
     applyRepetitionPenalty(raw, [0, 1, 1], 2);
     assert.deepEqual([...raw], [1, -2]);
+  });
+
+  it("OpenAI's presence and frequency penalties count generated tokens only, not the prompt's", () => {
+    const raw = Float64Array.from([2, 1, 0]);
+    applyOccurrencePenalties(raw, [0, 0, 1], 0.5, 0.25);
+    assert.deepEqual([...raw], [1, 0.25, 0]);
+    const uniform = [0, 0, 0, 0];
+    // History [2, 2 | 1, 1]: the prompt is the first two; only token 1 was generated (twice).
+    const penalised = distribution(uniform, { presence_penalty: 1, frequency_penalty: 0.5 }, [2, 2, 1, 1], 2);
+    assert.ok(penalised[1]! < penalised[0]!, 'the generated token is less likely');
+    assert.equal(penalised[2], penalised[0], 'the prompt token is not penalised');
+    const negative = distribution(uniform, { presence_penalty: -1 }, [3], 0);
+    assert.ok(negative[3]! > negative[0]!, 'a negative penalty makes it more likely');
+    assert.deepEqual([...distribution(uniform, { presence_penalty: 0, frequency_penalty: 0 }, [1, 1], 0)], [0.25, 0.25, 0.25, 0.25]);
   });
 
   it('the stop sequence that begins first wins, even when a shorter one completes sooner (found by the property below)', () => {

@@ -6,7 +6,7 @@ export function sendError(res: ServerResponse, error: ApiError): void {
   if (res.headersSent || res.destroyed) return;
   // A body still arriving is not read: closing the connection is cheaper than draining it.
   if (error.status === 413) res.setHeader('connection', 'close');
-  res.writeHead(error.status, { 'content-type': 'application/json' });
+  res.writeHead(error.status, { ...error.headers, 'content-type': 'application/json' });
   res.end(error.body());
 }
 

@@ -118,6 +118,17 @@ const optionsSchema = z
   });
 
 const ROUTES = new Set(['/v1/chat/completions', '/v1/models', '/metrics', '/healthz', '/readyz']);
+/** `/v1/models/{id}`: one route (and one metrics label) for every id. */
+const MODEL_ROUTE = '/v1/models/{id}';
+const MODEL_PREFIX = '/v1/models/';
+
+/** The methods each route answers; any other gets 405 with `Allow`. */
+function allowed(route: string): string {
+  return route === '/v1/chat/completions' ? 'POST' : 'GET, HEAD';
+}
+
+/** JSON bodies only: `text/plain` and form posts are what a cross-site page can send without a preflight. */
+const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
 
 /**
  * Builds the request listener. Routes: `POST /v1/chat/completions`, `GET /v1/models`,
@@ -150,7 +161,9 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
   const interrupts = new Set<() => void>();
 
   const chat = async (req: IncomingMessage, res: ServerResponse, arrivedAt: number): Promise<void> => {
-    if (req.method !== 'POST') throw new ApiError(405, 'Use POST for /v1/chat/completions.', 'invalid_request_error', 'method_not_allowed');
+    if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
+      throw new ApiError(415, 'The request body must be JSON (content-type: application/json).', 'invalid_request_error', 'unsupported_media_type');
+    }
     if (draining) throw new ApiError(503, 'The server is shutting down.', 'server_error', 'server_shutting_down');
     const body = await readJson(req, config.maxBodyBytes);
     const parsed = chatSchema.safeParse(body);
@@ -272,7 +285,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
   const handler = (req: IncomingMessage, res: ServerResponse): void => {
     const arrivedAt = performance.now();
     const path = pathOf(req.url);
-    const route = ROUTES.has(path) ? path : 'other';
+    const route = ROUTES.has(path) ? path : path.startsWith(MODEL_PREFIX) && path.length > MODEL_PREFIX.length ? MODEL_ROUTE : 'other';
     res.on('close', () => {
       // A client that left mid-stream still got a 200 status line: the class records what was sent.
       config.metrics?.observeRequest({ route, status: res.statusCode, seconds: (performance.now() - arrivedAt) / 1000 });
@@ -287,11 +300,22 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     if (route.startsWith('/v1/') && config.auth !== undefined && !(await config.auth(req))) {
       throw new ApiError(401, 'Invalid or missing API key.', 'invalid_request_error', 'invalid_api_key');
     }
+    if (route !== 'other') {
+      const allow = allowed(route);
+      if (!allow.split(', ').includes(req.method ?? 'GET')) {
+        throw new ApiError(405, `Use ${allow.replace(', ', ' or ')} for ${route}.`, 'invalid_request_error', 'method_not_allowed', null, { allow });
+      }
+    }
     switch (route) {
       case '/v1/chat/completions':
         return chat(req, res, arrivedAt);
       case '/v1/models':
-        return sendJson(res, 200, { object: 'list', data: [...workers.keys()].map((id) => ({ id, object: 'model', created: 0, owned_by: 'sluice' })) });
+        return sendJson(res, 200, { object: 'list', data: [...workers.keys()].map(modelObject) });
+      case MODEL_ROUTE: {
+        const id = decodeURIComponent(pathOf(req.url).slice(MODEL_PREFIX.length));
+        if (!workers.has(id)) throw new ApiError(404, `The model \`${id}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
+        return sendJson(res, 200, modelObject(id));
+      }
       case '/metrics': {
         if (config.metrics === undefined) throw new ApiError(404, 'Metrics are not enabled.', 'invalid_request_error', 'not_found');
         const { contentType, body } = await config.metrics.scrape();
@@ -341,4 +365,8 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       },
     },
   }) as HttpHandler;
+}
+
+function modelObject(id: string): { id: string; object: 'model'; created: number; owned_by: string } {
+  return { id, object: 'model', created: 0, owned_by: 'sluice' };
 }

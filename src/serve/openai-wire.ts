@@ -14,10 +14,21 @@ export const messageSchema = z.looseObject({
   name: z.string().optional(),
 });
 
+/** OpenAI's presence and frequency penalties: in [-2, 2], 0 (the default many clients send) changes nothing. */
+function penalty(name: string) {
+  return z
+    .number({ error: `${name} must be a number` })
+    .min(-2, { error: `${name} must be in [-2, 2]` })
+    .max(2, { error: `${name} must be in [-2, 2]` })
+    .nullish();
+}
+
 /** The chat-completions body sluice understands. Unknown fields are refused, as OpenAI does, rather than silently ignored. */
 export const chatSchema = z
   .object({
-    model: z.string({ error: 'model is required' }).min(1, { error: 'model must not be empty' }),
+    model: z
+      .string({ error: (issue) => (issue.input === undefined ? 'model is required' : 'model must be a string') })
+      .min(1, { error: 'model must not be empty' }),
     messages: z.array(messageSchema, { error: 'messages must be an array' }).min(1, { error: 'messages must not be empty' }),
     temperature: z
       .number({ error: 'temperature must be a number' })
@@ -45,6 +56,13 @@ export const chatSchema = z
     stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
     seed: z.number({ error: 'seed must be a number' }).int({ error: 'seed must be an integer' }).nullish(),
     repetition_penalty: z.number({ error: 'repetition_penalty must be a number' }).gt(0, { error: 'repetition_penalty must be > 0' }).nullish(),
+    presence_penalty: penalty('presence_penalty'),
+    frequency_penalty: penalty('frequency_penalty'),
+    // Token ids differ between tokenizers: a bias meant for OpenAI's would land on other tokens here.
+    logit_bias: z
+      .record(z.string(), z.number(), { error: 'logit_bias must map token ids to numbers' })
+      .refine((bias) => Object.keys(bias).length === 0, { error: "logit_bias is not supported: this server's models do not use OpenAI's token ids" })
+      .nullish(),
     n: z.literal(1, { error: 'only n = 1 is supported' }).nullish(),
     user: z.string().nullish(),
   })
@@ -60,6 +78,8 @@ export class ApiError extends Error {
     readonly type: string,
     readonly code: string | null,
     readonly param: string | null = null,
+    /** Headers the response carries beside the error (`Allow` on a 405). */
+    readonly headers: Readonly<Record<string, string>> = {},
   ) {
     super(message);
   }
@@ -92,6 +112,8 @@ export function toGenerateRequest(body: ChatBody, limit: number): GenerateReques
       ...(body.stop != null && { stop: typeof body.stop === 'string' ? [body.stop] : body.stop }),
       ...(body.seed != null && { seed: body.seed }),
       ...(body.repetition_penalty != null && { repetition_penalty: body.repetition_penalty }),
+      ...(body.presence_penalty ? { presence_penalty: body.presence_penalty } : {}),
+      ...(body.frequency_penalty ? { frequency_penalty: body.frequency_penalty } : {}),
     });
   } catch (err) {
     throw toApiError(err);

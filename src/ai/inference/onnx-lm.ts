@@ -154,7 +154,7 @@ export class CharLmWorker extends LmWorker {
         const { logits } = await run({ input_ids: int64(context, [1, context.length]) }, signal);
         const scores = Float32Array.from(lastRow(logits!));
         scores[0] = -Infinity; // beginning-of-text is context, never a prediction
-        const { id, logprob } = sampleToken(scores, request, random, ids);
+        const { id, logprob } = sampleToken(scores, request, random, ids, inputTokens);
         ids.push(id);
         return { text: vocab[id] ?? '', logprob };
       },
@@ -270,7 +270,7 @@ export class DecoderLmWorker extends LmWorker {
           next[`past_key_values.${l}.value`] = out[`present.${l}.value`]!;
         }
         past = next;
-        const { id, logprob } = sampleToken(lastRow(out.logits!), request, random, ids);
+        const { id, logprob } = sampleToken(lastRow(out.logits!), request, random, ids, inputTokens);
         ids.push(id);
         input = [id];
         if (id === eos) return { end: 'stop' };

@@ -115,7 +115,7 @@ export class OpenAIWorker implements ModelWorker<GenerateRequest, Completion> {
       stream,
     };
     if (stream) body.stream_options = { include_usage: true };
-    for (const key of ['temperature', 'top_p', 'top_k', 'max_tokens', 'stop', 'repetition_penalty', 'seed'] as const) {
+    for (const key of ['temperature', 'top_p', 'top_k', 'max_tokens', 'stop', 'repetition_penalty', 'seed', 'presence_penalty', 'frequency_penalty'] as const) {
       if (request[key] !== undefined) body[key] = request[key];
     }
     const doFetch = this.options.fetch ?? fetch;

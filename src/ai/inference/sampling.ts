@@ -2,7 +2,8 @@
  * Choosing the next token from a model's logits: repetition penalty, temperature,
  * top-k, top-p, a seedable generator; and stop sequences over streamed text.
  *
- * The order is the Hugging Face one: penalty on the raw logits, then temperature, then
+ * The order is the Hugging Face one: penalties on the raw logits (repetition over the whole
+ * history; OpenAI's presence and frequency over the generated part), then temperature, then
  * top-k, then top-p over what is left, then one draw.
  */
 import { seededRandom } from '../../resilience/random.js';
@@ -13,6 +14,8 @@ export interface SamplingParams {
   readonly top_k?: number;
   readonly top_p?: number;
   readonly repetition_penalty?: number;
+  readonly presence_penalty?: number;
+  readonly frequency_penalty?: number;
 }
 
 /** A chosen token and the natural log of its probability under the (penalised) model distribution at temperature 1. */
@@ -57,6 +60,31 @@ export function applyRepetitionPenalty(logits: Float64Array, history: Iterable<n
 }
 
 /**
+ * OpenAI's presence and frequency penalties, in place: each token generated so far loses
+ * `presence` once and `frequency` per time it occurs (`generated` is the generated ids only).
+ *
+ * ## Example
+ * ```ts
+ * const logits = Float64Array.from([2, 1, 0]);
+ * applyOccurrencePenalties(logits, [0, 0, 1], 0.5, 0.25); // [1, 0.25, 0]
+ * ```
+ */
+export function applyOccurrencePenalties(logits: Float64Array, generated: readonly number[], presence: number, frequency: number): void {
+  if (presence === 0 && frequency === 0) return;
+  const counts = new Map<number, number>();
+  for (const id of generated) if (id >= 0 && id < logits.length) counts.set(id, (counts.get(id) ?? 0) + 1);
+  for (const [id, count] of counts) logits[id] = logits[id]! - presence - frequency * count;
+}
+
+/** Every penalty of `params` on `scores`, in place: the history's first `promptLength` ids are the prompt. */
+function penalise(scores: Float64Array, params: SamplingParams, history: readonly number[], promptLength: number): void {
+  applyRepetitionPenalty(scores, history, params.repetition_penalty ?? 1);
+  const presence = params.presence_penalty ?? 0;
+  const frequency = params.frequency_penalty ?? 0;
+  if (presence !== 0 || frequency !== 0) applyOccurrencePenalties(scores, history.slice(promptLength), presence, frequency);
+}
+
+/**
  * The distribution a token is drawn from: probabilities summing to 1, zero outside the
  * support that top-k and top-p leave. Temperature 0 (or `top_k: 1`) puts all the mass
  * on the most likely token (the first one on a tie).
@@ -66,9 +94,9 @@ export function applyRepetitionPenalty(logits: Float64Array, history: Iterable<n
  * distribution(Float32Array.from([3, 2, 1, 0]), { top_k: 2 }); // two non-zero entries, at 0 and 1
  * ```
  */
-export function distribution(logits: ArrayLike<number>, params: SamplingParams = {}, history: Iterable<number> = []): Float64Array {
+export function distribution(logits: ArrayLike<number>, params: SamplingParams = {}, history: Iterable<number> = [], promptLength = 0): Float64Array {
   const scores = Float64Array.from(logits as ArrayLike<number>);
-  applyRepetitionPenalty(scores, history, params.repetition_penalty ?? 1);
+  penalise(scores, params, Array.isArray(history) ? (history as number[]) : [...history], promptLength);
   const probabilities = new Float64Array(scores.length);
   const temperature = params.temperature ?? 1;
   const topK = params.top_k ?? 0;
@@ -107,7 +135,8 @@ export function distribution(logits: ArrayLike<number>, params: SamplingParams =
 }
 
 /**
- * Draws one token from `logits` shaped by `params`.
+ * Draws one token from `logits` shaped by `params`. `history` is the ids so far, the prompt's
+ * first (`promptLength` of them): presence and frequency penalties count only what follows.
  *
  * ## Example
  * ```ts
@@ -115,9 +144,15 @@ export function distribution(logits: ArrayLike<number>, params: SamplingParams =
  * const { id, logprob } = sampleToken(logits, { temperature: 0.8, top_p: 0.95 }, random, previousIds);
  * ```
  */
-export function sampleToken(logits: ArrayLike<number>, params: SamplingParams, random: () => number, history: Iterable<number> = []): SampledToken {
+export function sampleToken(
+  logits: ArrayLike<number>,
+  params: SamplingParams,
+  random: () => number,
+  history: Iterable<number> = [],
+  promptLength = 0,
+): SampledToken {
   const historyIds = Array.isArray(history) ? (history as number[]) : [...history];
-  const probabilities = distribution(logits, params, historyIds);
+  const probabilities = distribution(logits, params, historyIds, promptLength);
   let id = -1;
   let r = random();
   for (let i = 0; i < probabilities.length; i++) {
@@ -127,12 +162,12 @@ export function sampleToken(logits: ArrayLike<number>, params: SamplingParams, r
     r -= p;
     if (r < 0) break;
   }
-  return { id, logprob: logSoftmaxAt(logits, id, params.repetition_penalty ?? 1, historyIds) };
+  return { id, logprob: logSoftmaxAt(logits, id, params, historyIds, promptLength) };
 }
 
-function logSoftmaxAt(logits: ArrayLike<number>, id: number, penalty: number, history: readonly number[]): number {
+function logSoftmaxAt(logits: ArrayLike<number>, id: number, params: SamplingParams, history: readonly number[], promptLength: number): number {
   const scores = Float64Array.from(logits);
-  applyRepetitionPenalty(scores, history, penalty);
+  penalise(scores, params, history, promptLength);
   const max = scores[argmax(scores)]!;
   let total = 0;
   for (let i = 0; i < scores.length; i++) total += Math.exp(scores[i]! - max);

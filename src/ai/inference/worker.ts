@@ -37,6 +37,10 @@ export interface GenerationParams {
   readonly repetition_penalty?: number;
   /** Makes sampling reproducible. */
   readonly seed?: number;
+  /** In [-2, 2]: subtracted from the logit of every token already generated (OpenAI's). */
+  readonly presence_penalty?: number;
+  /** In [-2, 2]: subtracted from a token's logit once per time it was generated (OpenAI's). */
+  readonly frequency_penalty?: number;
 }
 
 /** A prompt to continue, or a chat, with the parameters to generate with. */
@@ -138,6 +142,16 @@ const requestSchema = z
     stop: z.array(z.string().min(1, { error: 'a stop sequence must not be empty' }), { error: 'stop must be an array of strings' }).optional(),
     repetition_penalty: z.number({ error: 'repetition_penalty must be a finite number' }).gt(0, { error: 'repetition_penalty must be > 0' }).optional(),
     seed: z.number({ error: 'seed must be a number' }).int({ error: 'seed must be an integer' }).optional(),
+    presence_penalty: z
+      .number({ error: 'presence_penalty must be a number' })
+      .min(-2, { error: 'presence_penalty must be in [-2, 2]' })
+      .max(2, { error: 'presence_penalty must be in [-2, 2]' })
+      .optional(),
+    frequency_penalty: z
+      .number({ error: 'frequency_penalty must be a number' })
+      .min(-2, { error: 'frequency_penalty must be in [-2, 2]' })
+      .max(2, { error: 'frequency_penalty must be in [-2, 2]' })
+      .optional(),
   })
   .strict()
   .refine((r) => (r.prompt === undefined) !== (r.messages === undefined), { error: 'give exactly one of prompt or messages', path: ['prompt'] });
