@@ -25,6 +25,7 @@ import {
   type Token,
 } from '../src/ai/inference/worker.js';
 import { OpenAIWorker, SseParser } from '../src/ai/inference/openai.js';
+import { UnrulyWorker } from './support/unruly-worker.js';
 import { CharLmWorker } from '../src/ai/inference/onnx-lm.js';
 import { HttpStatusError } from '../src/ai/inference/errors.js';
 import type { Flow } from '../src/flow/demand.js';
@@ -319,6 +320,31 @@ describe('POST /v1/chat/completions with a deterministic worker', () => {
       'the disconnected request is recorded as aborted',
     );
     assert.doesNotMatch(text, /chatcmpl-|go on forever/, 'no request id or prompt in labels');
+  });
+});
+
+describe('max_tokens is enforced by the server, whatever the worker does (issue 25)', () => {
+  const unruly = new UnrulyWorker();
+  let running: Running;
+  before(async () => {
+    running = await start({ workers: { unruly } });
+  });
+  after(() => stop(running));
+
+  it('a worker that ignores max_tokens: 50 tokens, finish_reason length, streamed or not', async () => {
+    const whole = await post(running.base, { model: 'unruly', messages: user('hi'), max_tokens: 50 });
+    assert.equal(whole.status, 200);
+    const body = (await whole.json()) as { choices: { message: { content: string }; finish_reason: string }[]; usage: { completion_tokens: number } };
+    assert.equal(body.choices[0]!.message.content, 'x'.repeat(50));
+    assert.equal(body.choices[0]!.finish_reason, 'length');
+    assert.equal(body.usage.completion_tokens, 50);
+    const streamed = await events(await post(running.base, { model: 'unruly', messages: user('hi'), max_completion_tokens: 50, stream: true }));
+    const chunks = streamed
+      .filter((d) => d !== '[DONE]')
+      .map((d) => JSON.parse(d) as { choices: { delta: { content?: string }; finish_reason: string | null }[] });
+    assert.equal(chunks.map((c) => c.choices[0]?.delta.content ?? '').join(''), 'x'.repeat(50));
+    assert.equal(chunks.at(-1)!.choices[0]!.finish_reason, 'length');
+    assert.ok(unruly.produced <= 2 * 51, `the worker was stepped ${unruly.produced} times for two requests of 50`);
   });
 });
 

@@ -22,6 +22,7 @@ import {
   type Token,
 } from '../src/ai/inference/worker.js';
 import type { Flow } from '../src/flow/demand.js';
+import { UnrulyWorker } from './support/unruly-worker.js';
 import { InvalidOptionsError } from '../src/core/errors.js';
 import { attachTokenSocket, type TokenSocket, type TokenSocketEvent, type TokenSocketLimits, type TokenSocketOptions } from '../src/serve/ws-server.js';
 import { CLOSE_CODES, PROTOCOL_ERRORS, SUBPROTOCOL, serverFrameSchema, type ServerFrame } from '../src/serve/protocol.js';
@@ -243,6 +244,33 @@ describe('WebSocket token server', () => {
       }
     });
 
+    it('enforces max_tokens whatever the worker does: 50 token frames, finish_reason length; without max_tokens, the server limit (issue 25)', async () => {
+      const unruly = new UnrulyWorker();
+      const served = await serve({ worker: unruly, limits: { maxTokens: 80 } });
+      try {
+        const client = await Client.open(served.url);
+        client.send({ type: 'generate', id: 'a', prompt: 'go', parameters: { max_tokens: 50 } });
+        client.send({ type: 'generate', id: 'b', prompt: 'go' });
+        for (const [id, limit] of [
+          ['a', 50],
+          ['b', 80],
+        ] as const) {
+          const done = await client.terminal(id);
+          assert.equal(done.type, 'done');
+          assert.equal(done.type === 'done' && done.finish_reason, 'length');
+          assert.equal(
+            client
+              .tokens(id)
+              .map((t) => t.tokens)
+              .reduce((a, b) => a + b, 0),
+            limit,
+          );
+        }
+      } finally {
+        await served.close();
+      }
+    });
+
     it('answers a duplicate live id, bad parameters and unknown models with typed errors, and keeps the first request', async () => {
       const counter = new CountingWorker();
       const served = await serve({ worker: counter, limits: { maxTokens: 1000 } });
@@ -428,7 +456,8 @@ describe('WebSocket token server', () => {
     it('a client that stops reading stops its model (pause) while another client keeps streaming, with the buffer bounded', async () => {
       const counter = new CountingWorker(1024);
       const highWaterMark = 32 * 1024;
-      const served = await serve({ worker: counter, limits: { highWaterMark, stallTimeout: 60_000 } });
+      // Without max_tokens a request gets the server's limit: this one must outlast the test.
+      const served = await serve({ worker: counter, limits: { highWaterMark, stallTimeout: 60_000, maxTokens: 10_000_000 } });
       try {
         const slow = await Client.open(served.url);
         const fast = await Client.open(served.url);
@@ -745,7 +774,7 @@ describe('WebSocket token server', () => {
 
     it('terminates a client that misses a heartbeat and aborts its work; one that answers pings stays', async () => {
       const counter = new CountingWorker();
-      const served = await serve({ worker: counter, limits: { heartbeatInterval: 30 } });
+      const served = await serve({ worker: counter, limits: { heartbeatInterval: 30, maxTokens: 10_000_000 } });
       try {
         const deaf = await Client.open(served.url, { autoPong: false });
         const healthy = await Client.open(served.url);

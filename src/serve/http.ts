@@ -10,6 +10,7 @@
  * further step runs.
  */
 import * as z from 'zod';
+import { type TokenLimit, limitTokens } from './token-limit.js';
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -238,20 +239,23 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
         finish(error);
         resolve();
       };
-      let flow: ReturnType<typeof worker.generate>;
+      let limit: TokenLimit;
       try {
-        flow = worker.generate(request, { signal: controller.signal, trace, stage: config.stage, onDone: (d) => (done = d) });
+        const generated = worker.generate(request, { signal: controller.signal, trace, stage: config.stage, onDone: (d) => (done = d) });
+        limit = limitTokens(generated, request.max_tokens ?? config.maxTokens);
       } catch (err) {
         sendError(res, toApiError(err));
         return end(err);
       }
+      const flow = limit.tokens;
+      const reported = () => (done = limit.done(done));
       if (body.stream === true) {
         streamChat(res, flow, {
           id,
           created,
           model: body.model,
           includeUsage: body.stream_options?.include_usage === true,
-          getDone: () => done,
+          getDone: reported,
           onPaused: (ms) => (paused += ms),
           end,
           interrupted: () => interrupted,
@@ -266,6 +270,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
             end(controller.signal.aborted && interrupted === undefined ? undefined : (interrupted ?? err));
           },
           complete: () => {
+            reported();
             const usage = done?.usage ?? { inputTokens: 0, outputTokens: 0 };
             sendJson(res, 200, {
               id,

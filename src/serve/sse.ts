@@ -1,9 +1,9 @@
 /** A chat completion streamed as server-sent events at the client's pace: a token is asked of the worker only once the socket took the previous one. */
 import type { ServerResponse } from 'node:http';
 import { subscribeWithDemand } from '../flow/demand.js';
-import type { ChatWorker } from './openai-wire.js';
 import { AbortedError, type SluiceError } from '../core/errors.js';
-import type { GenerationDone } from '../ai/inference/worker.js';
+import type { GenerationDone, Token } from '../ai/inference/worker.js';
+import type { Observable } from 'rxjs';
 import { openAiFinish, toApiError } from './openai-wire.js';
 
 export interface StreamConfig {
@@ -22,7 +22,7 @@ export interface StreamConfig {
  * Writes a token Flow as `chat.completion.chunk` events, one token asked at a time:
  * the next is requested only once the socket took the last one.
  */
-export function streamChat(res: ServerResponse, flow: ReturnType<ChatWorker['generate']>, stream: StreamConfig): void {
+export function streamChat(res: ServerResponse, flow: Observable<Token>, stream: StreamConfig): void {
   const chunk = (delta: Record<string, string>, finishReason: string | null) =>
     `data: ${JSON.stringify({ id: stream.id, object: 'chat.completion.chunk', created: stream.created, model: stream.model, choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }] })}\n\n`;
   res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });

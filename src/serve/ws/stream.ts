@@ -12,10 +12,11 @@ import type { DoneFrame, RequestErrorCode, TokenFrame } from '../protocol.js';
 import type { Counters } from './events.js';
 import type { TokenSocketLimits, TokenWorker } from './options.js';
 import { codeOf, messageOf } from './errors.js';
+import { type TokenLimit, limitTokens } from '../token-limit.js';
 
 /** What a stream needs of the connection that carries it. */
 export interface StreamHost {
-  readonly limits: Pick<TokenSocketLimits, 'conflateLimit'>;
+  readonly limits: Pick<TokenSocketLimits, 'conflateLimit' | 'maxTokens'>;
   readonly counters: Counters;
   /** True while a token frame may be sent now. */
   writable(): boolean;
@@ -39,6 +40,7 @@ export class Stream {
   private pendingTokens = 0;
   private outputTokens = 0;
   private report: GenerationDone | undefined;
+  private limit: TokenLimit | undefined;
   private finished = false;
 
   constructor(
@@ -56,7 +58,8 @@ export class Stream {
         stage: worker.name,
         onDone: (done) => (this.report = done),
       });
-      this.subscription = subscribeWithDemand(flow, {
+      this.limit = limitTokens(flow, request.max_tokens ?? this.host.limits.maxTokens);
+      this.subscription = subscribeWithDemand(this.limit.tokens, {
         next: (token) => this.onToken(token),
         error: (err: unknown) => this.onError(err),
         complete: () => this.onComplete(),
@@ -105,6 +108,7 @@ export class Stream {
     if (this.finished) return;
     // The conflated tail is bounded by `conflateLimit`, so it goes out without waiting for drain.
     if (this.pending.length > 0) this.flush();
+    this.report = this.limit?.done(this.report);
     this.end();
     this.host.counters.completed++;
     this.sendDone(this.report?.finishReason ?? 'stop');
