@@ -49,6 +49,22 @@ describe('startServer (in process)', () => {
     client.ws.close();
   });
 
+  it('a question of only punctuation or spaces gets an answer, not a 500 or INVALID_VECTOR (issue 25)', async () => {
+    for (const content of ['?!?', '   ', '...']) {
+      const response = await fetch(`${running.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sluice-rag', max_tokens: 10, messages: [{ role: 'user', content }] }),
+      });
+      assert.equal(response.status, 200, `${JSON.stringify(content)}: ${await response.clone().text()}`);
+    }
+    const client = await Client.open(running.wsUrl);
+    client.send({ type: 'generate', id: 'p', prompt: '?!?', parameters: { max_tokens: 10 } });
+    await until(() => client.end('p') !== undefined, 'the answer');
+    assert.equal(client.end('p')?.type, 'done');
+    client.ws.close();
+  });
+
   it('greets a WebSocket connection with hello: both models (sluice-rag the default), tenant anonymous, the limits', async () => {
     const client = await Client.open(running.wsUrl);
     await until(() => client.frames.length > 0, 'the hello');

@@ -47,7 +47,8 @@ const retrieveOptionsSchema = z
  * for 100k × 384 here, so a large index is best given its own stage with a small
  * capacity. Each trace notes `retrieve.hits` (passages returned) and
  * `retrieve.top` (the best score). A query vector of the wrong dimension fails the
- * element with `InvalidVectorError`.
+ * element with `InvalidVectorError`; one of all zeros (an embedder found nothing it
+ * knows in the question, e.g. punctuation only) retrieves no passages.
  *
  * ## Example
  * ```ts
@@ -77,7 +78,9 @@ export function retrieve<I, M extends PassageMetadata>(options: RetrieveOptions<
 
   return stage<I, Retrieved<I>>(
     (value, context) => {
-      const hits = index.search(select(value), search);
+      const vector = select(value);
+      // A query with no direction (a question of punctuation only embeds to zeros) is like nothing: it finds nothing.
+      const hits = vector.length > 0 && isZero(vector) ? [] : index.search(vector, search);
       context.note('hits', hits.length);
       if (hits.length > 0) context.note('top', hits[0]!.score);
       return {
@@ -139,4 +142,9 @@ export function withCitations(passages: readonly { readonly id: string; readonly
   const citations = [...bySource.values()];
   const list = citations.map((c) => `[${c.marker}] ${c.source}`).join('\n');
   return { text: `${blocks.join('\n\n')}\n\nSources:\n${list}`, citations };
+}
+
+function isZero(vector: ArrayLike<number>): boolean {
+  for (let i = 0; i < vector.length; i++) if (vector[i] !== 0) return false;
+  return true;
 }
