@@ -49,6 +49,28 @@ describe('startServer (in process)', () => {
     client.ws.close();
   });
 
+  it('an HTTP request to sluice-rag is observed once per stage in the stage histograms (issue 25)', async () => {
+    const count = async (name: string, stage: string) => {
+      const text = await (await fetch(`${running.url}/metrics`)).text();
+      const line = text.split('\n').find((l) => l.startsWith(`${name}{stage="${stage}"} `));
+      return line === undefined ? 0 : Number(line.split(' ').at(-1));
+    };
+    const before = await Promise.all([count('sluice_stage_received_total', 'generate'), count('sluice_stage_queue_wait_seconds_count', 'generate')]);
+    const response = await fetch(`${running.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sluice-rag', max_tokens: 5, messages: [{ role: 'user', content: 'How does a stage pause?' }] }),
+    });
+    assert.equal(response.status, 200);
+    await response.text();
+    const after = await Promise.all([count('sluice_stage_received_total', 'generate'), count('sluice_stage_queue_wait_seconds_count', 'generate')]);
+    assert.deepEqual(
+      after.map((n, i) => n - before[i]!),
+      [1, 1],
+      'received +1 and one queue-wait observation',
+    );
+  });
+
   it('a question of only punctuation or spaces gets an answer, not a 500 or INVALID_VECTOR (issue 25)', async () => {
     for (const content of ['?!?', '   ', '...']) {
       const response = await fetch(`${running.url}/v1/chat/completions`, {

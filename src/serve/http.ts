@@ -223,14 +223,16 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       interrupts.delete(interrupt);
       res.off('close', onClose);
       const endedAt = performance.now();
-      trace.addRecord({
-        stage: config.stage,
-        queueWait: startedAt - arrivedAt,
-        service: Math.max(0, endedAt - startedAt - paused),
-        paused,
-        retries: 0,
-        conflated: 0,
-      });
+      // A worker that is a pipeline with a stage of that name (sluice-rag's generate) recorded it already: once per element.
+      if (trace.record(config.stage) === undefined)
+        trace.addRecord({
+          stage: config.stage,
+          queueWait: startedAt - arrivedAt,
+          service: Math.max(0, endedAt - startedAt - paused),
+          paused,
+          retries: 0,
+          conflated: 0,
+        });
       requestTrace.end({ responseId: id, done, error: error ?? (controller.signal.aborted ? controller.signal.reason : undefined) });
     };
 
