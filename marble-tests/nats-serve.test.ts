@@ -53,7 +53,12 @@ describe('sluice serve --nats with two sluice worker processes', () => {
       assert.ok(body.choices[0]!.message.content.length > 0);
       assert.ok(['stop', 'length'].includes(body.choices[0]!.finish_reason));
     }
-    const served = workers.map((worker) => (worker.stderr.match(/: end after/g) ?? []).length);
+    // A worker logs a request after sending its end: the line may come just after the response.
+    const ended = () => workers.map((worker) => (worker.stderr.match(/: end after/g) ?? []).length);
+    const deadline = Date.now() + 5_000;
+    while (ended().reduce((a, b) => a + b, 0) < 6 && Date.now() < deadline) await sleep(20);
+    await sleep(100); // and none more
+    const served = ended();
     assert.equal(
       served.reduce((a, b) => a + b, 0),
       6,
