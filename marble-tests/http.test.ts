@@ -3,10 +3,9 @@ import assert from 'node:assert/strict';
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { spawnSync } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { firstValueFrom, toArray } from 'rxjs';
 import { StageStats } from '../src/flow/stats.js';
 import { fromIterable } from '../src/flow/sources.js';
@@ -14,7 +13,7 @@ import { CacheStats } from '../src/cache/stats.js';
 import { CircuitBreaker } from '../src/resilience/breaker.js';
 import { stage } from '../src/operators/stage.js';
 import { eventually } from '../src/testing/index.js';
-import { MODEL_FILES, generateModels } from '../src/ai/models/generate.js';
+import { MODEL_FILES } from '../src/ai/models/generate.js';
 import {
   decode,
   generateRequest,
@@ -31,8 +30,7 @@ import { HttpStatusError } from '../src/ai/inference/errors.js';
 import type { Flow } from '../src/flow/demand.js';
 import { createHttpHandler, type HttpHandler, type HttpHandlerOptions } from '../src/serve/http.js';
 import { SluiceMetrics } from '../src/serve/metrics.js';
-
-const root = join(fileURLToPath(import.meta.url), '..', '..');
+import { generatedModels, type GeneratedModels } from './support/models.js';
 
 /** Polls until `read()` has not changed for `still` consecutive looks (quiescence, not speed). */
 async function quiescent(read: () => number, still = 5, everyMs = 40): Promise<number> {
@@ -392,18 +390,18 @@ describe('backpressure on a slow SSE reader', () => {
 
 describe('chaining: sluice OpenAIWorker → this server → CharLmWorker', () => {
   let dir: string;
+  let generated: GeneratedModels | undefined;
   let charLm: CharLmWorker;
   let running: Running;
   before(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'sluice-http-'));
-    await generateModels({ outDir: dir, dataDir: join(root, 'data') });
+    dir = (generated = await generatedModels('http')).dir;
     charLm = await CharLmWorker.load(join(dir, MODEL_FILES.charLm));
     running = await start({ workers: { charlm: charLm }, auth: (req) => req.headers.authorization === 'Bearer secret' });
   });
   after(async () => {
     await stop(running);
     await charLm.release();
-    await rm(dir, { recursive: true, force: true });
+    await generated?.remove();
   });
 
   it('streams the same text the model generates in process, with usage', async () => {

@@ -2,8 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
@@ -14,13 +13,14 @@ import { fromIterable } from '../src/flow/sources.js';
 import { AbortedError, InvalidOptionsError } from '../src/core/errors.js';
 import { TraceContext, type Traced } from '../src/core/trace.js';
 import { stage } from '../src/operators/stage.js';
-import { MODEL_FILES, generateModels } from '../src/ai/models/generate.js';
+import { MODEL_FILES } from '../src/ai/models/generate.js';
 import { SIGNATURES, loadModel, type LoadedModel } from '../src/ai/models/load.js';
 import { EmptyPromptError, HttpStatusError, MalformedEventError, ProviderError, RateLimitedError } from '../src/ai/inference/errors.js';
 import { StopMatcher, applyOccurrencePenalties, applyRepetitionPenalty, createRandom, distribution, sampleToken } from '../src/ai/inference/sampling.js';
 import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker, type Token } from '../src/ai/inference/worker.js';
 import { OpenAIWorker, SseParser } from '../src/ai/inference/openai.js';
 import { CharLmWorker, DecoderLmWorker, type RunModel } from '../src/ai/inference/onnx-lm.js';
+import { generatedModels, type GeneratedModels } from './support/models.js';
 
 const texts = (tokens: readonly Token[]) => tokens.map((t) => t.text).join('');
 /** Lets pending I/O and promise chains run: several macrotask turns, no wall-clock. */
@@ -455,14 +455,14 @@ describe('OpenAI-compatible client', () => {
 describe('ONNX language-model adapters', () => {
   const root = fileURLToPath(new URL('..', import.meta.url));
   let dir: string;
+  let generated: GeneratedModels | undefined;
   let corpus: string;
   let charLm: CharLmWorker;
   let reference: LoadedModel;
   let decoderPath: string;
 
   before(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'sluice-inference-'));
-    await generateModels({ outDir: dir, dataDir: join(root, 'data') });
+    dir = (generated = await generatedModels('inference')).dir;
     corpus = await readFile(join(root, 'data', 'corpus.txt'), 'utf8');
     charLm = await CharLmWorker.load(join(dir, MODEL_FILES.charLm));
     decoderPath = join(dir, MODEL_FILES.decoder);
@@ -471,7 +471,7 @@ describe('ONNX language-model adapters', () => {
   after(async () => {
     await charLm.release();
     await reference.release();
-    await rm(dir, { recursive: true, force: true });
+    await generated?.remove();
   });
 
   /** A decoder whose every model call is counted and recorded. */

@@ -1,23 +1,20 @@
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { connect } from '@nats-io/transport-node';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { lastValueFrom, take, toArray } from 'rxjs';
 import { Flow, subscribeWithDemand } from '../src/index.js';
-import { MODEL_FILES, generateModels } from '../src/ai/models/generate.js';
+import { MODEL_FILES } from '../src/ai/models/generate.js';
 import { CharLmWorker } from '../src/ai/inference/onnx-lm.js';
 import { generateRequest, type ModelWorker, type Token } from '../src/ai/inference/worker.js';
 import { LinkReceiverStats, openModelLink, remoteModel, serveModel, type RemoteRequest } from '../src/nats.js';
+import { generatedModels, type GeneratedModels } from './support/models.js';
 import { startNatsServer, type NatsServer } from './support/nats-server.js';
 import { startScript } from './support/child-script.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-const root = fileURLToPath(new URL('..', import.meta.url));
 
 /** Starts a worker process; resolves once it is ready. `events` collects what it reports. */
 async function startWorker(url: string, name: string, models: string, events: { outcome: string; sent: number; attempt: number }[]): Promise<ChildProcess> {
@@ -35,11 +32,11 @@ describe('remote generation over a link, on a real nats-server and the real char
   let requester: NatsConnection;
   let workerSide: NatsConnection;
   let models: string;
+  let generated: GeneratedModels | undefined;
   let lm: CharLmWorker;
 
   before(async () => {
-    models = await mkdtemp(join(tmpdir(), 'sluice-remote-'));
-    await generateModels({ outDir: models, dataDir: join(root, 'data') });
+    models = (generated = await generatedModels('remote')).dir;
     lm = await CharLmWorker.load(join(models, MODEL_FILES.charLm));
     server = await startNatsServer();
     requester = await connect({ servers: server.url });
@@ -50,7 +47,7 @@ describe('remote generation over a link, on a real nats-server and the real char
     await workerSide?.close();
     await server?.close();
     await lm?.release();
-    await rm(models, { recursive: true, force: true });
+    await generated?.remove();
   });
 
   const local = async (seed: number, max_tokens: number) =>

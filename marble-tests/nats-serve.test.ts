@@ -5,13 +5,10 @@
  */
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { generateModels } from '../src/ai/models/generate.js';
 import { CliProcess } from './support/cli-process.js';
+import { generatedModels, type GeneratedModels } from './support/models.js';
 import { startNatsServer, type NatsServer } from './support/nats-server.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -20,13 +17,13 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 describe('sluice serve --nats with two sluice worker processes', () => {
   let nats: NatsServer;
   let models: string;
+  let generated: GeneratedModels | undefined;
   let workers: CliProcess[] = [];
   let serve: CliProcess | undefined;
   let url: string;
 
   before(async () => {
-    models = await mkdtemp(join(tmpdir(), 'sluice-nats-serve-'));
-    await generateModels({ outDir: models, dataDir: join(root, 'data') });
+    models = (generated = await generatedModels('nats-serve')).dir;
     nats = await startNatsServer();
     workers = [0, 1].map(() => CliProcess.start('worker', ['--nats', nats.url, '--models', models, '--pool-size', '1', '--concurrency', '2']));
     await Promise.all(workers.map((worker) => worker.waitFor(/worker: serving charlm/)));
@@ -37,7 +34,7 @@ describe('sluice serve --nats with two sluice worker processes', () => {
     await serve?.stop().catch(() => serve?.kill());
     await Promise.all(workers.map((worker) => worker.stop().catch(() => worker.kill())));
     await nats?.close();
-    await rm(models, { recursive: true, force: true });
+    await generated?.remove();
   });
 
   const complete = (body: object, signal?: AbortSignal) =>

@@ -4,13 +4,10 @@ import { createServer, type Server } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import { WebSocket } from 'ws';
-import { MODEL_FILES, generateModels } from '../src/ai/models/generate.js';
+import { MODEL_FILES } from '../src/ai/models/generate.js';
 import { CharLmWorker } from '../src/ai/inference/onnx-lm.js';
 import {
   decode,
@@ -28,6 +25,7 @@ import { attachTokenSocket, type TokenSocket, type TokenSocketEvent, type TokenS
 import { CLOSE_CODES, PROTOCOL_ERRORS, SUBPROTOCOL, serverFrameSchema, type ServerFrame } from '../src/serve/protocol.js';
 import { SluiceMetrics } from '../src/serve/metrics.js';
 import { until } from './support/ws-client.js';
+import { generatedModels, type GeneratedModels } from './support/models.js';
 
 const SECRET = 'sk-test-9f8e7d6c5b4a';
 const OTHER_SECRET = 'sk-other-1a2b3c4d';
@@ -185,18 +183,17 @@ async function settledToZero(served: Served): Promise<void> {
 }
 
 describe('WebSocket token server', () => {
-  const root = fileURLToPath(new URL('..', import.meta.url));
   let dir: string;
+  let generated: GeneratedModels | undefined;
   let charLm: CharLmWorker;
 
   before(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'sluice-ws-'));
-    await generateModels({ outDir: dir, dataDir: join(root, 'data') });
+    dir = (generated = await generatedModels('ws')).dir;
     charLm = await CharLmWorker.load(join(dir, MODEL_FILES.charLm));
   });
   after(async () => {
     await charLm.release();
-    await rm(dir, { recursive: true, force: true });
+    await generated?.remove();
   });
 
   describe('protocol and multiplexing', () => {

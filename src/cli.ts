@@ -180,6 +180,21 @@ function version(): string {
   return 'unknown';
 }
 
+/** A command's options from its flags and environment; a bad one is printed (the caller exits 2) and undefined returned. */
+function readOptions<T>(command: 'serve' | 'worker', read: () => T): T | undefined {
+  try {
+    return read();
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    process.stderr.write(`sluice: ${err.message}\nRun "sluice ${command} --help" for the options.\n`);
+    return undefined;
+  }
+}
+
+function log(line: string): void {
+  process.stderr.write(`${new Date().toISOString()} ${line}\n`);
+}
+
 /** Runs the command; resolves with the exit code once the server stopped (or at once, for --help and errors). */
 export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
   const [command, ...rest] = argv;
@@ -196,14 +211,8 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     process.stderr.write(`sluice: unknown command "${command}"\n\n${HELP}`);
     return 2;
   }
-  let options: ServeOptions & { nats?: string };
-  try {
-    options = serveOptions(rest, env);
-  } catch (err) {
-    if (!(err instanceof UsageError)) throw err;
-    process.stderr.write(`sluice: ${err.message}\nRun "sluice serve --help" for the options.\n`);
-    return 2;
-  }
+  const options = readOptions('serve', () => serveOptions(rest, env));
+  if (options === undefined) return 2;
   if (rest.includes('--help') || rest.includes('-h')) {
     process.stdout.write(HELP);
     return 0;
@@ -213,7 +222,6 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     return 0;
   }
 
-  const log = (line: string) => process.stderr.write(`${new Date().toISOString()} ${line}\n`);
   let running: RunningServer;
   let remote: { close(): Promise<void> } | undefined;
   try {
@@ -294,15 +302,8 @@ async function worker(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<
     process.stdout.write(HELP);
     return 0;
   }
-  let options: ReturnType<typeof workerOptions>;
-  try {
-    options = workerOptions(argv, env);
-  } catch (err) {
-    if (!(err instanceof UsageError)) throw err;
-    process.stderr.write(`sluice: ${err.message}\nRun "sluice worker --help" for the options.\n`);
-    return 2;
-  }
-  const log = (line: string) => process.stderr.write(`${new Date().toISOString()} ${line}\n`);
+  const options = readOptions('worker', () => workerOptions(argv, env));
+  if (options === undefined) return 2;
   let running: Awaited<ReturnType<typeof import('./nats/processes.js').startModelWorker>>;
   try {
     running = await (await import('./nats/processes.js')).startModelWorker({ ...options, log });

@@ -148,7 +148,7 @@ class Received<T> implements LinkMessage<T>, Settler {
     if (!this.claim()) return;
     this.receiver.unhold(this);
     this.message.ack();
-    this.receiver.released('acked');
+    this.receiver.settledAs('acked');
   }
   nak(delay?: number): void {
     if (!this.claim()) return;
@@ -158,7 +158,7 @@ class Received<T> implements LinkMessage<T>, Settler {
     if (deliveries >= this.receiver.maxDeliver) this.receiver.deadLetter(this.message, `given back after ${deliveries} deliveries (maxDeliver)`);
     else {
       this.message.nak(delay);
-      this.receiver.released('nacked');
+      this.receiver.settledAs('nacked');
     }
   }
   term(reason: string): void {
@@ -327,12 +327,8 @@ class LinkProducer<T> implements Producer {
     );
   }
 
-  /** A message was settled: producers waiting for room are told, once per turn of the event loop. */
-  released(as: 'acked' | 'nacked'): void {
-    this.settledAs(as);
-  }
-
-  private settledAs(as: 'acked' | 'nacked' | 'deadLettered'): void {
+  /** A message was settled: counted, and producers waiting for room are told, once per turn of the event loop. */
+  settledAs(as: 'acked' | 'nacked' | 'deadLettered'): void {
     this.config.stats[as]++;
     if (this.nudgeQueued) return;
     this.nudgeQueued = true;
