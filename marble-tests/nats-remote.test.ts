@@ -231,6 +231,9 @@ describe('remote generation over a link, on a real nats-server and the real char
           `request ${i}: each token once, in order`,
         );
       }
+      // The survivor logs a request just after sending its end: wait for the line.
+      const logged = Date.now() + 5_000;
+      while (!events.some((event) => event.attempt >= 2) && Date.now() < logged) await sleep(20);
       assert.ok(
         events.some((event) => event.attempt >= 2),
         'a request was taken over (delivered a second time)',
