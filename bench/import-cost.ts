@@ -1,8 +1,9 @@
 /**
  * Import cost: a cold `import()` of the built core (`dist/src/index.js`, what `import 'sluice'`
  * loads from the published package) beside plain `rxjs`, which every sluice user imports anyway,
- * and `zod`, the core's one other dependency; `import-core-own` imports the core after rxjs and
- * zod are loaded, timing only its own modules. Each sample is a fresh `node` process that imports
+ * and `zod`, the core's one other dependency, which the core loads on its first validated option
+ * (`import-core-first-stage` times the import plus one `stage()`, so that deferred cost shows).
+ * Each sample is a fresh `node` process that imports
  * one module and reports the time the `import()` took (Node's own start-up excluded) and its RSS
  * afterwards; the modules take turns, sample by sample, so a busy moment of the machine hits all
  * of them alike. The median of BENCH_IMPORT_SAMPLES (default 9) is reported, after one unrecorded
@@ -27,13 +28,15 @@ export interface ImportCase {
   readonly specifier: string;
   /** Imported first, untimed. */
   readonly preload?: readonly string[];
+  /** A statement run on the imported module `m`, timed with the import. */
+  readonly use?: string;
 }
 
 export const importCases: readonly ImportCase[] = [
   { id: 'import-core', label: "sluice core (dist/src/index.js, 'sluice')", specifier: pathToFileURL(CORE).href },
   { id: 'import-rxjs', label: 'rxjs', specifier: 'rxjs' },
   { id: 'import-zod', label: 'zod', specifier: 'zod' },
-  { id: 'import-core-own', label: 'sluice core, rxjs and zod loaded first', specifier: pathToFileURL(CORE).href, preload: ['rxjs', 'zod'] },
+  { id: 'import-core-first-stage', label: 'sluice core, then a first stage() (loads zod)', specifier: pathToFileURL(CORE).href, use: 'm.stage((x) => x);' },
 ];
 
 export interface ImportResult {
@@ -48,7 +51,8 @@ export interface ImportResult {
 }
 
 // Runs in the child: the preloads, then `await import(specifier)` timed on its own, then the RSS.
-const CHILD = `for (const p of process.argv.slice(2)) await import(p); const t = performance.now(); await import(process.argv[1]); const ms = performance.now() - t; process.stdout.write(JSON.stringify({ ms, rss: process.memoryUsage().rss }));`;
+const childScript = (use = '') =>
+  `for (const p of process.argv.slice(2)) await import(p); const t = performance.now(); const m = await import(process.argv[1]); ${use} const ms = performance.now() - t; process.stdout.write(JSON.stringify({ ms, rss: process.memoryUsage().rss }));`;
 
 function newestUnder(dir: string): number {
   let newest = 0;
@@ -66,10 +70,10 @@ export function ensureBuilt(): string {
   return 'built dist/ (npm run build)';
 }
 
-function sample({ specifier, preload = [] }: ImportCase): { ms: number; rss: number } {
+function sample({ specifier, preload = [], use }: ImportCase): { ms: number; rss: number } {
   const env = { ...process.env };
   delete env.NODE_OPTIONS; // a cold, plain `node`: no loader of the bench's own process
-  const child = spawnSync(process.execPath, ['--input-type=module', '-e', CHILD, specifier, ...preload], { cwd: ROOT, env, encoding: 'utf8' });
+  const child = spawnSync(process.execPath, ['--input-type=module', '-e', childScript(use), specifier, ...preload], { cwd: ROOT, env, encoding: 'utf8' });
   if (child.status !== 0) throw new Error(`importing ${specifier} failed (exit ${child.status}): ${child.stderr}`);
   return JSON.parse(child.stdout) as { ms: number; rss: number };
 }

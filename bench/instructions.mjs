@@ -6,8 +6,7 @@
 //
 //     node bench/instructions.mjs [case ...]     # default: every case; COUNT_N, COUNT_WARM, COUNT_RUNS, COUNT_STAGES, COUNT_GC
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 
 const cases = process.argv.length > 2 ? process.argv.slice(2) : ['sync-sampled', 'sync-timed', 'async-c1', 'async-c16', 'rxjs-map'];
@@ -19,7 +18,9 @@ const flags = [
   ...(process.env.COUNT_NODE_FLAGS ?? '--single-threaded --hash-seed=1 --random-seed=1').split(' ').filter(Boolean),
 ];
 
-const bundle = join(mkdtempSync(join(tmpdir(), 'sluice-count-')), 'count.mjs');
+// Inside the repo, so the bundle's lazy `require('zod')` (src/core/zod.ts) finds node_modules.
+mkdirSync('node_modules/.cache', { recursive: true });
+const bundle = join(mkdtempSync(join('node_modules', '.cache', 'sluice-count-')), 'count.mjs');
 execFileSync('node_modules/.bin/esbuild', [
   'bench/count.ts',
   '--bundle',

@@ -503,7 +503,7 @@ const importRows = importCost.map((r) => {
     r.bestMs.toFixed(1),
     formatMB(r.rss),
     vs(r.ms, rxjs?.ms),
-    r.id === 'import-core-own' ? '' : vs(r.rss, rxjs?.rss), // its RSS holds rxjs and zod too
+    vs(r.rss, rxjs?.rss),
     r.id === 'import-core' && importRatio !== undefined
       ? `≤ ${TARGETS.coreImportRatio}× rxjs ${importRatio.ms <= TARGETS.coreImportRatio ? 'PASS' : 'MISS'}`
       : '',

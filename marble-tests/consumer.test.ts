@@ -239,20 +239,25 @@ console.log(JSON.stringify(outcome));
       }
     });
 
-    it("import('sluice') and import('sluice/testing') load no optional peer, nor http, https, zlib or worker_threads", async (t) => {
+    it("import('sluice') and import('sluice/testing') load no optional peer, nor http, https, zlib or worker_threads, nor zod before a first stage()", async (t) => {
       if (!needsApp(t)) return;
-      const out = await nodeJson<{ resolvable: string[]; peers: string[]; builtins: string[] }>(
+      const out = await nodeJson<{ zodAtImport: boolean; zodAfterStage: boolean; resolvable: string[]; peers: string[]; builtins: string[] }>(
         app,
         'core-only.mjs',
         `import { createRequire } from 'node:module';
 const require = createRequire(import.meta.url);
 const peers = ${JSON.stringify(OPTIONAL_PEERS)};
 const resolvable = peers.filter((p) => { try { require.resolve(p); return true; } catch { return false; } });
-await import('sluice');
+const { stage } = await import('sluice');
 await import('sluice/testing');
 // Peers are CommonJS: loaded by require or by import, their files land in require.cache.
 const cached = Object.keys(require.cache);
+const zodLoaded = () => Object.keys(require.cache).some((file) => file.includes('/node_modules/zod/'));
+const zodAtImport = zodLoaded();
+stage((x) => x);
 console.log(JSON.stringify({
+  zodAtImport,
+  zodAfterStage: zodLoaded(),
   resolvable,
   peers: peers.filter((p) => cached.some((file) => file.includes('/node_modules/' + p + '/'))),
   builtins: process.moduleLoadList.filter((m) => /^NativeModule (http|https|zlib|worker_threads)$/.test(m)),
@@ -262,6 +267,9 @@ console.log(JSON.stringify({
       assert.deepEqual(out.resolvable, OPTIONAL_PEERS, 'the peers must be installed for this check to mean anything');
       assert.deepEqual(out.peers, [], 'optional peers loaded by the core');
       assert.deepEqual(out.builtins, [], 'server or worker built-ins loaded by the core');
+      // zod is loaded by the first validated option, not by the import (docs/internals/import-cost.md).
+      assert.equal(out.zodAtImport, false, 'zod loaded by the import of the core');
+      assert.equal(out.zodAfterStage, true, 'zod not loaded by a first stage()');
     });
 
     it('sluice serve from the installed package answers one chat completion, then exits 0 on SIGTERM, writing nothing into the package', {

@@ -100,7 +100,7 @@ class Client {
   closeCode: number | undefined;
   constructor(readonly ws: WebSocket) {
     ws.on('message', (data) => {
-      const frame = serverFrameSchema.parse(JSON.parse(String(data))) as ServerFrame;
+      const frame = serverFrameSchema().parse(JSON.parse(String(data))) as ServerFrame;
       this.frames.push(frame);
     });
     this.closed = new Promise((resolve) =>

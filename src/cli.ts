@@ -8,6 +8,7 @@
  * exits with 0; a second signal exits at once with 130.
  */
 import { readFileSync } from 'node:fs';
+import { findUp } from './core/package-files.js';
 import { parseArgs } from 'node:util';
 import { InvalidOptionsError } from './core/errors.js';
 import { SUBPROTOCOL } from './serve/protocol.js';
@@ -170,14 +171,8 @@ function defined<K extends string, V>(key: K, value: V | undefined): { [P in K]?
 }
 
 function version(): string {
-  for (const path of ['../package.json', '../../package.json']) {
-    try {
-      return (JSON.parse(readFileSync(new URL(path, import.meta.url), 'utf8')) as { version: string }).version;
-    } catch {
-      // not this layout
-    }
-  }
-  return 'unknown';
+  const path = findUp(import.meta.url, 'package.json');
+  return path === undefined ? 'unknown' : (JSON.parse(readFileSync(path, 'utf8')) as { version: string }).version;
 }
 
 /** A command's options from its flags and environment; a bad one is printed (the caller exits 2) and undefined returned. */

@@ -25,7 +25,7 @@ export class WsClient {
   readonly closed: Promise<number>;
 
   constructor(readonly ws: WebSocket) {
-    ws.on('message', (data) => this.frames.push(serverFrameSchema.parse(JSON.parse(String(data))) as ServerFrame));
+    ws.on('message', (data) => this.frames.push(serverFrameSchema().parse(JSON.parse(String(data))) as ServerFrame));
     this.closed = new Promise((resolve) => ws.on('close', (code) => resolve(code)));
     ws.on('error', () => {});
   }

@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import { Observable, defer, from, of, switchMap } from 'rxjs';
 import { fromIterable } from '../flow/sources.js';
 import { functionSchema, parseOptions } from '../flow/options.js';
@@ -54,24 +54,26 @@ export interface CachedOptions<I, O> {
   stats?: CacheStats;
 }
 
-const cachedOptionsSchema = z
-  .object({
-    response: z.unknown().optional(),
-    semantic: z.unknown().optional(),
-    singleFlight: z
-      .custom<boolean | SingleFlight<unknown>>((v) => typeof v === 'boolean' || v instanceof SingleFlight, {
-        error: 'singleFlight must be true, false or a SingleFlight',
-      })
-      .optional(),
-    key: functionSchema<(value: unknown) => string>().optional(),
-    text: functionSchema<(value: unknown) => string>().optional(),
-    scope: functionSchema<(value: unknown) => string>().optional(),
-    stats: z.instanceof(CacheStats, { error: 'stats must be a CacheStats' }).optional(),
-  })
-  .strict()
-  .refine((o) => o.response !== undefined || o.semantic !== undefined || (o.singleFlight !== undefined && o.singleFlight !== false), {
-    error: 'nothing to do: give response, semantic or singleFlight',
-  });
+const cachedOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      response: z.unknown().optional(),
+      semantic: z.unknown().optional(),
+      singleFlight: z
+        .custom<boolean | SingleFlight<unknown>>((v) => typeof v === 'boolean' || v instanceof SingleFlight, {
+          error: 'singleFlight must be true, false or a SingleFlight',
+        })
+        .optional(),
+      key: functionSchema<(value: unknown) => string>().optional(),
+      text: functionSchema<(value: unknown) => string>().optional(),
+      scope: functionSchema<(value: unknown) => string>().optional(),
+      stats: z.instanceof(CacheStats, { error: 'stats must be a CacheStats' }).optional(),
+    })
+    .strict()
+    .refine((o) => o.response !== undefined || o.semantic !== undefined || (o.singleFlight !== undefined && o.singleFlight !== false), {
+      error: 'nothing to do: give response, semantic or singleFlight',
+    }),
+);
 
 /**
  * Wraps a stage's work with caches: an exact response cache, a semantic cache, and
@@ -118,7 +120,7 @@ const cachedOptionsSchema = z
  * @see LruCache, SemanticCache, SingleFlight, CacheStats, cacheKey.
  */
 export function cached<I, O>(work: Work<I, O>, options: CachedOptions<I, O>): Work<I, O> {
-  const parsed = parseOptions(cachedOptionsSchema, options, 'cached options');
+  const parsed = parseOptions(cachedOptionsSchema(), options, 'cached options');
   const stats = parsed.stats ?? new CacheStats();
   const response = nested('response', parsed.response, LruCache, (o: ResponseCacheOptions<O>) => new LruCache({ ...o, sizeOf: answerSize(o.sizeOf), stats }));
   const semantic = nested(

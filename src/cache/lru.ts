@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import { asyncScheduler, type SchedulerLike } from 'rxjs';
 import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../flow/options.js';
 import { CacheStats } from './stats.js';
@@ -19,16 +19,18 @@ export interface LruCacheOptions<V> {
   stats?: CacheStats;
 }
 
-const lruOptionsSchema = z
-  .object({
-    maxBytes: positiveInt('maxBytes'),
-    maxEntries: positiveInt('maxEntries').optional(),
-    ttl: z.number({ error: 'ttl must be a number' }).positive({ error: 'ttl must be > 0 ms' }).optional(),
-    sizeOf: functionSchema<(value: unknown) => number>().optional(),
-    scheduler: schedulerSchema.optional(),
-    stats: z.instanceof(CacheStats, { error: 'stats must be a CacheStats' }).optional(),
-  })
-  .strict();
+const lruOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      maxBytes: positiveInt('maxBytes'),
+      maxEntries: positiveInt('maxEntries').optional(),
+      ttl: z.number({ error: 'ttl must be a number' }).positive({ error: 'ttl must be > 0 ms' }).optional(),
+      sizeOf: functionSchema<(value: unknown) => number>().optional(),
+      scheduler: schedulerSchema().optional(),
+      stats: z.instanceof(CacheStats, { error: 'stats must be a CacheStats' }).optional(),
+    })
+    .strict(),
+);
 
 interface Entry<V> {
   readonly value: V;
@@ -69,7 +71,7 @@ export class LruCache<V> {
   private held = 0;
 
   constructor(options: LruCacheOptions<V>) {
-    const parsed = parseOptions(lruOptionsSchema, options, 'LruCache options');
+    const parsed = parseOptions(lruOptionsSchema(), options, 'LruCache options');
     this.maxBytes = parsed.maxBytes;
     this.maxEntries = parsed.maxEntries ?? Infinity;
     this.ttl = parsed.ttl ?? Infinity;

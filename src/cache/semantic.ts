@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import { asyncScheduler, type SchedulerLike } from 'rxjs';
 import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../flow/options.js';
 import { CacheStats } from './stats.js';
@@ -21,17 +21,19 @@ export interface SemanticCacheOptions<V> {
   stats?: CacheStats;
 }
 
-const semanticOptionsSchema = z
-  .object({
-    embed: functionSchema<Embedder>(),
-    threshold: z.number({ error: 'threshold must be a number' }).min(-1, { error: 'threshold must be ≥ -1' }).max(1, { error: 'threshold must be ≤ 1' }),
-    maxEntries: positiveInt('maxEntries').default(1000),
-    ttl: z.number({ error: 'ttl must be a number' }).positive({ error: 'ttl must be > 0 ms' }).optional(),
-    sizeOf: functionSchema<(value: unknown) => number>().optional(),
-    scheduler: schedulerSchema.optional(),
-    stats: z.instanceof(CacheStats, { error: 'stats must be a CacheStats' }).optional(),
-  })
-  .strict();
+const semanticOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      embed: functionSchema<Embedder>(),
+      threshold: z.number({ error: 'threshold must be a number' }).min(-1, { error: 'threshold must be ≥ -1' }).max(1, { error: 'threshold must be ≤ 1' }),
+      maxEntries: positiveInt('maxEntries').default(1000),
+      ttl: z.number({ error: 'ttl must be a number' }).positive({ error: 'ttl must be > 0 ms' }).optional(),
+      sizeOf: functionSchema<(value: unknown) => number>().optional(),
+      scheduler: schedulerSchema().optional(),
+      stats: z.instanceof(CacheStats, { error: 'stats must be a CacheStats' }).optional(),
+    })
+    .strict(),
+);
 
 /** What a lookup found: always the query's normalised vector (to store under it later), and a hit when one was close enough. */
 export interface SemanticLookup<V> {
@@ -111,7 +113,7 @@ export class SemanticCache<V> {
   private nextId = 0;
 
   constructor(options: SemanticCacheOptions<V>) {
-    const parsed = parseOptions(semanticOptionsSchema, options, 'SemanticCache options');
+    const parsed = parseOptions(semanticOptionsSchema(), options, 'SemanticCache options');
     this.embed = parsed.embed;
     this.threshold = parsed.threshold;
     this.maxEntries = parsed.maxEntries;

@@ -1,22 +1,25 @@
-import * as z from 'zod';
+import type * as z from 'zod';
+import { zod } from '../core/zod.js';
 import type { SchedulerLike } from 'rxjs';
 import { InvalidOptionsError } from '../core/errors.js';
 
 export { POLICIES } from '../core/vocabulary.js';
 export type { Policy, ShedReason, Outcome } from '../core/vocabulary.js';
 
+// Helpers for schemas built lazily (see core/zod.ts): each is called from inside a builder, so zod is loaded by then.
 export const positiveInt = (what: string) =>
-  z
+  zod()
     .number({ error: `${what} must be a number` })
     .int({ error: `${what} must be an integer` })
     .positive({ error: `${what} must be ≥ 1` });
 
-export const schedulerSchema = z.custom<SchedulerLike>(
-  (v) => typeof v === 'object' && v !== null && typeof (v as SchedulerLike).schedule === 'function' && typeof (v as SchedulerLike).now === 'function',
-  { error: 'must be an RxJS SchedulerLike (with schedule() and now())' },
-);
+export const schedulerSchema = () =>
+  zod().custom<SchedulerLike>(
+    (v) => typeof v === 'object' && v !== null && typeof (v as SchedulerLike).schedule === 'function' && typeof (v as SchedulerLike).now === 'function',
+    { error: 'must be an RxJS SchedulerLike (with schedule() and now())' },
+  );
 
-export const functionSchema = <F>() => z.custom<F>((v) => typeof v === 'function', { error: 'must be a function' });
+export const functionSchema = <F>() => zod().custom<F>((v) => typeof v === 'function', { error: 'must be a function' });
 
 /** Validates `input` against `schema`; throws `InvalidOptionsError` naming every bad field's path. */
 export function parseOptions<S extends z.ZodType>(schema: S, input: unknown, what: string): z.output<S> {

@@ -1,4 +1,5 @@
-import * as z from 'zod';
+import type * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import type { Observable, Subscription } from 'rxjs';
 import { Flow, withLink, type Outlet, type Producer } from './demand.js';
 import { OverflowError } from '../core/errors.js';
@@ -25,25 +26,27 @@ export interface PushOptions<T> {
   stats?: StageStats;
 }
 
-const pushOptionsSchema = z
-  .object({
-    name: z.string().min(1).default('push'),
-    capacity: positiveInt('capacity'),
-    policy: z.enum(['shed-incoming', 'shed-oldest', 'conflate', 'fail'], {
-      error: (issue) =>
-        issue.input === 'pause'
-          ? 'policy "pause" is impossible for a push source: it emits without being asked. Choose "shed-incoming", "shed-oldest", "conflate" or "fail"'
-          : 'policy must be one of "shed-incoming", "shed-oldest", "conflate", "fail"',
+const pushOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      name: z.string().min(1).default('push'),
+      capacity: positiveInt('capacity'),
+      policy: z.enum(['shed-incoming', 'shed-oldest', 'conflate', 'fail'], {
+        error: (issue) =>
+          issue.input === 'pause'
+            ? 'policy "pause" is impossible for a push source: it emits without being asked. Choose "shed-incoming", "shed-oldest", "conflate" or "fail"'
+            : 'policy must be one of "shed-incoming", "shed-oldest", "conflate", "fail"',
+      }),
+      conflate: functionSchema<(pending: unknown, incoming: unknown) => unknown>().optional(),
+      onShed: functionSchema<(event: unknown) => void>().optional(),
+      stats: z.instanceof(StageStats).optional(),
+    })
+    .strict()
+    .refine((o) => o.policy !== 'conflate' || o.conflate !== undefined, {
+      error: 'policy "conflate" needs a conflate(pending, incoming) reducer',
+      path: ['conflate'],
     }),
-    conflate: functionSchema<(pending: unknown, incoming: unknown) => unknown>().optional(),
-    onShed: functionSchema<(event: unknown) => void>().optional(),
-    stats: z.instanceof(StageStats).optional(),
-  })
-  .strict()
-  .refine((o) => o.policy !== 'conflate' || o.conflate !== undefined, {
-    error: 'policy "conflate" needs a conflate(pending, incoming) reducer',
-    path: ['conflate'],
-  });
+);
 
 /**
  * Adapts a source that cannot be paused (a Subject, `fromEvent`, a socket, any plain
@@ -63,12 +66,12 @@ const pushOptionsSchema = z
  * ```
  */
 export function fromPush<T>(source: Observable<T>, options: PushOptions<T>): Flow<T> {
-  const config = parseOptions(pushOptionsSchema, options, 'fromPush options');
+  const config = parseOptions(pushOptionsSchema(), options, 'fromPush options');
   const stats = config.stats ?? new StageStats();
   return new Flow<T>((outlet) => new PushProducer(source, config as ParsedPush<T>, stats, outlet));
 }
 
-type ParsedPush<T> = Omit<z.output<typeof pushOptionsSchema>, 'conflate' | 'onShed'> & Pick<PushOptions<T>, 'conflate' | 'onShed'>;
+type ParsedPush<T> = Omit<z.output<ReturnType<typeof pushOptionsSchema>>, 'conflate' | 'onShed'> & Pick<PushOptions<T>, 'conflate' | 'onShed'>;
 
 class PushProducer<T> implements Producer {
   private readonly held: Ring<T>;

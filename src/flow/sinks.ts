@@ -11,7 +11,7 @@
  * put such a source through `fromPush` (a policy) or a stage first.
  */
 import { finished, type Writable } from 'node:stream';
-import * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import { Observable, Subscriber, type OperatorFunction } from 'rxjs';
 import { subscribeWithDemand, type DemandSubscription } from './demand.js';
 import { parseOptions, positiveInt } from './options.js';
@@ -106,15 +106,17 @@ export interface ToAsyncIterableOptions {
   signal?: AbortSignal;
 }
 
-const signalSchema = z.instanceof(AbortSignal, { error: 'signal must be an AbortSignal' });
+const signalSchema = lazySchema((z) => z.instanceof(AbortSignal, { error: 'signal must be an AbortSignal' }));
 
-const writableOptionsSchema = z
-  .object({
-    highWaterMark: positiveInt('highWaterMark').optional(),
-    end: z.boolean({ error: 'end must be a boolean' }).default(true),
-    signal: signalSchema.optional(),
-  })
-  .strict();
+const writableOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      highWaterMark: positiveInt('highWaterMark').optional(),
+      end: z.boolean({ error: 'end must be a boolean' }).default(true),
+      signal: signalSchema().optional(),
+    })
+    .strict(),
+);
 
 /**
  * Writes before the sink lets the event loop turn. A source and a writable that both go on
@@ -123,7 +125,9 @@ const writableOptionsSchema = z
  */
 const WRITES_PER_TURN = 1024;
 
-const iterableOptionsSchema = z.object({ highWaterMark: positiveInt('highWaterMark').default(16), signal: signalSchema.optional() }).strict();
+const iterableOptionsSchema = lazySchema((z) =>
+  z.object({ highWaterMark: positiveInt('highWaterMark').default(16), signal: signalSchema().optional() }).strict(),
+);
 
 /**
  * Writes every element of `source` to `writable`, pulling only what the writable can take:
@@ -143,7 +147,7 @@ const iterableOptionsSchema = z.object({ highWaterMark: positiveInt('highWaterMa
 export function toWritable<T>(source: Observable<T>, writable: Writable, options: ToWritableOptions = {}): Promise<void> {
   requireArgument('toWritable', 'source', source, isObservable, 'an Observable');
   requireArgument('toWritable', 'writable', writable, isWritable, 'a Node Writable (with write(), end() and on())');
-  const { highWaterMark = defaultHighWaterMark(writable), end, signal } = parseOptions(writableOptionsSchema, options, 'toWritable options');
+  const { highWaterMark = defaultHighWaterMark(writable), end, signal } = parseOptions(writableOptionsSchema(), options, 'toWritable options');
 
   return new Promise<void>((resolve, reject) => {
     let subscription: DemandSubscription | undefined;
@@ -263,7 +267,7 @@ export function toWritable<T>(source: Observable<T>, writable: Writable, options
  */
 export function toAsyncIterable<T>(source: Observable<T>, options: ToAsyncIterableOptions = {}): FlowIterator<T> {
   requireArgument('toAsyncIterable', 'source', source, isObservable, 'an Observable');
-  const { highWaterMark, signal } = parseOptions(iterableOptionsSchema, options, 'toAsyncIterable options');
+  const { highWaterMark, signal } = parseOptions(iterableOptionsSchema(), options, 'toAsyncIterable options');
   return new BufferedIterator(source, highWaterMark, signal);
 }
 

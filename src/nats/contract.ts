@@ -8,7 +8,8 @@
  * Records live in the stream `SLUICE_CONTRACTS` (one message per link and side, the newest kept),
  * so the check holds across processes and restarts.
  */
-import * as z from 'zod';
+import type * as z from 'zod';
+import { zod } from '../core/zod.js';
 import { type Link, LinkError, apiCode, refused } from './link.js';
 import { type JsonSchema, unadmitted } from './schema-subset.js';
 
@@ -30,7 +31,7 @@ export interface LinkContract {
 
 /** The JSON Schema of what `schema` sends (`producer`: its output) or accepts (`receiver`: its input). */
 export function jsonSchemaOf(schema: z.ZodType, side: Side): JsonSchema {
-  const { $schema: _draft, ...rest } = z.toJSONSchema(schema, { target: 'draft-7', io: side === 'receiver' ? 'input' : 'output', unrepresentable: 'any' });
+  const { $schema: _draft, ...rest } = zod().toJSONSchema(schema, { target: 'draft-7', io: side === 'receiver' ? 'input' : 'output', unrepresentable: 'any' });
   return rest as JsonSchema;
 }
 

@@ -4,7 +4,8 @@
  * refused rather than buffered; its one durable pull consumer is shared by every receiver, so
  * the receivers split the work.
  */
-import * as z from 'zod';
+import type * as z from 'zod';
+import { isZodSchema, lazySchema } from '../core/zod.js';
 import type { NatsConnection } from '@nats-io/nats-core';
 import type { JetStreamClient, JetStreamManager, StreamConfig, ConsumerConfig } from '@nats-io/jetstream';
 import { natsJetstream } from '../core/peers.js';
@@ -34,36 +35,38 @@ export type LinkErrorCode =
   /** A producer's schema admits values the link's receivers refuse (or a receiver's refuses what producers send). */
   | 'SCHEMA_MISMATCH';
 
-export const linkOptionsSchema = z
-  .object({
-    /** The link's name: its stream is `SLUICE_<name>`, its subject `sluice.link.<name>`. */
-    name: z.string().regex(/^[A-Za-z0-9_-]+$/, { error: 'name must be letters, digits, "-" or "_"' }),
-    /** Messages the link holds at most, sent and not yet acknowledged (enforced by the server too). */
-    capacity: positiveInt('capacity').default(256),
-    /** How long a receiver may hold a message before the server delivers it again (ms). */
-    ackWait: z.number().positive({ error: 'ackWait must be > 0 ms' }).default(30_000),
-    /** Deliveries of one message before the server gives up on it. */
-    maxDeliver: positiveInt('maxDeliver').default(5),
-    /** Publishes awaiting their acknowledgement from the server, at most. */
-    publishWindow: positiveInt('publishWindow').default(32),
-    /** How often a producer without credit asks the server for the link's backlog (ms). */
-    creditInterval: z.number().positive({ error: 'creditInterval must be > 0 ms' }).default(250),
-    /** How long a receiver's pull waits for messages before it is renewed (ms). */
-    pullExpires: z.number().min(1000, { error: 'pullExpires must be ≥ 1000 ms (the server refuses less)' }).default(5_000),
-    /** Servers of a JetStream cluster that keep a copy of the link's streams (1, 3 or 5; at most the cluster's size). */
-    replicas: z.union([z.literal(1), z.literal(3), z.literal(5)], { error: 'replicas must be 1, 3 or 5' }).default(1),
-    /** Dead letters the link keeps, newest first (its dead-letter stream's `max_msgs`; older ones are dropped). */
-    deadLetters: positiveInt('deadLetters').default(10_000),
-    /** What a message must be: receivers dead-letter one that is not, producers refuse to send one. */
-    schema: z.custom<z.ZodType>((value) => value instanceof z.ZodType, { error: 'schema must be a zod schema' }).optional(),
-  })
-  .strict();
+export const linkOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      /** The link's name: its stream is `SLUICE_<name>`, its subject `sluice.link.<name>`. */
+      name: z.string().regex(/^[A-Za-z0-9_-]+$/, { error: 'name must be letters, digits, "-" or "_"' }),
+      /** Messages the link holds at most, sent and not yet acknowledged (enforced by the server too). */
+      capacity: positiveInt('capacity').default(256),
+      /** How long a receiver may hold a message before the server delivers it again (ms). */
+      ackWait: z.number().positive({ error: 'ackWait must be > 0 ms' }).default(30_000),
+      /** Deliveries of one message before the server gives up on it. */
+      maxDeliver: positiveInt('maxDeliver').default(5),
+      /** Publishes awaiting their acknowledgement from the server, at most. */
+      publishWindow: positiveInt('publishWindow').default(32),
+      /** How often a producer without credit asks the server for the link's backlog (ms). */
+      creditInterval: z.number().positive({ error: 'creditInterval must be > 0 ms' }).default(250),
+      /** How long a receiver's pull waits for messages before it is renewed (ms). */
+      pullExpires: z.number().min(1000, { error: 'pullExpires must be ≥ 1000 ms (the server refuses less)' }).default(5_000),
+      /** Servers of a JetStream cluster that keep a copy of the link's streams (1, 3 or 5; at most the cluster's size). */
+      replicas: z.union([z.literal(1), z.literal(3), z.literal(5)], { error: 'replicas must be 1, 3 or 5' }).default(1),
+      /** Dead letters the link keeps, newest first (its dead-letter stream's `max_msgs`; older ones are dropped). */
+      deadLetters: positiveInt('deadLetters').default(10_000),
+      /** What a message must be: receivers dead-letter one that is not, producers refuse to send one. */
+      schema: z.custom<z.ZodType>(isZodSchema, { error: 'schema must be a zod schema' }).optional(),
+    })
+    .strict(),
+);
 
-export type LinkOptions<T = unknown> = Omit<z.input<typeof linkOptionsSchema>, 'schema'> & {
+export type LinkOptions<T = unknown> = Omit<z.input<ReturnType<typeof linkOptionsSchema>>, 'schema'> & {
   /** What a message must be: receivers dead-letter one that is not, producers refuse to send one. */
   schema?: z.ZodType<T>;
 };
-export type LinkConfig = z.output<typeof linkOptionsSchema>;
+export type LinkConfig = z.output<ReturnType<typeof linkOptionsSchema>>;
 
 /** An opened link: where its messages go, and the clients to reach them. `T` is what its schema admits. */
 export interface Link<T = unknown> {
@@ -92,7 +95,7 @@ const STREAM_NOT_FOUND = 10059;
  * JetStream, or a stream whose bound contradicts `capacity`, a `LinkError`.
  */
 export async function openLink<T = unknown>(connection: NatsConnection, options: LinkOptions<T>): Promise<Link<T>> {
-  const config = parseOptions(linkOptionsSchema, options, 'openLink options');
+  const config = parseOptions(linkOptionsSchema(), options, 'openLink options');
   const { jetstreamManager, jetstream, RetentionPolicy, DiscardPolicy, AckPolicy } = natsJetstream();
   const name = config.name;
   let jsm: JetStreamManager;

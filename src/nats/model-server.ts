@@ -107,7 +107,7 @@ async function greet(link: Link<RemoteRequest>, reply: string, attempt: number, 
   for (let tries = 0; tries < 5 && !signal.aborted; tries++) {
     try {
       const answer = await link.connection.request(reply, hello, { timeout: Math.max(1_000, 4 * link.config.creditInterval) });
-      const credit = parseMessage(controlMessageSchema, answer.data);
+      const credit = parseMessage(controlMessageSchema(), answer.data);
       return credit?.type === 'credit' ? credit : undefined;
     } catch (error) {
       if ((error as { name?: string }).name === 'NoRespondersError' || /no responders/i.test(String(error))) return undefined;
@@ -158,7 +158,7 @@ class Streaming {
     if (this.signal.aborted) return this.finish('cancelled');
     this.signal.addEventListener('abort', this.onAbort, { once: true });
     this.control = this.link.connection.subscribe(controlSubject(this.reply), {
-      callback: (_error, message) => this.hear(parseMessage(controlMessageSchema, message.data)),
+      callback: (_error, message) => this.hear(parseMessage(controlMessageSchema(), message.data)),
     });
     this.timer = setInterval(() => {
       if (Date.now() - this.lastHeard > this.idleTimeout) this.finish('gone');

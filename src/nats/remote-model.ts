@@ -139,7 +139,7 @@ class RemoteGeneration implements Producer {
 
   private hear(raw: Msg): void {
     if (this.done) return;
-    const message = parseMessage(workerMessageSchema, raw.data);
+    const message = parseMessage(workerMessageSchema(), raw.data);
     if (message === undefined)
       return this.fail(new RemoteGenerationError('REMOTE_PROTOCOL', this.name, 'a worker sent a message that is not of the protocol.'));
     this.lastHeard = Date.now();

@@ -13,37 +13,44 @@
  *
  * Credit is cumulative and re-sent on a timer, so a lost control message delays, never stalls.
  */
-import * as z from 'zod';
+import type * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { type Link, type LinkOptions, openLink } from './link.js';
 
-export const remoteRequestSchema = z.object({
-  /** Unique per request: names its subjects and dedups its publish. */
-  id: z.string().min(1),
-  /** Where the worker sends tokens; `reply + ".control"` is where it listens. */
-  reply: z.string().min(1),
-  /** A `GenerateRequest` (the worker validates it). Always with a seed, so a restart regenerates the same tokens. */
-  request: z.record(z.string(), z.unknown()),
-});
-export type RemoteRequest = z.infer<typeof remoteRequestSchema>;
-
-export const workerMessageSchema = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('hello'), attempt: z.number().int().min(1) }),
-  z.object({ type: z.literal('token'), index: z.number().int().min(0), text: z.string(), logprob: z.number().optional() }),
+export const remoteRequestSchema = lazySchema((z) =>
   z.object({
-    type: z.literal('end'),
-    finishReason: z.enum(['stop', 'length', 'abort']),
-    usage: z.object({ inputTokens: z.number(), outputTokens: z.number() }).loose(),
+    /** Unique per request: names its subjects and dedups its publish. */
+    id: z.string().min(1),
+    /** Where the worker sends tokens; `reply + ".control"` is where it listens. */
+    reply: z.string().min(1),
+    /** A `GenerateRequest` (the worker validates it). Always with a seed, so a restart regenerates the same tokens. */
+    request: z.record(z.string(), z.unknown()),
   }),
-  z.object({ type: z.literal('error'), code: z.string(), message: z.string() }),
-]);
-export type WorkerMessage = z.infer<typeof workerMessageSchema>;
+);
+export type RemoteRequest = z.infer<ReturnType<typeof remoteRequestSchema>>;
 
-export const controlMessageSchema = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('credit'), granted: z.number().int().min(0), have: z.number().int().min(0) }),
-  z.object({ type: z.literal('cancel') }),
-]);
-export type ControlMessage = z.infer<typeof controlMessageSchema>;
+export const workerMessageSchema = lazySchema((z) =>
+  z.discriminatedUnion('type', [
+    z.object({ type: z.literal('hello'), attempt: z.number().int().min(1) }),
+    z.object({ type: z.literal('token'), index: z.number().int().min(0), text: z.string(), logprob: z.number().optional() }),
+    z.object({
+      type: z.literal('end'),
+      finishReason: z.enum(['stop', 'length', 'abort']),
+      usage: z.object({ inputTokens: z.number(), outputTokens: z.number() }).loose(),
+    }),
+    z.object({ type: z.literal('error'), code: z.string(), message: z.string() }),
+  ]),
+);
+export type WorkerMessage = z.infer<ReturnType<typeof workerMessageSchema>>;
+
+export const controlMessageSchema = lazySchema((z) =>
+  z.discriminatedUnion('type', [
+    z.object({ type: z.literal('credit'), granted: z.number().int().min(0), have: z.number().int().min(0) }),
+    z.object({ type: z.literal('cancel') }),
+  ]),
+);
+export type ControlMessage = z.infer<ReturnType<typeof controlMessageSchema>>;
 
 export const controlSubject = (reply: string): string => `${reply}.control`;
 
@@ -61,5 +68,5 @@ export function parseMessage<T>(schema: z.ZodType<T>, data: Uint8Array): T | und
 
 /** Opens the link requests for a remote model go through (its schema is the request envelope). */
 export function openModelLink(connection: NatsConnection, options: Omit<LinkOptions<RemoteRequest>, 'schema'>): Promise<Link<RemoteRequest>> {
-  return openLink(connection, { ...options, schema: remoteRequestSchema });
+  return openLink(connection, { ...options, schema: remoteRequestSchema() });
 }

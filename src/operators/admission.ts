@@ -1,4 +1,5 @@
-import * as z from 'zod';
+import type * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import { asyncScheduler, type Observable, type SchedulerLike, type Subscription } from 'rxjs';
 import { Flow, type Outlet } from '../flow/demand.js';
 import { Inlet } from '../flow/inlet.js';
@@ -43,25 +44,27 @@ export interface AdmissionOptions<T> {
 /** The operator `admission` returns: requests (plain or traced) in, a Flow of the admitted ones out. */
 export type AdmissionOperator<T> = (source: Observable<T | Traced<T>>) => Flow<Traced<T>>;
 
-const admissionSchema = z
-  .object({
-    name: z.string().min(1, { error: 'name must not be empty' }).optional(),
-    rate: z
-      .object({
-        perTenant: z.number({ error: 'perTenant must be a number (requests per second)' }).positive({ error: 'perTenant must be > 0' }),
-        burst: z.number({ error: 'burst must be a number' }).min(1, { error: 'burst must be ≥ 1' }),
-      })
-      .strict(),
-    tenant: functionSchema<(value: unknown) => string>(),
-    priority: functionSchema<(value: unknown) => number>().optional(),
-    maxQueue: z.number({ error: 'maxQueue must be a number' }).int({ error: 'maxQueue must be an integer' }).min(0, { error: 'maxQueue must be ≥ 0' }),
-    onReject: functionSchema<(event: RejectEvent<unknown>) => void>().optional(),
-    scheduler: schedulerSchema.optional(),
-    stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
-  })
-  .strict();
+const admissionSchema = lazySchema((z) =>
+  z
+    .object({
+      name: z.string().min(1, { error: 'name must not be empty' }).optional(),
+      rate: z
+        .object({
+          perTenant: z.number({ error: 'perTenant must be a number (requests per second)' }).positive({ error: 'perTenant must be > 0' }),
+          burst: z.number({ error: 'burst must be a number' }).min(1, { error: 'burst must be ≥ 1' }),
+        })
+        .strict(),
+      tenant: functionSchema<(value: unknown) => string>(),
+      priority: functionSchema<(value: unknown) => number>().optional(),
+      maxQueue: z.number({ error: 'maxQueue must be a number' }).int({ error: 'maxQueue must be an integer' }).min(0, { error: 'maxQueue must be ≥ 0' }),
+      onReject: functionSchema<(event: RejectEvent<unknown>) => void>().optional(),
+      scheduler: schedulerSchema().optional(),
+      stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
+    })
+    .strict(),
+);
 
-type AdmissionConfig = z.output<typeof admissionSchema> & { readonly label: string };
+type AdmissionConfig = z.output<ReturnType<typeof admissionSchema>> & { readonly label: string };
 
 let unnamed = 0;
 
@@ -110,7 +113,7 @@ let unnamed = 0;
  * request scans the queue (O(`maxQueue`)), bounded by the option.
  */
 export function admission<T>(options: AdmissionOptions<T>): AdmissionOperator<T> {
-  const parsed = parseOptions(admissionSchema, options, `admission${options?.name ? ` "${options.name}"` : ''} options`);
+  const parsed = parseOptions(admissionSchema(), options, `admission${options?.name ? ` "${options.name}"` : ''} options`);
   const config: AdmissionConfig = { ...parsed, label: parsed.name ?? `admission-${++unnamed}` };
   const stats = parsed.stats ?? new StageStats();
   return (source) => new Flow<Traced<T>>((outlet) => new AdmissionRun<T>(source, config, stats, outlet));

@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import type { Observable, Subscriber } from 'rxjs';
 import { functionSchema, parseOptions, positiveInt } from '../flow/options.js';
 import {
@@ -30,14 +30,16 @@ export interface BalanceOptions<T, R> extends LaneOptions<T> {
   capacity?: number;
 }
 
-const balanceOptionsSchema = z
-  .object({
-    ...laneOptionsShape,
-    workers: positiveInt('workers'),
-    worker: functionSchema<LaneFactory<unknown, unknown>>(),
-    capacity: capacitySchema.default(1),
-  })
-  .strict();
+const balanceOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      ...laneOptionsShape(),
+      workers: positiveInt('workers'),
+      worker: functionSchema<LaneFactory<unknown, unknown>>(),
+      capacity: capacitySchema().default(1),
+    })
+    .strict(),
+);
 
 /**
  * Spreads a stream over `workers` interchangeable worker lanes: each element goes to
@@ -81,7 +83,7 @@ const balanceOptionsSchema = z
  * @see partition for key affinity; broadcast to copy every element to every lane.
  */
 export function balance<T, R>(options: BalanceOptions<T, R>): FanOutOperator<T, R> {
-  const parsed = parseOptions(balanceOptionsSchema, options, `balance${options?.name ? ` "${options.name}"` : ''} options`);
+  const parsed = parseOptions(balanceOptionsSchema(), options, `balance${options?.name ? ` "${options.name}"` : ''} options`);
   const config: LaneConfig<T, R> = {
     name: parsed.name ?? defaultName('balance'),
     capacity: parsed.capacity,

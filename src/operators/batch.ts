@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import { asyncScheduler, type Observable, type SchedulerLike, type Subscription } from 'rxjs';
 import { Flow, type Outlet } from '../flow/demand.js';
 import { Inlet } from '../flow/inlet.js';
@@ -73,22 +73,24 @@ export interface BatchOptions<T> {
 /** The operator `batch` returns: any source of `T` (plain or traced) in, a Flow of traced batches out. */
 export type BatchOperator<T> = (source: Observable<T | Traced<T>>) => Flow<Traced<Batch<T>>>;
 
-const batchOptionsSchema = z
-  .object({
-    name: z.string().min(1, { error: 'name must not be empty' }).optional(),
-    maxSize: positiveInt('maxSize'),
-    maxWait: z.number({ error: 'maxWait must be a number of ms' }).positive({ error: 'maxWait must be > 0 ms' }),
-    key: functionSchema<(value: unknown) => string>().optional(),
-    capacity: positiveInt('capacity').optional(),
-    scheduler: schedulerSchema.optional(),
-    sampleRate: z.number({ error: 'sampleRate must be a number' }).min(0).max(1).default(0),
-    stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
-  })
-  .strict()
-  .refine((o) => o.capacity === undefined || o.capacity >= o.maxSize, {
-    error: 'capacity must be ≥ maxSize, or no batch could ever fill',
-    path: ['capacity'],
-  });
+const batchOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      name: z.string().min(1, { error: 'name must not be empty' }).optional(),
+      maxSize: positiveInt('maxSize'),
+      maxWait: z.number({ error: 'maxWait must be a number of ms' }).positive({ error: 'maxWait must be > 0 ms' }),
+      key: functionSchema<(value: unknown) => string>().optional(),
+      capacity: positiveInt('capacity').optional(),
+      scheduler: schedulerSchema().optional(),
+      sampleRate: z.number({ error: 'sampleRate must be a number' }).min(0).max(1).default(0),
+      stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
+    })
+    .strict()
+    .refine((o) => o.capacity === undefined || o.capacity >= o.maxSize, {
+      error: 'capacity must be ≥ maxSize, or no batch could ever fill',
+      path: ['capacity'],
+    }),
+);
 
 interface BatchConfig {
   readonly name: string;
@@ -143,7 +145,7 @@ let unnamedBatch = 0;
  * @see unbatch; `Batch.withResults`.
  */
 export function batch<T>(options: BatchOptions<T>): BatchOperator<T> {
-  const parsed = parseOptions(batchOptionsSchema, options, `batch${options?.name ? ` "${options.name}"` : ''} options`);
+  const parsed = parseOptions(batchOptionsSchema(), options, `batch${options?.name ? ` "${options.name}"` : ''} options`);
   const config: BatchConfig = {
     name: parsed.name ?? `batch-${++unnamedBatch}`,
     maxSize: parsed.maxSize,
@@ -392,14 +394,16 @@ export interface UnbatchOptions {
 /** The operator `unbatch` returns: batches (plain or traced) in, one traced item per output. */
 export type UnbatchOperator<T> = (source: Observable<Batch<T> | Traced<Batch<T>>>) => Flow<Traced<T>>;
 
-const unbatchOptionsSchema = z
-  .object({
-    name: z.string().min(1, { error: 'name must not be empty' }).optional(),
-    capacity: positiveInt('capacity').default(1),
-    stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
-    scheduler: schedulerSchema.optional(),
-  })
-  .strict();
+const unbatchOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      name: z.string().min(1, { error: 'name must not be empty' }).optional(),
+      capacity: positiveInt('capacity').default(1),
+      stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
+      scheduler: schedulerSchema().optional(),
+    })
+    .strict(),
+);
 
 let unnamedUnbatch = 0;
 
@@ -429,7 +433,7 @@ let unnamedUnbatch = 0;
  * @see batch; `Batch.withResults`.
  */
 export function unbatch<T>(options: UnbatchOptions = {}): UnbatchOperator<T> {
-  const parsed = parseOptions(unbatchOptionsSchema, options, `unbatch${options?.name ? ` "${options.name}"` : ''} options`);
+  const parsed = parseOptions(unbatchOptionsSchema(), options, `unbatch${options?.name ? ` "${options.name}"` : ''} options`);
   const name = parsed.name ?? `unbatch-${++unnamedUnbatch}`;
   const stats = parsed.stats ?? new StageStats();
   const scheduler = parsed.scheduler ?? asyncScheduler;

@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import type { Observable, Subscriber } from 'rxjs';
 import { functionSchema, parseOptions } from '../flow/options.js';
 import {
@@ -41,37 +41,41 @@ export interface BroadcastCountOptions<T, R> extends BroadcastCommon<T> {
 
 export type BroadcastOptions<T, R> = BroadcastBranchesOptions<T, R> | BroadcastCountOptions<T, R>;
 
-const branchesSchema = z.custom<readonly LaneFactory<unknown, unknown>[] | number>(
-  (v) => (Array.isArray(v) && v.length > 0 && v.every((f) => typeof f === 'function')) || (typeof v === 'number' && Number.isInteger(v) && v >= 1),
-  { error: 'branches must be a non-empty array of functions, or a count ≥ 1 together with `branch`' },
+const branchesSchema = lazySchema((z) =>
+  z.custom<readonly LaneFactory<unknown, unknown>[] | number>(
+    (v) => (Array.isArray(v) && v.length > 0 && v.every((f) => typeof f === 'function')) || (typeof v === 'number' && Number.isInteger(v) && v >= 1),
+    { error: 'branches must be a non-empty array of functions, or a count ≥ 1 together with `branch`' },
+  ),
 );
 
-const broadcastOptionsSchema = z
-  .object({
-    ...laneOptionsShape,
-    branches: branchesSchema,
-    branch: functionSchema<LaneFactory<unknown, unknown>>().optional(),
-    maxLag: z.number({ error: 'maxLag must be a number' }).int({ error: 'maxLag must be an integer' }).min(0, { error: 'maxLag must be ≥ 0' }).optional(),
-    capacity: capacitySchema.optional(),
-  })
-  .strict()
-  .check((ctx) => {
-    const o = ctx.value;
-    if (typeof o.branches === 'number' && o.branch === undefined) {
-      ctx.issues.push({ code: 'custom', input: o.branch, path: ['branch'], message: 'branch is required when branches is a count' });
-    }
-    if (Array.isArray(o.branches) && o.branch !== undefined) {
-      ctx.issues.push({ code: 'custom', input: o.branch, path: ['branch'], message: 'branch is only used when branches is a count' });
-    }
-    if (o.maxLag !== undefined && o.capacity !== undefined && o.maxLag >= o.capacity) {
-      ctx.issues.push({
-        code: 'custom',
-        input: o.maxLag,
-        path: ['maxLag'],
-        message: `maxLag must be < capacity (${o.capacity}): a branch's lag is held in its buffer`,
-      });
-    }
-  });
+const broadcastOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      ...laneOptionsShape(),
+      branches: branchesSchema(),
+      branch: functionSchema<LaneFactory<unknown, unknown>>().optional(),
+      maxLag: z.number({ error: 'maxLag must be a number' }).int({ error: 'maxLag must be an integer' }).min(0, { error: 'maxLag must be ≥ 0' }).optional(),
+      capacity: capacitySchema().optional(),
+    })
+    .strict()
+    .check((ctx) => {
+      const o = ctx.value;
+      if (typeof o.branches === 'number' && o.branch === undefined) {
+        ctx.issues.push({ code: 'custom', input: o.branch, path: ['branch'], message: 'branch is required when branches is a count' });
+      }
+      if (Array.isArray(o.branches) && o.branch !== undefined) {
+        ctx.issues.push({ code: 'custom', input: o.branch, path: ['branch'], message: 'branch is only used when branches is a count' });
+      }
+      if (o.maxLag !== undefined && o.capacity !== undefined && o.maxLag >= o.capacity) {
+        ctx.issues.push({
+          code: 'custom',
+          input: o.maxLag,
+          path: ['maxLag'],
+          message: `maxLag must be < capacity (${o.capacity}): a branch's lag is held in its buffer`,
+        });
+      }
+    }),
+);
 
 interface BroadcastConfig<T, R> extends LaneConfig<T, R> {
   readonly maxLag: number | undefined;
@@ -121,7 +125,7 @@ interface BroadcastConfig<T, R> extends LaneConfig<T, R> {
  * @see balance to send each element to one lane; partition for key affinity.
  */
 export function broadcast<T, R>(options: BroadcastOptions<T, R>): FanOutOperator<T, R> {
-  const parsed = parseOptions(broadcastOptionsSchema, options, `broadcast${options?.name ? ` "${options.name}"` : ''} options`);
+  const parsed = parseOptions(broadcastOptionsSchema(), options, `broadcast${options?.name ? ` "${options.name}"` : ''} options`);
   const branches = parsed.branches;
   const factories = (typeof branches === 'number' ? Array.from({ length: branches }, () => parsed.branch!) : [...branches]) as LaneFactory<T, R>[];
   const config: BroadcastConfig<T, R> = {

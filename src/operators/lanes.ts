@@ -18,7 +18,7 @@
  * makes one copy per lane): handed to its lane's consumer (`delivered`), `shed` with
  * a reason, or `failed` when the run errors.
  */
-import * as z from 'zod';
+import { lazySchema, zod } from '../core/zod.js';
 import { Observable, type SchedulerLike, type Subscriber, type Subscription } from 'rxjs';
 import { Flow, currentLink, withLink, type DemandLink, type Outlet, type Producer } from '../flow/demand.js';
 import { Inlet, type RoomOwner } from '../flow/inlet.js';
@@ -59,15 +59,18 @@ export interface LaneOptions<T> {
 }
 
 /** The zod shape of `LaneOptions`; each operator extends it with its own fields. */
-export const laneOptionsShape = {
-  name: z.string().min(1, { error: 'name must not be empty' }).optional(),
-  onShed: functionSchema<(event: LaneShedEvent<unknown>) => void>().optional(),
-  stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
-  scheduler: schedulerSchema.optional(),
-  transitTimeout: z.number({ error: 'transitTimeout must be a number of ms' }).positive({ error: 'transitTimeout must be > 0 ms' }).default(1000),
+export const laneOptionsShape = () => {
+  const z = zod();
+  return {
+    name: z.string().min(1, { error: 'name must not be empty' }).optional(),
+    onShed: functionSchema<(event: LaneShedEvent<unknown>) => void>().optional(),
+    stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
+    scheduler: schedulerSchema().optional(),
+    transitTimeout: z.number({ error: 'transitTimeout must be a number of ms' }).positive({ error: 'transitTimeout must be > 0 ms' }).default(1000),
+  };
 };
 
-export const capacitySchema = positiveInt('capacity');
+export const capacitySchema = lazySchema(() => positiveInt('capacity'));
 
 /** Settings a run needs once options are parsed. */
 export interface LaneConfig<T, R> {

@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import type { Observable, Subscriber } from 'rxjs';
 import { functionSchema, parseOptions, positiveInt } from '../flow/options.js';
 import { StageError } from '../core/errors.js';
@@ -28,15 +28,17 @@ export interface PartitionOptions<T, R> extends LaneOptions<T> {
   capacity?: number;
 }
 
-const partitionOptionsSchema = z
-  .object({
-    ...laneOptionsShape,
-    lanes: positiveInt('lanes'),
-    key: functionSchema<(value: unknown) => string>(),
-    lane: functionSchema<LaneFactory<unknown, unknown>>(),
-    capacity: capacitySchema.default(16),
-  })
-  .strict();
+const partitionOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      ...laneOptionsShape(),
+      lanes: positiveInt('lanes'),
+      key: functionSchema<(value: unknown) => string>(),
+      lane: functionSchema<LaneFactory<unknown, unknown>>(),
+      capacity: capacitySchema().default(16),
+    })
+    .strict(),
+);
 
 /**
  * FNV-1a (32-bit) over the UTF-8 bytes of `key`: a fixed function of the key alone,
@@ -134,7 +136,7 @@ interface PartitionConfig<T, R> extends LaneConfig<T, R> {
  * @see balance to route to whichever lane has room; broadcast to copy to every lane.
  */
 export function partition<T, R>(options: PartitionOptions<T, R>): FanOutOperator<T, R> {
-  const parsed = parseOptions(partitionOptionsSchema, options, `partition${options?.name ? ` "${options.name}"` : ''} options`);
+  const parsed = parseOptions(partitionOptionsSchema(), options, `partition${options?.name ? ` "${options.name}"` : ''} options`);
   const config: PartitionConfig<T, R> = {
     name: parsed.name ?? defaultName('partition'),
     capacity: parsed.capacity,

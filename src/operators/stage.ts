@@ -1,5 +1,3 @@
-// zod is evaluated before the flow modules on purpose: the other order makes V8 stop inlining the sync hot path (docs/internals/stage-hot-path.md).
-import 'zod';
 import { Flow } from '../flow/demand.js';
 import { parseOptions } from '../flow/options.js';
 import { StageStats } from '../flow/stats.js';
@@ -51,7 +49,7 @@ export function stage<I, O>(work: Work<I, O>, options: StageOptions<I> = {}): St
       { path: 'work', message: `must be a function (value, context) => result, got ${describeValue(work)}` },
     ]);
   }
-  const parsed = parseOptions(stageOptionsSchema, options, `stage${options?.name ? ` "${options.name}"` : ''} options`);
+  const parsed = parseOptions(stageOptionsSchema(), options, `stage${options?.name ? ` "${options.name}"` : ''} options`);
   const fast = fastPathsOn();
   const name = parsed.name ?? (work.name && work.name !== 'work' ? work.name : `stage-${++unnamed}`);
   const config = new StageConfig(parsed, name, !fast || !ignoresContext(work), fast && isAsyncFunction(work), fast);

@@ -1,4 +1,5 @@
-import * as z from 'zod';
+import type * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import { BehaviorSubject, asyncScheduler, distinctUntilChanged, type Observable, type SchedulerLike, type Subscription } from 'rxjs';
 import { AbortedError } from '../core/errors.js';
 import { Flow, type Outlet, type Producer } from '../flow/demand.js';
@@ -38,19 +39,21 @@ export interface CircuitBreakerOptions {
   onStateChange?: (change: CircuitStateChange) => void;
 }
 
-const breakerOptionsSchema = z
-  .object({
-    name: z.string().min(1, { error: 'name must not be empty' }).optional(),
-    failureThreshold: positiveInt('failureThreshold'),
-    window: z.number({ error: 'window must be a number of ms' }).positive({ error: 'window must be > 0 ms' }),
-    cooldown: z.number({ error: 'cooldown must be a number of ms' }).positive({ error: 'cooldown must be > 0 ms' }),
-    probes: positiveInt('probes').default(1),
-    successThreshold: positiveInt('successThreshold').default(1),
-    isFailure: functionSchema<(error: unknown) => boolean>().optional(),
-    scheduler: schedulerSchema.optional(),
-    onStateChange: functionSchema<(change: CircuitStateChange) => void>().optional(),
-  })
-  .strict();
+const breakerOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      name: z.string().min(1, { error: 'name must not be empty' }).optional(),
+      failureThreshold: positiveInt('failureThreshold'),
+      window: z.number({ error: 'window must be a number of ms' }).positive({ error: 'window must be > 0 ms' }),
+      cooldown: z.number({ error: 'cooldown must be a number of ms' }).positive({ error: 'cooldown must be > 0 ms' }),
+      probes: positiveInt('probes').default(1),
+      successThreshold: positiveInt('successThreshold').default(1),
+      isFailure: functionSchema<(error: unknown) => boolean>().optional(),
+      scheduler: schedulerSchema().optional(),
+      onStateChange: functionSchema<(change: CircuitStateChange) => void>().optional(),
+    })
+    .strict(),
+);
 
 /** Leave to make one call; settle it exactly once. A permit from a state that has since changed counts for nothing. */
 export interface CircuitPermit {
@@ -93,7 +96,7 @@ let unnamed = 0;
  */
 export class CircuitBreaker {
   readonly name: string;
-  private readonly options: z.output<typeof breakerOptionsSchema>;
+  private readonly options: z.output<ReturnType<typeof breakerOptionsSchema>>;
   private readonly scheduler: SchedulerLike;
   private readonly subject: BehaviorSubject<CircuitState>;
   /** Times of the latest failures while closed, oldest first, at most `failureThreshold`. */
@@ -110,7 +113,7 @@ export class CircuitBreaker {
   readonly state$: Observable<CircuitState>;
 
   constructor(options: CircuitBreakerOptions) {
-    this.options = parseOptions(breakerOptionsSchema, options, `CircuitBreaker${options?.name ? ` "${options.name}"` : ''} options`);
+    this.options = parseOptions(breakerOptionsSchema(), options, `CircuitBreaker${options?.name ? ` "${options.name}"` : ''} options`);
     this.name = this.options.name ?? `breaker-${++unnamed}`;
     this.scheduler = this.options.scheduler ?? asyncScheduler;
     this.subject = new BehaviorSubject<CircuitState>('closed');

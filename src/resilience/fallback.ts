@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import { asyncScheduler, type SchedulerLike } from 'rxjs';
 import { functionSchema, parseOptions, schedulerSchema } from '../flow/options.js';
 import { attemptChain } from './chain.js';
@@ -13,26 +13,30 @@ export interface FallbackOptions {
   scheduler?: SchedulerLike;
 }
 
-export const workerSchema = z.union(
-  [
-    functionSchema<Work<unknown, unknown>>(),
-    z.object({ name: z.string().min(1, { error: 'name must not be empty' }), work: functionSchema<Work<unknown, unknown>>() }),
-  ],
-  { error: 'must be a work function or { name, work }' },
+export const workerSchema = lazySchema((z) =>
+  z.union(
+    [
+      functionSchema<Work<unknown, unknown>>(),
+      z.object({ name: z.string().min(1, { error: 'name must not be empty' }), work: functionSchema<Work<unknown, unknown>>() }),
+    ],
+    { error: 'must be a work function or { name, work }' },
+  ),
 );
 
-const fallbackSchema = z
-  .object({
-    workers: z.array(workerSchema).min(1, { error: 'give at least one worker' }),
-    options: z
-      .object({
-        when: functionSchema<(error: unknown, worker: string) => boolean>().optional(),
-        scheduler: schedulerSchema.optional(),
-      })
-      .strict()
-      .default({}),
-  })
-  .strict();
+const fallbackSchema = lazySchema((z) =>
+  z
+    .object({
+      workers: z.array(workerSchema()).min(1, { error: 'give at least one worker' }),
+      options: z
+        .object({
+          when: functionSchema<(error: unknown, worker: string) => boolean>().optional(),
+          scheduler: schedulerSchema().optional(),
+        })
+        .strict()
+        .default({}),
+    })
+    .strict(),
+);
 
 /**
  * Tries model workers in order: when one fails **before its first output**, the next
@@ -70,7 +74,7 @@ const fallbackSchema = z
  * @see retrying, CircuitBreaker.
  */
 export function fallback<I, O>(workers: readonly Worker<I, O>[], options: FallbackOptions = {}): StreamWork<I, O> {
-  const parsed = parseOptions(fallbackSchema, { workers, options }, 'fallback arguments');
+  const parsed = parseOptions(fallbackSchema(), { workers, options }, 'fallback arguments');
   const chain = workers.map((worker, index) => named(worker, index));
   const when = parsed.options.when;
   const scheduler = parsed.options.scheduler ?? asyncScheduler;

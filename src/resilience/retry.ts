@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import { asyncScheduler, type SchedulerLike } from 'rxjs';
 import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../flow/options.js';
 import { attemptChain } from './chain.js';
@@ -28,22 +28,24 @@ export interface RetryOptions {
   scheduler?: SchedulerLike;
 }
 
-const retryOptionsSchema = z
-  .object({
-    attempts: positiveInt('attempts'),
-    baseDelay: z.number({ error: 'baseDelay must be a number of ms' }).min(0, { error: 'baseDelay must be ≥ 0 ms' }),
-    maxDelay: z.number({ error: 'maxDelay must be a number of ms' }).min(0, { error: 'maxDelay must be ≥ 0 ms' }).default(Infinity),
-    jitter: z
-      .number({ error: 'jitter must be a number' })
-      .min(0, { error: 'jitter must be in [0, 1]' })
-      .max(1, { error: 'jitter must be in [0, 1]' })
-      .default(0),
-    retryOn: functionSchema<(error: unknown, retry: number) => boolean>().optional(),
-    random: functionSchema<() => number>().default(() => Math.random),
-    maxRetryAfter: z.number({ error: 'maxRetryAfter must be a number of ms' }).min(0, { error: 'maxRetryAfter must be ≥ 0 ms' }).default(60_000),
-    scheduler: schedulerSchema.optional(),
-  })
-  .strict();
+const retryOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      attempts: positiveInt('attempts'),
+      baseDelay: z.number({ error: 'baseDelay must be a number of ms' }).min(0, { error: 'baseDelay must be ≥ 0 ms' }),
+      maxDelay: z.number({ error: 'maxDelay must be a number of ms' }).min(0, { error: 'maxDelay must be ≥ 0 ms' }).default(Infinity),
+      jitter: z
+        .number({ error: 'jitter must be a number' })
+        .min(0, { error: 'jitter must be in [0, 1]' })
+        .max(1, { error: 'jitter must be in [0, 1]' })
+        .default(0),
+      retryOn: functionSchema<(error: unknown, retry: number) => boolean>().optional(),
+      random: functionSchema<() => number>().default(() => Math.random),
+      maxRetryAfter: z.number({ error: 'maxRetryAfter must be a number of ms' }).min(0, { error: 'maxRetryAfter must be ≥ 0 ms' }).default(60_000),
+      scheduler: schedulerSchema().optional(),
+    })
+    .strict(),
+);
 
 /**
  * Wraps a work function so a failure is retried with exponential backoff and jitter
@@ -99,7 +101,7 @@ const retryOptionsSchema = z
  * @see withTimeouts, fallback, `seededRandom`.
  */
 export function retrying<I, O>(work: Work<I, O>, options: RetryOptions): StreamWork<I, O> {
-  const parsed = parseOptions(retryOptionsSchema, options, 'retrying options');
+  const parsed = parseOptions(retryOptionsSchema(), options, 'retrying options');
   const scheduler = parsed.scheduler ?? asyncScheduler;
   const { attempts, retryOn, random, maxRetryAfter } = parsed;
   return (value, context) =>

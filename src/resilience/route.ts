@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import { asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
 import { Flow, type Outlet, type Producer } from '../flow/demand.js';
 import { functionSchema, parseOptions, schedulerSchema } from '../flow/options.js';
@@ -50,38 +50,40 @@ export interface RouteOptions<I, O> {
   scheduler?: SchedulerLike;
 }
 
-const routeSchema = z
-  .object({
-    variants: z
-      .array(
-        z
-          .object({
-            name: z.string().min(1, { error: 'name must not be empty' }),
-            weight: z.number({ error: 'weight must be a number' }).min(0, { error: 'weight must be ≥ 0' }),
-            worker: functionSchema<Work<unknown, unknown>>(),
-          })
-          .strict(),
-      )
-      .min(1, { error: 'give at least one variant' })
-      .refine((variants) => variants.some((v) => v.weight > 0), { error: 'at least one weight must be > 0' }),
-    shadow: workerSchema.optional(),
-    canary: z
-      .object({
-        worker: functionSchema<Work<unknown, unknown>>(),
-        percent: z
-          .number({ error: 'percent must be a number' })
-          .min(0, { error: 'percent must be in [0, 100]' })
-          .max(100, { error: 'percent must be in [0, 100]' }),
-        name: z.string().min(1, { error: 'name must not be empty' }).optional(),
-      })
-      .strict()
-      .optional(),
-    key: functionSchema<(value: unknown) => string>().optional(),
-    random: functionSchema<() => number>().default(() => Math.random),
-    onShadow: functionSchema<(report: ShadowReport<unknown, unknown>) => void>().optional(),
-    scheduler: schedulerSchema.optional(),
-  })
-  .strict();
+const routeSchema = lazySchema((z) =>
+  z
+    .object({
+      variants: z
+        .array(
+          z
+            .object({
+              name: z.string().min(1, { error: 'name must not be empty' }),
+              weight: z.number({ error: 'weight must be a number' }).min(0, { error: 'weight must be ≥ 0' }),
+              worker: functionSchema<Work<unknown, unknown>>(),
+            })
+            .strict(),
+        )
+        .min(1, { error: 'give at least one variant' })
+        .refine((variants) => variants.some((v) => v.weight > 0), { error: 'at least one weight must be > 0' }),
+      shadow: workerSchema().optional(),
+      canary: z
+        .object({
+          worker: functionSchema<Work<unknown, unknown>>(),
+          percent: z
+            .number({ error: 'percent must be a number' })
+            .min(0, { error: 'percent must be in [0, 100]' })
+            .max(100, { error: 'percent must be in [0, 100]' }),
+          name: z.string().min(1, { error: 'name must not be empty' }).optional(),
+        })
+        .strict()
+        .optional(),
+      key: functionSchema<(value: unknown) => string>().optional(),
+      random: functionSchema<() => number>().default(() => Math.random),
+      onShadow: functionSchema<(report: ShadowReport<unknown, unknown>) => void>().optional(),
+      scheduler: schedulerSchema().optional(),
+    })
+    .strict(),
+);
 
 /** 2^32: maps a 32-bit hash onto [0, 1). */
 const HASH_RANGE = 4294967296;
@@ -129,7 +131,7 @@ const HASH_RANGE = 4294967296;
  * Invalid options throw `InvalidOptionsError` naming each bad field.
  */
 export function route<I, O>(options: RouteOptions<I, O>): StreamWork<I, O> {
-  const parsed = parseOptions(routeSchema, options, 'route options');
+  const parsed = parseOptions(routeSchema(), options, 'route options');
   const variants = options.variants;
   const total = variants.reduce((sum, v) => sum + v.weight, 0);
   const canary =

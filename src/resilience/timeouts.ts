@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import { asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
 import { Flow, type Outlet, type Producer } from '../flow/demand.js';
 import { parseOptions, schedulerSchema } from '../flow/options.js';
@@ -16,14 +16,16 @@ export interface TimeoutOptions {
   scheduler?: SchedulerLike;
 }
 
-const timeoutOptionsSchema = z
-  .object({
-    total: z.number({ error: 'total must be a number of ms' }).positive({ error: 'total must be > 0 ms' }).optional(),
-    idle: z.number({ error: 'idle must be a number of ms' }).positive({ error: 'idle must be > 0 ms' }).optional(),
-    scheduler: schedulerSchema.optional(),
-  })
-  .strict()
-  .refine((o) => o.total !== undefined || o.idle !== undefined, { error: 'give total, idle, or both', path: ['total'] });
+const timeoutOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      total: z.number({ error: 'total must be a number of ms' }).positive({ error: 'total must be > 0 ms' }).optional(),
+      idle: z.number({ error: 'idle must be a number of ms' }).positive({ error: 'idle must be > 0 ms' }).optional(),
+      scheduler: schedulerSchema().optional(),
+    })
+    .strict()
+    .refine((o) => o.total !== undefined || o.idle !== undefined, { error: 'give total, idle, or both', path: ['total'] }),
+);
 
 /**
  * Wraps a work function that returns a token stream with two deadlines: `total`
@@ -60,7 +62,7 @@ const timeoutOptionsSchema = z
  * @see retrying, fallback.
  */
 export function withTimeouts<I, O>(work: Work<I, O>, options: TimeoutOptions): StreamWork<I, O> {
-  const parsed = parseOptions(timeoutOptionsSchema, options, 'withTimeouts options');
+  const parsed = parseOptions(timeoutOptionsSchema(), options, 'withTimeouts options');
   const scheduler = parsed.scheduler ?? asyncScheduler;
   return (value, context) => new Flow<O>((outlet) => new TimeoutRun(work, value, context, parsed.total, parsed.idle, scheduler, outlet));
 }

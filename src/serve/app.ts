@@ -12,13 +12,12 @@
  * `charlm` (the language model alone). Every ONNX session lives in a worker-thread
  * pool, so inference never blocks the event loop.
  */
-import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { availableParallelism } from 'node:os';
-import { fileURLToPath } from 'node:url';
-import * as z from 'zod';
+import { findUp } from '../core/package-files.js';
+import { lazySchema } from '../core/zod.js';
 import { parseOptions, positiveInt } from '../flow/options.js';
 import { StageStats } from '../flow/stats.js';
 import { generateModels, MODEL_FILES } from '../ai/models/generate.js';
@@ -40,9 +39,7 @@ import { attachTokenSocket, type TokenSocketEvent, type TokenSocketLimits, type 
 export const WS_PATH = '/v1/ws';
 
 /** The chat page, from source or from `dist/`. */
-const CHAT_PAGE = [new URL('../../examples/chat.html', import.meta.url), new URL('../../../examples/chat.html', import.meta.url)]
-  .map((url) => fileURLToPath(url))
-  .find((path) => existsSync(path));
+const CHAT_PAGE = findUp(import.meta.url, 'examples/chat.html');
 
 export interface ServeOptions {
   /** Interface to listen on. Default `127.0.0.1`. */
@@ -78,42 +75,44 @@ export interface ServeOptions {
   readonly languageModel?: ModelWorker;
 }
 
-const optionsSchema = z
-  .object({
-    host: z.string().min(1, { error: 'host must not be empty' }).default('127.0.0.1'),
-    port: z
-      .number({ error: 'port must be a number' })
-      .int({ error: 'port must be an integer' })
-      .min(0, { error: 'port must be in [0, 65535]' })
-      .max(65535, { error: 'port must be in [0, 65535]' })
-      .default(8787),
-    // Checked as a whole, so an error never names a token (a record key would be in its path).
-    tokens: z
-      .custom<Record<string, string>>((v) => typeof v === 'object' && v !== null && Object.values(v).every((t) => typeof t === 'string'), {
-        error: 'tokens must map each token to its tenant name',
-      })
-      .refine((t) => Object.keys(t).every((token) => token.length >= 8), { error: 'a token must have at least 8 characters' })
-      .refine((t) => Object.values(t).every((tenant) => tenant.length > 0), { error: 'a tenant must not be empty' })
-      .default({}),
-    insecure: z.boolean().default(false),
-    origins: z.array(z.string().url({ error: 'an origin must be a URL like https://app.example.com' })).optional(),
-    models: z.string().min(1).default('models'),
-    corpus: z.string().min(1).default(BUNDLED_CORPUS),
-    poolSize: positiveInt('poolSize').default(Math.min(availableParallelism(), 2)),
-    shutdownTimeout: z.number({ error: 'shutdownTimeout must be a number of ms' }).int().min(0, { error: 'shutdownTimeout must be ≥ 0' }).default(10_000),
-    limits: z.record(z.string(), z.unknown()).optional(),
-    log: z.custom<(line: string) => void>((v) => typeof v === 'function', { error: 'log must be a function' }).optional(),
-    languageModel: z
-      .custom<ModelWorker>((v) => typeof (v as ModelWorker | undefined)?.generate === 'function' && typeof (v as ModelWorker).name === 'string', {
-        error: 'languageModel must be a ModelWorker (name, generate, infer)',
-      })
-      .optional(),
-  })
-  .strict()
-  .refine((o) => Object.keys(o.tokens).length > 0 || o.insecure || isLoopback(o.host), {
-    error: 'an open server (no tokens) may only listen on a loopback host: give tokens, or set insecure',
-    path: ['tokens'],
-  });
+const optionsSchema = lazySchema((z) =>
+  z
+    .object({
+      host: z.string().min(1, { error: 'host must not be empty' }).default('127.0.0.1'),
+      port: z
+        .number({ error: 'port must be a number' })
+        .int({ error: 'port must be an integer' })
+        .min(0, { error: 'port must be in [0, 65535]' })
+        .max(65535, { error: 'port must be in [0, 65535]' })
+        .default(8787),
+      // Checked as a whole, so an error never names a token (a record key would be in its path).
+      tokens: z
+        .custom<Record<string, string>>((v) => typeof v === 'object' && v !== null && Object.values(v).every((t) => typeof t === 'string'), {
+          error: 'tokens must map each token to its tenant name',
+        })
+        .refine((t) => Object.keys(t).every((token) => token.length >= 8), { error: 'a token must have at least 8 characters' })
+        .refine((t) => Object.values(t).every((tenant) => tenant.length > 0), { error: 'a tenant must not be empty' })
+        .default({}),
+      insecure: z.boolean().default(false),
+      origins: z.array(z.string().url({ error: 'an origin must be a URL like https://app.example.com' })).optional(),
+      models: z.string().min(1).default('models'),
+      corpus: z.string().min(1).default(BUNDLED_CORPUS),
+      poolSize: positiveInt('poolSize').default(Math.min(availableParallelism(), 2)),
+      shutdownTimeout: z.number({ error: 'shutdownTimeout must be a number of ms' }).int().min(0, { error: 'shutdownTimeout must be ≥ 0' }).default(10_000),
+      limits: z.record(z.string(), z.unknown()).optional(),
+      log: z.custom<(line: string) => void>((v) => typeof v === 'function', { error: 'log must be a function' }).optional(),
+      languageModel: z
+        .custom<ModelWorker>((v) => typeof (v as ModelWorker | undefined)?.generate === 'function' && typeof (v as ModelWorker).name === 'string', {
+          error: 'languageModel must be a ModelWorker (name, generate, infer)',
+        })
+        .optional(),
+    })
+    .strict()
+    .refine((o) => Object.keys(o.tokens).length > 0 || o.insecure || isLoopback(o.host), {
+      error: 'an open server (no tokens) may only listen on a loopback host: give tokens, or set insecure',
+      path: ['tokens'],
+    }),
+);
 
 export interface ServerStats {
   readonly pool: InferencePoolStats;
@@ -160,7 +159,7 @@ export interface RunningServer {
  * ```
  */
 export async function startServer(options: ServeOptions = {}): Promise<RunningServer> {
-  const config = parseOptions(optionsSchema, options, 'serve options');
+  const config = parseOptions(optionsSchema(), options, 'serve options');
   const log = config.log ?? (() => {});
   if (BUNDLED_DATA === undefined) throw new Error('the bundled data/ folder is missing from the package');
 

@@ -9,7 +9,7 @@
  * that disconnects aborts the generation: the worker's `AbortSignal` fires and no
  * further step runs.
  */
-import * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import { type TokenLimit, limitTokens } from './token-limit.js';
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
@@ -74,49 +74,53 @@ export interface HttpDrainReport {
   readonly interrupted: number;
 }
 
-const workerSchema = z.custom<ChatWorker>(
-  (v) => typeof v === 'object' && v !== null && typeof (v as ChatWorker).generate === 'function' && typeof (v as ChatWorker).name === 'string',
-  { error: 'must be a ModelWorker (with name and generate())' },
+const workerSchema = lazySchema((z) =>
+  z.custom<ChatWorker>(
+    (v) => typeof v === 'object' && v !== null && typeof (v as ChatWorker).generate === 'function' && typeof (v as ChatWorker).name === 'string',
+    { error: 'must be a ModelWorker (with name and generate())' },
+  ),
 );
 
-const optionsSchema = z
-  .object({
-    workers: z.record(z.string().min(1, { error: 'a model name must not be empty' }), workerSchema).optional(),
-    worker: workerSchema.optional(),
-    metrics: z
-      .custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).scrape === 'function', {
-        error: 'metrics must be a SluiceMetrics',
-      })
-      .optional(),
-    auth: functionSchema<(req: IncomingMessage) => boolean | Promise<boolean>>().optional(),
-    maxBodyBytes: z
-      .number({ error: 'maxBodyBytes must be a number' })
-      .int({ error: 'maxBodyBytes must be an integer' })
-      .positive({ error: 'maxBodyBytes must be ≥ 1' })
-      .default(1 << 20),
-    maxTokens: z
-      .number({ error: 'maxTokens must be a number' })
-      .int({ error: 'maxTokens must be an integer' })
-      .positive({ error: 'maxTokens must be ≥ 1' })
-      .default(4096),
-    ready: functionSchema<() => boolean>().optional(),
-    tracer: z
-      .custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', {
-        error: 'tracer must be an OpenTelemetry Tracer',
-      })
-      .optional(),
-    sampleRate: z
-      .number({ error: 'sampleRate must be a number' })
-      .min(0, { error: 'sampleRate must be in [0, 1]' })
-      .max(1, { error: 'sampleRate must be in [0, 1]' })
-      .default(1),
-    stage: z.string().min(1, { error: 'stage must not be empty' }).default('generate'),
-  })
-  .strict()
-  .refine((o) => o.worker !== undefined || (o.workers !== undefined && Object.keys(o.workers).length > 0), {
-    error: 'give worker or workers (at least one model)',
-    path: ['workers'],
-  });
+const optionsSchema = lazySchema((z) =>
+  z
+    .object({
+      workers: z.record(z.string().min(1, { error: 'a model name must not be empty' }), workerSchema()).optional(),
+      worker: workerSchema().optional(),
+      metrics: z
+        .custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).scrape === 'function', {
+          error: 'metrics must be a SluiceMetrics',
+        })
+        .optional(),
+      auth: functionSchema<(req: IncomingMessage) => boolean | Promise<boolean>>().optional(),
+      maxBodyBytes: z
+        .number({ error: 'maxBodyBytes must be a number' })
+        .int({ error: 'maxBodyBytes must be an integer' })
+        .positive({ error: 'maxBodyBytes must be ≥ 1' })
+        .default(1 << 20),
+      maxTokens: z
+        .number({ error: 'maxTokens must be a number' })
+        .int({ error: 'maxTokens must be an integer' })
+        .positive({ error: 'maxTokens must be ≥ 1' })
+        .default(4096),
+      ready: functionSchema<() => boolean>().optional(),
+      tracer: z
+        .custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', {
+          error: 'tracer must be an OpenTelemetry Tracer',
+        })
+        .optional(),
+      sampleRate: z
+        .number({ error: 'sampleRate must be a number' })
+        .min(0, { error: 'sampleRate must be in [0, 1]' })
+        .max(1, { error: 'sampleRate must be in [0, 1]' })
+        .default(1),
+      stage: z.string().min(1, { error: 'stage must not be empty' }).default('generate'),
+    })
+    .strict()
+    .refine((o) => o.worker !== undefined || (o.workers !== undefined && Object.keys(o.workers).length > 0), {
+      error: 'give worker or workers (at least one model)',
+      path: ['workers'],
+    }),
+);
 
 const ROUTES = new Set(['/v1/chat/completions', '/v1/models', '/metrics', '/healthz', '/readyz']);
 /** `/v1/models/{id}`: one route (and one metrics label) for every id. */
@@ -151,7 +155,7 @@ const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
  * ```
  */
 export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
-  const config = parseOptions(optionsSchema, options, 'HTTP handler options');
+  const config = parseOptions(optionsSchema(), options, 'HTTP handler options');
   const workers = new Map<string, ChatWorker>(Object.entries(config.workers ?? {}));
   if (config.worker !== undefined && !workers.has(config.worker.name)) workers.set(config.worker.name, config.worker);
   const telemetry = new RequestTelemetry({ tracer: config.tracer, metrics: config.metrics, sampleRate: config.sampleRate });
@@ -167,7 +171,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     }
     if (draining) throw new ApiError(503, 'The server is shutting down.', 'server_error', 'server_shutting_down');
     const body = await readJson(req, config.maxBodyBytes);
-    const parsed = chatSchema.safeParse(body);
+    const parsed = chatSchema().safeParse(body);
     if (!parsed.success) {
       const issue = parsed.error.issues[0]!;
       const param = issue.code === 'unrecognized_keys' ? issue.keys[0]! : issue.path.map(String).join('.') || null;

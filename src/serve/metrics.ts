@@ -12,7 +12,7 @@
  * configuration, routes from a fixed list, status as a class (`2xx`). Never a request
  * id or a prompt.
  */
-import * as z from 'zod';
+import { lazySchema } from '../core/zod.js';
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
 import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { promClient } from '../core/peers.js';
@@ -39,20 +39,22 @@ export interface SluiceMetricsOptions {
   readonly eventLoopResolution?: number;
 }
 
-const optionsSchema = z
-  .object({
-    prefix: z
-      .string()
-      .regex(/^[a-zA-Z_:][a-zA-Z0-9_:]*$/, { error: 'prefix must be a valid Prometheus metric name prefix' })
-      .default('sluice_'),
-    defaultMetrics: z.boolean({ error: 'defaultMetrics must be a boolean' }).default(true),
-    eventLoopResolution: z
-      .number({ error: 'eventLoopResolution must be a number of ms' })
-      .int({ error: 'eventLoopResolution must be an integer' })
-      .min(1, { error: 'eventLoopResolution must be ≥ 1 ms' })
-      .default(20),
-  })
-  .strict();
+const optionsSchema = lazySchema((z) =>
+  z
+    .object({
+      prefix: z
+        .string()
+        .regex(/^[a-zA-Z_:][a-zA-Z0-9_:]*$/, { error: 'prefix must be a valid Prometheus metric name prefix' })
+        .default('sluice_'),
+      defaultMetrics: z.boolean({ error: 'defaultMetrics must be a boolean' }).default(true),
+      eventLoopResolution: z
+        .number({ error: 'eventLoopResolution must be a number of ms' })
+        .int({ error: 'eventLoopResolution must be an integer' })
+        .min(1, { error: 'eventLoopResolution must be ≥ 1 ms' })
+        .default(20),
+    })
+    .strict(),
+);
 
 /** `closed` 0, `half-open` 1, `open` 2: higher is worse, so `max()` over breakers reads naturally. */
 export const BREAKER_STATE_VALUES: Readonly<Record<CircuitState, number>> = { closed: 0, 'half-open': 1, open: 2 };
@@ -123,7 +125,7 @@ export class SluiceMetrics {
   private closed = false;
 
   constructor(options: SluiceMetricsOptions = {}) {
-    const { prefix, defaultMetrics, eventLoopResolution } = parseOptions(optionsSchema, options, 'SluiceMetrics options');
+    const { prefix, defaultMetrics, eventLoopResolution } = parseOptions(optionsSchema(), options, 'SluiceMetrics options');
     const registry = (this.registry = new prom.Registry());
     const registers = [registry];
     if (defaultMetrics) {

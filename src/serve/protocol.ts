@@ -24,7 +24,8 @@
  * socket.send(JSON.stringify({ type: 'generate', id: 'a', prompt: 'The stage', parameters: { max_tokens: 32 } }));
  * ```
  */
-import * as z from 'zod';
+import type * as z from 'zod';
+import { lazySchema, zod } from '../core/zod.js';
 
 /** The subprotocol a client must offer; a future incompatible protocol gets a new version. */
 export const SUBPROTOCOL = 'sluice.v1';
@@ -90,38 +91,42 @@ export type RequestErrorCode = (typeof REQUEST_ERRORS)[number];
 /** A code an `error` frame carries: a protocol or request code, or the `code` of a `SluiceError` a worker raised. */
 export type ErrorCode = ProtocolErrorCode | RequestErrorCode | (string & {});
 
-const id = z.string({ error: 'id must be a string' }).min(1, { error: 'id must not be empty' }).max(128, { error: 'id must be at most 128 characters' });
+const idSchema = lazySchema((z) =>
+  z.string({ error: 'id must be a string' }).min(1, { error: 'id must not be empty' }).max(128, { error: 'id must be at most 128 characters' }),
+);
 
 const TRACEPARENT = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 
-export const generateMessageSchema = z
-  .object({
-    type: z.literal('generate'),
-    id,
-    prompt: z.string({ error: 'prompt must be a string' }).optional(),
-    messages: z
-      .array(z.object({ role: z.string({ error: 'role must be a string' }), content: z.string({ error: 'content must be a string' }) }).strict(), {
-        error: 'messages must be an array of { role, content }',
-      })
-      .optional(),
-    /** Generation parameters (`temperature`, `top_p`, `max_tokens`...), validated by `generateRequest`. */
-    parameters: z.record(z.string(), z.unknown(), { error: 'parameters must be an object' }).optional(),
-    traceparent: z
-      .string({ error: 'traceparent must be a string' })
-      .regex(TRACEPARENT, { error: 'traceparent must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)' })
-      .optional(),
-    /** What happens to tokens while the client reads slowly: `pause` decoding (default) or `conflate` them into larger frames. */
-    policy: z.enum(['pause', 'conflate'], { error: 'policy must be "pause" or "conflate"' }).optional(),
-    /** Which of the server's workers generates, when it has several. */
-    model: z.string({ error: 'model must be a string' }).min(1, { error: 'model must not be empty' }).optional(),
-  })
-  .strict()
-  .refine((m) => (m.prompt === undefined) !== (m.messages === undefined), { error: 'give exactly one of prompt or messages', path: ['prompt'] });
+export const generateMessageSchema = lazySchema((z) =>
+  z
+    .object({
+      type: z.literal('generate'),
+      id: idSchema(),
+      prompt: z.string({ error: 'prompt must be a string' }).optional(),
+      messages: z
+        .array(z.object({ role: z.string({ error: 'role must be a string' }), content: z.string({ error: 'content must be a string' }) }).strict(), {
+          error: 'messages must be an array of { role, content }',
+        })
+        .optional(),
+      /** Generation parameters (`temperature`, `top_p`, `max_tokens`...), validated by `generateRequest`. */
+      parameters: z.record(z.string(), z.unknown(), { error: 'parameters must be an object' }).optional(),
+      traceparent: z
+        .string({ error: 'traceparent must be a string' })
+        .regex(TRACEPARENT, { error: 'traceparent must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)' })
+        .optional(),
+      /** What happens to tokens while the client reads slowly: `pause` decoding (default) or `conflate` them into larger frames. */
+      policy: z.enum(['pause', 'conflate'], { error: 'policy must be "pause" or "conflate"' }).optional(),
+      /** Which of the server's workers generates, when it has several. */
+      model: z.string({ error: 'model must be a string' }).min(1, { error: 'model must not be empty' }).optional(),
+    })
+    .strict()
+    .refine((m) => (m.prompt === undefined) !== (m.messages === undefined), { error: 'give exactly one of prompt or messages', path: ['prompt'] }),
+);
 
-export const cancelMessageSchema = z.object({ type: z.literal('cancel'), id }).strict();
+export const cancelMessageSchema = lazySchema((z) => z.object({ type: z.literal('cancel'), id: idSchema() }).strict());
 
-export type GenerateMessage = z.output<typeof generateMessageSchema>;
-export type CancelMessage = z.output<typeof cancelMessageSchema>;
+export type GenerateMessage = z.output<ReturnType<typeof generateMessageSchema>>;
+export type CancelMessage = z.output<ReturnType<typeof cancelMessageSchema>>;
 export type ClientMessage = GenerateMessage | CancelMessage;
 
 /**
@@ -195,43 +200,45 @@ export interface ErrorFrame {
 
 export type ServerFrame = HelloFrame | TokenFrame | DoneFrame | ErrorFrame;
 
-const count = z.number().int().min(1);
-const rateSchema = z.object({ perSecond: z.number().positive(), burst: z.number().min(1) }).strict();
+const count = () => zod().number().int().min(1);
+const rateSchema = lazySchema((z) => z.object({ perSecond: z.number().positive(), burst: z.number().min(1) }).strict());
 
 /** Schema of server frames, for clients (and tests) that validate what they receive. */
-export const serverFrameSchema = z.discriminatedUnion('type', [
-  z
-    .object({
-      type: z.literal('hello'),
-      protocol: z.literal(SUBPROTOCOL),
-      connection: z.number().int().min(1),
-      tenant: z.string(),
-      models: z.array(z.string().min(1)).min(1),
-      limits: z
-        .object({
-          maxTokens: count,
-          maxConcurrent: count,
-          rate: rateSchema,
-          tenantConcurrent: count,
-          tenantRate: rateSchema,
-          maxPayload: count,
-          heartbeatInterval: count,
-        })
-        .strict(),
-    })
-    .strict(),
-  z.object({ type: z.literal('token'), id, seq: z.number().int().min(0), text: z.string(), tokens: z.number().int().min(1) }).strict(),
-  z
-    .object({
-      type: z.literal('done'),
-      id,
-      finish_reason: z.enum(['stop', 'length', 'abort']),
-      usage: z.object({ input_tokens: z.number().int().min(0), output_tokens: z.number().int().min(0) }).strict(),
-      traceparent: z.string().regex(TRACEPARENT),
-    })
-    .strict(),
-  z.object({ type: z.literal('error'), id: id.optional(), code: z.string().min(1), message: z.string() }).strict(),
-]);
+export const serverFrameSchema = lazySchema((z) =>
+  z.discriminatedUnion('type', [
+    z
+      .object({
+        type: z.literal('hello'),
+        protocol: z.literal(SUBPROTOCOL),
+        connection: z.number().int().min(1),
+        tenant: z.string(),
+        models: z.array(z.string().min(1)).min(1),
+        limits: z
+          .object({
+            maxTokens: count(),
+            maxConcurrent: count(),
+            rate: rateSchema(),
+            tenantConcurrent: count(),
+            tenantRate: rateSchema(),
+            maxPayload: count(),
+            heartbeatInterval: count(),
+          })
+          .strict(),
+      })
+      .strict(),
+    z.object({ type: z.literal('token'), id: idSchema(), seq: z.number().int().min(0), text: z.string(), tokens: z.number().int().min(1) }).strict(),
+    z
+      .object({
+        type: z.literal('done'),
+        id: idSchema(),
+        finish_reason: z.enum(['stop', 'length', 'abort']),
+        usage: z.object({ input_tokens: z.number().int().min(0), output_tokens: z.number().int().min(0) }).strict(),
+        traceparent: z.string().regex(TRACEPARENT),
+      })
+      .strict(),
+    z.object({ type: z.literal('error'), id: idSchema().optional(), code: z.string().min(1), message: z.string() }).strict(),
+  ]),
+);
 
 /** What reading one frame gave: a message to act on, or the error frame to answer with. */
 export type ParsedFrame =
@@ -258,9 +265,9 @@ export function parseClientFrame(data: string, isBinary: boolean): ParsedFrame {
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return bad('INVALID_MESSAGE', 'a message must be a JSON object with a "type"');
   const record = value as Record<string, unknown>;
-  const known = id.safeParse(record.id);
+  const known = idSchema().safeParse(record.id);
   const requestId = known.success ? known.data : undefined;
-  const schema = record.type === 'generate' ? generateMessageSchema : record.type === 'cancel' ? cancelMessageSchema : undefined;
+  const schema = record.type === 'generate' ? generateMessageSchema() : record.type === 'cancel' ? cancelMessageSchema() : undefined;
   if (schema === undefined) {
     const what = typeof record.type === 'string' ? `unknown message type ${JSON.stringify(record.type.slice(0, 40))}` : 'the message has no string "type"';
     return bad(typeof record.type === 'string' ? 'UNKNOWN_TYPE' : 'INVALID_MESSAGE', `${what}; expected "generate" or "cancel"`, requestId);

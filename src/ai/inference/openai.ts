@@ -6,7 +6,8 @@
  * and none is parsed yet, so what sits in memory is bounded by one network chunk plus
  * the transport's own window: a slow consumer makes TCP flow control reach the server.
  */
-import * as z from 'zod';
+import type * as z from 'zod';
+import { lazySchema } from '../../core/zod.js';
 import type { Flow } from '../../flow/demand.js';
 import { parseOptions } from '../../flow/options.js';
 import { HttpStatusError, MalformedEventError, ProviderError, RateLimitedError } from './errors.js';
@@ -39,16 +40,18 @@ export interface OpenAIWorkerOptions {
   readonly fetch?: typeof fetch;
 }
 
-const optionsSchema = z
-  .object({
-    baseUrl: z.url({ error: 'baseUrl must be an absolute URL' }),
-    model: z.string().min(1, { error: 'model must not be empty' }),
-    apiKey: z.string().optional(),
-    headers: z.record(z.string(), z.string()).optional(),
-    name: z.string().min(1).optional(),
-    fetch: z.custom<typeof fetch>((v) => typeof v === 'function', { error: 'fetch must be a function' }).optional(),
-  })
-  .strict();
+const optionsSchema = lazySchema((z) =>
+  z
+    .object({
+      baseUrl: z.url({ error: 'baseUrl must be an absolute URL' }),
+      model: z.string().min(1, { error: 'model must not be empty' }),
+      apiKey: z.string().optional(),
+      headers: z.record(z.string(), z.string()).optional(),
+      name: z.string().min(1).optional(),
+      fetch: z.custom<typeof fetch>((v) => typeof v === 'function', { error: 'fetch must be a function' }).optional(),
+    })
+    .strict(),
+);
 
 /**
  * A `ModelWorker` over HTTP. `generate` streams (`stream: true`); `infer` asks for the
@@ -69,10 +72,10 @@ const optionsSchema = z
  */
 export class OpenAIWorker implements ModelWorker<GenerateRequest, Completion> {
   readonly name: string;
-  private readonly options: z.output<typeof optionsSchema>;
+  private readonly options: z.output<ReturnType<typeof optionsSchema>>;
 
   constructor(options: OpenAIWorkerOptions) {
-    this.options = parseOptions(optionsSchema, options, 'OpenAIWorker options');
+    this.options = parseOptions(optionsSchema(), options, 'OpenAIWorker options');
     this.name = this.options.name ?? `openai:${this.options.model}`;
   }
 
@@ -92,7 +95,7 @@ export class OpenAIWorker implements ModelWorker<GenerateRequest, Completion> {
     } catch {
       throw new MalformedEventError('the response is not JSON', text);
     }
-    const parsed = completionSchema.safeParse(json);
+    const parsed = completionSchema().safeParse(json);
     if (!parsed.success) throw new MalformedEventError(`unexpected completion shape (${parsed.error.issues[0]?.message ?? 'invalid'})`, text);
     const choice = parsed.data.choices[0];
     return {
@@ -199,9 +202,9 @@ class SseDecoding implements Decoding {
     } catch {
       throw new MalformedEventError('a data payload is not JSON', data);
     }
-    const error = errorSchema.safeParse(json);
+    const error = errorSchema().safeParse(json);
     if (error.success) throw new ProviderError(error.data.error.message ?? JSON.stringify(error.data.error), error.data.error.type ?? undefined);
-    const chunk = chunkSchema.safeParse(json);
+    const chunk = chunkSchema().safeParse(json);
     if (!chunk.success) throw new MalformedEventError(`unexpected chunk shape (${chunk.error.issues[0]?.message ?? 'invalid'})`, data);
     if (chunk.data.usage) {
       this.usage = { inputTokens: chunk.data.usage.prompt_tokens, outputTokens: chunk.data.usage.completion_tokens };
@@ -306,23 +309,27 @@ export class SseParser {
   }
 }
 
-const chunkSchema = z.looseObject({
-  choices: z.array(
-    z.looseObject({
-      index: z.number().optional(),
-      delta: z.looseObject({ content: z.string().nullish() }).nullish(),
-      finish_reason: z.string().nullish(),
-    }),
-  ),
-  usage: z.looseObject({ prompt_tokens: z.number(), completion_tokens: z.number() }).nullish(),
-});
+const chunkSchema = lazySchema((z) =>
+  z.looseObject({
+    choices: z.array(
+      z.looseObject({
+        index: z.number().optional(),
+        delta: z.looseObject({ content: z.string().nullish() }).nullish(),
+        finish_reason: z.string().nullish(),
+      }),
+    ),
+    usage: z.looseObject({ prompt_tokens: z.number(), completion_tokens: z.number() }).nullish(),
+  }),
+);
 
-const completionSchema = z.looseObject({
-  choices: z.array(z.looseObject({ message: z.looseObject({ content: z.string().nullish() }), finish_reason: z.string().nullish() })),
-  usage: z.looseObject({ prompt_tokens: z.number(), completion_tokens: z.number() }).nullish(),
-});
+const completionSchema = lazySchema((z) =>
+  z.looseObject({
+    choices: z.array(z.looseObject({ message: z.looseObject({ content: z.string().nullish() }), finish_reason: z.string().nullish() })),
+    usage: z.looseObject({ prompt_tokens: z.number(), completion_tokens: z.number() }).nullish(),
+  }),
+);
 
-const errorSchema = z.looseObject({ error: z.looseObject({ message: z.string().nullish(), type: z.string().nullish() }) });
+const errorSchema = lazySchema((z) => z.looseObject({ error: z.looseObject({ message: z.string().nullish(), type: z.string().nullish() }) }));
 
 function finishReason(reason: string | null | undefined): 'stop' | 'length' {
   return reason === 'length' ? 'length' : 'stop';

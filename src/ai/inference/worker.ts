@@ -8,7 +8,7 @@
  * passed as the options as it is, so `stage((request, context) => worker.generate(request, context))`
  * wires the stage's cancellation and trace straight through.
  */
-import * as z from 'zod';
+import { lazySchema } from '../../core/zod.js';
 import { performance } from 'node:perf_hooks';
 import { Flow, type Outlet, type Producer } from '../../flow/demand.js';
 import { parseOptions } from '../../flow/options.js';
@@ -119,42 +119,44 @@ export interface ModelWorker<Input = GenerateRequest, Output = Completion> {
 
 const validated = new WeakSet<object>();
 
-const requestSchema = z
-  .object({
-    prompt: z.string({ error: 'prompt must be a string' }).optional(),
-    messages: z
-      .array(z.object({ role: z.string().min(1, { error: 'role must not be empty' }), content: z.string({ error: 'content must be a string' }) }).loose(), {
-        error: 'messages must be an array of { role, content }',
-      })
-      .optional(),
-    temperature: z.number({ error: 'temperature must be a finite number' }).min(0, { error: 'temperature must be ≥ 0' }).optional(),
-    top_p: z
-      .number({ error: 'top_p must be a finite number' })
-      .gt(0, { error: 'top_p must be in (0, 1]' })
-      .max(1, { error: 'top_p must be in (0, 1]' })
-      .optional(),
-    top_k: z.number({ error: 'top_k must be a number' }).int({ error: 'top_k must be an integer' }).min(0, { error: 'top_k must be ≥ 0' }).optional(),
-    max_tokens: z
-      .number({ error: 'max_tokens must be a number' })
-      .int({ error: 'max_tokens must be an integer' })
-      .min(1, { error: 'max_tokens must be ≥ 1' })
-      .optional(),
-    stop: z.array(z.string().min(1, { error: 'a stop sequence must not be empty' }), { error: 'stop must be an array of strings' }).optional(),
-    repetition_penalty: z.number({ error: 'repetition_penalty must be a finite number' }).gt(0, { error: 'repetition_penalty must be > 0' }).optional(),
-    seed: z.number({ error: 'seed must be a number' }).int({ error: 'seed must be an integer' }).optional(),
-    presence_penalty: z
-      .number({ error: 'presence_penalty must be a number' })
-      .min(-2, { error: 'presence_penalty must be in [-2, 2]' })
-      .max(2, { error: 'presence_penalty must be in [-2, 2]' })
-      .optional(),
-    frequency_penalty: z
-      .number({ error: 'frequency_penalty must be a number' })
-      .min(-2, { error: 'frequency_penalty must be in [-2, 2]' })
-      .max(2, { error: 'frequency_penalty must be in [-2, 2]' })
-      .optional(),
-  })
-  .strict()
-  .refine((r) => (r.prompt === undefined) !== (r.messages === undefined), { error: 'give exactly one of prompt or messages', path: ['prompt'] });
+const requestSchema = lazySchema((z) =>
+  z
+    .object({
+      prompt: z.string({ error: 'prompt must be a string' }).optional(),
+      messages: z
+        .array(z.object({ role: z.string().min(1, { error: 'role must not be empty' }), content: z.string({ error: 'content must be a string' }) }).loose(), {
+          error: 'messages must be an array of { role, content }',
+        })
+        .optional(),
+      temperature: z.number({ error: 'temperature must be a finite number' }).min(0, { error: 'temperature must be ≥ 0' }).optional(),
+      top_p: z
+        .number({ error: 'top_p must be a finite number' })
+        .gt(0, { error: 'top_p must be in (0, 1]' })
+        .max(1, { error: 'top_p must be in (0, 1]' })
+        .optional(),
+      top_k: z.number({ error: 'top_k must be a number' }).int({ error: 'top_k must be an integer' }).min(0, { error: 'top_k must be ≥ 0' }).optional(),
+      max_tokens: z
+        .number({ error: 'max_tokens must be a number' })
+        .int({ error: 'max_tokens must be an integer' })
+        .min(1, { error: 'max_tokens must be ≥ 1' })
+        .optional(),
+      stop: z.array(z.string().min(1, { error: 'a stop sequence must not be empty' }), { error: 'stop must be an array of strings' }).optional(),
+      repetition_penalty: z.number({ error: 'repetition_penalty must be a finite number' }).gt(0, { error: 'repetition_penalty must be > 0' }).optional(),
+      seed: z.number({ error: 'seed must be a number' }).int({ error: 'seed must be an integer' }).optional(),
+      presence_penalty: z
+        .number({ error: 'presence_penalty must be a number' })
+        .min(-2, { error: 'presence_penalty must be in [-2, 2]' })
+        .max(2, { error: 'presence_penalty must be in [-2, 2]' })
+        .optional(),
+      frequency_penalty: z
+        .number({ error: 'frequency_penalty must be a number' })
+        .min(-2, { error: 'frequency_penalty must be in [-2, 2]' })
+        .max(2, { error: 'frequency_penalty must be in [-2, 2]' })
+        .optional(),
+    })
+    .strict()
+    .refine((r) => (r.prompt === undefined) !== (r.messages === undefined), { error: 'give exactly one of prompt or messages', path: ['prompt'] }),
+);
 
 /**
  * Builds a validated, frozen `GenerateRequest`. Invalid parameters throw
@@ -170,7 +172,7 @@ const requestSchema = z
  */
 export function generateRequest(input: GenerateRequest): GenerateRequest {
   if (validated.has(input)) return input;
-  const parsed = parseOptions(requestSchema, input, 'generation request');
+  const parsed = parseOptions(requestSchema(), input, 'generation request');
   if (parsed.prompt !== undefined ? parsed.prompt.length === 0 : parsed.messages!.every((m) => m.content.length === 0)) {
     throw new EmptyPromptError(
       parsed.prompt !== undefined ? 'the prompt is empty' : parsed.messages!.length === 0 ? 'there are no messages' : 'every message is empty',

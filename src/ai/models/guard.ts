@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema, zod } from '../../core/zod.js';
 import { SluiceError } from '../../core/errors.js';
 import { addEmbeddingLayers, embedIds, type EmbeddingModelConfig } from './embedding.js';
 import { GraphBuilder, ModelBuilder } from './onnx/index.js';
@@ -14,7 +14,7 @@ export interface GuardExample {
   readonly label: GuardLabel;
 }
 
-const exampleSchema = z.strictObject({ text: z.string().min(1), label: z.enum(GUARD_LABELS) });
+const exampleSchema = lazySchema((z) => z.strictObject({ text: z.string().min(1), label: z.enum(GUARD_LABELS) }));
 
 /** Parses JSON Lines of `{ "text", "label" }`; a bad line fails with its line number. */
 export function parseGuardExamples(jsonl: string, source = 'guard.jsonl'): GuardExample[] {
@@ -26,8 +26,8 @@ export function parseGuardExamples(jsonl: string, source = 'guard.jsonl'): Guard
     } catch (cause) {
       throw new SluiceError('DATA_INVALID', `${source}:${i + 1} is not JSON.`, { cause });
     }
-    const result = exampleSchema.safeParse(parsed);
-    if (!result.success) throw new SluiceError('DATA_INVALID', `${source}:${i + 1}: ${z.prettifyError(result.error)}`);
+    const result = exampleSchema().safeParse(parsed);
+    if (!result.success) throw new SluiceError('DATA_INVALID', `${source}:${i + 1}: ${zod().prettifyError(result.error)}`);
     return [result.data];
   });
 }

@@ -1,7 +1,8 @@
 import { readFile } from 'node:fs/promises';
 import type * as ort from 'onnxruntime-node';
 import { onnxruntime } from '../../core/peers.js';
-import * as z from 'zod';
+import type * as z from 'zod';
+import { lazySchema } from '../../core/zod.js';
 import { ModelCorruptError, ModelNotFoundError, ModelSignatureError, UnsupportedTokenizerError } from './errors.js';
 import { embeddingOutputProblem } from './pooling.js';
 import { HashTokenizer, type Tokenizer } from './tokenizer.js';
@@ -193,44 +194,48 @@ function describeSpec(spec: TensorSpec): string {
   return `${spec.type} [${spec.dims.map((d) => d ?? '?').join(', ')}]`;
 }
 
-const wordPieceSchema = z.looseObject({
-  truncation: z.looseObject({ max_length: z.number().int().positive() }).nullish(),
-  padding: z.looseObject({ pad_id: z.number().int().nonnegative() }).nullish(),
-  normalizer: z
-    .looseObject({
+const wordPieceSchema = lazySchema((z) =>
+  z.looseObject({
+    truncation: z.looseObject({ max_length: z.number().int().positive() }).nullish(),
+    padding: z.looseObject({ pad_id: z.number().int().nonnegative() }).nullish(),
+    normalizer: z
+      .looseObject({
+        type: z.string(),
+        lowercase: z.boolean().optional(),
+        strip_accents: z.boolean().nullish(),
+        clean_text: z.boolean().optional(),
+        handle_chinese_chars: z.boolean().optional(),
+      })
+      .nullish(),
+    pre_tokenizer: z.looseObject({ type: z.string() }).nullish(),
+    post_processor: z
+      .looseObject({
+        type: z.string(),
+        single: z.array(z.record(z.string(), z.looseObject({ id: z.string() }))).optional(),
+        special_tokens: z.record(z.string(), z.looseObject({ ids: z.array(z.number().int()) })).optional(),
+        cls: z.tuple([z.string(), z.number().int()]).optional(),
+        sep: z.tuple([z.string(), z.number().int()]).optional(),
+      })
+      .nullish(),
+    model: z.looseObject({
       type: z.string(),
-      lowercase: z.boolean().optional(),
-      strip_accents: z.boolean().nullish(),
-      clean_text: z.boolean().optional(),
-      handle_chinese_chars: z.boolean().optional(),
-    })
-    .nullish(),
-  pre_tokenizer: z.looseObject({ type: z.string() }).nullish(),
-  post_processor: z
-    .looseObject({
-      type: z.string(),
-      single: z.array(z.record(z.string(), z.looseObject({ id: z.string() }))).optional(),
-      special_tokens: z.record(z.string(), z.looseObject({ ids: z.array(z.number().int()) })).optional(),
-      cls: z.tuple([z.string(), z.number().int()]).optional(),
-      sep: z.tuple([z.string(), z.number().int()]).optional(),
-    })
-    .nullish(),
-  model: z.looseObject({
-    type: z.string(),
-    vocab: z.record(z.string(), z.number().int().nonnegative()).optional(),
-    unk_token: z.string().optional(),
-    continuing_subword_prefix: z.string().optional(),
-    max_input_chars_per_word: z.number().int().positive().optional(),
+      vocab: z.record(z.string(), z.number().int().nonnegative()).optional(),
+      unk_token: z.string().optional(),
+      continuing_subword_prefix: z.string().optional(),
+      max_input_chars_per_word: z.number().int().positive().optional(),
+    }),
   }),
-});
+);
 
-const hashSchema = z.strictObject({
-  type: z.literal('sluice-hash'),
-  buckets: z.number().int().min(2),
-  seed: z.number().int(),
-  maxLength: z.number().int().positive(),
-  charNgram: z.number().int().positive(),
-});
+const hashSchema = lazySchema((z) =>
+  z.strictObject({
+    type: z.literal('sluice-hash'),
+    buckets: z.number().int().min(2),
+    seed: z.number().int(),
+    maxLength: z.number().int().positive(),
+    charNgram: z.number().int().positive(),
+  }),
+);
 
 /**
  * Loads a HuggingFace `tokenizer.json` (WordPiece, as all-MiniLM-L6-v2 and other BERT exports ship it) or a
@@ -246,12 +251,12 @@ export async function loadTokenizer(path: string): Promise<Tokenizer> {
     throw new ModelCorruptError(path, `it is not JSON (${firstLine(cause)}).`, cause);
   }
   if (typeof json === 'object' && json !== null && (json as { type?: unknown }).type === 'sluice-hash') {
-    return new HashTokenizer(parseWith(hashSchema, json, path));
+    return new HashTokenizer(parseWith(hashSchema(), json, path));
   }
-  return wordPieceFrom(parseWith(wordPieceSchema, json, path), path);
+  return wordPieceFrom(parseWith(wordPieceSchema(), json, path), path);
 }
 
-function wordPieceFrom(config: z.output<typeof wordPieceSchema>, path: string): WordPieceTokenizer {
+function wordPieceFrom(config: z.output<ReturnType<typeof wordPieceSchema>>, path: string): WordPieceTokenizer {
   const { model } = config;
   if (model.type !== 'WordPiece') throw new UnsupportedTokenizerError(path, `model.type "${model.type}"`);
   if (model.vocab === undefined) throw new ModelCorruptError(path, 'model.vocab is missing.');
@@ -285,7 +290,7 @@ function wordPieceFrom(config: z.output<typeof wordPieceSchema>, path: string): 
 }
 
 function template(
-  processor: z.output<typeof wordPieceSchema>['post_processor'],
+  processor: z.output<ReturnType<typeof wordPieceSchema>>['post_processor'],
   vocab: ReadonlyMap<string, number>,
   path: string,
 ): { prefixIds: number[]; suffixIds: number[] } {

@@ -1,9 +1,12 @@
 import { stat } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import { findUp } from '../../core/package-files.js';
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 import type * as ort from 'onnxruntime-node';
 import { onnxruntime } from '../../core/peers.js';
-import * as z from 'zod';
+import type * as z from 'zod';
+import { lazySchema } from '../../core/zod.js';
 import { AbortedError } from '../../core/errors.js';
 import { parseOptions, positiveInt } from '../../flow/options.js';
 import { ModelCorruptError, ModelNotFoundError } from './errors.js';
@@ -102,33 +105,37 @@ export interface InferencePoolStats {
   readonly closed: boolean;
 }
 
-const modelSource = z.union([z.string().min(1, { error: 'a model path must not be empty' }), z.instanceof(Uint8Array)], {
-  error: 'a model is a file path or a Uint8Array of its bytes',
-});
+const modelSource = lazySchema((z) =>
+  z.union([z.string().min(1, { error: 'a model path must not be empty' }), z.instanceof(Uint8Array)], {
+    error: 'a model is a file path or a Uint8Array of its bytes',
+  }),
+);
 
-const poolOptionsSchema = z
-  .object({
-    name: z.string().min(1, { error: 'name must not be empty' }).optional(),
-    model: modelSource.optional(),
-    models: z.record(z.string().min(1), modelSource).optional(),
-    size: positiveInt('size').optional(),
-    maxQueue: z.number().int({ error: 'maxQueue must be an integer' }).min(0, { error: 'maxQueue must be ≥ 0' }).default(1024),
-    intraOpNumThreads: positiveInt('intraOpNumThreads').default(1),
-    interOpNumThreads: positiveInt('interOpNumThreads').default(1),
-    graphOptimizationLevel: z.enum(['disabled', 'basic', 'extended', 'all']).default('all'),
-    transferFeeds: z.boolean().default(true),
-    outputArenaBytes: z
-      .number()
-      .int({ error: 'outputArenaBytes must be an integer' })
-      .min(0, { error: 'outputArenaBytes must be ≥ 0' })
-      .default(4 << 20),
-    closeTimeout: z.number().positive({ error: 'closeTimeout must be > 0 ms' }).default(10_000),
-  })
-  .strict()
-  .refine((o) => (o.model === undefined) !== (o.models === undefined), { error: 'give exactly one of model and models', path: ['model'] })
-  .refine((o) => o.models === undefined || Object.keys(o.models).length > 0, { error: 'models must name at least one model', path: ['models'] });
+const poolOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      name: z.string().min(1, { error: 'name must not be empty' }).optional(),
+      model: modelSource().optional(),
+      models: z.record(z.string().min(1), modelSource()).optional(),
+      size: positiveInt('size').optional(),
+      maxQueue: z.number().int({ error: 'maxQueue must be an integer' }).min(0, { error: 'maxQueue must be ≥ 0' }).default(1024),
+      intraOpNumThreads: positiveInt('intraOpNumThreads').default(1),
+      interOpNumThreads: positiveInt('interOpNumThreads').default(1),
+      graphOptimizationLevel: z.enum(['disabled', 'basic', 'extended', 'all']).default('all'),
+      transferFeeds: z.boolean().default(true),
+      outputArenaBytes: z
+        .number()
+        .int({ error: 'outputArenaBytes must be an integer' })
+        .min(0, { error: 'outputArenaBytes must be ≥ 0' })
+        .default(4 << 20),
+      closeTimeout: z.number().positive({ error: 'closeTimeout must be > 0 ms' }).default(10_000),
+    })
+    .strict()
+    .refine((o) => (o.model === undefined) !== (o.models === undefined), { error: 'give exactly one of model and models', path: ['model'] })
+    .refine((o) => o.models === undefined || Object.keys(o.models).length > 0, { error: 'models must name at least one model', path: ['models'] }),
+);
 
-type PoolConfig = Omit<z.output<typeof poolOptionsSchema>, 'model' | 'models' | 'size' | 'name'> & {
+type PoolConfig = Omit<z.output<ReturnType<typeof poolOptionsSchema>>, 'model' | 'models' | 'size' | 'name'> & {
   readonly name: string;
   readonly size: number;
   readonly models: Readonly<Record<string, ModelSource>>;
@@ -240,7 +247,7 @@ export class InferencePool {
 
   /** Starts `size` workers and resolves once every one has loaded every model. */
   static async create(options: InferencePoolOptions): Promise<InferencePool> {
-    const parsed = parseOptions(poolOptionsSchema, options, `InferencePool${options?.name ? ` "${options.name}"` : ''} options`);
+    const parsed = parseOptions(poolOptionsSchema(), options, `InferencePool${options?.name ? ` "${options.name}"` : ''} options`);
     const { model, models, size, name, ...rest } = parsed;
     const config: PoolConfig = {
       ...rest,
@@ -681,7 +688,9 @@ function startWorker(workerData: WorkerInit): Worker {
     const bootstrap = `import(${JSON.stringify(tsx)}).then(({ register }) => { register(); return import(${JSON.stringify(entry)}); });`;
     return new Worker(bootstrap, { eval: true, workerData });
   }
-  return new Worker(new URL('./pool-worker.js', here), { workerData });
+  // From dist/ this module may sit in a shared chunk: the worker entry is found from the package root.
+  const entry = findUp(here, 'dist/src/ai/models/pool-worker.js') ?? fileURLToPath(new URL('./pool-worker.js', here));
+  return new Worker(entry, { workerData });
 }
 
 /** Whether `result`, or an element of it when it is an array, is a view into the memory of `outputs` held in shared memory (the arena). */

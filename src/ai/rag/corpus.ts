@@ -1,15 +1,12 @@
-import { existsSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
+import { findUp } from '../../core/package-files.js';
 import type { Passage, PassageMetadata } from './passage.js';
 import { VectorIndex } from './vector-index.js';
 
 /** The demo corpus shipped with the package: `data/corpus/` at the package root, from source or from `dist/`. */
-export const BUNDLED_CORPUS =
-  [new URL('../../../data/corpus/', import.meta.url), new URL('../../../../data/corpus/', import.meta.url)]
-    .map((url) => fileURLToPath(url))
-    .find((path) => existsSync(path)) ?? fileURLToPath(new URL('../../../data/corpus/', import.meta.url));
+export const BUNDLED_CORPUS = findUp(import.meta.url, 'data/corpus') ?? fileURLToPath(new URL('../../../data/corpus/', import.meta.url));
 
 const HEADING = /^(#{1,6})\s+(.+?)\s*#*\s*$/;
 const FENCE = /^\s*(```|~~~)/;

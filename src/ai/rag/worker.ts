@@ -10,7 +10,7 @@
  * of composing the AI stages into a worker the HTTP and WebSocket servers accept.
  */
 import { map, type Observable } from 'rxjs';
-import * as z from 'zod';
+import { lazySchema } from '../../core/zod.js';
 import { asFlow } from '../../resilience/as-flow.js';
 import { parseOptions } from '../../flow/options.js';
 import type { Flow } from '../../flow/demand.js';
@@ -69,37 +69,39 @@ export interface RagWorkerOptions {
   readonly stats?: Partial<Record<RagStage, StageStats>>;
 }
 
-const optionsSchema = z
-  .object({
-    name: z.string().min(1, { error: 'name must not be empty' }).default('sluice-rag'),
-    lm: z.custom<Pick<ModelWorker, 'generate'>>((v) => typeof v === 'object' && v !== null && typeof (v as ModelWorker).generate === 'function', {
-      error: 'lm must be a ModelWorker',
-    }),
-    embedder: z.custom<Embedder>((v) => typeof v === 'function', { error: 'embedder must be a function' }),
-    index: z.custom<VectorIndex<PassageMetadata>>((v) => typeof v === 'object' && v !== null && typeof (v as VectorIndex).search === 'function', {
-      error: 'index must be a VectorIndex',
-    }),
-    classify: z.custom<Classifier>((v) => typeof v === 'function', { error: 'classify must be a function' }).optional(),
-    thresholds: z
-      .object({ flag: z.number().min(0).max(1), block: z.number().min(0).max(1) })
-      .strict()
-      .default({ flag: 0.5, block: 0.8 }),
-    k: z.number().int({ error: 'k must be an integer' }).min(1, { error: 'k must be ≥ 1' }).default(3),
-    minScore: z.number().min(-1).max(1).optional(),
-    budget: z.number().int({ error: 'budget must be an integer' }).min(16, { error: 'budget must be ≥ 16 tokens' }).default(300),
-    system: z.string().default('Answer from the context only and cite sources as [n].'),
-    maxTokens: z.number().int({ error: 'maxTokens must be an integer' }).min(1, { error: 'maxTokens must be ≥ 1' }).default(120),
-    cacheCapacity: z.number().int().min(1, { error: 'cacheCapacity must be ≥ 1' }).default(1024),
-    stats: z
-      .record(
-        z.enum(RAG_STAGES),
-        z.custom<StageStats>((v) => typeof v === 'object' && v !== null),
-      )
-      .optional(),
-  })
-  .strict();
+const optionsSchema = lazySchema((z) =>
+  z
+    .object({
+      name: z.string().min(1, { error: 'name must not be empty' }).default('sluice-rag'),
+      lm: z.custom<Pick<ModelWorker, 'generate'>>((v) => typeof v === 'object' && v !== null && typeof (v as ModelWorker).generate === 'function', {
+        error: 'lm must be a ModelWorker',
+      }),
+      embedder: z.custom<Embedder>((v) => typeof v === 'function', { error: 'embedder must be a function' }),
+      index: z.custom<VectorIndex<PassageMetadata>>((v) => typeof v === 'object' && v !== null && typeof (v as VectorIndex).search === 'function', {
+        error: 'index must be a VectorIndex',
+      }),
+      classify: z.custom<Classifier>((v) => typeof v === 'function', { error: 'classify must be a function' }).optional(),
+      thresholds: z
+        .object({ flag: z.number().min(0).max(1), block: z.number().min(0).max(1) })
+        .strict()
+        .default({ flag: 0.5, block: 0.8 }),
+      k: z.number().int({ error: 'k must be an integer' }).min(1, { error: 'k must be ≥ 1' }).default(3),
+      minScore: z.number().min(-1).max(1).optional(),
+      budget: z.number().int({ error: 'budget must be an integer' }).min(16, { error: 'budget must be ≥ 16 tokens' }).default(300),
+      system: z.string().default('Answer from the context only and cite sources as [n].'),
+      maxTokens: z.number().int({ error: 'maxTokens must be an integer' }).min(1, { error: 'maxTokens must be ≥ 1' }).default(120),
+      cacheCapacity: z.number().int().min(1, { error: 'cacheCapacity must be ≥ 1' }).default(1024),
+      stats: z
+        .record(
+          z.enum(RAG_STAGES),
+          z.custom<StageStats>((v) => typeof v === 'object' && v !== null),
+        )
+        .optional(),
+    })
+    .strict(),
+);
 
-const variables = z.object({ question: z.string().min(1) });
+const variables = lazySchema((z) => z.object({ question: z.string().min(1) }));
 
 /**
  * Builds the worker. The question is the request's `prompt`, or the last `user`
@@ -116,7 +118,7 @@ const variables = z.object({ question: z.string().min(1) });
  * ```
  */
 export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateRequest, Completion> {
-  const config = parseOptions(optionsSchema, options, 'ragWorker options');
+  const config = parseOptions(optionsSchema(), options, 'ragWorker options');
   const cache = new EmbeddingCache(config.cacheCapacity);
   const stats: Partial<Record<RagStage, StageStats>> = config.stats ?? {};
 
@@ -145,7 +147,7 @@ export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateReques
           name: 'assemble',
           system: config.system,
           template: 'Context:\n{{context}}\n\nQuestion: {{question}}',
-          schema: variables,
+          schema: variables(),
           variables: (r) => ({ question: r.input.text }),
           passages: (r) => r.passages,
           budget: config.budget,

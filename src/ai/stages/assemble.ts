@@ -1,4 +1,5 @@
-import * as z from 'zod';
+import type * as z from 'zod';
+import { isObjectSchema, isZodSchema, lazySchema } from '../../core/zod.js';
 import { InvalidOptionsError } from '../../core/errors.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import { EmptyPromptError, PromptOverBudgetError, TemplateVariablesError } from '../rag/errors.js';
@@ -55,17 +56,19 @@ export interface PromptTemplateOptions<S extends VariablesSchema> {
 const SLOT = /\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}/g;
 const CONTEXT = 'context';
 
-const templateOptionsSchema = z
-  .object({
-    template: z.string({ error: 'template must be a string' }).refine((t) => t.trim().length > 0, { error: 'template must not be empty' }),
-    schema: z.custom<VariablesSchema>((v) => v instanceof z.ZodType, { error: 'schema must be a zod schema' }),
-    system: z.string({ error: 'system must be a string' }).optional(),
-    examples: z.array(z.object({ user: z.string(), assistant: z.string() }).strict()).optional(),
-    budget: positiveInt('budget'),
-    countTokens: functionSchema<(text: string) => number>().optional(),
-    truncate: z.boolean().optional(),
-  })
-  .strict();
+const templateOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      template: z.string({ error: 'template must be a string' }).refine((t) => t.trim().length > 0, { error: 'template must not be empty' }),
+      schema: z.custom<VariablesSchema>(isZodSchema, { error: 'schema must be a zod schema' }),
+      system: z.string({ error: 'system must be a string' }).optional(),
+      examples: z.array(z.object({ user: z.string(), assistant: z.string() }).strict()).optional(),
+      budget: positiveInt('budget'),
+      countTokens: functionSchema<(text: string) => number>().optional(),
+      truncate: z.boolean().optional(),
+    })
+    .strict(),
+);
 
 function slots(text: string): string[] {
   return [...text.matchAll(SLOT)].map((m) => m[1]!);
@@ -101,14 +104,14 @@ export class PromptTemplate<S extends VariablesSchema> {
   private readonly count: (text: string) => number;
 
   constructor(options: PromptTemplateOptions<S>) {
-    parseOptions(templateOptionsSchema, options, 'prompt template options');
+    parseOptions(templateOptionsSchema(), options, 'prompt template options');
     this.options = options;
     this.budget = options.budget;
     this.count = options.countTokens ?? defaultCountTokens;
     const used = slots(options.template);
     this.usesContext = used.includes(CONTEXT);
     // A schema we can see into lets a misspelt {{name}} fail here rather than render as text.
-    if (options.schema instanceof z.ZodObject) {
+    if (isObjectSchema(options.schema)) {
       const known = new Set(Object.keys(options.schema.shape as Record<string, unknown>));
       const issues: { path: string; message: string }[] = [];
       if (known.has(CONTEXT)) issues.push({ path: 'schema.context', message: '"context" is reserved for the retrieved passages' });
@@ -205,12 +208,14 @@ export interface AssembleOptions<I, S extends VariablesSchema> extends PromptTem
   passages?: (value: I) => readonly RetrievedPassage[];
 }
 
-const assembleOwnSchema = z
-  .object({
-    variables: functionSchema<(value: unknown) => unknown>().optional(),
-    passages: functionSchema<(value: unknown) => readonly RetrievedPassage[]>().optional(),
-  })
-  .strict();
+const assembleOwnSchema = lazySchema((z) =>
+  z
+    .object({
+      variables: functionSchema<(value: unknown) => unknown>().optional(),
+      passages: functionSchema<(value: unknown) => readonly RetrievedPassage[]>().optional(),
+    })
+    .strict(),
+);
 
 /**
  * Assembles each element into a chat prompt that fits a token budget, as a stage
@@ -253,7 +258,7 @@ const assembleOwnSchema = z
 export function assemble<I, S extends VariablesSchema>(options: AssembleOptions<I, S>): StageOperator<I, AssembledPrompt> {
   const { template, schema, system, examples, budget, countTokens, truncate, variables, passages, ...stageOptions } = options ?? ({} as AssembleOptions<I, S>);
   const name = stageOptions.name ?? 'assemble';
-  parseOptions(assembleOwnSchema, { variables, passages }, `assemble "${name}" options`);
+  parseOptions(assembleOwnSchema(), { variables, passages }, `assemble "${name}" options`);
   const prompt = new PromptTemplate<S>({
     template,
     schema,

@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema } from '../../core/zod.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import { EmbeddingCache } from '../rag/embedding-cache.js';
 import { EmbedderOutputError } from '../rag/errors.js';
@@ -26,17 +26,19 @@ export interface EmbedOptions<I> extends StageOptions<I> {
   cache?: { capacity: number } | EmbeddingCache;
 }
 
-const embedOptionsSchema = z
-  .object({
-    embedder: functionSchema<Embedder>(),
-    text: functionSchema<(value: unknown) => string>().optional(),
-    cache: z
-      .union([z.instanceof(EmbeddingCache), z.object({ capacity: positiveInt('cache.capacity') }).strict()], {
-        error: 'cache must be { capacity } or an EmbeddingCache',
-      })
-      .optional(),
-  })
-  .strict();
+const embedOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      embedder: functionSchema<Embedder>(),
+      text: functionSchema<(value: unknown) => string>().optional(),
+      cache: z
+        .union([z.instanceof(EmbeddingCache), z.object({ capacity: positiveInt('cache.capacity') }).strict()], {
+          error: 'cache must be { capacity } or an EmbeddingCache',
+        })
+        .optional(),
+    })
+    .strict(),
+);
 
 /**
  * Embeds each element's text with an injected `embedder`, through an optional LRU
@@ -73,7 +75,7 @@ export function embed<I>(options: EmbedOptions<I> & { text: (value: I) => string
 export function embed<I>(options: EmbedOptions<I>): StageOperator<I, Embedded<I>> {
   const { embedder, text, cache, ...stageOptions } = options ?? ({} as EmbedOptions<I>);
   const name = stageOptions.name ?? 'embed';
-  parseOptions(embedOptionsSchema, { embedder, text, cache }, `embed "${name}" options`);
+  parseOptions(embedOptionsSchema(), { embedder, text, cache }, `embed "${name}" options`);
   const store = cache === undefined ? undefined : cache instanceof EmbeddingCache ? cache : new EmbeddingCache(cache.capacity);
   const select = text ?? ((value: I) => value as unknown as string);
   let dim: number | undefined;

@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema, zod } from '../../core/zod.js';
 import { stage, type FailureEvent, type StageOperator, type StageOptions } from '../../operators/stage.js';
 import { functionSchema, parseOptions } from '../../flow/options.js';
 import { SluiceError } from '../../core/errors.js';
@@ -53,25 +53,27 @@ export interface GuardOptions<T> extends Omit<StageOptions<T>, 'errorPolicy'> {
 }
 
 const unit = (what: string) =>
-  z
+  zod()
     .number({ error: `${what} must be a number` })
     .min(0, { error: `${what} must be ≥ 0` })
     .max(1, { error: `${what} must be ≤ 1` });
 
-const guardOptionsSchema = z
-  .object({
-    classify: functionSchema<Classifier>(),
-    thresholds: z
-      .object({ flag: unit('thresholds.flag'), block: unit('thresholds.block') })
-      .strict()
-      .refine((t) => t.flag <= t.block, { error: 'thresholds.flag must be ≤ thresholds.block', path: ['flag'] }),
-    safeLabels: z.array(z.string()).default(['safe']),
-    text: functionSchema<(value: unknown) => string>().optional(),
-    errorPolicy: z.enum(['fail', 'skip']).default('skip'),
-    onVerdict: functionSchema<(event: unknown) => void>().optional(),
-  })
-  // Everything else belongs to `stage`, which validates it in turn.
-  .loose();
+const guardOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      classify: functionSchema<Classifier>(),
+      thresholds: z
+        .object({ flag: unit('thresholds.flag'), block: unit('thresholds.block') })
+        .strict()
+        .refine((t) => t.flag <= t.block, { error: 'thresholds.flag must be ≤ thresholds.block', path: ['flag'] }),
+      safeLabels: z.array(z.string()).default(['safe']),
+      text: functionSchema<(value: unknown) => string>().optional(),
+      errorPolicy: z.enum(['fail', 'skip']).default('skip'),
+      onVerdict: functionSchema<(event: unknown) => void>().optional(),
+    })
+    // Everything else belongs to `stage`, which validates it in turn.
+    .loose(),
+);
 
 /**
  * A policy filter: classifies each element's text and delivers it (`pass`), delivers
@@ -114,7 +116,7 @@ const guardOptionsSchema = z
  */
 export function guard<T>(options: GuardOptions<T>): StageOperator<T, T> {
   const name = options?.name ?? 'guard';
-  const parsed = parseOptions(guardOptionsSchema, options, `guard "${name}" options`);
+  const parsed = parseOptions(guardOptionsSchema(), options, `guard "${name}" options`);
   const { classify, thresholds, safeLabels, text, errorPolicy, onVerdict, ...stageOptions } = parsed;
   const safe = new Set(safeLabels);
   const textOf = (text ?? ((value: unknown) => value)) as (value: T) => unknown;

@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema } from '../../core/zod.js';
 import type { Observable } from 'rxjs';
 import type { Flow } from '../../flow/demand.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
@@ -49,28 +49,30 @@ export interface InferOptions<I, R> extends Omit<StageOptions<Batch<I>>, 'confla
 /** The operator `infer` returns: elements (plain or traced) in, one traced result per element out. */
 export type InferOperator<I, R> = (source: Observable<I | Traced<I>>) => Flow<Traced<R>>;
 
-const inferOptionsSchema = z
-  .object({
-    // z.instanceof needs a public constructor; pools come from InferencePool.create.
-    pool: z.custom<InferencePool>((v) => v instanceof InferencePool, { error: 'pool must be an InferencePool (from InferencePool.create)' }),
-    toFeeds: functionSchema<(batch: Batch<unknown>) => Feeds>(),
-    fromOutputs: functionSchema<(outputs: Outputs, batch: Batch<unknown>) => readonly unknown[]>(),
-    maxBatch: positiveInt('maxBatch'),
-    maxWait: z.number({ error: 'maxWait must be a number of ms' }).positive({ error: 'maxWait must be > 0 ms' }),
-    model: z.union([z.string().min(1), functionSchema<(value: unknown) => string>()], { error: 'model must be a model name or a function' }).optional(),
-    key: functionSchema<(value: unknown) => string>().optional(),
-    groupBySequenceLength: z
-      .object({ length: functionSchema<(value: unknown) => number>(), bucket: positiveInt('groupBySequenceLength.bucket').default(16) })
-      .strict()
-      .optional(),
-    batchCapacity: positiveInt('batchCapacity').optional(),
-    pooling: z
-      .object({ output: z.string().min(1), pooling: z.enum(['none', 'mean', 'cls']), normalize: z.boolean() })
-      .strict()
-      .optional(),
-    borrowOutputs: z.boolean({ error: 'borrowOutputs must be a boolean' }).optional(),
-  })
-  .refine((o) => o.batchCapacity === undefined || o.batchCapacity >= o.maxBatch, { error: 'batchCapacity must be ≥ maxBatch', path: ['batchCapacity'] });
+const inferOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      // z.instanceof needs a public constructor; pools come from InferencePool.create.
+      pool: z.custom<InferencePool>((v) => v instanceof InferencePool, { error: 'pool must be an InferencePool (from InferencePool.create)' }),
+      toFeeds: functionSchema<(batch: Batch<unknown>) => Feeds>(),
+      fromOutputs: functionSchema<(outputs: Outputs, batch: Batch<unknown>) => readonly unknown[]>(),
+      maxBatch: positiveInt('maxBatch'),
+      maxWait: z.number({ error: 'maxWait must be a number of ms' }).positive({ error: 'maxWait must be > 0 ms' }),
+      model: z.union([z.string().min(1), functionSchema<(value: unknown) => string>()], { error: 'model must be a model name or a function' }).optional(),
+      key: functionSchema<(value: unknown) => string>().optional(),
+      groupBySequenceLength: z
+        .object({ length: functionSchema<(value: unknown) => number>(), bucket: positiveInt('groupBySequenceLength.bucket').default(16) })
+        .strict()
+        .optional(),
+      batchCapacity: positiveInt('batchCapacity').optional(),
+      pooling: z
+        .object({ output: z.string().min(1), pooling: z.enum(['none', 'mean', 'cls']), normalize: z.boolean() })
+        .strict()
+        .optional(),
+      borrowOutputs: z.boolean({ error: 'borrowOutputs must be a boolean' }).optional(),
+    })
+    .refine((o) => o.batchCapacity === undefined || o.batchCapacity >= o.maxBatch, { error: 'batchCapacity must be ≥ maxBatch', path: ['batchCapacity'] }),
+);
 
 /**
  * Runs a model on a pool with dynamic micro-batching: `batch → stage → unbatch`.
@@ -119,7 +121,7 @@ export function infer<I, R>(options: InferOptions<I, R>): InferOperator<I, R> {
     options ?? ({} as InferOptions<I, R>);
   const name = stageOptions.name ?? 'infer';
   const parsed = parseOptions(
-    inferOptionsSchema,
+    inferOptionsSchema(),
     { pool, toFeeds, fromOutputs, maxBatch, maxWait, model, key, groupBySequenceLength, batchCapacity, pooling, borrowOutputs },
     `infer "${name}" options`,
   );

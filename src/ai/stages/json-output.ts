@@ -1,4 +1,5 @@
-import * as z from 'zod';
+import type * as z from 'zod';
+import { lazySchema } from '../../core/zod.js';
 import { isObservable, lastValueFrom, reduce, type Observable } from 'rxjs';
 import { stage, type StageOperator, type StageOptions } from '../../operators/stage.js';
 import { functionSchema, parseOptions } from '../../flow/options.js';
@@ -170,16 +171,18 @@ export interface JsonOutputOptions extends Omit<StageOptions<ResponseText>, 'con
   repair?: 'light' | Repair;
 }
 
-const jsonOutputOptionsSchema = z
-  .object({
-    repair: z
-      .union([z.literal('light'), functionSchema<Repair>()], {
-        error: 'repair must be "light" or a function (text, problem, signal) => string | Promise<string>',
-      })
-      .default('light'),
-  })
-  // The rest is `stage`'s, validated there.
-  .loose();
+const jsonOutputOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      repair: z
+        .union([z.literal('light'), functionSchema<Repair>()], {
+          error: 'repair must be "light" or a function (text, problem, signal) => string | Promise<string>',
+        })
+        .default('light'),
+    })
+    // The rest is `stage`'s, validated there.
+    .loose(),
+);
 
 /**
  * A stage that turns each response — a whole text or its token stream — into a value
@@ -213,7 +216,7 @@ const jsonOutputOptionsSchema = z
  */
 export function jsonOutput<S extends z.ZodType>(schema: S, options: JsonOutputOptions = {}): StageOperator<ResponseText, z.output<S>> {
   const name = options?.name ?? 'json-output';
-  const { repair, ...stageOptions } = parseOptions(jsonOutputOptionsSchema, options, `jsonOutput "${name}" options`);
+  const { repair, ...stageOptions } = parseOptions(jsonOutputOptionsSchema(), options, `jsonOutput "${name}" options`);
   return stage<ResponseText, z.output<S>>(
     async (response, context) => {
       const { value, repaired } = await parseJsonOutput(schema, response, { name, repair, signal: context.signal });

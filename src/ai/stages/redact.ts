@@ -1,4 +1,5 @@
-import * as z from 'zod';
+import type * as z from 'zod';
+import { lazySchema, zod } from '../../core/zod.js';
 import { asyncScheduler, type Observable, type SchedulerLike } from 'rxjs';
 import { Flow, type Outlet } from '../../flow/demand.js';
 import { Inlet } from '../../flow/inlet.js';
@@ -382,7 +383,7 @@ export class Redactor {
   forced = 0;
 
   constructor(options: Pick<RedactOptions, 'detect' | 'replacements' | 'patterns' | 'maxHold'> = {}) {
-    const parsed = parseOptions(redactorOptionsSchema, options, 'redactor options');
+    const parsed = parseOptions(redactorOptionsSchema(), options, 'redactor options');
     this.detectors = detectorsOf(parsed);
     this.maxHold = parsed.maxHold;
   }
@@ -443,42 +444,49 @@ export function redactText(text: string, options: Pick<RedactOptions, 'detect' |
 
 // ---- options ----
 
-const patternSchema = z
-  .object({
-    name: z.string().min(1, { error: 'name must not be empty' }),
-    pattern: z.instanceof(RegExp, { error: 'pattern must be a RegExp' }),
-    replacement: z.string().optional(),
-    maxLength: positiveInt('maxLength').optional(),
-    partial: z.instanceof(RegExp, { error: 'partial must be a RegExp' }).optional(),
-    validate: functionSchema<(match: string) => boolean>().optional(),
-  })
-  .strict()
-  .refine((p) => p.partial === undefined || p.partial.source.endsWith('$'), {
-    error: 'partial must end with $ (it matches the tail of the text)',
-    path: ['partial'],
-  });
+const patternSchema = lazySchema((z) =>
+  z
+    .object({
+      name: z.string().min(1, { error: 'name must not be empty' }),
+      pattern: z.instanceof(RegExp, { error: 'pattern must be a RegExp' }),
+      replacement: z.string().optional(),
+      maxLength: positiveInt('maxLength').optional(),
+      partial: z.instanceof(RegExp, { error: 'partial must be a RegExp' }).optional(),
+      validate: functionSchema<(match: string) => boolean>().optional(),
+    })
+    .strict()
+    .refine((p) => p.partial === undefined || p.partial.source.endsWith('$'), {
+      error: 'partial must end with $ (it matches the tail of the text)',
+      path: ['partial'],
+    }),
+);
 
-const redactorFields = {
-  detect: z.array(z.enum(PII_KINDS, { error: `detect entries must be one of ${PII_KINDS.map((k) => `"${k}"`).join(', ')}` })).optional(),
-  replacements: z.partialRecord(z.enum(PII_KINDS), z.string()).optional(),
-  patterns: z.array(patternSchema).optional(),
-  maxHold: positiveInt('maxHold').default(1024),
+const redactorFields = () => {
+  const z = zod();
+  return {
+    detect: z.array(z.enum(PII_KINDS, { error: `detect entries must be one of ${PII_KINDS.map((k) => `"${k}"`).join(', ')}` })).optional(),
+    replacements: z.partialRecord(z.enum(PII_KINDS), z.string()).optional(),
+    patterns: z.array(patternSchema()).optional(),
+    maxHold: positiveInt('maxHold').default(1024),
+  };
 };
 
-const redactorOptionsSchema = z.object(redactorFields).strict();
+const redactorOptionsSchema = lazySchema((z) => z.object(redactorFields()).strict());
 
-const redactOptionsSchema = z
-  .object({
-    ...redactorFields,
-    name: z.string().min(1, { error: 'name must not be empty' }).optional(),
-    boundary: z.enum(['trace', 'none'], { error: 'boundary must be "trace" or "none"' }).default('trace'),
-    capacity: positiveInt('capacity').default(1),
-    scheduler: schedulerSchema.optional(),
-    stats: z.instanceof(RedactStats, { error: 'stats must be a RedactStats' }).optional(),
-  })
-  .strict();
+const redactOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      ...redactorFields(),
+      name: z.string().min(1, { error: 'name must not be empty' }).optional(),
+      boundary: z.enum(['trace', 'none'], { error: 'boundary must be "trace" or "none"' }).default('trace'),
+      capacity: positiveInt('capacity').default(1),
+      scheduler: schedulerSchema().optional(),
+      stats: z.instanceof(RedactStats, { error: 'stats must be a RedactStats' }).optional(),
+    })
+    .strict(),
+);
 
-function detectorsOf(options: z.output<typeof redactorOptionsSchema>): Detector[] {
+function detectorsOf(options: z.output<ReturnType<typeof redactorOptionsSchema>>): Detector[] {
   const kinds = options.detect ?? PII_KINDS;
   const detectors = PII_KINDS.filter((k) => kinds.includes(k)).map((k) => detectorFor(k, options.replacements?.[k] ?? DEFAULT_REPLACEMENTS[k]));
   for (const pattern of options.patterns ?? []) detectors.push(userDetector(pattern as RedactPattern));
@@ -530,7 +538,7 @@ function detectorsOf(options: z.output<typeof redactorOptionsSchema>): Detector[
  * @see redactText; Redactor; luhnValid.
  */
 export function redact(options: RedactOptions = {}): RedactOperator {
-  const parsed = parseOptions(redactOptionsSchema, options, `redact${options?.name ? ` "${options.name}"` : ''} options`);
+  const parsed = parseOptions(redactOptionsSchema(), options, `redact${options?.name ? ` "${options.name}"` : ''} options`);
   const config: RedactConfig = {
     name: parsed.name ?? 'redact',
     redactor: { detect: parsed.detect, replacements: parsed.replacements, patterns: parsed.patterns as RedactPattern[] | undefined, maxHold: parsed.maxHold },

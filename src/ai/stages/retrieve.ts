@@ -1,4 +1,4 @@
-import * as z from 'zod';
+import { lazySchema } from '../../core/zod.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import { VectorIndex } from '../rag/vector-index.js';
 import type { PassageMetadata, RetrievedPassage } from '../rag/passage.js';
@@ -23,15 +23,17 @@ export interface RetrieveOptions<I, M extends PassageMetadata = PassageMetadata>
   query?: (value: I) => ArrayLike<number>;
 }
 
-const retrieveOptionsSchema = z
-  .object({
-    index: z.instanceof(VectorIndex, { error: 'index must be a VectorIndex' }),
-    k: positiveInt('k'),
-    minScore: z.number({ error: 'minScore must be a number' }).min(-1).max(1).optional(),
-    filter: functionSchema<(metadata: unknown) => boolean>().optional(),
-    query: functionSchema<(value: unknown) => ArrayLike<number>>().optional(),
-  })
-  .strict();
+const retrieveOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      index: z.instanceof(VectorIndex, { error: 'index must be a VectorIndex' }),
+      k: positiveInt('k'),
+      minScore: z.number({ error: 'minScore must be a number' }).min(-1).max(1).optional(),
+      filter: functionSchema<(metadata: unknown) => boolean>().optional(),
+      query: functionSchema<(value: unknown) => ArrayLike<number>>().optional(),
+    })
+    .strict(),
+);
 
 /**
  * Finds the `k` passages most similar to each element's query vector in a
@@ -72,7 +74,7 @@ export function retrieve<I, M extends PassageMetadata = PassageMetadata>(
 export function retrieve<I, M extends PassageMetadata>(options: RetrieveOptions<I, M>): StageOperator<I, Retrieved<I>> {
   const { index, k, minScore, filter, query, ...stageOptions } = options ?? ({} as RetrieveOptions<I, M>);
   const name = stageOptions.name ?? 'retrieve';
-  parseOptions(retrieveOptionsSchema, { index, k, minScore, filter, query }, `retrieve "${name}" options`);
+  parseOptions(retrieveOptionsSchema(), { index, k, minScore, filter, query }, `retrieve "${name}" options`);
   const select = query ?? ((value: I) => (value as unknown as { vector: ArrayLike<number> }).vector);
   const search = { k, ...(minScore === undefined ? {} : { minScore }), ...(filter === undefined ? {} : { filter }) };
 

@@ -1,5 +1,6 @@
 /** The stage's options: one zod schema, the option types, and the fixed-shape config a run reads. */
-import * as z from 'zod';
+import type * as z from 'zod';
+import { lazySchema } from '../../core/zod.js';
 import type { Observable } from 'rxjs';
 import type { Flow } from '../../flow/demand.js';
 import { KillSwitch } from '../../flow/kill-switch.js';
@@ -11,54 +12,56 @@ import type { ShedEvent, FailureEvent } from '../../flow/work.js';
 /** The operator a stage is: any source of `I` (plain or traced) in, a Flow of traced outputs out. */
 export type StageOperator<I, O> = (source: Observable<I | Traced<I>>) => Flow<Traced<O>>;
 
-export const stageOptionsSchema = z
-  .object({
-    /** Names the stage in errors, traces and metrics. Default: the work function's name, else `stage-N`. */
-    name: z.string().min(1, { error: 'name must not be empty' }).optional(),
-    /** Elements the stage may buffer before work starts. Default 16. */
-    capacity: positiveInt('capacity').default(16),
-    /** Work running at once (including results waiting for downstream demand). Default 1. */
-    concurrency: positiveInt('concurrency').default(1),
-    /** What happens when the buffer is full. Default `pause`. */
-    policy: z.enum(POLICIES, { error: `policy must be one of ${POLICIES.map((p) => `"${p}"`).join(', ')}` }).default('pause'),
-    /** `conflate` policy: merges an arriving element into the newest buffered one. */
-    conflate: functionSchema<(pending: unknown, incoming: unknown) => unknown>().optional(),
-    /** Emit results in arrival order (default) or as they complete. */
-    ordered: z.boolean().default(true),
-    /** Per-element deadline in ms: the signal aborts and the element fails with `StageTimeoutError`. */
-    timeout: z.number().positive({ error: 'timeout must be > 0 ms' }).optional(),
-    /** A failing element ends the stream (`fail`, default) or is reported to `onFailure` and skipped (`skip`). */
-    errorPolicy: z.enum(['fail', 'skip']).default('fail'),
-    /** After upstream completes, how long buffered and in-flight work may take before it is failed (ms). */
-    drainTimeout: z.number().positive({ error: 'drainTimeout must be > 0 ms' }).optional(),
-    /** Stops the stage from outside: a shutdown drains it, an abort fails it. */
-    killSwitch: z.instanceof(KillSwitch, { error: 'killSwitch must be a KillSwitch' }).optional(),
-    /** Timers (timeout, drain deadline) and the clock. Inject `TestScheduler` for virtual time. */
-    scheduler: schedulerSchema.optional(),
-    /** Fraction of elements whose per-stage timing is recorded, when this stage starts their trace. Default 0. */
-    sampleRate: z.number().min(0).max(1).default(0),
-    /** How long a link waits for an element a deferring plain operator may have dropped (ms). Default 1000. */
-    transitTimeout: z.number().positive().default(1000),
-    /** Called for every element shed, with the reason. */
-    onShed: functionSchema<(event: ShedEvent<unknown>) => void>().optional(),
-    /** Called for every element that failed under `errorPolicy: 'skip'`. */
-    onFailure: functionSchema<(event: FailureEvent<unknown>) => void>().optional(),
-    /** Counters shared by every subscription of this stage. */
-    stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
-  })
-  .strict()
-  .refine((o) => o.policy !== 'conflate' || o.conflate !== undefined, {
-    error: 'policy "conflate" needs a conflate(pending, incoming) reducer',
-    path: ['conflate'],
-  });
+export const stageOptionsSchema = lazySchema((z) =>
+  z
+    .object({
+      /** Names the stage in errors, traces and metrics. Default: the work function's name, else `stage-N`. */
+      name: z.string().min(1, { error: 'name must not be empty' }).optional(),
+      /** Elements the stage may buffer before work starts. Default 16. */
+      capacity: positiveInt('capacity').default(16),
+      /** Work running at once (including results waiting for downstream demand). Default 1. */
+      concurrency: positiveInt('concurrency').default(1),
+      /** What happens when the buffer is full. Default `pause`. */
+      policy: z.enum(POLICIES, { error: `policy must be one of ${POLICIES.map((p) => `"${p}"`).join(', ')}` }).default('pause'),
+      /** `conflate` policy: merges an arriving element into the newest buffered one. */
+      conflate: functionSchema<(pending: unknown, incoming: unknown) => unknown>().optional(),
+      /** Emit results in arrival order (default) or as they complete. */
+      ordered: z.boolean().default(true),
+      /** Per-element deadline in ms: the signal aborts and the element fails with `StageTimeoutError`. */
+      timeout: z.number().positive({ error: 'timeout must be > 0 ms' }).optional(),
+      /** A failing element ends the stream (`fail`, default) or is reported to `onFailure` and skipped (`skip`). */
+      errorPolicy: z.enum(['fail', 'skip']).default('fail'),
+      /** After upstream completes, how long buffered and in-flight work may take before it is failed (ms). */
+      drainTimeout: z.number().positive({ error: 'drainTimeout must be > 0 ms' }).optional(),
+      /** Stops the stage from outside: a shutdown drains it, an abort fails it. */
+      killSwitch: z.instanceof(KillSwitch, { error: 'killSwitch must be a KillSwitch' }).optional(),
+      /** Timers (timeout, drain deadline) and the clock. Inject `TestScheduler` for virtual time. */
+      scheduler: schedulerSchema().optional(),
+      /** Fraction of elements whose per-stage timing is recorded, when this stage starts their trace. Default 0. */
+      sampleRate: z.number().min(0).max(1).default(0),
+      /** How long a link waits for an element a deferring plain operator may have dropped (ms). Default 1000. */
+      transitTimeout: z.number().positive().default(1000),
+      /** Called for every element shed, with the reason. */
+      onShed: functionSchema<(event: ShedEvent<unknown>) => void>().optional(),
+      /** Called for every element that failed under `errorPolicy: 'skip'`. */
+      onFailure: functionSchema<(event: FailureEvent<unknown>) => void>().optional(),
+      /** Counters shared by every subscription of this stage. */
+      stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
+    })
+    .strict()
+    .refine((o) => o.policy !== 'conflate' || o.conflate !== undefined, {
+      error: 'policy "conflate" needs a conflate(pending, incoming) reducer',
+      path: ['conflate'],
+    }),
+);
 
-export type ParsedOptions = z.output<typeof stageOptionsSchema>;
+export type ParsedOptions = z.output<ReturnType<typeof stageOptionsSchema>>;
 
 /**
  * A stage's options: the schema's input, with the callbacks typed by the stage's input `I`.
  * Invalid options throw `InvalidOptionsError` naming each bad field.
  */
-export type StageOptions<I> = Omit<z.input<typeof stageOptionsSchema>, 'conflate' | 'onShed' | 'onFailure'> & {
+export type StageOptions<I> = Omit<z.input<ReturnType<typeof stageOptionsSchema>>, 'conflate' | 'onShed' | 'onFailure'> & {
   /** `conflate` policy: merges an arriving element into the newest buffered one. */
   conflate?: (pending: I, incoming: I) => I;
   /** Called for every element shed, with the reason. */

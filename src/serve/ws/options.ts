@@ -1,6 +1,7 @@
 /** The token socket's options and limits: their types, defaults and validation, up front as `ws` does. */
 import type { IncomingMessage } from 'node:http';
-import * as z from 'zod';
+import type * as z from 'zod';
+import { lazySchema } from '../../core/zod.js';
 import type { Tracer } from '@opentelemetry/api';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import type { ModelWorker } from '../../ai/inference/worker.js';
@@ -94,74 +95,83 @@ const DEFAULT_LIMITS: TokenSocketLimits = {
   conflateLimit: 16 * 1024,
 };
 
-const workerSchema = z.custom<TokenWorker>(
-  (v) => typeof v === 'object' && v !== null && typeof (v as TokenWorker).generate === 'function' && typeof (v as TokenWorker).name === 'string',
-  { error: 'must be a ModelWorker (with name and generate())' },
+const workerSchema = lazySchema((z) =>
+  z.custom<TokenWorker>(
+    (v) => typeof v === 'object' && v !== null && typeof (v as TokenWorker).generate === 'function' && typeof (v as TokenWorker).name === 'string',
+    { error: 'must be a ModelWorker (with name and generate())' },
+  ),
 );
 
-const rateSchema = z
-  .object({ perSecond: z.number().positive({ error: 'perSecond must be > 0' }), burst: z.number().min(1, { error: 'burst must be ≥ 1' }) })
-  .strict();
+const rateSchema = lazySchema((z) =>
+  z.object({ perSecond: z.number().positive({ error: 'perSecond must be > 0' }), burst: z.number().min(1, { error: 'burst must be ≥ 1' }) }).strict(),
+);
 
-const limitsSchema = z
-  .object({
-    maxPayload: positiveInt('maxPayload'),
-    maxConcurrent: positiveInt('maxConcurrent'),
-    rate: rateSchema,
-    tenantConcurrent: positiveInt('tenantConcurrent'),
-    tenantRate: rateSchema,
-    highWaterMark: positiveInt('highWaterMark'),
-    maxBuffered: positiveInt('maxBuffered'),
-    stallTimeout: positiveInt('stallTimeout'),
-    maxBadFrames: positiveInt('maxBadFrames'),
-    heartbeatInterval: positiveInt('heartbeatInterval'),
-    maxTokens: positiveInt('maxTokens'),
-    conflateLimit: positiveInt('conflateLimit'),
-  })
-  .strict()
-  .refine((l) => l.maxBuffered > l.highWaterMark, { error: 'maxBuffered must be greater than highWaterMark', path: ['maxBuffered'] });
+const limitsSchema = lazySchema((z) =>
+  z
+    .object({
+      maxPayload: positiveInt('maxPayload'),
+      maxConcurrent: positiveInt('maxConcurrent'),
+      rate: rateSchema(),
+      tenantConcurrent: positiveInt('tenantConcurrent'),
+      tenantRate: rateSchema(),
+      highWaterMark: positiveInt('highWaterMark'),
+      maxBuffered: positiveInt('maxBuffered'),
+      stallTimeout: positiveInt('stallTimeout'),
+      maxBadFrames: positiveInt('maxBadFrames'),
+      heartbeatInterval: positiveInt('heartbeatInterval'),
+      maxTokens: positiveInt('maxTokens'),
+      conflateLimit: positiveInt('conflateLimit'),
+    })
+    .strict()
+    .refine((l) => l.maxBuffered > l.highWaterMark, { error: 'maxBuffered must be greater than highWaterMark', path: ['maxBuffered'] }),
+);
 
-const optionsSchema = z
-  .object({
-    worker: workerSchema.optional(),
-    workers: z.record(z.string(), workerSchema).optional(),
-    authenticate: functionSchema<Authenticate>().optional(),
-    origins: z
-      .union([z.array(z.string().min(1, { error: 'an origin must not be empty' })), functionSchema<(origin: string, request: IncomingMessage) => boolean>()], {
-        error: 'origins must be an array of strings or a function',
-      })
-      .optional(),
-    path: z.string().startsWith('/', { error: 'path must start with "/"' }).optional(),
-    limits: z.unknown().optional(),
-    onEvent: functionSchema<(event: TokenSocketEvent) => void>().optional(),
-    metrics: z
-      .custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).registerSocket === 'function', {
-        error: 'metrics must be a SluiceMetrics',
-      })
-      .optional(),
-    name: z.string().min(1, { error: 'name must not be empty' }).default('ws'),
-    sampleRate: z
-      .number({ error: 'sampleRate must be a number' })
-      .min(0, { error: 'sampleRate must be in [0, 1]' })
-      .max(1, { error: 'sampleRate must be in [0, 1]' })
-      .default(1),
-    tracer: z
-      .custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', {
-        error: 'tracer must be an OpenTelemetry Tracer',
-      })
-      .optional(),
-  })
-  .strict()
-  .refine((o) => (o.worker === undefined) !== (o.workers === undefined || Object.keys(o.workers).length === 0), {
-    error: 'give exactly one of worker or workers (non-empty)',
-    path: ['worker'],
-  });
+const optionsSchema = lazySchema((z) =>
+  z
+    .object({
+      worker: workerSchema().optional(),
+      workers: z.record(z.string(), workerSchema()).optional(),
+      authenticate: functionSchema<Authenticate>().optional(),
+      origins: z
+        .union(
+          [z.array(z.string().min(1, { error: 'an origin must not be empty' })), functionSchema<(origin: string, request: IncomingMessage) => boolean>()],
+          {
+            error: 'origins must be an array of strings or a function',
+          },
+        )
+        .optional(),
+      path: z.string().startsWith('/', { error: 'path must start with "/"' }).optional(),
+      limits: z.unknown().optional(),
+      onEvent: functionSchema<(event: TokenSocketEvent) => void>().optional(),
+      metrics: z
+        .custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).registerSocket === 'function', {
+          error: 'metrics must be a SluiceMetrics',
+        })
+        .optional(),
+      name: z.string().min(1, { error: 'name must not be empty' }).default('ws'),
+      sampleRate: z
+        .number({ error: 'sampleRate must be a number' })
+        .min(0, { error: 'sampleRate must be in [0, 1]' })
+        .max(1, { error: 'sampleRate must be in [0, 1]' })
+        .default(1),
+      tracer: z
+        .custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', {
+          error: 'tracer must be an OpenTelemetry Tracer',
+        })
+        .optional(),
+    })
+    .strict()
+    .refine((o) => (o.worker === undefined) !== (o.workers === undefined || Object.keys(o.workers).length === 0), {
+      error: 'give exactly one of worker or workers (non-empty)',
+      path: ['worker'],
+    }),
+);
 
-export type TokenSocketConfig = z.output<typeof optionsSchema>;
+export type TokenSocketConfig = z.output<ReturnType<typeof optionsSchema>>;
 
 /** Validates the options, and the limits merged over their defaults; throws `InvalidOptionsError` naming the field. */
 export function parseTokenSocketOptions(options: TokenSocketOptions): { readonly config: TokenSocketConfig; readonly limits: TokenSocketLimits } {
-  const config = parseOptions(optionsSchema, options, 'token socket options');
-  const limits = parseOptions(limitsSchema, { ...DEFAULT_LIMITS, ...(config.limits as object | undefined) }, 'token socket limits');
+  const config = parseOptions(optionsSchema(), options, 'token socket options');
+  const limits = parseOptions(limitsSchema(), { ...DEFAULT_LIMITS, ...(config.limits as object | undefined) }, 'token socket limits');
   return { config, limits };
 }

@@ -1,0 +1,46 @@
+/**
+ * zod, loaded the first time an option is validated rather than when sluice is imported: zod's
+ * ~40 ms of module loading would otherwise nearly double the cost of `import 'sluice'`
+ * (docs/internals/import-cost.md). A synchronous `require`, because constructors validate
+ * synchronously; every layer of sluice goes through here, so one zod instance serves them all.
+ */
+import { createRequire } from 'node:module';
+import type * as Zod from 'zod';
+import { MissingPeerError } from './errors.js';
+
+export type ZodModule = typeof Zod;
+
+let loaded: ZodModule | undefined;
+
+/** The zod module, loaded on the first call. */
+export function zod(): ZodModule {
+  if (loaded === undefined) {
+    try {
+      loaded = createRequire(import.meta.url)('zod') as ZodModule;
+    } catch (error) {
+      // e.g. sluice bundled into one file that is run without node_modules: bundlers do not follow this require.
+      if ((error as { code?: unknown }).code === 'MODULE_NOT_FOUND') throw new MissingPeerError('zod', 'sluice', error);
+      throw error;
+    }
+  }
+  return loaded;
+}
+
+/** A schema built on first use: `build` runs once, when the returned function is first called. */
+export function lazySchema<S>(build: (z: ZodModule) => S): () => S {
+  let schema: S | undefined;
+  return () => {
+    if (schema === undefined) schema = build(zod());
+    return schema;
+  };
+}
+
+/** Whether `value` is a zod 4 schema, from any copy of zod (a user's ESM import is not our instance, so no `instanceof`). */
+export function isZodSchema(value: unknown): value is import('zod').ZodType {
+  return typeof value === 'object' && value !== null && '_zod' in value && typeof (value as { safeParse?: unknown }).safeParse === 'function';
+}
+
+/** Whether `value` is a zod object schema (from any copy of zod), whose `shape` names its fields. */
+export function isObjectSchema(value: unknown): value is import('zod').ZodObject {
+  return isZodSchema(value) && value._zod.def.type === 'object' && 'shape' in value;
+}
