@@ -137,7 +137,7 @@ describe('startServer (in process)', () => {
       const ids = Array.from({ length: 8 }, (_, i) => `c${attempt}-${i}`);
       for (const id of ids) client.send({ type: 'generate', id, model: 'charlm', prompt: 'The stage', parameters: { max_tokens: 4096 } });
       await until(() => ids.every((id) => client.frames.some((f) => f.type === 'token' && f.id === id)), 'every request to stream');
-      const before = running.stats().pool;
+      const before = running.stats().pool!;
       assert.ok(before.queued + before.running > 1, 'steps are waiting for the single worker');
       for (const id of ids) client.send({ type: 'cancel', id });
       await until(() => ids.every((id) => client.end(id) !== undefined), 'every cancel to be confirmed');
@@ -147,9 +147,9 @@ describe('startServer (in process)', () => {
       }
       await until(() => {
         const { pool, ws } = running.stats();
-        return pool.queued === 0 && pool.running === 0 && ws.activeRequests === 0 && ws.timers === 0;
+        return pool!.queued === 0 && pool!.running === 0 && ws.activeRequests === 0 && ws.timers === 0;
       }, 'the pool and the socket server to be idle');
-      const after = running.stats().pool;
+      const after = running.stats().pool!;
       // Every job the pool took is accounted for.
       assert.equal(after.submitted, after.completed + after.failed + after.aborted + after.rejected);
       client.ws.close();

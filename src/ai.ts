@@ -47,6 +47,7 @@ export type {
   InferOptions as ModelInferOptions,
   Token,
   FinishReason,
+  EndReason,
   Usage,
   GenerationDone,
   Completion,
@@ -58,6 +59,8 @@ export { StopMatcher, createRandom, distribution, sampleToken, applyRepetitionPe
 export type { SamplingParams, SampledToken } from './ai/inference/sampling.js';
 export { OpenAIWorker, SseParser } from './ai/inference/openai.js';
 export type { OpenAIWorkerOptions } from './ai/inference/openai.js';
+export { Gateway, UpstreamDiscoveryError, discoverModels, isUpstreamTransient } from './ai/inference/gateway.js';
+export type { GatewayOptions, UpstreamOptions } from './ai/inference/gateway.js';
 export { CharLmWorker, DecoderLmWorker, ASCII_CODEC } from './ai/inference/onnx-lm.js';
 export type { RunModel, TokenCodec, DecoderShape, CharLmWorkerOptions, DecoderLmWorkerOptions } from './ai/inference/onnx-lm.js';
 export { HttpStatusError, RateLimitedError, MalformedEventError, ProviderError } from './ai/inference/errors.js';

@@ -13,6 +13,7 @@ import { parseArgs } from 'node:util';
 import { InvalidOptionsError } from './core/errors.js';
 import { SUBPROTOCOL } from './serve/protocol.js';
 import { startServer, type RunningServer, type ServeOptions } from './serve/app.js';
+import type { UpstreamOptions } from './ai/inference/gateway.js';
 
 const HELP = `Usage: sluice serve [options]
 
@@ -37,6 +38,15 @@ Options (environment variable in brackets):
   --rate <n>                  frames per second per connection [SLUICE_RATE] (default 20)
   --nats <url>                generate on worker processes over NATS JetStream (run "sluice worker"
                               beside it); needs @nats-io/jetstream and @nats-io/transport-node [SLUICE_NATS]
+  --upstream <url[#attrs]>    gateway mode: serve the models of this OpenAI-compatible server (vLLM,
+                              llama.cpp, Ollama, a hosted API, another sluice) instead of the embedded
+                              ones; repeatable, tried in the order given [SLUICE_UPSTREAMS, space-separated].
+                              Attributes after #, joined with &:
+                                key=ENV_VAR    send the key held by this environment variable
+                                name=NAME      name in logs and metrics (default: the URL's host)
+                                weight=N       share of the requests it gets first (default: order)
+                                models=a,b     its models (default: asked of it at start)
+                              e.g. --upstream 'https://api.openai.com/v1#key=OPENAI_API_KEY&models=gpt-4o-mini'
   -h, --help                  this text
   -v, --version               the version
 
@@ -76,6 +86,7 @@ function readFlags(argv: readonly string[]) {
       'max-tokens': { type: 'string' },
       rate: { type: 'string' },
       nats: { type: 'string' },
+      upstream: { type: 'string', multiple: true },
       concurrency: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
       version: { type: 'boolean', short: 'v' },
@@ -123,6 +134,54 @@ function tokens(entries: readonly string[] | undefined): Record<string, string> 
   return map;
 }
 
+/**
+ * One `--upstream`: a base URL, and after `#` attributes joined with `&` — `key=ENV_VAR`
+ * (the key is read from that variable, so it never appears in a command line or a log),
+ * `name`, `weight`, `models=a,b`.
+ */
+export function parseUpstream(spec: string, env: NodeJS.ProcessEnv): UpstreamOptions {
+  const hash = spec.indexOf('#');
+  const base = hash === -1 ? spec : spec.slice(0, hash);
+  let url: URL;
+  try {
+    url = new URL(base);
+  } catch {
+    throw new UsageError(`--upstream: "${base}" is not a URL (e.g. http://127.0.0.1:8000/v1)`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new UsageError(`--upstream: "${base}" must be an http or https URL`);
+  if (url.username !== '' || url.password !== '') throw new UsageError('--upstream: put the key in an environment variable (#key=ENV_VAR), not in the URL');
+  const options: { baseUrl: string; name?: string; apiKey?: string; weight?: number; models?: string[] } = { baseUrl: base };
+  for (const pair of hash === -1 ? [] : spec.slice(hash + 1).split('&')) {
+    if (pair === '') continue;
+    const eq = pair.indexOf('=');
+    const [key, value] = eq === -1 ? [pair, ''] : [pair.slice(0, eq), pair.slice(eq + 1)];
+    if (value === '') throw new UsageError(`--upstream ${base}: "${key}" needs a value (${key}=...)`);
+    switch (key) {
+      case 'key': {
+        const secret = env[value];
+        if (secret === undefined || secret === '') throw new UsageError(`--upstream ${base}: the environment variable ${value} (its key) is not set`);
+        options.apiKey = secret;
+        break;
+      }
+      case 'name':
+        options.name = value;
+        break;
+      case 'weight': {
+        const weight = Number(value);
+        if (!Number.isFinite(weight) || weight < 0) throw new UsageError(`--upstream ${base}: weight must be a number ≥ 0, got "${value}"`);
+        options.weight = weight;
+        break;
+      }
+      case 'models':
+        options.models = value.split(',').filter((m) => m.length > 0);
+        break;
+      default:
+        throw new UsageError(`--upstream ${base}: unknown attribute "${key}" (known: key, name, weight, models)`);
+    }
+  }
+  return options;
+}
+
 /** Flags and environment → `ServeOptions`, and the NATS URL generation goes to, if any. */
 export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): ServeOptions & { nats?: string } {
   const v = flagValues(argv);
@@ -133,6 +192,8 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
     ...defined('maxTokens', integer(v, env, 'max-tokens', 'SLUICE_MAX_TOKENS')),
     ...(rate !== undefined && { rate: { perSecond: rate, burst: rate * 2 } }),
   };
+  const upstreamSpecs = v.upstream ?? env.SLUICE_UPSTREAMS?.split(/\s+/).filter((s) => s.length > 0);
+  const upstreams = upstreamSpecs === undefined || upstreamSpecs.length === 0 ? undefined : upstreamSpecs.map((spec) => parseUpstream(spec, env));
   const insecureEnv = env.SLUICE_INSECURE;
   if (insecureEnv !== undefined && !['', '0', '1', 'true', 'false'].includes(insecureEnv))
     throw new UsageError(`SLUICE_INSECURE: expected 1 or 0, got "${insecureEnv}"`);
@@ -148,6 +209,7 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
     ...defined('shutdownTimeout', integer(v, env, 'shutdown-timeout', 'SLUICE_SHUTDOWN_TIMEOUT')),
     ...(Object.keys(limits).length > 0 && { limits }),
     ...defined('nats', v.nats ?? (env.SLUICE_NATS || undefined)),
+    ...defined('upstreams', upstreams),
   };
 }
 
@@ -221,6 +283,8 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   let remote: { close(): Promise<void> } | undefined;
   try {
     const { nats, ...serve } = options;
+    if (nats !== undefined && serve.upstreams !== undefined) throw new UsageError('give --nats or --upstream, not both');
+    if (serve.upstreams !== undefined) log(`gateway mode: upstreams ${serve.upstreams.map((u) => u.name ?? new URL(u.baseUrl).host).join(', ')}`);
     if (nats !== undefined) {
       // Loaded only with --nats: plain `sluice serve` needs no NATS package.
       const connected = await (await import('./nats/processes.js')).connectRemoteModel(nats);
@@ -232,7 +296,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     }
   } catch (err) {
     await remote?.close().catch(() => {});
-    if (err instanceof InvalidOptionsError) {
+    if (err instanceof UsageError || err instanceof InvalidOptionsError) {
       process.stderr.write(`sluice: ${err.message}\nRun "sluice serve --help" for the options.\n`);
       return 2;
     }
@@ -241,7 +305,8 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       process.stderr.write(`sluice: cannot listen on ${options.host ?? '127.0.0.1'}:${options.port ?? 8787} (${code}); choose another --port or --host\n`);
       return 1;
     }
-    process.stderr.write(`sluice: failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
+    const hint = typeof (err as { hint?: unknown }).hint === 'string' ? `\n  ${(err as { hint: string }).hint}` : '';
+    process.stderr.write(`sluice: failed to start: ${err instanceof Error ? err.message : String(err)}${hint}\n`);
     return 1;
   }
 

@@ -24,7 +24,7 @@ export type {
   DrainReport,
 } from './serve/ws-server.js';
 export { startServer, isLoopback, WS_PATH } from './serve/app.js';
-export type { ServeOptions, RunningServer, ShutdownReport } from './serve/app.js';
+export type { ServeOptions, RunningServer, ServerStats, ShutdownReport } from './serve/app.js';
 export {
   SUBPROTOCOL,
   BEARER_PROTOCOL_PREFIX,

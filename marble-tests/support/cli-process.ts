@@ -57,6 +57,11 @@ export class CliProcess {
     return code;
   }
 
+  /** Resolves with the exit code once the process ends on its own. */
+  exit(): Promise<number | null> {
+    return this.exited;
+  }
+
   kill(): void {
     if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGKILL');
   }

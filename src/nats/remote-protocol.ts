@@ -36,7 +36,7 @@ export const workerMessageSchema = lazySchema((z) =>
     z.object({ type: z.literal('token'), index: z.number().int().min(0), text: z.string(), logprob: z.number().optional() }),
     z.object({
       type: z.literal('end'),
-      finishReason: z.enum(['stop', 'length', 'abort']),
+      finishReason: z.enum(['stop', 'length', 'abort', 'tool_calls', 'content_filter']),
       usage: z.object({ inputTokens: z.number(), outputTokens: z.number() }).loose(),
     }),
     z.object({ type: z.literal('error'), code: z.string(), message: z.string() }),

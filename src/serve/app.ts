@@ -19,17 +19,11 @@ import { availableParallelism } from 'node:os';
 import { findUp } from '../core/package-files.js';
 import { lazySchema } from '../core/zod.js';
 import { parseOptions, positiveInt } from '../flow/options.js';
-import { StageStats } from '../flow/stats.js';
-import { generateModels, MODEL_FILES } from '../ai/models/generate.js';
-import { BUNDLED_DATA } from '../ai/models/bundled.js';
-import { InferencePool, type InferencePoolStats } from '../ai/models/pool.js';
-import { embedder } from '../ai/models/pool-embedder.js';
-import { poolClassifier } from '../ai/models/pool-classifier.js';
-import { loadTokenizer } from '../ai/models/load.js';
-import { CharLmWorker } from '../ai/inference/onnx-lm.js';
+import type { GatewayOptions, UpstreamOptions } from '../ai/inference/gateway.js';
 import type { ModelWorker } from '../ai/inference/worker.js';
-import { BUNDLED_CORPUS, indexPassages, loadCorpus } from '../ai/rag/corpus.js';
-import { RAG_STAGES, ragWorker, type RagStage } from '../ai/rag/worker.js';
+import type { InferencePoolStats } from '../ai/models/pool.js';
+import { BUNDLED_CORPUS } from '../ai/rag/corpus.js';
+import { type Backend, embeddedBackend, gatewayBackend } from './backends.js';
 import { createHttpHandler } from './http.js';
 import { SluiceMetrics } from './metrics.js';
 import { bearerOf, pathOf } from './protocol.js';
@@ -73,6 +67,13 @@ export interface ServeOptions {
    * (sockets, HTTP, admission, caches), the guard, embedding and retrieval stay here.
    */
   readonly languageModel?: ModelWorker;
+  /**
+   * Gateway mode: serve the models of these OpenAI-compatible servers (tried in order, or
+   * first by weight) instead of the embedded ones. Nothing is generated or loaded here.
+   */
+  readonly upstreams?: readonly UpstreamOptions[];
+  /** Retries, timeouts and breakers of gateway mode (`Gateway.start`). */
+  readonly gateway?: Omit<GatewayOptions, 'upstreams'>;
 }
 
 const optionsSchema = lazySchema((z) =>
@@ -106,8 +107,15 @@ const optionsSchema = lazySchema((z) =>
           error: 'languageModel must be a ModelWorker (name, generate, infer)',
         })
         .optional(),
+      // Checked by Gateway.start, which names the bad field under "gateway options".
+      upstreams: z.array(z.record(z.string(), z.unknown()), { error: 'upstreams must be an array of { baseUrl, ... }' }).min(1).optional(),
+      gateway: z.record(z.string(), z.unknown()).optional(),
     })
     .strict()
+    .refine((o) => o.upstreams === undefined || o.languageModel === undefined, {
+      error: 'give upstreams or languageModel, not both',
+      path: ['upstreams'],
+    })
     .refine((o) => Object.keys(o.tokens).length > 0 || o.insecure || isLoopback(o.host), {
       error: 'an open server (no tokens) may only listen on a loopback host: give tokens, or set insecure',
       path: ['tokens'],
@@ -115,7 +123,10 @@ const optionsSchema = lazySchema((z) =>
 );
 
 export interface ServerStats {
-  readonly pool: InferencePoolStats;
+  /** The inference pool; undefined in gateway mode, where no model runs here. */
+  readonly pool: InferencePoolStats | undefined;
+  /** Each upstream's circuit (`closed`, `open`, `half-open`), in gateway mode. */
+  readonly circuits?: Readonly<Record<string, string>>;
   readonly ws: TokenSocketStats;
   readonly httpInFlight: number;
 }
@@ -161,38 +172,14 @@ export interface RunningServer {
 export async function startServer(options: ServeOptions = {}): Promise<RunningServer> {
   const config = parseOptions(optionsSchema(), options, 'serve options');
   const log = config.log ?? (() => {});
-  if (BUNDLED_DATA === undefined) throw new Error('the bundled data/ folder is missing from the package');
-
-  const dir = config.models;
-  const written = await generateModels({ outDir: dir, dataDir: BUNDLED_DATA });
-  const fresh = written.filter((f) => f.written).length;
-  if (fresh > 0) log(`generated ${fresh} model files into ${dir}/`);
-
-  const pool = await InferencePool.create({
-    name: 'serve',
-    models: {
-      embed: `${dir}/${MODEL_FILES.embedding}`,
-      guard: `${dir}/${MODEL_FILES.guard}`,
-      ...(config.languageModel === undefined && { charlm: `${dir}/${MODEL_FILES.charLm}` }),
-    },
-    size: config.poolSize,
-  });
+  const backend: Backend =
+    options.upstreams !== undefined
+      ? await gatewayBackend(options.upstreams, options.gateway ?? {}, log)
+      : await embeddedBackend({ models: config.models, corpus: config.corpus, poolSize: config.poolSize, languageModel: config.languageModel, log });
   const metrics = new SluiceMetrics();
   try {
-    const tokenizer = await loadTokenizer(`${dir}/${MODEL_FILES.embeddingTokenizer}`);
-    const embed = embedder(pool, tokenizer, { model: 'embed' });
-    const passages = await loadCorpus(config.corpus);
-    const index = await indexPassages(passages, (texts, signal) => embed(texts, signal));
-    const local =
-      config.languageModel === undefined
-        ? await CharLmWorker.load(`${dir}/${MODEL_FILES.charLm}`, { run: (feeds, signal) => pool.run(feeds, { model: 'charlm', signal }) })
-        : undefined;
-    const lm = config.languageModel ?? local!;
-    const stats = Object.fromEntries(RAG_STAGES.map((name) => [name, new StageStats()])) as Record<RagStage, StageStats>;
-    for (const [name, s] of Object.entries(stats)) metrics.registerStage(name, s);
-    const rag = ragWorker({ lm, embedder: embed, index, classify: poolClassifier(pool, tokenizer, { model: 'guard' }), stats });
-    const workers = { [rag.name]: rag, [lm.name]: lm };
-    log(`indexed ${passages.length} passages from ${config.corpus}`);
+    for (const [name, s] of Object.entries(backend.stages)) metrics.registerStage(name, s);
+    const workers = backend.workers;
 
     const tenants = new Map(Object.entries(config.tokens));
     const open = tenants.size === 0;
@@ -268,8 +255,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
         server.close();
         const [ws, http] = await Promise.all([sockets.drain(deadline), api.drain(deadline)]);
         server.closeAllConnections();
-        await local?.release();
-        await pool.close();
+        await backend.release();
         metrics.close();
         log(
           `stopped: WebSocket ${ws.finished} finished, ${ws.interrupted} interrupted; HTTP ${http.running - http.interrupted} finished, ${http.interrupted} interrupted`,
@@ -277,10 +263,15 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
         return { ws, http: { running: http.running, interrupted: http.interrupted } };
       })());
 
-    const now = (): ServerStats => ({ pool: pool.stats, ws: sockets.stats(), httpInFlight: api.inFlight });
+    const now = (): ServerStats => ({
+      pool: backend.pool?.stats,
+      ...(backend.circuits !== undefined && { circuits: backend.circuits() }),
+      ws: sockets.stats(),
+      httpInFlight: api.inFlight,
+    });
     return { url, wsUrl: `${url.replace(/^http/, 'ws')}${WS_PATH}`, models: Object.keys(workers), server, metrics, stats: now, shutdown };
   } catch (err) {
-    await pool.close();
+    await backend.release();
     metrics.close();
     throw err;
   }

@@ -22,7 +22,18 @@ import type { GenerateRequest, GenerationDone } from '../ai/inference/worker.js'
 import type { SluiceMetrics } from './metrics.js';
 import { pathOf } from './protocol.js';
 import { RequestTelemetry } from './telemetry.js';
-import { ApiError, chatSchema, openAiFinish, toApiError, toGenerateRequest, type ChatBody, type ChatWorker } from './openai-wire.js';
+import {
+  ApiError,
+  chatSchema,
+  finalToolCalls,
+  mergeDelta,
+  openAiFinish,
+  passthroughChatSchema,
+  toApiError,
+  toGenerateRequest,
+  type ChatBody,
+  type ChatWorker,
+} from './openai-wire.js';
 import { headerValue, readJson, sendError, sendJson } from './http-io.js';
 import { streamChat } from './sse.js';
 
@@ -171,7 +182,11 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     }
     if (draining) throw new ApiError(503, 'The server is shutting down.', 'server_error', 'server_shutting_down');
     const body = await readJson(req, config.maxBodyBytes);
-    const parsed = chatSchema().safeParse(body);
+    // An upstream's model takes the fields sluice does not know (tools, response_format...) and forwards them.
+    const named =
+      typeof body === 'object' && body !== null && typeof (body as { model?: unknown }).model === 'string' ? (body as { model: string }).model : undefined;
+    const passthrough = named !== undefined && workers.get(named)?.passthrough === true;
+    const parsed = (passthrough ? passthroughChatSchema() : chatSchema()).safeParse(body);
     if (!parsed.success) {
       const issue = parsed.error.issues[0]!;
       const param = issue.code === 'unrecognized_keys' ? issue.keys[0]! : issue.path.map(String).join('.') || null;
@@ -181,7 +196,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     const chatBody = parsed.data;
     const worker = workers.get(chatBody.model);
     if (worker === undefined) throw new ApiError(404, `The model \`${chatBody.model}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
-    const request = toGenerateRequest(chatBody, config.maxTokens);
+    const request = toGenerateRequest(chatBody, config.maxTokens, passthrough ? (body as Record<string, unknown>) : undefined);
 
     inFlight++;
     try {
@@ -268,8 +283,12 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
         });
       } else {
         let text = '';
+        const extra: Record<string, unknown> = {};
         flow.subscribe({
-          next: (token) => (text += token.text),
+          next: (token) => {
+            text += token.text;
+            if (token.delta !== undefined) mergeDelta(extra, token.delta);
+          },
           error: (err: unknown) => {
             if (interrupted !== undefined) sendError(res, toApiError(interrupted));
             else if (!controller.signal.aborted) sendError(res, toApiError(err));
@@ -278,12 +297,19 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
           complete: () => {
             reported();
             const usage = done?.usage ?? { inputTokens: 0, outputTokens: 0 };
+            const toolCalls = finalToolCalls(extra.tool_calls);
+            const message = {
+              role: 'assistant',
+              content: text === '' && toolCalls !== undefined ? null : text,
+              ...extra,
+              ...(toolCalls && { tool_calls: toolCalls }),
+            };
             sendJson(res, 200, {
               id,
               object: 'chat.completion',
               created,
               model: body.model,
-              choices: [{ index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason: openAiFinish(done) }],
+              choices: [{ index: 0, message, logprobs: null, finish_reason: openAiFinish(done) }],
               usage: { prompt_tokens: usage.inputTokens, completion_tokens: usage.outputTokens, total_tokens: usage.inputTokens + usage.outputTokens },
             });
             end(undefined);

@@ -1,12 +1,13 @@
 /** The OpenAI chat-completions wire format: the request body sluice accepts, how it becomes a generation, and OpenAI-style errors. */
 import type * as z from 'zod';
 import { lazySchema, zod } from '../core/zod.js';
-import { InvalidOptionsError, SluiceError } from '../core/errors.js';
+import { InvalidOptionsError, SluiceError, StageError } from '../core/errors.js';
 import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker } from '../ai/inference/worker.js';
-import { EmptyPromptError } from '../ai/inference/errors.js';
+import { EmptyPromptError, HttpStatusError, MalformedEventError, ProviderError, RateLimitedError } from '../ai/inference/errors.js';
+import { CircuitOpenError, FallbackExhaustedError, StreamTimeoutError } from '../resilience/errors.js';
 
 /** A worker that can chat: anything implementing `ModelWorker.generate`. */
-export type ChatWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate'>;
+export type ChatWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate' | 'passthrough'>;
 
 const contentPart = lazySchema((z) => z.looseObject({ type: z.string(), text: z.string().optional() }));
 export const messageSchema = lazySchema((z) =>
@@ -75,6 +76,17 @@ export const chatSchema = lazySchema((z) =>
 
 export type ChatBody = z.output<ReturnType<typeof chatSchema>>;
 
+/**
+ * The body a passthrough worker (an upstream server) gets: the fields sluice reads are
+ * checked as for any model, every other field is kept for the upstream, and `logit_bias`
+ * is the upstream's business (its token ids are its own).
+ */
+export const passthroughChatSchema = lazySchema((z) =>
+  chatSchema()
+    .extend({ logit_bias: z.record(z.string(), z.number(), { error: 'logit_bias must map token ids to numbers' }).nullish() })
+    .loose(),
+);
+
 /** An OpenAI-style error response. */
 export class ApiError extends Error {
   constructor(
@@ -93,11 +105,53 @@ export class ApiError extends Error {
   }
 }
 
-export function openAiFinish(done: GenerationDone | undefined): 'stop' | 'length' {
-  return done?.finishReason === 'length' ? 'length' : 'stop';
+export type OpenAiFinish = 'stop' | 'length' | 'tool_calls' | 'content_filter';
+
+export function openAiFinish(done: GenerationDone | undefined): OpenAiFinish {
+  const reason = done?.finishReason;
+  return reason === 'length' || reason === 'tool_calls' || reason === 'content_filter' ? reason : 'stop';
 }
 
-export function toGenerateRequest(body: ChatBody, limit: number): GenerateRequest {
+/**
+ * Folds a streamed `delta` into what a whole message holds: text pieces are
+ * concatenated, objects merged, and lists whose items carry an `index` (`tool_calls`)
+ * merged item by item, as OpenAI's streams split a tool call's `arguments`.
+ */
+export function mergeDelta(into: Record<string, unknown>, delta: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  for (const [key, value] of Object.entries(delta)) {
+    const current = into[key];
+    if (value === null || value === undefined) continue;
+    if (typeof value === 'string') into[key] = typeof current === 'string' ? current + value : value;
+    else if (Array.isArray(value)) {
+      const list = Array.isArray(current) ? current : [];
+      for (const item of value) {
+        const index = isRecord(item) && typeof item.index === 'number' ? item.index : undefined;
+        const at = index === undefined ? -1 : list.findIndex((x) => isRecord(x) && x.index === index);
+        if (at >= 0 && isRecord(item)) mergeDelta(list[at] as Record<string, unknown>, item);
+        else list.push(isRecord(item) ? mergeDelta({}, item) : item);
+      }
+      into[key] = list;
+    } else if (isRecord(value)) into[key] = mergeDelta(isRecord(current) ? current : {}, value);
+    else into[key] = value;
+  }
+  return into;
+}
+
+/** A whole message's `tool_calls`: the streamed ones without their `index`. */
+export function finalToolCalls(calls: unknown): unknown[] | undefined {
+  if (!Array.isArray(calls) || calls.length === 0) return undefined;
+  return calls.map((call) => {
+    if (!isRecord(call)) return call;
+    const { index: _index, ...rest } = call;
+    return rest;
+  });
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+export function toGenerateRequest(body: ChatBody, limit: number, passthrough?: Readonly<Record<string, unknown>>): GenerateRequest {
   const messages = body.messages.map((m) => ({
     role: m.role,
     content: typeof m.content === 'string' ? m.content : (m.content ?? []).map((part) => (part.type === 'text' ? (part.text ?? '') : '')).join(''),
@@ -119,6 +173,7 @@ export function toGenerateRequest(body: ChatBody, limit: number): GenerateReques
       ...(body.repetition_penalty != null && { repetition_penalty: body.repetition_penalty }),
       ...(body.presence_penalty ? { presence_penalty: body.presence_penalty } : {}),
       ...(body.frequency_penalty ? { frequency_penalty: body.frequency_penalty } : {}),
+      ...(passthrough !== undefined && { passthrough }),
     });
   } catch (err) {
     throw toApiError(err);
@@ -127,6 +182,8 @@ export function toGenerateRequest(body: ChatBody, limit: number): GenerateReques
 
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
+  const upstream = upstreamApiError(err);
+  if (upstream !== undefined) return upstream;
   if (err instanceof EmptyPromptError) return new ApiError(400, err.message, 'invalid_request_error', 'empty_prompt', 'messages');
   if (err instanceof InvalidOptionsError) return new ApiError(400, err.message, 'invalid_request_error', 'invalid_value', err.issues[0]?.path ?? null);
   if (err instanceof SluiceError) {
@@ -139,4 +196,91 @@ export function toApiError(err: unknown): ApiError {
   // Only sluice's own messages are passed on: anything else may carry internals (paths, hosts, keys). A code is safe.
   const code = typeof err === 'object' && err !== null && typeof (err as { code?: unknown }).code === 'string' ? (err as { code: string }).code : null;
   return new ApiError(500, 'The server failed to generate.', 'server_error', code);
+}
+
+/**
+ * How an upstream's failure reads to the client of a gateway: the upstream's own 4xx
+ * (its message is meant for clients), 429 and 503 with `Retry-After`, 502 for a broken
+ * or failing upstream, 504 for a silent one. Bodies of upstream 5xx are not passed on.
+ */
+function upstreamApiError(err: unknown): ApiError | undefined {
+  // A stage wraps a failure that is not a SluiceError (fetch's TypeError): judge the cause.
+  if (err instanceof StageError && !(err.cause instanceof SluiceError)) return upstreamApiError(err.cause);
+  if (err instanceof FallbackExhaustedError) {
+    const errors = err.failures.map((f) => f.error);
+    const refused = errors.find(
+      (e) => e instanceof HttpStatusError && !(e instanceof RateLimitedError) && e.status >= 400 && e.status < 500 && e.status !== 408,
+    );
+    if (refused !== undefined) return upstreamApiError(refused);
+    if (errors.every((e) => e instanceof RateLimitedError || e instanceof CircuitOpenError)) {
+      const waits = errors.map((e) => (e as RateLimitedError | CircuitOpenError).retryAfter).filter((w): w is number => w !== undefined);
+      const limited = errors.some((e) => e instanceof RateLimitedError);
+      return waitError(limited, waits.length > 0 ? Math.min(...waits) : undefined);
+    }
+    const reasons = err.failures.map((f) => `${f.worker}: ${shortReason(f.error)}`).join('; ');
+    return new ApiError(502, `No upstream could answer (${reasons}).`, 'server_error', 'upstream_error');
+  }
+  if (err instanceof RateLimitedError) return waitError(true, err.retryAfter);
+  if (err instanceof CircuitOpenError) return waitError(false, err.retryAfter);
+  if (err instanceof HttpStatusError) {
+    if (err.status >= 400 && err.status < 500 && err.status !== 408) {
+      const body = parseErrorBody(err.body);
+      return new ApiError(
+        err.status,
+        body?.message ?? `The upstream refused the request (HTTP ${err.status}).`,
+        body?.type ?? 'invalid_request_error',
+        body?.code ?? null,
+        body?.param ?? null,
+      );
+    }
+    return new ApiError(502, `The upstream model server failed (${shortReason(err)}).`, 'server_error', 'upstream_error');
+  }
+  if (err instanceof StreamTimeoutError)
+    return new ApiError(504, `The upstream model server went silent (${err.timeout} ms).`, 'server_error', 'upstream_timeout');
+  if (err instanceof MalformedEventError || err instanceof ProviderError)
+    return new ApiError(502, `The upstream model server broke its stream (${shortReason(err)}).`, 'server_error', 'upstream_error');
+  // fetch's words for a connection refused before the answer, and one cut during it.
+  if (err instanceof TypeError && err.message === 'fetch failed')
+    return new ApiError(502, 'The upstream model server could not be reached.', 'server_error', 'upstream_unreachable');
+  if (err instanceof TypeError && err.message === 'terminated')
+    return new ApiError(502, 'The upstream model server closed the connection mid-answer.', 'server_error', 'upstream_error');
+  return undefined;
+}
+
+/** 429 when an upstream limited the rate, else 503 (circuits open); `Retry-After` in whole seconds. */
+function waitError(limited: boolean, retryAfter: number | undefined): ApiError {
+  const headers: Record<string, string> = retryAfter === undefined ? {} : { 'retry-after': String(Math.max(1, Math.ceil(retryAfter / 1000))) };
+  return limited
+    ? new ApiError(429, 'The upstream model servers are rate limiting; retry later.', 'requests', 'rate_limit_exceeded', null, headers)
+    : new ApiError(503, 'Every upstream model server is unavailable for now; retry later.', 'server_error', 'upstream_unavailable', null, headers);
+}
+
+/** A failure in a few words, without bodies (an upstream's 5xx body may carry its internals). */
+function shortReason(error: unknown): string {
+  if (error instanceof HttpStatusError) return `HTTP ${error.status}`;
+  if (error instanceof CircuitOpenError) return 'circuit open';
+  if (error instanceof StreamTimeoutError) return `silent for ${error.timeout} ms`;
+  if (error instanceof MalformedEventError) return 'malformed stream';
+  if (error instanceof ProviderError) return 'error in stream';
+  if (error instanceof TypeError) return 'unreachable';
+  return error instanceof SluiceError ? error.code : 'failed';
+}
+
+function parseErrorBody(body: string): { message?: string; type?: string; code?: string; param?: string } | undefined {
+  try {
+    const parsed = JSON.parse(body) as { error?: unknown };
+    const error = parsed?.error;
+    if (typeof error === 'string') return { message: error };
+    if (typeof error !== 'object' || error === null) return undefined;
+    const e = error as Record<string, unknown>;
+    const text = (v: unknown) => (typeof v === 'string' ? v : undefined);
+    const out: { message?: string; type?: string; code?: string; param?: string } = {};
+    if (text(e.message) !== undefined) out.message = text(e.message)!;
+    if (text(e.type) !== undefined) out.type = text(e.type)!;
+    if (text(e.code) !== undefined) out.code = text(e.code)!;
+    if (text(e.param) !== undefined) out.param = text(e.param)!;
+    return out;
+  } catch {
+    return undefined;
+  }
 }

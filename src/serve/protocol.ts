@@ -26,6 +26,7 @@
  */
 import type * as z from 'zod';
 import { lazySchema, zod } from '../core/zod.js';
+import type { FinishReason } from '../ai/inference/worker.js';
 
 /** The subprotocol a client must offer; a future incompatible protocol gets a new version. */
 export const SUBPROTOCOL = 'sluice.v1';
@@ -186,7 +187,7 @@ export interface TokenFrame {
 export interface DoneFrame {
   readonly type: 'done';
   readonly id: string;
-  readonly finish_reason: 'stop' | 'length' | 'abort';
+  readonly finish_reason: FinishReason;
   readonly usage: { readonly input_tokens: number; readonly output_tokens: number };
   readonly traceparent: string;
 }
@@ -231,7 +232,7 @@ export const serverFrameSchema = lazySchema((z) =>
       .object({
         type: z.literal('done'),
         id: idSchema(),
-        finish_reason: z.enum(['stop', 'length', 'abort']),
+        finish_reason: z.enum(['stop', 'length', 'abort', 'tool_calls', 'content_filter']),
         usage: z.object({ input_tokens: z.number().int().min(0), output_tokens: z.number().int().min(0) }).strict(),
         traceparent: z.string().regex(TRACEPARENT),
       })

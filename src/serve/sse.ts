@@ -23,7 +23,7 @@ export interface StreamConfig {
  * the next is requested only once the socket took the last one.
  */
 export function streamChat(res: ServerResponse, flow: Observable<Token>, stream: StreamConfig): void {
-  const chunk = (delta: Record<string, string>, finishReason: string | null) =>
+  const chunk = (delta: Readonly<Record<string, unknown>>, finishReason: string | null) =>
     `data: ${JSON.stringify({ id: stream.id, object: 'chat.completion.chunk', created: stream.created, model: stream.model, choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }] })}\n\n`;
   res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
   res.write(chunk({ role: 'assistant', content: '' }, null));
@@ -39,7 +39,8 @@ export function streamChat(res: ServerResponse, flow: Observable<Token>, stream:
   const subscription = subscribeWithDemand(flow, {
     next: (token) => {
       if (res.destroyed) return;
-      if (res.write(chunk({ content: token.text }, null))) return subscription.request(1);
+      const delta = token.delta === undefined ? { content: token.text } : token.text === '' ? token.delta : { ...token.delta, content: token.text };
+      if (res.write(chunk(delta, null))) return subscription.request(1);
       const pausedAt = performance.now();
       waiting = () => {
         waiting = undefined;

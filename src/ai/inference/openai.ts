@@ -18,6 +18,7 @@ import {
   type Completion,
   type DecodeStep,
   type Decoding,
+  type EndReason,
   type GenerateOptions,
   type GenerateRequest,
   type InferOptions,
@@ -112,15 +113,20 @@ export class OpenAIWorker implements ModelWorker<GenerateRequest, Completion> {
 
   /** @internal POSTs the request; answers with the response once its status is OK, or throws the typed HTTP error. */
   async post(request: GenerateRequest, stream: boolean, signal: AbortSignal | undefined): Promise<Response> {
+    // A client's body is forwarded as it is (its own messages, tools, vendor fields); the worker sets model and stream.
     const body: Record<string, unknown> = {
+      ...request.passthrough,
       model: this.options.model,
-      messages: request.messages ?? [{ role: 'user', content: request.prompt }],
       stream,
     };
-    if (stream) body.stream_options = { include_usage: true };
+    if (request.passthrough === undefined) body.messages = request.messages ?? [{ role: 'user', content: request.prompt }];
+    else delete body.stream_options;
+    if (stream) body.stream_options = { ...streamOptionsOf(request.passthrough), include_usage: true };
     for (const key of ['temperature', 'top_p', 'top_k', 'max_tokens', 'stop', 'repetition_penalty', 'seed', 'presence_penalty', 'frequency_penalty'] as const) {
-      if (request[key] !== undefined) body[key] = request[key];
+      if (request[key] !== undefined && !(key in body)) body[key] = request[key];
     }
+    // max_completion_tokens and max_tokens mean the same; a body with one keeps it alone.
+    if ('max_completion_tokens' in body && request.passthrough !== undefined && !('max_tokens' in request.passthrough)) delete body.max_tokens;
     const doFetch = this.options.fetch ?? fetch;
     const response = await doFetch(`${this.options.baseUrl.replace(/\/+$/, '')}/chat/completions`, {
       method: 'POST',
@@ -148,7 +154,7 @@ class SseDecoding implements Decoding {
   /** Deltas parsed from the last chunk read and not yet stepped: at most one chunk's worth. */
   private pending: DecodeStep[] = [];
   private next = 0;
-  private finish: 'stop' | 'length' | undefined;
+  private finish: EndReason | undefined;
   private usage: Partial<Usage> | undefined;
   private sawDone = false;
   private closed = false;
@@ -212,8 +218,11 @@ class SseDecoding implements Decoding {
     }
     for (const choice of chunk.data.choices) {
       if (choice.index !== undefined && choice.index !== 0) continue;
-      const content = choice.delta?.content;
-      if (typeof content === 'string' && content.length > 0) this.pending.push({ text: content });
+      const { content, role: _role, ...rest } = choice.delta ?? {};
+      const text = typeof content === 'string' ? content : '';
+      // Tool calls, refusals and other vendor deltas ride along with (or instead of) the text.
+      const delta = Object.keys(rest).some((key) => rest[key] !== undefined && rest[key] !== null) ? rest : undefined;
+      if (text.length > 0 || delta !== undefined) this.pending.push(delta === undefined ? { text } : { text, delta });
       if (choice.finish_reason) this.finish = finishReason(choice.finish_reason);
     }
   }
@@ -331,8 +340,15 @@ const completionSchema = lazySchema((z) =>
 
 const errorSchema = lazySchema((z) => z.looseObject({ error: z.looseObject({ message: z.string().nullish(), type: z.string().nullish() }) }));
 
-function finishReason(reason: string | null | undefined): 'stop' | 'length' {
-  return reason === 'length' ? 'length' : 'stop';
+function finishReason(reason: string | null | undefined): EndReason {
+  if (reason === 'length' || reason === 'tool_calls' || reason === 'content_filter') return reason;
+  // The legacy name of a tool call.
+  return reason === 'function_call' ? 'tool_calls' : 'stop';
+}
+
+function streamOptionsOf(body: Readonly<Record<string, unknown>> | undefined): Record<string, unknown> {
+  const options = body?.stream_options;
+  return typeof options === 'object' && options !== null ? { ...(options as Record<string, unknown>) } : {};
 }
 
 /** `retry-after-ms` (OpenAI), else `retry-after` in seconds or as an HTTP date; in ms. */

@@ -41,6 +41,13 @@ export interface GenerationParams {
   readonly presence_penalty?: number;
   /** In [-2, 2]: subtracted from a token's logit once per time it was generated (OpenAI's). */
   readonly frequency_penalty?: number;
+  /**
+   * The client's OpenAI chat body, for a worker that forwards it to an OpenAI-compatible
+   * backend (`OpenAIWorker`): sent as it is — tools, `tool_choice`, `response_format`,
+   * vendor fields, messages with their tool calls — with `model` and `stream` set by the
+   * worker. Other workers ignore it.
+   */
+  readonly passthrough?: Readonly<Record<string, unknown>>;
 }
 
 /** A prompt to continue, or a chat, with the parameters to generate with. */
@@ -56,10 +63,22 @@ export interface Token {
   readonly index: number;
   /** Natural log of the model's probability for this token, when the backend knows it. */
   readonly logprob?: number;
+  /**
+   * What else an OpenAI-compatible backend's chunk carried beside text (`tool_calls`,
+   * `refusal`...), as its `delta` had it; `text` may then be empty.
+   */
+  readonly delta?: Readonly<Record<string, unknown>>;
 }
 
-/** Why a generation ended: a stop sequence or the model's end (`stop`), `max_tokens` (`length`), or cancellation (`abort`). */
-export type FinishReason = 'stop' | 'length' | 'abort';
+/**
+ * Why a generation ended: a stop sequence or the model's end (`stop`), `max_tokens`
+ * (`length`), cancellation (`abort`), or, from an OpenAI-compatible backend, a call of
+ * the request's tools (`tool_calls`) or its content filter (`content_filter`).
+ */
+export type FinishReason = 'stop' | 'length' | 'abort' | 'tool_calls' | 'content_filter';
+
+/** How a backend may end a generation: every `FinishReason` but `abort`, which only the consumer causes. */
+export type EndReason = Exclude<FinishReason, 'abort'>;
 
 export interface Usage {
   readonly inputTokens: number;
@@ -113,6 +132,12 @@ export interface InferOptions {
  */
 export interface ModelWorker<Input = GenerateRequest, Output = Completion> {
   readonly name: string;
+  /**
+   * True for a worker that forwards the client's OpenAI chat body to its backend
+   * (`request.passthrough`): the HTTP API then accepts fields it does not know itself
+   * (tools, `response_format`, vendor fields) instead of refusing them.
+   */
+  readonly passthrough?: boolean;
   generate(request: GenerateRequest, options?: GenerateOptions): Flow<Token>;
   infer(input: Input, options?: InferOptions): Promise<Output>;
 }
@@ -153,6 +178,7 @@ const requestSchema = lazySchema((z) =>
         .min(-2, { error: 'frequency_penalty must be in [-2, 2]' })
         .max(2, { error: 'frequency_penalty must be in [-2, 2]' })
         .optional(),
+      passthrough: z.record(z.string(), z.unknown(), { error: 'passthrough must be an object (an OpenAI chat body)' }).optional(),
     })
     .strict()
     .refine((r) => (r.prompt === undefined) !== (r.messages === undefined), { error: 'give exactly one of prompt or messages', path: ['prompt'] }),
@@ -182,6 +208,7 @@ export function generateRequest(input: GenerateRequest): GenerateRequest {
     ...parsed,
     ...(parsed.messages && { messages: Object.freeze(parsed.messages.map((m) => Object.freeze({ ...m }))) }),
     ...(parsed.stop && { stop: Object.freeze([...parsed.stop]) }),
+    ...(parsed.passthrough && { passthrough: Object.freeze({ ...parsed.passthrough }) }),
   }) as GenerateRequest;
   validated.add(request);
   return request;
@@ -235,8 +262,15 @@ export function complete(start: (onDone: (done: GenerationDone) => void) => Flow
 
 /** What one step of a backend gives: a piece of text (usually one token), or the end. */
 export type DecodeStep =
-  | { readonly text: string; readonly logprob?: number /** model tokens this piece stands for; default 1 */; readonly tokens?: number }
-  | { readonly end: 'stop' | 'length'; readonly usage?: Partial<Usage> };
+  | {
+      readonly text: string;
+      readonly logprob?: number;
+      /** Model tokens this piece stands for; default 1. */
+      readonly tokens?: number;
+      /** Beside the text (see `Token.delta`). */
+      readonly delta?: Readonly<Record<string, unknown>>;
+    }
+  | { readonly end: EndReason; readonly usage?: Partial<Usage> };
 
 /** One generation as a backend runs it, stepped by `decode`. */
 export interface Decoding {
@@ -277,7 +311,7 @@ class DecodeProducer implements Producer {
   private stepping = false;
   private ended = false;
   /** Set when the backend is done; what is left is emitting `tail` and completing. */
-  private finishReason: 'stop' | 'length' | undefined;
+  private finishReason: EndReason | undefined;
   private tail = '';
   private emitted = 0;
   private outputTokens = 0;
@@ -346,8 +380,8 @@ class DecodeProducer implements Producer {
     let text = step.text;
     let stopped = false;
     if (this.stops !== undefined) ({ text, stopped } = this.stops.push(text));
-    if (text.length > 0) {
-      this.emit(text, step.logprob);
+    if (text.length > 0 || step.delta !== undefined) {
+      this.emit(text, step.logprob, step.delta);
       if (this.ended) return; // the consumer left during the emit
     }
     if (stopped) return this.finish('stop');
@@ -355,14 +389,17 @@ class DecodeProducer implements Producer {
     this.pull();
   }
 
-  private emit(text: string, logprob: number | undefined): void {
+  private emit(text: string, logprob: number | undefined, delta?: Readonly<Record<string, unknown>>): void {
     if (this.firstTokenAt === undefined) this.firstTokenAt = performance.now();
-    const token: Token = logprob === undefined ? { text, index: this.emitted } : { text, index: this.emitted, logprob };
+    const token: Token =
+      logprob === undefined && delta === undefined
+        ? { text, index: this.emitted }
+        : { text, index: this.emitted, ...(logprob !== undefined && { logprob }), ...(delta !== undefined && { delta }) };
     this.emitted++;
     this.outlet.next(token);
   }
 
-  private finish(reason: 'stop' | 'length'): void {
+  private finish(reason: EndReason): void {
     this.finishReason = reason;
     // Text held back for a stop sequence that never completed is real output (after a match nothing is held);
     // held text can also end in a stop sequence that a longer candidate beginning earlier kept undecided.

@@ -1,0 +1,317 @@
+/**
+ * Upstream OpenAI-compatible servers (vLLM, llama.cpp, Ollama, a hosted API, another
+ * sluice) as `ModelWorker`s, one per model they serve. Each generation is one element
+ * through an `upstream` stage whose work is, per upstream, `OpenAIWorker` → idle
+ * timeout → retry (before the first token, honouring `Retry-After`) → circuit breaker,
+ * and across upstreams a fallback chain in the listed order (or with the first picked
+ * by weight). The client's body is forwarded as it is (`GenerateRequest.passthrough`).
+ */
+import { type SchedulerLike, asyncScheduler, map } from 'rxjs';
+import { SluiceError } from '../../core/errors.js';
+import { Traced, traced } from '../../core/trace.js';
+import { lazySchema, zod } from '../../core/zod.js';
+import type { Flow } from '../../flow/demand.js';
+import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../../flow/options.js';
+import { fromIterable } from '../../flow/sources.js';
+import { StageStats } from '../../flow/stats.js';
+import { stage } from '../../operators/stage.js';
+import { asFlow } from '../../resilience/as-flow.js';
+import { CircuitBreaker, type CircuitStateChange } from '../../resilience/breaker.js';
+import { CircuitOpenError, StreamTimeoutError } from '../../resilience/errors.js';
+import { fallback } from '../../resilience/fallback.js';
+import type { StreamWork } from '../../resilience/relay.js';
+import { retrying } from '../../resilience/retry.js';
+import { withTimeouts } from '../../resilience/timeouts.js';
+import { HttpStatusError, MalformedEventError, ProviderError } from './errors.js';
+import { OpenAIWorker } from './openai.js';
+import {
+  complete,
+  generateRequest,
+  type Completion,
+  type GenerateOptions,
+  type GenerateRequest,
+  type InferOptions,
+  type ModelWorker,
+  type Token,
+} from './worker.js';
+
+export interface UpstreamOptions {
+  /** Up to and including the version, e.g. `http://127.0.0.1:8000/v1`. */
+  readonly baseUrl: string;
+  /** Names the upstream in logs, errors, traces and its breaker. Default: the URL's host. */
+  readonly name?: string;
+  /** Sent as `Authorization: Bearer <apiKey>`; never logged. */
+  readonly apiKey?: string;
+  /** Extra request headers. */
+  readonly headers?: Readonly<Record<string, string>>;
+  /** Share of the requests this upstream gets first, when any upstream has a weight. Default 1. */
+  readonly weight?: number;
+  /** The models it serves. Default: asked of it (`GET {baseUrl}/models`) by `Gateway.start`. */
+  readonly models?: readonly string[];
+}
+
+export interface GatewayOptions {
+  /** Tried in this order when one fails before its first token (after its retries). */
+  readonly upstreams: readonly UpstreamOptions[];
+  /** Attempts per upstream, the first included. Default 3. */
+  readonly attempts?: number;
+  /** Delay before the first retry, ms; doubles each retry, with full jitter. Default 200. */
+  readonly baseDelay?: number;
+  /** No retry delay exceeds this, ms. Default 2 000. */
+  readonly maxDelay?: number;
+  /** The longest `Retry-After` honoured, ms; a longer one moves on to the next upstream. Default 30 000. */
+  readonly maxRetryAfter?: number;
+  /** Silence from an upstream while a token is wanted, ms, before the attempt fails (and is retried). Default 30 000. */
+  readonly idleTimeout?: number;
+  /** Failures within `breakerWindow` that open an upstream's circuit. Default 5. */
+  readonly breakerThreshold?: number;
+  /** Default 30 000 ms. */
+  readonly breakerWindow?: number;
+  /** How long an open circuit refuses calls before it lets a probe through, ms. Default 15 000. */
+  readonly breakerCooldown?: number;
+  /** How long `start` waits for an upstream's model list, ms. Default 5 000. */
+  readonly discoveryTimeout?: number;
+  /** Counters of the `upstream` stage, shared by every model. */
+  readonly stats?: StageStats;
+  readonly onBreakerChange?: (upstream: string, change: CircuitStateChange) => void;
+  /** Numbers in [0, 1) for weights and jitter. Default `Math.random`. */
+  readonly random?: () => number;
+  /** Timers of retries, timeouts and breakers. Default `asyncScheduler`. */
+  readonly scheduler?: SchedulerLike;
+  /** The `fetch` to use. Default: the global one. */
+  readonly fetch?: typeof fetch;
+}
+
+const upstreamSchema = lazySchema((z) =>
+  z
+    .object({
+      baseUrl: z.url({ protocol: /^https?$/, error: 'baseUrl must be an http(s) URL' }),
+      name: z.string().min(1, { error: 'name must not be empty' }).optional(),
+      apiKey: z.string().optional(),
+      headers: z.record(z.string(), z.string()).optional(),
+      weight: z.number({ error: 'weight must be a number' }).min(0, { error: 'weight must be ≥ 0' }).optional(),
+      models: z
+        .array(z.string().min(1, { error: 'a model name must not be empty' }))
+        .min(1, { error: 'models must not be empty' })
+        .optional(),
+    })
+    .strict(),
+);
+
+const ms = (name: string) =>
+  zod()
+    .number({ error: `${name} must be a number of ms` })
+    .positive({ error: `${name} must be > 0 ms` });
+
+const gatewaySchema = lazySchema((z) =>
+  z
+    .object({
+      upstreams: z.array(upstreamSchema(), { error: 'upstreams must be an array' }).min(1, { error: 'give at least one upstream' }),
+      attempts: positiveInt('attempts').default(3),
+      baseDelay: z.number({ error: 'baseDelay must be a number of ms' }).min(0, { error: 'baseDelay must be ≥ 0 ms' }).default(200),
+      maxDelay: z.number({ error: 'maxDelay must be a number of ms' }).min(0, { error: 'maxDelay must be ≥ 0 ms' }).default(2_000),
+      maxRetryAfter: z.number({ error: 'maxRetryAfter must be a number of ms' }).min(0, { error: 'maxRetryAfter must be ≥ 0 ms' }).default(30_000),
+      idleTimeout: ms('idleTimeout').default(30_000),
+      breakerThreshold: positiveInt('breakerThreshold').default(5),
+      breakerWindow: ms('breakerWindow').default(30_000),
+      breakerCooldown: ms('breakerCooldown').default(15_000),
+      discoveryTimeout: ms('discoveryTimeout').default(5_000),
+      stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
+      onBreakerChange: functionSchema<(upstream: string, change: CircuitStateChange) => void>().optional(),
+      random: functionSchema<() => number>().default(() => Math.random),
+      scheduler: schedulerSchema().optional(),
+      fetch: functionSchema<typeof fetch>().optional(),
+    })
+    .strict()
+    .refine((o) => new Set(o.upstreams.map(upstreamName)).size === o.upstreams.length, {
+      error: 'two upstreams have the same name: give each a name',
+      path: ['upstreams'],
+    }),
+);
+
+type GatewayConfig = ReturnType<ReturnType<typeof gatewaySchema>['parse']>;
+type UpstreamConfig = GatewayConfig['upstreams'][number];
+
+/** An upstream could not be asked for its models, or listed none. */
+export class UpstreamDiscoveryError extends SluiceError {
+  constructor(
+    readonly upstream: string,
+    reason: string,
+    cause?: unknown,
+  ) {
+    super('UPSTREAM_DISCOVERY', `Could not list the models of upstream "${upstream}": ${reason}.`, {
+      hint: 'Check its URL and key, or give its models explicitly (`models`, or `#models=a,b` on the command line) to start without asking it.',
+      cause,
+    });
+  }
+}
+
+/**
+ * Whether a failure before the first token is worth another attempt (or the next
+ * upstream): rate limits, server errors, timeouts, broken streams and the network.
+ * A 4xx other than 408 and 429 is the request's fault: every upstream would refuse it.
+ */
+export function isUpstreamTransient(error: unknown): boolean {
+  if (error instanceof HttpStatusError) return error.status === 408 || error.status === 429 || error.status >= 500;
+  if (error instanceof StreamTimeoutError || error instanceof MalformedEventError || error instanceof ProviderError) return true;
+  // fetch reports a refused, reset or unresolvable connection as a TypeError ("fetch failed").
+  return error instanceof TypeError;
+}
+
+/** Upstreams behind model names. `Gateway.start` resolves each upstream's model list first. */
+export class Gateway {
+  /** The `upstream` stage's counters. */
+  readonly stats: StageStats;
+  private readonly breakers = new Map<string, CircuitBreaker>();
+  private readonly workers = new Map<string, ModelWorker<GenerateRequest, Completion>>();
+
+  private constructor(
+    private readonly config: GatewayConfig,
+    served: ReadonlyMap<string, readonly UpstreamConfig[]>,
+  ) {
+    this.stats = config.stats ?? new StageStats();
+    const scheduler = config.scheduler ?? asyncScheduler;
+    for (const upstream of config.upstreams) {
+      const name = upstreamName(upstream);
+      this.breakers.set(
+        name,
+        new CircuitBreaker({
+          name: `upstream:${name}`,
+          failureThreshold: config.breakerThreshold,
+          window: config.breakerWindow,
+          cooldown: config.breakerCooldown,
+          isFailure: isUpstreamTransient,
+          scheduler,
+          ...(config.onBreakerChange !== undefined && { onStateChange: (change: CircuitStateChange) => config.onBreakerChange!(name, change) }),
+        }),
+      );
+    }
+    for (const [model, upstreams] of served) this.workers.set(model, this.modelWorker(model, upstreams));
+  }
+
+  /** Validates the options and lists the models of every upstream that did not name its own. */
+  static async start(options: GatewayOptions): Promise<Gateway> {
+    const config = parseOptions(gatewaySchema(), options, 'gateway options');
+    const lists = await Promise.all(config.upstreams.map((u) => u.models ?? discoverModels(u, config.fetch ?? fetch, config.discoveryTimeout)));
+    const served = new Map<string, UpstreamConfig[]>();
+    config.upstreams.forEach((upstream, i) => {
+      for (const model of lists[i]!) served.set(model, [...(served.get(model) ?? []), upstream]);
+    });
+    return new Gateway(config, served);
+  }
+
+  /** The model names served, in the order the upstreams listed them. */
+  get models(): readonly string[] {
+    return [...this.workers.keys()];
+  }
+
+  /** A worker per model name. */
+  modelWorkers(): Record<string, ModelWorker<GenerateRequest, Completion>> {
+    return Object.fromEntries(this.workers);
+  }
+
+  /** Each upstream's circuit: `closed`, `open` or `half-open`. */
+  circuits(): Record<string, string> {
+    return Object.fromEntries([...this.breakers].map(([name, breaker]) => [name, breaker.state]));
+  }
+
+  private modelWorker(model: string, upstreams: readonly UpstreamConfig[]): ModelWorker<GenerateRequest, Completion> & { readonly passthrough: true } {
+    const config = this.config;
+    const scheduler = config.scheduler ?? asyncScheduler;
+    const clients = upstreams.map((upstream) => {
+      const name = upstreamName(upstream);
+      const client = new OpenAIWorker({
+        baseUrl: upstream.baseUrl,
+        model,
+        name: `${name}:${model}`,
+        ...(upstream.apiKey !== undefined && { apiKey: upstream.apiKey }),
+        ...(upstream.headers !== undefined && { headers: upstream.headers }),
+        ...(config.fetch !== undefined && { fetch: config.fetch }),
+      });
+      return { name, client, breaker: this.breakers.get(name)! };
+    });
+    const weights = upstreams.map((u) => u.weight ?? 1);
+    const weighted = upstreams.some((u) => u.weight !== undefined);
+    const pick = (): number => {
+      if (!weighted) return 0;
+      let r = config.random() * weights.reduce((a, b) => a + b, 0);
+      for (let i = 0; i < weights.length; i++) if ((r -= weights[i]!) < 0) return i;
+      return 0;
+    };
+    const when = (error: unknown) => isUpstreamTransient(error) || error instanceof CircuitOpenError;
+
+    // Built per request: each attempt needs the caller's signal and onDone.
+    const chainFor = (options: GenerateOptions): StreamWork<GenerateRequest, Token> => {
+      const attempts = clients.map(({ name, client, breaker }) => {
+        const call: StreamWork<GenerateRequest, Token> = (request, context) =>
+          client.generate(request, {
+            signal: options.signal === undefined ? context.signal : AbortSignal.any([context.signal, options.signal]),
+            trace: context.trace,
+            stage: 'upstream',
+            ...(options.onDone !== undefined && { onDone: options.onDone }),
+          });
+        const retried = retrying(withTimeouts(call, { idle: config.idleTimeout, scheduler }), {
+          attempts: config.attempts,
+          baseDelay: config.baseDelay,
+          maxDelay: config.maxDelay,
+          jitter: 1,
+          maxRetryAfter: config.maxRetryAfter,
+          random: config.random,
+          retryOn: isUpstreamTransient,
+          scheduler,
+        });
+        return { name, work: breaker.wrap(retried) };
+      });
+      // The first choice, then the others in the listed order.
+      const first = pick();
+      return fallback([attempts[first]!, ...attempts.filter((_, i) => i !== first)], { when, scheduler });
+    };
+
+    const generate = (request: GenerateRequest, options: GenerateOptions = {}): Flow<Token> => {
+      const valid = generateRequest(request);
+      const element = options.trace === undefined ? traced(valid) : new Traced(valid, options.trace);
+      return asFlow(
+        fromIterable([element]).pipe(
+          stage(chainFor(options), { name: 'upstream', stats: this.stats }),
+          map((t) => t.value),
+        ),
+      );
+    };
+    return {
+      name: model,
+      passthrough: true,
+      generate,
+      infer: (request: GenerateRequest, inferOptions: InferOptions = {}) => complete((onDone) => generate(request, { ...inferOptions, onDone })),
+    };
+  }
+}
+
+function upstreamName(upstream: { readonly name?: string | undefined; readonly baseUrl: string }): string {
+  return upstream.name ?? new URL(upstream.baseUrl).host;
+}
+
+/** `GET {baseUrl}/models`: the ids of an OpenAI-compatible server's models. */
+export async function discoverModels(upstream: UpstreamConfig, doFetch: typeof fetch, timeout: number): Promise<string[]> {
+  const name = upstreamName(upstream);
+  let response: Response;
+  try {
+    response = await doFetch(`${upstream.baseUrl.replace(/\/+$/, '')}/models`, {
+      headers: { accept: 'application/json', ...(upstream.apiKey !== undefined && { authorization: `Bearer ${upstream.apiKey}` }), ...upstream.headers },
+      signal: AbortSignal.timeout(timeout),
+    });
+  } catch (err) {
+    throw new UpstreamDiscoveryError(
+      name,
+      err instanceof Error && err.name === 'TimeoutError' ? `no answer within ${timeout} ms` : 'it could not be reached',
+      err,
+    );
+  }
+  if (!response.ok) {
+    await response.body?.cancel().catch(() => {});
+    throw new UpstreamDiscoveryError(name, `GET /models answered HTTP ${response.status}`);
+  }
+  const body = (await response.json().catch(() => undefined)) as { data?: { id?: unknown }[] } | undefined;
+  const ids = Array.isArray(body?.data) ? body.data.map((m) => m?.id).filter((id): id is string => typeof id === 'string' && id.length > 0) : [];
+  if (ids.length === 0) throw new UpstreamDiscoveryError(name, 'GET /models listed no model');
+  return ids;
+}
