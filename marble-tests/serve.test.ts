@@ -87,13 +87,13 @@ describe('startServer (in process)', () => {
     client.ws.close();
   });
 
-  it('greets a WebSocket connection with hello: both models (sluice-rag the default), tenant anonymous, the limits', async () => {
+  it('greets a WebSocket connection with hello: both models (sluice-rag the default), a tenant of its own, the limits', async () => {
     const client = await Client.open(running.wsUrl);
     await until(() => client.frames.length > 0, 'the hello');
     const [hello] = client.frames;
     assert.ok(hello?.type === 'hello', `first frame: ${JSON.stringify(hello)}`);
     assert.equal(hello.protocol, 'sluice.v1');
-    assert.equal(hello.tenant, 'anonymous');
+    assert.match(hello.tenant, /^anonymous-\d+$/);
     assert.deepEqual(hello.models, running.models);
     assert.deepEqual(hello.models, ['sluice-rag', 'charlm']);
     assert.equal(hello.limits.maxTokens, 4096);

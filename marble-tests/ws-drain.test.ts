@@ -169,19 +169,23 @@ describe('WebSocket drain (graceful shutdown)', () => {
 });
 
 describe('WebSocket server without authenticate', () => {
-  it('admits every connection as tenant "anonymous", ignoring any token', async () => {
+  it('admits every connection as a tenant of its own ("anonymous-<n>"), ignoring any token: one cannot spend another\'s quota', async () => {
     const served = await serve({ worker: new HangingWorker(), limits: { tenantConcurrent: 1 } });
     try {
       const a = await open(served.port);
       const b = await open(served.port, { authorization: 'Bearer whatever-token' });
       a.send({ type: 'generate', id: 'x', prompt: 'hang', parameters: { max_tokens: 10 } });
-      await until(() => served.tokens.stats().tenants.anonymous === 1, 'the anonymous tenant to run one request');
-      // Both connections are one tenant: its quota of 1 is spent.
+      await until(() => Object.values(served.tokens.stats().tenants).reduce((n, r) => n + r, 0) === 1, 'a to run one request');
+      // a spent its quota of 1; b's is its own.
       b.send({ type: 'generate', id: 'y', prompt: 'ok', parameters: { max_tokens: 2 } });
-      await until(() => b.end('y') !== undefined, 'the refusal');
-      const refusal = b.end('y');
+      await until(() => b.end('y') !== undefined, 'b to be answered');
+      assert.equal(b.end('y')?.type, 'done');
+      a.send({ type: 'generate', id: 'z', prompt: 'ok', parameters: { max_tokens: 2 } });
+      await until(() => a.end('z') !== undefined, 'the refusal of a second request on a');
+      const refusal = a.end('z');
       assert.equal(refusal?.type === 'error' && refusal.code, 'TENANT_QUOTA');
-      for (const client of [a, b]) assert.equal(client.frames[0]?.type === 'hello' && client.frames[0].tenant, 'anonymous', 'the hello names the tenant');
+      const tenants = [a, b].map((client) => client.frames[0]?.type === 'hello' && client.frames[0].tenant);
+      assert.deepEqual(tenants, ['anonymous-1', 'anonymous-2'], 'the hello names the tenant');
     } finally {
       await served.close();
     }
@@ -190,10 +194,14 @@ describe('WebSocket server without authenticate', () => {
 
 describe('WebSocket tenant request rate', () => {
   it("is one bucket across the tenant's connections; over it, TENANT_QUOTA says when to retry", async () => {
-    const served = await serve({ worker: new HangingWorker(), limits: { tenantRate: { perSecond: 0.01, burst: 2 } } });
+    const served = await serve({
+      worker: new HangingWorker(),
+      limits: { tenantRate: { perSecond: 0.01, burst: 2 } },
+      authenticate: () => ({ tenant: 'acme' }),
+    });
     try {
-      const a = await open(served.port);
-      const b = await open(served.port);
+      const a = await open(served.port, { authorization: 'Bearer acme-token-1' });
+      const b = await open(served.port, { authorization: 'Bearer acme-token-2' });
       a.send({ type: 'generate', id: '1', prompt: 'ok', parameters: { max_tokens: 1 } });
       b.send({ type: 'generate', id: '2', prompt: 'ok', parameters: { max_tokens: 1 } });
       await until(() => a.end('1') !== undefined && b.end('2') !== undefined, 'the first two');
@@ -204,7 +212,7 @@ describe('WebSocket tenant request rate', () => {
       const third = b.end('3');
       assert.equal(third?.type === 'error' && third.code, 'TENANT_QUOTA');
       assert.match(third?.type === 'error' ? third.message : '', /per second \(burst 2\); retry in \d+ ms/);
-      assert.equal(served.tokens.stats().tenants.anonymous, undefined, 'a refused request holds no concurrency slot');
+      assert.equal(served.tokens.stats().tenants.acme, undefined, 'a refused request holds no concurrency slot');
     } finally {
       await served.close();
     }

@@ -203,33 +203,33 @@ describe('a handshake ws finds malformed', () => {
 describe('Quotas', () => {
   it('holds a tenant to its concurrency, then to its start rate, and says which with when to retry', () => {
     let now = 0;
-    const quotas = new Quotas({ rate: { perSecond: 1, burst: 2 }, tenantConcurrent: 2, tenantRate: { perSecond: 1, burst: 3 } }, () => now);
+    const quotas = new Quotas({ rate: { perSecond: 1, burst: 2 }, tenantConcurrent: 2, tenantRate: { perSecond: 1, burst: 3 } }, undefined, () => now);
     assert.equal(quotas.acquire('acme'), undefined);
     assert.equal(quotas.acquire('acme'), undefined);
     assert.equal(quotas.acquire('acme'), 'tenant has 2 requests running, its limit');
     assert.equal(quotas.acquire('globex'), undefined, 'tenants are apart');
-    assert.deepEqual(quotas.tenants(), { acme: 2, globex: 1 });
+    assert.deepEqual(quotas.tenants.tenants(), { acme: 2, globex: 1 });
     quotas.release('acme');
     assert.equal(quotas.acquire('acme'), undefined, 'the third start of the burst');
     quotas.release('acme');
     assert.equal(quotas.acquire('acme'), 'tenant started more than 1 requests per second (burst 3); retry in 1000 ms');
-    assert.deepEqual(quotas.tenants(), { acme: 1, globex: 1 }, 'a refusal takes no slot');
+    assert.deepEqual(quotas.tenants.tenants(), { acme: 1, globex: 1 }, 'a refusal takes no slot');
     now = 1000;
     assert.equal(quotas.acquire('acme'), undefined);
     for (const tenant of ['acme', 'acme', 'globex']) quotas.release(tenant);
-    assert.deepEqual(quotas.tenants(), {}, 'a tenant with nothing running is forgotten');
+    assert.deepEqual(quotas.tenants.tenants(), {}, 'a tenant with nothing running is forgotten');
   });
 
   it('holds each connection to its frame rate', () => {
     let now = 0;
-    const quotas = new Quotas({ rate: { perSecond: 10, burst: 2 }, tenantConcurrent: 1, tenantRate: { perSecond: 1, burst: 1 } }, () => now);
+    const quotas = new Quotas({ rate: { perSecond: 10, burst: 2 }, tenantConcurrent: 1, tenantRate: { perSecond: 1, burst: 1 } }, undefined, () => now);
     assert.deepEqual([quotas.frame(1), quotas.frame(1), quotas.frame(1), quotas.frame(2)], [true, true, false, true]);
     now = 100;
     assert.equal(quotas.frame(1), true);
   });
 
   it('forgets the frame bucket of a closed connection: 1,000 connections that each sent a frame and closed leave none', () => {
-    const quotas = new Quotas({ rate: { perSecond: 10, burst: 2 }, tenantConcurrent: 1, tenantRate: { perSecond: 1, burst: 1 } }, () => 0);
+    const quotas = new Quotas({ rate: { perSecond: 10, burst: 2 }, tenantConcurrent: 1, tenantRate: { perSecond: 1, burst: 1 } }, undefined, () => 0);
     for (let connection = 0; connection < 1000; connection++) {
       assert.equal(quotas.frame(connection), true);
       quotas.closed(connection);

@@ -28,6 +28,8 @@ import { createHttpHandler } from './http.js';
 import { SluiceMetrics } from './metrics.js';
 import { bearerOf, pathOf } from './protocol.js';
 import { attachTokenSocket, type TokenSocketEvent, type TokenSocketLimits, type TokenSocketStats } from './ws-server.js';
+import { DEFAULT_LIMITS } from './ws/options.js';
+import { TenantQuotas } from './tenant-quotas.js';
 
 /** Where the WebSocket protocol is served. */
 export const WS_PATH = '/v1/ws';
@@ -184,7 +186,16 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     const tenants = new Map(Object.entries(config.tokens));
     const open = tenants.size === 0;
     const page = CHAT_PAGE === undefined ? undefined : await readFile(CHAT_PAGE);
+    // One count of each tenant's requests for both transports.
+    const limits = config.limits as Partial<TokenSocketLimits> | undefined;
+    const tenantQuotas = new TenantQuotas({
+      tenantConcurrent: limits?.tenantConcurrent ?? DEFAULT_LIMITS.tenantConcurrent,
+      tenantRate: limits?.tenantRate ?? DEFAULT_LIMITS.tenantRate,
+    });
     const api = createHttpHandler({
+      tenantQuotas,
+      // An open server knows no tenants: each peer address counts as one.
+      tenant: (req: IncomingMessage) => (open ? `anonymous-${req.socket.remoteAddress ?? 'unknown'}` : tenants.get(bearerOf(req.headers.authorization) ?? '')),
       workers,
       metrics,
       // One max_tokens limit for both transports: the WebSocket server's (default 4096).
@@ -217,6 +228,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     });
     const sockets = attachTokenSocket(server, {
       workers,
+      tenantQuotas,
       path: WS_PATH,
       metrics,
       ...(!open && { authenticate: (token: string) => (tenants.has(token) ? { tenant: tenants.get(token)! } : undefined) }),

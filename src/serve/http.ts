@@ -36,6 +36,7 @@ import {
 } from './openai-wire.js';
 import { headerValue, readJson, sendError, sendJson } from './http-io.js';
 import { streamChat } from './sse.js';
+import { TenantQuotas } from './tenant-quotas.js';
 
 export type { ChatWorker } from './openai-wire.js';
 
@@ -60,6 +61,10 @@ export interface HttpHandlerOptions {
   readonly sampleRate?: number;
   /** The name of the generation stage in trace records, notes and metrics. Default `generate`. */
   readonly stage?: string;
+  /** Who a request is for, for `tenantQuotas` (e.g. the tenant of its bearer token). */
+  readonly tenant?: (req: IncomingMessage) => string | undefined;
+  /** Requests per tenant, running and started per second; over them a completion gets 429 `tenant_quota`. Share one with `attachTokenSocket`. */
+  readonly tenantQuotas?: TenantQuotas;
 }
 
 /** A `node:http` request listener with a drain switch for graceful shutdown. */
@@ -125,6 +130,8 @@ const optionsSchema = lazySchema((z) =>
         .max(1, { error: 'sampleRate must be in [0, 1]' })
         .default(1),
       stage: z.string().min(1, { error: 'stage must not be empty' }).default('generate'),
+      tenant: functionSchema<(req: IncomingMessage) => string | undefined>().optional(),
+      tenantQuotas: z.instanceof(TenantQuotas, { error: 'tenantQuotas must be a TenantQuotas' }).optional(),
     })
     .strict()
     .refine((o) => o.worker !== undefined || (o.workers !== undefined && Object.keys(o.workers).length > 0), {
@@ -197,11 +204,21 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     const worker = workers.get(chatBody.model);
     if (worker === undefined) throw new ApiError(404, `The model \`${chatBody.model}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
     const request = toGenerateRequest(chatBody, config.maxTokens, passthrough ? (body as Record<string, unknown>) : undefined);
+    const tenant = config.tenantQuotas === undefined ? undefined : config.tenant?.(req);
+    if (tenant !== undefined) {
+      const refused = config.tenantQuotas!.acquire(tenant);
+      if (refused !== undefined) {
+        const headers: Record<string, string> =
+          refused.retryAfter === undefined ? {} : { 'retry-after': String(Math.max(1, Math.ceil(refused.retryAfter / 1000))) };
+        throw new ApiError(429, `Tenant quota: ${refused.message}.`, 'requests', 'tenant_quota', null, headers);
+      }
+    }
 
     inFlight++;
     try {
       await generate(req, res, arrivedAt, chatBody, worker, request);
     } finally {
+      if (tenant !== undefined) config.tenantQuotas!.release(tenant);
       if (--inFlight === 0) idle?.();
     }
   };

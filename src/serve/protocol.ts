@@ -169,7 +169,7 @@ export interface HelloFrame {
   readonly protocol: typeof SUBPROTOCOL;
   /** This connection's number on the server, as its `connected` and `closed` events and log lines name it. */
   readonly connection: number;
-  /** The tenant the bearer token belongs to (`anonymous` on a server without authentication). */
+  /** The tenant the bearer token belongs to (`anonymous-<connection>` on a server without authentication: each connection its own). */
   readonly tenant: string;
   /** The names a `generate` may give as `model`; the first is the one used when it gives none. */
   readonly models: readonly string[];

@@ -65,8 +65,8 @@ export interface AdmissionHost {
   /** True once the server closed: upgrades are dropped. */
   closed(): boolean;
   emit(event: TokenSocketEvent): void;
-  /** An admitted socket, with the tenant its token belongs to. */
-  accept(ws: WebSocket, tenant: string): void;
+  /** An admitted socket, with the tenant its token belongs to; undefined without authentication (a tenant per connection). */
+  accept(ws: WebSocket, tenant: string | undefined): void;
 }
 
 /** Takes over `server`'s upgrade requests (on `config.path`, if given) until `close()`. */
@@ -127,7 +127,9 @@ export class Admission {
     }
     const offered = protocolsOf(request.headers['sec-websocket-protocol']);
     const token = bearerOf(request.headers.authorization) ?? offered.find((p) => p.startsWith(BEARER_PROTOCOL_PREFIX))?.slice(BEARER_PROTOCOL_PREFIX.length);
-    let principal: Principal | undefined = this.config.authenticate === undefined ? { tenant: 'anonymous' } : undefined;
+    // Without authentication each connection is a tenant of its own: one client cannot spend another's quota.
+    const open = this.config.authenticate === undefined;
+    let principal: Principal | undefined;
     if (this.config.authenticate !== undefined && token !== undefined && token.length > 0) {
       try {
         principal = await this.config.authenticate(token, request);
@@ -135,11 +137,12 @@ export class Admission {
         principal = undefined;
       }
     }
-    if (principal === undefined || typeof principal.tenant !== 'string') return this.refuse(request, socket, head, 401, 'missing or invalid bearer token');
+    if (!open && (principal === undefined || typeof principal.tenant !== 'string'))
+      return this.refuse(request, socket, head, 401, 'missing or invalid bearer token');
     if (!offered.includes(SUBPROTOCOL)) return this.refuse(request, socket, head, 400, `subprotocol ${SUBPROTOCOL} required`);
     if (this.host.draining()) return this.refuse(request, socket, head, 503, 'the server is shutting down');
     if (this.host.closed() || socket.destroyed) return void socket.destroy();
-    const tenant = principal.tenant;
+    const tenant = principal?.tenant;
     this.wss.handleUpgrade(request, socket, head, (ws) => {
       socket.off('error', ignore);
       if (this.host.closed()) return void ws.terminate();

@@ -53,9 +53,11 @@ export class Hub implements ConnectionHub {
     this.workers = new Map(config.worker !== undefined ? [[config.worker.name, config.worker]] : Object.entries(config.workers ?? {}));
     // Map order is the workers' order, so the first name is the default `worker()` picks.
     this.models = [...this.workers.keys()];
-    const { maxTokens, maxConcurrent, rate, tenantConcurrent, tenantRate, maxPayload, heartbeatInterval } = limits;
+    this.quotas = new Quotas(limits, config.tenantQuotas);
+    // The hello tells the tenant limits in force: shared quotas bring their own.
+    const { tenantConcurrent, tenantRate } = this.quotas.tenants.limits;
+    const { maxTokens, maxConcurrent, rate, maxPayload, heartbeatInterval } = limits;
     this.clientLimits = { maxTokens, maxConcurrent, rate, tenantConcurrent, tenantRate, maxPayload, heartbeatInterval };
-    this.quotas = new Quotas(limits);
     this.telemetry = new RequestTelemetry({ tracer: config.tracer, metrics: config.metrics, sampleRate: config.sampleRate });
     this.emit = eventSink(config.onEvent);
     this.admission = new Admission(server, config, maxPayload, {
@@ -81,8 +83,10 @@ export class Hub implements ConnectionHub {
     return this.workers.get(model);
   }
 
-  private accept(ws: WebSocket, tenant: string): void {
-    const connection = new Connection(this, ws, ++this.numbering, tenant);
+  private accept(ws: WebSocket, authenticated: string | undefined): void {
+    const number = ++this.numbering;
+    const tenant = authenticated ?? `anonymous-${number}`;
+    const connection = new Connection(this, ws, number, tenant);
     this.connections.add(connection);
     // The greeting goes first: no frame of this connection can be sent before it.
     connection.send({ type: 'hello', protocol: SUBPROTOCOL, connection: connection.number, tenant, models: this.models, limits: this.clientLimits });
@@ -109,7 +113,7 @@ export class Hub implements ConnectionHub {
       activeRequests,
       buffered,
       timers,
-      tenants: this.quotas.tenants(),
+      tenants: this.quotas.tenants.tenants(),
       ...this.counters,
       upgradesRejected: this.admission.refusals(),
     };

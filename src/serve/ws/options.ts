@@ -2,6 +2,7 @@
 import type { IncomingMessage } from 'node:http';
 import type * as z from 'zod';
 import { lazySchema } from '../../core/zod.js';
+import { TenantQuotas } from '../tenant-quotas.js';
 import type { Tracer } from '@opentelemetry/api';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import type { ModelWorker } from '../../ai/inference/worker.js';
@@ -58,7 +59,7 @@ export interface TokenSocketOptions {
   readonly workers?: Readonly<Record<string, TokenWorker>>;
   /**
    * Checks the bearer token of each upgrade. Without it connections are not
-   * authenticated (every one is tenant `anonymous`): only for a server on loopback.
+   * authenticated (each is a tenant of its own, `anonymous-<n>`): only for a server on loopback.
    */
   readonly authenticate?: Authenticate;
   /**
@@ -78,9 +79,16 @@ export interface TokenSocketOptions {
   readonly tracer?: Tracer;
   /** Share of requests whose per-stage timing is recorded (metrics, stage spans); a sampled incoming traceparent always is. Default 1. */
   readonly sampleRate?: number;
+  /**
+   * Requests per tenant shared with other transports (the HTTP handler of the same
+   * server): their limits then replace `tenantConcurrent` and `tenantRate`. Default: the
+   * server's own, from `limits`.
+   */
+  readonly tenantQuotas?: TenantQuotas;
 }
 
-const DEFAULT_LIMITS: TokenSocketLimits = {
+/** The limits a server has unless told otherwise. */
+export const DEFAULT_LIMITS: TokenSocketLimits = {
   maxPayload: 64 * 1024,
   maxConcurrent: 8,
   rate: { perSecond: 20, burst: 40 },
@@ -159,6 +167,7 @@ const optionsSchema = lazySchema((z) =>
           error: 'tracer must be an OpenTelemetry Tracer',
         })
         .optional(),
+      tenantQuotas: z.instanceof(TenantQuotas, { error: 'tenantQuotas must be a TenantQuotas' }).optional(),
     })
     .strict()
     .refine((o) => (o.worker === undefined) !== (o.workers === undefined || Object.keys(o.workers).length === 0), {

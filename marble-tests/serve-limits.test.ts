@@ -1,0 +1,127 @@
+/**
+ * Limits that hold across transports: a tenant's requests are counted together over HTTP and
+ * WebSocket; on an open server each WebSocket connection and each HTTP peer is a tenant of its
+ * own. Served in gateway mode against a scripted upstream that holds every request, so requests
+ * stay running as long as the test needs.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, type RunningServer } from '../src/serve/app.js';
+import { FakeUpstream } from './support/fake-upstream.js';
+import { WsClient, until } from './support/ws-client.js';
+
+function completion(url: string, headers: Record<string, string>, signal: AbortSignal): Promise<Response> {
+  return fetch(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+    signal,
+  });
+}
+
+describe('tenant limits over HTTP, shared with the WebSocket server', () => {
+  let upstream: FakeUpstream;
+  let server: RunningServer;
+  const acme = { authorization: 'Bearer acme-token-1' };
+
+  before(async () => {
+    upstream = await FakeUpstream.start(['m']);
+    server = await startServer({
+      port: 0,
+      tokens: { 'acme-token-1': 'acme', 'globex-token-1': 'globex' },
+      limits: { tenantConcurrent: 2 },
+      upstreams: [{ baseUrl: upstream.url, name: 'fake' }],
+    });
+  });
+  after(async () => {
+    await server?.shutdown(0);
+    await upstream?.close();
+  });
+
+  it('--tenant-concurrent 2: of ten concurrent completions two run, eight get 429 tenant_quota; WebSocket counts against the same quota', async () => {
+    upstream.script({ kind: 'stall' }, { kind: 'stall' });
+    const controller = new AbortController();
+    const answers = await Promise.all(Array.from({ length: 10 }, () => completion(server.url, acme, controller.signal)));
+    const statuses = answers.map((a) => a.status).sort();
+    assert.deepEqual(statuses, [200, 200, 429, 429, 429, 429, 429, 429, 429, 429]);
+    const refused = answers.find((a) => a.status === 429)!;
+    assert.equal(((await refused.json()) as { error: { code: string } }).error.code, 'tenant_quota');
+    await until(() => upstream.served.length === 2, 'the two admitted to reach the upstream');
+
+    const ws = await WsClient.open(server.wsUrl, { headers: acme });
+    try {
+      ws.send({ type: 'generate', id: 'w', model: 'm', prompt: 'hi' });
+      await until(() => ws.end('w') !== undefined, 'the WebSocket refusal');
+      const end = ws.end('w');
+      assert.equal(end?.type === 'error' && end.code, 'TENANT_QUOTA');
+    } finally {
+      ws.ws.close();
+    }
+    // Another tenant is not held by acme's quota.
+    upstream.script({ kind: 'stream', pieces: ['ok'] });
+    const globex = await completion(server.url, { authorization: 'Bearer globex-token-1' }, controller.signal);
+    assert.equal(globex.status, 200);
+    await globex.text();
+
+    controller.abort();
+    await until(() => server.stats().httpInFlight === 0, 'the held completions to end');
+    // The slots came back.
+    upstream.script({ kind: 'stream', pieces: ['again'] });
+    const again = await completion(server.url, acme, new AbortController().signal);
+    assert.equal(again.status, 200);
+    await again.text();
+  });
+});
+
+describe('limits on an open server', () => {
+  let upstream: FakeUpstream;
+  let server: RunningServer;
+
+  before(async () => {
+    upstream = await FakeUpstream.start(['m']);
+    server = await startServer({ port: 0, limits: { tenantConcurrent: 1, maxConcurrent: 4 }, upstreams: [{ baseUrl: upstream.url, name: 'fake' }] });
+  });
+  after(async () => {
+    await server?.shutdown(0);
+    await upstream?.close();
+  });
+
+  it('each WebSocket connection is a tenant of its own: one client running its quota does not refuse another', async () => {
+    upstream.script({ kind: 'stall' }, { kind: 'stream', pieces: ['b', ' runs'] });
+    const a = await WsClient.open(server.wsUrl);
+    const b = await WsClient.open(server.wsUrl);
+    try {
+      a.send({ type: 'generate', id: 'a1', model: 'm', prompt: 'hi' });
+      await until(() => upstream.served.length === 1, 'a to hold a request');
+      b.send({ type: 'generate', id: 'b1', model: 'm', prompt: 'hi' });
+      await until(() => b.end('b1') !== undefined, 'b to be answered');
+      assert.equal(b.end('b1')?.type, 'done');
+      a.send({ type: 'generate', id: 'a2', model: 'm', prompt: 'hi' });
+      await until(() => a.end('a2') !== undefined, 'a to be refused its second');
+      const refusal = a.end('a2');
+      assert.equal(refusal?.type === 'error' && refusal.code, 'TENANT_QUOTA');
+    } finally {
+      a.ws.close();
+      b.ws.close();
+    }
+  });
+
+  it('an HTTP peer is a tenant of its own, apart from the WebSocket connections', async () => {
+    await until(() => server.stats().ws.activeRequests === 0, 'the previous test to end');
+    upstream.script({ kind: 'stall' }, { kind: 'stream', pieces: ['ws', ' runs'] });
+    const controller = new AbortController();
+    const held = await completion(server.url, {}, controller.signal);
+    assert.equal(held.status, 200);
+    const second = await completion(server.url, {}, controller.signal);
+    assert.equal(second.status, 429, 'the peer has its one request running');
+    const ws = await WsClient.open(server.wsUrl);
+    try {
+      ws.send({ type: 'generate', id: 'w', model: 'm', prompt: 'hi' });
+      await until(() => ws.end('w') !== undefined, 'the WebSocket request');
+      assert.equal(ws.end('w')?.type, 'done');
+    } finally {
+      ws.ws.close();
+      controller.abort();
+    }
+  });
+});
