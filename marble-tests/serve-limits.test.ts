@@ -125,3 +125,39 @@ describe('limits on an open server', () => {
     }
   });
 });
+
+describe('drain a load balancer can see', () => {
+  it('while running streams finish, the server keeps listening: /readyz 503, new completions and upgrades 503 with Retry-After; then it closes', async () => {
+    const upstream = await FakeUpstream.start(['m']);
+    const server = await startServer({ port: 0, upstreams: [{ baseUrl: upstream.url, name: 'fake' }] });
+    try {
+      upstream.script({ kind: 'stream', pieces: Array.from({ length: 15 }, (_, i) => `p${i} `), everyMs: 100 });
+      const running = await completion(server.url, {}, new AbortController().signal);
+      assert.equal(running.status, 200);
+      const body = running.text();
+      const stopping = server.shutdown(10_000);
+      await until(() => server.stats().httpInFlight === 1, 'the drain to begin');
+      const ready = await fetch(`${server.url}/readyz`);
+      assert.equal(ready.status, 503, 'the probe is answered during the drain, not refused');
+      assert.deepEqual(await ready.json(), { status: 'draining' });
+      const late = await completion(server.url, {}, new AbortController().signal);
+      assert.equal(late.status, 503);
+      assert.ok(Number(late.headers.get('retry-after')) >= 1, 'a late completion is told when to retry');
+      assert.equal(((await late.json()) as { error: { code: string } }).error.code, 'server_shutting_down');
+      const upgrade = await WsClient.open(server.wsUrl).then(
+        () => undefined,
+        (err: { status?: number; headers?: Record<string, string> }) => err,
+      );
+      assert.equal(upgrade?.status, 503);
+      // The running stream finishes whole.
+      const text = await body;
+      assert.match(text, /p14 /);
+      assert.match(text, /"finish_reason":"stop"/);
+      await stopping;
+      await assert.rejects(fetch(`${server.url}/healthz`), 'closed once drained');
+    } finally {
+      await server.shutdown(0);
+      await upstream.close();
+    }
+  });
+});

@@ -556,6 +556,27 @@ describe('WebSocket token server', () => {
         await served.close();
       }
     });
+
+    it('a client that reads nothing is cut about stallTimeout after it stalled, not twice that: its close frame cannot get out', async () => {
+      const counter = new CountingWorker(1024);
+      const stallTimeout = 3000;
+      const served = await serve({ worker: counter, limits: { highWaterMark: 16 * 1024, stallTimeout } });
+      try {
+        const client = await Client.open(served.url);
+        client.pause();
+        client.send({ type: 'generate', id: 's', prompt: 'go' });
+        await until(() => counter.generations[0]?.signal.aborted === true, 'the stall to be found', 30_000);
+        const foundAt = performance.now();
+        await until(() => served.events.some((e) => e.kind === 'closed' && e.cause === 'stalled'), 'the connection to be cut', 30_000);
+        const cutAfter = performance.now() - foundAt;
+        // Before: the close frame waited behind the buffered data for another stallTimeout.
+        assert.ok(cutAfter < stallTimeout / 2, `cut ${Math.round(cutAfter)} ms after the stall was found`);
+        client.resume();
+        assert.equal((await client.closed).code, 1006, 'a client that read nothing never got the close frame');
+      } finally {
+        await served.close();
+      }
+    });
   });
 
   describe('security', () => {

@@ -263,10 +263,11 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     const shutdown = (deadline = config.shutdownTimeout): Promise<ShutdownReport> =>
       (stopping ??= (async () => {
         log(`shutting down: running requests have ${deadline} ms to finish`);
-        // Stop accepting new connections; the ones open keep being served until drained.
-        server.close();
+        // Keep listening while draining, so a load balancer sees /readyz 503 and late clients a 503 with Retry-After, not a refused connection.
         const [ws, http] = await Promise.all([sockets.drain(deadline), api.drain(deadline)]);
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         server.closeAllConnections();
+        await closed;
         await backend.release();
         metrics.close();
         log(

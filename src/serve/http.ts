@@ -150,6 +150,9 @@ function allowed(route: string): string {
   return route === '/v1/chat/completions' ? 'POST' : 'GET, HEAD';
 }
 
+/** What a request refused by a drain is told: retry soon, the next attempt will reach another instance. */
+const DRAIN_RETRY_AFTER = { 'retry-after': '1' } as const;
+
 /** JSON bodies only: `text/plain` and form posts are what a cross-site page can send without a preflight. */
 const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
 
@@ -187,7 +190,8 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
       throw new ApiError(415, 'The request body must be JSON (content-type: application/json).', 'invalid_request_error', 'unsupported_media_type');
     }
-    if (draining) throw new ApiError(503, 'The server is shutting down.', 'server_error', 'server_shutting_down');
+    if (draining)
+      throw new ApiError(503, 'The server is shutting down; retry on another instance.', 'server_error', 'server_shutting_down', null, DRAIN_RETRY_AFTER);
     const body = await readJson(req, config.maxBodyBytes);
     // An upstream's model takes the fields sluice does not know (tools, response_format...) and forwards them.
     const named =

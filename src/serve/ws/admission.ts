@@ -112,8 +112,9 @@ export class Admission {
   }
 
   /** Stops taking upgrades. */
+  /** Stops admitting. After a drain upgrades keep getting 503 (until the HTTP server closes), so late clients learn to retry elsewhere. */
   close(): void {
-    this.server.off('upgrade', this.onUpgrade);
+    if (!this.host.draining()) this.server.off('upgrade', this.onUpgrade);
     this.wss.close();
   }
 
@@ -189,6 +190,8 @@ export class Admission {
       'Content-Type: application/json',
       `Content-Length: ${Buffer.byteLength(body)}`,
       ...(status === 401 ? ['WWW-Authenticate: Bearer'] : []),
+      // 503 is only the drain's: the next attempt will reach another instance.
+      ...(status === 503 ? ['Retry-After: 1'] : []),
     ];
     // Destroy only once the answer is flushed, or the client may see a reset instead of the status.
     socket.once('finish', () => socket.destroy());

@@ -35,6 +35,9 @@ export interface ConnectionHub {
   forget(connection: Connection): void;
 }
 
+/** How long, ms, a stalled client's close frame may take to get out before the connection is cut. */
+const STALL_CLOSE_GRACE = 1000;
+
 /** One socket: its requests, its bad-frame count, its stall and heartbeat state. */
 export class Connection implements StreamHost {
   readonly streams = new Map<string, Stream>();
@@ -211,11 +214,15 @@ export class Connection implements StreamHost {
   }
 
   private stalled(): void {
-    this.shutDown(CLOSE_CODES.slowConsumer, 'slow consumer: buffered bytes did not drain', 'stalled');
+    // The close frame queues behind data the client is not reading: it gets a short grace, not another stallTimeout.
+    this.shutDown(CLOSE_CODES.slowConsumer, 'slow consumer: buffered bytes did not drain', 'stalled', Math.min(STALL_CLOSE_GRACE, this.limits.stallTimeout));
   }
 
-  /** Starts closing: requests are cancelled at once; the close frame waits behind buffered data, so a kill timer bounds the wait. */
-  shutDown(code: number, reason: string, cause: CloseCause): void {
+  /**
+   * Starts closing: requests are cancelled at once; the close frame waits behind buffered data,
+   * so a kill timer (`grace`, default `stallTimeout`) bounds the wait.
+   */
+  shutDown(code: number, reason: string, cause: CloseCause, grace = this.limits.stallTimeout): void {
     if (this.ending) return;
     this.cause = cause;
     this.abortAll(reason);
@@ -224,7 +231,7 @@ export class Connection implements StreamHost {
     this.killTimer = setTimeout(() => {
       this.killTimer = undefined;
       this.ws.terminate();
-    }, this.limits.stallTimeout);
+    }, grace);
   }
 
   private abortAll(reason: string): void {

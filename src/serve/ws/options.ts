@@ -40,7 +40,7 @@ export interface TokenSocketLimits {
   readonly highWaterMark: number;
   /** Bytes buffered for a socket beyond which it is closed at once with 4008 (error frames are not paced by demand). Default 1 MiB. */
   readonly maxBuffered: number;
-  /** How long, ms, a socket may stay above the high-water mark before it is closed with 4008. Default 10 s. */
+  /** How long, ms, a socket may stay above the high-water mark before it is closed with 4008 (cut 1 s later if the close frame cannot get out). Default 10 s. */
   readonly stallTimeout: number;
   /** Protocol errors in a row that close the connection with 1008. Default 5. */
   readonly maxBadFrames: number;
