@@ -71,6 +71,29 @@ describe('startServer (in process)', () => {
     );
   });
 
+  it('an HTTP request to charlm, a plain worker, is counted in the generate stage as it is observed: received +1, queue wait +1 (issue 25)', async () => {
+    const count = async (name: string, stage: string) => {
+      const text = await (await fetch(`${running.url}/metrics`)).text();
+      const line = text.split('\n').find((l) => l.startsWith(`${name}{stage="${stage}"} `));
+      return line === undefined ? 0 : Number(line.split(' ').at(-1));
+    };
+    const names = ['sluice_stage_received_total', 'sluice_stage_delivered_total', 'sluice_stage_queue_wait_seconds_count'];
+    const before = await Promise.all(names.map((n) => count(n, 'generate')));
+    const response = await fetch(`${running.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'charlm', max_tokens: 5, messages: [{ role: 'user', content: 'The stage' }] }),
+    });
+    assert.equal(response.status, 200);
+    await response.text();
+    const after = await Promise.all(names.map((n) => count(n, 'generate')));
+    assert.deepEqual(
+      after.map((n, i) => n - before[i]!),
+      [1, 1, 1],
+      'received, delivered and queue wait, once each',
+    );
+  });
+
   it('a question of only punctuation or spaces gets an answer, not a 500 or INVALID_VECTOR (issue 25)', async () => {
     for (const content of ['?!?', '   ', '...']) {
       const response = await fetch(`${running.url}/v1/chat/completions`, {

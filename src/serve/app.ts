@@ -19,6 +19,7 @@ import { availableParallelism } from 'node:os';
 import { findUp } from '../core/package-files.js';
 import { lazySchema } from '../core/zod.js';
 import { parseOptions, positiveInt } from '../flow/options.js';
+import { StageStats } from '../flow/stats.js';
 import type { GatewayOptions, UpstreamOptions } from '../ai/inference/gateway.js';
 import type { ModelWorker } from '../ai/inference/worker.js';
 import type { InferencePoolStats } from '../ai/models/pool.js';
@@ -180,7 +181,9 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       : await embeddedBackend({ models: config.models, corpus: config.corpus, poolSize: config.poolSize, languageModel: config.languageModel, log });
   const metrics = new SluiceMetrics();
   try {
-    for (const [name, s] of Object.entries(backend.stages)) metrics.registerStage(name, s);
+    // The HTTP edge counts requests to plain models in the generate stage, beside a pipeline's own generate stage.
+    const generateStats = backend.stages.generate ?? new StageStats();
+    for (const [name, s] of Object.entries({ ...backend.stages, generate: generateStats })) metrics.registerStage(name, s);
     const workers = backend.workers;
 
     const tenants = new Map(Object.entries(config.tokens));
@@ -194,6 +197,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     });
     const api = createHttpHandler({
       tenantQuotas,
+      stageStats: generateStats,
       // An open server knows no tenants: each peer address counts as one.
       tenant: (req: IncomingMessage) => (open ? `anonymous-${req.socket.remoteAddress ?? 'unknown'}` : tenants.get(bearerOf(req.headers.authorization) ?? '')),
       workers,

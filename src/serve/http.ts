@@ -37,6 +37,7 @@ import {
 import { headerValue, readJson, sendError, sendJson } from './http-io.js';
 import { streamChat } from './sse.js';
 import { TenantQuotas } from './tenant-quotas.js';
+import { StageStats } from '../flow/stats.js';
 
 export type { ChatWorker } from './openai-wire.js';
 
@@ -61,6 +62,12 @@ export interface HttpHandlerOptions {
   readonly sampleRate?: number;
   /** The name of the generation stage in trace records, notes and metrics. Default `generate`. */
   readonly stage?: string;
+  /**
+   * Counters of that stage for the requests whose worker records no stage of that name
+   * itself (a plain model, not a pipeline): give the `StageStats` of the pipeline's stage of
+   * the same name, so `received_total` and the histograms count the same requests.
+   */
+  readonly stageStats?: StageStats;
   /** Who a request is for, for `tenantQuotas` (e.g. the tenant of its bearer token). */
   readonly tenant?: (req: IncomingMessage) => string | undefined;
   /** Requests per tenant, running and started per second; over them a completion gets 429 `tenant_quota`. Share one with `attachTokenSocket`. */
@@ -132,6 +139,7 @@ const optionsSchema = lazySchema((z) =>
       stage: z.string().min(1, { error: 'stage must not be empty' }).default('generate'),
       tenant: functionSchema<(req: IncomingMessage) => string | undefined>().optional(),
       tenantQuotas: z.instanceof(TenantQuotas, { error: 'tenantQuotas must be a TenantQuotas' }).optional(),
+      stageStats: z.instanceof(StageStats, { error: 'stageStats must be a StageStats' }).optional(),
     })
     .strict()
     .refine((o) => o.worker !== undefined || (o.workers !== undefined && Object.keys(o.workers).length > 0), {
@@ -263,8 +271,9 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       interrupts.delete(interrupt);
       res.off('close', onClose);
       const endedAt = performance.now();
-      // A worker that is a pipeline with a stage of that name (sluice-rag's generate) recorded it already: once per element.
-      if (trace.record(config.stage) === undefined)
+      // A worker that is a pipeline with a stage of that name (sluice-rag's generate) recorded and counted it already: once per element.
+      if (trace.record(config.stage) === undefined) {
+        countEdgeStage(config.stageStats, error, controller.signal.aborted && interrupted === undefined);
         trace.addRecord({
           stage: config.stage,
           queueWait: startedAt - arrivedAt,
@@ -273,6 +282,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
           retries: 0,
           conflated: 0,
         });
+      }
       requestTrace.end({ responseId: id, done, error: error ?? (controller.signal.aborted ? controller.signal.reason : undefined) });
     };
 
@@ -427,4 +437,16 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
 
 function modelObject(id: string): { id: string; object: 'model'; created: number; owned_by: string } {
   return { id, object: 'model', created: 0, owned_by: 'sluice' };
+}
+
+/** A request the handler observed as its stage: entered, then delivered, given back (the client left) or failed. */
+function countEdgeStage(stats: StageStats | undefined, error: unknown, cancelled: boolean): void {
+  if (stats === undefined) return;
+  stats.receivedCount++;
+  if (cancelled) stats.shed.cancelled++;
+  else if (error !== undefined) stats.failed++;
+  else {
+    stats.deliveredCount++;
+    stats.emittedCount++;
+  }
 }
