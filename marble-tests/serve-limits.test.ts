@@ -161,3 +161,49 @@ describe('drain a load balancer can see', () => {
     }
   });
 });
+
+describe('serving metrics a vLLM user recognises', () => {
+  it('time to first token, inter-token latency, end-to-end, queue time, running and waiting, prompt tokens — per model', async () => {
+    const upstream = await FakeUpstream.start(['m']);
+    const server = await startServer({ port: 0, upstreams: [{ baseUrl: upstream.url, name: 'fake' }] });
+    const value = async (name: string): Promise<number> => {
+      const text = await (await fetch(`${server.url}/metrics`)).text();
+      const line = text.split('\n').find((l) => l.startsWith(`${name}{model_name="m"} `));
+      return line === undefined ? 0 : Number(line.split(' ').at(-1));
+    };
+    try {
+      upstream.script({ kind: 'stall' });
+      const controller = new AbortController();
+      const held = await completion(server.url, {}, controller.signal);
+      assert.equal(held.status, 200);
+      await until(() => upstream.served.length === 1, 'the request to reach the upstream');
+      assert.equal(await value('sluice_num_requests_waiting'), 1, 'admitted, no token yet: waiting');
+      assert.equal(await value('sluice_num_requests_running'), 0);
+      controller.abort();
+      await until(() => server.stats().httpInFlight === 0, 'the held request to end');
+      assert.equal(await value('sluice_num_requests_waiting'), 0);
+
+      const names = [
+        'sluice_time_to_first_token_seconds_count',
+        'sluice_inter_token_latency_seconds_count',
+        'sluice_e2e_request_latency_seconds_count',
+        'sluice_request_queue_time_seconds_count',
+        'sluice_prompt_tokens_total',
+      ];
+      const before = await Promise.all(names.map(value));
+      upstream.script({ kind: 'stream', pieces: ['a', 'b', 'c', 'd', 'e'] });
+      const answer = await completion(server.url, {}, new AbortController().signal);
+      await answer.text();
+      const after = await Promise.all(names.map(value));
+      // 5 tokens: one first, four gaps; the fake reports 7 prompt tokens.
+      assert.deepEqual(
+        after.map((n, i) => n - before[i]!),
+        [1, 4, 1, 1, 7],
+      );
+      assert.equal(await value('sluice_num_requests_running'), 0);
+    } finally {
+      await server.shutdown(0);
+      await upstream.close();
+    }
+  });
+});

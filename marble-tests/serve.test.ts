@@ -94,6 +94,30 @@ describe('startServer (in process)', () => {
     );
   });
 
+  it('a burst of streams waiting for the inference pool shows in /metrics: sluice_pool_queued_jobs (issue 25)', async () => {
+    const controller = new AbortController();
+    const streams = Array.from({ length: 24 }, () =>
+      fetch(`${running.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'charlm', stream: true, max_tokens: 400, messages: [{ role: 'user', content: 'The stage' }] }),
+        signal: controller.signal,
+      }).then((r) => r.text().catch(() => '')),
+    );
+    let queued = 0;
+    try {
+      for (let scrape = 0; scrape < 200 && queued === 0; scrape++) {
+        const text = await (await fetch(`${running.url}/metrics`)).text();
+        const line = text.split('\n').find((l) => l.startsWith('sluice_pool_queued_jobs{pool="serve"} '));
+        queued = line === undefined ? 0 : Number(line.split(' ').at(-1));
+      }
+    } finally {
+      controller.abort();
+      await Promise.allSettled(streams);
+    }
+    assert.ok(queued > 0, 'no scrape saw a job waiting for the pool');
+  });
+
   it('a question of only punctuation or spaces gets an answer, not a 500 or INVALID_VECTOR (issue 25)', async () => {
     for (const content of ['?!?', '   ', '...']) {
       const response = await fetch(`${running.url}/v1/chat/completions`, {

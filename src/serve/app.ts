@@ -184,6 +184,8 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     // The HTTP edge counts requests to plain models in the generate stage, beside a pipeline's own generate stage.
     const generateStats = backend.stages.generate ?? new StageStats();
     for (const [name, s] of Object.entries({ ...backend.stages, generate: generateStats })) metrics.registerStage(name, s);
+    const pool = backend.pool;
+    if (pool !== undefined) metrics.registerPool('serve', () => pool.stats);
     const workers = backend.workers;
 
     const tenants = new Map(Object.entries(config.tokens));

@@ -309,6 +309,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
           includeUsage: body.stream_options?.include_usage === true,
           getDone: reported,
           onPaused: (ms) => (paused += ms),
+          onToken: () => requestTrace.token(),
           end,
           interrupted: () => interrupted,
         });
@@ -317,6 +318,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
         const extra: Record<string, unknown> = {};
         flow.subscribe({
           next: (token) => {
+            requestTrace.token();
             text += token.text;
             if (token.delta !== undefined) mergeDelta(extra, token.delta);
           },

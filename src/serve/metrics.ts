@@ -122,6 +122,9 @@ export class SluiceMetrics {
   private readonly generationDuration: Histogram<'gen_ai_operation_name' | 'gen_ai_request_model' | 'error_type'>;
   private readonly tokenUsage: Histogram<'gen_ai_operation_name' | 'gen_ai_request_model' | 'gen_ai_token_type'>;
   private readonly generatedTokens: Counter<'gen_ai_request_model'>;
+  private readonly pools = new Map<string, () => PoolCounters>();
+  /** Serving metrics as vLLM names them, measured at the edge from a request's arrival. */
+  private readonly serving: ServingMetrics;
   private closed = false;
 
   constructor(options: SluiceMetricsOptions = {}) {
@@ -360,6 +363,78 @@ export class SluiceMetrics {
       labelNames: ['gen_ai_request_model'],
       registers,
     });
+
+    const pools = this.pools;
+    for (const [field, help] of [
+      ['queued', 'Inference jobs waiting for a worker thread now: requests waiting for the pool show here.'],
+      ['running', 'Inference jobs running on worker threads now.'],
+      ['threads', 'Live worker threads.'],
+    ] as const) {
+      const gauge: Gauge<'pool'> = new prom.Gauge({
+        name: `${prefix}pool_${field === 'threads' ? 'threads' : `${field}_jobs`}`,
+        help,
+        labelNames: ['pool'],
+        registers,
+        collect() {
+          gauge.reset();
+          for (const [pool, read] of pools) gauge.set({ pool }, read()[field]);
+        },
+      });
+    }
+
+    const model = ['model_name'] as const;
+    this.serving = {
+      timeToFirstToken: new prom.Histogram({
+        name: `${prefix}time_to_first_token_seconds`,
+        help: 'From the arrival of a request to its first token sent to the client (queue time included).',
+        labelNames: model,
+        buckets: LATENCY_BUCKETS,
+        registers,
+      }),
+      interTokenLatency: new prom.Histogram({
+        name: `${prefix}inter_token_latency_seconds`,
+        help: 'Between two tokens sent to the client of one request.',
+        labelNames: model,
+        buckets: PER_TOKEN_BUCKETS,
+        registers,
+      }),
+      e2eLatency: new prom.Histogram({
+        name: `${prefix}e2e_request_latency_seconds`,
+        help: 'From the arrival of a request to its end, however it ended.',
+        labelNames: model,
+        buckets: LATENCY_BUCKETS,
+        registers,
+      }),
+      queueTime: new prom.Histogram({
+        name: `${prefix}request_queue_time_seconds`,
+        help: 'From the arrival of a request until its model began to generate (stages before the model included).',
+        labelNames: model,
+        buckets: LATENCY_BUCKETS,
+        registers,
+      }),
+      running: new prom.Gauge({ name: `${prefix}num_requests_running`, help: 'Requests streaming tokens now.', labelNames: model, registers }),
+      waiting: new prom.Gauge({
+        name: `${prefix}num_requests_waiting`,
+        help: 'Requests admitted and waiting for their first token now.',
+        labelNames: model,
+        registers,
+      }),
+      promptTokens: new prom.Counter({ name: `${prefix}prompt_tokens_total`, help: 'Prompt tokens of finished requests.', labelNames: model, registers }),
+    };
+  }
+
+  /** Exports an inference pool's queue (`sluice_pool_queued_jobs`), running jobs and threads, read at scrape time. */
+  registerPool(pool: string, stats: () => { readonly queued: number; readonly running: number; readonly workers: readonly unknown[] }): this {
+    this.pools.set(pool, () => {
+      const s = stats();
+      return { queued: s.queued, running: s.running, threads: s.workers.length };
+    });
+    return this;
+  }
+
+  /** The edge's view of one request, for the serving metrics (`RequestTrace` drives it). */
+  requestStarted(model: string): RequestMeter {
+    return new RequestMeter(this.serving, model);
   }
 
   /** Exports a stage's `StageStats` under `stage` (buffered, in flight, shed by reason...). Re-registering a name replaces it. */
@@ -431,5 +506,71 @@ export class SluiceMetrics {
     if (this.closed) return;
     this.closed = true;
     this.loop.disable();
+  }
+}
+
+interface PoolCounters {
+  readonly queued: number;
+  readonly running: number;
+  readonly threads: number;
+}
+
+interface ServingMetrics {
+  readonly timeToFirstToken: Histogram<'model_name'>;
+  readonly interTokenLatency: Histogram<'model_name'>;
+  readonly e2eLatency: Histogram<'model_name'>;
+  readonly queueTime: Histogram<'model_name'>;
+  readonly running: Gauge<'model_name'>;
+  readonly waiting: Gauge<'model_name'>;
+  readonly promptTokens: Counter<'model_name'>;
+}
+
+/**
+ * One request between its arrival and its end, as the serving metrics see it: waiting until
+ * its first token, running after; the gap before each token. `end()` is idempotent.
+ */
+export class RequestMeter {
+  private readonly labels: { model_name: string };
+  private readonly arrivedAt = performance.now();
+  private firstTokenAt: number | undefined;
+  private lastTokenAt: number | undefined;
+  private ended = false;
+
+  constructor(
+    private readonly metrics: ServingMetrics,
+    model: string,
+  ) {
+    this.labels = { model_name: model };
+    metrics.waiting.inc(this.labels);
+  }
+
+  /** A token went to the client. */
+  token(): void {
+    if (this.ended) return;
+    const now = performance.now();
+    if (this.lastTokenAt === undefined) {
+      this.firstTokenAt = now;
+      this.metrics.timeToFirstToken.observe(this.labels, (now - this.arrivedAt) / 1000);
+      this.metrics.waiting.dec(this.labels);
+      this.metrics.running.inc(this.labels);
+    } else this.metrics.interTokenLatency.observe(this.labels, (now - this.lastTokenAt) / 1000);
+    this.lastTokenAt = now;
+  }
+
+  /** The request ended; `done` is the worker's report when it gave one. */
+  end(done: GenerationDone | undefined): void {
+    if (this.ended) return;
+    this.ended = true;
+    const now = performance.now();
+    if (this.lastTokenAt === undefined) this.metrics.waiting.dec(this.labels);
+    else this.metrics.running.dec(this.labels);
+    this.metrics.e2eLatency.observe(this.labels, (now - this.arrivedAt) / 1000);
+    if (done !== undefined) {
+      this.metrics.promptTokens.inc(this.labels, done.usage.inputTokens);
+      // The model's own time to its first token, taken from the edge's: what came before it (stages, queues).
+      const firstAt = this.firstTokenAt;
+      if (firstAt !== undefined && done.timeToFirstToken !== undefined)
+        this.metrics.queueTime.observe(this.labels, Math.max(0, firstAt - this.arrivedAt - done.timeToFirstToken) / 1000);
+    }
   }
 }

@@ -13,6 +13,8 @@ export interface StreamConfig {
   readonly includeUsage: boolean;
   readonly getDone: () => GenerationDone | undefined;
   readonly onPaused: (ms: number) => void;
+  /** A token was written to the response. */
+  readonly onToken: () => void;
   readonly end: (error: unknown) => void;
   /** Set when the drain's deadline ended the completion. */
   readonly interrupted: () => SluiceError | undefined;
@@ -39,6 +41,7 @@ export function streamChat(res: ServerResponse, flow: Observable<Token>, stream:
   const subscription = subscribeWithDemand(flow, {
     next: (token) => {
       if (res.destroyed) return;
+      stream.onToken();
       const delta = token.delta === undefined ? { content: token.text } : token.text === '' ? token.delta : { ...token.delta, content: token.text };
       if (res.write(chunk(delta, null))) return subscription.request(1);
       const pausedAt = performance.now();

@@ -11,7 +11,7 @@
 import type { Tracer } from '@opentelemetry/api';
 import { parseTraceparent, sampler, traced, type TraceContext } from '../core/trace.js';
 import type { GenerateRequest, GenerationDone } from '../ai/inference/worker.js';
-import type { SluiceMetrics } from './metrics.js';
+import type { RequestMeter, SluiceMetrics } from './metrics.js';
 import { endGenAiSpan, errorType, genAiSpan, recordStageSpans, traceparentOf, type GenAiSpan } from './otel.js';
 
 export interface RequestTelemetryOptions {
@@ -64,7 +64,7 @@ export class RequestTelemetry {
     const seq = this.seq++;
     const sampled = this.sample(seq) || (incoming !== undefined && parseTraceparent(incoming)?.sampled === true);
     const trace = traced(start.request, { seq, sampled, ...(otel.traceparent !== undefined && { traceparent: otel.traceparent }) }).trace;
-    return new RequestTrace(this.options, start.model, otel, trace, startTime ?? Date.now());
+    return new RequestTrace(this.options, start.model, otel, trace, startTime ?? Date.now(), this.options.metrics?.requestStarted(start.model));
   }
 }
 
@@ -81,12 +81,19 @@ export class RequestTrace {
     /** The element trace the worker records into. */
     readonly trace: TraceContext,
     private readonly startEpoch: number,
+    private readonly meter: RequestMeter | undefined,
   ) {
     this.traceparent = traceparentOf(otel.span) ?? trace.traceparent;
   }
 
+  /** A token went to the client (time to first token, inter-token latency, running and waiting). */
+  token(): void {
+    this.meter?.token();
+  }
+
   /** Ends the span, lays out the stage spans, and feeds the trace and the generation report to the metrics. */
   end({ responseId, done, error }: RequestEnd): void {
+    this.meter?.end(done);
     const { tracer, metrics } = this.options;
     const trace = this.trace;
     endGenAiSpan(this.otel.span, { ...(done && { done }), ...(error !== undefined && { error }), responseId, responseModel: this.model, trace });

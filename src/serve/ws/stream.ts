@@ -83,6 +83,7 @@ export class Stream {
   private onToken(token: Token): void {
     if (this.finished) return;
     this.outputTokens++;
+    this.telemetry.token();
     // The protocol carries text: a piece with none (an upstream's tool-call delta) sends no frame.
     if (token.text === '') return this.resume();
     if (this.policy === 'conflate') {
