@@ -34,8 +34,30 @@ const inCi = process.env.CI === 'true';
  * after linking: npm prunes what it finds extraneous, and through a linked scope folder it would
  * delete the repo's own packages.
  */
-const LINKED_PEERS = ['onnxruntime-node', 'onnxruntime-common', 'ws', 'prom-client', '@opentelemetry/*', '@nats-io/*', 'tweetnacl'];
-const OPTIONAL_PEERS = ['onnxruntime-node', 'ws', 'prom-client', '@opentelemetry/api', '@nats-io/jetstream', '@nats-io/transport-node'];
+const LINKED_PEERS = [
+  'onnxruntime-node',
+  'onnxruntime-common',
+  'ws',
+  'prom-client',
+  '@opentelemetry/*',
+  '@nats-io/*',
+  'tweetnacl',
+  // pino and what it requires, for the command's log
+  'pino',
+  'thread-stream',
+  'real-require',
+  'sonic-boom',
+  'atomic-sleep',
+  'safe-stable-stringify',
+  'quick-format-unescaped',
+  'process-warning',
+  'pino-std-serializers',
+  'pino-abstract-transport',
+  'split2',
+  'on-exit-leak-free',
+  '@pinojs/*',
+];
+const OPTIONAL_PEERS = ['onnxruntime-node', 'ws', 'prom-client', '@opentelemetry/api', '@nats-io/jetstream', '@nats-io/transport-node', 'pino'];
 
 /** The environment of every child: npm's script variables (`npm_config_prefix`, …) would redirect the app's npm. */
 const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith('npm_') && key !== 'NODE_OPTIONS'));

@@ -449,7 +449,7 @@ describe('sluice serve --upstream', () => {
       const url = await cli.url();
       assert.match(cli.stdout, /models: fake-model/);
       fake.script({ kind: 'stream', pieces: ['through', ' the', ' gateway'] });
-      const answer = await post(url, { model: 'fake-model', messages: [{ role: 'user', content: 'hi' }] });
+      const answer = await post(url, { model: 'fake-model', messages: [{ role: 'user', content: 'a prompt never logged' }] });
       assert.equal(answer.status, 200, answer.text);
       assert.equal((JSON.parse(answer.text) as { choices: { message: { content: string } }[] }).choices[0]!.message.content, 'through the gateway');
       assert.equal(fake.last.headers.authorization, `Bearer ${secret}`);
@@ -459,6 +459,15 @@ describe('sluice serve --upstream', () => {
     }
     assert.ok(!cli.stdout.includes(secret) && !cli.stderr.includes(secret), 'the key was printed');
     assert.match(cli.stderr, /gateway mode: upstreams fake/);
+    // The log is JSON lines (pino), one per request, without the prompt or the tokens.
+    const lines = cli.stderr
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { msg: string; level: number; request?: { outcome: string; model: string; outputTokens: number } });
+    const requests = lines.filter((line) => line.msg === 'request');
+    assert.equal(requests.length, 1);
+    assert.deepEqual([requests[0]!.request?.outcome, requests[0]!.request?.model, requests[0]!.request?.outputTokens], ['completed', 'fake-model', 3]);
+    assert.doesNotMatch(cli.stderr, /prompt never logged|through the gateway/);
   });
 
   it('an unreachable upstream fails the start (exit 1) naming it and how to start without asking it', { timeout: 60_000 }, async () => {

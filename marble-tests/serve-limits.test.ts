@@ -7,6 +7,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, type RunningServer } from '../src/serve/app.js';
+import type { RequestLogEntry } from '../src/serve/request-log.js';
 import { FakeUpstream } from './support/fake-upstream.js';
 import { WsClient, until } from './support/ws-client.js';
 
@@ -201,6 +202,63 @@ describe('serving metrics a vLLM user recognises', () => {
         [1, 4, 1, 1, 7],
       );
       assert.equal(await value('sluice_num_requests_running'), 0);
+    } finally {
+      await server.shutdown(0);
+      await upstream.close();
+    }
+  });
+});
+
+describe('request log', () => {
+  it('one entry per request, HTTP and WebSocket, with outcome, tokens, timings and causes — never a prompt or a token', async () => {
+    const upstream = await FakeUpstream.start(['m']);
+    const entries: RequestLogEntry[] = [];
+    const server = await startServer({
+      port: 0,
+      upstreams: [{ baseUrl: upstream.url, name: 'fake' }],
+      gateway: { attempts: 1, baseDelay: 1 },
+      requestLog: (e) => entries.push(e),
+    });
+    const ask = (body: Record<string, unknown>) =>
+      fetch(`${server.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }).then(
+        async (r) => [r.status, await r.text()] as const,
+      );
+    try {
+      upstream.script({ kind: 'stream', pieces: ['TOKEN-TEXT-1', 'TOKEN-TEXT-2'] });
+      assert.equal((await ask({ model: 'm', stream: true, messages: [{ role: 'user', content: 'SECRET-PROMPT-1' }] }))[0], 200);
+      assert.equal((await ask({ model: 'm', messages: [{ role: 'user', content: 'SECRET-PROMPT-2' }], temperature: 9 }))[0], 400);
+      upstream.script({ kind: 'status', status: 500 });
+      assert.equal((await ask({ model: 'm', messages: [{ role: 'user', content: 'SECRET-PROMPT-3' }] }))[0], 502);
+      const ws = await WsClient.open(server.wsUrl);
+      try {
+        upstream.script({ kind: 'stream', pieces: ['TOKEN-TEXT-3'] });
+        ws.send({ type: 'generate', id: 'w1', model: 'm', prompt: 'SECRET-PROMPT-4' });
+        ws.send({ type: 'generate', id: 'w2', model: 'nope', prompt: 'SECRET-PROMPT-5' });
+        await until(() => ws.end('w1') !== undefined && ws.end('w2') !== undefined, 'both ends');
+      } finally {
+        ws.ws.close();
+      }
+      await until(() => entries.length >= 5, 'five entries');
+      const [completed, invalid, failed] = entries.filter((e) => e.transport === 'http');
+      assert.equal(completed?.outcome, 'completed');
+      assert.match(completed!.id, /^chatcmpl-/);
+      assert.equal(completed!.model, 'm');
+      assert.equal(completed!.status, 200);
+      assert.equal(completed!.outputTokens, 2);
+      assert.equal(completed!.inputTokens, 7);
+      assert.ok(completed!.ttftMs !== undefined && completed!.durationMs >= completed!.ttftMs);
+      assert.match(completed!.tenant ?? '', /^anonymous-/);
+      assert.deepEqual([invalid?.outcome, invalid?.status, invalid?.error?.code], ['refused', 400, 'invalid_value']);
+      assert.deepEqual([failed?.outcome, failed?.status], ['failed', 502]);
+      assert.match(failed!.error?.code ?? '', /WORK_FAILED|HTTP_STATUS|FALLBACK/);
+      assert.match(JSON.stringify(failed!.error), /500/, 'the cause names the upstream status');
+      const wsEntries = entries.filter((e) => e.transport === 'ws');
+      assert.deepEqual(wsEntries.map((e) => [e.id.split(':')[1], e.outcome]).sort(), [
+        ['w1', 'completed'],
+        ['w2', 'refused'],
+      ]);
+      const text = JSON.stringify(entries);
+      assert.doesNotMatch(text, /SECRET-PROMPT|TOKEN-TEXT/, 'no prompt or token text in the log');
     } finally {
       await server.shutdown(0);
       await upstream.close();

@@ -14,6 +14,8 @@ import { InvalidOptionsError } from './core/errors.js';
 import { SUBPROTOCOL } from './serve/protocol.js';
 import { startServer, type RunningServer, type ServeOptions } from './serve/app.js';
 import type { UpstreamOptions } from './ai/inference/gateway.js';
+import { pinoPeer } from './core/peers.js';
+import type { RequestLogEntry } from './serve/request-log.js';
 
 const HELP = `Usage: sluice serve [options]
 
@@ -248,8 +250,25 @@ function readOptions<T>(command: 'serve' | 'worker', read: () => T): T | undefin
   }
 }
 
+/** The command's log: JSON lines on stderr (pino), one per event and one per request. */
+let logger: import('pino').Logger | undefined;
+function getLogger(): import('pino').Logger {
+  if (logger === undefined) {
+    const pino = pinoPeer();
+    // Synchronous writes: the last lines before an exit are not lost.
+    logger = pino({ base: { pid: process.pid }, timestamp: pino.stdTimeFunctions.isoTime }, pino.destination({ fd: 2, sync: true }));
+  }
+  return logger;
+}
+
 function log(line: string): void {
-  process.stderr.write(`${new Date().toISOString()} ${line}\n`);
+  getLogger().info(line);
+}
+
+/** One line per request: failures at `error`, refusals at `warn`, the rest at `info`. Never a prompt, a token or a key. */
+function logRequest(entry: RequestLogEntry): void {
+  const level = entry.outcome === 'failed' ? 'error' : entry.outcome === 'refused' ? 'warn' : 'info';
+  getLogger()[level]({ request: entry }, 'request');
 }
 
 /** Runs the command; resolves with the exit code once the server stopped (or at once, for --help and errors). */
@@ -290,9 +309,9 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       const connected = await (await import('./nats/processes.js')).connectRemoteModel(nats);
       remote = connected;
       log(`generation runs on the workers of link charlm at ${nats}`);
-      running = await startServer({ ...serve, log, languageModel: connected.model });
+      running = await startServer({ ...serve, log, requestLog: logRequest, languageModel: connected.model });
     } else {
-      running = await startServer({ ...serve, log });
+      running = await startServer({ ...serve, log, requestLog: logRequest });
     }
   } catch (err) {
     await remote?.close().catch(() => {});
@@ -305,8 +324,10 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       process.stderr.write(`sluice: cannot listen on ${options.host ?? '127.0.0.1'}:${options.port ?? 8787} (${code}); choose another --port or --host\n`);
       return 1;
     }
-    const hint = typeof (err as { hint?: unknown }).hint === 'string' ? `\n  ${(err as { hint: string }).hint}` : '';
-    process.stderr.write(`sluice: failed to start: ${err instanceof Error ? err.message : String(err)}${hint}\n`);
+    const message = err instanceof Error ? err.message : String(err);
+    const hint =
+      typeof (err as { hint?: unknown }).hint === 'string' && !message.includes((err as { hint: string }).hint) ? `\n  ${(err as { hint: string }).hint}` : '';
+    process.stderr.write(`sluice: failed to start: ${message}${hint}\n`);
     return 1;
   }
 

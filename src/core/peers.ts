@@ -29,3 +29,4 @@ export const promClient = (): typeof import('prom-client') => peer('prom-client'
 export const otelApi = (): typeof import('@opentelemetry/api') => peer('@opentelemetry/api', 'sluice/serve');
 export const natsJetstream = (): typeof import('@nats-io/jetstream') => peer('@nats-io/jetstream', 'sluice/nats');
 export const natsTransport = (): typeof import('@nats-io/transport-node') => peer('@nats-io/transport-node', 'sluice/nats');
+export const pinoPeer = (): typeof import('pino') => peer('pino', 'the sluice command');

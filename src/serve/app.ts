@@ -31,6 +31,7 @@ import { bearerOf, pathOf } from './protocol.js';
 import { attachTokenSocket, type TokenSocketEvent, type TokenSocketLimits, type TokenSocketStats } from './ws-server.js';
 import { DEFAULT_LIMITS } from './ws/options.js';
 import { TenantQuotas } from './tenant-quotas.js';
+import type { RequestLog } from './request-log.js';
 
 /** Where the WebSocket protocol is served. */
 export const WS_PATH = '/v1/ws';
@@ -77,6 +78,8 @@ export interface ServeOptions {
   readonly upstreams?: readonly UpstreamOptions[];
   /** Retries, timeouts and breakers of gateway mode (`Gateway.start`). */
   readonly gateway?: Omit<GatewayOptions, 'upstreams'>;
+  /** One entry per request, HTTP and WebSocket: id, tenant, model, outcome, tokens, time to first token, duration, error and cause. Never a prompt, token or key. */
+  readonly requestLog?: RequestLog;
 }
 
 const optionsSchema = lazySchema((z) =>
@@ -113,6 +116,7 @@ const optionsSchema = lazySchema((z) =>
       // Checked by Gateway.start, which names the bad field under "gateway options".
       upstreams: z.array(z.record(z.string(), z.unknown()), { error: 'upstreams must be an array of { baseUrl, ... }' }).min(1).optional(),
       gateway: z.record(z.string(), z.unknown()).optional(),
+      requestLog: z.custom<RequestLog>((v) => typeof v === 'function', { error: 'requestLog must be a function' }).optional(),
     })
     .strict()
     .refine((o) => o.upstreams === undefined || o.languageModel === undefined, {
@@ -199,6 +203,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     });
     const api = createHttpHandler({
       tenantQuotas,
+      ...(config.requestLog !== undefined && { requestLog: config.requestLog }),
       stageStats: generateStats,
       // An open server knows no tenants: each peer address counts as one.
       tenant: (req: IncomingMessage) => (open ? `anonymous-${req.socket.remoteAddress ?? 'unknown'}` : tenants.get(bearerOf(req.headers.authorization) ?? '')),
@@ -235,6 +240,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     const sockets = attachTokenSocket(server, {
       workers,
       tenantQuotas,
+      ...(config.requestLog !== undefined && { requestLog: config.requestLog }),
       path: WS_PATH,
       metrics,
       ...(!open && { authenticate: (token: string) => (tenants.has(token) ? { tenant: tenants.get(token)! } : undefined) }),

@@ -38,6 +38,7 @@ import { headerValue, readJson, sendError, sendJson } from './http-io.js';
 import { streamChat } from './sse.js';
 import { TenantQuotas } from './tenant-quotas.js';
 import { StageStats } from '../flow/stats.js';
+import { type RequestLog, errorField, round } from './request-log.js';
 
 export type { ChatWorker } from './openai-wire.js';
 
@@ -68,7 +69,9 @@ export interface HttpHandlerOptions {
    * the same name, so `received_total` and the histograms count the same requests.
    */
   readonly stageStats?: StageStats;
-  /** Who a request is for, for `tenantQuotas` (e.g. the tenant of its bearer token). */
+  /** Gets one entry per completion when it ends, and one per refused `/v1` request (status, code, cause); never a prompt or a token. */
+  readonly requestLog?: RequestLog;
+  /** Who a request is for, for `tenantQuotas` and the request log (e.g. the tenant of its bearer token). */
   readonly tenant?: (req: IncomingMessage) => string | undefined;
   /** Requests per tenant, running and started per second; over them a completion gets 429 `tenant_quota`. Share one with `attachTokenSocket`. */
   readonly tenantQuotas?: TenantQuotas;
@@ -140,6 +143,7 @@ const optionsSchema = lazySchema((z) =>
       tenant: functionSchema<(req: IncomingMessage) => string | undefined>().optional(),
       tenantQuotas: z.instanceof(TenantQuotas, { error: 'tenantQuotas must be a TenantQuotas' }).optional(),
       stageStats: z.instanceof(StageStats, { error: 'stageStats must be a StageStats' }).optional(),
+      requestLog: functionSchema<RequestLog>().optional(),
     })
     .strict()
     .refine((o) => o.worker !== undefined || (o.workers !== undefined && Object.keys(o.workers).length > 0), {
@@ -187,7 +191,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
   const config = parseOptions(optionsSchema(), options, 'HTTP handler options');
   const workers = new Map<string, ChatWorker>(Object.entries(config.workers ?? {}));
   if (config.worker !== undefined && !workers.has(config.worker.name)) workers.set(config.worker.name, config.worker);
-  const telemetry = new RequestTelemetry({ tracer: config.tracer, metrics: config.metrics, sampleRate: config.sampleRate });
+  const telemetry = new RequestTelemetry({ tracer: config.tracer, metrics: config.metrics, sampleRate: config.sampleRate, requestLog: config.requestLog });
   let draining = false;
   let inFlight = 0;
   let idle: (() => void) | undefined;
@@ -216,9 +220,10 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     const worker = workers.get(chatBody.model);
     if (worker === undefined) throw new ApiError(404, `The model \`${chatBody.model}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
     const request = toGenerateRequest(chatBody, config.maxTokens, passthrough ? (body as Record<string, unknown>) : undefined);
-    const tenant = config.tenantQuotas === undefined ? undefined : config.tenant?.(req);
-    if (tenant !== undefined) {
-      const refused = config.tenantQuotas!.acquire(tenant);
+    const tenant = config.tenant?.(req);
+    const quotas = tenant === undefined ? undefined : config.tenantQuotas;
+    if (quotas !== undefined) {
+      const refused = quotas.acquire(tenant!);
       if (refused !== undefined) {
         const headers: Record<string, string> =
           refused.retryAfter === undefined ? {} : { 'retry-after': String(Math.max(1, Math.ceil(refused.retryAfter / 1000))) };
@@ -228,9 +233,9 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
 
     inFlight++;
     try {
-      await generate(req, res, arrivedAt, chatBody, worker, request);
+      await generate(req, res, arrivedAt, chatBody, worker, request, tenant);
     } finally {
-      if (tenant !== undefined) config.tenantQuotas!.release(tenant);
+      quotas?.release(tenant!);
       if (--inFlight === 0) idle?.();
     }
   };
@@ -242,10 +247,11 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     body: ChatBody,
     worker: ChatWorker,
     request: GenerateRequest,
+    tenant: string | undefined,
   ): Promise<void> => {
     const arrivedEpoch = Date.now() - (performance.now() - arrivedAt);
     const incoming = headerValue(req.headers.traceparent);
-    const requestTrace = telemetry.begin({ model: body.model, request, traceparent: incoming, startTime: arrivedEpoch });
+    const requestTrace = telemetry.begin({ model: body.model, request, traceparent: incoming, startTime: arrivedEpoch, transport: 'http', tenant });
     const trace = requestTrace.trace;
     const id = `chatcmpl-${randomUUID()}`;
     const created = Math.floor(Date.now() / 1000);
@@ -283,7 +289,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
           conflated: 0,
         });
       }
-      requestTrace.end({ responseId: id, done, error: error ?? (controller.signal.aborted ? controller.signal.reason : undefined) });
+      requestTrace.end({ responseId: id, done, error: error ?? (controller.signal.aborted ? controller.signal.reason : undefined), status: res.statusCode });
     };
 
     return new Promise<void>((resolve) => {
@@ -361,8 +367,20 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       config.metrics?.observeRequest({ route, status: res.statusCode, seconds: (performance.now() - arrivedAt) / 1000 });
     });
     serve(req, res, route, arrivedAt).catch((err: unknown) => {
-      sendError(res, toApiError(err));
+      const error = toApiError(err);
+      sendError(res, error);
       if (err instanceof ApiError && err.status === 413) req.resume();
+      if (route.startsWith('/v1/'))
+        config.requestLog?.({
+          transport: 'http',
+          id: `${req.method ?? 'GET'} ${route}`,
+          ...(config.tenant !== undefined && { tenant: config.tenant(req) }),
+          outcome: error.status >= 500 ? 'failed' : 'refused',
+          status: error.status,
+          durationMs: round(performance.now() - arrivedAt),
+          // The client's message, and what caused it when it is not the client's (a 500's real error).
+          error: { code: error.code ?? error.type, message: error.message, ...(err !== error && { cause: errorField(err)?.message ?? String(err) }) },
+        });
     });
   };
 

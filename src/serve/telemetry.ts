@@ -12,6 +12,7 @@ import type { Tracer } from '@opentelemetry/api';
 import { parseTraceparent, sampler, traced, type TraceContext } from '../core/trace.js';
 import type { GenerateRequest, GenerationDone } from '../ai/inference/worker.js';
 import type { RequestMeter, SluiceMetrics } from './metrics.js';
+import { type RequestLog, errorField, outcomeOf, round } from './request-log.js';
 import { endGenAiSpan, errorType, genAiSpan, recordStageSpans, traceparentOf, type GenAiSpan } from './otel.js';
 
 export interface RequestTelemetryOptions {
@@ -20,6 +21,8 @@ export interface RequestTelemetryOptions {
   readonly metrics?: SluiceMetrics | undefined;
   /** Share of requests whose per-stage timing is recorded. */
   readonly sampleRate: number;
+  /** Gets one entry per request when it ends. */
+  readonly requestLog?: RequestLog | undefined;
 }
 
 /** What a request is when it starts. */
@@ -31,6 +34,11 @@ export interface RequestStart {
   readonly traceparent?: string | undefined;
   /** When the request arrived (epoch ms), if before now. */
   readonly startTime?: number | undefined;
+  /** For the request log. Default `http`. */
+  readonly transport?: 'http' | 'ws';
+  readonly tenant?: string | undefined;
+  /** The request's id in the log when not the response id (WebSocket: `<connection>:<id>`). */
+  readonly logId?: string | undefined;
 }
 
 /** How a request ended. */
@@ -39,6 +47,8 @@ export interface RequestEnd {
   readonly done?: GenerationDone | undefined;
   /** Set when it failed or was aborted; becomes `error.type`. */
   readonly error?: unknown;
+  /** The HTTP status sent, for the request log. */
+  readonly status?: number | undefined;
 }
 
 /** A server's request numbering and sampling, and where its spans and metrics go. */
@@ -64,7 +74,7 @@ export class RequestTelemetry {
     const seq = this.seq++;
     const sampled = this.sample(seq) || (incoming !== undefined && parseTraceparent(incoming)?.sampled === true);
     const trace = traced(start.request, { seq, sampled, ...(otel.traceparent !== undefined && { traceparent: otel.traceparent }) }).trace;
-    return new RequestTrace(this.options, start.model, otel, trace, startTime ?? Date.now(), this.options.metrics?.requestStarted(start.model));
+    return new RequestTrace(this.options, start, otel, trace, startTime ?? Date.now(), this.options.metrics?.requestStarted(start.model));
   }
 }
 
@@ -76,7 +86,7 @@ export class RequestTrace {
 
   constructor(
     private readonly options: RequestTelemetryOptions,
-    private readonly model: string,
+    private readonly start: RequestStart,
     private readonly otel: GenAiSpan,
     /** The element trace the worker records into. */
     readonly trace: TraceContext,
@@ -86,14 +96,33 @@ export class RequestTrace {
     this.traceparent = traceparentOf(otel.span) ?? trace.traceparent;
   }
 
+  private firstTokenAt: number | undefined;
+
+  private get model(): string {
+    return this.start.model;
+  }
+
   /** A token went to the client (time to first token, inter-token latency, running and waiting). */
   token(): void {
+    this.firstTokenAt ??= performance.now();
     this.meter?.token();
   }
 
   /** Ends the span, lays out the stage spans, and feeds the trace and the generation report to the metrics. */
-  end({ responseId, done, error }: RequestEnd): void {
+  end({ responseId, done, error, status }: RequestEnd): void {
     this.meter?.end(done);
+    this.options.requestLog?.({
+      transport: this.start.transport ?? 'http',
+      id: this.start.logId ?? responseId,
+      ...(this.start.tenant !== undefined && { tenant: this.start.tenant }),
+      model: this.model,
+      outcome: outcomeOf(error),
+      ...(status !== undefined && { status }),
+      ...(done !== undefined && { finishReason: done.finishReason, inputTokens: done.usage.inputTokens, outputTokens: done.usage.outputTokens }),
+      ...(this.firstTokenAt !== undefined && { ttftMs: round(this.firstTokenAt - this.startedAt) }),
+      durationMs: round(performance.now() - this.startedAt),
+      ...(error !== undefined && { error: errorField(error) }),
+    });
     const { tracer, metrics } = this.options;
     const trace = this.trace;
     endGenAiSpan(this.otel.span, { ...(done && { done }), ...(error !== undefined && { error }), responseId, responseModel: this.model, trace });

@@ -11,6 +11,7 @@ import { CLOSE_CODES, parseClientFrame, type GenerateMessage, type RequestErrorC
 import type { CloseCause, Counters, TokenSocketEvent } from './events.js';
 import type { TokenSocketLimits, TokenWorker } from './options.js';
 import type { Quotas } from './quotas.js';
+import type { RequestLog } from '../request-log.js';
 import { WriteBudget, type ServerBudget } from './fair-share.js';
 import { Stream, type StreamHost } from './stream.js';
 import { codeOf, errorFrame, messageOf } from './errors.js';
@@ -23,6 +24,7 @@ export interface ConnectionHub {
   readonly counters: Counters;
   readonly quotas: Quotas;
   readonly telemetry: RequestTelemetry;
+  readonly requestLog: RequestLog | undefined;
   readonly budget: ServerBudget;
   /** True once the server drains or closed: it takes no new requests. */
   readonly draining: boolean;
@@ -187,7 +189,14 @@ export class Connection implements StreamHost {
     }
     const overQuota = this.hub.quotas.acquire(this.tenant);
     if (overQuota !== undefined) return this.refuse(id, 'TENANT_QUOTA', overQuota);
-    const telemetry = this.hub.telemetry.begin({ model: worker.name, request, traceparent: message.traceparent });
+    const telemetry = this.hub.telemetry.begin({
+      model: worker.name,
+      request,
+      traceparent: message.traceparent,
+      transport: 'ws',
+      tenant: this.tenant,
+      logId: `${this.number}:${id}`,
+    });
     const stream = new Stream(this, id, message.policy ?? 'pause', telemetry);
     this.streams.set(id, stream);
     this.hub.counters.started++;
@@ -210,6 +219,14 @@ export class Connection implements StreamHost {
 
   refuse(id: string | undefined, code: RequestErrorCode | (string & {}), message: string): void {
     this.hub.emit({ kind: 'refused', connection: this.number, code });
+    this.hub.requestLog?.({
+      transport: 'ws',
+      id: `${this.number}:${id ?? '-'}`,
+      tenant: this.tenant,
+      outcome: 'refused',
+      durationMs: 0,
+      error: { code, message },
+    });
     this.send(errorFrame(id, code, message));
   }
 

@@ -13,6 +13,7 @@ import { eventSink, type Counters, type TokenSocketEvent } from './events.js';
 import type { TokenSocketConfig, TokenSocketLimits, TokenWorker } from './options.js';
 import { Admission } from './admission.js';
 import { Quotas } from './quotas.js';
+import type { RequestLog } from '../request-log.js';
 import { ServerBudget } from './fair-share.js';
 import { Connection, type ConnectionHub } from './connection.js';
 
@@ -32,6 +33,7 @@ export class Hub implements ConnectionHub {
   readonly quotas: Quotas;
   readonly budget = new ServerBudget();
   readonly telemetry: RequestTelemetry;
+  readonly requestLog: RequestLog | undefined;
   readonly emit: (event: TokenSocketEvent) => void;
   private readonly admission: Admission;
   private readonly heartbeat: NodeJS.Timeout;
@@ -58,7 +60,8 @@ export class Hub implements ConnectionHub {
     const { tenantConcurrent, tenantRate } = this.quotas.tenants.limits;
     const { maxTokens, maxConcurrent, rate, maxPayload, heartbeatInterval } = limits;
     this.clientLimits = { maxTokens, maxConcurrent, rate, tenantConcurrent, tenantRate, maxPayload, heartbeatInterval };
-    this.telemetry = new RequestTelemetry({ tracer: config.tracer, metrics: config.metrics, sampleRate: config.sampleRate });
+    this.requestLog = config.requestLog;
+    this.telemetry = new RequestTelemetry({ tracer: config.tracer, metrics: config.metrics, sampleRate: config.sampleRate, requestLog: config.requestLog });
     this.emit = eventSink(config.onEvent);
     this.admission = new Admission(server, config, maxPayload, {
       // 503 from the drain's start on, even once closed; a server closed without a drain drops upgrades instead.

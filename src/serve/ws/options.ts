@@ -3,6 +3,7 @@ import type { IncomingMessage } from 'node:http';
 import type * as z from 'zod';
 import { lazySchema } from '../../core/zod.js';
 import { TenantQuotas } from '../tenant-quotas.js';
+import type { RequestLog } from '../request-log.js';
 import type { Tracer } from '@opentelemetry/api';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import type { ModelWorker } from '../../ai/inference/worker.js';
@@ -85,6 +86,8 @@ export interface TokenSocketOptions {
    * server's own, from `limits`.
    */
   readonly tenantQuotas?: TenantQuotas;
+  /** Gets one entry per request when it ends or is refused; never a prompt or a token. */
+  readonly requestLog?: RequestLog;
 }
 
 /** The limits a server has unless told otherwise. */
@@ -168,6 +171,7 @@ const optionsSchema = lazySchema((z) =>
         })
         .optional(),
       tenantQuotas: z.instanceof(TenantQuotas, { error: 'tenantQuotas must be a TenantQuotas' }).optional(),
+      requestLog: functionSchema<RequestLog>().optional(),
     })
     .strict()
     .refine((o) => (o.worker === undefined) !== (o.workers === undefined || Object.keys(o.workers).length === 0), {
