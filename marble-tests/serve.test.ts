@@ -16,6 +16,7 @@ import { startServer, type RunningServer } from '../src/serve/app.js';
 import type { ServerFrame } from '../src/serve/protocol.js';
 import { WsClient as Client, until } from './support/ws-client.js';
 import { serveOptions } from '../src/cli.js';
+import OpenAI from 'openai';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const BIN = join(root, 'bin', 'sluice.js');
@@ -118,6 +119,49 @@ describe('startServer (in process)', () => {
     assert.ok(queued > 0, 'no scrape saw a job waiting for the pool');
   });
 
+  it('POST /v1/embeddings with the official client: float and base64 agree, unit vectors, concurrent requests share model runs (issue 25)', async () => {
+    const client = new OpenAI({ baseURL: `${running.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    assert.ok((await client.models.list()).data.some((m) => m.id === 'sluice-embed'));
+    // The client asks for base64 unless told otherwise, and decodes it.
+    const decoded = await client.embeddings.create({ model: 'sluice-embed', input: ['How does a stage pause?', 'backpressure'] });
+    const floats = await client.embeddings.create({ model: 'sluice-embed', input: ['How does a stage pause?', 'backpressure'], encoding_format: 'float' });
+    assert.equal(decoded.data.length, 2);
+    assert.deepEqual(
+      decoded.data.map((d) => d.index),
+      [0, 1],
+    );
+    for (let i = 0; i < 2; i++) {
+      const a = decoded.data[i]!.embedding;
+      const b = floats.data[i]!.embedding;
+      assert.equal(a.length, b.length);
+      assert.ok(
+        a.every((x, k) => Math.abs(x - b[k]!) < 1e-6),
+        'base64 and float give the same vector',
+      );
+      assert.ok(Math.abs(Math.hypot(...b) - 1) < 1e-3, 'unit length');
+    }
+    assert.ok(floats.usage.prompt_tokens > 0);
+    const before = running.stats().pool!.submitted;
+    const many = await Promise.all(
+      Array.from({ length: 24 }, (_, i) => client.embeddings.create({ model: 'sluice-embed', input: `text number ${i}`, encoding_format: 'float' })),
+    );
+    assert.equal(many.length, 24);
+    const runs = running.stats().pool!.submitted - before;
+    assert.ok(runs < 24, `24 concurrent requests took ${runs} model runs: not batched`);
+    const bad = await fetch(`${running.url}/v1/embeddings`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sluice-embed', input: [[1, 2, 3]] }),
+    });
+    assert.equal(bad.status, 400);
+    const unknown = await fetch(`${running.url}/v1/embeddings`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'charlm', input: 'x' }),
+    });
+    assert.equal(unknown.status, 404);
+  });
+
   it('a question of only punctuation or spaces gets an answer, not a 500 or INVALID_VECTOR (issue 25)', async () => {
     for (const content of ['?!?', '   ', '...']) {
       const response = await fetch(`${running.url}/v1/chat/completions`, {
@@ -218,7 +262,7 @@ describe('startServer (in process)', () => {
     const models = (await (await fetch(`${running.url}/v1/models`)).json()) as { data: { id: string }[] };
     assert.deepEqual(
       models.data.map((m) => m.id),
-      ['sluice-rag', 'charlm'],
+      ['sluice-rag', 'charlm', 'sluice-embed'],
     );
     const response = await fetch(`${running.url}/v1/chat/completions`, {
       method: 'POST',

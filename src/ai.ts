@@ -59,6 +59,8 @@ export { StopMatcher, createRandom, distribution, sampleToken, applyRepetitionPe
 export type { SamplingParams, SampledToken } from './ai/inference/sampling.js';
 export { OpenAIWorker, SseParser } from './ai/inference/openai.js';
 export type { OpenAIWorkerOptions } from './ai/inference/openai.js';
+export { BatchedEmbedder } from './ai/models/batched-embedder.js';
+export type { BatchedEmbedderOptions } from './ai/models/batched-embedder.js';
 export { Gateway, UpstreamDiscoveryError, discoverModels, isUpstreamTransient } from './ai/inference/gateway.js';
 export type { GatewayOptions, UpstreamOptions } from './ai/inference/gateway.js';
 export { CharLmWorker, DecoderLmWorker, ASCII_CODEC } from './ai/inference/onnx-lm.js';

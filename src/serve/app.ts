@@ -202,6 +202,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       tenantRate: limits?.tenantRate ?? DEFAULT_LIMITS.tenantRate,
     });
     const api = createHttpHandler({
+      ...(backend.embeddings !== undefined && { embeddings: backend.embeddings }),
       tenantQuotas,
       ...(config.requestLog !== undefined && { requestLog: config.requestLog }),
       stageStats: generateStats,

@@ -13,12 +13,18 @@ import { loadTokenizer } from '../ai/models/load.js';
 import { poolClassifier } from '../ai/models/pool-classifier.js';
 import { embedder } from '../ai/models/pool-embedder.js';
 import { InferencePool, type InferencePoolStats } from '../ai/models/pool.js';
+import { BatchedEmbedder } from '../ai/models/batched-embedder.js';
+
+/** The name `/v1/embeddings` serves the generated embedding model under. */
+export const EMBEDDING_MODEL = 'sluice-embed';
 import { indexPassages, loadCorpus } from '../ai/rag/corpus.js';
 import { RAG_STAGES, ragWorker, type RagStage } from '../ai/rag/worker.js';
 
 export interface Backend {
   /** By the name clients put in `model`; the first is the default. */
   readonly workers: Readonly<Record<string, ModelWorker>>;
+  /** Models `/v1/embeddings` serves, by name. */
+  readonly embeddings?: Readonly<Record<string, BatchedEmbedder>>;
   /** Stage counters to export as metrics, by stage name. */
   readonly stages: Readonly<Record<string, StageStats>>;
   /** The inference pool, when models run in this process. */
@@ -63,14 +69,18 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
         ? await CharLmWorker.load(`${dir}/${MODEL_FILES.charLm}`, { run: (feeds, signal) => pool.run(feeds, { model: 'charlm', signal }) })
         : undefined;
     const lm = options.languageModel ?? local!;
+    // The embedding model also answers /v1/embeddings, its requests micro-batched together.
+    const embeddings = new BatchedEmbedder(pool, tokenizer, { model: 'embed' });
     const stages = Object.fromEntries(RAG_STAGES.map((name) => [name, new StageStats()])) as Record<RagStage, StageStats>;
     const rag = ragWorker({ lm, embedder: embed, index, classify: poolClassifier(pool, tokenizer, { model: 'guard' }), stats: stages });
     options.log(`indexed ${passages.length} passages from ${options.corpus}`);
     return {
       workers: { [rag.name]: rag, [lm.name]: lm },
-      stages,
+      embeddings: { [EMBEDDING_MODEL]: embeddings },
+      stages: { ...stages, embeddings: embeddings.stats },
       pool,
       release: async () => {
+        embeddings.close();
         await local?.release();
         await pool.close();
       },

@@ -24,7 +24,10 @@ import { pathOf } from './protocol.js';
 import { RequestTelemetry } from './telemetry.js';
 import {
   ApiError,
+  base64Vector,
   chatSchema,
+  embeddingsSchema,
+  type EmbeddingModel,
   finalToolCalls,
   mergeDelta,
   openAiFinish,
@@ -45,6 +48,8 @@ export type { ChatWorker } from './openai-wire.js';
 export interface HttpHandlerOptions {
   /** Models served, by the name clients put in `model`. */
   readonly workers?: Readonly<Record<string, ChatWorker>>;
+  /** Models `POST /v1/embeddings` serves, by name (e.g. a `BatchedEmbedder`). */
+  readonly embeddings?: Readonly<Record<string, EmbeddingModel>>;
   /** A single model, served under its `name`. Combined with `workers` if both are given. */
   readonly worker?: ChatWorker;
   /** Where request, generation and stage metrics go; `GET /metrics` serves its registry. Without it `/metrics` is 404. */
@@ -111,6 +116,12 @@ const optionsSchema = lazySchema((z) =>
   z
     .object({
       workers: z.record(z.string().min(1, { error: 'a model name must not be empty' }), workerSchema()).optional(),
+      embeddings: z
+        .record(
+          z.string().min(1, { error: 'a model name must not be empty' }),
+          z.custom<EmbeddingModel>((v) => typeof (v as EmbeddingModel | undefined)?.embed === 'function', { error: 'must have embed(texts)' }),
+        )
+        .optional(),
       worker: workerSchema().optional(),
       metrics: z
         .custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).scrape === 'function', {
@@ -152,14 +163,14 @@ const optionsSchema = lazySchema((z) =>
     }),
 );
 
-const ROUTES = new Set(['/v1/chat/completions', '/v1/models', '/metrics', '/healthz', '/readyz']);
+const ROUTES = new Set(['/v1/chat/completions', '/v1/embeddings', '/v1/models', '/metrics', '/healthz', '/readyz']);
 /** `/v1/models/{id}`: one route (and one metrics label) for every id. */
 const MODEL_ROUTE = '/v1/models/{id}';
 const MODEL_PREFIX = '/v1/models/';
 
 /** The methods each route answers; any other gets 405 with `Allow`. */
 function allowed(route: string): string {
-  return route === '/v1/chat/completions' ? 'POST' : 'GET, HEAD';
+  return route === '/v1/chat/completions' || route === '/v1/embeddings' ? 'POST' : 'GET, HEAD';
 }
 
 /** What a request refused by a drain is told: retry soon, the next attempt will reach another instance. */
@@ -197,6 +208,39 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
   let idle: (() => void) | undefined;
   /** Ends a completion in flight with a shutdown error, by the drain's deadline. */
   const interrupts = new Set<() => void>();
+
+  const embedders = new Map<string, EmbeddingModel>(Object.entries(config.embeddings ?? {}));
+
+  const embeddings = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
+      throw new ApiError(415, 'The request body must be JSON (content-type: application/json).', 'invalid_request_error', 'unsupported_media_type');
+    }
+    if (draining)
+      throw new ApiError(503, 'The server is shutting down; retry on another instance.', 'server_error', 'server_shutting_down', null, DRAIN_RETRY_AFTER);
+    const parsed = embeddingsSchema().safeParse(await readJson(req, config.maxBodyBytes));
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      const param = issue.code === 'unrecognized_keys' ? issue.keys[0]! : issue.path.map(String).join('.') || null;
+      const message = issue.code === 'unrecognized_keys' ? `Unrecognized request argument supplied: ${issue.keys.join(', ')}` : issue.message;
+      throw new ApiError(400, message, 'invalid_request_error', issue.code === 'unrecognized_keys' ? 'unrecognized_argument' : 'invalid_value', param);
+    }
+    const body = parsed.data;
+    const model = embedders.get(body.model);
+    if (model === undefined)
+      throw new ApiError(404, `The model \`${body.model}\` does not exist or does not embed.`, 'invalid_request_error', 'model_not_found', 'model');
+    const texts = typeof body.input === 'string' ? [body.input] : body.input;
+    const { vectors, tokens } = await model.embed(texts);
+    const size = vectors[0]?.length ?? 0;
+    if (body.dimensions != null && body.dimensions !== size)
+      throw new ApiError(400, `dimensions must be ${size} for ${body.model} (it cannot be shortened)`, 'invalid_request_error', 'invalid_value', 'dimensions');
+    const base64 = body.encoding_format === 'base64';
+    sendJson(res, 200, {
+      object: 'list',
+      data: vectors.map((vector, index) => ({ object: 'embedding', index, embedding: base64 ? base64Vector(vector) : Array.from(vector) })),
+      model: body.model,
+      usage: { prompt_tokens: tokens, total_tokens: tokens },
+    });
+  };
 
   const chat = async (req: IncomingMessage, res: ServerResponse, arrivedAt: number): Promise<void> => {
     if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
@@ -397,11 +441,14 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     switch (route) {
       case '/v1/chat/completions':
         return chat(req, res, arrivedAt);
+      case '/v1/embeddings':
+        return embeddings(req, res);
       case '/v1/models':
-        return sendJson(res, 200, { object: 'list', data: [...workers.keys()].map(modelObject) });
+        return sendJson(res, 200, { object: 'list', data: [...workers.keys(), ...embedders.keys()].map(modelObject) });
       case MODEL_ROUTE: {
         const id = decodeURIComponent(pathOf(req.url).slice(MODEL_PREFIX.length));
-        if (!workers.has(id)) throw new ApiError(404, `The model \`${id}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
+        if (!workers.has(id) && !embedders.has(id))
+          throw new ApiError(404, `The model \`${id}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
         return sendJson(res, 200, modelObject(id));
       }
       case '/metrics': {

@@ -76,6 +76,44 @@ export const chatSchema = lazySchema((z) =>
 
 export type ChatBody = z.output<ReturnType<typeof chatSchema>>;
 
+/** The embeddings body: text inputs only (token-id arrays belong to OpenAI's tokenizer). */
+export const embeddingsSchema = lazySchema((z) =>
+  z
+    .object({
+      model: z
+        .string({ error: (issue) => (issue.input === undefined ? 'model is required' : 'model must be a string') })
+        .min(1, { error: 'model must not be empty' }),
+      input: z.union(
+        [
+          z.string().min(1, { error: 'input must not be empty' }),
+          z
+            .array(z.string().min(1, { error: 'an input must not be empty' }), { error: 'input must be a string or an array of strings' })
+            .min(1, { error: 'input must not be empty' })
+            .max(2048, { error: 'input takes at most 2048 texts' }),
+        ],
+        { error: "input must be a string or an array of strings (token ids are not supported: they are another tokenizer's)" },
+      ),
+      encoding_format: z.enum(['float', 'base64'], { error: 'encoding_format must be "float" or "base64"' }).nullish(),
+      dimensions: z.number({ error: 'dimensions must be a number' }).int().positive().nullish(),
+      user: z.string().nullish(),
+    })
+    .strict(),
+);
+
+export type EmbeddingsBody = z.output<ReturnType<typeof embeddingsSchema>>;
+
+/** A model `/v1/embeddings` serves. */
+export interface EmbeddingModel {
+  embed(texts: readonly string[]): Promise<{ readonly vectors: readonly Float32Array[]; readonly tokens: number }>;
+}
+
+/** A vector as OpenAI's `base64` encoding has it: the float32 values, little-endian, in base64. */
+export function base64Vector(vector: Float32Array): string {
+  const bytes = Buffer.alloc(vector.length * 4);
+  for (let i = 0; i < vector.length; i++) bytes.writeFloatLE(vector[i]!, i * 4);
+  return bytes.toString('base64');
+}
+
 /**
  * The body a passthrough worker (an upstream server) gets: the fields sluice reads are
  * checked as for any model, every other field is kept for the upstream, and `logit_bias`
