@@ -265,3 +265,42 @@ describe('request log', () => {
     }
   });
 });
+
+describe('CORS for the listed origins (--origin)', () => {
+  it('answers a preflight from an allowed origin and marks its responses; another origin gets no CORS headers', async () => {
+    const upstream = await FakeUpstream.start(['m']);
+    const allowed = 'https://app.example.com';
+    const server = await startServer({ port: 0, origins: [allowed], upstreams: [{ baseUrl: upstream.url, name: 'fake' }] });
+    try {
+      const preflight = (origin: string) =>
+        fetch(`${server.url}/v1/chat/completions`, {
+          method: 'OPTIONS',
+          headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, content-type, x-stainless-os' },
+        });
+      const ok = await preflight(allowed);
+      assert.equal(ok.status, 204);
+      assert.equal(ok.headers.get('access-control-allow-origin'), allowed);
+      assert.match(ok.headers.get('access-control-allow-methods') ?? '', /POST/);
+      assert.match(ok.headers.get('access-control-allow-headers') ?? '', /x-stainless-os/);
+      assert.match(ok.headers.get('vary') ?? '', /Origin/);
+      const refused = await preflight('https://evil.example.com');
+      assert.equal(refused.status, 403);
+      assert.equal(refused.headers.get('access-control-allow-origin'), null);
+
+      const answer = await fetch(`${server.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { origin: allowed, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }),
+      });
+      assert.equal(answer.status, 200);
+      assert.equal(answer.headers.get('access-control-allow-origin'), allowed);
+      assert.match(answer.headers.get('access-control-expose-headers') ?? '', /retry-after/i);
+      await answer.text();
+      const foreign = await fetch(`${server.url}/v1/models`, { headers: { origin: 'https://evil.example.com' } });
+      assert.equal(foreign.headers.get('access-control-allow-origin'), null, 'a page from another origin cannot read the answer');
+    } finally {
+      await server.shutdown(0);
+      await upstream.close();
+    }
+  });
+});

@@ -202,6 +202,8 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       tenantRate: limits?.tenantRate ?? DEFAULT_LIMITS.tenantRate,
     });
     const api = createHttpHandler({
+      // The origins allowed to open a WebSocket may call the HTTP API from their pages too.
+      ...(config.origins !== undefined && { cors: config.origins }),
       ...(backend.embeddings !== undefined && { embeddings: backend.embeddings }),
       tenantQuotas,
       ...(config.requestLog !== undefined && { requestLog: config.requestLog }),

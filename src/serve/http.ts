@@ -74,6 +74,12 @@ export interface HttpHandlerOptions {
    * the same name, so `received_total` and the histograms count the same requests.
    */
   readonly stageStats?: StageStats;
+  /**
+   * Origins of browser pages on other sites that may call the API (CORS): their preflights are
+   * answered and their responses readable. Any other origin gets no CORS header (a preflight
+   * 403). Default: none.
+   */
+  readonly cors?: readonly string[];
   /** Gets one entry per completion when it ends, and one per refused `/v1` request (status, code, cause); never a prompt or a token. */
   readonly requestLog?: RequestLog;
   /** Who a request is for, for `tenantQuotas` and the request log (e.g. the tenant of its bearer token). */
@@ -155,6 +161,7 @@ const optionsSchema = lazySchema((z) =>
       tenantQuotas: z.instanceof(TenantQuotas, { error: 'tenantQuotas must be a TenantQuotas' }).optional(),
       stageStats: z.instanceof(StageStats, { error: 'stageStats must be a StageStats' }).optional(),
       requestLog: functionSchema<RequestLog>().optional(),
+      cors: z.array(z.string().url({ error: 'a CORS origin must be a URL like https://app.example.com' })).optional(),
     })
     .strict()
     .refine((o) => o.worker !== undefined || (o.workers !== undefined && Object.keys(o.workers).length > 0), {
@@ -429,6 +436,24 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
   };
 
   const serve = async (req: IncomingMessage, res: ServerResponse, route: string, arrivedAt: number): Promise<void> => {
+    const origin = req.headers.origin;
+    const corsOrigin = origin !== undefined && config.cors?.includes(origin) === true ? origin : undefined;
+    if (corsOrigin !== undefined) {
+      res.setHeader('access-control-allow-origin', corsOrigin);
+      res.setHeader('access-control-expose-headers', 'traceparent, retry-after');
+    }
+    if (config.cors !== undefined) res.setHeader('vary', 'Origin');
+    // A preflight carries no credentials: it is answered before auth, for the listed origins only.
+    if (req.method === 'OPTIONS' && route.startsWith('/v1/')) {
+      if (corsOrigin === undefined) throw new ApiError(403, 'This origin may not call the API from a browser.', 'invalid_request_error', 'origin_not_allowed');
+      res.writeHead(204, {
+        'access-control-allow-methods': `${allowed(route)}, OPTIONS`,
+        'access-control-allow-headers': req.headers['access-control-request-headers'] ?? 'authorization, content-type',
+        'access-control-max-age': '600',
+      });
+      res.end();
+      return;
+    }
     if (route.startsWith('/v1/') && config.auth !== undefined && !(await config.auth(req))) {
       throw new ApiError(401, 'Invalid or missing API key.', 'invalid_request_error', 'invalid_api_key');
     }
