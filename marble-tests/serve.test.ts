@@ -17,6 +17,8 @@ import type { ServerFrame } from '../src/serve/protocol.js';
 import { WsClient as Client, until } from './support/ws-client.js';
 import { serveOptions } from '../src/cli.js';
 import OpenAI from 'openai';
+import { readdir, readFile } from 'node:fs/promises';
+import { BUNDLED_CORPUS } from '../src/ai/rag/corpus.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const BIN = join(root, 'bin', 'sluice.js');
@@ -42,7 +44,8 @@ describe('startServer (in process)', () => {
     const done = client.end('q');
     assert.equal(done?.type, 'done');
     assert.equal(done.type === 'done' && done.usage.output_tokens, 30);
-    assert.equal(client.text('q').length, 30);
+    // sluice-rag streams its answer a word at a time: 30 tokens, 30 words.
+    assert.equal(client.text('q').match(/\S+\s*/g)?.length, 30);
     const blocked = client.end('bad');
     assert.equal(blocked?.type === 'error' && blocked.code, 'GUARD_BLOCKED');
     // The client learns it was blocked, not the score or the thresholds to aim at.
@@ -162,6 +165,36 @@ describe('startServer (in process)', () => {
     assert.equal(unknown.status, 404);
   });
 
+  it('sluice-rag answers with sentences of the documents it retrieved, each cited [n], then the sources; a question they do not cover gets no invented answer (issue 25)', async () => {
+    const corpus = (await Promise.all((await readdir(BUNDLED_CORPUS)).map((f) => readFile(join(BUNDLED_CORPUS, f), 'utf8')))).join('\n').replace(/\s+/g, ' ');
+    const ask = async (content: string) => {
+      const response = await fetch(`${running.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sluice-rag', messages: [{ role: 'user', content }] }),
+      });
+      assert.equal(response.status, 200);
+      return ((await response.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content;
+    };
+    for (const question of ['How does a stage pause a fast producer?', 'What happens when a buffer is full?', 'How do I batch requests?']) {
+      const answer = await ask(question);
+      const [body, sources] = answer.split('\n\nSources:\n');
+      assert.ok(body !== undefined && sources !== undefined, `no sources list: ${answer}`);
+      const cited = sources.split('\n');
+      assert.ok(cited.length >= 1 && cited.every((line, i) => line.startsWith(`[${i + 1}] `) && /\.md › /.test(line)), sources);
+      // Each sentence is the corpus's own, word for word, followed by a citation the list holds.
+      const sentences = body.split(/ \[(\d+)\](?: |$)/).filter((_, i) => i % 2 === 0 && _ !== '');
+      const numbers = [...body.matchAll(/ \[(\d+)\](?= |$)/g)].map((m) => Number(m[1]));
+      assert.equal(sentences.length, numbers.length, body);
+      for (const sentence of sentences) assert.ok(corpus.includes(sentence.replace(/^\s+/, '')), `not in the documents: "${sentence}"`);
+      assert.ok(
+        numbers.every((n) => n >= 1 && n <= cited.length),
+        body,
+      );
+    }
+    assert.equal(await ask('asdf qwerty zxcv'), 'I found nothing about that in the documents I have.');
+  });
+
   it('a question of only punctuation or spaces gets an answer, not a 500 or INVALID_VECTOR (issue 25)', async () => {
     for (const content of ['?!?', '   ', '...']) {
       const response = await fetch(`${running.url}/v1/chat/completions`, {
@@ -272,7 +305,7 @@ describe('startServer (in process)', () => {
     assert.equal(response.status, 200);
     const body = (await response.json()) as { choices: { message: { content: string } }[]; usage: { completion_tokens: number } };
     assert.equal(body.usage.completion_tokens, 12);
-    assert.equal(body.choices[0]!.message.content.length, 12);
+    assert.equal(body.choices[0]!.message.content.match(/\S+\s*/g)?.length, 12);
     // One max_tokens limit for both transports (the hello frame announces it).
     const over = await fetch(`${running.url}/v1/chat/completions`, {
       method: 'POST',

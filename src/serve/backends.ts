@@ -72,7 +72,8 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
     // The embedding model also answers /v1/embeddings, its requests micro-batched together.
     const embeddings = new BatchedEmbedder(pool, tokenizer, { model: 'embed' });
     const stages = Object.fromEntries(RAG_STAGES.map((name) => [name, new StageStats()])) as Record<RagStage, StageStats>;
-    const rag = ragWorker({ lm, embedder: embed, index, classify: poolClassifier(pool, tokenizer, { model: 'guard' }), stats: stages });
+    // sluice-rag answers with the retrieved sentences themselves (cited); the character LM is served on its own, as the toy it is.
+    const rag = ragWorker({ embedder: embed, index, classify: poolClassifier(pool, tokenizer, { model: 'guard' }), stats: stages });
     options.log(`indexed ${passages.length} passages from ${options.corpus}`);
     return {
       workers: { [rag.name]: rag, [lm.name]: lm },

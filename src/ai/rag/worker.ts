@@ -21,12 +21,14 @@ import { EmbeddingCache } from './embedding-cache.js';
 import type { VectorIndex } from './vector-index.js';
 import type { PassageMetadata } from './passage.js';
 import { stage } from '../../operators/stage.js';
-import { embed, type Embedder } from '../stages/embed.js';
-import { retrieve } from '../stages/retrieve.js';
+import { embed, type Embedded, type Embedder } from '../stages/embed.js';
+import { retrieve, type Retrieved } from '../stages/retrieve.js';
+import { answerPieces, candidatesOf, composeAnswer, type ExtractOptions, type ExtractedAnswer } from './extract.js';
 import { assemble, type AssembledPrompt } from '../stages/assemble.js';
 import { guard, type Classifier } from '../stages/guard.js';
 import {
   complete,
+  decode,
   generateRequest,
   type Completion,
   type GenerateOptions,
@@ -44,8 +46,13 @@ export type RagStage = (typeof RAG_STAGES)[number];
 export interface RagWorkerOptions {
   /** The worker's name (the `model` clients ask for). Default `sluice-rag`. */
   readonly name?: string;
-  /** Generates the answer from the assembled prompt. */
-  readonly lm: Pick<ModelWorker, 'generate'>;
+  /**
+   * Generates the answer from the assembled prompt. Without it the answer is extractive: the
+   * retrieved sentences closest to the question, each cited `[n]`, then the sources.
+   */
+  readonly lm?: Pick<ModelWorker, 'generate'>;
+  /** Extractive answers: sentences at most, and the least similarity to the question. Default 3 and 0.2. */
+  readonly extract?: ExtractOptions;
   /** Turns texts into vectors (e.g. `embedder(pool, tokenizer)`). */
   readonly embedder: Embedder;
   readonly index: VectorIndex<PassageMetadata>;
@@ -73,9 +80,15 @@ const optionsSchema = lazySchema((z) =>
   z
     .object({
       name: z.string().min(1, { error: 'name must not be empty' }).default('sluice-rag'),
-      lm: z.custom<Pick<ModelWorker, 'generate'>>((v) => typeof v === 'object' && v !== null && typeof (v as ModelWorker).generate === 'function', {
-        error: 'lm must be a ModelWorker',
-      }),
+      lm: z
+        .custom<Pick<ModelWorker, 'generate'>>((v) => typeof v === 'object' && v !== null && typeof (v as ModelWorker).generate === 'function', {
+          error: 'lm must be a ModelWorker',
+        })
+        .optional(),
+      extract: z
+        .object({ sentences: z.number().int().min(1, { error: 'sentences must be ≥ 1' }).optional(), minScore: z.number().min(-1).max(1).optional() })
+        .strict()
+        .optional(),
       embedder: z.custom<Embedder>((v) => typeof v === 'function', { error: 'embedder must be a function' }),
       index: z.custom<VectorIndex<PassageMetadata>>((v) => typeof v === 'object' && v !== null && typeof (v as VectorIndex).search === 'function', {
         error: 'index must be a VectorIndex',
@@ -133,16 +146,63 @@ export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateReques
         : fromIterable([first]).pipe(
             guard({ name: 'guard', classify: config.classify, thresholds: config.thresholds, errorPolicy: 'fail', stats: stats.guard }),
           );
+    const retrieved = guarded.pipe(
+      embed({ name: 'embed', embedder: config.embedder, cache, stats: stats.embed }),
+      retrieve({
+        name: 'retrieve',
+        index: config.index,
+        k: config.k,
+        ...(config.minScore !== undefined && { minScore: config.minScore }),
+        stats: stats.retrieve,
+      }),
+    );
+    const lm = config.lm;
+    if (lm === undefined) {
+      // Extractive: rank the retrieved sentences with the embedding model, then stream the answer they make.
+      return asFlow(
+        retrieved.pipe(
+          stage(
+            async (r: Retrieved<Embedded<string>>, context) => {
+              const candidates = candidatesOf(r.passages);
+              const vectors =
+                candidates.length === 0
+                  ? []
+                  : await config.embedder(
+                      candidates.map((c) => c.text),
+                      context.signal,
+                    );
+              return composeAnswer(r.input.vector, r.passages, candidates, vectors, config.extract);
+            },
+            { name: 'assemble', stats: stats.assemble },
+          ),
+          stage(
+            (answer: ExtractedAnswer, context) => {
+              const pieces = answerPieces(answer.text);
+              let next = 0;
+              return decode(
+                generateRequest({ ...params, prompt: question }),
+                {
+                  signal: generateOptions.signal === undefined ? context.signal : AbortSignal.any([context.signal, generateOptions.signal]),
+                  trace: context.trace,
+                  stage: 'generate',
+                  ...(generateOptions.onDone !== undefined && { onDone: generateOptions.onDone }),
+                },
+                { name: config.name, maxTokens: valid.max_tokens },
+                () => ({
+                  inputTokens: answerPieces(question).length,
+                  step: () => Promise.resolve(next < pieces.length ? { text: pieces[next++]! } : { end: 'stop' as const }),
+                  close() {},
+                }),
+              );
+            },
+            { name: 'generate', stats: stats.generate },
+          ),
+          map((t) => t.value),
+        ),
+      );
+    }
     return asFlow(
-      guarded.pipe(
-        embed({ name: 'embed', embedder: config.embedder, cache, stats: stats.embed }),
-        retrieve({
-          name: 'retrieve',
-          index: config.index,
-          k: config.k,
-          ...(config.minScore !== undefined && { minScore: config.minScore }),
-          stats: stats.retrieve,
-        }),
+      retrieved.pipe(
         assemble({
           name: 'assemble',
           system: config.system,
@@ -155,7 +215,7 @@ export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateReques
         }),
         stage(
           (prompt: AssembledPrompt, context) =>
-            config.lm.generate(generateRequest({ max_tokens: config.maxTokens, ...params, prompt: prompt.messages.map((m) => m.content).join('\n') }), {
+            lm.generate(generateRequest({ max_tokens: config.maxTokens, ...params, prompt: prompt.messages.map((m) => m.content).join('\n') }), {
               // The caller's signal too (an HTTP client that left): the model stops between steps.
               signal: generateOptions.signal === undefined ? context.signal : AbortSignal.any([context.signal, generateOptions.signal]),
               trace: context.trace,
