@@ -3,6 +3,7 @@
  * the question (ranked with the embedding model), in reading order, each followed by the
  * `[n]` of its source, then the list of sources. It never says more than the sources say.
  */
+import { cosine } from '../models/embedding.js';
 import type { RetrievedPassage } from './passage.js';
 
 export interface ExtractOptions {
@@ -60,19 +61,6 @@ export function sentencesOf(text: string): string[] {
     }
   }
   return sentences;
-}
-
-/** Cosine similarity of two vectors (the embedder's are unit length, but a user's may not be). */
-function cosine(a: Float32Array, b: Float32Array): number {
-  let dot = 0;
-  let na = 0;
-  let nb = 0;
-  for (let i = 0; i < a.length; i++) {
-    dot += a[i]! * b[i]!;
-    na += a[i]! * a[i]!;
-    nb += b[i]! * b[i]!;
-  }
-  return na === 0 || nb === 0 ? 0 : dot / Math.sqrt(na * nb);
 }
 
 /**
