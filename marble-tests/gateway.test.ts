@@ -226,6 +226,15 @@ describe('gateway mode against a scripted upstream', () => {
     assert.equal((JSON.parse(answer.text) as { error: { code: string } }).error.code, 'rate_limit_exceeded');
   });
 
+  it('an upstream that never ends an event (a line of megabytes) fails the attempt with a typed error, not unbounded memory', async () => {
+    const line = `data: ${'x'.repeat(3 * 2 ** 20)}`;
+    a.script({ kind: 'raw', chunks: [line] }, { kind: 'raw', chunks: [line] }, { kind: 'raw', chunks: [line] });
+    b.script({ kind: 'raw', chunks: [line] }, { kind: 'raw', chunks: [line] }, { kind: 'raw', chunks: [line] });
+    const answer = await post(gateway.url, { model: 'up-model', messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(answer.status, 502, answer.text);
+    assert.match(answer.text, /malformed stream/);
+  });
+
   it('a client that leaves before the first byte aborts the upstream request', async () => {
     a.script({ kind: 'stall' });
     const controller = new AbortController();

@@ -285,6 +285,18 @@ describe('OpenAI-compatible client', () => {
     );
   });
 
+  it('bounds an event: a line that never ends, or an event of endless data lines, fails with MalformedEventError', () => {
+    const endless = new SseParser(100);
+    assert.deepEqual(endless.push(Buffer.from('data: {"ok":1}\n\n')), ['{"ok":1}']);
+    assert.throws(() => {
+      for (let i = 0; i < 10; i++) endless.push(Buffer.from('x'.repeat(20)));
+    }, MalformedEventError);
+    const lines = new SseParser(100);
+    assert.throws(() => {
+      for (let i = 0; i < 20; i++) lines.push(Buffer.from('data: 0123456789\n'));
+    }, MalformedEventError);
+  });
+
   it('applies stop sequences split across streamed tokens and never emits them', async () => {
     handler = (_req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });

@@ -23,7 +23,9 @@ export type Script =
   /** Streams `after` pieces, then destroys the connection mid-stream. */
   | { readonly kind: 'drop'; readonly after: number }
   /** Streams padded pieces for as long as the connection lives, waiting for `drain` whenever a write is refused. */
-  | { readonly kind: 'endless'; readonly pad?: number };
+  | { readonly kind: 'endless'; readonly pad?: number }
+  /** Writes these raw body chunks under an SSE status line, then holds the connection open. */
+  | { readonly kind: 'raw'; readonly chunks: readonly string[] };
 
 export interface Served {
   readonly body: Record<string, unknown>;
@@ -129,6 +131,11 @@ export class FakeUpstream {
         res.writeHead(script.status, { 'content-type': 'application/json', ...script.headers });
         return void res.end(script.body ?? JSON.stringify({ error: { message: `scripted ${script.status}`, type: 'server_error', code: null } }));
       case 'stall':
+        this.stalled.add(res);
+        return;
+      case 'raw':
+        head();
+        for (const c of script.chunks) write(c);
         this.stalled.add(res);
         return;
       case 'drop': {

@@ -89,7 +89,7 @@ export class OpenAIWorker implements ModelWorker<GenerateRequest, Completion> {
   async infer(request: GenerateRequest, options: InferOptions = {}): Promise<Completion> {
     const valid = generateRequest(request);
     const response = await this.post(valid, false, options.signal);
-    const text = await response.text();
+    const text = await readLimited(response, MAX_COMPLETION_BYTES);
     let json: unknown;
     try {
       json = JSON.parse(text);
@@ -140,7 +140,8 @@ export class OpenAIWorker implements ModelWorker<GenerateRequest, Completion> {
       ...(signal === undefined ? {} : { signal }),
     });
     if (response.ok) return response;
-    const text = (await response.text().catch(() => '')).slice(0, 1000);
+    // Only the start of an error body is kept: a server may send anything there.
+    const text = (await readLimited(response, 1000, true).catch(() => '')).slice(0, 1000);
     if (response.status === 429) throw new RateLimitedError(text, retryAfter(response.headers));
     throw new HttpStatusError(response.status, text);
   }
@@ -257,6 +258,11 @@ export class SseParser {
   private readonly decoder = new TextDecoder('utf-8', { fatal: false });
   private line = '';
   private data: string[] = [];
+  /** Characters of the event being read (its data lines and the line not yet ended). */
+  private size = 0;
+
+  /** `maxEventChars`: an event longer than this fails with `MalformedEventError`, so a server that never ends a line cannot fill memory. */
+  constructor(private readonly maxEventChars = 1 << 20) {}
   private afterCarriageReturn = false;
   private started = false;
 
@@ -299,6 +305,7 @@ export class SseParser {
       start = i + 1;
     }
     this.line += text.slice(start);
+    if (this.size + this.line.length > this.maxEventChars) throw new MalformedEventError(`an event is longer than ${this.maxEventChars} characters`);
     return events;
   }
 
@@ -306,6 +313,7 @@ export class SseParser {
     if (line === '') {
       if (this.data.length > 0) events.push(this.data.join('\n'));
       this.data = [];
+      this.size = 0;
       return;
     }
     if (line.startsWith(':')) return;
@@ -315,6 +323,7 @@ export class SseParser {
     let value = colon < 0 ? '' : line.slice(colon + 1);
     if (value.startsWith(' ')) value = value.slice(1);
     this.data.push(value);
+    this.size += value.length + 1;
   }
 }
 
@@ -349,6 +358,29 @@ function finishReason(reason: string | null | undefined): EndReason {
 function streamOptionsOf(body: Readonly<Record<string, unknown>> | undefined): Record<string, unknown> {
   const options = body?.stream_options;
   return typeof options === 'object' && options !== null ? { ...(options as Record<string, unknown>) } : {};
+}
+
+/** The largest whole (non-streamed) completion read, bytes; a larger one is a `MalformedEventError`. */
+const MAX_COMPLETION_BYTES = 16 * 1024 * 1024;
+
+/** A response body as text, read up to `limit` bytes: beyond, the rest is cancelled and the read fails, or with `truncate` returns what it has. */
+async function readLimited(response: Response, limit: number, truncate = false): Promise<string> {
+  if (response.body === null) return '';
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  let bytes = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return text + decoder.decode();
+    bytes += value.byteLength;
+    if (bytes > limit) {
+      await reader.cancel().catch(() => {});
+      if (truncate) return text + decoder.decode(value);
+      throw new MalformedEventError(`the response body is larger than ${limit} bytes`);
+    }
+    text += decoder.decode(value, { stream: true });
+  }
 }
 
 /** `retry-after-ms` (OpenAI), else `retry-after` in seconds or as an HTTP date; in ms. */
