@@ -357,6 +357,44 @@ describe('gateway mode: breaker and discovery', () => {
     }
   });
 
+  it('caches deterministic answers and shares identical ones in flight; a sampled request always reaches the upstream', async () => {
+    const up = await FakeUpstream.start(['m']);
+    const gateway = await startServer({
+      port: 0,
+      upstreams: [{ baseUrl: up.url, name: 'up' }],
+      gateway: { ...FAST, cache: { maxBytes: 1 << 20 }, singleFlight: true },
+    });
+    const ask = async (body: Record<string, unknown>) => {
+      const answer = await post(gateway.url, { model: 'm', messages: [{ role: 'user', content: 'same question' }], ...body });
+      assert.equal(answer.status, 200, answer.text);
+      return (JSON.parse(answer.text) as { choices: { message: { content: string } }[] }).choices[0]!.message.content;
+    };
+    try {
+      up.script({ kind: 'stream', pieces: ['cached', ' once'] });
+      assert.equal(await ask({ temperature: 0 }), 'cached once');
+      assert.equal(await ask({ temperature: 0 }), 'cached once');
+      assert.equal(up.served.length, 1, 'the second identical request was a hit');
+      // Another tool list is another request.
+      up.script({ kind: 'stream', pieces: ['with', ' tools'] });
+      assert.equal(await ask({ temperature: 0, tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }), 'with tools');
+      assert.equal(up.served.length, 2);
+      // Sampled: never another's answer.
+      up.script({ kind: 'stream', pieces: ['one'] }, { kind: 'stream', pieces: ['two'] });
+      assert.deepEqual([await ask({ temperature: 1 }), await ask({ temperature: 1 })], ['one', 'two']);
+      assert.equal(up.served.length, 4);
+      // Two identical ones at once: one upstream call, both get every token.
+      up.script({ kind: 'stream', pieces: ['shared', ' in', ' flight'], everyMs: 30 });
+      const both = await Promise.all([ask({ seed: 7 }), ask({ seed: 7 })]);
+      assert.deepEqual(both, ['shared in flight', 'shared in flight']);
+      assert.equal(up.served.length, 5);
+      const metrics = await (await fetch(`${gateway.url}/metrics`)).text();
+      assert.match(metrics, /sluice_cache_hits_total\{cache="upstream"\} 1/);
+    } finally {
+      await gateway.shutdown(0);
+      await up.close();
+    }
+  });
+
   it('an upstream that cannot be listed fails the start naming it; explicit models skip the listing', async () => {
     await assert.rejects(
       Gateway.start({ upstreams: [{ baseUrl: 'http://127.0.0.1:9/v1', name: 'gone' }], discoveryTimeout: 2_000 }),
@@ -442,6 +480,11 @@ describe('sluice serve --upstream', () => {
       () => parseUpstream('http://user:sk-inline@h/v1', env),
       (err: Error) => /environment variable/.test(err.message) && !err.message.includes('sk-inline'),
     );
+    assert.deepEqual(serveOptions(['--upstream', 'http://a/v1#models=x', '--cache-mb', '64'], {}).gateway, {
+      cache: { maxBytes: 64 * 2 ** 20 },
+      singleFlight: true,
+    });
+    assert.throws(() => serveOptions(['--cache-mb', '64'], {}), /give --upstream too/);
     assert.deepEqual(serveOptions([], { SLUICE_UPSTREAMS: 'http://a/v1#models=x  http://b/v1#models=y' }).upstreams, [
       { baseUrl: 'http://a/v1', models: ['x'] },
       { baseUrl: 'http://b/v1', models: ['y'] },

@@ -49,6 +49,8 @@ Options (environment variable in brackets):
                                 weight=N       share of the requests it gets first (default: order)
                                 models=a,b     its models (default: asked of it at start)
                               e.g. --upstream 'https://api.openai.com/v1#key=OPENAI_API_KEY&models=gpt-4o-mini'
+  --cache-mb <n>              gateway mode: cache the answers of deterministic requests (temperature 0
+                              or a seed) in up to n MiB, and share identical ones in flight [SLUICE_CACHE_MB]
   -h, --help                  this text
   -v, --version               the version
 
@@ -89,6 +91,7 @@ function readFlags(argv: readonly string[]) {
       rate: { type: 'string' },
       nats: { type: 'string' },
       upstream: { type: 'string', multiple: true },
+      'cache-mb': { type: 'string' },
       concurrency: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
       version: { type: 'boolean', short: 'v' },
@@ -184,6 +187,14 @@ export function parseUpstream(spec: string, env: NodeJS.ProcessEnv): UpstreamOpt
   return options;
 }
 
+/** Gateway options from `--cache-mb`, which means something only with upstreams. */
+function gatewayTuning(cacheMb: number | undefined, upstreams: readonly UpstreamOptions[] | undefined): ServeOptions['gateway'] | undefined {
+  if (cacheMb === undefined) return undefined;
+  if (upstreams === undefined) throw new UsageError('--cache-mb caches upstream answers: give --upstream too');
+  if (cacheMb === 0) throw new UsageError('--cache-mb: expected at least 1');
+  return { cache: { maxBytes: cacheMb * 2 ** 20 }, singleFlight: true };
+}
+
 /** Flags and environment → `ServeOptions`, and the NATS URL generation goes to, if any. */
 export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): ServeOptions & { nats?: string } {
   const v = flagValues(argv);
@@ -212,6 +223,7 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
     ...(Object.keys(limits).length > 0 && { limits }),
     ...defined('nats', v.nats ?? (env.SLUICE_NATS || undefined)),
     ...defined('upstreams', upstreams),
+    ...defined('gateway', gatewayTuning(integer(v, env, 'cache-mb', 'SLUICE_CACHE_MB'), upstreams)),
   };
 }
 

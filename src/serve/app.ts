@@ -188,6 +188,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     // The HTTP edge counts requests to plain models in the generate stage, beside a pipeline's own generate stage.
     const generateStats = backend.stages.generate ?? new StageStats();
     for (const [name, s] of Object.entries({ ...backend.stages, generate: generateStats })) metrics.registerStage(name, s);
+    for (const [name, s] of Object.entries(backend.caches ?? {})) metrics.registerCache(name, s);
     const pool = backend.pool;
     if (pool !== undefined) metrics.registerPool('serve', () => pool.stats);
     const workers = backend.workers;

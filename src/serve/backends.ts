@@ -4,6 +4,7 @@
  * Either way the server gets named workers, the stage counters to export, and a release.
  */
 import { StageStats } from '../flow/stats.js';
+import type { CacheStats } from '../cache/stats.js';
 import { Gateway, type GatewayOptions, type UpstreamOptions } from '../ai/inference/gateway.js';
 import { CharLmWorker } from '../ai/inference/onnx-lm.js';
 import type { ModelWorker } from '../ai/inference/worker.js';
@@ -25,6 +26,8 @@ export interface Backend {
   readonly workers: Readonly<Record<string, ModelWorker>>;
   /** Models `/v1/embeddings` serves, by name. */
   readonly embeddings?: Readonly<Record<string, BatchedEmbedder>>;
+  /** Cache counters to export as metrics, by cache name. */
+  readonly caches?: Readonly<Record<string, CacheStats>>;
   /** Stage counters to export as metrics, by stage name. */
   readonly stages: Readonly<Record<string, StageStats>>;
   /** The inference pool, when models run in this process. */
@@ -107,7 +110,13 @@ export async function gatewayBackend(
     },
   });
   log(`gateway: ${gateway.models.length} models from ${upstreams.length} upstream${upstreams.length === 1 ? '' : 's'} (${gateway.models.join(', ')})`);
-  return { workers: gateway.modelWorkers(), stages: { upstream: gateway.stats }, circuits: () => gateway.circuits(), release: async () => {} };
+  return {
+    workers: gateway.modelWorkers(),
+    stages: { upstream: gateway.stats },
+    ...(tuning.cache !== undefined || tuning.singleFlight === true ? { caches: { upstream: gateway.cacheStats } } : {}),
+    circuits: () => gateway.circuits(),
+    release: async () => {},
+  };
 }
 
 export type { InferencePoolStats };

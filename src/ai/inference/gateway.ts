@@ -14,6 +14,11 @@ import type { Flow } from '../../flow/demand.js';
 import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../../flow/options.js';
 import { fromIterable } from '../../flow/sources.js';
 import { StageStats } from '../../flow/stats.js';
+import { type CachedAnswer, cached } from '../../cache/cached.js';
+import { SingleFlight } from '../../cache/flight.js';
+import { hashKey } from '../../cache/key.js';
+import { LruCache } from '../../cache/lru.js';
+import { CacheStats } from '../../cache/stats.js';
 import { stage } from '../../operators/stage.js';
 import { asFlow } from '../../resilience/as-flow.js';
 import { CircuitBreaker, type CircuitStateChange } from '../../resilience/breaker.js';
@@ -73,6 +78,15 @@ export interface GatewayOptions {
   readonly discoveryTimeout?: number;
   /** Counters of the `upstream` stage, shared by every model. */
   readonly stats?: StageStats;
+  /**
+   * A response cache for deterministic requests (`temperature: 0`, or a `seed`): an identical
+   * request (model, messages, tools, every field) is answered from it without the upstream.
+   */
+  readonly cache?: { readonly maxBytes: number; readonly ttl?: number };
+  /** Identical deterministic requests in flight at once share one upstream call. Default false. */
+  readonly singleFlight?: boolean;
+  /** Hits, misses and joins of the cache and single-flight. */
+  readonly cacheStats?: CacheStats;
   readonly onBreakerChange?: (upstream: string, change: CircuitStateChange) => void;
   /** Numbers in [0, 1) for weights and jitter. Default `Math.random`. */
   readonly random?: () => number;
@@ -117,6 +131,12 @@ const gatewaySchema = lazySchema((z) =>
       breakerCooldown: ms('breakerCooldown').default(15_000),
       discoveryTimeout: ms('discoveryTimeout').default(5_000),
       stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
+      cache: z
+        .object({ maxBytes: positiveInt('cache.maxBytes'), ttl: z.number({ error: 'cache.ttl must be a number of ms' }).positive().optional() })
+        .strict()
+        .optional(),
+      singleFlight: z.boolean({ error: 'singleFlight must be a boolean' }).default(false),
+      cacheStats: z.instanceof(CacheStats, { error: 'cacheStats must be a CacheStats' }).optional(),
       onBreakerChange: functionSchema<(upstream: string, change: CircuitStateChange) => void>().optional(),
       random: functionSchema<() => number>().default(() => Math.random),
       scheduler: schedulerSchema().optional(),
@@ -162,6 +182,10 @@ export function isUpstreamTransient(error: unknown): boolean {
 export class Gateway {
   /** The `upstream` stage's counters. */
   readonly stats: StageStats;
+  /** The cache's and single-flight's hits, misses and joins. */
+  readonly cacheStats: CacheStats;
+  private readonly responses: LruCache<CachedAnswer<Token>> | undefined;
+  private readonly flight: SingleFlight<Token> | undefined;
   private readonly breakers = new Map<string, CircuitBreaker>();
   private readonly workers = new Map<string, ModelWorker<GenerateRequest, Completion>>();
 
@@ -170,7 +194,19 @@ export class Gateway {
     served: ReadonlyMap<string, readonly UpstreamConfig[]>,
   ) {
     this.stats = config.stats ?? new StageStats();
+    this.cacheStats = config.cacheStats ?? new CacheStats();
     const scheduler = config.scheduler ?? asyncScheduler;
+    this.responses =
+      config.cache === undefined
+        ? undefined
+        : new LruCache<CachedAnswer<Token>>({
+            maxBytes: config.cache.maxBytes,
+            ...(config.cache.ttl !== undefined && { ttl: config.cache.ttl }),
+            sizeOf: (answer) => answer.items.reduce((n, token) => n + 64 + token.text.length * 2, 0),
+            ...(config.scheduler !== undefined && { scheduler: config.scheduler }),
+            stats: this.cacheStats,
+          });
+    this.flight = config.singleFlight ? new SingleFlight<Token>() : undefined;
     for (const upstream of config.upstreams) {
       const name = upstreamName(upstream);
       this.breakers.set(
@@ -270,9 +306,20 @@ export class Gateway {
     const generate = (request: GenerateRequest, options: GenerateOptions = {}): Flow<Token> => {
       const valid = generateRequest(request);
       const element = options.trace === undefined ? traced(valid) : new Traced(valid, options.trace);
+      const chain = chainFor(options);
+      // Only a deterministic request may be answered with another's tokens.
+      const shared = deterministic(valid) && (this.responses !== undefined || this.flight !== undefined);
+      const work = shared
+        ? cached(chain, {
+            ...(this.responses !== undefined && { response: this.responses }),
+            ...(this.flight !== undefined && { singleFlight: this.flight }),
+            key: (r: GenerateRequest) => hashKey({ model, request: r }),
+            stats: this.cacheStats,
+          })
+        : chain;
       return asFlow(
         fromIterable([element]).pipe(
-          stage(chainFor(options), { name: 'upstream', stats: this.stats }),
+          stage(work, { name: 'upstream', stats: this.stats }),
           map((t) => t.value),
         ),
       );
@@ -284,6 +331,13 @@ export class Gateway {
       infer: (request: GenerateRequest, inferOptions: InferOptions = {}) => complete((onDone) => generate(request, { ...inferOptions, onDone })),
     };
   }
+}
+
+/** `temperature: 0` or a `seed`, in the request or the body forwarded: the same request gets the same answer. */
+function deterministic(request: GenerateRequest): boolean {
+  const body = request.passthrough;
+  const temperature = body?.temperature ?? request.temperature;
+  return temperature === 0 || (body?.seed ?? request.seed) !== undefined;
 }
 
 function upstreamName(upstream: { readonly name?: string | undefined; readonly baseUrl: string }): string {
