@@ -8,6 +8,11 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, type RunningServer } from '../src/serve/app.js';
 import type { RequestLogEntry } from '../src/serve/request-log.js';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createHttpHandler } from '../src/serve/http.js';
+import { TenantQuotas } from '../src/serve/tenant-quotas.js';
+import { fromIterable } from '../src/flow/sources.js';
 import { FakeUpstream } from './support/fake-upstream.js';
 import { WsClient, until } from './support/ws-client.js';
 
@@ -301,6 +306,45 @@ describe('CORS for the listed origins (--origin)', () => {
     } finally {
       await server.shutdown(0);
       await upstream.close();
+    }
+  });
+});
+
+describe('tenant limits on /v1/embeddings', () => {
+  it('an embeddings request holds a slot of its tenant like a completion, and is logged', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const entries: RequestLogEntry[] = [];
+    const handler = createHttpHandler({
+      worker: { name: 'unused', generate: () => fromIterable([]) },
+      embeddings: { slow: { embed: async (texts) => (await gate, { vectors: texts.map(() => Float32Array.of(1, 0)), tokens: texts.length }) } },
+      tenant: () => 'acme',
+      tenantQuotas: new TenantQuotas({ tenantConcurrent: 1, tenantRate: { perSecond: 100, burst: 100 } }),
+      requestLog: (e) => entries.push(e),
+    });
+    const server = createServer(handler);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/embeddings`;
+    const ask = () => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'slow', input: 'x' }) });
+    try {
+      const first = ask();
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const second = await ask();
+      assert.equal(second.status, 429);
+      release();
+      assert.equal((await first).status, 200);
+      assert.equal((await ask()).status, 200, 'the slot came back');
+      assert.deepEqual(
+        entries.map((e) => [e.outcome, e.status]),
+        [
+          ['refused', 429],
+          ['completed', 200],
+          ['completed', 200],
+        ],
+      );
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
     }
   });
 });

@@ -218,6 +218,19 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
 
   const embedders = new Map<string, EmbeddingModel>(Object.entries(config.embeddings ?? {}));
 
+  /** Takes a slot of the request's tenant (429 `tenant_quota` when it has none left); the returned function gives it back. */
+  const admitTenant = (tenant: string | undefined): (() => void) => {
+    const quotas = tenant === undefined ? undefined : config.tenantQuotas;
+    if (quotas === undefined) return () => {};
+    const refused = quotas.acquire(tenant!);
+    if (refused !== undefined) {
+      const headers: Record<string, string> =
+        refused.retryAfter === undefined ? {} : { 'retry-after': String(Math.max(1, Math.ceil(refused.retryAfter / 1000))) };
+      throw new ApiError(429, `Tenant quota: ${refused.message}.`, 'requests', 'tenant_quota', null, headers);
+    }
+    return () => quotas.release(tenant!);
+  };
+
   const embeddings = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
       throw new ApiError(415, 'The request body must be JSON (content-type: application/json).', 'invalid_request_error', 'unsupported_media_type');
@@ -236,7 +249,16 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     if (model === undefined)
       throw new ApiError(404, `The model \`${body.model}\` does not exist or does not embed.`, 'invalid_request_error', 'model_not_found', 'model');
     const texts = typeof body.input === 'string' ? [body.input] : body.input;
-    const { vectors, tokens } = await model.embed(texts);
+    const tenant = config.tenant?.(req);
+    const release = admitTenant(tenant);
+    const startedAt = performance.now();
+    let result: Awaited<ReturnType<EmbeddingModel['embed']>>;
+    try {
+      result = await model.embed(texts);
+    } finally {
+      release();
+    }
+    const { vectors, tokens } = result;
     const size = vectors[0]?.length ?? 0;
     if (body.dimensions != null && body.dimensions !== size)
       throw new ApiError(400, `dimensions must be ${size} for ${body.model} (it cannot be shortened)`, 'invalid_request_error', 'invalid_value', 'dimensions');
@@ -246,6 +268,16 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       data: vectors.map((vector, index) => ({ object: 'embedding', index, embedding: base64 ? base64Vector(vector) : Array.from(vector) })),
       model: body.model,
       usage: { prompt_tokens: tokens, total_tokens: tokens },
+    });
+    config.requestLog?.({
+      transport: 'http',
+      id: `embeddings-${randomUUID()}`,
+      ...(tenant !== undefined && { tenant }),
+      model: body.model,
+      outcome: 'completed',
+      status: 200,
+      inputTokens: tokens,
+      durationMs: round(performance.now() - startedAt),
     });
   };
 
@@ -272,21 +304,13 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     if (worker === undefined) throw new ApiError(404, `The model \`${chatBody.model}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
     const request = toGenerateRequest(chatBody, config.maxTokens, passthrough ? (body as Record<string, unknown>) : undefined);
     const tenant = config.tenant?.(req);
-    const quotas = tenant === undefined ? undefined : config.tenantQuotas;
-    if (quotas !== undefined) {
-      const refused = quotas.acquire(tenant!);
-      if (refused !== undefined) {
-        const headers: Record<string, string> =
-          refused.retryAfter === undefined ? {} : { 'retry-after': String(Math.max(1, Math.ceil(refused.retryAfter / 1000))) };
-        throw new ApiError(429, `Tenant quota: ${refused.message}.`, 'requests', 'tenant_quota', null, headers);
-      }
-    }
+    const release = admitTenant(tenant);
 
     inFlight++;
     try {
       await generate(req, res, arrivedAt, chatBody, worker, request, tenant);
     } finally {
-      quotas?.release(tenant!);
+      release();
       if (--inFlight === 0) idle?.();
     }
   };
