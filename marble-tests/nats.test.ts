@@ -11,6 +11,16 @@ import { startScript } from './support/child-script.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** The link stream's message count once acknowledgements in flight reached the server: polls up to 3 s for it to drain to 0 (acks are not confirmed). */
+async function settledCount(link: { jsm: { streams: { info(name: string): Promise<{ state: { messages: number } }> } }; stream: string }): Promise<number> {
+  let left = (await link.jsm.streams.info(link.stream)).state.messages;
+  for (let i = 0; i < 150 && left !== 0; i++) {
+    await sleep(20);
+    left = (await link.jsm.streams.info(link.stream)).state.messages;
+  }
+  return left;
+}
+
 describe('sluice/nats links, on a real nats-server', () => {
   let server: NatsServer;
   let nc: NatsConnection;
@@ -105,8 +115,8 @@ describe('sluice/nats links, on a real nats-server', () => {
     assert.ok(peakSeen <= capacity, `backlog reached ${peakSeen}, capacity ${capacity}`);
     assert.ok(summary.peakBacklog <= capacity);
     assert.ok(peakSeen >= capacity / 2, `the producer kept the link busy (peak ${peakSeen})`);
-    const info = await link.jsm.streams.info(link.stream);
-    assert.equal(info.state.messages, 0, 'every message acknowledged');
+    // The last ack is on its way when take() completes: wait for the server to have it.
+    assert.equal(await settledCount(link), 0, 'every message acknowledged');
   });
 
   it('a receiver that leaves gives its unhandled messages back at once, not after ackWait', async () => {
@@ -134,8 +144,7 @@ describe('sluice/nats links, on a real nats-server', () => {
       'the three taken were acknowledged, the rest given back: each value once',
     );
     assert.ok(deliveries.includes(2), "the nak'ed messages were delivered a second time");
-    await sleep(50); // acknowledgements are not confirmed: give the server a moment
-    assert.equal((await link.jsm.streams.info(link.stream)).state.messages, 0);
+    assert.equal(await settledCount(link), 0);
   });
 
   it('acknowledges a message only once the pipeline is done with it: not while a stage works on it', async () => {
@@ -165,9 +174,8 @@ describe('sluice/nats links, on a real nats-server', () => {
     );
     // Work is serial (concurrency 1): the k-th element's work sees at most the k−1 before it acknowledged.
     ackedDuringWork.forEach((acked, k) => assert.ok(acked <= k, `element ${k} saw ${acked} acknowledged`));
-    await sleep(50);
+    assert.equal(await settledCount(link), 0);
     assert.equal(stats.acked, 4);
-    assert.equal((await link.jsm.streams.info(link.stream)).state.messages, 0);
   });
 
   it('a streaming stage: the message is acknowledged after its last output was taken, not its first', async () => {
@@ -375,8 +383,7 @@ describe('sluice/nats links, on a real nats-server', () => {
       assert.equal(summary.published, total);
       assert.equal(new Set(seen).size, total, 'every element arrived');
       assert.ok(seen.length - total <= stats.redelivered, `${seen.length - total} seen twice, ${stats.redelivered} redelivered`);
-      await sleep(100);
-      assert.equal((await link.jsm.streams.info(link.stream)).state.messages, 0, 'every message acknowledged in the end');
+      assert.equal(await settledCount(link), 0, 'every message acknowledged in the end');
     } finally {
       await connection.close();
       await own.close();
@@ -403,8 +410,7 @@ describe('sluice/nats links, on a real nats-server', () => {
       seen.sort((a, b) => a - b),
       [0, 1, 2, 3, 4, 5, 6, 8, 9],
     );
-    await sleep(50);
-    assert.equal((await link.jsm.streams.info(link.stream)).state.messages, 0, 'nothing left holding a place of the capacity');
+    assert.equal(await settledCount(link), 0, 'nothing left holding a place of the capacity');
     assert.equal((await link.jsm.streams.info(link.deadStream)).state.messages, 1);
   });
 
