@@ -6,7 +6,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, type RunningServer } from '../src/serve/app.js';
+import { startServer, type RunningServer, type ServeOptions } from '../src/serve/app.js';
 import type { RequestLogEntry } from '../src/serve/request-log.js';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -15,6 +15,22 @@ import { TenantQuotas } from '../src/serve/tenant-quotas.js';
 import { fromIterable } from '../src/flow/sources.js';
 import { FakeUpstream } from './support/fake-upstream.js';
 import { WsClient, until } from './support/ws-client.js';
+
+/** A gateway-mode server in front of a fresh scripted upstream serving model `m`; `close` stops both. */
+async function gatewayOnFake(
+  options: Omit<ServeOptions, 'port' | 'upstreams'> = {},
+): Promise<{ upstream: FakeUpstream; server: RunningServer; close(): Promise<void> }> {
+  const upstream = await FakeUpstream.start(['m']);
+  const server = await startServer({ ...options, port: 0, upstreams: [{ baseUrl: upstream.url, name: 'fake' }] });
+  return {
+    upstream,
+    server,
+    close: async () => {
+      await server.shutdown(0);
+      await upstream.close();
+    },
+  };
+}
 
 function completion(url: string, headers: Record<string, string>, signal: AbortSignal): Promise<Response> {
   return fetch(`${url}/v1/chat/completions`, {
@@ -134,8 +150,7 @@ describe('limits on an open server', () => {
 
 describe('drain a load balancer can see', () => {
   it('while running streams finish, the server keeps listening: /readyz 503, new completions and upgrades 503 with Retry-After; then it closes', async () => {
-    const upstream = await FakeUpstream.start(['m']);
-    const server = await startServer({ port: 0, upstreams: [{ baseUrl: upstream.url, name: 'fake' }] });
+    const { upstream, server, close } = await gatewayOnFake();
     try {
       upstream.script({ kind: 'stream', pieces: Array.from({ length: 15 }, (_, i) => `p${i} `), everyMs: 100 });
       const running = await completion(server.url, {}, new AbortController().signal);
@@ -162,16 +177,14 @@ describe('drain a load balancer can see', () => {
       await stopping;
       await assert.rejects(fetch(`${server.url}/healthz`), 'closed once drained');
     } finally {
-      await server.shutdown(0);
-      await upstream.close();
+      await close();
     }
   });
 });
 
 describe('serving metrics a vLLM user recognises', () => {
   it('time to first token, inter-token latency, end-to-end, queue time, running and waiting, prompt tokens — per model', async () => {
-    const upstream = await FakeUpstream.start(['m']);
-    const server = await startServer({ port: 0, upstreams: [{ baseUrl: upstream.url, name: 'fake' }] });
+    const { upstream, server, close } = await gatewayOnFake();
     const value = async (name: string): Promise<number> => {
       const text = await (await fetch(`${server.url}/metrics`)).text();
       const line = text.split('\n').find((l) => l.startsWith(`${name}{model_name="m"} `));
@@ -208,22 +221,15 @@ describe('serving metrics a vLLM user recognises', () => {
       );
       assert.equal(await value('sluice_num_requests_running'), 0);
     } finally {
-      await server.shutdown(0);
-      await upstream.close();
+      await close();
     }
   });
 });
 
 describe('request log', () => {
   it('one entry per request, HTTP and WebSocket, with outcome, tokens, timings and causes — never a prompt or a token', async () => {
-    const upstream = await FakeUpstream.start(['m']);
     const entries: RequestLogEntry[] = [];
-    const server = await startServer({
-      port: 0,
-      upstreams: [{ baseUrl: upstream.url, name: 'fake' }],
-      gateway: { attempts: 1, baseDelay: 1 },
-      requestLog: (e) => entries.push(e),
-    });
+    const { upstream, server, close } = await gatewayOnFake({ gateway: { attempts: 1, baseDelay: 1 }, requestLog: (e) => entries.push(e) });
     const ask = (body: Record<string, unknown>) =>
       fetch(`${server.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }).then(
         async (r) => [r.status, await r.text()] as const,
@@ -265,17 +271,15 @@ describe('request log', () => {
       const text = JSON.stringify(entries);
       assert.doesNotMatch(text, /SECRET-PROMPT|TOKEN-TEXT/, 'no prompt or token text in the log');
     } finally {
-      await server.shutdown(0);
-      await upstream.close();
+      await close();
     }
   });
 });
 
 describe('CORS for the listed origins (--origin)', () => {
   it('answers a preflight from an allowed origin and marks its responses; another origin gets no CORS headers', async () => {
-    const upstream = await FakeUpstream.start(['m']);
     const allowed = 'https://app.example.com';
-    const server = await startServer({ port: 0, origins: [allowed], upstreams: [{ baseUrl: upstream.url, name: 'fake' }] });
+    const { server, close } = await gatewayOnFake({ origins: [allowed] });
     try {
       const preflight = (origin: string) =>
         fetch(`${server.url}/v1/chat/completions`, {
@@ -304,8 +308,7 @@ describe('CORS for the listed origins (--origin)', () => {
       const foreign = await fetch(`${server.url}/v1/models`, { headers: { origin: 'https://evil.example.com' } });
       assert.equal(foreign.headers.get('access-control-allow-origin'), null, 'a page from another origin cannot read the answer');
     } finally {
-      await server.shutdown(0);
-      await upstream.close();
+      await close();
     }
   });
 });

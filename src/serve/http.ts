@@ -218,6 +218,16 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
 
   const embedders = new Map<string, EmbeddingModel>(Object.entries(config.embeddings ?? {}));
 
+  /** A POST's JSON body: 415 for another content type (what a cross-site form can send), 503 while draining. */
+  const readBody = (req: IncomingMessage): Promise<unknown> => {
+    if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
+      throw new ApiError(415, 'The request body must be JSON (content-type: application/json).', 'invalid_request_error', 'unsupported_media_type');
+    }
+    if (draining)
+      throw new ApiError(503, 'The server is shutting down; retry on another instance.', 'server_error', 'server_shutting_down', null, DRAIN_RETRY_AFTER);
+    return readJson(req, config.maxBodyBytes);
+  };
+
   /** Takes a slot of the request's tenant (429 `tenant_quota` when it has none left); the returned function gives it back. */
   const admitTenant = (tenant: string | undefined): (() => void) => {
     const quotas = tenant === undefined ? undefined : config.tenantQuotas;
@@ -232,18 +242,8 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
   };
 
   const embeddings = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
-      throw new ApiError(415, 'The request body must be JSON (content-type: application/json).', 'invalid_request_error', 'unsupported_media_type');
-    }
-    if (draining)
-      throw new ApiError(503, 'The server is shutting down; retry on another instance.', 'server_error', 'server_shutting_down', null, DRAIN_RETRY_AFTER);
-    const parsed = embeddingsSchema().safeParse(await readJson(req, config.maxBodyBytes));
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0]!;
-      const param = issue.code === 'unrecognized_keys' ? issue.keys[0]! : issue.path.map(String).join('.') || null;
-      const message = issue.code === 'unrecognized_keys' ? `Unrecognized request argument supplied: ${issue.keys.join(', ')}` : issue.message;
-      throw new ApiError(400, message, 'invalid_request_error', issue.code === 'unrecognized_keys' ? 'unrecognized_argument' : 'invalid_value', param);
-    }
+    const parsed = embeddingsSchema().safeParse(await readBody(req));
+    if (!parsed.success) throw bodyError(parsed.error.issues[0]!);
     const body = parsed.data;
     const model = embedders.get(body.model);
     if (model === undefined)
@@ -282,23 +282,13 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
   };
 
   const chat = async (req: IncomingMessage, res: ServerResponse, arrivedAt: number): Promise<void> => {
-    if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
-      throw new ApiError(415, 'The request body must be JSON (content-type: application/json).', 'invalid_request_error', 'unsupported_media_type');
-    }
-    if (draining)
-      throw new ApiError(503, 'The server is shutting down; retry on another instance.', 'server_error', 'server_shutting_down', null, DRAIN_RETRY_AFTER);
-    const body = await readJson(req, config.maxBodyBytes);
+    const body = await readBody(req);
     // An upstream's model takes the fields sluice does not know (tools, response_format...) and forwards them.
     const named =
       typeof body === 'object' && body !== null && typeof (body as { model?: unknown }).model === 'string' ? (body as { model: string }).model : undefined;
     const passthrough = named !== undefined && workers.get(named)?.passthrough === true;
     const parsed = (passthrough ? passthroughChatSchema() : chatSchema()).safeParse(body);
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0]!;
-      const param = issue.code === 'unrecognized_keys' ? issue.keys[0]! : issue.path.map(String).join('.') || null;
-      const message = issue.code === 'unrecognized_keys' ? `Unrecognized request argument supplied: ${issue.keys.join(', ')}` : issue.message;
-      throw new ApiError(400, message, 'invalid_request_error', issue.code === 'unrecognized_keys' ? 'unrecognized_argument' : 'invalid_value', param);
-    }
+    if (!parsed.success) throw bodyError(parsed.error.issues[0]!);
     const chatBody = parsed.data;
     const worker = workers.get(chatBody.model);
     if (worker === undefined) throw new ApiError(404, `The model \`${chatBody.model}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
@@ -565,4 +555,18 @@ function countEdgeStage(stats: StageStats | undefined, error: unknown, cancelled
     stats.deliveredCount++;
     stats.emittedCount++;
   }
+}
+
+/** The first problem zod found in a body, as OpenAI words it: an unknown field, or a bad value with its path. */
+function bodyError(issue: {
+  readonly code: string;
+  readonly path: readonly PropertyKey[];
+  readonly message: string;
+  readonly keys?: readonly string[];
+}): ApiError {
+  if (issue.code === 'unrecognized_keys') {
+    const keys = issue.keys ?? [];
+    return new ApiError(400, `Unrecognized request argument supplied: ${keys.join(', ')}`, 'invalid_request_error', 'unrecognized_argument', keys[0] ?? null);
+  }
+  return new ApiError(400, issue.message, 'invalid_request_error', 'invalid_value', issue.path.map(String).join('.') || null);
 }
