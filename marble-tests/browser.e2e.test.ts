@@ -12,11 +12,12 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { CliProcess } from './support/cli-process.js';
+import { BUNDLED_CORPUS } from '../src/ai/rag/corpus.js';
 
 /** Debian's chromium; `SLUICE_CHROMIUM` names another build of it. */
 const CHROMIUM = process.env.SLUICE_CHROMIUM || '/usr/bin/chromium';
@@ -197,6 +198,31 @@ describe('the chat page in headless Chromium against `sluice serve`', { skip }, 
     assert.ok((await chat.answer()).length > 0);
     assert.equal(await chat.page.getByTestId('question').textContent(), 'How does a stage pause a fast producer?');
     assert.match((await chat.page.getByTestId('trace').textContent()) ?? '', /^traceparent 00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/);
+  });
+
+  it("links an answer's [n] citations to its sources, and a source opens the passages it names", async () => {
+    await chat.ask('How does a stage pause a fast producer?', { model: 'sluice-rag', maxTokens: 400 });
+    const status = await chat.settled('done', 'cancelled', 'error');
+    assert.equal(status.state, 'done', status.text);
+    const sources = chat.page.getByTestId('sources');
+    await until('the sources list', async () => ((await sources.isVisible()) ? true : undefined));
+    const items = sources.locator('li');
+    assert.ok((await items.count()) >= 1);
+    // The list left the answer: what stays is the cited text, its markers links to the list.
+    assert.ok(!(await chat.answer()).includes('Sources:'), await chat.answer());
+    const cite = chat.page.getByTestId('output').locator('a.cite').first();
+    const href = (await cite.getAttribute('href')) ?? '';
+    assert.match(href, /^#source-\d+$/);
+    await cite.click();
+    const passage = chat.page.locator(`${href} [data-testid="passage"]`).first();
+    await until('the cited passage to load', async () => ((await passage.count()) > 0 ? true : undefined));
+    const text = (await passage.textContent()) ?? '';
+    const corpus = (await Promise.all((await readdir(BUNDLED_CORPUS)).map((f) => readFile(join(BUNDLED_CORPUS, f), 'utf8')))).join('\n');
+    assert.ok(text.length > 20 && corpus.includes(text), text);
+    const source = ((await chat.page.locator(`${href} summary`).textContent()) ?? '').replace(/^\[\d+\] /, '');
+    assert.ok(source.length > 0);
+    const shots = process.env.SLUICE_E2E_SCREENSHOTS;
+    if (shots) await chat.page.screenshot({ path: join(shots, 'chat-citations.png'), fullPage: true });
   });
 
   it('shows the error code of a question the guard blocks', async () => {

@@ -14,6 +14,7 @@ import { InvalidOptionsError } from './core/errors.js';
 import { SUBPROTOCOL } from './serve/protocol.js';
 import { startServer, type RunningServer, type ServeOptions } from './serve/app.js';
 import type { UpstreamOptions } from './ai/inference/gateway.js';
+import { PII_KINDS, type PiiKind } from './ai/stages/redact.js';
 import { pinoPeer } from './core/peers.js';
 import type { RequestLogEntry } from './serve/request-log.js';
 
@@ -51,6 +52,13 @@ Options (environment variable in brackets):
                               e.g. --upstream 'https://api.openai.com/v1#key=OPENAI_API_KEY&models=gpt-4o-mini'
   --cache-mb <n>              gateway mode: cache the answers of deterministic requests (temperature 0
                               or a seed) in up to n MiB, and share identical ones in flight [SLUICE_CACHE_MB]
+  --rag-model <name>          gateway mode with --corpus: the upstream model that writes sluice-rag's
+                              answers from the passages retrieved here [SLUICE_RAG_MODEL] (default: the
+                              first model listed)
+  --guard                     classify every prompt for injection with the embedded guard model, for
+                              every model, upstream ones too (sluice-rag always does) [SLUICE_GUARD=1]
+  --redact <kinds>            redact personal data from every answer as it streams: all, or some of
+                              ${PII_KINDS.join(',')} [SLUICE_REDACT]
   -h, --help                  this text
   -v, --version               the version
 
@@ -64,6 +72,9 @@ Runs the language model for "sluice serve --nats": takes generation requests fro
   --concurrency <n>           requests generated at once [SLUICE_CONCURRENCY] (default 4)
   --pool-size <n>             inference worker threads [SLUICE_POOL_SIZE] (default min(cores, 2))
 `;
+
+/** The flag of a `serve options` field, for errors found when the server starts. */
+const FLAG_OF: Readonly<Record<string, string>> = { ragModel: '--rag-model' };
 
 /** A bad flag or environment value: printed without a stack, exit code 2. */
 class UsageError extends Error {}
@@ -92,6 +103,9 @@ function readFlags(argv: readonly string[]) {
       nats: { type: 'string' },
       upstream: { type: 'string', multiple: true },
       'cache-mb': { type: 'string' },
+      'rag-model': { type: 'string' },
+      guard: { type: 'boolean' },
+      redact: { type: 'string' },
       concurrency: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
       version: { type: 'boolean', short: 'v' },
@@ -207,14 +221,11 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
   };
   const upstreamSpecs = v.upstream ?? env.SLUICE_UPSTREAMS?.split(/\s+/).filter((s) => s.length > 0);
   const upstreams = upstreamSpecs === undefined || upstreamSpecs.length === 0 ? undefined : upstreamSpecs.map((spec) => parseUpstream(spec, env));
-  const insecureEnv = env.SLUICE_INSECURE;
-  if (insecureEnv !== undefined && !['', '0', '1', 'true', 'false'].includes(insecureEnv))
-    throw new UsageError(`SLUICE_INSECURE: expected 1 or 0, got "${insecureEnv}"`);
   return {
     ...defined('host', v.host ?? (env.SLUICE_HOST || undefined)),
     ...defined('port', integer(v, env, 'port', 'SLUICE_PORT')),
     ...defined('tokens', tokens(list(v.token, env.SLUICE_TOKENS))),
-    ...defined('insecure', v.insecure ?? (insecureEnv === '1' || insecureEnv === 'true' ? true : undefined)),
+    ...defined('insecure', v.insecure ?? switchedOn(env, 'SLUICE_INSECURE')),
     ...defined('origins', list(v.origin, env.SLUICE_ORIGINS)),
     ...defined('models', v.models ?? (env.SLUICE_MODELS || undefined)),
     ...defined('corpus', v.corpus ?? (env.SLUICE_CORPUS || undefined)),
@@ -224,7 +235,41 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
     ...defined('nats', v.nats ?? (env.SLUICE_NATS || undefined)),
     ...defined('upstreams', upstreams),
     ...defined('gateway', gatewayTuning(integer(v, env, 'cache-mb', 'SLUICE_CACHE_MB'), upstreams)),
+    ...defined('ragModel', ragModel(v['rag-model'] ?? (env.SLUICE_RAG_MODEL || undefined), upstreams, v.corpus ?? (env.SLUICE_CORPUS || undefined))),
+    ...defined('guard', v.guard ?? switchedOn(env, 'SLUICE_GUARD')),
+    ...defined('redact', redactKinds(v.redact, env.SLUICE_REDACT)),
   };
+}
+
+/** A boolean environment variable: 1/true on, 0/false/empty off. */
+function switchedOn(env: NodeJS.ProcessEnv, variable: string): true | undefined {
+  const raw = env[variable];
+  if (raw !== undefined && !['', '0', '1', 'true', 'false'].includes(raw)) throw new UsageError(`${variable}: expected 1 or 0, got "${raw}"`);
+  return raw === '1' || raw === 'true' ? true : undefined;
+}
+
+/** `--rag-model`, which means something only in gateway mode over a corpus. */
+function ragModel(name: string | undefined, upstreams: readonly UpstreamOptions[] | undefined, corpus: string | undefined): string | undefined {
+  if (name === undefined) return undefined;
+  if (upstreams === undefined || corpus === undefined)
+    throw new UsageError('--rag-model picks the upstream model that answers from --corpus: give --upstream and --corpus too');
+  return name;
+}
+
+/** `--redact all` or a comma-separated list of kinds. */
+function redactKinds(flag: string | undefined, variable: string | undefined): true | PiiKind[] | undefined {
+  const raw = flag ?? (variable || undefined);
+  if (raw === undefined) return undefined;
+  const name = flag === undefined ? 'SLUICE_REDACT' : '--redact';
+  if (raw.trim() === 'all') return true;
+  const kinds = raw
+    .split(',')
+    .map((k) => k.trim())
+    .filter((k) => k.length > 0);
+  const unknown = kinds.filter((k) => !(PII_KINDS as readonly string[]).includes(k));
+  if (kinds.length === 0 || unknown.length > 0)
+    throw new UsageError(`${name}: expected all or some of ${PII_KINDS.join(', ')}${unknown.length > 0 ? `, got "${unknown.join(', ')}"` : ''}`);
+  return kinds as PiiKind[];
 }
 
 /** Flags and environment → what `sluice worker` runs with. */
@@ -328,7 +373,10 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   } catch (err) {
     await remote?.close().catch(() => {});
     if (err instanceof UsageError || err instanceof InvalidOptionsError) {
-      process.stderr.write(`sluice: ${err.message}\nRun "sluice serve --help" for the options.\n`);
+      // An option only the running server can check (an upstream's model list) is named by its flag.
+      const flag = err instanceof InvalidOptionsError && err.issues.length === 1 ? FLAG_OF[err.issues[0]!.path] : undefined;
+      const message = flag === undefined ? err.message : `${flag}: ${(err as InvalidOptionsError).issues[0]!.message}`;
+      process.stderr.write(`sluice: ${message}\nRun "sluice serve --help" for the options.\n`);
       return 2;
     }
     const code = (err as NodeJS.ErrnoException).code;

@@ -22,6 +22,9 @@ import { parseOptions, positiveInt } from '../flow/options.js';
 import { StageStats } from '../flow/stats.js';
 import type { GatewayOptions, UpstreamOptions } from '../ai/inference/gateway.js';
 import type { ModelWorker } from '../ai/inference/worker.js';
+import { guardedWorker } from '../ai/inference/guarded-worker.js';
+import { redactedWorker } from '../ai/inference/redacted-worker.js';
+import { PII_KINDS, RedactStats, type PiiKind } from '../ai/stages/redact.js';
 import type { InferencePoolStats } from '../ai/models/pool.js';
 import { BUNDLED_CORPUS } from '../ai/rag/corpus.js';
 import { type Backend, embeddedBackend, gatewayBackend } from './backends.js';
@@ -78,6 +81,15 @@ export interface ServeOptions {
   readonly upstreams?: readonly UpstreamOptions[];
   /** Retries, timeouts and breakers of gateway mode (`Gateway.start`). */
   readonly gateway?: Omit<GatewayOptions, 'upstreams'>;
+  /**
+   * Gateway mode with a `corpus`: the upstream model that writes `sluice-rag`'s answers from
+   * the passages retrieved here. Default: the first model the upstreams list.
+   */
+  readonly ragModel?: string;
+  /** Classify every prompt for injection with the embedded guard model, for every model (`sluice-rag` always does). Default false. */
+  readonly guard?: boolean;
+  /** Redact personal data from every answer as it streams: true for every kind, or the kinds to redact. Default: none. */
+  readonly redact?: boolean | readonly PiiKind[];
   /** One entry per request, HTTP and WebSocket: id, tenant, model, outcome, tokens, time to first token, duration, error and cause. Never a prompt, token or key. */
   readonly requestLog?: RequestLog;
 }
@@ -116,9 +128,20 @@ const optionsSchema = lazySchema((z) =>
       // Checked by Gateway.start, which names the bad field under "gateway options".
       upstreams: z.array(z.record(z.string(), z.unknown()), { error: 'upstreams must be an array of { baseUrl, ... }' }).min(1).optional(),
       gateway: z.record(z.string(), z.unknown()).optional(),
+      ragModel: z.string().min(1, { error: 'ragModel must not be empty' }).optional(),
+      guard: z.boolean({ error: 'guard must be true or false' }).default(false),
+      redact: z
+        .union([z.boolean(), z.array(z.enum(PII_KINDS)).min(1, { error: 'redact: name at least one kind' })], {
+          error: `redact must be true or a list of ${PII_KINDS.join(', ')}`,
+        })
+        .default(false),
       requestLog: z.custom<RequestLog>((v) => typeof v === 'function', { error: 'requestLog must be a function' }).optional(),
     })
     .strict()
+    .refine((o) => o.ragModel === undefined || o.upstreams !== undefined, {
+      error: 'ragModel names an upstream model: give upstreams too',
+      path: ['ragModel'],
+    })
     .refine((o) => o.upstreams === undefined || o.languageModel === undefined, {
       error: 'give upstreams or languageModel, not both',
       path: ['upstreams'],
@@ -181,17 +204,23 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
   const log = config.log ?? (() => {});
   const backend: Backend =
     options.upstreams !== undefined
-      ? await gatewayBackend(options.upstreams, options.gateway ?? {}, log)
+      ? await gatewayBackend(
+          options.upstreams,
+          options.gateway ?? {},
+          // The bundled corpus is the embedded models' default; a gateway retrieves only from a corpus it is given.
+          { models: config.models, poolSize: config.poolSize, corpus: options.corpus, ragModel: config.ragModel, guard: config.guard },
+          log,
+        )
       : await embeddedBackend({ models: config.models, corpus: config.corpus, poolSize: config.poolSize, languageModel: config.languageModel, log });
   const metrics = new SluiceMetrics();
   try {
+    const { workers, stages } = withPolicies(backend, config.guard, config.redact);
     // The HTTP edge counts requests to plain models in the generate stage, beside a pipeline's own generate stage.
-    const generateStats = backend.stages.generate ?? new StageStats();
-    for (const [name, s] of Object.entries({ ...backend.stages, generate: generateStats })) metrics.registerStage(name, s);
+    const generateStats = stages.generate ?? new StageStats();
+    for (const [name, s] of Object.entries({ ...stages, generate: generateStats })) metrics.registerStage(name, s);
     for (const [name, s] of Object.entries(backend.caches ?? {})) metrics.registerCache(name, s);
     const pool = backend.pool;
     if (pool !== undefined) metrics.registerPool('serve', () => pool.stats);
-    const workers = backend.workers;
 
     const tenants = new Map(Object.entries(config.tokens));
     const open = tenants.size === 0;
@@ -206,6 +235,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       // The origins allowed to open a WebSocket may call the HTTP API from their pages too.
       ...(config.origins !== undefined && { cors: config.origins }),
       ...(backend.embeddings !== undefined && { embeddings: backend.embeddings }),
+      ...(backend.passages !== undefined && { passages: backend.passages }),
       tenantQuotas,
       ...(config.requestLog !== undefined && { requestLog: config.requestLog }),
       stageStats: generateStats,
@@ -304,6 +334,27 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     metrics.close();
     throw err;
   }
+}
+
+/** The backend's workers with the server's policies: the guard in front of those without their own, redaction behind all. */
+function withPolicies(backend: Backend, guard: boolean, redact: boolean | readonly PiiKind[]) {
+  const stages: Record<string, StageStats> = { ...backend.stages };
+  let workers: Record<string, ModelWorker> = { ...backend.workers };
+  if (guard) {
+    if (backend.classify === undefined) throw new Error('guard: this backend has no guard model');
+    const stats = (stages.guard ??= new StageStats());
+    const classify = backend.classify;
+    workers = Object.fromEntries(
+      Object.entries(workers).map(([name, worker]) => [name, backend.guarded?.has(name) ? worker : guardedWorker(worker, { classify, stats })]),
+    );
+  }
+  if (redact !== false) {
+    const stats = new RedactStats();
+    stages.redact = stats;
+    const options = { stats, ...(redact !== true && { detect: redact }) };
+    workers = Object.fromEntries(Object.entries(workers).map(([name, worker]) => [name, redactedWorker(worker, options)]));
+  }
+  return { workers, stages };
 }
 
 function sendPage(res: ServerResponse, page: Buffer, head: boolean): void {

@@ -1,8 +1,11 @@
 /**
  * What a sluice server serves: the embedded models (generated ONNX models in a worker-thread
- * pool, `sluice-rag` and `charlm`), or upstream OpenAI-compatible servers (gateway mode).
- * Either way the server gets named workers, the stage counters to export, and a release.
+ * pool, `sluice-rag` and `charlm`), or upstream OpenAI-compatible servers (gateway mode),
+ * optionally with the embedded embedding and guard models beside them (retrieval for an
+ * upstream model, the guard on every prompt). Either way the server gets named workers,
+ * the stage counters to export, and a release.
  */
+import { InvalidOptionsError } from '../core/errors.js';
 import { StageStats } from '../flow/stats.js';
 import type { CacheStats } from '../cache/stats.js';
 import { Gateway, type GatewayOptions, type UpstreamOptions } from '../ai/inference/gateway.js';
@@ -15,11 +18,16 @@ import { poolClassifier } from '../ai/models/pool-classifier.js';
 import { embedder } from '../ai/models/pool-embedder.js';
 import { InferencePool, type InferencePoolStats } from '../ai/models/pool.js';
 import { BatchedEmbedder } from '../ai/models/batched-embedder.js';
+import type { Classifier } from '../ai/stages/guard.js';
+import { indexPassages, loadCorpus } from '../ai/rag/corpus.js';
+import type { Passage } from '../ai/rag/passage.js';
+import { RAG_STAGES, ragWorker, type RagStage } from '../ai/rag/worker.js';
 
 /** The name `/v1/embeddings` serves the generated embedding model under. */
 export const EMBEDDING_MODEL = 'sluice-embed';
-import { indexPassages, loadCorpus } from '../ai/rag/corpus.js';
-import { RAG_STAGES, ragWorker, type RagStage } from '../ai/rag/worker.js';
+
+/** The name the RAG worker is served under. */
+export const RAG_MODEL = 'sluice-rag';
 
 export interface Backend {
   /** By the name clients put in `model`; the first is the default. */
@@ -32,6 +40,12 @@ export interface Backend {
   readonly stages: Readonly<Record<string, StageStats>>;
   /** The inference pool, when models run in this process. */
   readonly pool?: InferencePool;
+  /** The prompt-injection classifier, when the guard model is loaded. */
+  readonly classify?: Classifier;
+  /** The workers that guard their own prompts (the RAG pipeline), by name. */
+  readonly guarded?: ReadonlySet<string>;
+  /** The indexed passages with this source (`file › heading`), for a reader following a citation. */
+  passages?(source: string): readonly Passage[];
   /** Each upstream's circuit state, in gateway mode. */
   circuits?(): Record<string, string>;
   release(): Promise<void>;
@@ -45,49 +59,33 @@ export interface EmbeddedOptions {
   readonly log: (line: string) => void;
 }
 
-/** The generated models (written into `models` when missing), the corpus indexed, `sluice-rag` and its language model. */
-export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend> {
+/** The embedding and guard models in a pool (and the character LM, when asked), generated into `models` when missing. */
+async function localModels(options: { readonly models: string; readonly poolSize: number; readonly charLm: boolean; readonly log: (line: string) => void }) {
   if (BUNDLED_DATA === undefined) throw new Error('the bundled data/ folder is missing from the package');
   const dir = options.models;
   const written = await generateModels({ outDir: dir, dataDir: BUNDLED_DATA });
   const fresh = written.filter((f) => f.written).length;
   if (fresh > 0) options.log(`generated ${fresh} model files into ${dir}/`);
-
   const pool = await InferencePool.create({
     name: 'serve',
     models: {
       embed: `${dir}/${MODEL_FILES.embedding}`,
       guard: `${dir}/${MODEL_FILES.guard}`,
-      ...(options.languageModel === undefined && { charlm: `${dir}/${MODEL_FILES.charLm}` }),
+      ...(options.charLm && { charlm: `${dir}/${MODEL_FILES.charLm}` }),
     },
     size: options.poolSize,
   });
   try {
     const tokenizer = await loadTokenizer(`${dir}/${MODEL_FILES.embeddingTokenizer}`);
-    const embed = embedder(pool, tokenizer, { model: 'embed' });
-    const passages = await loadCorpus(options.corpus);
-    const index = await indexPassages(passages, (texts, signal) => embed(texts, signal));
-    const local =
-      options.languageModel === undefined
-        ? await CharLmWorker.load(`${dir}/${MODEL_FILES.charLm}`, { run: (feeds, signal) => pool.run(feeds, { model: 'charlm', signal }) })
-        : undefined;
-    const lm = options.languageModel ?? local!;
-    // The embedding model also answers /v1/embeddings, its requests micro-batched together.
-    const embeddings = new BatchedEmbedder(pool, tokenizer, { model: 'embed' });
-    const stages = Object.fromEntries(RAG_STAGES.map((name) => [name, new StageStats()])) as Record<RagStage, StageStats>;
-    // sluice-rag answers with the retrieved sentences themselves (cited); the character LM is served on its own, as the toy it is.
-    const rag = ragWorker({ embedder: embed, index, classify: poolClassifier(pool, tokenizer, { model: 'guard' }), stats: stages });
-    options.log(`indexed ${passages.length} passages from ${options.corpus}`);
     return {
-      workers: { [rag.name]: rag, [lm.name]: lm },
-      embeddings: { [EMBEDDING_MODEL]: embeddings },
-      stages: { ...stages, embeddings: embeddings.stats },
       pool,
-      release: async () => {
-        embeddings.close();
-        await local?.release();
-        await pool.close();
-      },
+      embed: embedder(pool, tokenizer, { model: 'embed' }),
+      classify: poolClassifier(pool, tokenizer, { model: 'guard' }),
+      // The embedding model also answers /v1/embeddings, its requests micro-batched together.
+      embeddings: new BatchedEmbedder(pool, tokenizer, { model: 'embed' }),
+      charLm: options.charLm
+        ? await CharLmWorker.load(`${dir}/${MODEL_FILES.charLm}`, { run: (feeds, signal) => pool.run(feeds, { model: 'charlm', signal }) })
+        : undefined,
     };
   } catch (err) {
     await pool.close();
@@ -95,10 +93,64 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
   }
 }
 
-/** Upstream servers' models, through the gateway's `upstream` stage. */
+type LocalModels = Awaited<ReturnType<typeof localModels>>;
+
+/** The corpus indexed, and `sluice-rag` over it: extractive without `lm`, else written by `lm`. */
+async function ragOver(local: LocalModels, corpus: string, lm: ModelWorker | undefined, log: (line: string) => void) {
+  const passages = await loadCorpus(corpus);
+  const index = await indexPassages(passages, (texts, signal) => local.embed(texts, signal));
+  const stages = Object.fromEntries(RAG_STAGES.map((name) => [name, new StageStats()])) as Record<RagStage, StageStats>;
+  const rag = ragWorker({ name: RAG_MODEL, embedder: local.embed, index, classify: local.classify, stats: stages, ...(lm !== undefined && { lm }) });
+  log(`indexed ${passages.length} passages from ${corpus}${lm === undefined ? '' : `; ${RAG_MODEL} answers with ${lm.name}`}`);
+  const bySource = new Map<string, Passage[]>();
+  for (const passage of passages) bySource.set(passage.source, [...(bySource.get(passage.source) ?? []), passage]);
+  return { rag, stages, passages: (source: string) => bySource.get(source) ?? [] };
+}
+
+/** The generated models (written into `models` when missing), the corpus indexed, `sluice-rag` and its language model. */
+export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend> {
+  const local = await localModels({ models: options.models, poolSize: options.poolSize, charLm: options.languageModel === undefined, log: options.log });
+  try {
+    // sluice-rag answers with the retrieved sentences themselves (cited); the character LM is served on its own, as the toy it is.
+    const { rag, stages, passages } = await ragOver(local, options.corpus, undefined, options.log);
+    const lm = options.languageModel ?? local.charLm!;
+    return {
+      workers: { [rag.name]: rag, [lm.name]: lm },
+      embeddings: { [EMBEDDING_MODEL]: local.embeddings },
+      stages: { ...stages, embeddings: local.embeddings.stats },
+      pool: local.pool,
+      classify: local.classify,
+      guarded: new Set([rag.name]),
+      passages,
+      release: async () => {
+        local.embeddings.close();
+        await local.charLm?.release();
+        await local.pool.close();
+      },
+    };
+  } catch (err) {
+    await local.pool.close();
+    throw err;
+  }
+}
+
+/** What gateway mode runs here beside the upstreams: retrieval over a corpus, the guard. */
+export interface GatewayLocal {
+  readonly models: string;
+  readonly poolSize: number;
+  /** Index this corpus and serve `sluice-rag` over it, written by an upstream model. */
+  readonly corpus?: string | undefined;
+  /** The upstream model that writes `sluice-rag`'s answers. Default: the first model listed. */
+  readonly ragModel?: string | undefined;
+  /** Load the guard model (to classify every prompt). */
+  readonly guard: boolean;
+}
+
+/** Upstream servers' models, through the gateway's `upstream` stage; the embedded models too when `local` needs them. */
 export async function gatewayBackend(
   upstreams: readonly UpstreamOptions[],
   tuning: Omit<GatewayOptions, 'upstreams'>,
+  local: GatewayLocal,
   log: (line: string) => void,
 ): Promise<Backend> {
   const gateway = await Gateway.start({
@@ -110,12 +162,73 @@ export async function gatewayBackend(
     },
   });
   log(`gateway: ${gateway.models.length} models from ${upstreams.length} upstream${upstreams.length === 1 ? '' : 's'} (${gateway.models.join(', ')})`);
-  return {
-    workers: gateway.modelWorkers(),
+  const upstreamWorkers: Record<string, ModelWorker> = gateway.modelWorkers();
+  const base = {
     stages: { upstream: gateway.stats },
     ...(tuning.cache !== undefined || tuning.singleFlight === true ? { caches: { upstream: gateway.cacheStats } } : {}),
     circuits: () => gateway.circuits(),
-    release: async () => {},
+  };
+  if (local.corpus === undefined && local.ragModel !== undefined)
+    throw ragModelError('sluice-rag is served in gateway mode only over a corpus: give corpus too');
+  if (local.corpus === undefined && !local.guard) return { ...base, workers: upstreamWorkers, release: async () => {} };
+  // Checked before any model is loaded: a wrong name fails the start at once.
+  const lm = local.corpus === undefined ? undefined : ragLanguageModel(gateway.models, upstreamWorkers, local.ragModel);
+  const models = await localModels({ models: local.models, poolSize: local.poolSize, charLm: false, log });
+  try {
+    if (local.corpus === undefined || lm === undefined) {
+      return {
+        ...base,
+        ...servedLocally(models),
+        workers: upstreamWorkers,
+        stages: { ...base.stages, embeddings: models.embeddings.stats },
+        classify: models.classify,
+      };
+    }
+    if (gateway.models.includes(RAG_MODEL)) log(`gateway: the upstream's ${RAG_MODEL} is not served; this server's ${RAG_MODEL} answers from ${local.corpus}`);
+    const { rag, stages, passages } = await ragOver(models, local.corpus, lm, log);
+    const { [RAG_MODEL]: _shadowed, ...others } = upstreamWorkers;
+    return {
+      ...base,
+      ...servedLocally(models),
+      workers: { [rag.name]: rag, ...others },
+      stages: { ...base.stages, ...stages, embeddings: models.embeddings.stats },
+      classify: models.classify,
+      guarded: new Set([rag.name]),
+      passages,
+    };
+  } catch (err) {
+    await models.pool.close();
+    throw err;
+  }
+}
+
+/**
+ * The upstream model that writes `sluice-rag`'s answers: the one named, else the first listed.
+ * An upstream that is itself a sluice server serves a `sluice-rag` of its own, never the writer.
+ */
+function ragLanguageModel(served: readonly string[], workers: Readonly<Record<string, ModelWorker>>, name: string | undefined): ModelWorker {
+  const chosen = name ?? served.find((m) => m !== RAG_MODEL);
+  const lm = chosen === undefined || chosen === RAG_MODEL ? undefined : workers[chosen];
+  if (lm === undefined)
+    throw ragModelError(
+      `${chosen === undefined ? 'the upstreams serve no model to answer with' : `"${chosen}" is not an upstream model`} (models: ${served.join(', ')})`,
+    );
+  return lm;
+}
+
+function ragModelError(message: string): InvalidOptionsError {
+  return new InvalidOptionsError('serve options', [{ path: 'ragModel', message }]);
+}
+
+/** What the embedded models add to a gateway: `sluice-embed` on /v1/embeddings, the pool, their release. */
+function servedLocally(models: LocalModels) {
+  return {
+    embeddings: { [EMBEDDING_MODEL]: models.embeddings },
+    pool: models.pool,
+    release: async () => {
+      models.embeddings.close();
+      await models.pool.close();
+    },
   };
 }
 

@@ -50,6 +50,8 @@ export interface HttpHandlerOptions {
   readonly workers?: Readonly<Record<string, ChatWorker>>;
   /** Models `POST /v1/embeddings` serves, by name (e.g. a `BatchedEmbedder`). */
   readonly embeddings?: Readonly<Record<string, EmbeddingModel>>;
+  /** The passages cited under a source (`file › heading`): `GET /v1/passages?source=` answers with them. Without it that route is 404. */
+  readonly passages?: (source: string) => readonly { readonly id: string; readonly source: string; readonly text: string }[];
   /** A single model, served under its `name`. Combined with `workers` if both are given. */
   readonly worker?: ChatWorker;
   /** Where request, generation and stage metrics go; `GET /metrics` serves its registry. Without it `/metrics` is 404. */
@@ -161,6 +163,7 @@ const optionsSchema = lazySchema((z) =>
       tenantQuotas: z.instanceof(TenantQuotas, { error: 'tenantQuotas must be a TenantQuotas' }).optional(),
       stageStats: z.instanceof(StageStats, { error: 'stageStats must be a StageStats' }).optional(),
       requestLog: functionSchema<RequestLog>().optional(),
+      passages: functionSchema<(source: string) => readonly { id: string; source: string; text: string }[]>().optional(),
       cors: z.array(z.string().url({ error: 'a CORS origin must be a URL like https://app.example.com' })).optional(),
     })
     .strict()
@@ -170,7 +173,7 @@ const optionsSchema = lazySchema((z) =>
     }),
 );
 
-const ROUTES = new Set(['/v1/chat/completions', '/v1/embeddings', '/v1/models', '/metrics', '/healthz', '/readyz']);
+const ROUTES = new Set(['/v1/chat/completions', '/v1/embeddings', '/v1/models', '/v1/passages', '/metrics', '/healthz', '/readyz']);
 /** `/v1/models/{id}`: one route (and one metrics label) for every id. */
 const MODEL_ROUTE = '/v1/models/{id}';
 const MODEL_PREFIX = '/v1/models/';
@@ -187,7 +190,8 @@ const DRAIN_RETRY_AFTER = { 'retry-after': '1' } as const;
 const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
 
 /**
- * Builds the request listener. Routes: `POST /v1/chat/completions`, `GET /v1/models`,
+ * Builds the request listener. Routes: `POST /v1/chat/completions`, `POST /v1/embeddings`,
+ * `GET /v1/models`, `GET /v1/models/{id}`, `GET /v1/passages?source=` (with `passages`),
  * `GET /metrics`, `GET /healthz` (the process is up), `GET /readyz` (models loaded and
  * not draining, else 503).
  *
@@ -484,6 +488,15 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
         return embeddings(req, res);
       case '/v1/models':
         return sendJson(res, 200, { object: 'list', data: [...workers.keys(), ...embedders.keys()].map(modelObject) });
+      case '/v1/passages': {
+        if (config.passages === undefined) throw new ApiError(404, 'This server has no corpus.', 'invalid_request_error', 'not_found');
+        const source = new URL(req.url ?? '/', 'http://x').searchParams.get('source');
+        if (source === null || source === '')
+          throw new ApiError(400, 'Give the cited source: ?source=<file › heading>.', 'invalid_request_error', 'missing_source', 'source');
+        const found = config.passages(source);
+        if (found.length === 0) throw new ApiError(404, `No passage has the source \`${source}\`.`, 'invalid_request_error', 'passage_not_found', 'source');
+        return sendJson(res, 200, { object: 'list', data: found.map((p) => ({ object: 'passage', id: p.id, source: p.source, text: p.text })) });
+      }
       case MODEL_ROUTE: {
         const id = decodeURIComponent(pathOf(req.url).slice(MODEL_PREFIX.length));
         if (!workers.has(id) && !embedders.has(id))

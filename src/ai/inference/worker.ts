@@ -227,6 +227,15 @@ export function promptText(request: GenerateRequest): string {
   return request.prompt ?? request.messages!.map((m) => m.content).join('\n');
 }
 
+/** What a request asks: the prompt, or the last user message (else the last message) of a chat. */
+export function questionOf(request: GenerateRequest): string {
+  if (request.prompt !== undefined) return request.prompt;
+  const messages = request.messages;
+  const user = [...messages].reverse().find((m) => m.role === 'user' && m.content.length > 0) ?? [...messages].reverse().find((m) => m.content.length > 0);
+  if (user === undefined) throw new EmptyPromptError('there is no message to answer');
+  return user.content;
+}
+
 /**
  * A worker's generation as a `NamedWorker` of `StreamWork`, the shape `retrying`,
  * `fallback` and `route` take: the element's context (signal, trace) is passed through.

@@ -1,6 +1,6 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { join } from 'node:path';
+import { join, relative, sep } from 'node:path';
 import { findUp } from '../../core/package-files.js';
 import type { Passage, PassageMetadata } from './passage.js';
 import { VectorIndex } from './vector-index.js';
@@ -58,9 +58,27 @@ export function chunkMarkdown(markdown: string, file: string): Passage[] {
   return passages;
 }
 
-/** Reads every `*.md` of `directory` (default: the bundled demo corpus), in name order, as passages. */
+/** What `loadCorpus` reads: Markdown and plain text. */
+const DOCUMENT = /\.(md|markdown|mdx|txt|text)$/i;
+
+/**
+ * Reads every Markdown and text file under `directory` (default: the bundled demo corpus),
+ * subfolders included, in path order, as passages cited by their path relative to it.
+ * Plain text is split like Markdown without headings: one passage per paragraph. Hidden
+ * folders and `node_modules` are skipped. A folder with no document fails, naming it.
+ */
 export async function loadCorpus(directory: string = BUNDLED_CORPUS): Promise<Passage[]> {
-  const files = (await readdir(directory)).filter((f) => f.endsWith('.md')).sort();
+  const entries = await readdir(directory, { recursive: true, withFileTypes: true });
+  const files = entries
+    .filter((e) => e.isFile() && DOCUMENT.test(e.name))
+    .map((e) =>
+      relative(directory, join(e.parentPath ?? e.path, e.name))
+        .split(sep)
+        .join('/'),
+    )
+    .filter((file) => !file.split('/').some((part) => part.startsWith('.') || part === 'node_modules'))
+    .sort();
+  if (files.length === 0) throw new Error(`corpus ${directory}: no Markdown or text file (.md, .markdown, .mdx, .txt) in it`);
   const passages: Passage[] = [];
   for (const file of files) passages.push(...chunkMarkdown(await readFile(join(directory, file), 'utf8'), file));
   return passages;

@@ -9,7 +9,7 @@
  * This is what `sluice serve` answers with; it is also the smallest complete example
  * of composing the AI stages into a worker the HTTP and WebSocket servers accept.
  */
-import { map, type Observable } from 'rxjs';
+import { concat, defer, map, of, tap, type Observable } from 'rxjs';
 import { lazySchema } from '../../core/zod.js';
 import { asFlow } from '../../resilience/as-flow.js';
 import { parseOptions } from '../../flow/options.js';
@@ -22,7 +22,7 @@ import type { VectorIndex } from './vector-index.js';
 import type { PassageMetadata } from './passage.js';
 import { stage } from '../../operators/stage.js';
 import { embed, type Embedded, type Embedder } from '../stages/embed.js';
-import { retrieve, type Retrieved } from '../stages/retrieve.js';
+import { retrieve, type Citation, type Retrieved } from '../stages/retrieve.js';
 import { answerPieces, candidatesOf, composeAnswer, type ExtractOptions, type ExtractedAnswer } from './extract.js';
 import { assemble, type AssembledPrompt } from '../stages/assemble.js';
 import { guard, type Classifier } from '../stages/guard.js';
@@ -30,6 +30,7 @@ import {
   complete,
   decode,
   generateRequest,
+  questionOf,
   type Completion,
   type GenerateOptions,
   type GenerateRequest,
@@ -37,7 +38,6 @@ import {
   type ModelWorker,
   type Token,
 } from '../inference/worker.js';
-import { EmptyPromptError } from '../inference/errors.js';
 
 /** The stages of a RAG worker, as named in traces, stats and metrics. */
 export const RAG_STAGES = ['guard', 'embed', 'retrieve', 'assemble', 'generate'] as const;
@@ -215,13 +215,17 @@ export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateReques
         }),
         stage(
           (prompt: AssembledPrompt, context) =>
-            lm.generate(generateRequest({ max_tokens: config.maxTokens, ...params, prompt: prompt.messages.map((m) => m.content).join('\n') }), {
-              // The caller's signal too (an HTTP client that left): the model stops between steps.
-              signal: generateOptions.signal === undefined ? context.signal : AbortSignal.any([context.signal, generateOptions.signal]),
-              trace: context.trace,
-              stage: 'generate',
-              ...(generateOptions.onDone !== undefined && { onDone: generateOptions.onDone }),
-            }),
+            withSources(
+              // A chat model gets the system prompt and the question as their own messages.
+              lm.generate(generateRequest({ max_tokens: config.maxTokens, ...params, messages: prompt.messages }), {
+                // The caller's signal too (an HTTP client that left): the model stops between steps.
+                signal: generateOptions.signal === undefined ? context.signal : AbortSignal.any([context.signal, generateOptions.signal]),
+                trace: context.trace,
+                stage: 'generate',
+                ...(generateOptions.onDone !== undefined && { onDone: generateOptions.onDone }),
+              }),
+              prompt.citations,
+            ),
           { name: 'generate', stats: stats.generate },
         ),
         map((t) => t.value),
@@ -236,11 +240,29 @@ export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateReques
   };
 }
 
-/** The prompt, or the last user message (else the last message) of a chat. */
-function questionOf(request: GenerateRequest): string {
-  if (request.prompt !== undefined) return request.prompt;
-  const messages = request.messages;
-  const user = [...messages].reverse().find((m) => m.role === 'user' && m.content.length > 0) ?? [...messages].reverse().find((m) => m.content.length > 0);
-  if (user === undefined) throw new EmptyPromptError('there is no message to answer');
-  return user.content;
+/**
+ * The model's tokens, then the sources it cited by `[n]` (all of the context's when it cited
+ * none), as the extractive answer lists them: what a reader follows a citation with.
+ */
+export function withSources(tokens: Observable<Token>, citations: readonly Citation[]): Observable<Token> {
+  if (citations.length === 0) return tokens;
+  return defer(() => {
+    const cited = new Set<number>();
+    let text = '';
+    let next = 0;
+    return concat(
+      tokens.pipe(
+        tap((token) => {
+          // Markers may straddle tokens: scan the tail the last token could have completed.
+          text = text.slice(-8) + token.text;
+          for (const match of text.matchAll(/\[(\d{1,3})\]/g)) cited.add(Number(match[1]));
+          next = token.index + 1;
+        }),
+      ),
+      defer(() => {
+        const listed = citations.some((c) => cited.has(c.marker)) ? citations.filter((c) => cited.has(c.marker)) : citations;
+        return of<Token>({ text: `\n\nSources:\n${listed.map((c) => `[${c.marker}] ${c.source}`).join('\n')}`, index: next });
+      }),
+    );
+  });
 }

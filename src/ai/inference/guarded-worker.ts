@@ -1,0 +1,73 @@
+/**
+ * `guardedWorker(worker, { classify })`: the worker, with its requests' questions classified
+ * for prompt injection first — the guard of `sluice-rag` in front of any model, an upstream's
+ * in gateway mode for instance. A blocked request fails with `GuardBlockedError` before the
+ * model is asked anything.
+ */
+import { map } from 'rxjs';
+import { Traced, traced } from '../../core/trace.js';
+import type { Flow } from '../../flow/demand.js';
+import { fromIterable } from '../../flow/sources.js';
+import type { StageStats } from '../../flow/stats.js';
+import { stage } from '../../operators/stage.js';
+import { asFlow } from '../../resilience/as-flow.js';
+import { guard, type Classifier } from '../stages/guard.js';
+import {
+  complete,
+  generateRequest,
+  questionOf,
+  type Completion,
+  type GenerateOptions,
+  type GenerateRequest,
+  type InferOptions,
+  type ModelWorker,
+  type Token,
+} from './worker.js';
+
+export interface GuardedWorkerOptions {
+  /** Scores a question for prompt injection (e.g. `poolClassifier(pool, tokenizer, { model: 'guard' })`). */
+  readonly classify: Classifier;
+  /** A score at or above `flag` is noted in the trace, at or above `block` refused. Default 0.5 and 0.8, as `sluice-rag`'s. */
+  readonly thresholds?: { readonly flag: number; readonly block: number };
+  /** The guard stage's counters, shared by every request. */
+  readonly stats?: StageStats;
+}
+
+/**
+ * Wraps `worker`: each request's question (its prompt, or its last user message) goes through
+ * a `guard` stage, then the request to `worker`. Everything else of the worker is kept (its
+ * name, and `passthrough` for an upstream's).
+ *
+ * ## Example
+ * ```ts
+ * const guarded = guardedWorker(upstream, { classify: poolClassifier(pool, tokenizer, { model: 'guard' }) });
+ * ```
+ */
+export function guardedWorker(worker: ModelWorker<GenerateRequest, Completion>, options: GuardedWorkerOptions): ModelWorker<GenerateRequest, Completion> {
+  const thresholds = options.thresholds ?? { flag: 0.5, block: 0.8 };
+  const generate = (request: GenerateRequest, generateOptions: GenerateOptions = {}): Flow<Token> => {
+    const valid = generateRequest(request);
+    const first = generateOptions.trace === undefined ? traced(valid) : new Traced(valid, generateOptions.trace);
+    return asFlow(
+      fromIterable([first]).pipe(
+        guard({ name: 'guard', classify: options.classify, thresholds, text: questionOf, errorPolicy: 'fail', stats: options.stats }),
+        stage(
+          (checked: GenerateRequest, context) =>
+            worker.generate(checked, {
+              ...generateOptions,
+              signal: generateOptions.signal === undefined ? context.signal : AbortSignal.any([context.signal, generateOptions.signal]),
+              trace: context.trace,
+            }),
+          { name: 'guarded' },
+        ),
+        map((t) => t.value),
+      ),
+    );
+  };
+  return {
+    name: worker.name,
+    ...(worker.passthrough === true && { passthrough: true }),
+    generate,
+    infer: (request: GenerateRequest, inferOptions: InferOptions = {}) => complete((onDone) => generate(request, { ...inferOptions, onDone })),
+  };
+}
