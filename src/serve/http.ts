@@ -17,7 +17,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Tracer } from '@opentelemetry/api';
 import { functionSchema, parseOptions } from '../flow/options.js';
 import { AbortedError, SluiceError } from '../core/errors.js';
-import type { GenerateRequest, GenerationDone } from '../ai/inference/worker.js';
+import type { GenerateRequest, GenerationDone, ModelWorker } from '../ai/inference/worker.js';
+import { jsonWorker, type JsonFormat } from '../ai/inference/json-worker.js';
 
 import type { SluiceMetrics } from './metrics.js';
 import { pathOf } from './protocol.js';
@@ -294,8 +295,11 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     const parsed = (passthrough ? passthroughChatSchema() : chatSchema()).safeParse(body);
     if (!parsed.success) throw bodyError(parsed.error.issues[0]!);
     const chatBody = parsed.data;
-    const worker = workers.get(chatBody.model);
-    if (worker === undefined) throw new ApiError(404, `The model \`${chatBody.model}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
+    const served = workers.get(chatBody.model);
+    if (served === undefined) throw new ApiError(404, `The model \`${chatBody.model}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
+    // An upstream checks its own formats; a model here is told the format and its answer validated.
+    const format = passthrough || !('response_format' in chatBody) ? undefined : (chatBody.response_format as JsonFormat | { type: 'text' } | null | undefined);
+    const worker = format == null || format.type === 'text' ? served : jsonAnswers(served, format);
     const request = toGenerateRequest(chatBody, config.maxTokens, passthrough ? (body as Record<string, unknown>) : undefined);
     const tenant = config.tenant?.(req);
     const release = admitTenant(tenant);
@@ -571,6 +575,15 @@ function countEdgeStage(stats: StageStats | undefined, error: unknown, cancelled
 }
 
 /** The first problem zod found in a body, as OpenAI words it: an unknown field, or a bad value with its path. */
+/** `served` answering in `format` (an invalid JSON Schema is the client's 400). */
+function jsonAnswers(served: ChatWorker, format: JsonFormat): ChatWorker {
+  try {
+    return jsonWorker(served as ModelWorker, format);
+  } catch (err) {
+    throw toApiError(err);
+  }
+}
+
 function bodyError(issue: {
   readonly code: string;
   readonly path: readonly PropertyKey[];

@@ -4,6 +4,7 @@ import { lazySchema, zod } from '../core/zod.js';
 import { InvalidOptionsError, SluiceError, StageError } from '../core/errors.js';
 import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker } from '../ai/inference/worker.js';
 import { EmptyPromptError, HttpStatusError, MalformedEventError, ProviderError, RateLimitedError } from '../ai/inference/errors.js';
+import { OutputInvalidError } from '../ai/stages/json-output.js';
 import { CircuitOpenError, FallbackExhaustedError, StreamTimeoutError } from '../resilience/errors.js';
 
 /** A worker that can chat: anything implementing `ModelWorker.generate`. */
@@ -68,6 +69,32 @@ export const chatSchema = lazySchema((z) =>
         .record(z.string(), z.number(), { error: 'logit_bias must map token ids to numbers' })
         .refine((bias) => Object.keys(bias).length === 0, { error: "logit_bias is not supported: this server's models do not use OpenAI's token ids" })
         .nullish(),
+      // Checked here; the model's answer is validated against it (`jsonWorker`).
+      response_format: z
+        .discriminatedUnion(
+          'type',
+          [
+            z.object({ type: z.literal('text') }).strict(),
+            z.object({ type: z.literal('json_object') }).strict(),
+            z
+              .object({
+                type: z.literal('json_schema'),
+                json_schema: z
+                  .object({
+                    name: z
+                      .string({ error: 'json_schema.name is required' })
+                      .regex(/^[\w-]{1,64}$/, { error: 'json_schema.name: letters, digits, _ and -, at most 64' }),
+                    description: z.string().optional(),
+                    schema: z.record(z.string(), z.unknown(), { error: 'json_schema.schema must be a JSON Schema object' }).optional(),
+                    strict: z.boolean().nullish(),
+                  })
+                  .strict(),
+              })
+              .strict(),
+          ],
+          { error: 'response_format.type must be "text", "json_object" or "json_schema"' },
+        )
+        .nullish(),
       n: z.literal(1, { error: 'only n = 1 is supported' }).nullish(),
       user: z.string().nullish(),
     })
@@ -121,6 +148,8 @@ export function base64Vector(vector: Float32Array): string {
  */
 export const passthroughChatSchema = lazySchema((z) =>
   chatSchema()
+    // The upstream checks its own formats (vendors add types and fields): kept as an unknown field.
+    .omit({ response_format: true })
     .extend({ logit_bias: z.record(z.string(), z.number(), { error: 'logit_bias must map token ids to numbers' }).nullish() })
     .loose(),
 );
@@ -225,6 +254,14 @@ export function toApiError(err: unknown): ApiError {
   if (err instanceof EmptyPromptError) return new ApiError(400, err.message, 'invalid_request_error', 'empty_prompt', 'messages');
   if (err instanceof InvalidOptionsError) return new ApiError(400, err.message, 'invalid_request_error', 'invalid_value', err.issues[0]?.path ?? null);
   if (err instanceof SluiceError) {
+    if (err instanceof OutputInvalidError)
+      return new ApiError(
+        422,
+        `The model's answer did not match response_format after one repair attempt: ${err.issues.map((i) => `${i.path || '(root)'}: ${i.message}`).join('; ')}.`,
+        'invalid_response_error',
+        'output_invalid',
+        'response_format',
+      );
     if (err.code === 'SHUTDOWN') return new ApiError(503, err.message, 'server_error', 'server_shutdown');
     // The guard's score and thresholds are the operator's business, not the client's.
     if (err.code === 'GUARD_BLOCKED')
