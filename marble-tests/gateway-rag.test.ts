@@ -74,7 +74,7 @@ describe('sluice-rag in gateway mode: retrieval here, the answer written by an u
     await rm(corpus, { recursive: true, force: true });
   });
 
-  it('serves its own sluice-rag first (the upstream one is shadowed, and logged), the upstream models and sluice-embed', () => {
+  it('serves its own sluice-rag first (the upstream one is shadowed, and logged), then the upstream models', () => {
     assert.deepEqual(server.models, ['sluice-rag', 'up-chat']);
     assert.ok(
       logged.some((l) => /upstream's sluice-rag is not served/.test(l)),
@@ -138,6 +138,34 @@ describe('sluice-rag in gateway mode: retrieval here, the answer written by an u
     const unknown = await fetch(`${server.url}/v1/passages?source=nowhere.md`);
     assert.equal(unknown.status, 404);
     assert.equal(((await unknown.json()) as ApiErrorBody).error.code, 'passage_not_found');
+  });
+
+  it("POST /v1/embeddings forwards an upstream model's request as it is, and answers sluice-embed here", async () => {
+    const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const up = await client.embeddings.create({ model: 'up-chat', input: [[1, 2, 3], [4]], dimensions: 2, encoding_format: 'float' });
+    assert.deepEqual(
+      up.data.map((d) => d.embedding),
+      [
+        [0, 0.5],
+        [1, 0.5],
+      ],
+    );
+    assert.equal(up.usage.prompt_tokens, 6);
+    assert.deepEqual(upstream.embedded.at(-1), { model: 'up-chat', input: [[1, 2, 3], [4]], dimensions: 2, encoding_format: 'float' });
+    const here = await client.embeddings.create({ model: 'sluice-embed', input: 'tides' });
+    assert.ok(here.data[0]!.embedding.length > 2);
+    upstream.embeddingsStatus = 500;
+    try {
+      await assert.rejects(client.embeddings.create({ model: 'up-chat', input: 'x' }), (err: unknown) => err instanceof OpenAI.APIError && err.status === 502);
+    } finally {
+      upstream.embeddingsStatus = undefined;
+    }
+    const unknown = await fetch(`${server.url}/v1/embeddings`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'nope', input: 'x' }),
+    });
+    assert.equal(unknown.status, 404);
   });
 
   it('still passes requests for upstream models straight through', async () => {

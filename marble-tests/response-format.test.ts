@@ -68,7 +68,6 @@ describe('response_format json_object / json_schema for a model served here', ()
         scripted: {
           name: 'scripted',
           generate: (r, o) => workers.get('scripted')!.generate(r, o),
-          infer: () => Promise.reject(new Error('not used')),
         },
       },
     });

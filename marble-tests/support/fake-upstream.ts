@@ -45,6 +45,10 @@ export class FakeUpstream {
   private readonly queue: Script[] = [];
   private readonly stalled = new Set<ServerResponse>();
   modelsAsked = 0;
+  /** Bodies of the embeddings requests. */
+  readonly embedded: Record<string, unknown>[] = [];
+  /** Answer embeddings requests with this status, when set. */
+  embeddingsStatus: number | undefined;
 
   private constructor(
     private readonly server: Server,
@@ -89,6 +93,7 @@ export class FakeUpstream {
       res.writeHead(200, { 'content-type': 'application/json' });
       return void res.end(JSON.stringify({ object: 'list', data: this.models.map((id) => ({ id, object: 'model', created: 0, owned_by: 'fake' })) }));
     }
+    if (req.method === 'POST' && req.url === '/v1/embeddings') return this.embed(req, res);
     if (req.method !== 'POST' || req.url !== '/v1/chat/completions') {
       res.writeHead(404);
       return void res.end();
@@ -113,6 +118,30 @@ export class FakeUpstream {
         closeNow();
       });
       this.play(this.queue.shift() ?? { kind: 'stream', pieces: ['Hello', ' from', ' upstream'] }, served, res);
+    });
+  }
+
+  /** One vector `[i, 0.5]` per input. */
+  private embed(req: IncomingMessage, res: ServerResponse): void {
+    const parts: Buffer[] = [];
+    req.on('data', (part: Buffer) => parts.push(part));
+    req.on('end', () => {
+      const body = JSON.parse(Buffer.concat(parts).toString('utf8')) as { model: string; input: unknown };
+      this.embedded.push(body);
+      if (this.embeddingsStatus !== undefined) {
+        res.writeHead(this.embeddingsStatus, { 'content-type': 'application/json' });
+        return void res.end(JSON.stringify({ error: { message: `scripted ${this.embeddingsStatus}`, type: 'server_error', code: null } }));
+      }
+      const inputs = Array.isArray(body.input) ? body.input : [body.input];
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(
+        JSON.stringify({
+          object: 'list',
+          data: inputs.map((_, index) => ({ object: 'embedding', index, embedding: [index, 0.5] })),
+          model: body.model,
+          usage: { prompt_tokens: inputs.length * 3, total_tokens: inputs.length * 3 },
+        }),
+      );
     });
   }
 

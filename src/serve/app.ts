@@ -236,6 +236,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       ...(config.origins !== undefined && { cors: config.origins }),
       ...(backend.embeddings !== undefined && { embeddings: backend.embeddings }),
       ...(backend.passages !== undefined && { passages: backend.passages }),
+      ...(backend.upstreamEmbeddings !== undefined && { upstreamEmbeddings: backend.upstreamEmbeddings }),
       tenantQuotas,
       ...(config.requestLog !== undefined && { requestLog: config.requestLog }),
       stageStats: generateStats,

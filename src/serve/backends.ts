@@ -46,6 +46,8 @@ export interface Backend {
   readonly guarded?: ReadonlySet<string>;
   /** The indexed passages with this source (`file › heading`), for a reader following a citation. */
   passages?(source: string): readonly Passage[];
+  /** Embeddings of upstream models, forwarded (gateway mode). */
+  upstreamEmbeddings?(model: string, body: Readonly<Record<string, unknown>>, signal: AbortSignal): Promise<unknown> | undefined;
   /** Each upstream's circuit state, in gateway mode. */
   circuits?(): Record<string, string>;
   release(): Promise<void>;
@@ -167,6 +169,7 @@ export async function gatewayBackend(
     stages: { upstream: gateway.stats },
     ...(tuning.cache !== undefined || tuning.singleFlight === true ? { caches: { upstream: gateway.cacheStats } } : {}),
     circuits: () => gateway.circuits(),
+    upstreamEmbeddings: (model: string, body: Readonly<Record<string, unknown>>, signal: AbortSignal) => gateway.embeddings(model, body, signal),
   };
   if (local.corpus === undefined && local.ragModel !== undefined)
     throw ragModelError('sluice-rag is served in gateway mode only over a corpus: give corpus too');

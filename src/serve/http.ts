@@ -51,6 +51,8 @@ export interface HttpHandlerOptions {
   readonly workers?: Readonly<Record<string, ChatWorker>>;
   /** Models `POST /v1/embeddings` serves, by name (e.g. a `BatchedEmbedder`). */
   readonly embeddings?: Readonly<Record<string, EmbeddingModel>>;
+  /** Embeddings of models served elsewhere (a gateway's upstreams): the body forwarded, the answer as it came; undefined for a model not served there. */
+  readonly upstreamEmbeddings?: (model: string, body: Readonly<Record<string, unknown>>, signal: AbortSignal) => Promise<unknown> | undefined;
   /** The passages cited under a source (`file › heading`): `GET /v1/passages?source=` answers with them. Without it that route is 404. */
   readonly passages?: (source: string) => readonly { readonly id: string; readonly source: string; readonly text: string }[];
   /** A single model, served under its `name`. Combined with `workers` if both are given. */
@@ -164,6 +166,8 @@ const optionsSchema = lazySchema((z) =>
       tenantQuotas: z.instanceof(TenantQuotas, { error: 'tenantQuotas must be a TenantQuotas' }).optional(),
       stageStats: z.instanceof(StageStats, { error: 'stageStats must be a StageStats' }).optional(),
       requestLog: functionSchema<RequestLog>().optional(),
+      upstreamEmbeddings:
+        functionSchema<(model: string, body: Readonly<Record<string, unknown>>, signal: AbortSignal) => Promise<unknown> | undefined>().optional(),
       passages: functionSchema<(source: string) => readonly { id: string; source: string; text: string }[]>().optional(),
       cors: z.array(z.string().url({ error: 'a CORS origin must be a URL like https://app.example.com' })).optional(),
     })
@@ -247,7 +251,43 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
   };
 
   const embeddings = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const parsed = embeddingsSchema().safeParse(await readBody(req));
+    const raw = await readBody(req);
+    const named =
+      typeof raw === 'object' && raw !== null && typeof (raw as { model?: unknown }).model === 'string' ? (raw as { model: string }).model : undefined;
+    // An upstream's model gets the body as it is: its token ids, dimensions and vendor fields are its business.
+    if (named !== undefined && !embedders.has(named) && config.upstreamEmbeddings !== undefined) {
+      const controller = new AbortController();
+      const leave = () => {
+        if (!res.writableFinished) controller.abort(new AbortedError('embeddings', 'the client disconnected'));
+      };
+      res.on('close', leave);
+      const tenant = config.tenant?.(req);
+      const release = admitTenant(tenant);
+      const startedAt = performance.now();
+      try {
+        const forwarded = config.upstreamEmbeddings(named, raw as Record<string, unknown>, controller.signal);
+        if (forwarded !== undefined) {
+          const answer = await forwarded;
+          sendJson(res, 200, answer);
+          const usage = (answer as { usage?: { prompt_tokens?: unknown } } | null)?.usage?.prompt_tokens;
+          config.requestLog?.({
+            transport: 'http',
+            id: `embeddings-${randomUUID()}`,
+            ...(tenant !== undefined && { tenant }),
+            model: named,
+            outcome: 'completed',
+            status: 200,
+            ...(typeof usage === 'number' && { inputTokens: usage }),
+            durationMs: round(performance.now() - startedAt),
+          });
+          return;
+        }
+      } finally {
+        res.off('close', leave);
+        release();
+      }
+    }
+    const parsed = embeddingsSchema().safeParse(raw);
     if (!parsed.success) throw bodyError(parsed.error.issues[0]!);
     const body = parsed.data;
     const model = embedders.get(body.model);

@@ -188,6 +188,8 @@ export class Gateway {
   private readonly flight: SingleFlight<Token> | undefined;
   private readonly breakers = new Map<string, CircuitBreaker>();
   private readonly workers = new Map<string, ModelWorker<GenerateRequest, Completion>>();
+  /** Per model, its upstreams' clients in the order a request tries them (the first picked by weight). */
+  private readonly routes = new Map<string, () => readonly { readonly name: string; readonly client: OpenAIWorker; readonly breaker: CircuitBreaker }[]>();
 
   private constructor(
     private readonly config: GatewayConfig,
@@ -246,6 +248,43 @@ export class Gateway {
     return Object.fromEntries(this.workers);
   }
 
+  /**
+   * Forwards an embeddings request for `model` (the client's body, as it is) to the upstreams
+   * serving it, in a request's order, skipping open circuits and going on to the next after
+   * a transient failure; resolves with the upstream's JSON answer. Each upstream's breaker
+   * counts the outcome, as for completions. Undefined for a model no upstream serves.
+   */
+  embeddings(model: string, body: Readonly<Record<string, unknown>>, signal?: AbortSignal): Promise<unknown> | undefined {
+    const route = this.routes.get(model);
+    if (route === undefined) return undefined;
+    return (async () => {
+      let last: unknown;
+      for (const { client, breaker } of route()) {
+        let permit: ReturnType<CircuitBreaker['acquire']>;
+        try {
+          permit = breaker.acquire();
+        } catch (err) {
+          last = err;
+          continue;
+        }
+        try {
+          const answer = await client.embeddings(body, signal);
+          permit.success();
+          return answer;
+        } catch (err) {
+          if (signal?.aborted) {
+            permit.release();
+            throw err;
+          }
+          permit.failure(err);
+          if (!isUpstreamTransient(err)) throw err;
+          last = err;
+        }
+      }
+      throw last;
+    })();
+  }
+
   /** Each upstream's circuit: `closed`, `open` or `half-open`. */
   circuits(): Record<string, string> {
     return Object.fromEntries([...this.breakers].map(([name, breaker]) => [name, breaker.state]));
@@ -275,6 +314,10 @@ export class Gateway {
       return 0;
     };
     const when = (error: unknown) => isUpstreamTransient(error) || error instanceof CircuitOpenError;
+    this.routes.set(model, () => {
+      const first = pick();
+      return [clients[first]!, ...clients.filter((_, i) => i !== first)];
+    });
 
     // Built per request: each attempt needs the caller's signal and onDone.
     const chainFor = (options: GenerateOptions): StreamWork<GenerateRequest, Token> => {

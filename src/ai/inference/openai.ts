@@ -111,6 +111,20 @@ export class OpenAIWorker implements ModelWorker<GenerateRequest, Completion> {
     return complete((onDone) => this.generate(request, { ...options, onDone }));
   }
 
+  /**
+   * `POST /embeddings` with a client's body as it is (`model` set to this worker's): the
+   * server's JSON answer, or the typed HTTP error. Answers over 64 MiB fail.
+   */
+  async embeddings(body: Readonly<Record<string, unknown>>, signal?: AbortSignal): Promise<unknown> {
+    const response = await this.send('embeddings', { ...body, model: this.options.model }, 'application/json', signal);
+    const text = await readLimited(response, MAX_EMBEDDINGS_BYTES);
+    try {
+      return JSON.parse(text) as unknown;
+    } catch {
+      throw new MalformedEventError('the embeddings answer is not JSON', text.slice(0, 200));
+    }
+  }
+
   /** @internal POSTs the request; answers with the response once its status is OK, or throws the typed HTTP error. */
   async post(request: GenerateRequest, stream: boolean, signal: AbortSignal | undefined): Promise<Response> {
     // A client's body is forwarded as it is (its own messages, tools, vendor fields); the worker sets model and stream.
@@ -127,12 +141,16 @@ export class OpenAIWorker implements ModelWorker<GenerateRequest, Completion> {
     }
     // max_completion_tokens and max_tokens mean the same; a body with one keeps it alone.
     if ('max_completion_tokens' in body && request.passthrough !== undefined && !('max_tokens' in request.passthrough)) delete body.max_tokens;
+    return this.send('chat/completions', body, stream ? 'text/event-stream' : 'application/json', signal);
+  }
+
+  private async send(path: string, body: Readonly<Record<string, unknown>>, accept: string, signal: AbortSignal | undefined): Promise<Response> {
     const doFetch = this.options.fetch ?? fetch;
-    const response = await doFetch(`${this.options.baseUrl.replace(/\/+$/, '')}/chat/completions`, {
+    const response = await doFetch(`${this.options.baseUrl.replace(/\/+$/, '')}/${path}`, {
       method: 'POST',
       headers: {
         'content-type': 'application/json',
-        accept: stream ? 'text/event-stream' : 'application/json',
+        accept,
         ...(this.options.apiKey === undefined ? {} : { authorization: `Bearer ${this.options.apiKey}` }),
         ...this.options.headers,
       },
@@ -362,6 +380,9 @@ function streamOptionsOf(body: Readonly<Record<string, unknown>> | undefined): R
 
 /** The largest whole (non-streamed) completion read, bytes; a larger one is a `MalformedEventError`. */
 const MAX_COMPLETION_BYTES = 16 * 1024 * 1024;
+
+/** The largest embeddings answer read, bytes: about 1,000 vectors of 3,072 floats as JSON, 4,000 in base64. */
+const MAX_EMBEDDINGS_BYTES = 64 * 1024 * 1024;
 
 /** A response body as text, read up to `limit` bytes: beyond, the rest is cancelled and the read fails, or with `truncate` returns what it has. */
 async function readLimited(response: Response, limit: number, truncate = false): Promise<string> {
