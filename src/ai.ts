@@ -38,7 +38,13 @@ export { retrieve, withCitations } from './ai/stages/retrieve.js';
 export type { Retrieved, RetrieveOptions, Citation, CitedContext } from './ai/stages/retrieve.js';
 export { assemble, PromptTemplate } from './ai/stages/assemble.js';
 export type { AssembleOptions, AssembledPrompt, FewShotExample, PromptTemplateOptions, TemplateValue, VariablesSchema } from './ai/stages/assemble.js';
-export { generateRequest, promptText, generation, complete, decode } from './ai/inference/worker.js';
+export { generateRequest, promptText, questionOf, generation, complete, decode } from './ai/inference/worker.js';
+export { guardedWorker } from './ai/inference/guarded-worker.js';
+export type { GuardedWorkerOptions } from './ai/inference/guarded-worker.js';
+export { redactedWorker, redactTokens } from './ai/inference/redacted-worker.js';
+export type { RedactTokensOptions } from './ai/inference/redacted-worker.js';
+export { jsonWorker, formatSchema } from './ai/inference/json-worker.js';
+export type { JsonFormat } from './ai/inference/json-worker.js';
 export type {
   ModelWorker,
   GenerateRequest,
