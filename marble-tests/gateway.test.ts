@@ -235,6 +235,23 @@ describe('gateway mode against a scripted upstream', () => {
     assert.match(answer.text, /malformed stream/);
   });
 
+  it('a body that ends without a finish reason or [DONE] is a typed error, not a clean end: an error event after the tokens, a 502 before', async () => {
+    const cut = `data: ${JSON.stringify({ id: 'x', object: 'chat.completion.chunk', created: 0, model: 'up-model', choices: [{ index: 0, delta: { content: 'half' }, finish_reason: null }] })}\n\n`;
+    a.script({ kind: 'raw', chunks: [cut], end: true });
+    const streamed = await post(gateway.url, { model: 'up-model', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    const got = events(streamed.text);
+    assert.ok(
+      got.some((e) => 'error' in e),
+      streamed.text,
+    );
+    assert.ok(!streamed.text.includes('"finish_reason":"stop"'), streamed.text);
+    // A token came first: not retried, not sent elsewhere.
+    a.script({ kind: 'raw', chunks: [cut], end: true });
+    const whole = await post(gateway.url, { model: 'up-model', messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(whole.status, 502, whole.text);
+    assert.equal((JSON.parse(whole.text) as { error: { code: string } }).error.code, 'upstream_error');
+  });
+
   it('a client that leaves before the first byte aborts the upstream request', async () => {
     a.script({ kind: 'stall' });
     const controller = new AbortController();

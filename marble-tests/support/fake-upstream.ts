@@ -24,8 +24,8 @@ export type Script =
   | { readonly kind: 'drop'; readonly after: number }
   /** Streams padded pieces for as long as the connection lives, waiting for `drain` whenever a write is refused. */
   | { readonly kind: 'endless'; readonly pad?: number }
-  /** Writes these raw body chunks under an SSE status line, then holds the connection open. */
-  | { readonly kind: 'raw'; readonly chunks: readonly string[] };
+  /** Writes these raw body chunks under an SSE status line, then holds the connection open (or ends the body, with `end`). */
+  | { readonly kind: 'raw'; readonly chunks: readonly string[]; readonly end?: boolean };
 
 export interface Served {
   readonly body: Record<string, unknown>;
@@ -165,6 +165,7 @@ export class FakeUpstream {
       case 'raw':
         head();
         for (const c of script.chunks) write(c);
+        if (script.end) return void res.end();
         this.stalled.add(res);
         return;
       case 'drop': {
