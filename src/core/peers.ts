@@ -29,7 +29,8 @@ export const promClient = (): typeof import('prom-client') => peer('prom-client'
 export const otelApi = (): typeof import('@opentelemetry/api') => peer('@opentelemetry/api', 'sluice/serve');
 export const natsJetstream = (): typeof import('@nats-io/jetstream') => peer('@nats-io/jetstream', 'sluice/nats');
 export const natsTransport = (): typeof import('@nats-io/transport-node') => peer('@nats-io/transport-node', 'sluice/nats');
-export const hfTokenizers = (): typeof import('@huggingface/tokenizers') => peer('@huggingface/tokenizers', "sluice/ai's loadTokenizer (a Hugging Face tokenizer.json)");
+export const hfTokenizers = (): typeof import('@huggingface/tokenizers') =>
+  peer('@huggingface/tokenizers', "sluice/ai's loadTokenizer (a Hugging Face tokenizer.json)");
 export const hfJinja = (): typeof import('@huggingface/jinja') => peer('@huggingface/jinja', "sluice/ai's loadLocalModel (a chat template)");
 export const jsTiktoken = (): typeof import('js-tiktoken') => peer('js-tiktoken', "sluice/ai's openAiTokenCounter");
 export const pinoPeer = (): typeof import('pino') => peer('pino', 'the sluice command');

@@ -279,7 +279,9 @@ export async function readJson(path: string, what: string): Promise<unknown> {
 function parseWith<S extends z.ZodType>(schema: S, json: unknown, path: string, under?: string): z.output<S> {
   const result = schema.safeParse(json);
   if (result.success) return result.data;
-  const fields = result.error.issues.map((issue) => `${[...(under === undefined ? [] : [under]), ...issue.path.map(String)].join('.') || '(root)'}: ${issue.message}`).join('; ');
+  const fields = result.error.issues
+    .map((issue) => `${[...(under === undefined ? [] : [under]), ...issue.path.map(String)].join('.') || '(root)'}: ${issue.message}`)
+    .join('; ');
   throw new ModelCorruptError(path, `it is not a valid tokenizer file (${fields}).`);
 }
 
