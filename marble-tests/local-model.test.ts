@@ -17,6 +17,13 @@ import type { RunModel } from '../src/ai/inference/onnx-lm.js';
 import { qwenModelDir } from './support/local-model-dir.js';
 import { ChatTemplate } from '../src/ai/models/chat-template.js';
 import { InvalidOptionsError } from '../src/core/errors.js';
+import { PromptTemplate } from '../src/ai/stages/assemble.js';
+import { countTokens } from '../src/ai/rag/tokens.js';
+import { startServer } from '../src/serve/app.js';
+import { generatedModels, type GeneratedModels } from './support/models.js';
+import { WsClient, until } from './support/ws-client.js';
+import { CliProcess } from './support/cli-process.js';
+import * as z from 'zod';
 
 const QWEN_TOKENS = 151_669;
 
@@ -192,6 +199,142 @@ describe('a local model directory that cannot be served fails at load, naming th
       );
     } finally {
       await dir.remove();
+    }
+  });
+});
+
+describe("token budgets counted with the serving model's tokenizer", () => {
+  let model: { dir: string; remove(): Promise<void> };
+  let local: LocalModel;
+  before(async () => {
+    model = await qwenModelDir('budget-qwen');
+    local = await LocalModel.load(model.dir);
+  });
+  after(() => model?.remove());
+
+  const passages = [
+    { id: 'a', text: 'Backpressure: 每个阶段都有一个有界缓冲区 🚰, so a fast producer waits.', score: 0.9, source: 'a.md' },
+    { id: 'b', text: 'Cancellation reaches the model between two steps — naïvely or not.', score: 0.5, source: 'b.md' },
+  ];
+
+  it('counts the whole prompt as the model is sent it (chat template included) and drops passages by that count', () => {
+    const options = { system: 'Cite [n].', template: 'Context:\n{{context}}\n\nQ: {{q}}', schema: z.object({ q: z.string() }), tokenizer: local };
+    const all = new PromptTemplate({ ...options, budget: 4096 }).render({ q: 'What waits?' }, passages);
+    assert.equal(all.tokens, local.countPromptTokens(all.messages));
+    assert.ok(all.tokens > countTokens(all.messages.map((m) => m.content).join('\n')), 'the estimate undercounts this prompt');
+    const tight = new PromptTemplate({ ...options, budget: all.tokens - 1 }).render({ q: 'What waits?' }, passages);
+    assert.deepEqual(tight.dropped, ['b']);
+    assert.equal(tight.tokens, local.countPromptTokens(tight.messages));
+    assert.ok(tight.tokens <= all.tokens - 1);
+    assert.throws(() => new PromptTemplate({ ...options, budget: 10, countTokens: () => 1 }), /give countTokens or tokenizer, not both/);
+  });
+});
+
+describe('sluice serve with a local model', () => {
+  let model: { dir: string; remove(): Promise<void> };
+  let generated: GeneratedModels;
+  before(async () => {
+    model = await qwenModelDir('tiny-qwen');
+    generated = await generatedModels('local-serve');
+  });
+  after(async () => {
+    await model?.remove();
+    await generated?.remove();
+  });
+
+  it('serves it by its directory name, first, on /v1/models, /v1/chat/completions (plain and SSE) and the WebSocket', async () => {
+    const running = await startServer({ port: 0, models: generated.dir, poolSize: 1, localModels: [model.dir] });
+    try {
+      assert.equal(running.models[0], 'tiny-qwen');
+      const list = (await (await fetch(`${running.url}/v1/models`)).json()) as { data: { id: string }[] };
+      assert.ok(list.data.some((m) => m.id === 'tiny-qwen'));
+      const messages = [{ role: 'user', content: 'Hello, who are you?' }];
+      const plain = await fetch(`${running.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'tiny-qwen', messages, max_tokens: 12, temperature: 0 }),
+      });
+      assert.equal(plain.status, 200);
+      const body = (await plain.json()) as { choices: { message: { content: string }; finish_reason: string }[]; usage: Record<string, number> };
+      const local = await LocalModel.load(model.dir);
+      assert.equal(body.usage.prompt_tokens, local.countPromptTokens(messages));
+      assert.equal(body.usage.completion_tokens, 12);
+      assert.equal(body.choices[0]!.finish_reason, 'length');
+      const answer = body.choices[0]!.message.content;
+      // Random weights pick any token, bytes that make no character included: those are U+FFFD in every decoding.
+      assert.ok(answer.length > 0);
+
+      const sse = await fetch(`${running.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'tiny-qwen', messages, max_tokens: 12, temperature: 0, stream: true }),
+      });
+      const streamed = (await sse.text())
+        .split('\n')
+        .filter((line) => line.startsWith('data: {'))
+        .map((line) => (JSON.parse(line.slice(6)) as { choices: { delta: { content?: string } }[] }).choices[0]?.delta.content ?? '')
+        .join('');
+      assert.equal(streamed, answer, 'greedy: the same answer streamed');
+
+      const client = await WsClient.open(running.wsUrl);
+      client.send({ type: 'generate', id: 'q', model: 'tiny-qwen', messages, parameters: { max_tokens: 12, temperature: 0 } });
+      await until(() => client.end('q') !== undefined, 'the WebSocket answer');
+      assert.equal(client.end('q')!.type, 'done', JSON.stringify(client.end('q')));
+      assert.equal(client.text('q'), answer);
+      client.ws.close();
+
+      // sluice-rag answers with it, from the retrieved passages.
+      const rag = await fetch(`${running.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'sluice-rag',
+          messages: [{ role: 'user', content: 'How does a stage pause a fast producer?' }],
+          max_tokens: 8,
+          temperature: 0,
+        }),
+      });
+      const ragBody = (await rag.json()) as { usage: Record<string, number> };
+      assert.equal(rag.status, 200, JSON.stringify(ragBody));
+      assert.equal(ragBody.usage.completion_tokens, 8);
+      assert.ok(ragBody.usage.prompt_tokens! > 20 && ragBody.usage.prompt_tokens! <= 300, `the budget, counted by the model: ${ragBody.usage.prompt_tokens}`);
+    } finally {
+      await running.shutdown();
+    }
+  });
+
+  it('the command: --model DIR serves it; a bad directory exits 2 naming --model and the file', async () => {
+    const bad = await qwenModelDir('no-tokenizer', { without: ['tokenizer.json'] });
+    try {
+      const cases: [string[], RegExp][] = [
+        [['--model', '/nonexistent/dir'], /--model: \/nonexistent\/dir: is not a directory/],
+        [['--model', bad.dir], new RegExp(`--model: .*${join(bad.dir, 'tokenizer.json').replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}`)],
+        [['--model', bad.dir, '--upstream', 'http://127.0.0.1:9/v1'], /give --model or --upstream, not both/],
+      ];
+      for (const [args, message] of cases) {
+        const cli = CliProcess.start('serve', ['--port', '0', '--models', generated.dir, ...args]);
+        const code = await cli.exit();
+        assert.equal(code, 2, cli.output());
+        assert.match(cli.stderr, message);
+      }
+    } finally {
+      await bad.remove();
+    }
+    const cli = CliProcess.start('serve', ['--port', '0', '--models', generated.dir, '--pool-size', '1', '--model', model.dir]);
+    try {
+      const url = await cli.url();
+      assert.match(cli.stdout, /models: tiny-qwen, sluice-rag/, 'served first: the default model');
+      const response = await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'tiny-qwen', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4 }),
+      });
+      const body = (await response.json()) as { model: string; usage: Record<string, number> };
+      assert.equal(response.status, 200, JSON.stringify(body));
+      assert.equal(body.usage.completion_tokens, 4);
+      assert.equal(await cli.stop(), 0);
+    } finally {
+      cli.kill();
     }
   });
 });

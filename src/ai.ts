@@ -37,7 +37,15 @@ export type { Embedder as TextEmbedder, Embedded, EmbedOptions } from './ai/stag
 export { retrieve, withCitations } from './ai/stages/retrieve.js';
 export type { Retrieved, RetrieveOptions, Citation, CitedContext } from './ai/stages/retrieve.js';
 export { assemble, PromptTemplate } from './ai/stages/assemble.js';
-export type { AssembleOptions, AssembledPrompt, FewShotExample, PromptTemplateOptions, TemplateValue, VariablesSchema } from './ai/stages/assemble.js';
+export type {
+  AssembleOptions,
+  AssembledPrompt,
+  PromptTokenizer,
+  FewShotExample,
+  PromptTemplateOptions,
+  TemplateValue,
+  VariablesSchema,
+} from './ai/stages/assemble.js';
 export { generateRequest, promptText, generation, complete, decode } from './ai/inference/worker.js';
 export type {
   ModelWorker,
@@ -64,6 +72,12 @@ export type { BatchedEmbedderOptions } from './ai/models/batched-embedder.js';
 export { Gateway, UpstreamDiscoveryError, discoverModels, isUpstreamTransient } from './ai/inference/gateway.js';
 export type { GatewayOptions, UpstreamOptions } from './ai/inference/gateway.js';
 export { CharLmWorker, DecoderLmWorker, ASCII_CODEC } from './ai/inference/onnx-lm.js';
+export { LocalModel, LocalModelError } from './ai/inference/local-model.js';
+export type { LocalModelOptions, LocalWorkerOptions } from './ai/inference/local-model.js';
+export { TokenTextStream } from './ai/inference/detokenize.js';
+export type { DecodeIds } from './ai/inference/detokenize.js';
+export { ChatTemplate } from './ai/models/chat-template.js';
+export type { ChatTemplateOptions, TemplateMessage } from './ai/models/chat-template.js';
 export type { RunModel, TokenCodec, DecoderShape, CharLmWorkerOptions, DecoderLmWorkerOptions } from './ai/inference/onnx-lm.js';
 export { HttpStatusError, RateLimitedError, MalformedEventError, ProviderError } from './ai/inference/errors.js';
 export { InferencePool } from './ai/models/pool.js';

@@ -7,6 +7,7 @@ import { StageStats } from '../flow/stats.js';
 import type { CacheStats } from '../cache/stats.js';
 import { Gateway, type GatewayOptions, type UpstreamOptions } from '../ai/inference/gateway.js';
 import { CharLmWorker } from '../ai/inference/onnx-lm.js';
+import { LocalModel, LocalModelError } from '../ai/inference/local-model.js';
 import type { ModelWorker } from '../ai/inference/worker.js';
 import { BUNDLED_DATA } from '../ai/models/bundled.js';
 import { generateModels, MODEL_FILES } from '../ai/models/generate.js';
@@ -37,8 +38,13 @@ export interface Backend {
   release(): Promise<void>;
 }
 
+/** A model directory to serve (`sluice serve --model DIR`), under its directory's name unless `name` says. */
+export type LocalModelSpec = string | { readonly dir: string; readonly name?: string };
+
 export interface EmbeddedOptions {
   readonly models: string;
+  /** The user's own exported decoders, served first (the first is the default model) and answering sluice-rag. */
+  readonly localModels?: readonly LocalModelSpec[];
   readonly corpus: string;
   readonly poolSize: number;
   readonly languageModel: ModelWorker | undefined;
@@ -48,6 +54,13 @@ export interface EmbeddedOptions {
 /** The generated models (written into `models` when missing), the corpus indexed, `sluice-rag` and its language model. */
 export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend> {
   if (BUNDLED_DATA === undefined) throw new Error('the bundled data/ folder is missing from the package');
+  // The user's models first: a bad directory fails the start before anything is generated.
+  const locals = await loadLocalModels(options.localModels ?? []);
+  for (const local of locals) {
+    options.log(
+      `model ${local.name}: ${local.modelPath} (${local.shape.layers} layers, ${local.tokenizer.vocabSize} tokens, ${local.chatTemplate === undefined ? 'no chat template' : 'chat template'})`,
+    );
+  }
   const dir = options.models;
   const written = await generateModels({ outDir: dir, dataDir: BUNDLED_DATA });
   const fresh = written.filter((f) => f.written).length;
@@ -59,6 +72,8 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
       embed: `${dir}/${MODEL_FILES.embedding}`,
       guard: `${dir}/${MODEL_FILES.guard}`,
       ...(options.languageModel === undefined && { charlm: `${dir}/${MODEL_FILES.charLm}` }),
+      // Prefixed, so a user's directory name never collides with the pool's own models.
+      ...Object.fromEntries(locals.map((local) => [`local:${local.name}`, local.modelPath])),
     },
     size: options.poolSize,
   });
@@ -72,14 +87,17 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
         ? await CharLmWorker.load(`${dir}/${MODEL_FILES.charLm}`, { run: (feeds, signal) => pool.run(feeds, { model: 'charlm', signal }) })
         : undefined;
     const lm = options.languageModel ?? local!;
+    const localWorkers = locals.map((model) => model.worker({ run: (feeds, signal) => pool.run(feeds, { model: `local:${model.name}`, signal }) }));
     // The embedding model also answers /v1/embeddings, its requests micro-batched together.
     const embeddings = new BatchedEmbedder(pool, tokenizer, { model: 'embed' });
     const stages = Object.fromEntries(RAG_STAGES.map((name) => [name, new StageStats()])) as Record<RagStage, StageStats>;
     // sluice-rag answers with the retrieved sentences themselves (cited); the character LM is served on its own, as the toy it is.
-    const rag = ragWorker({ embedder: embed, index, classify: poolClassifier(pool, tokenizer, { model: 'guard' }), stats: stages });
+    // With a model of the user's, sluice-rag answers with it, the prompt's budget counted by its tokenizer and template.
+    const answering = locals[0] === undefined ? {} : { lm: localWorkers[0]!, tokenizer: locals[0] };
+    const rag = ragWorker({ embedder: embed, index, classify: poolClassifier(pool, tokenizer, { model: 'guard' }), stats: stages, ...answering });
     options.log(`indexed ${passages.length} passages from ${options.corpus}`);
     return {
-      workers: { [rag.name]: rag, [lm.name]: lm },
+      workers: { ...Object.fromEntries(localWorkers.map((w) => [w.name, w])), [rag.name]: rag, [lm.name]: lm },
       embeddings: { [EMBEDDING_MODEL]: embeddings },
       stages: { ...stages, embeddings: embeddings.stats },
       pool,
@@ -93,6 +111,29 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
     await pool.close();
     throw err;
   }
+}
+
+/** Loads and checks every directory before anything starts; a failure is a `LocalModelError` naming the directory. */
+async function loadLocalModels(specs: readonly LocalModelSpec[]): Promise<LocalModel[]> {
+  const taken = new Set(['sluice-rag', 'charlm', EMBEDDING_MODEL]);
+  const locals: LocalModel[] = [];
+  for (const spec of specs) {
+    const { dir, name } = typeof spec === 'string' ? { dir: spec, name: undefined } : spec;
+    let local: LocalModel;
+    try {
+      local = await LocalModel.load(dir, name === undefined ? {} : { name });
+    } catch (err) {
+      if (err instanceof LocalModelError || (err as { code?: unknown }).code === 'MISSING_PEER') throw err;
+      const message = err instanceof Error ? err.message : String(err);
+      const hint = (err as { hint?: unknown }).hint;
+      // The cause's own hint is about generated models; the directory's layout is what to fix here.
+      throw new LocalModelError(dir, typeof hint === 'string' && message.endsWith(hint) ? message.slice(0, -hint.length).trim() : message, err);
+    }
+    if (taken.has(local.name)) throw new LocalModelError(dir, `the name "${local.name}" is already served: give the model another name.`);
+    taken.add(local.name);
+    locals.push(local);
+  }
+  return locals;
 }
 
 /** Upstream servers' models, through the gateway's `upstream` stage. */

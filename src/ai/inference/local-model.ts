@@ -23,9 +23,11 @@ export class LocalModelError extends SluiceError {
   constructor(
     readonly path: string,
     reason: string,
+    cause?: unknown,
   ) {
     super('LOCAL_MODEL_INVALID', `${path}: ${reason}`, {
       hint: 'A model directory holds model.onnx (or onnx/model.onnx) exported with its KV cache (e.g. optimum-cli export onnx --task text-generation-with-past), tokenizer.json and tokenizer_config.json.',
+      cause,
     });
   }
 }
