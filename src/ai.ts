@@ -75,6 +75,7 @@ export { CharLmWorker, DecoderLmWorker, ASCII_CODEC } from './ai/inference/onnx-
 export { LocalModel, LocalModelError } from './ai/inference/local-model.js';
 export type { LocalModelOptions, LocalWorkerOptions } from './ai/inference/local-model.js';
 export { TokenTextStream } from './ai/inference/detokenize.js';
+export { openAiTokenCounter, openAiEncodingOf } from './ai/inference/openai-tokens.js';
 export type { DecodeIds } from './ai/inference/detokenize.js';
 export { ChatTemplate } from './ai/models/chat-template.js';
 export type { ChatTemplateOptions, TemplateMessage } from './ai/models/chat-template.js';
