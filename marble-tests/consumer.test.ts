@@ -42,6 +42,10 @@ const LINKED_PEERS = [
   '@opentelemetry/*',
   '@nats-io/*',
   'tweetnacl',
+  // tokenizers, chat templates and OpenAI encodings of sluice/ai (js-tiktoken requires base64-js)
+  '@huggingface/*',
+  'js-tiktoken',
+  'base64-js',
   // pino and what it requires, for the command's log
   'pino',
   'thread-stream',
@@ -57,7 +61,18 @@ const LINKED_PEERS = [
   'on-exit-leak-free',
   '@pinojs/*',
 ];
-const OPTIONAL_PEERS = ['onnxruntime-node', 'ws', 'prom-client', '@opentelemetry/api', '@nats-io/jetstream', '@nats-io/transport-node', 'pino'];
+const OPTIONAL_PEERS = [
+  'onnxruntime-node',
+  'ws',
+  'prom-client',
+  '@opentelemetry/api',
+  '@nats-io/jetstream',
+  '@nats-io/transport-node',
+  'pino',
+  '@huggingface/tokenizers',
+  '@huggingface/jinja',
+  'js-tiktoken',
+];
 
 /** The environment of every child: npm's script variables (`npm_config_prefix`, …) would redirect the app's npm. */
 const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith('npm_') && key !== 'NODE_OPTIONS'));

@@ -519,10 +519,13 @@ describe('WordPiece tokenizer.json', () => {
     (badVocab.model as { vocab: unknown }).vocab = ['the', 'fox'];
     await expectError(loadTokenizer(await write('bad-vocab.json', badVocab)), ModelCorruptError, 'MODEL_CORRUPT', 'model.vocab');
     await expectError(
-      loadTokenizer(await write('bpe.json', tokenizerJson({ model: { type: 'BPE', vocab: {}, merges: [] } }))),
+      loadTokenizer(await write('wordlevel.json', tokenizerJson({ model: { type: 'WordLevel', vocab: {}, unk_token: '[UNK]' } }))),
       UnsupportedTokenizerError,
       'TOKENIZER_UNSUPPORTED',
-      'model.type "BPE"',
+      'model.type "WordLevel"',
     );
+    const noUnk = tokenizerJson();
+    (noUnk.model as { unk_token: string }).unk_token = '<unk>';
+    await expectError(loadTokenizer(await write('no-unk.json', noUnk)), ModelCorruptError, 'MODEL_CORRUPT', 'model.unk_token "<unk>"');
   });
 });

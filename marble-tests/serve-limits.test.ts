@@ -63,12 +63,21 @@ describe('tenant limits over HTTP, shared with the WebSocket server', () => {
   it('--tenant-concurrent 2: of ten concurrent completions two run, eight get 429 tenant_quota; WebSocket counts against the same quota', async () => {
     upstream.script({ kind: 'stall' }, { kind: 'stall' });
     const controller = new AbortController();
-    const answers = await Promise.all(Array.from({ length: 10 }, () => completion(server.url, acme, controller.signal)));
-    const statuses = answers.map((a) => a.status).sort();
-    assert.deepEqual(statuses, [200, 200, 429, 429, 429, 429, 429, 429, 429, 429]);
-    const refused = answers.find((a) => a.status === 429)!;
-    assert.equal(((await refused.json()) as { error: { code: string } }).error.code, 'tenant_quota');
-    await until(() => upstream.served.length === 2, 'the two admitted to reach the upstream');
+    // The two admitted hold their status line until a first token, which never comes; the others are answered at once.
+    const answers: Response[] = [];
+    const all = Array.from({ length: 10 }, () =>
+      completion(server.url, acme, controller.signal).then(
+        (a) => void answers.push(a),
+        () => undefined,
+      ),
+    );
+    await until(() => answers.length === 8 && upstream.served.length === 2, 'eight answers, and the two admitted to reach the upstream');
+    assert.deepEqual(
+      answers.map((a) => a.status),
+      Array(8).fill(429),
+    );
+    assert.equal(((await answers[0]!.json()) as { error: { code: string } }).error.code, 'tenant_quota');
+    assert.equal(server.stats().httpInFlight, 2);
 
     const ws = await WsClient.open(server.wsUrl, { headers: acme });
     try {
@@ -86,6 +95,7 @@ describe('tenant limits over HTTP, shared with the WebSocket server', () => {
     await globex.text();
 
     controller.abort();
+    await Promise.all(all);
     await until(() => server.stats().httpInFlight === 0, 'the held completions to end');
     // The slots came back.
     upstream.script({ kind: 'stream', pieces: ['again'] });
@@ -132,8 +142,9 @@ describe('limits on an open server', () => {
     await until(() => server.stats().ws.activeRequests === 0, 'the previous test to end');
     upstream.script({ kind: 'stall' }, { kind: 'stream', pieces: ['ws', ' runs'] });
     const controller = new AbortController();
-    const held = await completion(server.url, {}, controller.signal);
-    assert.equal(held.status, 200);
+    // Its status line waits for a first token that never comes: the request is held, in flight.
+    const held = completion(server.url, {}, controller.signal).catch(() => undefined);
+    await until(() => server.stats().httpInFlight === 1, 'the first request to be admitted');
     const second = await completion(server.url, {}, controller.signal);
     assert.equal(second.status, 429, 'the peer has its one request running');
     const ws = await WsClient.open(server.wsUrl);
@@ -144,6 +155,7 @@ describe('limits on an open server', () => {
     } finally {
       ws.ws.close();
       controller.abort();
+      await held;
     }
   });
 });
@@ -193,12 +205,12 @@ describe('serving metrics a vLLM user recognises', () => {
     try {
       upstream.script({ kind: 'stall' });
       const controller = new AbortController();
-      const held = await completion(server.url, {}, controller.signal);
-      assert.equal(held.status, 200);
+      const held = completion(server.url, {}, controller.signal).catch(() => undefined);
       await until(() => upstream.served.length === 1, 'the request to reach the upstream');
       assert.equal(await value('sluice_num_requests_waiting'), 1, 'admitted, no token yet: waiting');
       assert.equal(await value('sluice_num_requests_running'), 0);
       controller.abort();
+      await held;
       await until(() => server.stats().httpInFlight === 0, 'the held request to end');
       assert.equal(await value('sluice_num_requests_waiting'), 0);
 

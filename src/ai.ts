@@ -8,10 +8,10 @@ export { GraphBuilder, ModelBuilder, float } from './ai/models/onnx/index.js';
 export type { AttributeValue, Dim, ElementType, FloatAttribute, ModelOptions, TensorData } from './ai/models/onnx/index.js';
 export { HashTokenizer, DEFAULT_HASH_TOKENIZER, FeedBuffers, padBatch } from './ai/models/tokenizer.js';
 export type { Tokenizer, EncodedBatch, HashTokenizerConfig } from './ai/models/tokenizer.js';
-export { WordPieceTokenizer } from './ai/models/wordpiece.js';
-export type { WordPieceOptions } from './ai/models/wordpiece.js';
+export { HfTokenizer } from './ai/models/hf-tokenizer.js';
+export type { HfTokenizerOptions } from './ai/models/hf-tokenizer.js';
 export { loadModel, loadTokenizer, signatureProblems, SIGNATURES, LoadedModel } from './ai/models/load.js';
-export type { LoadModelOptions, ModelSignature, TensorSpec } from './ai/models/load.js';
+export type { LoadModelOptions, LoadTokenizerOptions, ModelSignature, TensorSpec } from './ai/models/load.js';
 export { ModelNotFoundError, ModelCorruptError, ModelSignatureError, UnsupportedTokenizerError } from './ai/models/errors.js';
 export { generateModels, MODEL_FILES, EMBEDDING_CONFIG } from './ai/models/generate.js';
 export type { GenerateOptions as GenerateModelsOptions, GeneratedFile, GuardMetadata } from './ai/models/generate.js';
@@ -37,7 +37,15 @@ export type { Embedder as TextEmbedder, Embedded, EmbedOptions } from './ai/stag
 export { retrieve, withCitations } from './ai/stages/retrieve.js';
 export type { Retrieved, RetrieveOptions, Citation, CitedContext } from './ai/stages/retrieve.js';
 export { assemble, PromptTemplate } from './ai/stages/assemble.js';
-export type { AssembleOptions, AssembledPrompt, FewShotExample, PromptTemplateOptions, TemplateValue, VariablesSchema } from './ai/stages/assemble.js';
+export type {
+  AssembleOptions,
+  AssembledPrompt,
+  PromptTokenizer,
+  FewShotExample,
+  PromptTemplateOptions,
+  TemplateValue,
+  VariablesSchema,
+} from './ai/stages/assemble.js';
 export { generateRequest, promptText, questionOf, generation, complete, decode } from './ai/inference/worker.js';
 export { guardedWorker } from './ai/inference/guarded-worker.js';
 export type { GuardedWorkerOptions } from './ai/inference/guarded-worker.js';
@@ -70,6 +78,13 @@ export type { BatchedEmbedderOptions } from './ai/models/batched-embedder.js';
 export { Gateway, UpstreamDiscoveryError, discoverModels, isUpstreamTransient } from './ai/inference/gateway.js';
 export type { GatewayOptions, UpstreamOptions } from './ai/inference/gateway.js';
 export { CharLmWorker, DecoderLmWorker, ASCII_CODEC } from './ai/inference/onnx-lm.js';
+export { LocalModel, LocalModelError } from './ai/inference/local-model.js';
+export type { LocalModelOptions, LocalWorkerOptions } from './ai/inference/local-model.js';
+export { TokenTextStream } from './ai/inference/detokenize.js';
+export { openAiTokenCounter, openAiEncodingOf } from './ai/inference/openai-tokens.js';
+export type { DecodeIds } from './ai/inference/detokenize.js';
+export { ChatTemplate } from './ai/models/chat-template.js';
+export type { ChatTemplateOptions, TemplateMessage } from './ai/models/chat-template.js';
 export type { RunModel, TokenCodec, DecoderShape, CharLmWorkerOptions, DecoderLmWorkerOptions } from './ai/inference/onnx-lm.js';
 export { HttpStatusError, RateLimitedError, MalformedEventError, ProviderError } from './ai/inference/errors.js';
 export { InferencePool } from './ai/models/pool.js';

@@ -9,6 +9,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { findUp } from './core/package-files.js';
+import { delimiter } from 'node:path';
 import { parseArgs } from 'node:util';
 import { InvalidOptionsError } from './core/errors.js';
 import { SUBPROTOCOL } from './serve/protocol.js';
@@ -33,6 +34,12 @@ Options (environment variable in brackets):
   --origin <url>              allow browsers from this origin; repeatable [SLUICE_ORIGINS] (default any)
   --models <dir>              model files; missing ones are generated [SLUICE_MODELS] (default models)
   --corpus <dir>              markdown documents to answer from [SLUICE_CORPUS] (default: bundled docs)
+  --model <dir>               serve a decoder you exported: model.onnx (or onnx/model.onnx) with its KV
+                              cache, tokenizer.json, tokenizer_config.json (chat template), optional
+                              config.json and generation_config.json; served under the directory's
+                              name as the default model, and sluice-rag answers with it; repeatable
+                              [SLUICE_MODEL, several separated by "${delimiter}"]; needs @huggingface/tokenizers
+                              and @huggingface/jinja
   --pool-size <n>             inference worker threads [SLUICE_POOL_SIZE] (default min(cores, 2))
   --shutdown-timeout <ms>     time running requests get after SIGTERM [SLUICE_SHUTDOWN_TIMEOUT] (default 10000)
   --max-concurrent <n>        requests per WebSocket connection [SLUICE_MAX_CONCURRENT] (default 8)
@@ -94,6 +101,7 @@ function readFlags(argv: readonly string[]) {
       origin: { type: 'string', multiple: true },
       models: { type: 'string' },
       corpus: { type: 'string' },
+      model: { type: 'string', multiple: true },
       'pool-size': { type: 'string' },
       'shutdown-timeout': { type: 'string' },
       'max-concurrent': { type: 'string' },
@@ -209,6 +217,19 @@ function gatewayTuning(cacheMb: number | undefined, upstreams: readonly Upstream
   return { cache: { maxBytes: cacheMb * 2 ** 20 }, singleFlight: true };
 }
 
+/** `--model` directories (or `SLUICE_MODEL`, split like PATH); gateway mode runs no model here. */
+function localModels(
+  fromFlags: readonly string[] | undefined,
+  raw: string | undefined,
+  upstreams: readonly UpstreamOptions[] | undefined,
+): string[] | undefined {
+  const dirs = fromFlags !== undefined && fromFlags.length > 0 ? [...fromFlags] : raw?.split(delimiter).filter((d) => d.trim().length > 0);
+  if (dirs === undefined || dirs.length === 0) return undefined;
+  if (dirs.some((d) => d.trim().length === 0)) throw new UsageError('--model: expected a directory');
+  if (upstreams !== undefined) throw new UsageError('--model serves a model in this process: give --model or --upstream, not both');
+  return dirs;
+}
+
 /** Flags and environment → `ServeOptions`, and the NATS URL generation goes to, if any. */
 export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): ServeOptions & { nats?: string } {
   const v = flagValues(argv);
@@ -229,6 +250,7 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
     ...defined('origins', list(v.origin, env.SLUICE_ORIGINS)),
     ...defined('models', v.models ?? (env.SLUICE_MODELS || undefined)),
     ...defined('corpus', v.corpus ?? (env.SLUICE_CORPUS || undefined)),
+    ...defined('localModels', localModels(v.model, env.SLUICE_MODEL, upstreams)),
     ...defined('poolSize', integer(v, env, 'pool-size', 'SLUICE_POOL_SIZE')),
     ...defined('shutdownTimeout', integer(v, env, 'shutdown-timeout', 'SLUICE_SHUTDOWN_TIMEOUT')),
     ...(Object.keys(limits).length > 0 && { limits }),
@@ -372,6 +394,10 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     }
   } catch (err) {
     await remote?.close().catch(() => {});
+    if ((err as { code?: unknown }).code === 'LOCAL_MODEL_INVALID') {
+      process.stderr.write(`sluice: --model: ${err instanceof Error ? err.message : String(err)}\n`);
+      return 2;
+    }
     if (err instanceof UsageError || err instanceof InvalidOptionsError) {
       // An option only the running server can check (an upstream's model list) is named by its flag.
       const flag = err instanceof InvalidOptionsError && err.issues.length === 1 ? FLAG_OF[err.issues[0]!.path] : undefined;

@@ -25,6 +25,7 @@ export type {
 } from './serve/ws-server.js';
 export { startServer, isLoopback, WS_PATH } from './serve/app.js';
 export type { ServeOptions, RunningServer, ServerStats, ShutdownReport } from './serve/app.js';
+export type { LocalModelSpec } from './serve/backends.js';
 export {
   SUBPROTOCOL,
   BEARER_PROTOCOL_PREFIX,

@@ -9,17 +9,17 @@ import { MissingPeerError } from './errors.js';
 const load = createRequire(import.meta.url);
 const loaded = new Map<string, unknown>();
 
-function peer<T>(name: string, entry: string): T {
-  if (loaded.has(name)) return loaded.get(name) as T;
+function peer<T>(name: string, entry: string, path = name): T {
+  if (loaded.has(path)) return loaded.get(path) as T;
   let module: T;
   try {
-    module = load(name) as T;
+    module = load(path) as T;
   } catch (error) {
     const code = (error as { code?: unknown }).code;
     if (code === 'MODULE_NOT_FOUND' || code === 'ERR_MODULE_NOT_FOUND') throw new MissingPeerError(name, entry, error);
     throw error;
   }
-  loaded.set(name, module);
+  loaded.set(path, module);
   return module;
 }
 
@@ -29,4 +29,17 @@ export const promClient = (): typeof import('prom-client') => peer('prom-client'
 export const otelApi = (): typeof import('@opentelemetry/api') => peer('@opentelemetry/api', 'sluice/serve');
 export const natsJetstream = (): typeof import('@nats-io/jetstream') => peer('@nats-io/jetstream', 'sluice/nats');
 export const natsTransport = (): typeof import('@nats-io/transport-node') => peer('@nats-io/transport-node', 'sluice/nats');
+export const hfTokenizers = (): typeof import('@huggingface/tokenizers') =>
+  peer('@huggingface/tokenizers', "sluice/ai's loadTokenizer (a Hugging Face tokenizer.json)");
+export const hfJinja = (): typeof import('@huggingface/jinja') => peer('@huggingface/jinja', "sluice/ai's loadLocalModel (a chat template)");
+/** The light entry and one encoding's ranks: the full entry would load every encoding (~5 MB). */
+export const jsTiktoken = (): typeof import('js-tiktoken/lite') => peer('js-tiktoken', "sluice/ai's openAiTokenCounter", 'js-tiktoken/lite');
+export const tiktokenRanks = (encoding: string): import('js-tiktoken/lite').TiktokenBPE => {
+  const ranks = peer<import('js-tiktoken/lite').TiktokenBPE & { default?: import('js-tiktoken/lite').TiktokenBPE }>(
+    'js-tiktoken',
+    "sluice/ai's openAiTokenCounter",
+    `js-tiktoken/ranks/${encoding}`,
+  );
+  return ranks.default ?? ranks;
+};
 export const pinoPeer = (): typeof import('pino') => peer('pino', 'the sluice command');

@@ -27,7 +27,7 @@ import { redactedWorker } from '../ai/inference/redacted-worker.js';
 import { PII_KINDS, RedactStats, type PiiKind } from '../ai/stages/redact.js';
 import type { InferencePoolStats } from '../ai/models/pool.js';
 import { BUNDLED_CORPUS } from '../ai/rag/corpus.js';
-import { type Backend, embeddedBackend, gatewayBackend } from './backends.js';
+import { type Backend, type LocalModelSpec, embeddedBackend, gatewayBackend } from './backends.js';
 import { createHttpHandler } from './http.js';
 import { SluiceMetrics } from './metrics.js';
 import { bearerOf, pathOf } from './protocol.js';
@@ -60,6 +60,14 @@ export interface ServeOptions {
   readonly models?: string;
   /** Folder of markdown documents to answer from. Default: the bundled corpus. */
   readonly corpus?: string;
+  /**
+   * Decoders the user exported (`model.onnx` or `onnx/model.onnx`, `tokenizer.json`,
+   * `tokenizer_config.json`), each served under its directory's name (or `name`), the first
+   * as the default model; sluice-rag then answers with the first. Checked before serving:
+   * a bad one fails the start with `LocalModelError` naming the file. Needs the optional
+   * peers `@huggingface/tokenizers` and `@huggingface/jinja`.
+   */
+  readonly localModels?: readonly LocalModelSpec[];
   /** Inference worker threads. Default `min(cores, 2)`. */
   readonly poolSize?: number;
   /** How long, ms, running requests may go on after SIGTERM before they are ended. Default 10 000. */
@@ -116,6 +124,13 @@ const optionsSchema = lazySchema((z) =>
       origins: z.array(z.string().url({ error: 'an origin must be a URL like https://app.example.com' })).optional(),
       models: z.string().min(1).default('models'),
       corpus: z.string().min(1).default(BUNDLED_CORPUS),
+      localModels: z
+        .array(
+          z.union([z.string().min(1), z.object({ dir: z.string().min(1), name: z.string().min(1).optional() }).strict()], {
+            error: 'a local model is a directory path or { dir, name }',
+          }),
+        )
+        .optional(),
       poolSize: positiveInt('poolSize').default(Math.min(availableParallelism(), 2)),
       shutdownTimeout: z.number({ error: 'shutdownTimeout must be a number of ms' }).int().min(0, { error: 'shutdownTimeout must be ≥ 0' }).default(10_000),
       limits: z.record(z.string(), z.unknown()).optional(),
@@ -141,6 +156,10 @@ const optionsSchema = lazySchema((z) =>
     .refine((o) => o.ragModel === undefined || o.upstreams !== undefined, {
       error: 'ragModel names an upstream model: give upstreams too',
       path: ['ragModel'],
+    })
+    .refine((o) => o.upstreams === undefined || o.localModels === undefined || o.localModels.length === 0, {
+      error: "give upstreams or localModels, not both: gateway mode serves the upstreams' models",
+      path: ['localModels'],
     })
     .refine((o) => o.upstreams === undefined || o.languageModel === undefined, {
       error: 'give upstreams or languageModel, not both',
@@ -211,7 +230,14 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
           { models: config.models, poolSize: config.poolSize, corpus: options.corpus, ragModel: config.ragModel, guard: config.guard },
           log,
         )
-      : await embeddedBackend({ models: config.models, corpus: config.corpus, poolSize: config.poolSize, languageModel: config.languageModel, log });
+      : await embeddedBackend({
+          models: config.models,
+          corpus: config.corpus,
+          poolSize: config.poolSize,
+          languageModel: config.languageModel,
+          ...(config.localModels !== undefined && { localModels: config.localModels }),
+          log,
+        });
   const metrics = new SluiceMetrics();
   try {
     const { workers, stages } = withPolicies(backend, config.guard, config.redact);

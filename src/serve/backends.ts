@@ -10,6 +10,9 @@ import { StageStats } from '../flow/stats.js';
 import type { CacheStats } from '../cache/stats.js';
 import { Gateway, type GatewayOptions, type UpstreamOptions } from '../ai/inference/gateway.js';
 import { CharLmWorker } from '../ai/inference/onnx-lm.js';
+import { LocalModel, LocalModelError } from '../ai/inference/local-model.js';
+import { openAiEncodingOf, openAiTokenCounter } from '../ai/inference/openai-tokens.js';
+import type { PromptTokenizer } from '../ai/stages/assemble.js';
 import type { ModelWorker } from '../ai/inference/worker.js';
 import { BUNDLED_DATA } from '../ai/models/bundled.js';
 import { generateModels, MODEL_FILES } from '../ai/models/generate.js';
@@ -53,17 +56,38 @@ export interface Backend {
   release(): Promise<void>;
 }
 
+/** A model directory to serve (`sluice serve --model DIR`), under its directory's name unless `name` says. */
+export type LocalModelSpec = string | { readonly dir: string; readonly name?: string };
+
 export interface EmbeddedOptions {
   readonly models: string;
+  /** The user's own exported decoders, served first (the first is the default model) and answering sluice-rag. */
+  readonly localModels?: readonly LocalModelSpec[];
   readonly corpus: string;
   readonly poolSize: number;
   readonly languageModel: ModelWorker | undefined;
   readonly log: (line: string) => void;
 }
 
-/** The embedding and guard models in a pool (and the character LM, when asked), generated into `models` when missing. */
-async function localModels(options: { readonly models: string; readonly poolSize: number; readonly charLm: boolean; readonly log: (line: string) => void }) {
+/**
+ * The embedding and guard models in a pool (and the character LM, when asked), generated into
+ * `models` when missing; the user's own decoders in the same pool.
+ */
+async function localModels(options: {
+  readonly models: string;
+  readonly poolSize: number;
+  readonly charLm: boolean;
+  readonly users?: readonly LocalModelSpec[] | undefined;
+  readonly log: (line: string) => void;
+}) {
   if (BUNDLED_DATA === undefined) throw new Error('the bundled data/ folder is missing from the package');
+  // The user's models first: a bad directory fails the start before anything is generated.
+  const users = await loadLocalModels(options.users ?? []);
+  for (const user of users) {
+    options.log(
+      `model ${user.name}: ${user.modelPath} (${user.shape.layers} layers, ${user.tokenizer.vocabSize} tokens, ${user.chatTemplate === undefined ? 'no chat template' : 'chat template'})`,
+    );
+  }
   const dir = options.models;
   const written = await generateModels({ outDir: dir, dataDir: BUNDLED_DATA });
   const fresh = written.filter((f) => f.written).length;
@@ -74,6 +98,8 @@ async function localModels(options: { readonly models: string; readonly poolSize
       embed: `${dir}/${MODEL_FILES.embedding}`,
       guard: `${dir}/${MODEL_FILES.guard}`,
       ...(options.charLm && { charlm: `${dir}/${MODEL_FILES.charLm}` }),
+      // Prefixed, so a user's directory name never collides with the pool's own models.
+      ...Object.fromEntries(users.map((user) => [`local:${user.name}`, user.modelPath])),
     },
     size: options.poolSize,
   });
@@ -88,6 +114,8 @@ async function localModels(options: { readonly models: string; readonly poolSize
       charLm: options.charLm
         ? await CharLmWorker.load(`${dir}/${MODEL_FILES.charLm}`, { run: (feeds, signal) => pool.run(feeds, { model: 'charlm', signal }) })
         : undefined,
+      users,
+      userWorkers: users.map((user) => user.worker({ run: (feeds, signal) => pool.run(feeds, { model: `local:${user.name}`, signal }) })),
     };
   } catch (err) {
     await pool.close();
@@ -98,11 +126,19 @@ async function localModels(options: { readonly models: string; readonly poolSize
 type LocalModels = Awaited<ReturnType<typeof localModels>>;
 
 /** The corpus indexed, and `sluice-rag` over it: extractive without `lm`, else written by `lm`. */
-async function ragOver(local: LocalModels, corpus: string, lm: ModelWorker | undefined, log: (line: string) => void) {
+async function ragOver(local: LocalModels, corpus: string, lm: ModelWorker | undefined, log: (line: string) => void, tokenizer?: PromptTokenizer) {
   const passages = await loadCorpus(corpus);
   const index = await indexPassages(passages, (texts, signal) => local.embed(texts, signal));
   const stages = Object.fromEntries(RAG_STAGES.map((name) => [name, new StageStats()])) as Record<RagStage, StageStats>;
-  const rag = ragWorker({ name: RAG_MODEL, embedder: local.embed, index, classify: local.classify, stats: stages, ...(lm !== undefined && { lm }) });
+  const rag = ragWorker({
+    name: RAG_MODEL,
+    embedder: local.embed,
+    index,
+    classify: local.classify,
+    stats: stages,
+    ...(lm !== undefined && { lm }),
+    ...(tokenizer !== undefined && { tokenizer }),
+  });
   log(`indexed ${passages.length} passages from ${corpus}${lm === undefined ? '' : `; ${RAG_MODEL} answers with ${lm.name}`}`);
   const bySource = new Map<string, Passage[]>();
   for (const passage of passages) bySource.set(passage.source, [...(bySource.get(passage.source) ?? []), passage]);
@@ -111,13 +147,20 @@ async function ragOver(local: LocalModels, corpus: string, lm: ModelWorker | und
 
 /** The generated models (written into `models` when missing), the corpus indexed, `sluice-rag` and its language model. */
 export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend> {
-  const local = await localModels({ models: options.models, poolSize: options.poolSize, charLm: options.languageModel === undefined, log: options.log });
+  const local = await localModels({
+    models: options.models,
+    poolSize: options.poolSize,
+    charLm: options.languageModel === undefined,
+    users: options.localModels,
+    log: options.log,
+  });
   try {
     // sluice-rag answers with the retrieved sentences themselves (cited); the character LM is served on its own, as the toy it is.
-    const { rag, stages, passages } = await ragOver(local, options.corpus, undefined, options.log);
+    // With a model of the user's, sluice-rag answers with it, the prompt's budget counted by its tokenizer and template.
+    const { rag, stages, passages } = await ragOver(local, options.corpus, local.userWorkers[0], options.log, local.users[0]);
     const lm = options.languageModel ?? local.charLm!;
     return {
-      workers: { [rag.name]: rag, [lm.name]: lm },
+      workers: { ...Object.fromEntries(local.userWorkers.map((w) => [w.name, w])), [rag.name]: rag, [lm.name]: lm },
       embeddings: { [EMBEDDING_MODEL]: local.embeddings },
       stages: { ...stages, embeddings: local.embeddings.stats },
       pool: local.pool,
@@ -134,6 +177,29 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
     await local.pool.close();
     throw err;
   }
+}
+
+/** Loads and checks every directory before anything starts; a failure is a `LocalModelError` naming the directory. */
+async function loadLocalModels(specs: readonly LocalModelSpec[]): Promise<LocalModel[]> {
+  const taken = new Set(['sluice-rag', 'charlm', EMBEDDING_MODEL]);
+  const locals: LocalModel[] = [];
+  for (const spec of specs) {
+    const { dir, name } = typeof spec === 'string' ? { dir: spec, name: undefined } : spec;
+    let local: LocalModel;
+    try {
+      local = await LocalModel.load(dir, name === undefined ? {} : { name });
+    } catch (err) {
+      if (err instanceof LocalModelError || (err as { code?: unknown }).code === 'MISSING_PEER') throw err;
+      const message = err instanceof Error ? err.message : String(err);
+      const hint = (err as { hint?: unknown }).hint;
+      // The cause's own hint is about generated models; the directory's layout is what to fix here.
+      throw new LocalModelError(dir, typeof hint === 'string' && message.endsWith(hint) ? message.slice(0, -hint.length).trim() : message, err);
+    }
+    if (taken.has(local.name)) throw new LocalModelError(dir, `the name "${local.name}" is already served: give the model another name.`);
+    taken.add(local.name);
+    locals.push(local);
+  }
+  return locals;
 }
 
 /** What gateway mode runs here beside the upstreams: retrieval over a corpus, the guard. */
@@ -188,7 +254,7 @@ export async function gatewayBackend(
       };
     }
     if (gateway.models.includes(RAG_MODEL)) log(`gateway: the upstream's ${RAG_MODEL} is not served; this server's ${RAG_MODEL} answers from ${local.corpus}`);
-    const { rag, stages, passages } = await ragOver(models, local.corpus, lm, log);
+    const { rag, stages, passages } = await ragOver(models, local.corpus, lm, log, openAiCounter(lm.name, log));
     const { [RAG_MODEL]: _shadowed, ...others } = upstreamWorkers;
     return {
       ...base,
@@ -217,6 +283,17 @@ function ragLanguageModel(served: readonly string[], workers: Readonly<Record<st
       `${chosen === undefined ? 'the upstreams serve no model to answer with' : `"${chosen}" is not an upstream model`} (models: ${served.join(', ')})`,
     );
   return lm;
+}
+
+/** Exact counts for an OpenAI model's prompt budget (`js-tiktoken`); other models keep the estimate. */
+function openAiCounter(model: string, log: (line: string) => void): PromptTokenizer | undefined {
+  try {
+    return openAiEncodingOf(model) === undefined ? undefined : openAiTokenCounter(model);
+  } catch (err) {
+    if ((err as { code?: unknown }).code !== 'MISSING_PEER') throw err;
+    log(`${RAG_MODEL}: prompt budgets for ${model} are estimated (install js-tiktoken to count them exactly)`);
+    return undefined;
+  }
 }
 
 function ragModelError(message: string): InvalidOptionsError {

@@ -1,10 +1,15 @@
-/** A chat completion streamed as server-sent events at the client's pace: a token is asked of the worker only once the socket took the previous one. */
+/**
+ * A chat completion streamed as server-sent events at the client's pace: a token is asked of the
+ * worker only once the socket took the previous one. A failure before the first token is a plain
+ * error response; after it, an `error` event and `[DONE]`.
+ */
 import type { ServerResponse } from 'node:http';
 import { subscribeWithDemand } from '../flow/demand.js';
 import { AbortedError, type SluiceError } from '../core/errors.js';
 import type { GenerationDone, Token } from '../ai/inference/worker.js';
 import type { Observable } from 'rxjs';
 import { openAiFinish, toApiError } from './openai-wire.js';
+import { sendError } from './http-io.js';
 
 export interface StreamConfig {
   readonly id: string;
@@ -27,8 +32,15 @@ export interface StreamConfig {
 export function streamChat(res: ServerResponse, flow: Observable<Token>, stream: StreamConfig): void {
   const chunk = (delta: Readonly<Record<string, unknown>>, finishReason: string | null) =>
     `data: ${JSON.stringify({ id: stream.id, object: 'chat.completion.chunk', created: stream.created, model: stream.model, choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }] })}\n\n`;
-  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
-  res.write(chunk({ role: 'assistant', content: '' }, null));
+  // The status line waits for the first token: a failure before it (a guard block, every upstream
+  // rate limited) is then an ordinary error response with its own status and Retry-After.
+  let started = false;
+  const start = () => {
+    if (started) return;
+    started = true;
+    res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+    res.write(chunk({ role: 'assistant', content: '' }, null));
+  };
 
   let waiting: (() => void) | undefined;
   const stopWaiting = () => {
@@ -41,6 +53,7 @@ export function streamChat(res: ServerResponse, flow: Observable<Token>, stream:
   const subscription = subscribeWithDemand(flow, {
     next: (token) => {
       if (res.destroyed) return;
+      start();
       stream.onToken();
       const delta = token.delta === undefined ? { content: token.text } : token.text === '' ? token.delta : { ...token.delta, content: token.text };
       if (res.write(chunk(delta, null))) return subscription.request(1);
@@ -54,7 +67,8 @@ export function streamChat(res: ServerResponse, flow: Observable<Token>, stream:
     },
     error: (err: unknown) => {
       stopWaiting();
-      if (!res.destroyed && !res.writableEnded) {
+      if (!started && !res.destroyed) sendError(res, toApiError(stream.interrupted() ?? err));
+      else if (!res.destroyed && !res.writableEnded) {
         const error = toApiError(stream.interrupted() ?? err);
         res.write(`data: ${JSON.stringify({ error: { message: error.message, type: error.type, param: error.param, code: error.code } })}\n\n`);
         res.end('data: [DONE]\n\n');
@@ -63,6 +77,7 @@ export function streamChat(res: ServerResponse, flow: Observable<Token>, stream:
     },
     complete: () => {
       stopWaiting();
+      start();
       const done = stream.getDone();
       res.write(chunk({}, openAiFinish(done)));
       if (stream.includeUsage) {

@@ -39,6 +39,12 @@ export type RunModel = (feeds: Record<string, ort.Tensor>, signal: AbortSignal) 
 export interface TokenCodec {
   encode(text: string): number[];
   decode(id: number): string;
+  /**
+   * A decoder for one generation, when a token's text depends on its neighbours (byte-level
+   * BPE splitting a character, SentencePiece spaces): `push` gives the text each id adds,
+   * `end` what is still held. `context` is the prompt's ids. Without it, `decode` per id.
+   */
+  stream?(context: readonly number[]): { push(id: number): string; end(): string };
 }
 
 interface LmWorkerOptions {
@@ -179,6 +185,10 @@ export interface DecoderLmWorkerOptions extends LmWorkerOptions {
   readonly codec?: TokenCodec;
   /** The token that ends a generation (`stop`). Default: none. */
   readonly eosTokenId?: number;
+  /** More tokens that end a generation (a chat model's end of turn beside its end of text). */
+  readonly eosTokenIds?: readonly number[];
+  /** Ids the codec can decode, `[0, vocabSize)`: a model whose logits are padded past its tokenizer never samples the rest. */
+  readonly vocabSize?: number;
 }
 
 /** Characters with codes below 128, one token each; others are dropped. */
@@ -233,9 +243,10 @@ export class DecoderLmWorker extends LmWorker {
   }
 
   protected open(request: GenerateRequest): Decoding {
-    const { shape, run } = this.options;
+    const { shape, run, vocabSize } = this.options;
     const codec = this.options.codec ?? ASCII_CODEC;
-    const eos = this.options.eosTokenId;
+    const eos = new Set(this.options.eosTokenIds ?? []);
+    if (this.options.eosTokenId !== undefined) eos.add(this.options.eosTokenId);
     const ids = codec.encode(this.template(request));
     if (ids.length === 0) throw new EmptyPromptError("the prompt has no token the model's vocabulary covers");
     const random = createRandom(request.seed);
@@ -247,10 +258,20 @@ export class DecoderLmWorker extends LmWorker {
     }
     let input = [...ids];
     const inputTokens = ids.length;
+    const text = codec.stream?.(ids);
+    /** Set once the model ended while `text` still held an incomplete character: it is emitted first. */
+    let ending: 'stop' | 'length' | undefined;
+    const end = (reason: 'stop' | 'length'): DecodeStep => {
+      const rest = text?.end() ?? '';
+      if (rest.length === 0) return { end: reason };
+      ending = reason;
+      return { text: rest, tokens: 0 };
+    };
     return {
       inputTokens,
       async step(signal): Promise<DecodeStep> {
-        if (shape.maxPositions !== undefined && ids.length >= shape.maxPositions) return { end: 'length' };
+        if (ending !== undefined) return { end: ending };
+        if (shape.maxPositions !== undefined && ids.length >= shape.maxPositions) return end('length');
         const start = ids.length - input.length;
         const out = await run(
           {
@@ -270,11 +291,14 @@ export class DecoderLmWorker extends LmWorker {
           next[`past_key_values.${l}.value`] = out[`present.${l}.value`]!;
         }
         past = next;
-        const { id, logprob } = sampleToken(lastRow(out.logits!), request, random, ids, inputTokens);
+        const scores = lastRow(out.logits!);
+        // Padding rows of the embedding table (no token of the tokenizer) are never sampled.
+        if (vocabSize !== undefined && vocabSize < scores.length) scores.fill(-Infinity, vocabSize);
+        const { id, logprob } = sampleToken(scores, request, random, ids, inputTokens);
         ids.push(id);
         input = [id];
-        if (id === eos) return { end: 'stop' };
-        return { text: codec.decode(id), logprob };
+        if (eos.has(id)) return end('stop');
+        return { text: text === undefined ? codec.decode(id) : text.push(id), logprob };
       },
       close() {
         past = {};

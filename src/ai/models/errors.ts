@@ -49,7 +49,7 @@ export class UnsupportedTokenizerError extends SluiceError {
     what: string,
   ) {
     super('TOKENIZER_UNSUPPORTED', `${path}: ${what} is not supported.`, {
-      hint: 'Supported: WordPiece (BERT / sentence-transformers such as all-MiniLM-L6-v2) and sluice hashed tokenizers.',
+      hint: 'Supported: Hugging Face tokenizer.json files with a BPE, WordPiece or Unigram model (through @huggingface/tokenizers), and sluice hashed tokenizers.',
     });
   }
 }

@@ -6,7 +6,7 @@ import { lazySchema } from '../../core/zod.js';
 import { ModelCorruptError, ModelNotFoundError, ModelSignatureError, UnsupportedTokenizerError } from './errors.js';
 import { embeddingOutputProblem } from './pooling.js';
 import { HashTokenizer, type Tokenizer } from './tokenizer.js';
-import { WordPieceTokenizer } from './wordpiece.js';
+import { HfTokenizer } from './hf-tokenizer.js';
 
 const ortRuntime = onnxruntime();
 
@@ -194,38 +194,25 @@ function describeSpec(spec: TensorSpec): string {
   return `${spec.type} [${spec.dims.map((d) => d ?? '?').join(', ')}]`;
 }
 
-const wordPieceSchema = lazySchema((z) =>
-  z.looseObject({
+const hfTokenizerSchema = lazySchema((z) => {
+  const id = z.number().int().nonnegative();
+  return z.looseObject({
     truncation: z.looseObject({ max_length: z.number().int().positive() }).nullish(),
-    padding: z.looseObject({ pad_id: z.number().int().nonnegative() }).nullish(),
-    normalizer: z
-      .looseObject({
-        type: z.string(),
-        lowercase: z.boolean().optional(),
-        strip_accents: z.boolean().nullish(),
-        clean_text: z.boolean().optional(),
-        handle_chinese_chars: z.boolean().optional(),
-      })
-      .nullish(),
-    pre_tokenizer: z.looseObject({ type: z.string() }).nullish(),
-    post_processor: z
-      .looseObject({
-        type: z.string(),
-        single: z.array(z.record(z.string(), z.looseObject({ id: z.string() }))).optional(),
-        special_tokens: z.record(z.string(), z.looseObject({ ids: z.array(z.number().int()) })).optional(),
-        cls: z.tuple([z.string(), z.number().int()]).optional(),
-        sep: z.tuple([z.string(), z.number().int()]).optional(),
-      })
-      .nullish(),
-    model: z.looseObject({
-      type: z.string(),
-      vocab: z.record(z.string(), z.number().int().nonnegative()).optional(),
-      unk_token: z.string().optional(),
-      continuing_subword_prefix: z.string().optional(),
-      max_input_chars_per_word: z.number().int().positive().optional(),
-    }),
-  }),
-);
+    padding: z.looseObject({ pad_id: id }).nullish(),
+    added_tokens: z.array(z.looseObject({ id, content: z.string() })).optional(),
+    model: z.looseObject({ type: z.string() }),
+  });
+});
+
+/** The vocabulary of each model type the library runs. */
+const hfModelSchemas = lazySchema((z) => {
+  const id = z.number().int().nonnegative();
+  return z.discriminatedUnion('type', [
+    z.looseObject({ type: z.literal('WordPiece'), vocab: z.record(z.string(), id), unk_token: z.string().optional() }),
+    z.looseObject({ type: z.literal('BPE'), vocab: z.record(z.string(), id), merges: z.array(z.union([z.string(), z.tuple([z.string(), z.string()])])) }),
+    z.looseObject({ type: z.literal('Unigram'), vocab: z.array(z.tuple([z.string(), z.number()])) }),
+  ]);
+});
 
 const hashSchema = lazySchema((z) =>
   z.strictObject({
@@ -237,89 +224,64 @@ const hashSchema = lazySchema((z) =>
   }),
 );
 
+export interface LoadTokenizerOptions {
+  /** The model's `tokenizer_config.json`, parsed (special tokens, `model_max_length`...). */
+  readonly config?: Readonly<Record<string, unknown>>;
+}
+
 /**
- * Loads a HuggingFace `tokenizer.json` (WordPiece, as all-MiniLM-L6-v2 and other BERT exports ship it) or a
- * sluice hashed-tokenizer config. Errors: `ModelNotFoundError`, `ModelCorruptError` (not JSON, or a field of
- * the wrong shape, named by its path), `UnsupportedTokenizerError` (another model type or pipeline step).
+ * Loads a Hugging Face `tokenizer.json` — BPE (GPT-2, Llama 3, Qwen), WordPiece (BERT,
+ * all-MiniLM-L6-v2) or Unigram (T5, XLM-R) — run by the optional peer `@huggingface/tokenizers`,
+ * or a sluice hashed-tokenizer config. Errors: `ModelNotFoundError`, `ModelCorruptError` (not
+ * JSON, or a field of the wrong shape, named by its path), `UnsupportedTokenizerError` (another
+ * model type or a pipeline step the library does not know), `MissingPeerError`.
  */
-export async function loadTokenizer(path: string): Promise<Tokenizer> {
-  const text = new TextDecoder().decode(await readBytes(path, 'Tokenizer'));
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (cause) {
-    throw new ModelCorruptError(path, `it is not JSON (${firstLine(cause)}).`, cause);
-  }
+export async function loadTokenizer(path: string, options: LoadTokenizerOptions = {}): Promise<Tokenizer> {
+  const json = await readJson(path, 'Tokenizer');
   if (typeof json === 'object' && json !== null && (json as { type?: unknown }).type === 'sluice-hash') {
     return new HashTokenizer(parseWith(hashSchema(), json, path));
   }
-  return wordPieceFrom(parseWith(wordPieceSchema(), json, path), path);
+  return hfTokenizerFrom(json, path, options);
 }
 
-function wordPieceFrom(config: z.output<ReturnType<typeof wordPieceSchema>>, path: string): WordPieceTokenizer {
-  const { model } = config;
-  if (model.type !== 'WordPiece') throw new UnsupportedTokenizerError(path, `model.type "${model.type}"`);
-  if (model.vocab === undefined) throw new ModelCorruptError(path, 'model.vocab is missing.');
-  const normalizer = config.normalizer;
-  if (normalizer && normalizer.type !== 'BertNormalizer') throw new UnsupportedTokenizerError(path, `normalizer.type "${normalizer.type}"`);
-  const preTokenizer = config.pre_tokenizer;
-  if (preTokenizer && preTokenizer.type !== 'BertPreTokenizer' && preTokenizer.type !== 'Whitespace') {
-    throw new UnsupportedTokenizerError(path, `pre_tokenizer.type "${preTokenizer.type}"`);
+/** A parsed `tokenizer.json` as an `HfTokenizer`; `path` names the file in errors. */
+export function hfTokenizerFrom(json: unknown, path: string, options: LoadTokenizerOptions = {}): HfTokenizer {
+  const parsed = parseWith(hfTokenizerSchema(), json, path);
+  const type = parsed.model.type;
+  if (type !== 'WordPiece' && type !== 'BPE' && type !== 'Unigram') throw new UnsupportedTokenizerError(path, `model.type "${type}"`);
+  const tokenizerModel = parseWith(hfModelSchemas(), parsed.model, path, 'model');
+  if (tokenizerModel.type === 'WordPiece') {
+    const unk = tokenizerModel.unk_token ?? '[UNK]';
+    if (!(unk in tokenizerModel.vocab)) throw new ModelCorruptError(path, `model.unk_token "${unk}" is not in model.vocab.`);
   }
-  const vocab = new Map(Object.entries(model.vocab));
-  const { prefixIds, suffixIds } = template(config.post_processor, vocab, path);
-  const lowercase = normalizer?.lowercase ?? false;
-  const unkToken = model.unk_token ?? '[UNK]';
-  if (!vocab.has(unkToken)) throw new ModelCorruptError(path, `model.unk_token "${unkToken}" is not in model.vocab.`);
-  return new WordPieceTokenizer({
-    vocab,
-    unkToken,
-    continuingSubwordPrefix: model.continuing_subword_prefix ?? '##',
-    maxInputCharsPerWord: model.max_input_chars_per_word ?? 100,
-    lowercase,
-    // HuggingFace: strip_accents null means "follow lowercase".
-    stripAccents: normalizer?.strip_accents ?? lowercase,
-    cleanText: normalizer?.clean_text ?? false,
-    handleChineseChars: normalizer?.handle_chinese_chars ?? false,
-    prefixIds,
-    suffixIds,
-    // BERT's position table is 512 long; the truncation setting, when present, is the export's own limit.
-    maxLength: config.truncation?.max_length ?? 512,
-    padId: config.padding?.pad_id ?? vocab.get('[PAD]') ?? 0,
-  });
-}
-
-function template(
-  processor: z.output<ReturnType<typeof wordPieceSchema>>['post_processor'],
-  vocab: ReadonlyMap<string, number>,
-  path: string,
-): { prefixIds: number[]; suffixIds: number[] } {
-  if (!processor) return { prefixIds: [], suffixIds: [] };
-  if (processor.type === 'BertProcessing' && processor.cls && processor.sep) return { prefixIds: [processor.cls[1]], suffixIds: [processor.sep[1]] };
-  if (processor.type === 'TemplateProcessing' && processor.single) {
-    const prefixIds: number[] = [];
-    const suffixIds: number[] = [];
-    let seenSequence = false;
-    for (const step of processor.single) {
-      if ('Sequence' in step) {
-        seenSequence = true;
-        continue;
-      }
-      const token = step.SpecialToken?.id;
-      if (token === undefined) throw new UnsupportedTokenizerError(path, `post_processor.single step ${JSON.stringify(step)}`);
-      const tokenIds = processor.special_tokens?.[token]?.ids ?? [vocab.get(token) ?? -1];
-      if (tokenIds.some((id) => id < 0)) throw new ModelCorruptError(path, `special token "${token}" of post_processor is not in the vocabulary.`);
-      (seenSequence ? suffixIds : prefixIds).push(...tokenIds);
-    }
-    return { prefixIds, suffixIds };
+  let model = parsed as Record<string, unknown>;
+  // The library requires every pipeline key; a file may leave out the steps it does not use.
+  for (const key of ['normalizer', 'pre_tokenizer', 'post_processor', 'decoder']) if (!(key in model)) model = { ...model, [key]: null };
+  if (!('added_tokens' in model)) model = { ...model, added_tokens: [] };
+  try {
+    return HfTokenizer.fromJson(model, options.config === undefined ? {} : { config: options.config });
+  } catch (cause) {
+    if ((cause as { code?: unknown }).code === 'MISSING_PEER') throw cause;
+    throw new UnsupportedTokenizerError(path, `its pipeline (${firstLine(cause)})`);
   }
-  throw new UnsupportedTokenizerError(path, `post_processor.type "${processor.type}"`);
 }
 
-function parseWith<S extends z.ZodType>(schema: S, json: unknown, path: string): z.output<S> {
+/** A JSON file; `what` names it in a not-found error. */
+export async function readJson(path: string, what: string): Promise<unknown> {
+  const text = new TextDecoder().decode(await readBytes(path, what));
+  try {
+    return JSON.parse(text);
+  } catch (cause) {
+    throw new ModelCorruptError(path, `it is not JSON (${firstLine(cause)}).`, cause);
+  }
+}
+
+function parseWith<S extends z.ZodType>(schema: S, json: unknown, path: string, under?: string): z.output<S> {
   const result = schema.safeParse(json);
   if (result.success) return result.data;
-  const fields = result.error.issues.map((issue) => `${issue.path.map(String).join('.') || '(root)'}: ${issue.message}`).join('; ');
+  const fields = result.error.issues
+    .map((issue) => `${[...(under === undefined ? [] : [under]), ...issue.path.map(String)].join('.') || '(root)'}: ${issue.message}`)
+    .join('; ');
   throw new ModelCorruptError(path, `it is not a valid tokenizer file (${fields}).`);
 }
 

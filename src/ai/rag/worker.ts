@@ -24,7 +24,7 @@ import { stage } from '../../operators/stage.js';
 import { embed, type Embedded, type Embedder } from '../stages/embed.js';
 import { retrieve, type Citation, type Retrieved } from '../stages/retrieve.js';
 import { answerPieces, candidatesOf, composeAnswer, type ExtractOptions, type ExtractedAnswer } from './extract.js';
-import { assemble, type AssembledPrompt } from '../stages/assemble.js';
+import { assemble, type AssembledPrompt, type PromptTokenizer } from '../stages/assemble.js';
 import { guard, type Classifier } from '../stages/guard.js';
 import {
   complete,
@@ -66,6 +66,8 @@ export interface RagWorkerOptions {
   readonly minScore?: number;
   /** Token budget of the assembled prompt. Default 300. */
   readonly budget?: number;
+  /** Counts the budget as `lm` does (e.g. the `LocalModel` it runs). Default: an estimate. */
+  readonly tokenizer?: PromptTokenizer;
   /** The system prompt. */
   readonly system?: string;
   /** Tokens generated when the request does not say. Default 120. */
@@ -101,6 +103,11 @@ const optionsSchema = lazySchema((z) =>
       k: z.number().int({ error: 'k must be an integer' }).min(1, { error: 'k must be ≥ 1' }).default(3),
       minScore: z.number().min(-1).max(1).optional(),
       budget: z.number().int({ error: 'budget must be an integer' }).min(16, { error: 'budget must be ≥ 16 tokens' }).default(300),
+      tokenizer: z
+        .custom<PromptTokenizer>((v) => typeof (v as PromptTokenizer | undefined)?.countTokens === 'function', {
+          error: 'tokenizer must have countTokens(text)',
+        })
+        .optional(),
       system: z.string().default('Answer from the context only and cite sources as [n].'),
       maxTokens: z.number().int({ error: 'maxTokens must be an integer' }).min(1, { error: 'maxTokens must be ≥ 1' }).default(120),
       cacheCapacity: z.number().int().min(1, { error: 'cacheCapacity must be ≥ 1' }).default(1024),
@@ -211,6 +218,7 @@ export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateReques
           variables: (r) => ({ question: r.input.text }),
           passages: (r) => r.passages,
           budget: config.budget,
+          ...(config.tokenizer !== undefined && { tokenizer: config.tokenizer }),
           stats: stats.assemble,
         }),
         stage(

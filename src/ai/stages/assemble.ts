@@ -13,6 +13,17 @@ export interface ChatMessage {
   readonly content: string;
 }
 
+/**
+ * Counts tokens as a model's own tokenizer does, for budgets that mean what the model sees:
+ * `LocalModel` (sluice/ai) and `openAiTokenCounter` are ones.
+ */
+export interface PromptTokenizer {
+  /** Tokens of a text. */
+  countTokens(text: string): number;
+  /** Tokens of the whole prompt the model is sent (its chat template or per-message overhead included); preferred when given. */
+  countPromptTokens?(messages: readonly ChatMessage[]): number;
+}
+
 /** A few-shot example: a user turn and the answer the model should imitate. Inserted verbatim. */
 export interface FewShotExample {
   readonly user: string;
@@ -22,7 +33,7 @@ export interface FewShotExample {
 /** What `assemble` emits. */
 export interface AssembledPrompt {
   readonly messages: readonly ChatMessage[];
-  /** Tokens of every message's content, by the assembler's `countTokens`; at most the budget. */
+  /** Tokens of the prompt (by `tokenizer`: as the model sees it; else every message's content by `countTokens`); at most the budget. */
   readonly tokens: number;
   /** Passages left out to fit the budget, lowest score first. */
   readonly dropped: readonly string[];
@@ -47,8 +58,10 @@ export interface PromptTemplateOptions<S extends VariablesSchema> {
   examples?: readonly FewShotExample[];
   /** Most tokens the whole prompt may take. */
   budget: number;
-  /** Counts tokens. Default: a whitespace/punctuation tokenizer (`countTokens` from sluice). */
+  /** Counts tokens. Default: a whitespace/punctuation tokenizer (`countTokens` from sluice), an estimate. */
   countTokens?: (text: string) => number;
+  /** The serving model's tokenizer: the budget then counts exactly what the model is sent. Give this or `countTokens`. */
+  tokenizer?: PromptTokenizer;
   /** When not even the best passage fits whole, cut it at a token boundary instead of dropping it. Default true. */
   truncate?: boolean;
 }
@@ -65,9 +78,15 @@ const templateOptionsSchema = lazySchema((z) =>
       examples: z.array(z.object({ user: z.string(), assistant: z.string() }).strict()).optional(),
       budget: positiveInt('budget'),
       countTokens: functionSchema<(text: string) => number>().optional(),
+      tokenizer: z
+        .custom<PromptTokenizer>((v) => typeof (v as PromptTokenizer | undefined)?.countTokens === 'function', {
+          error: 'tokenizer must have a countTokens(text) method',
+        })
+        .optional(),
       truncate: z.boolean().optional(),
     })
-    .strict(),
+    .strict()
+    .refine((o) => o.countTokens === undefined || o.tokenizer === undefined, { error: 'give countTokens or tokenizer, not both', path: ['tokenizer'] }),
 );
 
 function slots(text: string): string[] {
@@ -102,12 +121,15 @@ export class PromptTemplate<S extends VariablesSchema> {
   readonly usesContext: boolean;
   private readonly options: PromptTemplateOptions<S>;
   private readonly count: (text: string) => number;
+  private readonly countPrompt: ((messages: readonly ChatMessage[]) => number) | undefined;
 
   constructor(options: PromptTemplateOptions<S>) {
     parseOptions(templateOptionsSchema(), options, 'prompt template options');
     this.options = options;
     this.budget = options.budget;
-    this.count = options.countTokens ?? defaultCountTokens;
+    const tokenizer = options.tokenizer;
+    this.count = tokenizer === undefined ? (options.countTokens ?? defaultCountTokens) : (text) => tokenizer.countTokens(text);
+    this.countPrompt = tokenizer?.countPromptTokens === undefined ? undefined : (messages) => tokenizer.countPromptTokens!(messages);
     const used = slots(options.template);
     this.usesContext = used.includes(CONTEXT);
     // A schema we can see into lets a misspelt {{name}} fail here rather than render as text.
@@ -148,14 +170,16 @@ export class PromptTemplate<S extends VariablesSchema> {
       if (system.trim().length > 0) head.push({ role: 'system', content: system });
     }
     for (const example of this.options.examples ?? []) head.push({ role: 'user', content: example.user }, { role: 'assistant', content: example.assistant });
-    const headTokens = head.reduce((sum, m) => sum + this.count(m.content), 0);
+    const countPrompt = this.countPrompt;
+    const headTokens = countPrompt === undefined ? head.reduce((sum, m) => sum + this.count(m.content), 0) : 0;
 
     // Best first; equal scores by id, so the same inputs always drop the same passages.
     const ranked = this.usesContext ? [...passages].sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)) : [];
     const build = (kept: readonly RetrievedPassage[]) => {
       const context = withCitations(kept);
       const user = fill(this.options.template, context.text);
-      return { user, context, tokens: headTokens + this.count(user) };
+      const tokens = countPrompt === undefined ? headTokens + this.count(user) : countPrompt([...head, { role: 'user', content: user }]);
+      return { user, context, tokens };
     };
     const finish = (built: ReturnType<typeof build>, keptCount: number, truncated?: string): AssembledPrompt => {
       if (built.user.trim().length === 0) throw new EmptyPromptError('the user message rendered empty');
@@ -256,7 +280,8 @@ const assembleOwnSchema = lazySchema((z) =>
  * @see PromptTemplate for the fitting rules; retrieve; withCitations.
  */
 export function assemble<I, S extends VariablesSchema>(options: AssembleOptions<I, S>): StageOperator<I, AssembledPrompt> {
-  const { template, schema, system, examples, budget, countTokens, truncate, variables, passages, ...stageOptions } = options ?? ({} as AssembleOptions<I, S>);
+  const { template, schema, system, examples, budget, countTokens, tokenizer, truncate, variables, passages, ...stageOptions } =
+    options ?? ({} as AssembleOptions<I, S>);
   const name = stageOptions.name ?? 'assemble';
   parseOptions(assembleOwnSchema(), { variables, passages }, `assemble "${name}" options`);
   const prompt = new PromptTemplate<S>({
@@ -266,6 +291,7 @@ export function assemble<I, S extends VariablesSchema>(options: AssembleOptions<
     ...(system === undefined ? {} : { system }),
     ...(examples === undefined ? {} : { examples }),
     ...(countTokens === undefined ? {} : { countTokens }),
+    ...(tokenizer === undefined ? {} : { tokenizer }),
     ...(truncate === undefined ? {} : { truncate }),
   });
   if (passages !== undefined && !prompt.usesContext) {
