@@ -22,7 +22,8 @@
  */
 import { createServer, type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setImmediate as immediate } from 'node:timers/promises';
 import { WebSocket, WebSocketServer } from 'ws';
@@ -208,6 +209,39 @@ function kernelPeakRss(): number | undefined {
   }
 }
 
+/**
+ * With `BENCH_WS_HEAP_PROFILE=<dir>` (a diagnostic), V8's sampling heap profiler runs while the readers
+ * run, counting objects that GC already collected too: where the garbage is allocated, not what is live
+ * at the end (`--heap-prof` keeps only the latter). Written to `<dir>/<kind>-<pid>.heapprofile`
+ * (open it in Chrome DevTools' Memory tab, or sum it by function).
+ */
+function allocationSampler(kind: ServerKind): { start(): void; stop(): void } | undefined {
+  const dir = process.env.BENCH_WS_HEAP_PROFILE;
+  if (dir === undefined || dir === '') return undefined;
+  const session = new Session();
+  session.connect();
+  let sampling = false;
+  return {
+    start() {
+      if (sampling) return;
+      sampling = true;
+      session.post('HeapProfiler.startSampling', {
+        samplingInterval: 4096,
+        includeObjectsCollectedByMajorGC: true,
+        includeObjectsCollectedByMinorGC: true,
+      });
+    },
+    stop() {
+      if (!sampling) return;
+      sampling = false;
+      // The in-process session answers synchronously: the file is written before the report goes out.
+      session.post('HeapProfiler.stopSampling', (err, result) => {
+        if (err === null) writeFileSync(`${dir}/${kind}-${process.pid}.heapprofile`, JSON.stringify(result.profile));
+      });
+    },
+  };
+}
+
 async function main(): Promise<void> {
   const settings = settingsFromEnvironment();
   if (process.send === undefined) throw new Error('ws-load-server.ts is forked by bench/ws-load.ts (it needs an IPC channel)');
@@ -255,8 +289,11 @@ async function main(): Promise<void> {
           liveHeap = { peak: Math.max(liveHeap?.peak ?? 0, now), now };
         }, LIVE_HEAP_MS);
 
+  const allocations = allocationSampler(settings.kind);
   process.on('message', (message: { type: string; restart?: boolean }) => {
     if (message.type === 'report') {
+      if (message.restart === true) allocations?.start();
+      else allocations?.stop();
       const cpu = process.cpuUsage();
       const now = queued();
       const report: ServerReport = {
