@@ -191,7 +191,7 @@ export interface WsLoadResult {
 
 type Progress = (message: string) => void;
 
-function startServer(kind: ServerKind, config: WsLoadConfig): Promise<{ child: ChildProcess; port: number }> {
+export function startServer(kind: ServerKind, config: WsLoadConfig): Promise<{ child: ChildProcess; port: number }> {
   const entry = fileURLToPath(new URL('./ws-load-server.ts', import.meta.url));
   const child = fork(entry, [kind], {
     execArgv: ['--conditions=sluice-source', '--import', 'tsx', ...(process.env.BENCH_WS_SERVER_FLAGS ?? '').split(' ').filter((flag) => flag !== '')],
@@ -223,7 +223,7 @@ function startServer(kind: ServerKind, config: WsLoadConfig): Promise<{ child: C
   });
 }
 
-function serverReport(child: ChildProcess, restart = false): Promise<ServerReport> {
+export function serverReport(child: ChildProcess, restart = false): Promise<ServerReport> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('the server did not report within 10 s')), 10_000);
     child.once('message', (message: { type: string; report: ServerReport }) => {
@@ -234,7 +234,7 @@ function serverReport(child: ChildProcess, restart = false): Promise<ServerRepor
   });
 }
 
-async function stopServer(child: ChildProcess): Promise<void> {
+export async function stopServer(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null) return;
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   child.send({ type: 'exit' });
@@ -372,7 +372,7 @@ async function readPhase(
 }
 
 /** Splits `total` tokens into `parts` requests (the first ones take the remainder). */
-function split(total: number, parts: number): number[] {
+export function split(total: number, parts: number): number[] {
   return Array.from({ length: parts }, (_, r) => Math.floor(total / parts) + (r < total % parts ? 1 : 0));
 }
 
