@@ -83,7 +83,14 @@ const WIRE: Record<SseServer, { path: string; body: (maxTokens: number) => strin
 };
 
 /** One streamed request: `onText` per token, `onEnd` once (with an error if it failed). */
-function stream(agent: Agent, port: number, server: SseServer, maxTokens: number, onText: (text: string, res: IncomingMessage) => void, onEnd: (failed: boolean) => void): ClientRequest {
+function stream(
+  agent: Agent,
+  port: number,
+  server: SseServer,
+  maxTokens: number,
+  onText: (text: string, res: IncomingMessage) => void,
+  onEnd: (failed: boolean) => void,
+): ClientRequest {
   const wire = WIRE[server];
   const body = wire.body(maxTokens);
   let ended = false;
@@ -92,30 +99,40 @@ function stream(agent: Agent, port: number, server: SseServer, maxTokens: number
     ended = true;
     onEnd(failed);
   };
-  const req = httpRequest({ agent, host: '127.0.0.1', port, method: 'POST', path: wire.path, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
-    if (res.statusCode !== 200) {
-      res.resume();
-      return end(true);
-    }
-    res.setEncoding('utf8');
-    let pending = '';
-    res.on('data', (chunk: string) => {
-      pending += chunk;
-      let cut = pending.indexOf('\n\n');
-      while (cut >= 0) {
-        const event = pending.slice(0, cut);
-        pending = pending.slice(cut + 2);
-        cut = pending.indexOf('\n\n');
-        if (!event.startsWith('data: ')) continue;
-        const data = event.slice(6);
-        if (data === '[DONE]') continue;
-        const text = wire.text(data);
-        if (text !== undefined) onText(text, res);
+  const req = httpRequest(
+    {
+      agent,
+      host: '127.0.0.1',
+      port,
+      method: 'POST',
+      path: wire.path,
+      headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+    },
+    (res) => {
+      if (res.statusCode !== 200) {
+        res.resume();
+        return end(true);
       }
-    });
-    res.on('end', () => end(false));
-    res.on('error', () => end(true));
-  });
+      res.setEncoding('utf8');
+      let pending = '';
+      res.on('data', (chunk: string) => {
+        pending += chunk;
+        let cut = pending.indexOf('\n\n');
+        while (cut >= 0) {
+          const event = pending.slice(0, cut);
+          pending = pending.slice(cut + 2);
+          cut = pending.indexOf('\n\n');
+          if (!event.startsWith('data: ')) continue;
+          const data = event.slice(6);
+          if (data === '[DONE]') continue;
+          const text = wire.text(data);
+          if (text !== undefined) onText(text, res);
+        }
+      });
+      res.on('end', () => end(false));
+      res.on('error', () => end(true));
+    },
+  );
   req.on('error', () => end(true));
   req.end(body);
   return req;
@@ -129,7 +146,15 @@ interface Phase {
 }
 
 /** Every client runs `plan` requests one after the other; token latencies go to `latencies`. */
-async function readPhase(agent: Agent, port: number, server: SseServer, clients: number, plan: readonly number[], deadline: number, latencies?: Float64Array): Promise<Phase> {
+async function readPhase(
+  agent: Agent,
+  port: number,
+  server: SseServer,
+  clients: number,
+  plan: readonly number[],
+  deadline: number,
+  latencies?: Float64Array,
+): Promise<Phase> {
   let received = 0;
   let errors = 0;
   let finished = 0;
@@ -175,7 +200,16 @@ export async function measureSseScenario(scenario: SseScenario, config: WsLoadCo
     if (nonReaders > 0) {
       // Each reads nothing after the first event: the response is paused, so its socket stops being read.
       for (let i = 0; i < nonReaders; i++) {
-        stuck.push(stream(agent, port, scenario.server, config.stalledTokens, (_, res) => res.pause(), () => {}));
+        stuck.push(
+          stream(
+            agent,
+            port,
+            scenario.server,
+            config.stalledTokens,
+            (_, res) => res.pause(),
+            () => {},
+          ),
+        );
       }
       const started = monotonicMs();
       const requested = before.tokensGenerated + nonReaders * config.stalledTokens;
@@ -253,7 +287,13 @@ export async function measureSseLoad(scenarios: readonly SseScenario[], config: 
 const ms = (value: number) => (!Number.isFinite(value) ? '—' : value >= 100 ? value.toFixed(0) : value >= 1 ? value.toFixed(1) : value.toFixed(2));
 const LABEL: Record<SseServer, string> = { 'sluice-sse': 'sluice `createHttpHandler` (SSE)', 'ai-sdk': 'Vercel AI SDK 6 `pipeUIMessageStreamToResponse`' };
 
-export function sseLoadReport(results: readonly SseLoadResult[]): { header: string[]; rows: string[][]; comparisonHeader: string[]; comparisonRows: string[][]; notes: string[] } {
+export function sseLoadReport(results: readonly SseLoadResult[]): {
+  header: string[];
+  rows: string[][];
+  comparisonHeader: string[];
+  comparisonRows: string[][];
+  notes: string[];
+} {
   const header = [
     'server',
     'clients',
@@ -278,7 +318,7 @@ export function sseLoadReport(results: readonly SseLoadResult[]): { header: stri
       ? '—'
       : `${formatCount(r.fill.tokens)} / ${formatCount(r.nonReaderTokensWhileReading)} (${formatCount(Math.round((r.fill.tokens + r.nonReaderTokensWhileReading) / r.nonReaders))})`,
   ]);
-  const find = (server: SseServer, stalled: boolean) => results.find((r) => r.server === server && (r.nonReaders > 0) === stalled);
+  const find = (server: SseServer, stalled: boolean) => results.find((r) => r.server === server && r.nonReaders > 0 === stalled);
   const comparisonHeader = ['all reading / with non-readers', "readers' p99 with ÷ without", 'tokens/s ÷ sluice', 'p99 ÷ sluice', 'peak RSS ÷ sluice'];
   const comparisonRows: string[][] = [];
   for (const server of ['sluice-sse', 'ai-sdk'] as const) {
@@ -312,7 +352,9 @@ async function main(): Promise<void> {
   const config = wsLoadConfig();
   const scenarios = sseScenarios().filter((s) => selected(s.id));
   console.log(`# sluice SSE load — ${new Date().toISOString()}`);
-  console.log(`${cpus()[0]?.model ?? 'unknown cpu'}, ${cpus().length} cores, Node ${process.version}; load average (1 min) at start ${loadavg()[0]!.toFixed(2)}`);
+  console.log(
+    `${cpus()[0]?.model ?? 'unknown cpu'}, ${cpus().length} cores, Node ${process.version}; load average (1 min) at start ${loadavg()[0]!.toFixed(2)}`,
+  );
   console.log(`config: ${JSON.stringify(config)}`);
   const results = await measureSseLoad(scenarios, config, (message) => void process.stderr.write(`  · ${message}\n`));
   const report = sseLoadReport(results);

@@ -609,6 +609,18 @@ export function wsLoadReport(results: readonly WsLoadResult[]): {
     );
   }
 
+  // Issue 25's targets against the naive loop, from the same run: at least its tokens/s, at most 1.1× its peak RSS.
+  const sluiceAll = find('sluice', false);
+  const naiveAll = find('naive', false);
+  if (sluiceAll !== undefined && naiveAll !== undefined) {
+    checks.push(
+      target('WebSocket, 1,000 clients all reading: tokens/s, sluice ÷ naive loop (×)', sluiceAll.tokensPerSecond / naiveAll.tokensPerSecond, '×', 'ge', 1),
+    );
+    checks.push(
+      target('WebSocket, 1,000 clients all reading: peak RSS, sluice ÷ naive loop (×)', sluiceAll.report.peakRss / naiveAll.report.peakRss, '×', 'le', 1.1),
+    );
+  }
+
   const notes: string[] = [];
   for (const r of results) {
     const problems = [
@@ -661,7 +673,12 @@ async function main(): Promise<void> {
     console.log(
       textTable(
         ['target', 'measured', 'limit', 'result'],
-        report.checks.map((c) => [c.what, c.measured.toFixed(2), `≤ ${c.limit.toFixed(2)}`, c.pass ? 'PASS' : 'MISS']),
+        report.checks.map((c) => [
+          c.what,
+          c.measured.toFixed(2),
+          `${c.comparison === 'ge' ? '≥' : c.comparison === 'lt' ? '<' : '≤'} ${c.limit.toFixed(2)}`,
+          c.pass ? 'PASS' : 'MISS',
+        ]),
       ),
     );
   }
