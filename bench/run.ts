@@ -11,7 +11,8 @@
  *      then 10M elements from each kind of source (generator, async generator, Readable, push) through one bounded
  *      async stage: heap growth per source kind (bench/memory.ts)
  *   4. WebSocket load — 1,000 clients streaming 1M tokens from `attachTokenSocket` vs a naive `ws.send` loop, then with
- *      10% of the clients never reading: tokens/s, p50/p99 token latency, server RSS (servers in child processes; bench/ws-load.ts)
+ *      10% of the clients never reading: tokens/s, p50/p99 token latency, server RSS (servers in child processes; bench/ws-load.ts);
+ *      then the same over SSE: the Vercel AI SDK 6 against sluice's `/v1/chat/completions` (bench/sse-load.ts, ids `sse-*`)
  *   5. transit — plain deferring RxJS operators (`delay`, `mergeMap` over Promises, with a `filter`) between two stages of
  *      capacity 4, real timers: wall-time ratio filtered/alone, peak buffered and peak in transit against the bound (bench/transit.ts)
  *   6. import cost — cold `import()` time and RSS of the built core (dist/src/index.js, built first if missing or older than
@@ -70,6 +71,7 @@ import { rxjsMemory, sluiceMemory, sourceKindScenarios, sourceNsPerElement, type
 import { STAGES, measureThroughput, throughputCases, type ThroughputResult } from './throughput.js';
 import { TRANSIT_CAPACITY, TRANSIT_ROOM, TRANSIT_SLACK, meanTransitDelay, measureTransit, transitScenarios, type TransitResult } from './transit.js';
 import { measureWsLoad, wsLoadConfig, wsLoadReport, wsScenarios, type WsLoadResult } from './ws-load.js';
+import { measureSseLoad, sseLoadReport, sseScenarios, type SseLoadResult } from './sse-load.js';
 import { ensureBuilt, importCases, measureImportCost, type ImportResult } from './import-cost.js';
 import { NATS_WORK_MS, REDELIVERY, measureNats, natsConfig, natsScenarioIds, natsServerVersion, type NatsResults } from './nats.js';
 
@@ -386,6 +388,21 @@ if (wsSelected.length > 0) {
   console.log('');
   for (const note of wsTables.notes) console.log(`  - ${note}`);
 }
+const sseSelected = sseScenarios().filter((s) => selected(s.id));
+let sseLoad: SseLoadResult[] = [];
+let sseTables: ReturnType<typeof sseLoadReport> | undefined;
+if (sseSelected.length > 0) {
+  process.stderr.write(`\n[4/7] SSE load: ${sseSelected.length} scenarios (Vercel AI SDK and sluice), ${config.ws.clients} clients\n`);
+  await settle();
+  sseLoad = await measureSseLoad(sseSelected, config.ws, progress);
+  sseTables = sseLoadReport(sseLoad);
+  console.log(`\n## 4b. SSE load — ${config.ws.clients} clients on loopback: the Vercel AI SDK 6 and sluice's OpenAI-compatible endpoint\n`);
+  console.log(textTable(sseTables.header, sseTables.rows));
+  console.log('');
+  console.log(textTable(sseTables.comparisonHeader, sseTables.comparisonRows));
+  console.log('');
+  for (const note of sseTables.notes) console.log(`  - ${note}`);
+}
 
 // ---------------------------------------------------------------- 5. transit
 
@@ -648,6 +665,10 @@ if (wsTables !== undefined) {
   console.log(`${markdownTable(wsTables.header, wsTables.rows)}\n`);
   console.log(`${markdownTable(wsTables.comparisonHeader, wsTables.comparisonRows)}\n`);
 }
+if (sseTables !== undefined) {
+  console.log(`${markdownTable(sseTables.header, sseTables.rows)}\n`);
+  console.log(`${markdownTable(sseTables.comparisonHeader, sseTables.comparisonRows)}\n`);
+}
 if (transit.length > 0) console.log(`${markdownTable(transitHeader, transitRows)}\n`);
 if (transitFigures.length > 0) console.log(`${markdownTable(transitFigureHeader, transitFigureRows)}\n`);
 if (importCost.length > 0) console.log(`${markdownTable(importHeader, importRows)}\n`);
@@ -675,6 +696,7 @@ const results = {
   memory: memory.map((m) => ({ ...m, sourceNsPerElement: sourceNs })),
   memorySources: sourceMemory,
   wsLoad,
+  sseLoad,
   transit,
   importCost: importCost.map((r) => ({ ...r, ratioToRxjs: r.id === 'import-core' ? importRatio : undefined })),
   nats: nats === undefined ? (natsSkipped === undefined ? undefined : { skipped: natsSkipped }) : { ...nats, workersSpeedup: natsSpeedup },

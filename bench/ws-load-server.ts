@@ -20,18 +20,23 @@
  *   `setImmediate` every 32 tokens (the same turn budget as sluice's `FRAMES_PER_TURN`,
  *   so the one difference is the backpressure) and stopping once the socket is closed.
  */
-import { createServer, type IncomingMessage } from 'node:http';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setImmediate as immediate } from 'node:timers/promises';
 import { WebSocket, WebSocketServer } from 'ws';
 import { fromIterable } from 'sluice';
 import type { GenerateRequest, GenerationOptions, Token } from 'sluice/ai';
-import { attachTokenSocket, type TokenSocket, type TokenWorker } from 'sluice/serve';
+import { attachTokenSocket, createHttpHandler, type TokenSocket, type TokenWorker } from 'sluice/serve';
+import type { LanguageModelV3StreamPart } from '@ai-sdk/provider';
+import { simulateReadableStream, streamText } from 'ai';
+import { MockLanguageModelV3 } from 'ai/test';
 import { monotonicMs } from './harness.js';
 
-export type ServerKind = 'sluice' | 'naive';
+export type ServerKind = 'sluice' | 'naive' | 'sluice-sse' | 'ai-sdk';
+const KINDS: readonly string[] = ['sluice', 'naive', 'sluice-sse', 'ai-sdk'];
 
 /** What the parent passes in the environment of the child. */
 export interface ServerSettings {
@@ -87,7 +92,7 @@ const STUCK_BYTES = 16 * 1024;
 
 function settingsFromEnvironment(): ServerSettings {
   const kind = process.argv[2];
-  if (kind !== 'sluice' && kind !== 'naive') throw new Error(`usage: ws-load-server.ts <sluice|naive> (got ${kind ?? 'nothing'})`);
+  if (kind === undefined || !KINDS.includes(kind)) throw new Error(`usage: ws-load-server.ts <${KINDS.join('|')}> (got ${kind ?? 'nothing'})`);
   const number = (name: string, fallback: number) => {
     const raw = process.env[name];
     const value = raw === undefined ? fallback : Number(raw);
@@ -95,7 +100,7 @@ function settingsFromEnvironment(): ServerSettings {
     return value;
   };
   return {
-    kind,
+    kind: kind as ServerKind,
     token: process.env.WS_LOAD_TOKEN ?? 'bench-token',
     clients: number('WS_LOAD_CLIENTS', 1_000),
     stallTimeout: number('WS_LOAD_STALL_TIMEOUT', 180_000),
@@ -198,6 +203,73 @@ function startNaive(server: ReturnType<typeof createServer>, settings: ServerSet
   };
 }
 
+/**
+ * sluice's OpenAI-compatible endpoint (`createHttpHandler`, `POST /v1/chat/completions` with
+ * `stream: true`) over the same synthetic model: a token is asked of it only once the previous
+ * one was accepted by the socket.
+ */
+function startSluiceSse(server: ReturnType<typeof createServer>, settings: ServerSettings): Running {
+  const handler = createHttpHandler({ worker: syntheticWorker, maxTokens: settings.maxTokens });
+  server.on('request', handler);
+  return { close: () => {}, closes: {} };
+}
+
+/** The parts of one mock generation: `tokens` text deltas, each made (stamped and counted) only when the stream reads it. */
+function lazyParts(tokens: number): ArrayLike<LanguageModelV3StreamPart> {
+  const last = tokens + 3;
+  return new Proxy([] as LanguageModelV3StreamPart[], {
+    get(_, key) {
+      if (key === 'length') return last + 1;
+      const i = typeof key === 'string' ? Number(key) : Number.NaN;
+      if (i === 0) return { type: 'stream-start', warnings: [] };
+      if (i === 1) return { type: 'text-start', id: 't' };
+      if (i < last - 1) {
+        tokensGenerated++;
+        return { type: 'text-delta', id: 't', delta: monotonicMs().toFixed(3) };
+      }
+      if (i === last - 1) return { type: 'text-end', id: 't' };
+      if (i === last) {
+        return {
+          type: 'finish',
+          finishReason: { unified: 'length', raw: undefined },
+          usage: {
+            inputTokens: { total: 1, noCache: 1, cacheRead: undefined, cacheWrite: undefined },
+            outputTokens: { total: tokens, text: tokens, reasoning: undefined },
+          },
+        };
+      }
+      return undefined;
+    },
+  });
+}
+
+/**
+ * The Vercel AI SDK as its users serve a chat to browsers from Node: `streamText` over its
+ * `MockLanguageModelV3`, whose stream is the SDK's own `simulateReadableStream` (no delays) of
+ * the same tokens, piped to the response as a UI message stream (SSE) with
+ * `pipeUIMessageStreamToResponse`; the request's `close` aborts it, as a careful user would wire it.
+ */
+function startAiSdk(server: ReturnType<typeof createServer>, settings: ServerSettings): Running {
+  server.on('request', (request: IncomingMessage, response: ServerResponse) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { max_tokens?: number };
+      const tokens = Math.min(body.max_tokens ?? 16, settings.maxTokens);
+      const abort = new AbortController();
+      response.once('close', () => abort.abort());
+      const model = new MockLanguageModelV3({
+        doStream: async () => ({
+          stream: simulateReadableStream({ chunks: lazyParts(tokens) as LanguageModelV3StreamPart[], initialDelayInMs: null, chunkDelayInMs: null }),
+        }),
+      });
+      const result = streamText({ model, prompt: 'load', abortSignal: abort.signal });
+      result.pipeUIMessageStreamToResponse(response);
+    });
+  });
+  return { close: () => {}, closes: {} };
+}
+
 /** `VmHWM` (peak resident set) of this process, bytes; undefined off Linux. */
 function kernelPeakRss(): number | undefined {
   try {
@@ -208,10 +280,44 @@ function kernelPeakRss(): number | undefined {
   }
 }
 
+/**
+ * With `BENCH_WS_HEAP_PROFILE=<dir>` (a diagnostic), V8's sampling heap profiler runs while the readers
+ * run, counting objects that GC already collected too: where the garbage is allocated, not what is live
+ * at the end (`--heap-prof` keeps only the latter). Written to `<dir>/<kind>-<pid>.heapprofile`
+ * (open it in Chrome DevTools' Memory tab, or sum it by function).
+ */
+function allocationSampler(kind: ServerKind): { start(): void; stop(): void } | undefined {
+  const dir = process.env.BENCH_WS_HEAP_PROFILE;
+  if (dir === undefined || dir === '') return undefined;
+  const session = new Session();
+  session.connect();
+  let sampling = false;
+  return {
+    start() {
+      if (sampling) return;
+      sampling = true;
+      session.post('HeapProfiler.startSampling', {
+        samplingInterval: 4096,
+        includeObjectsCollectedByMajorGC: true,
+        includeObjectsCollectedByMinorGC: true,
+      });
+    },
+    stop() {
+      if (!sampling) return;
+      sampling = false;
+      // The in-process session answers synchronously: the file is written before the report goes out.
+      session.post('HeapProfiler.stopSampling', (err, result) => {
+        if (err === null) writeFileSync(`${dir}/${kind}-${process.pid}.heapprofile`, JSON.stringify(result.profile));
+      });
+    },
+  };
+}
+
 async function main(): Promise<void> {
   const settings = settingsFromEnvironment();
   if (process.send === undefined) throw new Error('ws-load-server.ts is forked by bench/ws-load.ts (it needs an IPC channel)');
-  const server = createServer((_, response) => response.writeHead(404).end());
+  const sse = settings.kind === 'sluice-sse' || settings.kind === 'ai-sdk';
+  const server = sse ? createServer({ keepAliveTimeout: 600_000 }) : createServer((_, response) => response.writeHead(404).end());
   // Both servers' sockets, watched the same way: what a socket has queued in the process is what `bufferedAmount` reports.
   const sockets = new Set<Duplex>();
   server.on('upgrade', (_request: IncomingMessage, socket: Duplex) => {
@@ -227,7 +333,15 @@ async function main(): Promise<void> {
     }
     return { buffered, stuck };
   };
-  const running = settings.kind === 'sluice' ? startSluice(server, settings) : startNaive(server, settings);
+  // The SSE servers' sockets are watched the same way: what the response has queued in the process.
+  if (settings.kind === 'sluice-sse' || settings.kind === 'ai-sdk') {
+    server.on('connection', (socket: Duplex) => {
+      sockets.add(socket);
+      socket.once('close', () => sockets.delete(socket));
+    });
+  }
+  const start = { sluice: startSluice, naive: startNaive, 'sluice-sse': startSluiceSse, 'ai-sdk': startAiSdk }[settings.kind];
+  const running = start(server, settings);
   await new Promise<void>((resolve) => server.listen({ port: 0, host: '127.0.0.1', backlog: 4096 }, resolve));
   const address = server.address();
   if (address === null || typeof address === 'string') throw new Error('no TCP address');
@@ -255,8 +369,11 @@ async function main(): Promise<void> {
           liveHeap = { peak: Math.max(liveHeap?.peak ?? 0, now), now };
         }, LIVE_HEAP_MS);
 
+  const allocations = allocationSampler(settings.kind);
   process.on('message', (message: { type: string; restart?: boolean }) => {
     if (message.type === 'report') {
+      if (message.restart === true) allocations?.start();
+      else allocations?.stop();
       const cpu = process.cpuUsage();
       const now = queued();
       const report: ServerReport = {

@@ -14,21 +14,37 @@ export interface TokenLimit {
   done(reported: GenerationDone | undefined): GenerationDone | undefined;
 }
 
+/**
+ * The limit as a count, for a consumer that sees every token itself (the WebSocket stream): no
+ * operator between the worker's Flow and its subscriber, whose objects every request would carry.
+ */
+export class TokenCap {
+  private count = 0;
+
+  constructor(private readonly max: number) {}
+
+  /** Counts a token; true when it is past the limit (it is not sent, and the generation is cut). */
+  over(): boolean {
+    return ++this.count > this.max;
+  }
+
+  done(reported: GenerationDone | undefined): GenerationDone | undefined {
+    // Cut at the token after the limit, not at the limit: a worker that stops there itself ends as
+    // it does (with its own report), and one that does not has made one token too many, unsent.
+    if (this.count <= this.max) return reported;
+    return {
+      finishReason: 'length',
+      usage: { inputTokens: reported?.usage.inputTokens ?? 0, outputTokens: this.max },
+      timeToFirstToken: reported?.timeToFirstToken,
+      tokensPerSecond: reported?.tokensPerSecond,
+    };
+  }
+}
+
 export function limitTokens(flow: Observable<Token>, max: number): TokenLimit {
-  let count = 0;
-  // Cut at the token after the limit, not at the limit: a worker that stops there itself ends as
-  // it does (with its own report), and one that does not has made one token too many, unsent.
-  const cut = () => count > max;
+  const cap = new TokenCap(max);
   return {
-    tokens: flow.pipe(takeWhile(() => ++count <= max)),
-    done: (reported) => {
-      if (!cut()) return reported;
-      return {
-        finishReason: 'length',
-        usage: { inputTokens: reported?.usage.inputTokens ?? 0, outputTokens: max },
-        timeToFirstToken: reported?.timeToFirstToken,
-        tokensPerSecond: reported?.tokensPerSecond,
-      };
-    },
+    tokens: flow.pipe(takeWhile(() => !cap.over())),
+    done: (reported) => cap.done(reported),
   };
 }

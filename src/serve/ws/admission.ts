@@ -65,8 +65,8 @@ export interface AdmissionHost {
   /** True once the server closed: upgrades are dropped. */
   closed(): boolean;
   emit(event: TokenSocketEvent): void;
-  /** An admitted socket, with the tenant its token belongs to; undefined without authentication (a tenant per connection). */
-  accept(ws: WebSocket, tenant: string | undefined): void;
+  /** An admitted socket (and the TCP socket under it), with the tenant its token belongs to; undefined without authentication (a tenant per connection). */
+  accept(ws: WebSocket, tenant: string | undefined, socket: Duplex): void;
 }
 
 /** Takes over `server`'s upgrade requests (on `config.path`, if given) until `close()`. */
@@ -147,7 +147,7 @@ export class Admission {
     this.wss.handleUpgrade(request, socket, head, (ws) => {
       socket.off('error', ignore);
       if (this.host.closed()) return void ws.terminate();
-      this.host.accept(ws, tenant);
+      this.host.accept(ws, tenant, socket);
     });
   }
 

@@ -3,6 +3,7 @@
  * heartbeat, and stall detection. Kept apart from the hub (which holds the connections)
  * and from the stream bridge (one per request on it).
  */
+import type { Duplex } from 'node:stream';
 import type { WebSocket, RawData } from 'ws';
 import { wsPeer } from '../../core/peers.js';
 import { generateRequest, type GenerateRequest } from '../../ai/inference/worker.js';
@@ -37,6 +38,9 @@ export interface ConnectionHub {
   forget(connection: Connection): void;
 }
 
+/** The largest WebSocket frame header a server sends (unmasked, 64-bit length). */
+const MAX_HEADER = 10;
+
 /** How long, ms, a stalled client's close frame may take to get out before the connection is cut. */
 const STALL_CLOSE_GRACE = 1000;
 
@@ -52,7 +56,7 @@ export class Connection implements StreamHost {
   private killTimer: NodeJS.Timeout | undefined;
   private turn = 0;
   private readonly budget: WriteBudget;
-  /** Every send completion is a chance that the socket drained: the only wake-up a paused stream needs. */
+  /** The completion of a frame sent at or above the high-water mark is the wake-up a paused stream needs (see `send`). */
   private readonly afterSend = (err?: Error | null) => {
     // Node passes null, not undefined, for a write that succeeded.
     if (err == null) this.pump();
@@ -63,6 +67,8 @@ export class Connection implements StreamHost {
     readonly ws: WebSocket,
     readonly number: number,
     readonly tenant: string,
+    /** The socket under `ws`, corked while a turn's frames are written so they leave in one write. */
+    private readonly socket?: Duplex,
   ) {
     this.budget = new WriteBudget(hub.budget, this);
     ws.on('message', (data, isBinary) => this.receive(data, isBinary));
@@ -101,7 +107,11 @@ export class Connection implements StreamHost {
     // Token frames are paced by demand; error and done frames are not, so a hard cap bounds them.
     if (this.ws.bufferedAmount > this.limits.maxBuffered) return this.stalled();
     if (frame.type === 'token') this.budget.spend();
-    this.ws.send(JSON.stringify(frame), this.afterSend);
+    const data = JSON.stringify(frame);
+    // Writes complete in order, so only a frame that may leave the socket at or above the high-water mark needs its
+    // completion to wake the streams; a callback on every frame cost Node's stream a closure, an array and a tick each.
+    if (this.ws.bufferedAmount + 3 * data.length + MAX_HEADER >= this.limits.highWaterMark) this.ws.send(data, this.afterSend);
+    else this.ws.send(data);
   }
 
   /** Grants demand to the streams in turn while the socket is under the high-water mark. */
@@ -112,16 +122,22 @@ export class Connection implements StreamHost {
       clearTimeout(this.stallTimer);
       this.stallTimer = undefined;
     }
-    if (this.streams.size <= 1) {
-      // The common case, once per sent frame: no array to rotate.
-      for (const stream of this.streams.values()) stream.resume();
-      return;
-    }
-    const streams = [...this.streams.values()];
-    const start = this.turn++ % streams.length;
-    for (let i = 0; i < streams.length; i++) {
-      streams[(start + i) % streams.length]!.resume();
-      if (this.ending) return;
+    // The frames the streams send now leave in one write when the socket is uncorked.
+    this.socket?.cork();
+    try {
+      if (this.streams.size <= 1) {
+        // The common case: no array to rotate.
+        for (const stream of this.streams.values()) stream.resume();
+        return;
+      }
+      const streams = [...this.streams.values()];
+      const start = this.turn++ % streams.length;
+      for (let i = 0; i < streams.length; i++) {
+        streams[(start + i) % streams.length]!.resume();
+        if (this.ending) return;
+      }
+    } finally {
+      this.socket?.uncork();
     }
   }
 
@@ -200,7 +216,13 @@ export class Connection implements StreamHost {
     const stream = new Stream(this, id, message.policy ?? 'pause', telemetry);
     this.streams.set(id, stream);
     this.hub.counters.started++;
-    stream.start(worker, request);
+    // Its first frames leave in one write, as a turn's do in `pump`.
+    this.socket?.cork();
+    try {
+      stream.start(worker, request);
+    } finally {
+      this.socket?.uncork();
+    }
   }
 
   release(stream: Stream): void {

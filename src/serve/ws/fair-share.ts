@@ -3,6 +3,7 @@
  * may send in one event-loop turn before yielding, so one fast model cannot keep the loop
  * to itself. Kept apart because both budgets wake connections on a later turn.
  */
+import { Ring } from '../../flow/ring.js';
 
 /**
  * Token frames a connection sends before it yields to the event loop. A healthy local
@@ -24,71 +25,88 @@ export interface Waiter {
   pump(): void;
 }
 
-/** The budget all of a server's connections share. */
+/**
+ * The budget all of a server's connections share, and the one queue of connections waiting
+ * for the next turn (for either budget): one `setImmediate` per turn for the whole server, and
+ * a connection waits in the queue once, not re-queued every turn (with a thousand busy
+ * connections, re-queueing each one every turn made a 1,000-entry Set and array per 1,024 frames).
+ */
 export class ServerBudget {
   private left: number;
-  private readonly waiting = new Set<Waiter>();
+  /** Refills so far: a connection's own budget is refilled when it sees a new turn. */
+  turn = 0;
+  /** Budgets waiting for the next turn, longest waiting first; a closed one is skipped when its turn comes. */
+  private readonly waiting = new Ring<WriteBudget>(64);
   private nextTurn: NodeJS.Immediate | undefined;
+  private readonly refill = () => this.runTurn();
 
   constructor(private readonly perTurn = FRAMES_PER_SERVER_TURN) {
     this.left = perTurn;
   }
 
-  /** True while this turn's budget lasts; otherwise queues `waiter` for the next turn. */
-  inTurn(waiter: Waiter): boolean {
-    if (this.left > 0) return true;
-    this.waiting.add(waiter);
-    this.nextTurn ??= setImmediate(() => {
-      this.nextTurn = undefined;
-      this.left = this.perTurn;
-      // Set order is arrival order: the longest waiting go first.
-      const waiting = [...this.waiting];
-      this.waiting.clear();
-      for (const w of waiting) w.pump();
-    });
-    return false;
+  /** True while this turn's budget lasts. */
+  inTurn(): boolean {
+    return this.left > 0;
   }
 
   spend(): void {
     this.left--;
   }
 
-  /** `waiter` is gone: it is not woken. */
-  forget(waiter: Waiter): void {
-    this.waiting.delete(waiter);
+  /** `budget` waits for the next turn (once, however often it asks). */
+  wait(budget: WriteBudget): void {
+    if (budget.queued) return;
+    budget.queued = true;
+    this.waiting.push(budget);
+    this.nextTurn ??= setImmediate(this.refill);
+  }
+
+  private runTurn(): void {
+    this.nextTurn = undefined;
+    this.turn++;
+    this.left = this.perTurn;
+    // The ones queued before this turn, in order, while the budget lasts; one that waits again goes to the back.
+    for (let n = this.waiting.length; n > 0 && this.left > 0; n--) {
+      const budget = this.waiting.shift()!;
+      budget.queued = false;
+      if (!budget.closed) budget.owner.pump();
+    }
+    if (this.waiting.length > 0) this.nextTurn ??= setImmediate(this.refill);
   }
 
   close(): void {
     clearImmediate(this.nextTurn);
     this.nextTurn = undefined;
-    this.waiting.clear();
+    while (this.waiting.length > 0) this.waiting.shift()!.queued = false;
   }
 }
 
 /** One connection's budget, drawn together with the server's. */
 export class WriteBudget {
   private left: number;
-  private nextTurn: NodeJS.Immediate | undefined;
+  private turn: number;
+  /** In the server's queue for the next turn. */
+  queued = false;
+  closed = false;
 
   constructor(
     private readonly server: ServerBudget,
-    private readonly owner: Waiter,
+    readonly owner: Waiter,
     private readonly perTurn = FRAMES_PER_TURN,
   ) {
     this.left = perTurn;
+    this.turn = server.turn;
   }
 
-  /** True while both budgets last this turn; otherwise `owner.pump()` runs once the one used up is refilled. */
+  /** True while both budgets last this turn; otherwise `owner.pump()` runs in a later turn, when the server's budget reaches it. */
   mayWrite(): boolean {
-    if (this.left <= 0) {
-      this.nextTurn ??= setImmediate(() => {
-        this.nextTurn = undefined;
-        this.left = this.perTurn;
-        this.owner.pump();
-      });
-      return false;
+    if (this.turn !== this.server.turn) {
+      this.turn = this.server.turn;
+      this.left = this.perTurn;
     }
-    return this.server.inTurn(this.owner);
+    if (this.left > 0 && this.server.inTurn()) return true;
+    if (!this.closed) this.server.wait(this);
+    return false;
   }
 
   /** One token frame was sent. */
@@ -97,14 +115,12 @@ export class WriteBudget {
     this.server.spend();
   }
 
-  /** 1 while a refill is scheduled, for the server's timer count. */
+  /** 1 while it waits for a later turn, for the server's timer count. */
   timers(): number {
-    return this.nextTurn === undefined ? 0 : 1;
+    return this.queued && !this.closed ? 1 : 0;
   }
 
   close(): void {
-    clearImmediate(this.nextTurn);
-    this.nextTurn = undefined;
-    this.server.forget(this.owner);
+    this.closed = true;
   }
 }

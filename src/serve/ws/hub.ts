@@ -5,6 +5,7 @@
  * connection itself (one socket).
  */
 import type { Server as HttpServer } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { WebSocket } from 'ws';
 import { CLOSE_CODES, SUBPROTOCOL, type HelloLimits } from '../protocol.js';
 import type { TokenSocketStats } from '../socket-stats.js';
@@ -68,7 +69,7 @@ export class Hub implements ConnectionHub {
       draining: () => this.drainStarted,
       closed: () => this.shut,
       emit: this.emit,
-      accept: (ws, tenant) => this.accept(ws, tenant),
+      accept: (ws, tenant, socket) => this.accept(ws, tenant, socket),
     });
     this.heartbeat = setInterval(() => {
       for (const connection of this.connections) connection.beat();
@@ -86,10 +87,10 @@ export class Hub implements ConnectionHub {
     return this.workers.get(model);
   }
 
-  private accept(ws: WebSocket, authenticated: string | undefined): void {
+  private accept(ws: WebSocket, authenticated: string | undefined, socket: Duplex): void {
     const number = ++this.numbering;
     const tenant = authenticated ?? `anonymous-${number}`;
-    const connection = new Connection(this, ws, number, tenant);
+    const connection = new Connection(this, ws, number, tenant, socket);
     this.connections.add(connection);
     // The greeting goes first: no frame of this connection can be sent before it.
     connection.send({ type: 'hello', protocol: SUBPROTOCOL, connection: connection.number, tenant, models: this.models, limits: this.clientLimits });

@@ -12,7 +12,7 @@ import type { DoneFrame, RequestErrorCode, TokenFrame } from '../protocol.js';
 import type { Counters } from './events.js';
 import type { TokenSocketLimits, TokenWorker } from './options.js';
 import { codeOf, messageOf } from './errors.js';
-import { type TokenLimit, limitTokens } from '../token-limit.js';
+import { TokenCap } from '../token-limit.js';
 
 /** What a stream needs of the connection that carries it. */
 export interface StreamHost {
@@ -40,7 +40,7 @@ export class Stream {
   private pendingTokens = 0;
   private outputTokens = 0;
   private report: GenerationDone | undefined;
-  private limit: TokenLimit | undefined;
+  private limit: TokenCap | undefined;
   private finished = false;
 
   constructor(
@@ -58,8 +58,8 @@ export class Stream {
         stage: worker.name,
         onDone: (done) => (this.report = done),
       });
-      this.limit = limitTokens(flow, request.max_tokens ?? this.host.limits.maxTokens);
-      this.subscription = subscribeWithDemand(this.limit.tokens, {
+      this.limit = new TokenCap(request.max_tokens ?? this.host.limits.maxTokens);
+      this.subscription = subscribeWithDemand(flow, {
         next: (token) => this.onToken(token),
         error: (err: unknown) => this.onError(err),
         complete: () => this.onComplete(),
@@ -82,6 +82,11 @@ export class Stream {
 
   private onToken(token: Token): void {
     if (this.finished) return;
+    // The token after `max_tokens`: unsubscribing cancels the generation, which then reads as finished for `length`.
+    if (this.limit!.over()) {
+      this.subscription?.cancel();
+      return this.onComplete();
+    }
     this.outputTokens++;
     this.telemetry.token();
     // The protocol carries text: a piece with none (an upstream's tool-call delta) sends no frame.
