@@ -99,6 +99,8 @@ const TARGETS = {
   transitFilterRatio: 3,
   /** Cold `import()` of the built core over plain rxjs's (which every user imports anyway). */
   coreImportRatio: 1.5,
+  /** A pipeline with the inspector on over the same without (throughput rows, ns per element). */
+  inspectorRatio: 1.03,
   /** Elements per second with 1 ms of async work per element on 2 worker processes over 1. */
   natsWorkersSpeedup: 1.8,
 } as const;
@@ -185,6 +187,17 @@ const checks: TargetCheck[] = [];
 for (const result of throughput) {
   const t = throughputTargets[result.id];
   if (t) checks.push(target(`throughput ${t.what} (ns/element/stage)`, result.median, 'ns', 'le', t.limit));
+}
+for (const [on, off] of [
+  ['sluice-sync-inspected', 'sluice-sync-sampled'],
+  ['sluice-async-c16-inspected', 'sluice-async-c16'],
+] as const) {
+  const inspectedRow = byId.get(on);
+  const plainRow = byId.get(off);
+  if (inspectedRow !== undefined && plainRow !== undefined)
+    checks.push(
+      target(`inspector on over off, ${off.replace('sluice-', '')} (ns ×)`, inspectedRow.median / plainRow.median, '×', 'le', TARGETS.inspectorRatio),
+    );
 }
 const _checkOf = (what: string) => checks.find((c) => c.what.startsWith(what));
 const targetCell = (id: string): string => {

@@ -8,6 +8,7 @@ import { pipeline } from 'node:stream/promises';
 import { setImmediate as immediate } from 'node:timers/promises';
 import { concatMap, map, mergeMap, of, range, type Observable, type OperatorFunction } from 'rxjs';
 import { fromIterable, stage, type Traced } from 'sluice';
+import { PipelineGraph } from 'sluice/serve';
 import { collect, median, nowNs, settle } from './harness.js';
 import { promiseHops } from './floor.js';
 
@@ -88,6 +89,18 @@ function drain(source: Observable<unknown>, value: (output: unknown) => number):
       complete: () => resolve({ count, sum }),
     });
   });
+}
+
+/** The same run with an inspector watching (its hook and sampling timer on), for the cost of leaving one on. */
+function inspected(run: (n: number) => Promise<Checked>) {
+  return async (n: number): Promise<Checked> => {
+    const graph = new PipelineGraph().start();
+    try {
+      return await run(n);
+    } finally {
+      graph.stop();
+    }
+  };
 }
 
 const plainValue = (output: unknown): number => output as number;
@@ -256,6 +269,26 @@ export function throughputCases(rxjsAsyncCap: number): ThroughputCase[] {
       bounded: 'yes',
       size: all,
       run: sluiceAsync(16),
+    },
+    {
+      id: 'sluice-sync-inspected',
+      label: 'sluice `stage(x => x)`, timing sampled 1%, inspector on',
+      family: 'sluice',
+      mode: 'sync',
+      bounded: 'yes',
+      compareTo: 'sluice-sync-sampled',
+      size: all,
+      run: inspected(sluiceSync(0.01)),
+    },
+    {
+      id: 'sluice-async-c16-inspected',
+      label: 'sluice `stage(async x => x)`, concurrency 16, inspector on',
+      family: 'sluice',
+      mode: 'async',
+      bounded: 'yes',
+      compareTo: 'sluice-async-c16',
+      size: all,
+      run: inspected(sluiceAsync(16)),
     },
     {
       id: 'rxjs-map',

@@ -24,6 +24,8 @@ export type {
   DrainReport,
 } from './serve/ws-server.js';
 export { startServer, isLoopback, WS_PATH } from './serve/app.js';
+export { PipelineGraph, stateOf, bottleneckOf } from './serve/inspect/pipeline-graph.js';
+export type { PipelineGraphOptions, GraphSnapshot, NodeSnapshot, EdgeSnapshot, NodeState, WaterfallEntry } from './serve/inspect/pipeline-graph.js';
 export type { ServeOptions, RunningServer, ServerStats, ShutdownReport } from './serve/app.js';
 export type { LocalModelSpec } from './serve/backends.js';
 export {

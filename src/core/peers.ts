@@ -42,4 +42,5 @@ export const tiktokenRanks = (encoding: string): import('js-tiktoken/lite').Tikt
   );
   return ranks.default ?? ranks;
 };
+export const hdrHistogram = (): typeof import('hdr-histogram-js') => peer('hdr-histogram-js', "sluice/serve's inspector");
 export const pinoPeer = (): typeof import('pino') => peer('pino', 'the sluice command');

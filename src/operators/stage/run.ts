@@ -1,9 +1,10 @@
 /** One subscription of a stage: its buffer, its work in flight, the overflow policies, delivery, and its lifecycle. */
 import { monotonicNow } from '../../core/clock.js';
 import { type Observable, asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
-import { currentLink, swapLink, withLink, type Outlet, type Producer } from '../../flow/demand.js';
+import { currentLink, swapLink, withLink, type DemandLink, type Outlet, type Producer } from '../../flow/demand.js';
 import { Inlet, type RoomOwner } from '../../flow/inlet.js';
 import { subscribeUpstream, type UpstreamHandler } from '../../flow/upstream.js';
+import { activeIntrospector, type InspectedRun, type Introspector, type RunDescription } from '../../flow/introspection.js';
 import type { KillEvent } from '../../flow/kill-switch.js';
 import type { ShedReason } from '../../flow/options.js';
 import { Ring } from '../../flow/ring.js';
@@ -25,7 +26,7 @@ import { ASYNC_ITERABLE, FAILED, OBSERVABLE, PLAIN, PROMISE, kindOf, threw } fro
  * One subscription of a stage: the whole state machine, demand accounting included, on its general
  * path. Abstract: `FastStageRun` (fast-paths.ts) is the one class made, so V8 sees one shape.
  */
-export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<I>>, Overflowing<I> {
+export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<I>>, Overflowing<I>, InspectedRun {
   protected readonly inlet: Inlet;
   readonly buffer: Ring<Pending<I>>;
   /** Elements held at most (buffered plus in flight): `Infinity` unless the policy pauses. */
@@ -66,6 +67,8 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
   protected wip = 0;
   private stopKillListener: (() => void) | undefined;
   private drainTimer: Subscription | undefined;
+  /** The inspector told of this run's start, to tell of its end. */
+  private introspector: Introspector | undefined;
 
   constructor(
     private readonly source: Observable<I | Traced<I>>,
@@ -97,12 +100,27 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     return this.clock === undefined ? monotonicNow() : this.clock.now();
   }
 
+  /** What an inspector draws this run as. */
+  describe(): RunDescription {
+    const { name, capacity, concurrency, policy } = this.config;
+    return { name, kind: 'stage', capacity, concurrency, policy };
+  }
+
+  demandNow(): number {
+    return this.outlet.demand();
+  }
+
   // ---- Producer (downstream side) ----
 
   start(): void {
     this.stopKillListener = this.config.killSwitch?.listen((event) => this.onKill(event));
     if (this.terminated || this.upstreamDone) return; // a kill switch fired before we started
     this.stats.track(this); // until `releaseAll`
+    const introspector = activeIntrospector();
+    if (introspector !== undefined) {
+      this.introspector = introspector;
+      introspector.runStarted(this, this.inlet, (this.outlet as { readonly link?: DemandLink }).link);
+    }
     subscribeUpstream(this.source, this.inlet, this);
   }
 
@@ -810,6 +828,8 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     this.takeBuffered();
     this.forgetTasks();
     this.stats.untrack(this);
+    this.introspector?.runEnded(this);
+    this.introspector = undefined;
     this.upstream?.unsubscribe();
     this.drainTimer?.unsubscribe();
     this.drainTimer = undefined;

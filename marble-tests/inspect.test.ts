@@ -1,0 +1,184 @@
+/**
+ * The inspector's model: a running pipeline seen as a graph of its stages (registered by
+ * themselves while they run), each sampled for its queue, work, demand and state; the slow
+ * stage found as the bottleneck; nothing left behind when it stops.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { VirtualAction, VirtualTimeScheduler, lastValueFrom, map, toArray } from 'rxjs';
+import { fromIterable } from '../src/flow/sources.js';
+import { stage } from '../src/operators/stage.js';
+import { StageStats } from '../src/flow/stats.js';
+import { activeIntrospector } from '../src/flow/introspection.js';
+import { PipelineGraph, bottleneckOf, stateOf } from '../src/serve/inspect/pipeline-graph.js';
+import type { Traced } from '../src/core/trace.js';
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+describe('PipelineGraph', () => {
+  it('draws a pipeline as its stages, each feeding the next, while it runs; accounts for every element', async () => {
+    // Frames up to 40 s: the sampler's timer repeats forever, a flush stops there.
+    const clock = new VirtualTimeScheduler(VirtualAction, 40_000);
+    const graph = new PipelineGraph({ scheduler: clock }).start();
+    try {
+      let release: () => void = () => {};
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      const run = lastValueFrom(
+        fromIterable(Array.from({ length: 20 }, (_, i) => i)).pipe(
+          stage((n: number) => n + 1, { name: 'parse', capacity: 4 }),
+          stage(
+            async (n: number) => {
+              await gate;
+              return n * 2;
+            },
+            { name: 'model', capacity: 8, concurrency: 2 },
+          ),
+          stage((n: number) => n - 1, { name: 'format' }),
+          map((t) => t.value),
+          toArray(),
+        ),
+      );
+      await sleep(10);
+      graph.sample();
+      const live = graph.snapshot();
+      const byName = new Map(live.nodes.map((n) => [n.name, n]));
+      assert.deepEqual([...byName.keys()].sort(), ['format', 'model', 'parse']);
+      const id = (name: string) => byName.get(name)!.id;
+      assert.deepEqual(live.edges.map((e) => `${e.from}->${e.to}`).sort(), [`${id('parse')}->${id('model')}`, `${id('model')}->${id('format')}`].sort());
+      const model = byName.get('model')!;
+      assert.deepEqual([model.kind, model.capacity, model.concurrency, model.policy, model.runs], ['stage', 8, 2, 'pause', 1]);
+      assert.equal(model.inFlight, 2, 'its two slots are busy');
+      assert.equal(model.buffered, 8, 'and its buffer full, waiting on the gate');
+      for (const node of live.nodes) assert.equal(node.unaccounted, 0, `${node.name}: received = delivered + shed + failed + buffered + in flight`);
+      assert.equal(model.shares.working, 1);
+      assert.equal(byName.get('format')!.shares.starved, 1, 'the stage after it waits for it');
+      assert.equal(byName.get('parse')!.shares.backpressured, 1, 'the stage before it cannot hand on');
+      assert.equal(live.bottleneck, model.id);
+
+      release();
+      assert.equal((await run).length, 20);
+      const ended = graph.snapshot();
+      assert.ok(ended.nodes.every((n) => n.runs === 0 && n.endedAt !== undefined && n.unaccounted === 0));
+      assert.equal(ended.nodes.find((n) => n.name === 'model')!.delivered, 20);
+      // Kept a while after they end, then dropped.
+      clock.flush();
+      assert.equal(graph.snapshot().nodes.length, 0);
+    } finally {
+      graph.stop();
+    }
+  });
+
+  it('one node per stage however many runs it has (a per-request pipeline), with its runs counted', async () => {
+    const graph = new PipelineGraph({ scheduler: new VirtualTimeScheduler() }).start();
+    try {
+      const shared = new StageStats();
+      let open: () => void = () => {};
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      const request = (q: string) =>
+        lastValueFrom(
+          fromIterable([q]).pipe(
+            stage(
+              async (s: string) => {
+                await gate;
+                return s.length;
+              },
+              { name: 'answer', stats: shared },
+            ),
+          ),
+        );
+      const running = [request('a'), request('bb'), request('ccc')];
+      await sleep(5);
+      const nodes = graph.snapshot().nodes;
+      assert.equal(nodes.length, 1);
+      assert.equal(nodes[0]!.runs, 3);
+      assert.equal(nodes[0]!.inFlight, 3);
+      open();
+      await Promise.all(running);
+      assert.equal(graph.snapshot().nodes[0]!.runs, 0);
+    } finally {
+      graph.stop();
+    }
+  });
+
+  it('service-time percentiles come from sampled elements (HDR histogram), and they fill the waterfall', async () => {
+    const graph = new PipelineGraph({ scheduler: new VirtualTimeScheduler(), waterfall: 5 }).start();
+    try {
+      const out = await lastValueFrom(
+        fromIterable(Array.from({ length: 12 }, (_, i) => i)).pipe(
+          stage(
+            async (n: number) => {
+              await sleep(n < 6 ? 2 : 20);
+              return n;
+            },
+            { name: 'slow-half', sampleRate: 1 },
+          ),
+          toArray(),
+        ),
+      );
+      for (const element of out as Traced<number>[]) graph.observeTrace(element.trace);
+      const node = graph.snapshot().nodes[0]!;
+      assert.equal(node.serviceMs.count, 12);
+      assert.ok(node.serviceMs.p50 >= 1 && node.serviceMs.p50 < node.serviceMs.p99, JSON.stringify(node.serviceMs));
+      assert.ok(node.serviceMs.p99 >= 15, JSON.stringify(node.serviceMs));
+      const waterfall = graph.snapshot().waterfall;
+      assert.equal(waterfall.length, 5, 'the newest five');
+      assert.equal(waterfall[0]!.records[0]!.stage, 'slow-half');
+    } finally {
+      graph.stop();
+    }
+  });
+
+  it('costs nothing when not started, and leaves no hook or timer when stopped', async () => {
+    assert.equal(activeIntrospector(), undefined);
+    const clock = new VirtualTimeScheduler();
+    const graph = new PipelineGraph({ scheduler: clock, interval: 100 }).start();
+    assert.equal(activeIntrospector(), graph);
+    assert.equal(clock.actions.length, 1, 'one sampling timer');
+    graph.stop();
+    assert.equal(activeIntrospector(), undefined);
+    assert.equal(clock.actions.length, 0);
+    await lastValueFrom(
+      fromIterable([1, 2]).pipe(
+        stage((n: number) => n, { name: 'unseen' }),
+        toArray(),
+      ),
+    );
+    assert.equal(graph.snapshot().nodes.length, 0, 'a stopped graph sees no new run');
+  });
+
+  it('stays bounded: past maxNodes, ended nodes are dropped first, then new ones are counted as omitted', async () => {
+    const graph = new PipelineGraph({ scheduler: new VirtualTimeScheduler(), maxNodes: 3 }).start();
+    try {
+      for (let i = 0; i < 5; i++) await lastValueFrom(fromIterable([i]).pipe(stage((n: number) => n, { name: `s${i}` })));
+      const names = graph.snapshot().nodes.map((n) => n.name);
+      assert.equal(names.length, 3);
+      assert.deepEqual(names, ['s2', 's3', 's4']);
+      assert.equal(graph.snapshot().omitted, 0);
+      // Three running stages (nothing ended to drop after the first) in a graph of three.
+      let open: () => void = () => {};
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      const held = ['r0', 'r1', 'r2', 'r3'].map((name) => lastValueFrom(fromIterable([1]).pipe(stage(() => gate, { name }))));
+      await sleep(5);
+      assert.deepEqual(
+        graph.snapshot().nodes.map((n) => n.name),
+        ['r0', 'r1', 'r2'],
+      );
+      assert.equal(graph.snapshot().omitted, 1);
+      open();
+      await Promise.all(held);
+    } finally {
+      graph.stop();
+    }
+  });
+
+  it('states: working, starved, backpressured and idle; the bottleneck is the node busy most of the window', () => {
+    assert.equal(stateOf(0, 1, 1), 'working');
+    assert.equal(stateOf(0, 0, 3), 'starved');
+    assert.equal(stateOf(2, 1, 0), 'backpressured');
+    assert.equal(stateOf(0, 0, 0), 'idle');
+    const node = (id: string, working: number) =>
+      ({ id, runs: 1, capacity: 4, buffered: 0, shares: { working, starved: 1 - working, backpressured: 0, idle: 0 } }) as never;
+    assert.equal(bottleneckOf([node('a', 0.2), node('b', 0.9), node('c', 0.6)]), 'b');
+    assert.equal(bottleneckOf([node('a', 0.2), node('b', 0.4)]), undefined, 'nothing busy most of the time: no bottleneck');
+  });
+});

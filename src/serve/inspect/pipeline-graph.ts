@@ -1,0 +1,329 @@
+/**
+ * The live graph an inspector shows: every operator with a run going (or ended a moment ago),
+ * learned from the introspection hook — a node per operator (its shared `StageStats`), an edge
+ * from each operator to the one it feeds — and, sampled on a timer, what each is doing: its
+ * queue against its capacity, work in flight, demand from downstream, throughput, and how its
+ * time splits between working, starved (waiting for upstream), backpressured (waiting for
+ * downstream) and idle. Service times come from the trace records of sampled elements, into
+ * an HDR histogram per node. Bounded: a node count limit, fixed windows, fixed sparklines.
+ */
+import { asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
+import type { DemandLink } from '../../flow/protocol.js';
+import { attachIntrospector, type InspectedRun, type Introspector, type RunDescription } from '../../flow/introspection.js';
+import type { StageStats } from '../../flow/stats.js';
+import type { ShedReason } from '../../flow/options.js';
+import type { StageRecord, TraceContext } from '../../core/trace.js';
+import { Ring } from '../../flow/ring.js';
+import { hdrHistogram } from '../../core/peers.js';
+
+/** What a node was doing at one sample. */
+export type NodeState = 'working' | 'starved' | 'backpressured' | 'idle';
+
+export interface NodeSnapshot extends RunDescription {
+  readonly id: string;
+  /** Runs going now (a per-request pipeline has one per request). */
+  readonly runs: number;
+  readonly buffered: number;
+  readonly inFlight: number;
+  /** Elements its consumers would take now; null when one does not speak demand (unbounded). */
+  readonly demand: number | null;
+  readonly received: number;
+  readonly delivered: number;
+  readonly shed: Readonly<Record<ShedReason, number>>;
+  readonly failed: number;
+  /** received − (delivered + shed + failed + buffered + in flight): 0 when every element is accounted for. */
+  readonly unaccounted: number;
+  /** Elements delivered per second, over the last sample. */
+  readonly throughput: number;
+  /** Throughput at each of the last samples, oldest first. */
+  readonly sparkline: readonly number[];
+  /** Share of the window's samples in each state (they add up to 1; all 0 before the first sample). */
+  readonly shares: Readonly<Record<NodeState, number>>;
+  /** Service time of sampled elements, ms. */
+  readonly serviceMs: { readonly count: number; readonly p50: number; readonly p99: number };
+  /** When its last run ended (ms, the scheduler's clock); undefined while one runs. */
+  readonly endedAt: number | undefined;
+}
+
+export interface EdgeSnapshot {
+  readonly from: string;
+  readonly to: string;
+}
+
+export interface WaterfallEntry {
+  readonly traceId: string;
+  readonly records: readonly StageRecord[];
+}
+
+export interface GraphSnapshot {
+  /** The scheduler's clock, ms. */
+  readonly at: number;
+  readonly nodes: readonly NodeSnapshot[];
+  readonly edges: readonly EdgeSnapshot[];
+  /** The node that limits the pipeline's throughput now: busy most of the window. */
+  readonly bottleneck: string | undefined;
+  /** Recent sampled elements, newest last: per stage, queue wait against service. */
+  readonly waterfall: readonly WaterfallEntry[];
+  /** Nodes left out by the `maxNodes` bound. */
+  readonly omitted: number;
+}
+
+export interface PipelineGraphOptions {
+  /** Sample interval, ms. Default 250. */
+  readonly interval?: number;
+  /** Samples the state shares are taken over. Default 40 (10 s at the default interval). */
+  readonly window?: number;
+  /** Throughput samples kept per node for its sparkline. Default 60. */
+  readonly sparkline?: number;
+  /** How long a node whose runs all ended stays in the graph, ms. Default 30 000. */
+  readonly retain?: number;
+  /** Most nodes kept; the longest-ended go first, then the newest are refused. Default 500. */
+  readonly maxNodes?: number;
+  /** Sampled elements kept for the waterfall. Default 20. */
+  readonly waterfall?: number;
+  /** Timers of the sampler. Default `asyncScheduler`. */
+  readonly scheduler?: SchedulerLike;
+}
+
+interface Histogram {
+  recordValue(value: number): void;
+  getValueAtPercentile(percentile: number): number;
+  readonly totalCount: number;
+  reset(): void;
+}
+
+class Node {
+  readonly runs = new Set<InspectedRun>();
+  readonly states: Ring<NodeState>;
+  readonly rates: Ring<number>;
+  readonly feeds = new Set<Node>();
+  endedAt: number | undefined;
+  lastDelivered: number;
+  lastAt: number;
+  times: Histogram | undefined;
+  constructor(
+    readonly id: string,
+    readonly stats: StageStats,
+    readonly description: RunDescription,
+    window: number,
+    sparkline: number,
+    now: number,
+  ) {
+    this.states = new Ring(window);
+    this.rates = new Ring(sparkline);
+    this.lastDelivered = stats.delivered;
+    this.lastAt = now;
+  }
+}
+
+/** Keeps the last `size` values: pushing onto a full ring drops the oldest. */
+function push<T>(ring: Ring<T>, value: T, size: number): void {
+  if (ring.length >= size) ring.shift();
+  ring.push(value);
+}
+
+export class PipelineGraph implements Introspector {
+  private readonly nodes = new Map<StageStats, Node>();
+  /** Whose link each is: how a run finds the node it feeds. */
+  private readonly owners = new WeakMap<DemandLink, Node>();
+  private readonly traces: WaterfallEntry[] = [];
+  private readonly config: Required<Omit<PipelineGraphOptions, 'scheduler'>>;
+  private readonly scheduler: SchedulerLike;
+  private timer: Subscription | undefined;
+  private detach: (() => void) | undefined;
+  private ids = 0;
+  private omitted = 0;
+
+  constructor(options: PipelineGraphOptions = {}) {
+    this.config = {
+      interval: options.interval ?? 250,
+      window: options.window ?? 40,
+      sparkline: options.sparkline ?? 60,
+      retain: options.retain ?? 30_000,
+      maxNodes: options.maxNodes ?? 500,
+      waterfall: options.waterfall ?? 20,
+    };
+    this.scheduler = options.scheduler ?? asyncScheduler;
+  }
+
+  /** Sees every run started from now on, and samples on the interval. */
+  start(): this {
+    if (this.detach !== undefined) return this;
+    this.detach = attachIntrospector(this);
+    this.timer = this.scheduler.schedule(
+      function tick(this: { schedule(state?: unknown, delay?: number): unknown }, graph?: PipelineGraph) {
+        graph!.sample();
+        this.schedule(graph, graph!.config.interval);
+      },
+      this.config.interval,
+      this,
+    );
+    return this;
+  }
+
+  /** Stops sampling and seeing runs; forgets nothing already seen. No timer or hook is left behind. */
+  stop(): void {
+    this.detach?.();
+    this.detach = undefined;
+    this.timer?.unsubscribe();
+    this.timer = undefined;
+  }
+
+  get running(): boolean {
+    return this.detach !== undefined;
+  }
+
+  runStarted(run: InspectedRun, own: DemandLink | undefined, feeds: DemandLink | undefined): void {
+    let node = this.nodes.get(run.stats);
+    if (node === undefined) {
+      if (this.nodes.size >= this.config.maxNodes && !this.evict()) {
+        this.omitted++;
+        return;
+      }
+      node = new Node(`n${++this.ids}`, run.stats, run.describe(), this.config.window, this.config.sparkline, this.scheduler.now());
+      this.nodes.set(run.stats, node);
+    }
+    node.runs.add(run);
+    node.endedAt = undefined;
+    if (own !== undefined) this.owners.set(own, node);
+    const consumer = feeds === undefined ? undefined : this.owners.get(feeds);
+    if (consumer !== undefined && consumer !== node) node.feeds.add(consumer);
+  }
+
+  runEnded(run: InspectedRun): void {
+    const node = this.nodes.get(run.stats);
+    if (node === undefined || !node.runs.delete(run)) return;
+    if (node.runs.size === 0) node.endedAt = this.scheduler.now();
+  }
+
+  /**
+   * Takes a finished element's trace: its records feed each stage's service-time histogram, and
+   * the element joins the waterfall. Unsampled traces have no records and cost nothing.
+   */
+  observeTrace(trace: TraceContext): void {
+    const records = trace.records;
+    if (records === undefined || records.length === 0) return;
+    for (const record of records) {
+      if (record.shed !== undefined) continue;
+      for (const node of this.nodes.values()) {
+        if (node.description.name !== record.stage) continue;
+        node.times ??= newHistogram();
+        // Microseconds, at least 1: the histogram's lowest value.
+        node.times.recordValue(Math.max(1, Math.round(record.service * 1000)));
+      }
+    }
+    this.traces.push({ traceId: trace.traceId, records: records.map((r) => ({ ...r })) });
+    if (this.traces.length > this.config.waterfall) this.traces.shift();
+  }
+
+  /** One sample of every node (the timer calls it; a test may too). */
+  sample(): void {
+    const now = this.scheduler.now();
+    for (const [stats, node] of this.nodes) {
+      if (node.endedAt !== undefined && now - node.endedAt > this.config.retain) {
+        this.nodes.delete(stats);
+        continue;
+      }
+      const delivered = stats.delivered;
+      const seconds = (now - node.lastAt) / 1000;
+      push(node.rates, seconds > 0 ? (delivered - node.lastDelivered) / seconds : 0, this.config.sparkline);
+      node.lastDelivered = delivered;
+      node.lastAt = now;
+      if (node.runs.size > 0) push(node.states, stateOf(stats.buffered, stats.inFlight, demandOf(node)), this.config.window);
+    }
+    for (const node of this.nodes.values()) for (const consumer of node.feeds) if (!this.nodes.has(consumer.stats)) node.feeds.delete(consumer);
+  }
+
+  snapshot(): GraphSnapshot {
+    const nodes = [...this.nodes.values()].map((node) => this.nodeSnapshot(node));
+    const edges = [...this.nodes.values()].flatMap((node) => [...node.feeds].map((consumer) => ({ from: node.id, to: consumer.id })));
+    return { at: this.scheduler.now(), nodes, edges, bottleneck: bottleneckOf(nodes), waterfall: [...this.traces], omitted: this.omitted };
+  }
+
+  private nodeSnapshot(node: Node): NodeSnapshot {
+    const stats = node.stats;
+    const received = stats.received;
+    const delivered = stats.delivered;
+    const shed = { ...stats.shed };
+    const failed = stats.failed;
+    const buffered = stats.buffered;
+    const inFlight = stats.inFlight;
+    const demand = demandOf(node);
+    const counts: Record<NodeState, number> = { working: 0, starved: 0, backpressured: 0, idle: 0 };
+    for (const state of valuesOf(node.states)) counts[state]++;
+    const samples = node.states.length;
+    const share = (state: NodeState) => (samples === 0 ? 0 : counts[state] / samples);
+    const rates = valuesOf(node.rates);
+    const times = node.times;
+    return {
+      id: node.id,
+      ...node.description,
+      runs: node.runs.size,
+      buffered,
+      inFlight,
+      demand: Number.isFinite(demand) ? demand : null,
+      received,
+      delivered,
+      shed,
+      failed,
+      unaccounted: received - (delivered + stats.shedTotal + failed + buffered + inFlight),
+      throughput: rates.at(-1) ?? 0,
+      sparkline: rates,
+      shares: { working: share('working'), starved: share('starved'), backpressured: share('backpressured'), idle: share('idle') },
+      serviceMs:
+        times === undefined || times.totalCount === 0
+          ? { count: 0, p50: 0, p99: 0 }
+          : { count: times.totalCount, p50: times.getValueAtPercentile(50) / 1000, p99: times.getValueAtPercentile(99) / 1000 },
+      endedAt: node.endedAt,
+    };
+  }
+
+  /** Makes room for a new node by dropping the one that ended longest ago; false when every node is running. */
+  private evict(): boolean {
+    let oldest: Node | undefined;
+    for (const node of this.nodes.values()) if (node.endedAt !== undefined && (oldest === undefined || node.endedAt < oldest.endedAt!)) oldest = node;
+    if (oldest === undefined) return false;
+    this.nodes.delete(oldest.stats);
+    return true;
+  }
+}
+
+function valuesOf<T>(ring: Ring<T>): T[] {
+  return Array.from({ length: ring.length }, (_, i) => ring.at(i) as T);
+}
+
+function newHistogram(): Histogram {
+  // Packed buckets: a few KB per node; values from 1 µs to an hour, 2 significant digits.
+  return hdrHistogram().build({ lowestDiscernibleValue: 1, highestTrackableValue: 3_600_000_000, numberOfSignificantValueDigits: 2, bitBucketSize: 'packed' });
+}
+
+/** What the consumers of a node's runs would take now, summed (Infinity if one is unbounded). */
+function demandOf(node: Node): number {
+  let total = 0;
+  for (const run of node.runs) total += run.demandNow();
+  return total;
+}
+
+/**
+ * Working: it has work in flight and may hand results on. Backpressured: it holds elements (in
+ * flight or buffered) and its consumers take none. Starved: it holds nothing and its consumers
+ * want more — it waits for upstream. Idle: it holds nothing and nobody asks.
+ */
+export function stateOf(buffered: number, inFlight: number, demand: number): NodeState {
+  if (demand === 0) return buffered > 0 || inFlight > 0 ? 'backpressured' : 'idle';
+  if (inFlight > 0) return 'working';
+  // Buffered with demand and nothing in flight: at concurrency 0 of its own, it waits to start work — count it as working.
+  return buffered > 0 ? 'working' : 'starved';
+}
+
+/** The node busy the largest share of the window, if it was busy most of it. */
+export function bottleneckOf(nodes: readonly NodeSnapshot[]): string | undefined {
+  let best: NodeSnapshot | undefined;
+  for (const node of nodes) {
+    if (node.runs === 0 || node.shares.working < 0.5) continue;
+    const fill = node.capacity > 0 ? node.buffered / (node.capacity * node.runs) : 0;
+    const bestFill = best === undefined || best.capacity === 0 ? 0 : best.buffered / (best.capacity * best.runs);
+    if (best === undefined || node.shares.working > best.shares.working || (node.shares.working === best.shares.working && fill > bestFill)) best = node;
+  }
+  return best?.id;
+}
