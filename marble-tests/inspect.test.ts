@@ -8,10 +8,13 @@ import assert from 'node:assert/strict';
 import { VirtualAction, VirtualTimeScheduler, lastValueFrom, map, toArray } from 'rxjs';
 import { fromIterable } from '../src/flow/sources.js';
 import { stage } from '../src/operators/stage.js';
+import { batch, unbatch } from '../src/operators/batch.js';
+import { balance } from '../src/operators/balance.js';
 import { StageStats } from '../src/flow/stats.js';
 import { activeIntrospector } from '../src/flow/introspection.js';
 import { PipelineGraph, bottleneckOf, stateOf } from '../src/serve/inspect/pipeline-graph.js';
 import type { Traced } from '../src/core/trace.js';
+import { decode, generateRequest, type Token } from '../src/ai/inference/worker.js';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -123,6 +126,88 @@ describe('PipelineGraph', () => {
       const waterfall = graph.snapshot().waterfall;
       assert.equal(waterfall.length, 5, 'the newest five');
       assert.equal(waterfall[0]!.records[0]!.stage, 'slow-half');
+    } finally {
+      graph.stop();
+    }
+  });
+
+  it('sees batchers and fan-outs too: a balance node feeds each replica, the replicas feed what follows', async () => {
+    const graph = new PipelineGraph({ scheduler: new VirtualTimeScheduler() }).start();
+    try {
+      let open: () => void = () => {};
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      const run = lastValueFrom(
+        fromIterable(Array.from({ length: 10 }, (_, i) => i)).pipe(
+          batch({ name: 'batcher', maxSize: 2, maxWait: 5 }),
+          unbatch(),
+          balance({
+            name: 'replicas',
+            workers: 2,
+            worker: (flow, replica) =>
+              flow.pipe(
+                stage(
+                  async (n: number) => {
+                    await gate;
+                    return n;
+                  },
+                  { name: `replica-${replica}` },
+                ),
+              ),
+          }),
+          stage((n: number) => n, { name: 'after' }),
+          toArray(),
+        ),
+      );
+      await sleep(20);
+      const live = graph.snapshot();
+      const id = (name: string) => live.nodes.find((n) => n.name === name)?.id;
+      const edges = new Set(live.edges.map((e) => `${e.from}->${e.to}`));
+      assert.equal(live.nodes.find((n) => n.name === 'batcher')?.kind, 'batch');
+      assert.equal(live.nodes.find((n) => n.name === 'replicas')?.kind, 'balance');
+      assert.equal(live.nodes.find((n) => n.name === 'replicas')?.runs, 1, 'its lanes are parts of its run, not runs');
+      for (const replica of ['replica-0', 'replica-1']) {
+        assert.ok(edges.has(`${id('replicas')}->${id(replica)}`), `replicas -> ${replica}: ${[...edges].join(' ')}`);
+        assert.ok(edges.has(`${id(replica)}->${id('after')}`), `${replica} -> after: ${[...edges].join(' ')}`);
+      }
+      open();
+      assert.equal((await run).length, 10);
+    } finally {
+      graph.stop();
+    }
+  });
+
+  it("a model's generations are a node of their own, feeding the stage that streams them", async () => {
+    const graph = new PipelineGraph({ scheduler: new VirtualTimeScheduler() }).start();
+    try {
+      let open: () => void = () => {};
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      const model = (prompt: string) =>
+        decode(generateRequest({ prompt }), {}, { name: 'toy-lm', maxTokens: 3 }, () => {
+          let i = 0;
+          return { inputTokens: 1, step: () => gate.then(() => (i < 3 ? { text: `t${i++}` } : { end: 'stop' as const })), close() {} };
+        });
+      const run = lastValueFrom(
+        fromIterable(['a', 'b']).pipe(
+          stage((p: string) => model(p), { name: 'generate' }),
+          stage((t: Token) => t.text, { name: 'post' }),
+          toArray(),
+        ),
+      );
+      await sleep(5);
+      const live = graph.snapshot();
+      const lm = live.nodes.find((n) => n.name === 'toy-lm')!;
+      const generate = live.nodes.find((n) => n.name === 'generate')!;
+      assert.equal(lm.kind, 'model');
+      assert.equal(lm.inFlight, 1, 'one generation running');
+      assert.ok(
+        live.edges.some((e) => e.from === lm.id && e.to === generate.id),
+        JSON.stringify(live.edges),
+      );
+      assert.ok(live.edges.some((e) => e.from === generate.id && e.to === live.nodes.find((n) => n.name === 'post')!.id));
+      open();
+      assert.equal((await run).length, 6);
+      const ended = graph.snapshot().nodes.find((n) => n.name === 'toy-lm')!;
+      assert.deepEqual([ended.received, ended.delivered, ended.inFlight, ended.unaccounted], [2, 2, 0, 0]);
     } finally {
       graph.stop();
     }

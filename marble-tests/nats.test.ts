@@ -2,7 +2,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { connect } from '@nats-io/transport-node';
 import type { NatsConnection } from '@nats-io/nats-core';
-import { Observable, filter, lastValueFrom, take, toArray } from 'rxjs';
+import { Observable, VirtualTimeScheduler, filter, lastValueFrom, take, toArray } from 'rxjs';
+import { PipelineGraph } from '../src/serve/inspect/pipeline-graph.js';
+import { eventually } from '../src/testing/index.js';
 import * as z from 'zod';
 import { admission, fromIterable, stage, untraced, InvalidOptionsError, type Traced } from '../src/index.js';
 import { checkLink, fromLink, linkMessageOf, openLink, toLink, LinkError, LinkReceiverStats } from '../src/nats.js';
@@ -117,6 +119,47 @@ describe('sluice/nats links, on a real nats-server', () => {
     assert.ok(peakSeen >= capacity / 2, `the producer kept the link busy (peak ${peakSeen})`);
     // The last ack is on its way when take() completes: wait for the server to have it.
     assert.equal(await settledCount(link), 0, 'every message acknowledged');
+  });
+
+  it('an inspector draws a link as its publisher and receiver nodes, between the stages on either side', async () => {
+    const graph = new PipelineGraph({ scheduler: new VirtualTimeScheduler() }).start();
+    try {
+      const link = await openLink(nc, { name: 'inspected', capacity: 8, creditInterval: 50 });
+      const total = 30;
+      let open: () => void = () => {};
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      const producing = toLink(fromIterable(Array.from({ length: total }, (_, i) => i)).pipe(stage((n: number) => n, { name: 'before-link' })), link);
+      const receiving = lastValueFrom(
+        fromLink<number>(link, { maxBatch: 4 }).pipe(
+          stage(
+            async (n: number) => {
+              await gate;
+              return n;
+            },
+            { name: 'after-link', capacity: 2 },
+          ),
+          untraced(),
+          take(total),
+          toArray(),
+        ),
+      );
+      await eventually(() => {
+        const live = graph.snapshot();
+        const id = (kind: string, name: string) => live.nodes.find((n) => n.kind === kind && n.name === name)?.id;
+        const edges = new Set(live.edges.map((e) => `${e.from}->${e.to}`));
+        assert.ok(edges.has(`${id('stage', 'before-link')}->${id('nats-publish', 'inspected')}`), JSON.stringify(live.edges));
+        assert.ok(edges.has(`${id('nats-publish', 'inspected')}->${id('nats-receive', 'inspected')}`), JSON.stringify(live.edges));
+        assert.ok(edges.has(`${id('nats-receive', 'inspected')}->${id('stage', 'after-link')}`), JSON.stringify(live.edges));
+        const receiver = live.nodes.find((n) => n.kind === 'nats-receive')!;
+        assert.ok(receiver.inFlight >= 1, 'messages emitted and not yet acknowledged');
+        assert.equal(receiver.unaccounted, 0);
+      });
+      open();
+      assert.equal((await receiving).length, total);
+      await producing;
+    } finally {
+      graph.stop();
+    }
   });
 
   it('a receiver that leaves gives its unhandled messages back at once, not after ackWait', async () => {

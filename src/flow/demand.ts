@@ -57,6 +57,7 @@ import { Ring } from './ring.js';
 
 export type { DemandLink, Resumable } from './protocol.js';
 import type { DemandLink, Resumable } from './protocol.js';
+import { activeIntrospector, currentWithin, isInspectedRun } from './introspection.js';
 
 /** A producer's view of its consumer. */
 export interface Outlet<T> {
@@ -358,6 +359,12 @@ export class Flow<T> extends Observable<T> {
       outlet.link?.attach(outlet);
       // Before the first element: a consumer that leaves inside a synchronous subscribe cancels us there and then.
       subscriber.add(() => outlet.close());
+      // Told before it starts, so the runs it subscribes find its link already known.
+      const introspector = activeIntrospector();
+      if (introspector !== undefined && isInspectedRun(producer)) {
+        introspector.runStarted(producer, producer.ownLink(), outlet.link, currentWithin());
+        subscriber.add(() => introspector.runEnded(producer));
+      }
       // Subscribing our own upstream must not link it to *our* consumer.
       withLink(undefined, () => {
         producer.start?.();
@@ -401,7 +408,12 @@ export interface DemandSubscription {
  * than it asked for (§1.1), and such early elements are bounded by the elements the
  * link gave up on.
  */
-export function subscribeWithDemand<T>(source: Observable<T>, observer: Partial<Observer<T>>): DemandSubscription {
+export function subscribeWithDemand<T>(
+  source: Observable<T>,
+  observer: Partial<Observer<T>>,
+  /** Told the link the source is subscribed through, before it is (an inspector's consumer node). @internal */
+  onLink?: (link: DemandLink) => void,
+): DemandSubscription {
   let credits = 0;
   let failed = false;
   let subscription: Subscription | undefined;
@@ -452,6 +464,7 @@ export function subscribeWithDemand<T>(source: Observable<T>, observer: Partial<
       deliver();
     },
   };
+  onLink?.(link);
   subscription = withLink(link, () => source.subscribe(forward));
   return {
     request(n: number): void {

@@ -1,10 +1,12 @@
 /**
- * The hook an inspector attaches to see pipelines while they run: an operator tells it when
- * one of its runs starts — with the link it takes elements through and the link of the
- * consumer it feeds, which is how the inspector learns the edges — and when the run ends.
- * Off by default: a run reads one module variable when it starts, nothing per element.
+ * The hook an inspector attaches to see pipelines while they run: every `Flow` whose producer
+ * is an `InspectedRun` (a stage's run, a batcher's...) is reported when it is subscribed —
+ * with the link it takes elements through and the link of the consumer it feeds, which is how
+ * the inspector learns the edges — and when its subscription ends. Off by default: a
+ * subscription reads one module variable, nothing happens per element.
  */
 import type { DemandLink } from './protocol.js';
+import type { ShedReason } from './options.js';
 import type { StageStats } from './stats.js';
 
 /** What a running operator is, as the inspector draws it. */
@@ -20,21 +22,43 @@ export interface RunDescription {
   readonly policy: string;
 }
 
+/** An operator's counts, for one that keeps them other than in `StageStats` (a NATS link receiver). */
+export interface RunCounters {
+  readonly received: number;
+  readonly delivered: number;
+  readonly shed: Readonly<Partial<Record<ShedReason, number>>>;
+  readonly failed: number;
+  readonly buffered: number;
+  readonly inFlight: number;
+}
+
 /** A run of an operator, as an inspector sees it. */
 export interface InspectedRun {
-  /** Shared by every run of the same operator: the inspector's node. */
+  /** Shared by every run of the same operator: the inspector's node, and its counts unless `counters` says otherwise. */
   readonly stats: StageStats;
+  /** The operator's counts, when `stats` does not hold them. */
+  counters?(): RunCounters;
   describe(): RunDescription;
   /** Elements its consumer would take now (`Infinity` for one that does not speak demand). */
   demandNow(): number;
+  /** The link it takes elements through: what a run feeding it reports as `feeds`. */
+  ownLink(): DemandLink | undefined;
+  /** A part of another run of the same operator (a fan-out's lane): its demand and edges count, it is not a run of its own. */
+  readonly part?: boolean;
+}
+
+/** Whether a Flow's producer can be inspected. @internal */
+export function isInspectedRun(producer: object): producer is InspectedRun {
+  return typeof (producer as Partial<InspectedRun>).describe === 'function' && (producer as Partial<InspectedRun>).stats !== undefined;
 }
 
 export interface Introspector {
   /**
    * A run started. `own` is the link it takes elements through (what a run it consumes
    * reports as `feeds`); `feeds` is its consumer's link, undefined for a plain subscriber.
+   * `within`: the run whose work subscribed it (a stage streaming a model's tokens), which it feeds.
    */
-  runStarted(run: InspectedRun, own: DemandLink | undefined, feeds: DemandLink | undefined): void;
+  runStarted(run: InspectedRun, own: DemandLink | undefined, feeds: DemandLink | undefined, within?: InspectedRun): void;
   /** The run ended (completed, failed or unsubscribed); called once. */
   runEnded(run: InspectedRun): void;
 }
@@ -44,8 +68,8 @@ let active: Introspector | undefined;
 
 /** Every attached introspector as one. */
 const all: Introspector = {
-  runStarted: (run, own, feeds) => {
-    for (const introspector of attached) introspector.runStarted(run, own, feeds);
+  runStarted: (run, own, feeds, within) => {
+    for (const introspector of attached) introspector.runStarted(run, own, feeds, within);
   },
   runEnded: (run) => {
     for (const introspector of attached) introspector.runEnded(run);
@@ -67,4 +91,22 @@ export function attachIntrospector(introspector: Introspector): () => void {
 /** The introspector a run starting now reports to, if any. @internal */
 export function activeIntrospector(): Introspector | undefined {
   return active;
+}
+
+let within: InspectedRun | undefined;
+
+/** Runs `subscribe` with `run` as the one whose work subscribes what starts now (see `runStarted`'s `within`). @internal */
+export function subscribedWithin<R>(run: InspectedRun, subscribe: () => R): R {
+  const outer = within;
+  within = run;
+  try {
+    return subscribe();
+  } finally {
+    within = outer;
+  }
+}
+
+/** The run whose work is subscribing now, if one said so. @internal */
+export function currentWithin(): InspectedRun | undefined {
+  return within;
 }

@@ -14,7 +14,9 @@ import type { Observable } from 'rxjs';
 import type { MsgHdrs, Subscription as NatsSubscription } from '@nats-io/nats-core';
 import { type Settlement, forEachSettlement } from '../core/settlement.js';
 import { Traced } from '../core/trace.js';
-import { subscribeWithDemand, type DemandSubscription } from '../flow/demand.js';
+import { subscribeWithDemand, type DemandLink, type DemandSubscription } from '../flow/demand.js';
+import { activeIntrospector, type InspectedRun, type Introspector, type RunCounters, type RunDescription } from '../flow/introspection.js';
+import { StageStats } from '../flow/stats.js';
 import { type Link, LinkError, MAXIMUM_MESSAGES_EXCEEDED, apiCode, definite, disconnected, refused } from './link.js';
 import { invalidReason, traceHeaders } from './wire.js';
 import { agreeOnContract } from './contract.js';
@@ -69,7 +71,10 @@ export function toLink<T>(source: Observable<T | Traced<T>>, link: Link<T>, opti
   return new Promise((resolve, reject) => new Publisher(source, link, options, resolve, reject).start());
 }
 
-class Publisher<T> {
+/** The inspector's node of a link's publishers: one per link, as for a stage's `StageStats`. */
+const publisherNodes = new WeakMap<object, StageStats>();
+
+class Publisher<T> implements InspectedRun {
   private readonly producerId: string;
   private readonly encode: (value: T) => Uint8Array | string;
   private readonly skipInvalid: boolean;
@@ -95,6 +100,9 @@ class Publisher<T> {
   private peakBacklog = 0;
   private invalid = 0;
   private retries = 0;
+  /** The inspector told of this publisher, to tell of its end. */
+  private introspector: Introspector | undefined;
+  private own: DemandLink | undefined;
 
   constructor(
     private readonly source: Observable<T | Traced<T>>,
@@ -120,14 +128,26 @@ class Publisher<T> {
   private run(): void {
     if (this.ended) return;
     this.creditWatch = this.link.connection.subscribe(this.link.creditSubject, { callback: () => this.look() });
-    this.subscription = subscribeWithDemand(this.source, {
-      next: (value) => this.publish(value),
-      error: (error: unknown) => this.fail(error),
-      complete: () => {
-        this.sourceDone = true;
-        this.settleIfDone();
+    const introspector = activeIntrospector();
+    this.subscription = subscribeWithDemand(
+      this.source,
+      {
+        next: (value) => this.publish(value),
+        error: (error: unknown) => this.fail(error),
+        complete: () => {
+          this.sourceDone = true;
+          this.settleIfDone();
+        },
       },
-    });
+      // Registered with its link before the source subscribes, so the stage feeding it finds it.
+      introspector === undefined
+        ? undefined
+        : (link) => {
+            this.own = link;
+            this.introspector = introspector;
+            introspector.runStarted(this, link, undefined);
+          },
+    );
     this.look();
   }
 
@@ -303,8 +323,48 @@ class Publisher<T> {
     this.reject(error instanceof Error ? error : refused(this.link.config.name, 'publishing failed', error));
   }
 
+  // ---- inspection ----
+
+  get stats(): StageStats {
+    let node = publisherNodes.get(this.link);
+    if (node === undefined) publisherNodes.set(this.link, (node = new StageStats()));
+    return node;
+  }
+
+  describe(): RunDescription {
+    return {
+      name: this.link.config.name,
+      kind: 'nats-publish',
+      capacity: this.link.config.publishWindow,
+      concurrency: this.link.config.publishWindow,
+      policy: 'pause',
+    };
+  }
+
+  /** Taken from upstream; confirmed by the server; refused as invalid; sent and not confirmed yet. */
+  counters(): RunCounters {
+    return {
+      received: this.published + this.invalid + this.unconfirmed,
+      delivered: this.published,
+      shed: {},
+      failed: this.invalid,
+      buffered: 0,
+      inFlight: this.unconfirmed,
+    };
+  }
+
+  demandNow(): number {
+    return Number.POSITIVE_INFINITY;
+  }
+
+  ownLink(): DemandLink | undefined {
+    return this.own;
+  }
+
   private end(): void {
     this.ended = true;
+    this.introspector?.runEnded(this);
+    this.introspector = undefined;
     this.subscription?.cancel();
     this.creditWatch?.unsubscribe();
     if (this.timer !== undefined) clearTimeout(this.timer);

@@ -8,6 +8,8 @@
  * `settleMessage`. Messages fetched or still in the pipeline when the consumer leaves are
  * `nak`ed at once, so another receiver gets them now rather than after `ackWait`.
  */
+import type { InspectedRun, RunCounters, RunDescription } from '../flow/introspection.js';
+import { StageStats } from '../flow/stats.js';
 import type { JsMsg, Consumer, ConsumerMessages } from '@nats-io/jetstream';
 import type { Subscription as NatsSubscription } from '@nats-io/nats-core';
 import { Settlement, type Settled, type Settler } from '../core/settlement.js';
@@ -179,7 +181,10 @@ class Received<T> implements LinkMessage<T>, Settler {
   }
 }
 
-class LinkProducer<T> implements Producer {
+/** The inspector's node of a receiver's stats: one per `LinkReceiverStats`, as for a stage's `StageStats`. */
+const receiverNodes = new WeakMap<LinkReceiverStats, StageStats>();
+
+class LinkProducer<T> implements Producer, InspectedRun {
   private consumer: Consumer | undefined;
   private messages: ConsumerMessages | undefined;
   /** Fetched, not yet emitted. */
@@ -201,6 +206,39 @@ class LinkProducer<T> implements Producer {
 
   get maxDeliver(): number {
     return this.link.config.maxDeliver;
+  }
+
+  // ---- inspection ----
+
+  get stats(): StageStats {
+    let node = receiverNodes.get(this.config.stats);
+    if (node === undefined) receiverNodes.set(this.config.stats, (node = new StageStats()));
+    return node;
+  }
+
+  describe(): RunDescription {
+    return { name: this.link.config.name, kind: 'nats-receive', capacity: this.config.maxBatch, concurrency: 1, policy: this.config.shedNaks ? 'nak' : 'ack' };
+  }
+
+  /** Pulled, acknowledged, given back (`nak`: shed `cancelled`), dead-lettered; fetched and not emitted; emitted and not settled. */
+  counters(): RunCounters {
+    const stats = this.config.stats;
+    return {
+      received: stats.received,
+      delivered: stats.acked,
+      shed: { cancelled: stats.nacked },
+      failed: stats.deadLettered,
+      buffered: this.buffer.length,
+      inFlight: this.held.size,
+    };
+  }
+
+  demandNow(): number {
+    return this.outlet.demand();
+  }
+
+  ownLink(): undefined {
+    return undefined;
   }
 
   start(): void {

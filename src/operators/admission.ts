@@ -6,6 +6,7 @@ import { Inlet } from '../flow/inlet.js';
 import { LinkedRun } from '../flow/linked-run.js';
 import { functionSchema, parseOptions, schedulerSchema } from '../flow/options.js';
 import { StageStats } from '../flow/stats.js';
+import type { InspectedRun, RunDescription } from '../flow/introspection.js';
 import { callHook } from '../flow/report.js';
 import { StageError } from '../core/errors.js';
 import { AdmissionRejectedError } from '../core/errors.js';
@@ -129,7 +130,7 @@ interface Waiting<T> {
 }
 
 /** One subscription of `admission`: the whole state machine. */
-class AdmissionRun<T> extends LinkedRun<T | Traced<T>> {
+class AdmissionRun<T> extends LinkedRun<T | Traced<T>> implements InspectedRun {
   protected readonly inlet: Inlet;
   private readonly scheduler: SchedulerLike;
   private readonly now: () => number;
@@ -144,7 +145,7 @@ class AdmissionRun<T> extends LinkedRun<T | Traced<T>> {
   constructor(
     protected readonly source: Observable<T | Traced<T>>,
     private readonly config: AdmissionConfig,
-    private readonly stats: StageStats,
+    readonly stats: StageStats,
     protected readonly outlet: Outlet<Traced<T>>,
   ) {
     super();
@@ -153,6 +154,18 @@ class AdmissionRun<T> extends LinkedRun<T | Traced<T>> {
     this.now = () => scheduler.now();
     this.inlet = new Inlet(this, { scheduler: this.scheduler });
     this.buckets = new TokenBuckets(config.rate.perTenant, config.rate.burst, this.now);
+  }
+
+  describe(): RunDescription {
+    return { name: this.config.label, kind: 'admission', capacity: this.config.maxQueue, concurrency: 1, policy: 'shed-incoming' };
+  }
+
+  demandNow(): number {
+    return this.outlet.demand();
+  }
+
+  ownLink(): Inlet {
+    return this.inlet;
   }
 
   protected override onCancel(): void {

@@ -96,6 +96,7 @@ export function balance<T, R>(options: BalanceOptions<T, R>): FanOutOperator<T, 
 }
 
 class BalanceRun<T, R> extends LaneRun<T, R> {
+  protected readonly kind = 'balance';
   /** The lane chosen last: ties are broken starting after it. */
   private last = -1;
 

@@ -6,6 +6,7 @@ import { LinkedRun } from '../flow/linked-run.js';
 import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../flow/options.js';
 import { Ring } from '../flow/ring.js';
 import { StageStats } from '../flow/stats.js';
+import type { InspectedRun, RunDescription } from '../flow/introspection.js';
 import { BatchMismatchError, StageError, UnpausableSourceError } from '../core/errors.js';
 import { type TraceContext, Traced, sampler, toTraced } from '../core/trace.js';
 import { monotonicNow } from '../core/clock.js';
@@ -174,7 +175,7 @@ class Gathering<T> {
 }
 
 /** One subscription of a batcher: the whole state machine, demand accounting included. */
-class BatchRun<T> extends LinkedRun<T | Traced<T>> {
+class BatchRun<T> extends LinkedRun<T | Traced<T>> implements InspectedRun {
   protected readonly inlet: Inlet;
   /** The batch each key is filling now; Map order is opening order (used by the completion flush). */
   private readonly open = new Map<string | undefined, Gathering<T>>();
@@ -190,7 +191,7 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> {
   constructor(
     protected readonly source: Observable<T | Traced<T>>,
     private readonly config: BatchConfig,
-    private readonly stats: StageStats,
+    readonly stats: StageStats,
     protected readonly outlet: Outlet<Traced<Batch<T>>>,
   ) {
     super();
@@ -199,6 +200,20 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> {
     this.inlet = new Inlet(this, { scheduler: this.scheduler });
     this.now = scheduler ? () => scheduler.now() : monotonicNow;
     this.sample = sampler(config.sampleRate);
+  }
+
+  // ---- Inspection ----
+
+  describe(): RunDescription {
+    return { name: this.config.name, kind: 'batch', capacity: this.config.capacity, concurrency: this.config.maxSize, policy: 'pause' };
+  }
+
+  demandNow(): number {
+    return this.outlet.demand();
+  }
+
+  ownLink(): Inlet {
+    return this.inlet;
   }
 
   // ---- Producer (downstream side) ----

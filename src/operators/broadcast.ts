@@ -141,6 +141,7 @@ export function broadcast<T, R>(options: BroadcastOptions<T, R>): FanOutOperator
 }
 
 class BroadcastRun<T, R> extends LaneRun<T, R> {
+  protected readonly kind = 'broadcast';
   constructor(
     source: Observable<T | Traced<T>>,
     protected override readonly config: BroadcastConfig<T, R>,

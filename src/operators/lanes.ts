@@ -27,6 +27,7 @@ import { functionSchema, positiveInt, schedulerSchema, type ShedReason } from '.
 import { Ring } from '../flow/ring.js';
 import { callHook } from '../flow/report.js';
 import { StageStats } from '../flow/stats.js';
+import { activeIntrospector, type InspectedRun, type RunDescription } from '../flow/introspection.js';
 import { Traced, toTraced } from '../core/trace.js';
 import { forEachSettlement, giveBack } from '../core/settlement.js';
 import { UnpausableSourceError } from '../core/errors.js';
@@ -94,8 +95,14 @@ export function fanOut<T, R, C extends LaneConfig<T, R>>(
       // Read here, synchronously inside subscribe: this is the consumer's link, if any.
       const link = currentLink();
       const run = createRun(source, config, shared, subscriber);
+      // Not a Flow, so told here: before its lanes' pipelines start, so they find its node.
+      const introspector = activeIntrospector();
+      introspector?.runStarted(run, run.ownLink(), link);
       run.start(link);
-      return () => run.cancel();
+      return () => {
+        run.cancel();
+        introspector?.runEnded(run);
+      };
     });
 }
 
@@ -139,13 +146,31 @@ export class Lane<T> {
   }
 }
 
-class LaneProducer<T> implements Producer {
+/** A lane's Flow: seen by an inspector as part of its operator, the edge to the lane's pipeline. */
+class LaneProducer<T> implements Producer, InspectedRun {
+  readonly part = true;
   constructor(
     private readonly lane: Lane<T>,
     private readonly run: LaneRun<T, unknown>,
     private readonly outlet: Outlet<Traced<T>>,
   ) {
     lane.outlets.push(outlet);
+  }
+
+  get stats(): StageStats {
+    return this.run.stats;
+  }
+
+  describe(): RunDescription {
+    return this.run.describe();
+  }
+
+  demandNow(): number {
+    return this.outlet.demand();
+  }
+
+  ownLink(): undefined {
+    return undefined;
   }
 
   pull(): void {
@@ -171,7 +196,7 @@ export function defaultName(kind: string): string {
  * (`room`), and what to move between buffers once lanes have taken what they want
  * (`settle`). Demand, completion, errors, teardown and accounting live here.
  */
-export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Traced<T>> {
+export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Traced<T>>, InspectedRun {
   protected readonly lanes: Lane<T>[];
   protected readonly inlet: Inlet;
   protected terminated = false;
@@ -193,12 +218,30 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
   constructor(
     private readonly source: Observable<T | Traced<T>>,
     protected readonly config: LaneConfig<T, R>,
-    protected readonly stats: StageStats,
+    readonly stats: StageStats,
     private readonly subscriber: Subscriber<R>,
   ) {
     this.inlet = new Inlet(this, { scheduler: config.scheduler, transitTimeout: config.transitTimeout, onLate: () => stats.lateArrivals++ });
     this.lanes = config.factories.map((_, index) => new Lane<T>(index, this as LaneRun<T, unknown>));
     this.openOutputs = this.lanes.length;
+  }
+
+  // ---- inspection ----
+
+  /** `balance`, `broadcast` or `partition`, as an inspector labels it. */
+  protected abstract readonly kind: string;
+
+  describe(): RunDescription {
+    return { name: this.config.name, kind: this.kind, capacity: this.config.capacity * this.lanes.length, concurrency: this.lanes.length, policy: 'pause' };
+  }
+
+  /** Its lanes' Flows report their consumers' demand. */
+  demandNow(): number {
+    return 0;
+  }
+
+  ownLink(): DemandLink {
+    return this.inlet;
   }
 
   // ---- routing, decided by each operator ----

@@ -150,6 +150,7 @@ export function partition<T, R>(options: PartitionOptions<T, R>): FanOutOperator
 }
 
 class PartitionRun<T, R> extends LaneRun<T, R> {
+  protected readonly kind = 'partition';
   constructor(
     source: Observable<T | Traced<T>>,
     protected override readonly config: PartitionConfig<T, R>,

@@ -11,6 +11,8 @@
 import { lazySchema } from '../../core/zod.js';
 import { performance } from 'node:perf_hooks';
 import { Flow, type Outlet, type Producer } from '../../flow/demand.js';
+import type { InspectedRun, RunCounters, RunDescription } from '../../flow/introspection.js';
+import { StageStats } from '../../flow/stats.js';
 import { parseOptions } from '../../flow/options.js';
 import { AbortedError } from '../../core/errors.js';
 import type { ChatMessage } from '../../cache/key.js';
@@ -313,7 +315,24 @@ export function decode(request: GenerateRequest, options: GenerateOptions, confi
   return new Flow<Token>((outlet) => new DecodeProducer(outlet, request, options, config, open));
 }
 
-class DecodeProducer implements Producer {
+/** A model's generations as an inspector counts them: one node per model name. */
+class ModelCounts {
+  readonly stats = new StageStats();
+  started = 0;
+  completed = 0;
+  aborted = 0;
+  failed = 0;
+  running = 0;
+}
+const modelCounts = new Map<string, ModelCounts>();
+
+function countsOf(name: string): ModelCounts {
+  let counts = modelCounts.get(name);
+  if (counts === undefined) modelCounts.set(name, (counts = new ModelCounts()));
+  return counts;
+}
+
+class DecodeProducer implements Producer, InspectedRun {
   private decoding: Decoding | undefined;
   private readonly controller = new AbortController();
   private readonly stops: StopMatcher | undefined;
@@ -328,6 +347,9 @@ class DecodeProducer implements Producer {
   private startedAt = 0;
   private firstTokenAt: number | undefined;
   private unlink: (() => void) | undefined;
+  private failed = false;
+  /** Counted as started (so its end is counted once, and only then). */
+  private counted = false;
 
   constructor(
     private readonly outlet: Outlet<Token>,
@@ -339,8 +361,43 @@ class DecodeProducer implements Producer {
     this.stops = request.stop && request.stop.length > 0 ? new StopMatcher(request.stop) : undefined;
   }
 
+  // ---- inspection: a node per model, its elements generations ----
+
+  get stats(): StageStats {
+    return countsOf(this.config.name).stats;
+  }
+
+  describe(): RunDescription {
+    return { name: this.config.name, kind: 'model', capacity: 0, concurrency: 1, policy: 'pause' };
+  }
+
+  /** Generations started, ended with a finish reason, cancelled (shed `cancelled`), failed, running. */
+  counters(): RunCounters {
+    const counts = countsOf(this.config.name);
+    return {
+      received: counts.started,
+      delivered: counts.completed,
+      shed: { cancelled: counts.aborted },
+      failed: counts.failed,
+      buffered: 0,
+      inFlight: counts.running,
+    };
+  }
+
+  demandNow(): number {
+    return this.outlet.demand();
+  }
+
+  ownLink(): undefined {
+    return undefined;
+  }
+
   start(): void {
     this.startedAt = performance.now();
+    const counts = countsOf(this.config.name);
+    counts.started++;
+    counts.running++;
+    this.counted = true;
     const signal = this.options.signal;
     if (signal === undefined) return;
     if (signal.aborted) return this.abort(signal.reason);
@@ -441,6 +498,7 @@ class DecodeProducer implements Producer {
     if (this.ended) return;
     // The backend may have failed because of the abort: report the abort, not its echo.
     if (this.options.signal?.aborted) return this.abort(this.options.signal.reason);
+    this.failed = true;
     this.end('abort');
     this.outlet.error(err);
   }
@@ -455,6 +513,13 @@ class DecodeProducer implements Producer {
   private end(reason: FinishReason): void {
     if (this.ended) return;
     this.ended = true;
+    if (this.counted) {
+      const counts = countsOf(this.config.name);
+      counts.running--;
+      if (this.failed) counts.failed++;
+      else if (reason === 'abort') counts.aborted++;
+      else counts.completed++;
+    }
     this.unlink?.();
     if (reason === 'abort' && !this.controller.signal.aborted) this.controller.abort();
     const decoding = this.decoding;

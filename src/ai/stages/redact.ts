@@ -1,3 +1,4 @@
+import type { InspectedRun, RunDescription } from '../../flow/introspection.js';
 import type * as z from 'zod';
 import { lazySchema, zod } from '../../core/zod.js';
 import { asyncScheduler, type Observable, type SchedulerLike } from 'rxjs';
@@ -559,7 +560,7 @@ interface RedactConfig {
 }
 
 /** One subscription: its own `Redactor` and the chunks waiting for demand. */
-class RedactRun extends LinkedRun<string | Traced<string>> {
+class RedactRun extends LinkedRun<string | Traced<string>> implements InspectedRun {
   protected readonly inlet: Inlet;
   private readonly queue = new Ring<Traced<string>>(2);
   private readonly redactor: Redactor;
@@ -572,12 +573,24 @@ class RedactRun extends LinkedRun<string | Traced<string>> {
   constructor(
     protected readonly source: Observable<string | Traced<string>>,
     private readonly config: RedactConfig,
-    private readonly stats: RedactStats,
+    readonly stats: RedactStats,
     protected readonly outlet: Outlet<Traced<string>>,
   ) {
     super();
     this.inlet = new Inlet(this, { scheduler: config.scheduler });
     this.redactor = new Redactor(config.redactor);
+  }
+
+  describe(): RunDescription {
+    return { name: this.config.name, kind: 'redact', capacity: this.config.capacity, concurrency: 1, policy: 'pause' };
+  }
+
+  demandNow(): number {
+    return this.outlet.demand();
+  }
+
+  ownLink(): Inlet {
+    return this.inlet;
   }
 
   room(): number {

@@ -4,7 +4,7 @@ import { type Observable, asyncScheduler, type SchedulerLike, type Subscription 
 import { currentLink, swapLink, withLink, type DemandLink, type Outlet, type Producer } from '../../flow/demand.js';
 import { Inlet, type RoomOwner } from '../../flow/inlet.js';
 import { subscribeUpstream, type UpstreamHandler } from '../../flow/upstream.js';
-import { activeIntrospector, type InspectedRun, type Introspector, type RunDescription } from '../../flow/introspection.js';
+import { activeIntrospector, subscribedWithin, type InspectedRun, type RunDescription } from '../../flow/introspection.js';
 import type { KillEvent } from '../../flow/kill-switch.js';
 import type { ShedReason } from '../../flow/options.js';
 import { Ring } from '../../flow/ring.js';
@@ -67,8 +67,6 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
   protected wip = 0;
   private stopKillListener: (() => void) | undefined;
   private drainTimer: Subscription | undefined;
-  /** The inspector told of this run's start, to tell of its end. */
-  private introspector: Introspector | undefined;
 
   constructor(
     private readonly source: Observable<I | Traced<I>>,
@@ -110,17 +108,16 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     return this.outlet.demand();
   }
 
+  ownLink(): DemandLink {
+    return this.inlet;
+  }
+
   // ---- Producer (downstream side) ----
 
   start(): void {
     this.stopKillListener = this.config.killSwitch?.listen((event) => this.onKill(event));
     if (this.terminated || this.upstreamDone) return; // a kill switch fired before we started
     this.stats.track(this); // until `releaseAll`
-    const introspector = activeIntrospector();
-    if (introspector !== undefined) {
-      this.introspector = introspector;
-      introspector.runStarted(this, this.inlet, (this.outlet as { readonly link?: DemandLink }).link);
-    }
     subscribeUpstream(this.source, this.inlet, this);
   }
 
@@ -501,13 +498,16 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
 
   /** An Observable result: the task is its demand link, so a Flow of tokens waits while its output waits. */
   private subscribeResult(task: Task<I, O>, result: Observable<O>): void {
-    task.subscription = withLink(task, () =>
-      result.subscribe({
-        next: (output) => this.taskOutput(task, output),
-        error: (err: unknown) => this.taskFailed(task, err),
-        complete: () => this.streamDone(task),
-      }),
-    );
+    const subscribe = () =>
+      withLink(task, () =>
+        result.subscribe({
+          next: (output) => this.taskOutput(task, output),
+          error: (err: unknown) => this.taskFailed(task, err),
+          complete: () => this.streamDone(task),
+        }),
+      );
+    // An inspector learns that the Flows starting now feed this stage (their link is the task, not ours).
+    task.subscription = activeIntrospector() === undefined ? subscribe() : subscribedWithin(this, subscribe);
     if (task.closed) task.subscription.unsubscribe();
   }
 
@@ -828,8 +828,6 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     this.takeBuffered();
     this.forgetTasks();
     this.stats.untrack(this);
-    this.introspector?.runEnded(this);
-    this.introspector = undefined;
     this.upstream?.unsubscribe();
     this.drainTimer?.unsubscribe();
     this.drainTimer = undefined;

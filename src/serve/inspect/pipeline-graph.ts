@@ -9,7 +9,7 @@
  */
 import { asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
 import type { DemandLink } from '../../flow/protocol.js';
-import { attachIntrospector, type InspectedRun, type Introspector, type RunDescription } from '../../flow/introspection.js';
+import { attachIntrospector, type InspectedRun, type Introspector, type RunCounters, type RunDescription } from '../../flow/introspection.js';
 import type { StageStats } from '../../flow/stats.js';
 import type { ShedReason } from '../../flow/options.js';
 import type { StageRecord, TraceContext } from '../../core/trace.js';
@@ -92,11 +92,19 @@ interface Histogram {
   reset(): void;
 }
 
+/** Unresolved consumer links kept per node (a plain subscriber's never resolve): bounded. */
+const MAX_PENDING = 64;
+
 class Node {
   readonly runs = new Set<InspectedRun>();
   readonly states: Ring<NodeState>;
   readonly rates: Ring<number>;
+  /** The nodes its runs feed. */
   readonly feeds = new Set<Node>();
+  /** The operator's own counts (`InspectedRun.counters`), from its latest run: they outlive the runs. */
+  counters: (() => RunCounters) | undefined;
+  /** Consumer links not known yet when its run started (a consumer that registers after): resolved when sampled. */
+  readonly pending = new Set<DemandLink>();
   endedAt: number | undefined;
   lastDelivered: number;
   lastAt: number;
@@ -111,7 +119,7 @@ class Node {
   ) {
     this.states = new Ring(window);
     this.rates = new Ring(sparkline);
-    this.lastDelivered = stats.delivered;
+    this.lastDelivered = 0;
     this.lastAt = now;
   }
 }
@@ -173,7 +181,7 @@ export class PipelineGraph implements Introspector {
     return this.detach !== undefined;
   }
 
-  runStarted(run: InspectedRun, own: DemandLink | undefined, feeds: DemandLink | undefined): void {
+  runStarted(run: InspectedRun, own: DemandLink | undefined, feeds: DemandLink | undefined, within?: InspectedRun): void {
     let node = this.nodes.get(run.stats);
     if (node === undefined) {
       if (this.nodes.size >= this.config.maxNodes && !this.evict()) {
@@ -185,9 +193,14 @@ export class PipelineGraph implements Introspector {
     }
     node.runs.add(run);
     node.endedAt = undefined;
+    if (run.counters !== undefined) node.counters = () => run.counters!();
     if (own !== undefined) this.owners.set(own, node);
+    // A consumer known by its link first; else the run whose work subscribed this one (it streams into that stage).
     const consumer = feeds === undefined ? undefined : this.owners.get(feeds);
-    if (consumer !== undefined && consumer !== node) node.feeds.add(consumer);
+    const host = consumer === undefined && within !== undefined ? this.nodes.get(within.stats) : undefined;
+    if (host !== undefined) {
+      if (host !== node) node.feeds.add(host);
+    } else if (feeds !== undefined) this.link(node, feeds);
   }
 
   runEnded(run: InspectedRun): void {
@@ -224,30 +237,42 @@ export class PipelineGraph implements Introspector {
         this.nodes.delete(stats);
         continue;
       }
-      const delivered = stats.delivered;
+      const counts = countersOf(node);
+      const delivered = counts.delivered;
       const seconds = (now - node.lastAt) / 1000;
       push(node.rates, seconds > 0 ? (delivered - node.lastDelivered) / seconds : 0, this.config.sparkline);
       node.lastDelivered = delivered;
       node.lastAt = now;
-      if (node.runs.size > 0) push(node.states, stateOf(stats.buffered, stats.inFlight, demandOf(node)), this.config.window);
+      if (node.runs.size > 0) push(node.states, stateOf(counts.buffered, counts.inFlight, demandOf(node)), this.config.window);
     }
-    for (const node of this.nodes.values()) for (const consumer of node.feeds) if (!this.nodes.has(consumer.stats)) node.feeds.delete(consumer);
+    for (const node of this.nodes.values()) {
+      for (const consumer of node.feeds) if (!this.nodes.has(consumer.stats)) node.feeds.delete(consumer);
+      for (const link of node.pending) {
+        node.pending.delete(link);
+        this.link(node, link);
+      }
+    }
   }
 
   snapshot(): GraphSnapshot {
     const nodes = [...this.nodes.values()].map((node) => this.nodeSnapshot(node));
-    const edges = [...this.nodes.values()].flatMap((node) => [...node.feeds].map((consumer) => ({ from: node.id, to: consumer.id })));
+    const edges: EdgeSnapshot[] = [];
+    for (const node of this.nodes.values())
+      for (const consumer of node.feeds) if (this.nodes.has(consumer.stats)) edges.push({ from: node.id, to: consumer.id });
+    // A NATS link joins its publishers to its receivers through the server, not through a link object.
+    for (const publisher of this.nodes.values()) {
+      if (publisher.description.kind !== 'nats-publish') continue;
+      for (const receiver of this.nodes.values())
+        if (receiver.description.kind === 'nats-receive' && receiver.description.name === publisher.description.name)
+          edges.push({ from: publisher.id, to: receiver.id });
+    }
     return { at: this.scheduler.now(), nodes, edges, bottleneck: bottleneckOf(nodes), waterfall: [...this.traces], omitted: this.omitted };
   }
 
   private nodeSnapshot(node: Node): NodeSnapshot {
-    const stats = node.stats;
-    const received = stats.received;
-    const delivered = stats.delivered;
-    const shed = { ...stats.shed };
-    const failed = stats.failed;
-    const buffered = stats.buffered;
-    const inFlight = stats.inFlight;
+    const { received, delivered, failed, buffered, inFlight, shed: shedBy } = countersOf(node);
+    const shed = { 'buffer-full': 0, evicted: 0, lagging: 0, cancelled: 0, ...shedBy };
+    const shedTotal = Object.values(shed).reduce((a, b) => a + b, 0);
     const demand = demandOf(node);
     const counts: Record<NodeState, number> = { working: 0, starved: 0, backpressured: 0, idle: 0 };
     for (const state of valuesOf(node.states)) counts[state]++;
@@ -258,7 +283,7 @@ export class PipelineGraph implements Introspector {
     return {
       id: node.id,
       ...node.description,
-      runs: node.runs.size,
+      runs: runsOf(node),
       buffered,
       inFlight,
       demand: Number.isFinite(demand) ? demand : null,
@@ -266,7 +291,7 @@ export class PipelineGraph implements Introspector {
       delivered,
       shed,
       failed,
-      unaccounted: received - (delivered + stats.shedTotal + failed + buffered + inFlight),
+      unaccounted: received - (delivered + shedTotal + failed + buffered + inFlight),
       throughput: rates.at(-1) ?? 0,
       sparkline: rates,
       shares: { working: share('working'), starved: share('starved'), backpressured: share('backpressured'), idle: share('idle') },
@@ -276,6 +301,14 @@ export class PipelineGraph implements Introspector {
           : { count: times.totalCount, p50: times.getValueAtPercentile(50) / 1000, p99: times.getValueAtPercentile(99) / 1000 },
       endedAt: node.endedAt,
     };
+  }
+
+  /** Records that `node` feeds the owner of `link`; an owner not known yet is looked up again at the next sample (while the run lives). */
+  private link(node: Node, link: DemandLink): void {
+    const consumer = this.owners.get(link);
+    if (consumer !== undefined) {
+      if (consumer !== node) node.feeds.add(consumer);
+    } else if (node.runs.size > 0 && node.pending.size < MAX_PENDING) node.pending.add(link);
   }
 
   /** Makes room for a new node by dropping the one that ended longest ago; false when every node is running. */
@@ -295,6 +328,20 @@ function valuesOf<T>(ring: Ring<T>): T[] {
 function newHistogram(): Histogram {
   // Packed buckets: a few KB per node; values from 1 µs to an hour, 2 significant digits.
   return hdrHistogram().build({ lowestDiscernibleValue: 1, highestTrackableValue: 3_600_000_000, numberOfSignificantValueDigits: 2, bitBucketSize: 'packed' });
+}
+
+/** The node's counts: its operator's own (`counters`), else its shared `StageStats`. */
+function countersOf(node: Node): RunCounters {
+  if (node.counters !== undefined) return node.counters();
+  const stats = node.stats;
+  return { received: stats.received, delivered: stats.delivered, shed: stats.shed, failed: stats.failed, buffered: stats.buffered, inFlight: stats.inFlight };
+}
+
+/** Runs of the node's operator, not counting parts of them (a fan-out's lanes). */
+function runsOf(node: Node): number {
+  let runs = 0;
+  for (const run of node.runs) if (run.part !== true) runs++;
+  return runs;
 }
 
 /** What the consumers of a node's runs would take now, summed (Infinity if one is unbounded). */
