@@ -33,7 +33,8 @@ Options (environment variable in brackets):
   --insecure                  allow an open server on a non-loopback host [SLUICE_INSECURE=1]
   --origin <url>              allow browsers from this origin; repeatable [SLUICE_ORIGINS] (default any)
   --models <dir>              model files; missing ones are generated [SLUICE_MODELS] (default models)
-  --corpus <dir>              markdown documents to answer from [SLUICE_CORPUS] (default: bundled docs)
+  --corpus <dir>              Markdown and text files to answer from, subfolders too; with --upstream,
+                              sluice-rag retrieves here for an upstream model [SLUICE_CORPUS] (default: bundled docs)
   --model <dir>               serve a decoder you exported: model.onnx (or onnx/model.onnx) with its KV
                               cache, tokenizer.json, tokenizer_config.json (chat template), optional
                               config.json and generation_config.json; served under the directory's
