@@ -429,6 +429,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       `  WebSocket    ${running.wsUrl}  (subprotocol ${SUBPROTOCOL})`,
       `  OpenAI API   ${running.url}/v1  (models: ${running.models.join(', ')})`,
       `  metrics      ${running.url}/metrics   health: /healthz, /readyz`,
+      `  inspector    ${running.url}/inspect  (live stages, requests, sockets)`,
       `  auth         ${auth}`,
       `try:`,
       `  curl -N ${running.url}/v1/chat/completions -H 'content-type: application/json' \\`,
