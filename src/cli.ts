@@ -67,6 +67,7 @@ Options (environment variable in brackets):
                               every model, upstream ones too (sluice-rag always does) [SLUICE_GUARD=1]
   --redact <kinds>            redact personal data from every answer as it streams: all, or some of
                               ${PII_KINDS.join(',')} [SLUICE_REDACT]
+  --no-inspect                do not serve the pipeline inspector on /inspect [SLUICE_NO_INSPECT=1]
   -h, --help                  this text
   -v, --version               the version
 
@@ -114,6 +115,7 @@ function readFlags(argv: readonly string[]) {
       'cache-mb': { type: 'string' },
       'rag-model': { type: 'string' },
       guard: { type: 'boolean' },
+      'no-inspect': { type: 'boolean' },
       redact: { type: 'string' },
       concurrency: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
@@ -260,6 +262,7 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
     ...defined('gateway', gatewayTuning(integer(v, env, 'cache-mb', 'SLUICE_CACHE_MB'), upstreams)),
     ...defined('ragModel', ragModel(v['rag-model'] ?? (env.SLUICE_RAG_MODEL || undefined), upstreams, v.corpus ?? (env.SLUICE_CORPUS || undefined))),
     ...defined('guard', v.guard ?? switchedOn(env, 'SLUICE_GUARD')),
+    ...((v['no-inspect'] ?? switchedOn(env, 'SLUICE_NO_INSPECT')) === true && { inspect: false }),
     ...defined('redact', redactKinds(v.redact, env.SLUICE_REDACT)),
   };
 }
@@ -430,6 +433,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       `  WebSocket    ${running.wsUrl}  (subprotocol ${SUBPROTOCOL})`,
       `  OpenAI API   ${running.url}/v1  (models: ${running.models.join(', ')})`,
       `  metrics      ${running.url}/metrics   health: /healthz, /readyz`,
+      ...(options.inspect === false ? [] : [`  inspector    ${running.url}/inspect  (live stages, requests, sockets)`]),
       `  auth         ${auth}`,
       `try:`,
       `  curl -N ${running.url}/v1/chat/completions -H 'content-type: application/json' \\`,

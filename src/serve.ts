@@ -16,6 +16,7 @@ export type {
   TokenSocketOptions,
   TokenSocketLimits,
   TokenSocketStats,
+  SocketClient,
   TokenSocketEvent,
   TokenWorker,
   Principal,
@@ -26,6 +27,13 @@ export type {
 export { startServer, isLoopback, WS_PATH } from './serve/app.js';
 export { PipelineGraph, stateOf, bottleneckOf } from './serve/inspect/pipeline-graph.js';
 export type { PipelineGraphOptions, GraphSnapshot, NodeSnapshot, EdgeSnapshot, NodeState, WaterfallEntry } from './serve/inspect/pipeline-graph.js';
+export { inspector } from './serve/inspect/inspector.js';
+export type { Inspector, InspectorOptions } from './serve/inspect/inspector.js';
+export { RequestRegistry } from './serve/inspect/requests.js';
+export type { RequestInfo, RequestView, RequestsPage, RequestHandle } from './serve/inspect/requests.js';
+export type { InspectSnapshot, InspectSources, SocketsPage } from './serve/inspect/snapshot.js';
+export type { FeedStats } from './serve/inspect/feed.js';
+export type { TraceObserver } from './serve/telemetry.js';
 export type { ServeOptions, RunningServer, ServerStats, ShutdownReport } from './serve/app.js';
 export type { LocalModelSpec } from './serve/backends.js';
 export {

@@ -4,7 +4,9 @@
  * - `GET /` — the chat page (examples/chat.html): streams tokens over WebSocket, can cancel;
  * - `/v1/ws` — the WebSocket token protocol `sluice.v1` (`attachTokenSocket`);
  * - `POST /v1/chat/completions`, `GET /v1/models` — the OpenAI-compatible API;
- * - `GET /metrics`, `/healthz`, `/readyz`.
+ * - `GET /metrics`, `/healthz`, `/readyz`;
+ * - `GET /inspect` — the pipeline inspector (examples/inspect.html), its feed `/inspect/events`
+ *   and `POST /inspect/requests/{id}/cancel`, guarded as the API is (docs/inspect.md).
  *
  * On embedded defaults it needs nothing outside the package: the models are generated
  * from code into `models` on first start, the corpus is the bundled one. The models
@@ -35,6 +37,13 @@ import { attachTokenSocket, type TokenSocketEvent, type TokenSocketLimits, type 
 import { DEFAULT_LIMITS } from './ws/options.js';
 import { TenantQuotas } from './tenant-quotas.js';
 import type { RequestLog } from './request-log.js';
+import { isLoopback, loopbackHost } from './loopback.js';
+import { PipelineGraph } from './inspect/pipeline-graph.js';
+import { RequestRegistry } from './inspect/requests.js';
+import { INSPECT_PAGE } from './inspect/inspector.js';
+import { inspectRoutes, type InspectRoutes } from './inspect/routes.js';
+
+export { isLoopback } from './loopback.js';
 
 /** Where the WebSocket protocol is served. */
 export const WS_PATH = '/v1/ws';
@@ -100,6 +109,8 @@ export interface ServeOptions {
   readonly redact?: boolean | readonly PiiKind[];
   /** One entry per request, HTTP and WebSocket: id, tenant, model, outcome, tokens, time to first token, duration, error and cause. Never a prompt, token or key. */
   readonly requestLog?: RequestLog;
+  /** Serve the pipeline inspector on `/inspect` (its feed and cancel need a token, as the API does). Default true. */
+  readonly inspect?: boolean;
 }
 
 const optionsSchema = lazySchema((z) =>
@@ -151,6 +162,7 @@ const optionsSchema = lazySchema((z) =>
         })
         .default(false),
       requestLog: z.custom<RequestLog>((v) => typeof v === 'function', { error: 'requestLog must be a function' }).optional(),
+      inspect: z.boolean({ error: 'inspect must be true or false' }).default(true),
     })
     .strict()
     .refine((o) => o.ragModel === undefined || o.upstreams !== undefined, {
@@ -239,6 +251,10 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
           log,
         });
   const metrics = new SluiceMetrics();
+  // One graph and one request list for the server's life: started once it listens, stopped at shutdown.
+  const graph = config.inspect ? new PipelineGraph() : undefined;
+  const requests = config.inspect ? new RequestRegistry() : undefined;
+  let inspect: InspectRoutes | undefined;
   try {
     const { workers, stages } = withPolicies(backend, config.guard, config.redact);
     // The HTTP edge counts requests to plain models in the generate stage, beside a pipeline's own generate stage.
@@ -273,7 +289,18 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       // One max_tokens limit for both transports: the WebSocket server's (default 4096).
       ...(typeof config.limits?.maxTokens === 'number' && { maxTokens: config.limits.maxTokens }),
       ...(!open && { auth: (req: IncomingMessage) => tenants.has(bearerOf(req.headers.authorization) ?? '') }),
+      ...(requests !== undefined && { requests }),
+      ...(graph !== undefined && { graph }),
     });
+    if (graph !== undefined)
+      inspect = inspectRoutes({
+        sources: { graph, requests, sockets: () => sockets.clients() },
+        page: INSPECT_PAGE === undefined ? undefined : await readFile(INSPECT_PAGE),
+        ...(!open && { authorize: (req: IncomingMessage) => tenants.has(bearerOf(req.headers.authorization) ?? '') }),
+        ...(config.origins !== undefined && { origins: config.origins }),
+        interval: 500,
+        limits: { nodes: 200, rows: 50 },
+      });
     // An open server trusts whoever reaches it, so it must be reachable only from this machine: a
     // Host that is not a loopback name is a DNS-rebinding page relaying a browser (refused), and a
     // browser WebSocket must come from the server's own origin (any site could open one otherwise).
@@ -296,6 +323,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       if ((path === '/' || path === '/index.html') && (req.method === 'GET' || req.method === 'HEAD') && page !== undefined)
         return sendPage(res, page, req.method === 'HEAD');
       if (path === '/favicon.ico') return void res.writeHead(204).end();
+      if (inspect?.handle(req, res) === true) return;
       api(req, res);
     });
     const sockets = attachTokenSocket(server, {
@@ -304,6 +332,8 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       ...(config.requestLog !== undefined && { requestLog: config.requestLog }),
       path: WS_PATH,
       metrics,
+      ...(requests !== undefined && { requests }),
+      ...(graph !== undefined && { graph }),
       ...(!open && { authenticate: (token: string) => (tenants.has(token) ? { tenant: tenants.get(token)! } : undefined) }),
       ...(config.origins !== undefined
         ? { origins: config.origins }
@@ -328,6 +358,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
         resolve();
       });
     });
+    graph?.start();
     const address = server.address() as AddressInfo;
     const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
     const url = `http://${host}:${address.port}`;
@@ -338,6 +369,9 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
         log(`shutting down: running requests have ${deadline} ms to finish`);
         // Keep listening while draining, so a load balancer sees /readyz 503 and late clients a 503 with Retry-After, not a refused connection.
         const [ws, http] = await Promise.all([sockets.drain(deadline), api.drain(deadline)]);
+        // The inspector's feeds are long-lived responses: ended here, with its sampler, so nothing outlives the server.
+        inspect?.close();
+        graph?.stop();
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         server.closeAllConnections();
         await closed;
@@ -357,6 +391,8 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     });
     return { url, wsUrl: `${url.replace(/^http/, 'ws')}${WS_PATH}`, models: Object.keys(workers), server, metrics, stats: now, shutdown };
   } catch (err) {
+    inspect?.close();
+    graph?.stop();
     await backend.release();
     metrics.close();
     throw err;
@@ -407,13 +443,6 @@ function logEvent(log: (line: string) => void, event: TokenSocketEvent): void {
   }
 }
 
-/** True for a `Host` header naming this machine (`localhost`, `127.x.y.z`, `[::1]`, with or without a port). */
-function loopbackHost(header: string | undefined): boolean {
-  if (header === undefined) return false;
-  const host = header.startsWith('[') ? header.slice(0, header.indexOf(']') + 1) : header.split(':', 1)[0]!;
-  return isLoopback(host.toLowerCase());
-}
-
 /** True when the browser's `Origin` is the page this server served (same host and port). */
 function sameOrigin(origin: string, host: string | undefined): boolean {
   try {
@@ -421,9 +450,4 @@ function sameOrigin(origin: string, host: string | undefined): boolean {
   } catch {
     return false;
   }
-}
-
-/** True for hosts only this machine can reach. */
-export function isLoopback(host: string): boolean {
-  return host === 'localhost' || host === '::1' || host === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(host);
 }

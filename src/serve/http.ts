@@ -43,6 +43,8 @@ import { streamChat } from './sse.js';
 import { TenantQuotas } from './tenant-quotas.js';
 import { StageStats } from '../flow/stats.js';
 import { type RequestLog, errorField, round } from './request-log.js';
+import { RequestRegistry } from './inspect/requests.js';
+import type { TraceObserver } from './telemetry.js';
 
 export type { ChatWorker } from './openai-wire.js';
 
@@ -91,6 +93,10 @@ export interface HttpHandlerOptions {
   readonly tenant?: (req: IncomingMessage) => string | undefined;
   /** Requests per tenant, running and started per second; over them a completion gets 429 `tenant_quota`. Share one with `attachTokenSocket`. */
   readonly tenantQuotas?: TenantQuotas;
+  /** Lists each completion while it runs, for the inspector (which can cancel it: a stream ends with a `request_cancelled` error event). */
+  readonly requests?: RequestRegistry;
+  /** Gets each finished completion's trace (a `PipelineGraph`'s service times and waterfall). */
+  readonly graph?: TraceObserver;
 }
 
 /** A `node:http` request listener with a drain switch for graceful shutdown. */
@@ -170,6 +176,10 @@ const optionsSchema = lazySchema((z) =>
         functionSchema<(model: string, body: Readonly<Record<string, unknown>>, signal: AbortSignal) => Promise<unknown> | undefined>().optional(),
       passages: functionSchema<(source: string) => readonly { id: string; source: string; text: string }[]>().optional(),
       cors: z.array(z.string().url({ error: 'a CORS origin must be a URL like https://app.example.com' })).optional(),
+      requests: z.instanceof(RequestRegistry, { error: 'requests must be a RequestRegistry' }).optional(),
+      graph: z
+        .custom<TraceObserver>((v) => typeof (v as TraceObserver | undefined)?.observeTrace === 'function', { error: 'graph must have observeTrace(trace)' })
+        .optional(),
     })
     .strict()
     .refine((o) => o.worker !== undefined || (o.workers !== undefined && Object.keys(o.workers).length > 0), {
@@ -218,7 +228,14 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
   const config = parseOptions(optionsSchema(), options, 'HTTP handler options');
   const workers = new Map<string, ChatWorker>(Object.entries(config.workers ?? {}));
   if (config.worker !== undefined && !workers.has(config.worker.name)) workers.set(config.worker.name, config.worker);
-  const telemetry = new RequestTelemetry({ tracer: config.tracer, metrics: config.metrics, sampleRate: config.sampleRate, requestLog: config.requestLog });
+  const telemetry = new RequestTelemetry({
+    tracer: config.tracer,
+    metrics: config.metrics,
+    sampleRate: config.sampleRate,
+    requestLog: config.requestLog,
+    requests: config.requests,
+    graph: config.graph,
+  });
   let draining = false;
   let inFlight = 0;
   let idle: (() => void) | undefined;
@@ -364,17 +381,23 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
   ): Promise<void> => {
     const arrivedEpoch = Date.now() - (performance.now() - arrivedAt);
     const incoming = headerValue(req.headers.traceparent);
-    const requestTrace = telemetry.begin({ model: body.model, request, traceparent: incoming, startTime: arrivedEpoch, transport: 'http', tenant });
-    const trace = requestTrace.trace;
     const id = `chatcmpl-${randomUUID()}`;
+    const requestTrace = telemetry.begin({ model: body.model, request, traceparent: incoming, startTime: arrivedEpoch, transport: 'http', tenant, logId: id });
+    const trace = requestTrace.trace;
     const created = Math.floor(Date.now() / 1000);
     const controller = new AbortController();
     let interrupted: SluiceError | undefined;
+    let cancelled: ApiError | undefined;
     const interrupt = () => {
       interrupted = new SluiceError('SHUTDOWN', 'The server shut down before this completion finished; retry on another instance.');
       controller.abort(interrupted);
     };
     interrupts.add(interrupt);
+    // An operator's cancel (the inspector): the model stops as for a client that left, and the client is told so.
+    requestTrace.cancelWith(() => {
+      cancelled ??= new ApiError(409, 'The request was cancelled by an operator.', 'invalid_request_error', 'request_cancelled');
+      controller.abort(new AbortedError(config.stage, 'cancelled by an operator'));
+    });
     const onClose = () => {
       // `close` after `finish` is the normal end; before it, the client left.
       if (!res.writableFinished) controller.abort(new AbortedError(config.stage, 'the client disconnected'));
@@ -430,7 +453,8 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
           onPaused: (ms) => (paused += ms),
           onToken: () => requestTrace.token(),
           end,
-          interrupted: () => interrupted,
+          interrupted: () => interrupted ?? cancelled,
+          cancelled: () => cancelled,
         });
       } else {
         let text = '';
@@ -443,10 +467,15 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
           },
           error: (err: unknown) => {
             if (interrupted !== undefined) sendError(res, toApiError(interrupted));
+            else if (cancelled !== undefined) sendError(res, cancelled);
             else if (!controller.signal.aborted) sendError(res, toApiError(err));
             end(controller.signal.aborted && interrupted === undefined ? undefined : (interrupted ?? err));
           },
           complete: () => {
+            if (cancelled !== undefined) {
+              sendError(res, cancelled);
+              return end(undefined);
+            }
             reported();
             const usage = done?.usage ?? { inputTokens: 0, outputTokens: 0 };
             const toolCalls = finalToolCalls(extra.tool_calls);

@@ -3,6 +3,20 @@
 /** The HTTP status of a refused upgrade: bad subprotocol, bad token, foreign origin, shutting down. */
 export type RefusalStatus = 400 | 401 | 403 | 503;
 
+/** One WebSocket connection now, as the inspector lists it. */
+export interface SocketClient {
+  readonly connection: number;
+  readonly tenant: string;
+  /** Requests running on it. */
+  readonly requests: number;
+  /** Bytes waiting in its send buffer. */
+  readonly buffered: number;
+  /** How long, ms, it has been above the high-water mark (no tokens decoded for it); null when it is not. */
+  readonly stalledMs: number | null;
+  /** True once it is closing (a stalled client's 4008, a shutdown). */
+  readonly closing: boolean;
+}
+
 /** Counters for tests, health checks and metrics. */
 export interface TokenSocketStats {
   readonly connections: number;

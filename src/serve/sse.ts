@@ -8,7 +8,7 @@ import { subscribeWithDemand } from '../flow/demand.js';
 import { AbortedError, type SluiceError } from '../core/errors.js';
 import type { GenerationDone, Token } from '../ai/inference/worker.js';
 import type { Observable } from 'rxjs';
-import { openAiFinish, toApiError } from './openai-wire.js';
+import { type ApiError, openAiFinish, toApiError } from './openai-wire.js';
 import { sendError } from './http-io.js';
 
 export interface StreamConfig {
@@ -21,8 +21,10 @@ export interface StreamConfig {
   /** A token was written to the response. */
   readonly onToken: () => void;
   readonly end: (error: unknown) => void;
-  /** Set when the drain's deadline ended the completion. */
-  readonly interrupted: () => SluiceError | undefined;
+  /** Set when the drain's deadline (or an operator's cancel) ended the completion: what the client is told. */
+  readonly interrupted: () => SluiceError | ApiError | undefined;
+  /** Set when an operator cancelled it (the inspector): a model that then ends quietly still ends the stream with this error. */
+  readonly cancelled?: () => ApiError | undefined;
 }
 
 /**
@@ -77,6 +79,17 @@ export function streamChat(res: ServerResponse, flow: Observable<Token>, stream:
     },
     complete: () => {
       stopWaiting();
+      const cancelled = stream.cancelled?.();
+      if (cancelled !== undefined) {
+        if (!started) sendError(res, cancelled);
+        else if (!res.destroyed && !res.writableEnded) {
+          res.write(
+            `data: ${JSON.stringify({ error: { message: cancelled.message, type: cancelled.type, param: cancelled.param, code: cancelled.code } })}\n\n`,
+          );
+          res.end('data: [DONE]\n\n');
+        }
+        return stream.end(undefined);
+      }
       start();
       const done = stream.getDone();
       res.write(chunk({}, openAiFinish(done)));

@@ -14,6 +14,12 @@ import type { GenerateRequest, GenerationDone } from '../ai/inference/worker.js'
 import type { RequestMeter, SluiceMetrics } from './metrics.js';
 import { type RequestLog, errorField, outcomeOf, round } from './request-log.js';
 import { endGenAiSpan, errorType, genAiSpan, recordStageSpans, traceparentOf, type GenAiSpan } from './otel.js';
+import type { RequestHandle, RequestRegistry } from './inspect/requests.js';
+
+/** What takes every finished request's trace besides the metrics: a `PipelineGraph`'s service times and waterfall. */
+export interface TraceObserver {
+  observeTrace(trace: TraceContext): void;
+}
 
 export interface RequestTelemetryOptions {
   /** Default: the global provider's tracer (a no-op unless an SDK is registered). */
@@ -23,6 +29,10 @@ export interface RequestTelemetryOptions {
   readonly sampleRate: number;
   /** Gets one entry per request when it ends. */
   readonly requestLog?: RequestLog | undefined;
+  /** Lists each request while it runs (the inspector's in-flight list and its cancel). */
+  readonly requests?: RequestRegistry | undefined;
+  /** Gets each finished request's trace (an inspector's graph). */
+  readonly graph?: TraceObserver | undefined;
 }
 
 /** What a request is when it starts. */
@@ -74,7 +84,8 @@ export class RequestTelemetry {
     const seq = this.seq++;
     const sampled = this.sample(seq) || (incoming !== undefined && parseTraceparent(incoming)?.sampled === true);
     const trace = traced(start.request, { seq, sampled, ...(otel.traceparent !== undefined && { traceparent: otel.traceparent }) }).trace;
-    return new RequestTrace(this.options, start, otel, trace, startTime ?? Date.now(), this.options.metrics?.requestStarted(start.model));
+    const listed = this.options.requests?.add({ transport: start.transport ?? 'http', model: start.model, tenant: start.tenant, ref: start.logId });
+    return new RequestTrace(this.options, start, otel, trace, startTime ?? Date.now(), this.options.metrics?.requestStarted(start.model), listed);
   }
 }
 
@@ -92,6 +103,7 @@ export class RequestTrace {
     readonly trace: TraceContext,
     private readonly startEpoch: number,
     private readonly meter: RequestMeter | undefined,
+    private readonly listed?: RequestHandle | undefined,
   ) {
     this.traceparent = traceparentOf(otel.span) ?? trace.traceparent;
   }
@@ -106,10 +118,17 @@ export class RequestTrace {
   token(): void {
     this.firstTokenAt ??= performance.now();
     this.meter?.token();
+    this.listed?.token();
+  }
+
+  /** How an operator's cancel from the inspector ends this request: as its client's cancel would. */
+  cancelWith(cancel: () => void): void {
+    this.listed?.cancelWith(cancel);
   }
 
   /** Ends the span, lays out the stage spans, and feeds the trace and the generation report to the metrics. */
   end({ responseId, done, error, status }: RequestEnd): void {
+    this.listed?.end();
     this.meter?.end(done);
     this.options.requestLog?.({
       transport: this.start.transport ?? 'http',
@@ -127,6 +146,7 @@ export class RequestTrace {
     const trace = this.trace;
     endGenAiSpan(this.otel.span, { ...(done && { done }), ...(error !== undefined && { error }), responseId, responseModel: this.model, trace });
     recordStageSpans(trace, this.otel.context, { ...(tracer && { tracer }), startTime: this.startEpoch });
+    this.options.graph?.observeTrace(trace);
     if (metrics === undefined) return;
     metrics.observeTrace(trace);
     if (done !== undefined)

@@ -30,11 +30,11 @@
  * `maxTokens` cap, and the ping/pong heartbeat's interval.
  */
 import type { Server as HttpServer } from 'node:http';
-import type { TokenSocketStats } from './socket-stats.js';
+import type { SocketClient, TokenSocketStats } from './socket-stats.js';
 import { parseTokenSocketOptions, type TokenSocketOptions } from './ws/options.js';
 import { Hub, type DrainReport } from './ws/hub.js';
 
-export type { RefusalStatus, TokenSocketStats } from './socket-stats.js';
+export type { RefusalStatus, TokenSocketStats, SocketClient } from './socket-stats.js';
 export type { TokenWorker, Principal, Authenticate, TokenSocketLimits, TokenSocketOptions } from './ws/options.js';
 export type { TokenSocketEvent, RefusalCloseCode, CloseCause } from './ws/events.js';
 export type { DrainReport } from './ws/hub.js';
@@ -42,6 +42,8 @@ export type { DrainReport } from './ws/hub.js';
 /** The handle `attachTokenSocket` returns. */
 export interface TokenSocket {
   stats(): TokenSocketStats;
+  /** Every connection now: buffered bytes and stall state (the inspector's list). */
+  clients(): SocketClient[];
   /** Stops accepting upgrades, closes every connection with 1001 and cancels their requests. */
   close(): void;
   /**
@@ -86,6 +88,7 @@ export function attachTokenSocket(server: HttpServer, options: TokenSocketOption
   const hub = new Hub(server, config, limits);
   return {
     stats: () => hub.stats(),
+    clients: () => hub.clients(),
     close: () => hub.close(),
     drain: (deadline) => hub.drain(deadline),
     get draining() {

@@ -10,6 +10,7 @@ import { generateRequest, type GenerateRequest } from '../../ai/inference/worker
 import type { RequestTelemetry } from '../telemetry.js';
 import { CLOSE_CODES, parseClientFrame, type GenerateMessage, type RequestErrorCode, type ServerFrame } from '../protocol.js';
 import type { CloseCause, Counters, TokenSocketEvent } from './events.js';
+import type { SocketClient } from '../socket-stats.js';
 import type { TokenSocketLimits, TokenWorker } from './options.js';
 import type { Quotas } from './quotas.js';
 import type { RequestLog } from '../request-log.js';
@@ -53,6 +54,8 @@ export class Connection implements StreamHost {
   private ended = false;
   private cause: CloseCause = 'client';
   private stallTimer: NodeJS.Timeout | undefined;
+  /** When it went above the high-water mark (performance.now()), for the inspector. */
+  private stalledSince: number | undefined;
   private killTimer: NodeJS.Timeout | undefined;
   private turn = 0;
   private readonly budget: WriteBudget;
@@ -95,6 +98,7 @@ export class Connection implements StreamHost {
     if (this.ending || this.ws.readyState !== wsLib.WebSocket.OPEN) return false;
     if (!this.budget.mayWrite()) return false;
     if (this.ws.bufferedAmount < this.limits.highWaterMark) return true;
+    this.stalledSince ??= performance.now();
     this.stallTimer ??= setTimeout(() => {
       this.stallTimer = undefined;
       if (this.ws.bufferedAmount >= this.limits.highWaterMark) this.stalled();
@@ -122,6 +126,7 @@ export class Connection implements StreamHost {
       clearTimeout(this.stallTimer);
       this.stallTimer = undefined;
     }
+    this.stalledSince = undefined;
     // The frames the streams send now leave in one write when the socket is uncorked.
     this.socket?.cork();
     try {
@@ -139,6 +144,19 @@ export class Connection implements StreamHost {
     } finally {
       this.socket?.uncork();
     }
+  }
+
+  describe(): SocketClient {
+    const buffered = this.ws.bufferedAmount;
+    const stalled = this.stalledSince !== undefined && buffered >= this.limits.highWaterMark;
+    return {
+      connection: this.number,
+      tenant: this.tenant,
+      requests: this.streams.size,
+      buffered,
+      stalledMs: stalled ? Math.round(performance.now() - this.stalledSince!) : null,
+      closing: this.ending,
+    };
   }
 
   beat(): void {
@@ -216,6 +234,8 @@ export class Connection implements StreamHost {
     const stream = new Stream(this, id, message.policy ?? 'pause', telemetry);
     this.streams.set(id, stream);
     this.hub.counters.started++;
+    // The inspector's cancel is the client's own: `done` with finish_reason `abort`.
+    telemetry.cancelWith(() => stream.cancelByClient());
     // Its first frames leave in one write, as a turn's do in `pump`.
     this.socket?.cork();
     try {

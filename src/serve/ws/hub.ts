@@ -8,7 +8,7 @@ import type { Server as HttpServer } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { WebSocket } from 'ws';
 import { CLOSE_CODES, SUBPROTOCOL, type HelloLimits } from '../protocol.js';
-import type { TokenSocketStats } from '../socket-stats.js';
+import type { SocketClient, TokenSocketStats } from '../socket-stats.js';
 import { RequestTelemetry } from '../telemetry.js';
 import { eventSink, type Counters, type TokenSocketEvent } from './events.js';
 import type { TokenSocketConfig, TokenSocketLimits, TokenWorker } from './options.js';
@@ -62,7 +62,14 @@ export class Hub implements ConnectionHub {
     const { maxTokens, maxConcurrent, rate, maxPayload, heartbeatInterval } = limits;
     this.clientLimits = { maxTokens, maxConcurrent, rate, tenantConcurrent, tenantRate, maxPayload, heartbeatInterval };
     this.requestLog = config.requestLog;
-    this.telemetry = new RequestTelemetry({ tracer: config.tracer, metrics: config.metrics, sampleRate: config.sampleRate, requestLog: config.requestLog });
+    this.telemetry = new RequestTelemetry({
+      tracer: config.tracer,
+      metrics: config.metrics,
+      sampleRate: config.sampleRate,
+      requestLog: config.requestLog,
+      requests: config.requests,
+      graph: config.graph,
+    });
     this.emit = eventSink(config.onEvent);
     this.admission = new Admission(server, config, maxPayload, {
       // 503 from the drain's start on, even once closed; a server closed without a drain drops upgrades instead.
@@ -121,6 +128,11 @@ export class Hub implements ConnectionHub {
       ...this.counters,
       upgradesRejected: this.admission.refusals(),
     };
+  }
+
+  /** Every connection now: its buffered bytes and whether it is stalled, for the inspector. */
+  clients(): SocketClient[] {
+    return [...this.connections].map((connection) => connection.describe());
   }
 
   released(): void {

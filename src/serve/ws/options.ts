@@ -9,6 +9,8 @@ import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js
 import type { ModelWorker } from '../../ai/inference/worker.js';
 import type { SluiceMetrics } from '../metrics.js';
 import type { TokenSocketEvent } from './events.js';
+import { RequestRegistry } from '../inspect/requests.js';
+import type { TraceObserver } from '../telemetry.js';
 
 /** What the server needs of a model: its name and a token Flow. Every `ModelWorker` fits. */
 export type TokenWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate'>;
@@ -88,6 +90,10 @@ export interface TokenSocketOptions {
   readonly tenantQuotas?: TenantQuotas;
   /** Gets one entry per request when it ends or is refused; never a prompt or a token. */
   readonly requestLog?: RequestLog;
+  /** Lists each request while it runs, for the inspector (whose cancel ends it as the client's `cancel` would: `done` with `abort`). */
+  readonly requests?: RequestRegistry;
+  /** Gets each finished request's trace (a `PipelineGraph`'s service times and waterfall). */
+  readonly graph?: TraceObserver;
 }
 
 /** The limits a server has unless told otherwise. */
@@ -172,6 +178,10 @@ const optionsSchema = lazySchema((z) =>
         .optional(),
       tenantQuotas: z.instanceof(TenantQuotas, { error: 'tenantQuotas must be a TenantQuotas' }).optional(),
       requestLog: functionSchema<RequestLog>().optional(),
+      requests: z.instanceof(RequestRegistry, { error: 'requests must be a RequestRegistry' }).optional(),
+      graph: z
+        .custom<TraceObserver>((v) => typeof (v as TraceObserver | undefined)?.observeTrace === 'function', { error: 'graph must have observeTrace(trace)' })
+        .optional(),
     })
     .strict()
     .refine((o) => (o.worker === undefined) !== (o.workers === undefined || Object.keys(o.workers).length === 0), {

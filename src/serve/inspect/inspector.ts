@@ -1,0 +1,163 @@
+/**
+ * `inspector()`: the pipeline inspector for a library user's own pipelines — the page and its live
+ * feed (routes.ts) on a `node:http` server of its own, bound to 127.0.0.1 unless told otherwise.
+ * It sees every pipeline of the process through a `PipelineGraph` (its own, or the one given).
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { findUp } from '../../core/package-files.js';
+import { lazySchema } from '../../core/zod.js';
+import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
+import { bearerOf } from '../protocol.js';
+import { isLoopback, loopbackHost } from '../loopback.js';
+import type { SocketClient } from '../socket-stats.js';
+import type { FeedStats } from './feed.js';
+import { PipelineGraph } from './pipeline-graph.js';
+import { RequestRegistry } from './requests.js';
+import { INSPECT_PATH, inspectRoutes } from './routes.js';
+
+/** The inspector page, from source or from `dist/`. */
+export const INSPECT_PAGE = findUp(import.meta.url, 'examples/inspect.html');
+
+export interface InspectorOptions {
+  /** Port; 0 picks a free one (see `url`). Default 0. */
+  readonly port?: number;
+  /** Interface to listen on. Default `127.0.0.1`: the page shows what runs in this process. */
+  readonly host?: string;
+  /** The bearer token the feed and the cancel action require (at least 8 characters). Without it the inspector is open, allowed only on a loopback host. */
+  readonly token?: string;
+  /** The graph to show (started here if it is not running, and then stopped by `close()`). Default: one of its own, started now. */
+  readonly graph?: PipelineGraph;
+  /** Running requests to list and cancel (give the same registry to `createHttpHandler` and `attachTokenSocket`). Default: no list. */
+  readonly requests?: RequestRegistry;
+  /** WebSocket clients to list, e.g. `() => tokenSocket.clients()`. Default: no list. */
+  readonly sockets?: () => readonly SocketClient[];
+  /** Origins of other sites whose pages may read the feed (CORS). Default: none. */
+  readonly origins?: readonly string[];
+  /** ms between two snapshots of the feed. Default 500. */
+  readonly interval?: number;
+  /** Most stages sent per snapshot (the busiest; the rest are counted). Default 200. */
+  readonly maxNodes?: number;
+  /** Most requests and WebSocket clients listed per snapshot (the rest are counted). Default 50. */
+  readonly maxRows?: number;
+}
+
+export interface Inspector {
+  /** `http://host:port/inspect`: open it in a browser. */
+  readonly url: string;
+  readonly graph: PipelineGraph;
+  readonly server: Server;
+  /** The live feed's readers now. */
+  feedStats(): FeedStats;
+  /** Ends the feeds, closes the server, and stops the graph if the inspector started it: no timer or hook is left. */
+  close(): Promise<void>;
+}
+
+const optionsSchema = lazySchema((z) =>
+  z
+    .object({
+      port: z
+        .number({ error: 'port must be a number' })
+        .int({ error: 'port must be an integer' })
+        .min(0, { error: 'port must be in [0, 65535]' })
+        .max(65535, { error: 'port must be in [0, 65535]' })
+        .default(0),
+      host: z.string().min(1, { error: 'host must not be empty' }).default('127.0.0.1'),
+      token: z.string({ error: 'token must be a string' }).min(8, { error: 'token must have at least 8 characters' }).optional(),
+      graph: z.instanceof(PipelineGraph, { error: 'graph must be a PipelineGraph' }).optional(),
+      requests: z.instanceof(RequestRegistry, { error: 'requests must be a RequestRegistry' }).optional(),
+      sockets: functionSchema<() => readonly SocketClient[]>().optional(),
+      origins: z.array(z.string().url({ error: 'an origin must be a URL like https://app.example.com' })).optional(),
+      interval: z
+        .number({ error: 'interval must be a number of ms' })
+        .int({ error: 'interval must be an integer' })
+        .min(50, { error: 'interval must be ≥ 50 ms' })
+        .default(500),
+      maxNodes: positiveInt('maxNodes').default(200),
+      maxRows: positiveInt('maxRows').default(50),
+    })
+    .strict()
+    .refine((o) => o.token !== undefined || isLoopback(o.host), {
+      error: 'an inspector without a token may only listen on a loopback host: give a token',
+      path: ['token'],
+    }),
+);
+
+/**
+ * Serves the inspector page for this process's pipelines. Bad options throw `InvalidOptionsError`
+ * at once, naming the field; the promise resolves once the server listens.
+ *
+ * ## Example
+ * ```ts
+ * const inspecting = await inspector({ port: 9400 });
+ * console.log(inspecting.url); // http://127.0.0.1:9400/inspect
+ * // ... run pipelines ...
+ * await inspecting.close();
+ * ```
+ */
+export function inspector(options: InspectorOptions = {}): Promise<Inspector> {
+  const config = parseOptions(optionsSchema(), options, 'inspector options');
+  return listen(config);
+}
+
+async function listen(config: ReturnType<ReturnType<typeof optionsSchema>['parse']>): Promise<Inspector> {
+  const page = INSPECT_PAGE === undefined ? undefined : await readFile(INSPECT_PAGE);
+  const graph = config.graph ?? new PipelineGraph();
+  const startedHere = !graph.running;
+  if (startedHere) graph.start();
+  const expected = config.token === undefined ? undefined : digest(config.token);
+  const routes = inspectRoutes({
+    sources: { graph, requests: config.requests, sockets: config.sockets },
+    page,
+    origins: config.origins,
+    interval: config.interval,
+    limits: { nodes: config.maxNodes, rows: config.maxRows },
+    ...(expected !== undefined && {
+      authorize: (req: IncomingMessage) => {
+        const token = bearerOf(req.headers.authorization);
+        return token !== undefined && timingSafeEqual(digest(token), expected);
+      },
+    }),
+  });
+  const server = createServer((req, res) => {
+    // Open on loopback: a Host that is not a loopback name is a DNS-rebinding page relaying a browser.
+    if (expected === undefined && !loopbackHost(req.headers.host)) return void res.writeHead(403, { 'content-type': 'text/plain' }).end('forbidden host');
+    if (req.url === '/' && (req.method === 'GET' || req.method === 'HEAD')) return void res.writeHead(302, { location: INSPECT_PATH }).end();
+    if (!routes.handle(req, res)) res.writeHead(404, { 'content-type': 'text/plain' }).end('not found');
+  });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(config.port, config.host, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+  } catch (err) {
+    if (startedHere) graph.stop();
+    throw err;
+  }
+  const address = server.address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  let closing: Promise<void> | undefined;
+  return {
+    url: `http://${host}:${address.port}${INSPECT_PATH}`,
+    graph,
+    server,
+    feedStats: () => routes.feedStats(),
+    close: () =>
+      (closing ??= new Promise<void>((resolve) => {
+        routes.close();
+        if (startedHere) graph.stop();
+        server.close(() => resolve());
+        server.closeAllConnections();
+      })),
+  };
+}
+
+/** Equal-length digests, so the comparison takes the same time whatever the token's length. */
+function digest(token: string): Buffer {
+  return createHash('sha256').update(token).digest();
+}
