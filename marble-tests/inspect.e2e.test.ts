@@ -241,7 +241,7 @@ describe('the inspector page in headless Chromium', { skip }, () => {
     });
 
     it('lists requests in flight over both transports, and Cancel ends them as a client cancel would', async () => {
-      const ws = await WsClient.open(url.replace(/^http/, 'ws') + '/v1/ws', { token });
+      const ws = await WsClient.open(`${url.replace(/^http/, 'ws')}/v1/ws`, { token });
       const streams: { done: Promise<string>; abort: AbortController }[] = [];
       try {
         for (const id of ['long-a', 'long-b', 'long-c'])
