@@ -7,6 +7,8 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { VirtualAction, VirtualTimeScheduler, lastValueFrom, map, toArray } from 'rxjs';
 import { fromIterable } from '../src/flow/sources.js';
+import { subscribeWithDemand } from '../src/flow/demand.js';
+import { eventually } from '../src/testing/index.js';
 import { stage } from '../src/operators/stage.js';
 import { batch, unbatch } from '../src/operators/batch.js';
 import { balance } from '../src/operators/balance.js';
@@ -208,6 +210,26 @@ describe('PipelineGraph', () => {
       assert.equal((await run).length, 6);
       const ended = graph.snapshot().nodes.find((n) => n.name === 'toy-lm')!;
       assert.deepEqual([ended.received, ended.delivered, ended.inFlight, ended.unaccounted], [2, 2, 0, 0]);
+    } finally {
+      graph.stop();
+    }
+  });
+
+  it('a run feeding a consumer it cannot know (a plain subscriber) is sampled again and again without harm', async () => {
+    const graph = new PipelineGraph({ scheduler: new VirtualTimeScheduler() }).start();
+    try {
+      let open: () => void = () => {};
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      const values: number[] = [];
+      const subscription = subscribeWithDemand(fromIterable([1, 2]).pipe(stage(async (n: number) => gate.then(() => n), { name: 'to-a-socket' })), {
+        next: (t) => values.push((t as Traced<number>).value),
+      });
+      subscription.request(10);
+      await sleep(5);
+      for (let i = 0; i < 3; i++) graph.sample();
+      assert.equal(graph.snapshot().nodes.length, 1);
+      open();
+      await eventually(() => assert.equal(values.length, 2));
     } finally {
       graph.stop();
     }

@@ -247,10 +247,10 @@ export class PipelineGraph implements Introspector {
     }
     for (const node of this.nodes.values()) {
       for (const consumer of node.feeds) if (!this.nodes.has(consumer.stats)) node.feeds.delete(consumer);
-      for (const link of node.pending) {
-        node.pending.delete(link);
-        this.link(node, link);
-      }
+      // A copy: `link` puts back what is still unknown, which a live iteration would visit again, forever.
+      const pending = [...node.pending];
+      node.pending.clear();
+      for (const link of pending) this.link(node, link);
     }
   }
 
