@@ -111,30 +111,34 @@ function settingsFromEnvironment(): ServerSettings {
 
 let tokensGenerated = 0;
 
-/** The model: as fast as it is asked, one token per unit of demand, each stamped when it is made. */
+/**
+ * One generation of the model: as fast as it is asked, one token per unit of demand, each
+ * stamped when it is made. A module-level generator function, as the naive loop's is: a
+ * generator function made per request also makes a prototype and a hidden class per request.
+ */
+function* syntheticTokens(limit: number, options: GenerationOptions | undefined): Generator<Token> {
+  let index = 0;
+  try {
+    for (; index < limit; index++) {
+      tokensGenerated++;
+      yield { text: monotonicMs().toFixed(3), index };
+    }
+  } finally {
+    // Runs on completion and on cancel (the Flow calls `return()`), so `done` always carries usage.
+    options?.onDone?.({
+      finishReason: index >= limit ? 'length' : 'abort',
+      usage: { inputTokens: 1, outputTokens: index },
+      timeToFirstToken: undefined,
+      tokensPerSecond: undefined,
+    });
+  }
+}
+
+/** The model. */
 const syntheticWorker: TokenWorker = {
   name: 'synthetic',
   generate(request: GenerateRequest, options?: GenerationOptions) {
-    const limit = request.max_tokens ?? 16;
-    return fromIterable<Token>(
-      (function* () {
-        let index = 0;
-        try {
-          for (; index < limit; index++) {
-            tokensGenerated++;
-            yield { text: monotonicMs().toFixed(3), index };
-          }
-        } finally {
-          // Runs on completion and on cancel (the Flow calls `return()`), so `done` always carries usage.
-          options?.onDone?.({
-            finishReason: index >= limit ? 'length' : 'abort',
-            usage: { inputTokens: 1, outputTokens: index },
-            timeToFirstToken: undefined,
-            tokensPerSecond: undefined,
-          });
-        }
-      })(),
-    );
+    return fromIterable<Token>(syntheticTokens(request.max_tokens ?? 16, options));
   },
 };
 
