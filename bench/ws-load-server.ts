@@ -24,6 +24,8 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { Duplex } from 'node:stream';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setImmediate as immediate } from 'node:timers/promises';
 import { WebSocket, WebSocketServer } from 'ws';
@@ -293,6 +295,8 @@ function kernelPeakRss(): number | undefined {
 function allocationSampler(kind: ServerKind): { start(): void; stop(): void } | undefined {
   const dir = process.env.BENCH_WS_HEAP_PROFILE;
   if (dir === undefined || dir === '') return undefined;
+  // BENCH_WS_HEAP_PROFILE_MINOR=0: leave out what scavenges collected, so the profile holds what was promoted (or is still live).
+  const minor = process.env.BENCH_WS_HEAP_PROFILE_MINOR !== '0';
   const session = new Session();
   session.connect();
   let sampling = false;
@@ -303,12 +307,17 @@ function allocationSampler(kind: ServerKind): { start(): void; stop(): void } | 
       session.post('HeapProfiler.startSampling', {
         samplingInterval: 4096,
         includeObjectsCollectedByMajorGC: true,
-        includeObjectsCollectedByMinorGC: true,
+        includeObjectsCollectedByMinorGC: minor,
       });
     },
     stop() {
       if (!sampling) return;
       sampling = false;
+      // A scavenge first, so that young garbage not yet collected is not counted as kept (a profile without minor GC's dead).
+      if (!minor) {
+        setFlagsFromString('--expose-gc');
+        (runInNewContext('gc') as (options: { type: 'minor' }) => void)({ type: 'minor' });
+      }
       // The in-process session answers synchronously: the file is written before the report goes out.
       session.post('HeapProfiler.stopSampling', (err, result) => {
         if (err === null) writeFileSync(`${dir}/${kind}-${process.pid}.heapprofile`, JSON.stringify(result.profile));

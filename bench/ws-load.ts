@@ -62,6 +62,8 @@
  *   BENCH_WS_DEADLINE_MS=90000     a phase still running after this is cut short and reported partial
  *   BENCH_WS_QUICK=1               smaller defaults (100 clients, 100k tokens)
  *   BENCH_WS_SERVER_FLAGS='...'    extra node flags for the server processes (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`)
+ *   BENCH_WS_DIST=1                the servers load sluice from dist/ (`npm run build` first), as users run it, instead of
+ *                                  its source through tsx (whose esbuild keepNames adds a `name` property to every closure)
  *   BENCH_ONLY=regex               run only the scenarios whose id matches (`ws-sluice-all-read`, `ws-naive-stalled`...)
  */
 import { fork, type ChildProcess } from 'node:child_process';
@@ -191,10 +193,21 @@ export interface WsLoadResult {
 
 type Progress = (message: string) => void;
 
+/** True when the servers load sluice from dist/ (`BENCH_WS_DIST=1`; `npm run build` first). */
+export function dist(): boolean {
+  return (process.env.BENCH_WS_DIST ?? '') !== '' && process.env.BENCH_WS_DIST !== '0';
+}
+
 export function startServer(kind: ServerKind, config: WsLoadConfig): Promise<{ child: ChildProcess; port: number }> {
   const entry = fileURLToPath(new URL('./ws-load-server.ts', import.meta.url));
   const child = fork(entry, [kind], {
-    execArgv: ['--conditions=sluice-source', '--import', 'tsx', ...(process.env.BENCH_WS_SERVER_FLAGS ?? '').split(' ').filter((flag) => flag !== '')],
+    // BENCH_WS_DIST=1: sluice from dist/ (esbuild, as users run it), not from source through tsx, whose keepNames gives every closure a `name` property.
+    execArgv: [
+      ...(dist() ? [] : ['--conditions=sluice-source']),
+      '--import',
+      'tsx',
+      ...(process.env.BENCH_WS_SERVER_FLAGS ?? '').split(' ').filter((flag) => flag !== ''),
+    ],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     env: {
       ...process.env,

@@ -141,7 +141,9 @@ export class RequestTrace {
     });
     const { tracer, metrics } = this.options;
     const trace = this.trace;
-    endGenAiSpan(this.span, { ...(done && { done }), ...(error !== undefined && { error }), responseId, responseModel: this.model, trace });
+    // A span that does not record ignores what it is told (a no-op tracer's, an unsampled one's): nothing to build for it.
+    if (this.span.isRecording())
+      endGenAiSpan(this.span, { ...(done && { done }), ...(error !== undefined && { error }), responseId, responseModel: this.model, trace });
     // The span's context only for a sampled trace with stage records: it is a Map and three closures.
     if (trace.records !== undefined && trace.records.length > 0)
       recordStageSpans(trace, spanContext(this.parent, this.span), { ...(tracer && { tracer }), startTime: this.startEpoch });

@@ -15,6 +15,7 @@ import type { Quotas } from './quotas.js';
 import type { RequestLog } from '../request-log.js';
 import { WriteBudget, type ServerBudget } from './fair-share.js';
 import { Stream, type StreamHost } from './stream.js';
+import { StreamTable } from './stream-table.js';
 import { codeOf, errorFrame, messageOf } from './errors.js';
 
 const wsLib = wsPeer();
@@ -46,7 +47,7 @@ const STALL_CLOSE_GRACE = 1000;
 
 /** One socket: its requests, its bad-frame count, its stall and heartbeat state. */
 export class Connection implements StreamHost {
-  readonly streams = new Map<string, Stream>();
+  readonly streams = new StreamTable<Stream>();
   private badInARow = 0;
   private alive = true;
   private ending = false;
@@ -127,10 +128,10 @@ export class Connection implements StreamHost {
     try {
       if (this.streams.size <= 1) {
         // The common case: no array to rotate.
-        for (const stream of this.streams.values()) stream.resume();
+        this.streams.single()?.resume();
         return;
       }
-      const streams = [...this.streams.values()];
+      const streams = this.streams.values();
       const start = this.turn++ % streams.length;
       for (let i = 0; i < streams.length; i++) {
         streams[(start + i) % streams.length]!.resume();
@@ -214,7 +215,7 @@ export class Connection implements StreamHost {
       logId: `${this.number}:${id}`,
     });
     const stream = new Stream(this, id, message.policy ?? 'pause', telemetry);
-    this.streams.set(id, stream);
+    this.streams.add(stream);
     this.hub.counters.started++;
     // Its first frames leave in one write, as a turn's do in `pump`.
     this.socket?.cork();
@@ -234,7 +235,7 @@ export class Connection implements StreamHost {
 
   /** Ends every running request with a `SHUTDOWN` error frame (the drain's deadline passed); returns how many. */
   interruptAll(): number {
-    const streams = [...this.streams.values()];
+    const streams = this.streams.values();
     for (const stream of streams) stream.interrupt();
     return streams.length;
   }
@@ -274,7 +275,7 @@ export class Connection implements StreamHost {
   }
 
   private abortAll(reason: string): void {
-    for (const stream of [...this.streams.values()]) stream.abort(reason);
+    for (const stream of this.streams.values()) stream.abort(reason);
   }
 
   private onClose(code: number): void {
