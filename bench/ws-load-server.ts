@@ -26,6 +26,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
+import { Worker } from 'node:worker_threads';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setImmediate as immediate } from 'node:timers/promises';
 import { WebSocket, WebSocketServer } from 'ws';
@@ -112,6 +113,37 @@ function settingsFromEnvironment(): ServerSettings {
 }
 
 let tokensGenerated = 0;
+/**
+ * What the watchdog thread reads without the main thread: [0] tokens made, [1] when the main
+ * thread's event loop last turned (ms since `EPOCH`, written by the 20 ms sampler).
+ */
+const shared = new Int32Array(new SharedArrayBuffer(8));
+const EPOCH = Date.now();
+
+/** Counts a token, where the watchdog can see it even while the event loop is held. */
+function made(): void {
+  shared[0] = ++tokensGenerated;
+}
+
+/**
+ * A thread that writes, every 500 ms, what the parent needs when this process stops answering:
+ * a server whose event loop is held (the AI SDK generating for non-readers in microtasks) cannot
+ * send its report, and the parent reads this file instead (`WS_LOAD_WATCHDOG_FILE`).
+ */
+function startWatchdog(file: string | undefined): void {
+  if (file === undefined || file === '') return;
+  const source = `
+    const { workerData } = require('node:worker_threads');
+    const { readFileSync, writeFileSync } = require('node:fs');
+    const shared = new Int32Array(workerData.buffer);
+    const peak = () => { const m = /VmHWM:\\s+(\\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8')); return m ? Number(m[1]) * 1024 : 0; };
+    setInterval(() => {
+      const state = { tokensGenerated: Atomics.load(shared, 0), heldMs: Date.now() - workerData.epoch - Atomics.load(shared, 1), rss: process.memoryUsage.rss(), peakRss: peak() };
+      writeFileSync(workerData.file, JSON.stringify(state));
+    }, 500);
+  `;
+  new Worker(source, { eval: true, workerData: { buffer: shared.buffer, epoch: EPOCH, file } }).unref();
+}
 
 /**
  * One generation of the model: as fast as it is asked, one token per unit of demand, each
@@ -122,7 +154,7 @@ function* syntheticTokens(limit: number, options: GenerationOptions | undefined)
   let index = 0;
   try {
     for (; index < limit; index++) {
-      tokensGenerated++;
+      made();
       yield { text: monotonicMs().toFixed(3), index };
     }
   } finally {
@@ -186,7 +218,7 @@ function startNaive(server: ReturnType<typeof createServer>, settings: ServerSet
   const stream = async (ws: WebSocket, id: string, limit: number) => {
     for (let seq = 0; seq < limit; seq++) {
       if (ws.readyState !== WebSocket.OPEN) return;
-      tokensGenerated++;
+      made();
       ws.send(JSON.stringify({ type: 'token', id, seq, text: monotonicMs().toFixed(3), tokens: 1 }));
       if ((seq + 1) % settings.yieldEvery === 0) await immediate();
     }
@@ -230,7 +262,7 @@ function lazyParts(tokens: number): ArrayLike<LanguageModelV3StreamPart> {
       if (i === 0) return { type: 'stream-start', warnings: [] };
       if (i === 1) return { type: 'text-start', id: 't' };
       if (i < last - 1) {
-        tokensGenerated++;
+        made();
         return { type: 'text-delta', id: 't', delta: monotonicMs().toFixed(3) };
       }
       if (i === last - 1) return { type: 'text-end', id: 't' };
@@ -365,7 +397,9 @@ async function main(): Promise<void> {
   let peakRss = baselineRss;
   let peakHeapUsed = 0;
   let peakBuffered = 0;
+  startWatchdog(process.env.WS_LOAD_WATCHDOG_FILE);
   const sampler = setInterval(() => {
+    shared[1] = Date.now() - EPOCH;
     const memory = process.memoryUsage();
     peakRss = Math.max(peakRss, memory.rss);
     peakHeapUsed = Math.max(peakHeapUsed, memory.heapUsed);
