@@ -322,7 +322,8 @@ function kernelPeakRss(): number | undefined {
  * With `BENCH_WS_HEAP_PROFILE=<dir>` (a diagnostic), V8's sampling heap profiler runs while the readers
  * run, counting objects that GC already collected too: where the garbage is allocated, not what is live
  * at the end (`--heap-prof` keeps only the latter). Written to `<dir>/<kind>-<pid>.heapprofile`
- * (open it in Chrome DevTools' Memory tab, or sum it by function).
+ * (open it in Chrome DevTools' Memory tab, or sum it by function). With `BENCH_WS_HEAP_PROFILE_MINOR=0`
+ * it leaves out what scavenges collected (and runs one first): what was promoted, the garbage that sets the peak.
  */
 function allocationSampler(kind: ServerKind): { start(): void; stop(): void } | undefined {
   const dir = process.env.BENCH_WS_HEAP_PROFILE;

@@ -256,7 +256,7 @@ export class ServerUnresponsive extends Error {
     super(
       state === undefined
         ? `the server did not report within ${REPORT_TIMEOUT / 1000} s`
-        : `the server did not report within ${REPORT_TIMEOUT / 1000} s: its event loop has not turned for ${(state.heldMs / 1000).toFixed(1)} s (${state.tokensGenerated} tokens made, RSS ${(state.rss / 1e6).toFixed(0)} MB)`,
+        : `the server did not report within ${REPORT_TIMEOUT / 1000} s: its event loop has not turned for ${(state.heldMs / 1000).toFixed(1)} s (${state.tokensGenerated} tokens made, RSS ${formatMB(state.rss)})`,
     );
   }
 }
