@@ -212,7 +212,8 @@ export class Connection implements StreamHost {
       traceparent: message.traceparent,
       transport: 'ws',
       tenant: this.tenant,
-      logId: `${this.number}:${id}`,
+      // Only for the request log: a string per request that would live as long as the request.
+      logId: this.hub.requestLog === undefined ? undefined : `${this.number}:${id}`,
     });
     const stream = new Stream(this, id, message.policy ?? 'pause', telemetry);
     this.streams.add(stream);
