@@ -22,7 +22,7 @@ import { cpus, loadavg } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { formatCount, formatMB, formatRatio, markdownTable, median, monotonicMs, percentile, selected, textTable } from './harness.js';
-import { serverReport, split, startServer, stopServer, wsLoadConfig, type WsLoadConfig } from './ws-load.js';
+import { ServerUnresponsive, serverReport, split, startServer, stopServer, wsLoadConfig, type WatchdogState, type WsLoadConfig } from './ws-load.js';
 import type { ServerReport } from './ws-load-server.js';
 
 export type SseServer = 'sluice-sse' | 'ai-sdk';
@@ -61,6 +61,8 @@ export interface SseLoadResult {
   readonly fill: { readonly seconds: number; readonly tokens: number; readonly stuck: number } | undefined;
   readonly nonReaderTokensWhileReading: number;
   readonly loadAverage: number;
+  /** Set when the server stopped answering (its event loop held): what its watchdog thread saw when the report timed out. */
+  readonly held?: WatchdogState;
 }
 
 type Progress = (message: string) => void;
@@ -191,11 +193,13 @@ export async function measureSseScenario(scenario: SseScenario, config: WsLoadCo
   // One keep-alive connection per client at most: the clients' requests are sequential.
   const agent = new Agent({ keepAlive: true, maxSockets: Number.POSITIVE_INFINITY });
   const stuck: ClientRequest[] = [];
+  let before: ServerReport | undefined;
+  let fillStarted = 0;
   try {
     const warm = await readPhase(agent, port, scenario.server, config.clients, [32, 32], config.deadline);
     onProgress(`${scenario.id}: ${config.clients} clients, ${formatCount(warm.received)} warm-up tokens in ${warm.seconds.toFixed(1)} s`);
 
-    const before = await serverReport(child);
+    before = await serverReport(child);
     let fill: SseLoadResult['fill'];
     if (nonReaders > 0) {
       // Each reads nothing after the first event: the response is paused, so its socket stops being read.
@@ -211,7 +215,7 @@ export async function measureSseScenario(scenario: SseScenario, config: WsLoadCo
           ),
         );
       }
-      const started = monotonicMs();
+      const started = (fillStarted = monotonicMs());
       const requested = before.tokensGenerated + nonReaders * config.stalledTokens;
       let now = before;
       while (now.stuck < nonReaders && now.tokensGenerated < requested && monotonicMs() - started < config.fillTimeout) {
@@ -265,6 +269,11 @@ export async function measureSseScenario(scenario: SseScenario, config: WsLoadCo
       nonReaderTokensWhileReading: Math.max(0, report.tokensGenerated - atStart.tokensGenerated - received),
       loadAverage,
     };
+  } catch (err) {
+    // A server that stops answering is a result (the AI SDK's, generating for non-readers in microtasks), not a crash of the bench.
+    if (!(err instanceof ServerUnresponsive) || err.state === undefined) throw err;
+    onProgress(`${scenario.id}: ${err.message}`);
+    return heldResult(scenario, readers, nonReaders, readers * perClient, err.state, before, fillStarted);
   } finally {
     for (const req of stuck) req.destroy();
     agent.destroy();
@@ -272,13 +281,64 @@ export async function measureSseScenario(scenario: SseScenario, config: WsLoadCo
   }
 }
 
+/** The result of a scenario whose server stopped answering: only what its watchdog thread could see. */
+function heldResult(
+  scenario: SseScenario,
+  readers: number,
+  nonReaders: number,
+  expectedTokens: number,
+  held: WatchdogState,
+  before: ServerReport | undefined,
+  fillStarted: number,
+): SseLoadResult {
+  const report: ServerReport = {
+    baselineRss: before?.baselineRss ?? Number.NaN,
+    peakRss: held.peakRss,
+    rss: held.rss,
+    peakHeapUsed: before?.peakHeapUsed ?? Number.NaN,
+    peakBuffered: Number.NaN,
+    buffered: Number.NaN,
+    stuck: 0,
+    tokensGenerated: held.tokensGenerated,
+    cpuSeconds: Number.NaN,
+    loopDelayP99: Number.NaN,
+    loopDelayMax: held.heldMs,
+    closes: {},
+  };
+  const fill =
+    nonReaders > 0 && before !== undefined && fillStarted > 0
+      ? { seconds: (monotonicMs() - fillStarted) / 1000, tokens: held.tokensGenerated - before.tokensGenerated, stuck: 0 }
+      : undefined;
+  return {
+    id: scenario.id,
+    server: scenario.server,
+    readers,
+    nonReaders,
+    expectedTokens,
+    receivedTokens: 0,
+    seconds: Number.NaN,
+    tokensPerSecond: Number.NaN,
+    p50: Number.NaN,
+    roundP99: [],
+    p99Median: Number.NaN,
+    errors: 0,
+    partial: true,
+    report,
+    fill,
+    nonReaderTokensWhileReading: 0,
+    loadAverage: loadavg()[0]!,
+    held,
+  };
+}
+
 export async function measureSseLoad(scenarios: readonly SseScenario[], config: WsLoadConfig, onProgress: Progress = () => {}): Promise<SseLoadResult[]> {
   const results: SseLoadResult[] = [];
   for (const scenario of scenarios) {
     const r = await measureSseScenario(scenario, config, onProgress);
-    onProgress(
-      `${scenario.id}: ${formatCount(r.receivedTokens)} tokens in ${r.seconds.toFixed(2)} s, p99 ${ms(r.p99Median)} ms (rounds ${r.roundP99.map(ms).join(', ')}), server peak RSS ${formatMB(r.report.peakRss)}${r.partial ? ' (PARTIAL)' : ''}`,
-    );
+    if (r.held === undefined)
+      onProgress(
+        `${scenario.id}: ${formatCount(r.receivedTokens)} tokens in ${r.seconds.toFixed(2)} s, p99 ${ms(r.p99Median)} ms (rounds ${r.roundP99.map(ms).join(', ')}), server peak RSS ${formatMB(r.report.peakRss)}${r.partial ? ' (PARTIAL)' : ''}`,
+      );
     results.push(r);
   }
   return results;
@@ -309,11 +369,11 @@ export function sseLoadReport(results: readonly SseLoadResult[]): {
     `${LABEL[r.server]}${r.partial ? ' (partial)' : ''}`,
     r.nonReaders === 0 ? `${r.readers} reading` : `${r.readers} reading + ${r.nonReaders} not`,
     formatCount(r.receivedTokens),
-    formatCount(Math.round(r.tokensPerSecond / 1000) * 1000),
+    r.held !== undefined ? 'server held' : formatCount(Math.round(r.tokensPerSecond / 1000) * 1000),
     ms(r.p50),
     ms(r.p99Median),
     formatMB(r.report.peakRss),
-    formatMB(r.report.peakBuffered),
+    Number.isFinite(r.report.peakBuffered) ? formatMB(r.report.peakBuffered) : '—',
     r.fill === undefined
       ? '—'
       : `${formatCount(r.fill.tokens)} / ${formatCount(r.nonReaderTokensWhileReading)} (${formatCount(Math.round((r.fill.tokens + r.nonReaderTokensWhileReading) / r.nonReaders))})`,
@@ -341,9 +401,10 @@ export function sseLoadReport(results: readonly SseLoadResult[]): {
       server === 'sluice-sse' ? 'reference' : pair((r) => r.report.peakRss),
     ]);
   }
-  const notes = results.map(
-    (r) =>
-      `${r.id}: server RSS ${formatMB(r.report.baselineRss)} idle → ${formatMB(r.report.peakRss)} peak (heap in use at most ${formatMB(r.report.peakHeapUsed)}); event-loop delay p99 ${ms(r.report.loopDelayP99)} ms; load average ${r.loadAverage.toFixed(2)}${r.errors > 0 ? `; ${r.errors} failed requests` : ''}${r.receivedTokens !== r.expectedTokens ? `; received ${r.receivedTokens} of ${r.expectedTokens}` : ''}${r.fill === undefined ? '' : `; non-readers served alone ${r.fill.seconds.toFixed(1)} s, ${r.fill.stuck} / ${r.nonReaders} with a full kernel buffer`}`,
+  const notes = results.map((r) =>
+    r.held !== undefined
+      ? `${r.id}: the server stopped answering: its event loop had not turned for ${(r.held.heldMs / 1000).toFixed(1)} s when the report timed out, ${formatCount(r.fill?.tokens ?? r.held.tokensGenerated)} tokens made for the non-readers by then (${formatCount(Math.round((r.fill?.tokens ?? 0) / Math.max(1, r.nonReaders)))} each), RSS ${formatMB(r.held.rss)} (peak ${formatMB(r.held.peakRss)}); the readers never ran`
+      : `${r.id}: server RSS ${formatMB(r.report.baselineRss)} idle → ${formatMB(r.report.peakRss)} peak (heap in use at most ${formatMB(r.report.peakHeapUsed)}); event-loop delay p99 ${ms(r.report.loopDelayP99)} ms; load average ${r.loadAverage.toFixed(2)}${r.errors > 0 ? `; ${r.errors} failed requests` : ''}${r.receivedTokens !== r.expectedTokens ? `; received ${r.receivedTokens} of ${r.expectedTokens}` : ''}${r.fill === undefined ? '' : `; non-readers served alone ${r.fill.seconds.toFixed(1)} s, ${r.fill.stuck} / ${r.nonReaders} with a full kernel buffer`}`,
   );
   return { header, rows, comparisonHeader, comparisonRows, notes };
 }

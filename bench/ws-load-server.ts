@@ -24,6 +24,9 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { Duplex } from 'node:stream';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { Worker } from 'node:worker_threads';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setImmediate as immediate } from 'node:timers/promises';
 import { WebSocket, WebSocketServer } from 'ws';
@@ -110,31 +113,66 @@ function settingsFromEnvironment(): ServerSettings {
 }
 
 let tokensGenerated = 0;
+/**
+ * What the watchdog thread reads without the main thread: [0] tokens made, [1] when the main
+ * thread's event loop last turned (ms since `EPOCH`, written by the 20 ms sampler).
+ */
+const shared = new Int32Array(new SharedArrayBuffer(8));
+const EPOCH = Date.now();
 
-/** The model: as fast as it is asked, one token per unit of demand, each stamped when it is made. */
+/** Counts a token, where the watchdog can see it even while the event loop is held. */
+function made(): void {
+  shared[0] = ++tokensGenerated;
+}
+
+/**
+ * A thread that writes, every 500 ms, what the parent needs when this process stops answering:
+ * a server whose event loop is held (the AI SDK generating for non-readers in microtasks) cannot
+ * send its report, and the parent reads this file instead (`WS_LOAD_WATCHDOG_FILE`).
+ */
+function startWatchdog(file: string | undefined): void {
+  if (file === undefined || file === '') return;
+  const source = `
+    const { workerData } = require('node:worker_threads');
+    const { readFileSync, writeFileSync } = require('node:fs');
+    const shared = new Int32Array(workerData.buffer);
+    const peak = () => { const m = /VmHWM:\\s+(\\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8')); return m ? Number(m[1]) * 1024 : 0; };
+    setInterval(() => {
+      const state = { tokensGenerated: Atomics.load(shared, 0), heldMs: Date.now() - workerData.epoch - Atomics.load(shared, 1), rss: process.memoryUsage.rss(), peakRss: peak() };
+      writeFileSync(workerData.file, JSON.stringify(state));
+    }, 500);
+  `;
+  new Worker(source, { eval: true, workerData: { buffer: shared.buffer, epoch: EPOCH, file } }).unref();
+}
+
+/**
+ * One generation of the model: as fast as it is asked, one token per unit of demand, each
+ * stamped when it is made. A module-level generator function, as the naive loop's is: a
+ * generator function made per request also makes a prototype and a hidden class per request.
+ */
+function* syntheticTokens(limit: number, options: GenerationOptions | undefined): Generator<Token> {
+  let index = 0;
+  try {
+    for (; index < limit; index++) {
+      made();
+      yield { text: monotonicMs().toFixed(3), index };
+    }
+  } finally {
+    // Runs on completion and on cancel (the Flow calls `return()`), so `done` always carries usage.
+    options?.onDone?.({
+      finishReason: index >= limit ? 'length' : 'abort',
+      usage: { inputTokens: 1, outputTokens: index },
+      timeToFirstToken: undefined,
+      tokensPerSecond: undefined,
+    });
+  }
+}
+
+/** The model. */
 const syntheticWorker: TokenWorker = {
   name: 'synthetic',
   generate(request: GenerateRequest, options?: GenerationOptions) {
-    const limit = request.max_tokens ?? 16;
-    return fromIterable<Token>(
-      (function* () {
-        let index = 0;
-        try {
-          for (; index < limit; index++) {
-            tokensGenerated++;
-            yield { text: monotonicMs().toFixed(3), index };
-          }
-        } finally {
-          // Runs on completion and on cancel (the Flow calls `return()`), so `done` always carries usage.
-          options?.onDone?.({
-            finishReason: index >= limit ? 'length' : 'abort',
-            usage: { inputTokens: 1, outputTokens: index },
-            timeToFirstToken: undefined,
-            tokensPerSecond: undefined,
-          });
-        }
-      })(),
-    );
+    return fromIterable<Token>(syntheticTokens(request.max_tokens ?? 16, options));
   },
 };
 
@@ -180,7 +218,7 @@ function startNaive(server: ReturnType<typeof createServer>, settings: ServerSet
   const stream = async (ws: WebSocket, id: string, limit: number) => {
     for (let seq = 0; seq < limit; seq++) {
       if (ws.readyState !== WebSocket.OPEN) return;
-      tokensGenerated++;
+      made();
       ws.send(JSON.stringify({ type: 'token', id, seq, text: monotonicMs().toFixed(3), tokens: 1 }));
       if ((seq + 1) % settings.yieldEvery === 0) await immediate();
     }
@@ -224,7 +262,7 @@ function lazyParts(tokens: number): ArrayLike<LanguageModelV3StreamPart> {
       if (i === 0) return { type: 'stream-start', warnings: [] };
       if (i === 1) return { type: 'text-start', id: 't' };
       if (i < last - 1) {
-        tokensGenerated++;
+        made();
         return { type: 'text-delta', id: 't', delta: monotonicMs().toFixed(3) };
       }
       if (i === last - 1) return { type: 'text-end', id: 't' };
@@ -284,11 +322,14 @@ function kernelPeakRss(): number | undefined {
  * With `BENCH_WS_HEAP_PROFILE=<dir>` (a diagnostic), V8's sampling heap profiler runs while the readers
  * run, counting objects that GC already collected too: where the garbage is allocated, not what is live
  * at the end (`--heap-prof` keeps only the latter). Written to `<dir>/<kind>-<pid>.heapprofile`
- * (open it in Chrome DevTools' Memory tab, or sum it by function).
+ * (open it in Chrome DevTools' Memory tab, or sum it by function). With `BENCH_WS_HEAP_PROFILE_MINOR=0`
+ * it leaves out what scavenges collected (and runs one first): what was promoted, the garbage that sets the peak.
  */
 function allocationSampler(kind: ServerKind): { start(): void; stop(): void } | undefined {
   const dir = process.env.BENCH_WS_HEAP_PROFILE;
   if (dir === undefined || dir === '') return undefined;
+  // BENCH_WS_HEAP_PROFILE_MINOR=0: leave out what scavenges collected, so the profile holds what was promoted (or is still live).
+  const minor = process.env.BENCH_WS_HEAP_PROFILE_MINOR !== '0';
   const session = new Session();
   session.connect();
   let sampling = false;
@@ -299,12 +340,17 @@ function allocationSampler(kind: ServerKind): { start(): void; stop(): void } | 
       session.post('HeapProfiler.startSampling', {
         samplingInterval: 4096,
         includeObjectsCollectedByMajorGC: true,
-        includeObjectsCollectedByMinorGC: true,
+        includeObjectsCollectedByMinorGC: minor,
       });
     },
     stop() {
       if (!sampling) return;
       sampling = false;
+      // A scavenge first, so that young garbage not yet collected is not counted as kept (a profile without minor GC's dead).
+      if (!minor) {
+        setFlagsFromString('--expose-gc');
+        (runInNewContext('gc') as (options: { type: 'minor' }) => void)({ type: 'minor' });
+      }
       // The in-process session answers synchronously: the file is written before the report goes out.
       session.post('HeapProfiler.stopSampling', (err, result) => {
         if (err === null) writeFileSync(`${dir}/${kind}-${process.pid}.heapprofile`, JSON.stringify(result.profile));
@@ -352,7 +398,9 @@ async function main(): Promise<void> {
   let peakRss = baselineRss;
   let peakHeapUsed = 0;
   let peakBuffered = 0;
+  startWatchdog(process.env.WS_LOAD_WATCHDOG_FILE);
   const sampler = setInterval(() => {
+    shared[1] = Date.now() - EPOCH;
     const memory = process.memoryUsage();
     peakRss = Math.max(peakRss, memory.rss);
     peakHeapUsed = Math.max(peakHeapUsed, memory.heapUsed);

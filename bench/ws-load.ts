@@ -62,10 +62,14 @@
  *   BENCH_WS_DEADLINE_MS=90000     a phase still running after this is cut short and reported partial
  *   BENCH_WS_QUICK=1               smaller defaults (100 clients, 100k tokens)
  *   BENCH_WS_SERVER_FLAGS='...'    extra node flags for the server processes (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof`)
+ *   BENCH_WS_DIST=1                the servers load sluice from dist/ (`npm run build` first), as users run it, instead of
+ *                                  its source through tsx (whose esbuild keepNames adds a `name` property to every closure)
  *   BENCH_ONLY=regex               run only the scenarios whose id matches (`ws-sluice-all-read`, `ws-naive-stalled`...)
  */
 import { fork, type ChildProcess } from 'node:child_process';
-import { cpus, loadavg } from 'node:os';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { WebSocket } from 'ws';
@@ -191,20 +195,34 @@ export interface WsLoadResult {
 
 type Progress = (message: string) => void;
 
+/** True when the servers load sluice from dist/ (`BENCH_WS_DIST=1`; `npm run build` first). */
+export function dist(): boolean {
+  return (process.env.BENCH_WS_DIST ?? '') !== '' && process.env.BENCH_WS_DIST !== '0';
+}
+
 export function startServer(kind: ServerKind, config: WsLoadConfig): Promise<{ child: ChildProcess; port: number }> {
   const entry = fileURLToPath(new URL('./ws-load-server.ts', import.meta.url));
+  const watchdog = join(mkdtempSync(join(tmpdir(), 'sluice-ws-load-')), 'watchdog.json');
   const child = fork(entry, [kind], {
-    execArgv: ['--conditions=sluice-source', '--import', 'tsx', ...(process.env.BENCH_WS_SERVER_FLAGS ?? '').split(' ').filter((flag) => flag !== '')],
+    // BENCH_WS_DIST=1: sluice from dist/ (esbuild, as users run it), not from source through tsx, whose keepNames gives every closure a `name` property.
+    execArgv: [
+      ...(dist() ? [] : ['--conditions=sluice-source']),
+      '--import',
+      'tsx',
+      ...(process.env.BENCH_WS_SERVER_FLAGS ?? '').split(' ').filter((flag) => flag !== ''),
+    ],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     env: {
       ...process.env,
       WS_LOAD_TOKEN: BEARER,
+      WS_LOAD_WATCHDOG_FILE: watchdog,
       WS_LOAD_CLIENTS: String(config.clients),
       WS_LOAD_STALL_TIMEOUT: String(config.stallTimeout),
       WS_LOAD_MAX_TOKENS: String(Math.max(config.stalledTokens, Math.ceil(config.tokens / config.clients))),
       WS_LOAD_YIELD_EVERY: String(config.yieldEvery),
     },
   });
+  watchdogFiles.set(child, watchdog);
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill();
@@ -223,10 +241,43 @@ export function startServer(kind: ServerKind, config: WsLoadConfig): Promise<{ c
   });
 }
 
+/** What a server's watchdog thread last wrote (see `ws-load-server.ts`): readable while its event loop is held. */
+export interface WatchdogState {
+  readonly tokensGenerated: number;
+  /** How long, ms, since the server's event loop last turned. */
+  readonly heldMs: number;
+  readonly rss: number;
+  readonly peakRss: number;
+}
+
+/** The server did not answer a report within `REPORT_TIMEOUT`; `state` is what its watchdog thread saw. */
+export class ServerUnresponsive extends Error {
+  constructor(readonly state: WatchdogState | undefined) {
+    super(
+      state === undefined
+        ? `the server did not report within ${REPORT_TIMEOUT / 1000} s`
+        : `the server did not report within ${REPORT_TIMEOUT / 1000} s: its event loop has not turned for ${(state.heldMs / 1000).toFixed(1)} s (${state.tokensGenerated} tokens made, RSS ${formatMB(state.rss)})`,
+    );
+  }
+}
+
+/** Long: a server whose event loop generating for non-readers holds (the AI SDK's) answers late, and that is a figure, not a failure. */
+const REPORT_TIMEOUT = 60_000;
+const watchdogFiles = new WeakMap<ChildProcess, string>();
+
+/** The server's watchdog state, if it wrote one. */
+export function watchdogState(child: ChildProcess): WatchdogState | undefined {
+  const file = watchdogFiles.get(child);
+  try {
+    return file === undefined ? undefined : (JSON.parse(readFileSync(file, 'utf8')) as WatchdogState);
+  } catch {
+    return undefined;
+  }
+}
+
 export function serverReport(child: ChildProcess, restart = false): Promise<ServerReport> {
   return new Promise((resolve, reject) => {
-    // Long: a server whose event loop generating for non-readers holds (the AI SDK's) answers late, and that is a figure, not a failure.
-    const timer = setTimeout(() => reject(new Error('the server did not report within 60 s')), 60_000);
+    const timer = setTimeout(() => reject(new ServerUnresponsive(watchdogState(child))), REPORT_TIMEOUT);
     child.once('message', (message: { type: string; report: ServerReport }) => {
       clearTimeout(timer);
       resolve(message.report);

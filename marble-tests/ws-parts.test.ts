@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
-import type { TraceContext } from '../src/core/trace.js';
+import { traced, type TraceContext } from '../src/core/trace.js';
 import {
   decode,
   generateRequest,
@@ -20,6 +20,8 @@ import { RequestTelemetry } from '../src/serve/telemetry.js';
 import { attachTokenSocket, type TokenSocketEvent } from '../src/serve/ws-server.js';
 import { Quotas } from '../src/serve/ws/quotas.js';
 import { ServerBudget, WriteBudget } from '../src/serve/ws/fair-share.js';
+import { GenerationContext } from '../src/serve/ws/generation.js';
+import { StreamTable } from '../src/serve/ws/stream-table.js';
 import { WsClient, until } from './support/ws-client.js';
 
 /** Emits `w0 w1 ...` one step per macrotask (slow enough to cancel midway); remembers each trace it was given. */
@@ -271,5 +273,68 @@ describe('write budgets', () => {
     await turn();
     assert.deepEqual(log, ['a', 'c']);
     assert.equal(budgets[2]!.mayWrite(), true);
+  });
+});
+
+describe('GenerationContext', () => {
+  const trace = traced('x').trace;
+
+  it('makes no AbortSignal until the worker reads it, and one read after the abort is born aborted with the reason', () => {
+    const unread = new GenerationContext(trace, 'm');
+    unread.abort(new Error('gone'));
+    const late = unread.signal;
+    assert.equal(late.aborted, true);
+    assert.equal((late.reason as Error).message, 'gone');
+    const read = new GenerationContext(trace, 'm');
+    const signal = read.signal;
+    assert.equal(signal.aborted, false);
+    assert.equal(read.signal, signal, 'one signal per request');
+    read.abort('first');
+    read.abort('second');
+    assert.equal(signal.reason, 'first');
+  });
+
+  it('keeps the report of an onDone a wrapper passed on without its object', () => {
+    const context = new GenerationContext(trace, 'm');
+    const forwarded = { onDone: context.onDone };
+    const done = { finishReason: 'stop', usage: { inputTokens: 1, outputTokens: 2 }, timeToFirstToken: undefined, tokensPerSecond: undefined } as const;
+    forwarded.onDone(done);
+    assert.equal(context.done, done);
+    assert.equal(context.stage, 'm');
+    assert.equal(context.trace, trace);
+  });
+});
+
+describe('StreamTable', () => {
+  it('finds, counts and removes streams by id, the first held apart from the others', () => {
+    const table = new StreamTable<{ id: string }>();
+    const a = { id: 'a' };
+    const b = { id: 'b' };
+    const c = { id: 'c' };
+    assert.equal(table.size, 0);
+    assert.equal(table.single(), undefined);
+    table.add(a);
+    assert.equal(table.single(), a);
+    table.add(b);
+    table.add(c);
+    assert.equal(table.size, 3);
+    assert.equal(table.single(), undefined);
+    assert.deepEqual(table.values(), [a, b, c]);
+    assert.equal(table.get('b'), b);
+    table.delete('a');
+    assert.equal(table.has('a'), false);
+    assert.equal(table.size, 2);
+    table.delete('b');
+    assert.equal(table.single(), c);
+    table.add(a);
+    assert.deepEqual(
+      table
+        .values()
+        .map((s) => s.id)
+        .sort(),
+      ['a', 'c'],
+    );
+    table.delete('nope');
+    assert.equal(table.size, 2);
   });
 });

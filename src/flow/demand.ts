@@ -52,7 +52,7 @@
 import { Observable, type Observer, type Subscriber, type Subscription } from 'rxjs';
 import { IllegalDemandError } from '../core/errors.js';
 import { Traced, traceOf, type TraceRef } from '../core/trace.js';
-import { Inlet } from './inlet.js';
+import { Inlet, type RoomOwner } from './inlet.js';
 import { Ring } from './ring.js';
 
 export type { DemandLink, Resumable } from './protocol.js';
@@ -336,6 +336,11 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
     }
   }
 
+  /** The subscriber's finalizer (RxJS calls `unsubscribe` on an object it was given with `add`). */
+  unsubscribe(): void {
+    this.close();
+  }
+
   close(): void {
     if (this.ended) return;
     this.ended = true;
@@ -346,32 +351,44 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
   }
 }
 
+/** The subscribe function of every Flow (`this` is the Flow): links the outlet, starts the producer, pulls. */
+function subscribeFlow<T>(this: Observable<T>, subscriber: Subscriber<T>): void {
+  const outlet = new FlowOutlet<T>(subscriber, scope);
+  const producer = (this as Flow<T>).produce(outlet);
+  outlet.bind(producer);
+  outlet.link?.attach(outlet);
+  // Before the first element: a consumer that leaves inside a synchronous subscribe cancels us there and then.
+  // The outlet is the finalizer itself (`unsubscribe`): no closure per subscription.
+  subscriber.add(outlet);
+  // Told before it starts, so the runs it subscribes find its link already known.
+  const introspector = activeIntrospector();
+  if (introspector !== undefined && isInspectedRun(producer)) {
+    introspector.runStarted(producer, producer.ownLink(), outlet.link, currentWithin());
+    subscriber.add(() => introspector.runEnded(producer));
+  }
+  // Subscribing our own upstream must not link it to *our* consumer.
+  const previous = swapLink(undefined);
+  try {
+    producer.start?.();
+    // Linking happens at subscribe time only: elements emitted now are not subscriptions.
+    outlet.resume();
+  } finally {
+    swapLink(previous);
+  }
+}
+
 /**
  * An RxJS Observable that speaks demand. Build one from a producer factory; most
  * users get Flows from sources (`fromIterable`...) and stages instead.
  */
 export class Flow<T> extends Observable<T> {
+  /** @internal Makes the producer of one subscription. */
+  readonly produce: (outlet: Outlet<T>) => Producer;
+
   constructor(produce: (outlet: Outlet<T>) => Producer) {
-    super((subscriber) => {
-      const outlet = new FlowOutlet<T>(subscriber, scope);
-      const producer = produce(outlet);
-      outlet.bind(producer);
-      outlet.link?.attach(outlet);
-      // Before the first element: a consumer that leaves inside a synchronous subscribe cancels us there and then.
-      subscriber.add(() => outlet.close());
-      // Told before it starts, so the runs it subscribes find its link already known.
-      const introspector = activeIntrospector();
-      if (introspector !== undefined && isInspectedRun(producer)) {
-        introspector.runStarted(producer, producer.ownLink(), outlet.link, currentWithin());
-        subscriber.add(() => introspector.runEnded(producer));
-      }
-      // Subscribing our own upstream must not link it to *our* consumer.
-      withLink(undefined, () => {
-        producer.start?.();
-        // Linking happens at subscribe time only: elements emitted now are not subscriptions.
-        outlet.resume();
-      });
-    });
+    // One shared subscribe function (RxJS calls it with the Flow as `this`): a closure per Flow lived as long as the Flow.
+    super(subscribeFlow);
+    this.produce = produce;
   }
 
   /**
@@ -414,89 +431,134 @@ export function subscribeWithDemand<T>(
   /** Told the link the source is subscribed through, before it is (an inspector's consumer node). @internal */
   onLink?: (link: DemandLink) => void,
 ): DemandSubscription {
-  let credits = 0;
-  let failed = false;
-  let subscription: Subscription | undefined;
-  /** Elements that arrived with no credit left (a deferring operator returned what the link had given up on): they wait for `request` (§1.1). */
-  const early = new Ring<T>(2);
-  let ended: { error: unknown } | 'complete' | undefined;
-  let delivering = false;
+  const subscriber = new DemandSubscriber(observer);
+  onLink?.(subscriber.demandLink);
+  subscriber.subscribe(source);
+  return subscriber;
+}
+
+/**
+ * `subscribeWithDemand`'s state, one object: the subscription it returns, the observer it
+ * subscribes with and its link's room. Closures and an object literal with getters cost a
+ * server hundreds of bytes per request that lived as long as the request.
+ */
+class DemandSubscriber<T> implements DemandSubscription, RoomOwner {
+  private credits = 0;
+  private failed = false;
+  private subscription: Subscription | undefined;
+  /** Elements that arrived with no credit left (a deferring operator returned what the link had given up on): they wait for `request` (§1.1). Made on first use. */
+  private early: Ring<T> | undefined;
+  private ended: { error: unknown } | 'complete' | undefined;
+  private delivering = false;
   // The link's grace may pull a few elements ahead of the credits before a deferral is seen: they wait in `early` (§1.1).
-  const link = new Inlet({ room: () => (failed || subscription?.closed === true ? 0 : Math.max(0, credits - early.length)) });
-  const deliver = (): void => {
-    if (delivering) return; // re-entrant request: the loop below goes on
-    delivering = true;
+  private readonly link: Inlet = new Inlet(this);
+
+  /** @internal The link its source is subscribed through. */
+  get demandLink(): DemandLink {
+    return this.link;
+  }
+
+  constructor(private readonly observer: Partial<Observer<T>>) {}
+
+  subscribe(source: Observable<T>): void {
+    const previous = swapLink(this.link);
     try {
-      while (early.length > 0 && credits > 0 && !failed) {
-        if (credits !== Infinity) credits--;
-        observer.next?.(early.shift() as T);
+      // This object is the observer too (RxJS calls `next`, `error` and `complete` on it).
+      this.subscription = source.subscribe(this);
+    } finally {
+      swapLink(previous);
+    }
+  }
+
+  /** The link's room: credits not yet taken by elements waiting in `early`. */
+  room(): number {
+    return this.failed || this.subscription?.closed === true ? 0 : Math.max(0, this.credits - this.waiting());
+  }
+
+  private waiting(): number {
+    return this.early === undefined ? 0 : this.early.length;
+  }
+
+  private deliver(): void {
+    if (this.delivering) return; // re-entrant request: the loop below goes on
+    this.delivering = true;
+    try {
+      while (this.waiting() > 0 && this.credits > 0 && !this.failed) {
+        if (this.credits !== Infinity) this.credits--;
+        this.observer.next?.(this.early!.shift() as T);
       }
-      if (early.length === 0 && ended !== undefined && !failed) {
-        const end = ended;
-        ended = undefined;
-        failed = true; // nothing more after a terminal signal
-        if (end === 'complete') observer.complete?.();
-        else observer.error?.(end.error);
+      if (this.waiting() === 0 && this.ended !== undefined && !this.failed) {
+        const end = this.ended;
+        this.ended = undefined;
+        this.failed = true; // nothing more after a terminal signal
+        if (end === 'complete') this.observer.complete?.();
+        else this.observer.error?.(end.error);
       }
     } finally {
-      delivering = false;
+      this.delivering = false;
     }
-  };
-  const forward = {
-    next: (value: T) => {
-      const asked = link.arrive();
-      // A source that cannot be paused pushes regardless (documented); what a Flow sent waits for credit.
-      if ((asked || link.producers > 0) && (credits === 0 || early.length > 0)) {
-        early.push(value);
+  }
+
+  /** @internal From the source. */
+  next(value: T): void {
+    const asked = this.link.arrive();
+    // A source that cannot be paused pushes regardless (documented); what a Flow sent waits for credit.
+    if ((asked || this.link.producers > 0) && (this.credits === 0 || this.waiting() > 0)) {
+      (this.early ??= new Ring<T>(2)).push(value);
+      return;
+    }
+    if (this.credits !== Infinity) this.credits--;
+    this.observer.next?.(value);
+  }
+
+  /** @internal From the source. */
+  error(err: unknown): void {
+    this.link.close();
+    this.ended = { error: err };
+    this.deliver();
+  }
+
+  /** @internal From the source. */
+  complete(): void {
+    this.link.close();
+    this.ended = 'complete';
+    this.deliver();
+  }
+
+  request(n: number): void {
+    const subscription = this.subscription;
+    if (subscription === undefined || this.failed) return;
+    if (!(n > 0) || !Number.isInteger(n)) {
+      if (n !== Infinity) {
+        this.failed = true;
+        this.link.close();
+        subscription.unsubscribe();
+        this.early?.drain();
+        this.observer.error?.(new IllegalDemandError(n));
         return;
       }
-      if (credits !== Infinity) credits--;
-      observer.next?.(value);
-    },
-    error: (err: unknown) => {
-      link.close();
-      ended = { error: err };
-      deliver();
-    },
-    complete: () => {
-      link.close();
-      ended = 'complete';
-      deliver();
-    },
-  };
-  onLink?.(link);
-  subscription = withLink(link, () => source.subscribe(forward));
-  return {
-    request(n: number): void {
-      if (subscription === undefined || failed) return;
-      if (!(n > 0) || !Number.isInteger(n)) {
-        if (n !== Infinity) {
-          failed = true;
-          link.close();
-          subscription.unsubscribe();
-          early.drain();
-          observer.error?.(new IllegalDemandError(n));
-          return;
-        }
-      }
-      credits = credits + n >= Number.MAX_SAFE_INTEGER ? Infinity : credits + n;
-      if (early.length > 0 || ended !== undefined) deliver();
-      if (!subscription.closed) link.signal();
-    },
-    cancel(): void {
-      link.close();
-      early.drain();
-      ended = undefined;
-      subscription?.unsubscribe();
-      subscription = undefined;
-    },
-    get closed(): boolean {
-      return subscription === undefined || failed || (subscription.closed && early.length === 0 && ended === undefined);
-    },
-    get outstanding(): number {
-      return credits;
-    },
-  };
+    }
+    this.credits = this.credits + n >= Number.MAX_SAFE_INTEGER ? Infinity : this.credits + n;
+    if (this.waiting() > 0 || this.ended !== undefined) this.deliver();
+    if (!subscription.closed) this.link.signal();
+  }
+
+  cancel(): void {
+    this.link.close();
+    this.early?.drain();
+    this.ended = undefined;
+    this.subscription?.unsubscribe();
+    this.subscription = undefined;
+  }
+
+  get closed(): boolean {
+    const subscription = this.subscription;
+    return subscription === undefined || this.failed || (subscription.closed && this.waiting() === 0 && this.ended === undefined);
+  }
+
+  get outstanding(): number {
+    return this.credits;
+  }
 }
 
 /** True when `source` is a sluice Flow (speaks demand directly). */

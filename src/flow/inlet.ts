@@ -40,6 +40,16 @@ const WARM_UP = 4;
 const FIRST_FACTOR = 2;
 const MAX_FACTOR = 64;
 
+/**
+ * Placeholders for the in-transit bookkeeping until an element goes in transit: most links (a
+ * server's per-request consumer, a stage linked straight to its producer) never need it, and
+ * a thousand running requests each held ~1 KB of empty maps and rings. Shared, so only read:
+ * every write site swaps in an inlet's own first (`ownMissing`, `ownSent`, `ownGiven`, `sample`).
+ */
+const NO_MISSING: ReadonlyMap<Resumable, number> = new Map();
+const NO_TIMES = new Ring<number>(2);
+const NO_SAMPLES: readonly number[] = Object.freeze([]);
+
 /** Stands for producers that do not say who they are when they emit. */
 const ANONYMOUS: Resumable = { resume: () => {} };
 /** Holds the in-transit elements of producers that have gone (an inner Flow that completed): they count against every producer. */
@@ -92,7 +102,8 @@ const GONE: Resumable = { resume: () => {} };
  * become producers.
  */
 export class Inlet implements DemandLink {
-  private readonly outlets: Resumable[] = [];
+  /** Replaced by a one-element array on the first attach: a push onto `[]` allocates room for 16. */
+  private outlets: Resumable[] = [];
   private readonly scheduler: SchedulerLike;
   private readonly transitTimeout: number;
   private emitting = 0;
@@ -110,16 +121,20 @@ export class Inlet implements DemandLink {
   private grace: number;
   /** Elements given up on that may still arrive: they were asked for. */
   private forgiven = 0;
-  /** Per producer: its elements in transit. */
-  private readonly missing = new Map<Resumable, number>();
-  /** Producers whose elements have come through during their emit: what they lose is dropped. */
-  private readonly synchronous = new Set<Resumable>();
+  /** Per producer: its elements in transit (`NO_MISSING` until the first). */
+  private missing: ReadonlyMap<Resumable, number> = NO_MISSING;
+  /**
+   * Producers whose elements have come through during their emit: what they lose is dropped. The
+   * first is kept in `synchronousOne` (the usual case, one producer), the others in a Set made for them.
+   */
+  private synchronousOne: Resumable | undefined;
+  private synchronousMore: Set<Resumable> | undefined;
   /** When each in-transit element was emitted, oldest first (which element arrives is not known: the oldest is settled). */
-  private readonly sent = new Ring<number>(16);
+  private sent: Ring<number> = NO_TIMES;
   /** When the elements given up on after a deferral was seen were emitted, oldest first (at most `forgiven`). */
-  private readonly given = new Ring<number>(16);
+  private given: Ring<number> = NO_TIMES;
   /** Recent transit times (ms), and the next slot to write. */
-  private readonly samples: number[] = [];
+  private samples: readonly number[] = NO_SAMPLES;
   private nextSample = 0;
   private factor = FIRST_FACTOR;
   /** The longest transit of an element that came back after it was given up on: never give up sooner than twice that. */
@@ -178,18 +193,19 @@ export class Inlet implements DemandLink {
     this.emitting--;
     if (this.events === token) {
       // Nothing arrived and no Flow was subscribed for it: dropped, or held.
-      if (this.synchronous.has(outlet)) return;
+      if (this.isSynchronous(outlet)) return;
       this.inTransit++;
-      this.missing.set(outlet, (this.missing.get(outlet) ?? 0) + 1);
-      this.sent.push(this.scheduler.now());
+      const missing = this.ownMissing();
+      missing.set(outlet, (missing.get(outlet) ?? 0) + 1);
+      this.ownSent().push(this.scheduler.now());
       return;
     }
     // It came through during its emit (not as a new producer): this producer's path is synchronous.
     if (this.lastArrival > token && this.lastAttach <= token && !this.deferredSeen && outlet !== ANONYMOUS) {
-      this.synchronous.add(outlet);
+      if (this.synchronousOne !== outlet) this.addSynchronous(outlet);
       const dropped = this.missing.get(outlet);
       if (dropped !== undefined) {
-        this.missing.delete(outlet);
+        this.ownMissing().delete(outlet);
         this.inTransit -= dropped;
         this.dropSent(dropped);
         this.remember(dropped);
@@ -247,7 +263,8 @@ export class Inlet implements DemandLink {
 
   attach(outlet: Resumable): void {
     if (this.outlets.length === 1) this.outlets[0]!.revoke?.();
-    this.outlets.push(outlet);
+    if (this.outlets.length === 0) this.outlets = [outlet];
+    else this.outlets.push(outlet);
     if (this.emitting > 0) {
       this.lastAttach = ++this.events; // an emit turned its element into this producer (mergeMap's inner Flow)
     } else if (this.inTransit > 0) {
@@ -259,11 +276,13 @@ export class Inlet implements DemandLink {
   detach(outlet: Resumable): void {
     const index = this.outlets.indexOf(outlet);
     if (index >= 0) this.outlets.splice(index, 1);
-    this.synchronous.delete(outlet);
+    if (this.synchronousOne === outlet) this.synchronousOne = undefined;
+    this.synchronousMore?.delete(outlet);
     const missing = this.missing.get(outlet);
     if (missing !== undefined) {
-      this.missing.delete(outlet);
-      this.missing.set(GONE, (this.missing.get(GONE) ?? 0) + missing);
+      const own = this.ownMissing();
+      own.delete(outlet);
+      own.set(GONE, (own.get(GONE) ?? 0) + missing);
     }
     if (this.outlets.length === 0) this.stopWaiting();
   }
@@ -295,8 +314,8 @@ export class Inlet implements DemandLink {
     const missing = this.missing.get(outlet);
     if (missing === undefined || count === 0) return count;
     const taken = Math.min(missing, count);
-    if (taken === missing) this.missing.delete(outlet);
-    else this.missing.set(outlet, missing - taken);
+    if (taken === missing) this.ownMissing().delete(outlet);
+    else this.ownMissing().set(outlet, missing - taken);
     return count - taken;
   }
 
@@ -317,8 +336,10 @@ export class Inlet implements DemandLink {
   }
 
   private sample(transit: number): void {
-    if (this.samples.length < SAMPLES) this.samples.push(transit);
-    else this.samples[this.nextSample] = transit;
+    if (this.samples === NO_SAMPLES) this.samples = [];
+    const samples = this.samples as number[];
+    if (samples.length < SAMPLES) samples.push(transit);
+    else samples[this.nextSample] = transit;
     this.nextSample = (this.nextSample + 1) % SAMPLES;
   }
 
@@ -334,7 +355,34 @@ export class Inlet implements DemandLink {
     if (this.deferredSeen) return;
     this.deferredSeen = true;
     this.holds = true;
-    this.synchronous.clear();
+    this.synchronousOne = undefined;
+    this.synchronousMore = undefined;
+  }
+
+  private isSynchronous(outlet: Resumable): boolean {
+    return this.synchronousOne === outlet || this.synchronousMore?.has(outlet) === true;
+  }
+
+  private addSynchronous(outlet: Resumable): void {
+    if (this.isSynchronous(outlet)) return;
+    if (this.synchronousOne === undefined) this.synchronousOne = outlet;
+    else (this.synchronousMore ??= new Set()).add(outlet);
+  }
+
+  /** This inlet's own map of missing elements, made on the first write. */
+  private ownMissing(): Map<Resumable, number> {
+    if (this.missing === NO_MISSING) this.missing = new Map();
+    return this.missing as Map<Resumable, number>;
+  }
+
+  private ownSent(): Ring<number> {
+    if (this.sent === NO_TIMES) this.sent = new Ring<number>(16);
+    return this.sent;
+  }
+
+  private ownGiven(): Ring<number> {
+    if (this.given === NO_TIMES) this.given = new Ring<number>(16);
+    return this.given;
   }
 
   private unconfirmed(outlet: Resumable): number {
@@ -365,8 +413,8 @@ export class Inlet implements DemandLink {
       // Before any holding was shown: they were dropped; let out more before the next wait.
       this.remember(this.inTransit);
       this.inTransit = 0;
-      this.missing.clear();
-      this.sent.clear();
+      this.ownMissing().clear();
+      this.ownSent().clear();
       this.grace = Math.min(MAX_GRACE, Math.max(1, this.grace * GRACE_GROWTH));
       return;
     }
@@ -376,7 +424,7 @@ export class Inlet implements DemandLink {
     let overdue = 1;
     while (overdue < this.sent.length && this.sent.at(overdue)! <= cutoff) overdue++;
     overdue = Math.min(overdue, this.inTransit);
-    for (let i = 0; i < overdue && i < this.sent.length; i++) this.given.push(this.sent.at(i)!);
+    for (let i = 0; i < overdue && i < this.sent.length; i++) this.ownGiven().push(this.sent.at(i)!);
     this.settle(overdue, outlet);
     this.remember(overdue);
   }

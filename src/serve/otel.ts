@@ -92,6 +92,22 @@ export interface GenAiSpan {
  * ```
  */
 export function genAiSpan(options: GenAiSpanOptions): GenAiSpan {
+  const { span, parent, traceparent } = startGenAiSpan(options);
+  return { span, context: otelTrace.setSpan(parent, span), traceparent };
+}
+
+/** A started GenAI span and the context it was started in: `spanContext` makes the span's own (the parent of stage spans) when needed. */
+export interface StartedGenAiSpan {
+  readonly span: Span;
+  readonly parent: Context;
+  readonly traceparent: string | undefined;
+}
+
+/**
+ * {@link genAiSpan} without making the span's context, which a server keeps for the whole request
+ * (a context is a Map and three closures) and needs only to lay out stage spans at the end.
+ */
+export function startGenAiSpan(options: GenAiSpanOptions): StartedGenAiSpan {
   const operation = options.operation ?? 'chat';
   const attributes: Attributes = {
     'gen_ai.operation.name': operation,
@@ -114,11 +130,12 @@ export function genAiSpan(options: GenAiSpanOptions): GenAiSpan {
     parent,
   );
   const own = traceparentOf(span);
-  return {
-    span,
-    context: otelTrace.setSpan(parent, span),
-    traceparent: own ?? (parseTraceparent(options.traceparent ?? '') ? options.traceparent : undefined),
-  };
+  return { span, parent, traceparent: own ?? (parseTraceparent(options.traceparent ?? '') ? options.traceparent : undefined) };
+}
+
+/** The context whose active span is `span`, under `parent`. */
+export function spanContext(parent: Context, span: Span): Context {
+  return otelTrace.setSpan(parent, span);
 }
 
 /** How a GenAI request ended, for {@link endGenAiSpan}. */

@@ -8,12 +8,12 @@
  * `begin()` gives a `RequestTrace`: the trace the worker records into, the traceparent to
  * hand back to the client, and `end()`.
  */
-import type { Tracer } from '@opentelemetry/api';
+import type { Context, Span, Tracer } from '@opentelemetry/api';
 import { parseTraceparent, sampler, traced, type TraceContext } from '../core/trace.js';
 import type { GenerateRequest, GenerationDone } from '../ai/inference/worker.js';
 import type { RequestMeter, SluiceMetrics } from './metrics.js';
 import { type RequestLog, errorField, outcomeOf, round } from './request-log.js';
-import { endGenAiSpan, errorType, genAiSpan, recordStageSpans, traceparentOf, type GenAiSpan } from './otel.js';
+import { endGenAiSpan, errorType, recordStageSpans, spanContext, startGenAiSpan, traceparentOf, type StartedGenAiSpan } from './otel.js';
 import type { RequestHandle, RequestRegistry } from './inspect/requests.js';
 
 /** What takes every finished request's trace besides the metrics: a `PipelineGraph`'s service times and waterfall. */
@@ -74,7 +74,7 @@ export class RequestTelemetry {
   begin(start: RequestStart): RequestTrace {
     const { tracer } = this.options;
     const { traceparent: incoming, startTime } = start;
-    const otel = genAiSpan({
+    const otel = startGenAiSpan({
       ...(tracer && { tracer }),
       model: start.model,
       params: start.request,
@@ -89,29 +89,45 @@ export class RequestTelemetry {
   }
 }
 
-/** One request's span and trace, from `begin()` to `end()`. */
+/**
+ * One request's span and trace, from `begin()` to `end()`. It keeps what it needs of the start
+ * and the span as fields of its own: it lives as long as the request, the objects it was given need not.
+ */
 export class RequestTrace {
-  /** The traceparent to give the client, taken at the start: an ended span names no parent any more. */
-  readonly traceparent: string;
+  private readonly model: string;
+  private readonly transport: 'http' | 'ws';
+  private readonly tenant: string | undefined;
+  private readonly logId: string | undefined;
+  private readonly span: Span;
+  /** The context the span was started in: the span's own is made at the end, and only for stage spans. */
+  private readonly parent: Context;
+  /** A recording span's traceparent, taken at the start: an ended span names no parent any more. */
+  private readonly spanTraceparent: string | undefined;
   private readonly startedAt = performance.now();
+  private firstTokenAt: number | undefined;
 
   constructor(
     private readonly options: RequestTelemetryOptions,
-    private readonly start: RequestStart,
-    private readonly otel: GenAiSpan,
+    start: RequestStart,
+    otel: StartedGenAiSpan,
     /** The element trace the worker records into. */
     readonly trace: TraceContext,
     private readonly startEpoch: number,
     private readonly meter: RequestMeter | undefined,
     private readonly listed?: RequestHandle | undefined,
   ) {
-    this.traceparent = traceparentOf(otel.span) ?? trace.traceparent;
+    this.model = start.model;
+    this.transport = start.transport ?? 'http';
+    this.tenant = start.tenant;
+    this.logId = start.logId;
+    this.span = otel.span;
+    this.parent = otel.parent;
+    this.spanTraceparent = traceparentOf(otel.span);
   }
 
-  private firstTokenAt: number | undefined;
-
-  private get model(): string {
-    return this.start.model;
+  /** The traceparent to give the client. The trace's is made when first read: its strings need not live as long as the request. */
+  get traceparent(): string {
+    return this.spanTraceparent ?? this.trace.traceparent;
   }
 
   /** A token went to the client (time to first token, inter-token latency, running and waiting). */
@@ -131,9 +147,9 @@ export class RequestTrace {
     this.listed?.end();
     this.meter?.end(done);
     this.options.requestLog?.({
-      transport: this.start.transport ?? 'http',
-      id: this.start.logId ?? responseId,
-      ...(this.start.tenant !== undefined && { tenant: this.start.tenant }),
+      transport: this.transport,
+      id: this.logId ?? responseId,
+      ...(this.tenant !== undefined && { tenant: this.tenant }),
       model: this.model,
       outcome: outcomeOf(error),
       ...(status !== undefined && { status }),
@@ -144,8 +160,12 @@ export class RequestTrace {
     });
     const { tracer, metrics } = this.options;
     const trace = this.trace;
-    endGenAiSpan(this.otel.span, { ...(done && { done }), ...(error !== undefined && { error }), responseId, responseModel: this.model, trace });
-    recordStageSpans(trace, this.otel.context, { ...(tracer && { tracer }), startTime: this.startEpoch });
+    // A span that does not record ignores what it is told (a no-op tracer's, an unsampled one's): nothing to build for it.
+    if (this.span.isRecording())
+      endGenAiSpan(this.span, { ...(done && { done }), ...(error !== undefined && { error }), responseId, responseModel: this.model, trace });
+    // The span's context only for a sampled trace with stage records: it is a Map and three closures.
+    if (trace.records !== undefined && trace.records.length > 0)
+      recordStageSpans(trace, spanContext(this.parent, this.span), { ...(tracer && { tracer }), startTime: this.startEpoch });
     this.options.graph?.observeTrace(trace);
     if (metrics === undefined) return;
     metrics.observeTrace(trace);

@@ -16,6 +16,7 @@ import type { Quotas } from './quotas.js';
 import type { RequestLog } from '../request-log.js';
 import { WriteBudget, type ServerBudget } from './fair-share.js';
 import { Stream, type StreamHost } from './stream.js';
+import { StreamTable } from './stream-table.js';
 import { codeOf, errorFrame, messageOf } from './errors.js';
 
 const wsLib = wsPeer();
@@ -47,7 +48,7 @@ const STALL_CLOSE_GRACE = 1000;
 
 /** One socket: its requests, its bad-frame count, its stall and heartbeat state. */
 export class Connection implements StreamHost {
-  readonly streams = new Map<string, Stream>();
+  readonly streams = new StreamTable<Stream>();
   private badInARow = 0;
   private alive = true;
   private ending = false;
@@ -132,10 +133,10 @@ export class Connection implements StreamHost {
     try {
       if (this.streams.size <= 1) {
         // The common case: no array to rotate.
-        for (const stream of this.streams.values()) stream.resume();
+        this.streams.single()?.resume();
         return;
       }
-      const streams = [...this.streams.values()];
+      const streams = this.streams.values();
       const start = this.turn++ % streams.length;
       for (let i = 0; i < streams.length; i++) {
         streams[(start + i) % streams.length]!.resume();
@@ -229,10 +230,11 @@ export class Connection implements StreamHost {
       traceparent: message.traceparent,
       transport: 'ws',
       tenant: this.tenant,
-      logId: `${this.number}:${id}`,
+      // Only for the request log: a string per request that would live as long as the request.
+      logId: this.hub.requestLog === undefined ? undefined : `${this.number}:${id}`,
     });
     const stream = new Stream(this, id, message.policy ?? 'pause', telemetry);
-    this.streams.set(id, stream);
+    this.streams.add(stream);
     this.hub.counters.started++;
     // The inspector's cancel is the client's own: `done` with finish_reason `abort`.
     telemetry.cancelWith(() => stream.cancelByClient());
@@ -254,7 +256,7 @@ export class Connection implements StreamHost {
 
   /** Ends every running request with a `SHUTDOWN` error frame (the drain's deadline passed); returns how many. */
   interruptAll(): number {
-    const streams = [...this.streams.values()];
+    const streams = this.streams.values();
     for (const stream of streams) stream.interrupt();
     return streams.length;
   }
@@ -294,7 +296,7 @@ export class Connection implements StreamHost {
   }
 
   private abortAll(reason: string): void {
-    for (const stream of [...this.streams.values()]) stream.abort(reason);
+    for (const stream of this.streams.values()) stream.abort(reason);
   }
 
   private onClose(code: number): void {

@@ -13,6 +13,7 @@ import type { Counters } from './events.js';
 import type { TokenSocketLimits, TokenWorker } from './options.js';
 import { codeOf, messageOf } from './errors.js';
 import { TokenCap } from '../token-limit.js';
+import { GenerationContext } from './generation.js';
 
 /** What a stream needs of the connection that carries it. */
 export interface StreamHost {
@@ -31,14 +32,18 @@ export interface StreamHost {
  * client. `pause` asks for one token at a time while the socket is writable; `conflate`
  * keeps asking while its pending text is under `conflateLimit` and sends the pending
  * text as one frame when the socket is writable again.
+ *
+ * The stream is its Flow's observer itself (`next`, `error`, `complete`): closures per request
+ * lived as long as the request.
  */
 export class Stream {
   private subscription: DemandSubscription | undefined;
-  private readonly controller = new AbortController();
+  private generation: GenerationContext | undefined;
   private seq = 0;
   private pending = '';
   private pendingTokens = 0;
   private outputTokens = 0;
+  /** The worker's report, taken from the generation context when the stream ends (`TokenCap` may rewrite it). */
   private report: GenerationDone | undefined;
   private limit: TokenCap | undefined;
   private finished = false;
@@ -52,20 +57,12 @@ export class Stream {
 
   start(worker: TokenWorker, request: GenerateRequest): void {
     try {
-      const flow = worker.generate(request, {
-        signal: this.controller.signal,
-        trace: this.telemetry.trace,
-        stage: worker.name,
-        onDone: (done) => (this.report = done),
-      });
+      const generation = (this.generation = new GenerationContext(this.telemetry.trace, worker.name));
+      const flow = worker.generate(request, generation);
       this.limit = new TokenCap(request.max_tokens ?? this.host.limits.maxTokens);
-      this.subscription = subscribeWithDemand(flow, {
-        next: (token) => this.onToken(token),
-        error: (err: unknown) => this.onError(err),
-        complete: () => this.onComplete(),
-      });
+      this.subscription = subscribeWithDemand<Token>(flow, this);
     } catch (err) {
-      return this.onError(err);
+      return this.error(err);
     }
     this.resume();
   }
@@ -80,12 +77,13 @@ export class Stream {
     if (room) subscription.request(1);
   }
 
-  private onToken(token: Token): void {
+  /** A token from the Flow. */
+  next(token: Token): void {
     if (this.finished) return;
     // The token after `max_tokens`: unsubscribing cancels the generation, which then reads as finished for `length`.
     if (this.limit!.over()) {
       this.subscription?.cancel();
-      return this.onComplete();
+      return this.complete();
     }
     this.outputTokens++;
     this.telemetry.token();
@@ -112,18 +110,20 @@ export class Stream {
     this.host.send({ type: 'token', id: this.id, seq: this.seq++, text, tokens });
   }
 
-  private onComplete(): void {
+  /** The Flow completed. */
+  complete(): void {
     if (this.finished) return;
     // The conflated tail is bounded by `conflateLimit`, so it goes out without waiting for drain.
     if (this.pending.length > 0) this.flush();
-    this.report = this.limit?.done(this.report);
+    this.report = this.limit?.done(this.generation?.done);
     this.end();
     this.host.counters.completed++;
     this.sendDone(this.report?.finishReason ?? 'stop');
     this.observe(undefined);
   }
 
-  private onError(err: unknown): void {
+  /** The Flow failed (or `generate` threw). */
+  error(err: unknown): void {
     if (this.finished) return;
     this.end();
     this.host.counters.failed++;
@@ -138,7 +138,7 @@ export class Stream {
     this.host.counters.interrupted++;
     this.subscription?.cancel();
     const error = new SluiceError('SHUTDOWN', 'Request interrupted: the server shut down.');
-    this.controller.abort(error);
+    this.generation?.abort(error);
     this.host.refuse(this.id, 'SHUTDOWN', 'the server shut down before this request finished; retry on another instance');
     this.observe(error);
   }
@@ -158,11 +158,12 @@ export class Stream {
     // Unsubscribe first: the worker then reports `abort` through onDone rather than erroring the Flow.
     this.subscription?.cancel();
     const error = new SluiceError('ABORTED', `Request aborted: ${reason}.`);
-    this.controller.abort(error);
+    this.generation?.abort(error);
     this.observe(error);
   }
 
   private observe(error: unknown): void {
+    this.report ??= this.generation?.done;
     this.telemetry.end({ responseId: this.id, done: this.report, error });
   }
 
