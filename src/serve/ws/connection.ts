@@ -28,6 +28,8 @@ export interface ConnectionHub {
   readonly quotas: Quotas;
   readonly telemetry: RequestTelemetry;
   readonly requestLog: RequestLog | undefined;
+  /** Requests get a `<connection>:<id>` name (the request log and the inspector read it). */
+  readonly namesRequests: boolean;
   readonly budget: ServerBudget;
   /** True once the server drains or closed: it takes no new requests. */
   readonly draining: boolean;
@@ -230,8 +232,8 @@ export class Connection implements StreamHost {
       traceparent: message.traceparent,
       transport: 'ws',
       tenant: this.tenant,
-      // Only for the request log: a string per request that would live as long as the request.
-      logId: this.hub.requestLog === undefined ? undefined : `${this.number}:${id}`,
+      // Only for the request log and the inspector: a string per request that would live as long as the request.
+      logId: this.hub.namesRequests ? `${this.number}:${id}` : undefined,
     });
     const stream = new Stream(this, id, message.policy ?? 'pause', telemetry);
     this.streams.add(stream);

@@ -35,6 +35,8 @@ export class Hub implements ConnectionHub {
   readonly budget = new ServerBudget();
   readonly telemetry: RequestTelemetry;
   readonly requestLog: RequestLog | undefined;
+  /** Requests are named `<connection>:<id>`: for the request log and the inspector's list, which read it. */
+  readonly namesRequests: boolean;
   readonly emit: (event: TokenSocketEvent) => void;
   private readonly admission: Admission;
   private readonly heartbeat: NodeJS.Timeout;
@@ -62,6 +64,7 @@ export class Hub implements ConnectionHub {
     const { maxTokens, maxConcurrent, rate, maxPayload, heartbeatInterval } = limits;
     this.clientLimits = { maxTokens, maxConcurrent, rate, tenantConcurrent, tenantRate, maxPayload, heartbeatInterval };
     this.requestLog = config.requestLog;
+    this.namesRequests = config.requestLog !== undefined || config.requests !== undefined;
     this.telemetry = new RequestTelemetry({
       tracer: config.tracer,
       metrics: config.metrics,
