@@ -162,6 +162,24 @@ describe('the inspector page in headless Chromium', { skip }, () => {
       }
       assert.equal(await inspect.figure('slow-model', 'unaccounted'), 0);
       assert.equal(await inspect.figure('slow-model', 'failed'), 0);
+      // A second pipeline whose stage fails on every other element: the page lists them under recent failures.
+      await lastValueFrom(
+        fromIterable([1, 2, 3, 4]).pipe(
+          stage(
+            (n: number) => {
+              if (n % 2 === 0) throw new RangeError(`not shown ${n}`);
+              return n;
+            },
+            { name: 'picky', errorPolicy: 'skip' },
+          ),
+        ),
+        { defaultValue: undefined },
+      );
+      const failure = page.locator('[data-testid="failure-row"]').first();
+      await until('a failure listed', async () => ((await failure.count()) > 0 ? true : undefined));
+      assert.deepEqual([await failure.getAttribute('data-name'), await failure.getAttribute('data-code')], ['picky', 'WORK_FAILED']);
+      assert.match((await failure.textContent()) ?? '', /RangeError/);
+      assert.doesNotMatch((await page.getByTestId('failures').textContent()) ?? '', /not shown/, 'no element or error message in the list');
       await until('sampled elements in the waterfall', async () => ((await page.locator('[data-testid="waterfall-row"]').count()) > 0 ? true : undefined));
       await until('service-time percentiles', async () => ((await inspect.figure('slow-model', 'p99')) >= 10 ? true : undefined));
       if (shots) await page.screenshot({ path: join(shots, 'inspect-pipeline.png'), fullPage: true });

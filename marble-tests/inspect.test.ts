@@ -235,6 +235,37 @@ describe('PipelineGraph', () => {
     }
   });
 
+  it('keeps the latest failed elements with their stage and error code, never the element', async () => {
+    const graph = new PipelineGraph({ scheduler: new VirtualTimeScheduler(), failures: 3 }).start();
+    try {
+      const out = await lastValueFrom(
+        fromIterable([1, 2, 3, 4, 5, 6]).pipe(
+          stage(
+            (n: number) => {
+              if (n % 2 === 0) throw new TypeError(`secret-${n}`);
+              return n;
+            },
+            { name: 'picky', errorPolicy: 'skip' },
+          ),
+          toArray(),
+        ),
+      );
+      assert.equal(out.length, 3);
+      const failures = graph.snapshot().failures;
+      assert.deepEqual(
+        failures.map((f) => [f.stage, f.seq, f.code, f.cause]),
+        [
+          ['picky', 1, 'WORK_FAILED', 'TypeError'],
+          ['picky', 3, 'WORK_FAILED', 'TypeError'],
+          ['picky', 5, 'WORK_FAILED', 'TypeError'],
+        ],
+      );
+      assert.ok(!JSON.stringify(failures).includes('secret'), 'no element or message');
+    } finally {
+      graph.stop();
+    }
+  });
+
   it('costs nothing when not started, and leaves no hook or timer when stopped', async () => {
     assert.equal(activeIntrospector(), undefined);
     const clock = new VirtualTimeScheduler();

@@ -61,6 +61,8 @@ export interface Introspector {
   runStarted(run: InspectedRun, own: DemandLink | undefined, feeds: DemandLink | undefined, within?: InspectedRun): void;
   /** The run ended (completed, failed or unsubscribed); called once. */
   runEnded(run: InspectedRun): void;
+  /** An element failed in the run (its work threw or rejected, or timed out). */
+  elementFailed?(run: InspectedRun, seq: number, error: unknown): void;
 }
 
 const attached: Introspector[] = [];
@@ -73,6 +75,9 @@ const all: Introspector = {
   },
   runEnded: (run) => {
     for (const introspector of attached) introspector.runEnded(run);
+  },
+  elementFailed: (run, seq, error) => {
+    for (const introspector of attached) introspector.elementFailed?.(run, seq, error);
   },
 };
 

@@ -565,6 +565,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
   taskFailed(task: Task<I, O>, err: unknown): void {
     if (task.closed || task.failed) return;
     const error = err instanceof SluiceError ? err : new StageError(this.config.name, task.seq, err);
+    activeIntrospector()?.elementFailed?.(this, task.seq, error);
     forEachSettlement(task.value, settlementOf(task.trace), (settlement) => settlement.fail(error));
     if (this.config.errorPolicy === 'fail') {
       this.fail(error);
@@ -582,6 +583,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     // Typed errors pass as they are, thrown or rejected alike: callers match on their code.
     const error = err instanceof SluiceError ? err : new StageError(this.config.name, seq, err);
     this.stats.failed += 1 + merged;
+    activeIntrospector()?.elementFailed?.(this, seq, error);
     forEachSettlement(value, settlementOf(trace), (settlement) => settlement.fail(error));
     if (this.config.errorPolicy === 'fail') {
       this.fail(error);

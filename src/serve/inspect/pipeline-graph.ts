@@ -55,6 +55,19 @@ export interface WaterfallEntry {
   readonly records: readonly StageRecord[];
 }
 
+/** An element that failed in a stage: which, when, and the error's code — never the element or its message (it may quote a prompt). */
+export interface FailureEntry {
+  /** The scheduler's clock, ms. */
+  readonly at: number;
+  readonly node: string;
+  readonly stage: string;
+  readonly seq: number;
+  /** A sluice error's code (`STAGE_TIMEOUT`, `GUARD_BLOCKED`...; `WORK_FAILED` wraps what the work threw), else the error's name. */
+  readonly code: string;
+  /** For `WORK_FAILED`: the name of what the work threw (`TypeError`...). */
+  readonly cause?: string;
+}
+
 export interface GraphSnapshot {
   /** The scheduler's clock, ms. */
   readonly at: number;
@@ -66,6 +79,8 @@ export interface GraphSnapshot {
   readonly waterfall: readonly WaterfallEntry[];
   /** Nodes left out by the `maxNodes` bound. */
   readonly omitted: number;
+  /** The latest failed elements, newest last. */
+  readonly failures: readonly FailureEntry[];
 }
 
 export interface PipelineGraphOptions {
@@ -81,6 +96,8 @@ export interface PipelineGraphOptions {
   readonly maxNodes?: number;
   /** Sampled elements kept for the waterfall. Default 20. */
   readonly waterfall?: number;
+  /** Failed elements kept. Default 20. */
+  readonly failures?: number;
   /** Timers of the sampler. Default `asyncScheduler`. */
   readonly scheduler?: SchedulerLike;
 }
@@ -135,6 +152,7 @@ export class PipelineGraph implements Introspector {
   /** Whose link each is: how a run finds the node it feeds. */
   private readonly owners = new WeakMap<DemandLink, Node>();
   private readonly traces: WaterfallEntry[] = [];
+  private readonly failures: FailureEntry[] = [];
   private readonly config: Required<Omit<PipelineGraphOptions, 'scheduler'>>;
   private readonly scheduler: SchedulerLike;
   private timer: Subscription | undefined;
@@ -150,6 +168,7 @@ export class PipelineGraph implements Introspector {
       retain: options.retain ?? 30_000,
       maxNodes: options.maxNodes ?? 500,
       waterfall: options.waterfall ?? 20,
+      failures: options.failures ?? 20,
     };
     this.scheduler = options.scheduler ?? asyncScheduler;
   }
@@ -209,6 +228,15 @@ export class PipelineGraph implements Introspector {
     if (node.runs.size === 0) node.endedAt = this.scheduler.now();
   }
 
+  elementFailed(run: InspectedRun, seq: number, error: unknown): void {
+    const node = this.nodes.get(run.stats);
+    if (node === undefined) return;
+    const code = errorCode(error);
+    const cause = code === 'WORK_FAILED' ? nameOf((error as { cause?: unknown }).cause) : undefined;
+    this.failures.push({ at: this.scheduler.now(), node: node.id, stage: node.description.name, seq, code, ...(cause !== undefined && { cause }) });
+    if (this.failures.length > this.config.failures) this.failures.shift();
+  }
+
   /**
    * Takes a finished element's trace: its records feed each stage's service-time histogram, and
    * the element joins the waterfall. Unsampled traces have no records and cost nothing.
@@ -266,7 +294,15 @@ export class PipelineGraph implements Introspector {
         if (receiver.description.kind === 'nats-receive' && receiver.description.name === publisher.description.name)
           edges.push({ from: publisher.id, to: receiver.id });
     }
-    return { at: this.scheduler.now(), nodes, edges, bottleneck: bottleneckOf(nodes), waterfall: [...this.traces], omitted: this.omitted };
+    return {
+      at: this.scheduler.now(),
+      nodes,
+      edges,
+      bottleneck: bottleneckOf(nodes),
+      waterfall: [...this.traces],
+      omitted: this.omitted,
+      failures: [...this.failures],
+    };
   }
 
   private nodeSnapshot(node: Node): NodeSnapshot {
@@ -319,6 +355,15 @@ export class PipelineGraph implements Introspector {
     this.nodes.delete(oldest.stats);
     return true;
   }
+}
+
+function errorCode(error: unknown): string {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' ? code : (nameOf(error) ?? 'Error');
+}
+
+function nameOf(error: unknown): string | undefined {
+  return error instanceof Error ? error.name : undefined;
 }
 
 function valuesOf<T>(ring: Ring<T>): T[] {
