@@ -11,20 +11,15 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
+import { launchChromium, skipWithoutChromium } from './support/chromium.js';
 import { CliProcess } from './support/cli-process.js';
 import { BUNDLED_CORPUS } from '../src/ai/rag/corpus.js';
 
-/** Debian's chromium; `SLUICE_CHROMIUM` names another build of it. */
-const CHROMIUM = process.env.SLUICE_CHROMIUM || '/usr/bin/chromium';
-const installed = existsSync(CHROMIUM);
-const inCi = process.env.CI === 'true';
-const skip =
-  installed || inCi ? false : `${CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium, as .ci/run does) to run the browser test`;
+const skip = skipWithoutChromium('the browser test');
 
 /** Large enough that a generation is still streaming when the test stops it, whatever the machine's speed. */
 const LONG_ANSWER = 200_000;
@@ -94,24 +89,10 @@ describe('the chat page in headless Chromium against `sluice serve`', { skip }, 
   const pageErrors: string[] = [];
 
   before(async () => {
-    if (!installed) throw new Error(`${CHROMIUM} is missing, and CI=true: .ci/run must install Debian's chromium before the tests`);
     models = await mkdtemp(join(tmpdir(), 'sluice-e2e-'));
     server = CliProcess.start('serve', ['--port', '0', '--models', models, '--max-tokens', String(LONG_ANSWER)]);
     const url = await server.url();
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      // The background-networking flags keep Chromium from phoning home, which this closed network answers with refusals.
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
+    browser = await launchChromium();
     const page = await browser.newPage();
     page.on('pageerror', (err) => pageErrors.push(err.message));
     await page.goto(url);

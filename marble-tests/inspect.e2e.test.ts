@@ -9,11 +9,11 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
+import { launchChromium, skipWithoutChromium } from './support/chromium.js';
 import { lastValueFrom, map, tap } from 'rxjs';
 import { fromIterable } from '../src/flow/sources.js';
 import { stage } from '../src/operators/stage.js';
@@ -23,10 +23,7 @@ import { inspector, type Inspector } from '../src/serve/inspect/inspector.js';
 import { CliProcess } from './support/cli-process.js';
 import { WsClient } from './support/ws-client.js';
 
-const CHROMIUM = process.env.SLUICE_CHROMIUM || '/usr/bin/chromium';
-const installed = existsSync(CHROMIUM);
-const inCi = process.env.CI === 'true';
-const skip = installed || inCi ? false : `${CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium) to run the inspector's browser test`;
+const skip = skipWithoutChromium("the inspector's browser test");
 const STEP_TIMEOUT = 30_000;
 const LONG_ANSWER = 200_000;
 const shots = process.env.SLUICE_E2E_SCREENSHOTS;
@@ -41,23 +38,6 @@ async function until<T>(what: string, check: () => Promise<T | undefined>, timeo
     if (Date.now() > deadline) throw new Error(`timed out after ${timeout} ms waiting for ${what}`);
     await sleep(25);
   }
-}
-
-async function launch(): Promise<Browser> {
-  if (!installed) throw new Error(`${CHROMIUM} is missing, and CI=true: install Debian's chromium before the tests`);
-  return chromium.launch({
-    executablePath: CHROMIUM,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
 }
 
 /** The inspector page, read through its test ids and the raw values its cells carry. */
@@ -93,7 +73,7 @@ describe('the inspector page in headless Chromium', { skip }, () => {
   const pageErrors: string[] = [];
 
   before(async () => {
-    browser = await launch();
+    browser = await launchChromium();
   });
   after(async () => {
     await browser?.close();
