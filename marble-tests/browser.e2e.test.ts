@@ -15,7 +15,7 @@ import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
-import { launchChromium, skipWithoutChromium } from './support/chromium.js';
+import { launchChromium, skipWithoutChromium, until } from './support/chromium.js';
 import { CliProcess } from './support/cli-process.js';
 import { BUNDLED_CORPUS } from '../src/ai/rag/corpus.js';
 
@@ -23,21 +23,9 @@ const skip = skipWithoutChromium('the browser test');
 
 /** Large enough that a generation is still streaming when the test stops it, whatever the machine's speed. */
 const LONG_ANSWER = 200_000;
-const STEP_TIMEOUT = 30_000;
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-/** Polls `check` until it returns a value other than `undefined`; fails with `what` after `timeout` ms. */
-async function until<T>(what: string, check: () => Promise<T | undefined>, timeout = STEP_TIMEOUT): Promise<T> {
-  const deadline = Date.now() + timeout;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeout} ms waiting for ${what}`);
-    await sleep(25);
-  }
 }
 
 /** The chat page, read through its stable test ids. */

@@ -13,7 +13,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
-import { launchChromium, skipWithoutChromium } from './support/chromium.js';
+import { launchChromium, skipWithoutChromium, until } from './support/chromium.js';
 import { lastValueFrom, map, tap } from 'rxjs';
 import { fromIterable } from '../src/flow/sources.js';
 import { stage } from '../src/operators/stage.js';
@@ -24,21 +24,10 @@ import { CliProcess } from './support/cli-process.js';
 import { WsClient } from './support/ws-client.js';
 
 const skip = skipWithoutChromium("the inspector's browser test");
-const STEP_TIMEOUT = 30_000;
 const LONG_ANSWER = 200_000;
 const shots = process.env.SLUICE_E2E_SCREENSHOTS;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-async function until<T>(what: string, check: () => Promise<T | undefined>, timeout = STEP_TIMEOUT): Promise<T> {
-  const deadline = Date.now() + timeout;
-  for (;;) {
-    const value = await check();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeout} ms waiting for ${what}`);
-    await sleep(25);
-  }
-}
 
 /** The inspector page, read through its test ids and the raw values its cells carry. */
 class InspectPage {

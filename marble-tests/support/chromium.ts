@@ -32,3 +32,17 @@ export function launchChromium(): Promise<Browser> {
     ],
   });
 }
+
+/** How long a browser test waits for one step (a page under load may take a while). */
+export const STEP_TIMEOUT = 30_000;
+
+/** Polls `check` until it returns a value other than `undefined`; fails with `what` after `timeout` ms. */
+export async function until<T>(what: string, check: () => Promise<T | undefined>, timeout = STEP_TIMEOUT): Promise<T> {
+  const deadline = Date.now() + timeout;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeout} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
