@@ -449,6 +449,30 @@ describe('plain RxJS operators between two stages', () => {
     });
   });
 
+  it('a filter dropping a long run before its first pass grows the slack a later deferral may use (stats.transitSlack), and no further', () => {
+    const scheduler = new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));
+    scheduler.run(({ flush }) => {
+      const statsB = new StageStats();
+      const seen: number[] = [];
+      let worst = 0;
+      // 40 drops (more than B's room + 16: the link waits them out once, and the slack becomes 64), then every element deferred 20 frames.
+      fromIterable(counting(300).generator)
+        .pipe(
+          stage(identity, { name: 'A', ...A }),
+          filter((t) => t.value >= 40),
+          delay(20),
+          tap(() => (worst = Math.max(worst, statsB.buffered + statsB.inFlight + 1))), // the element arriving counts
+          stage((x: number) => timer(3).pipe(map(() => x)), { name: 'B', ...B, stats: statsB }),
+        )
+        .subscribe({ next: (t) => seen.push(t.value) });
+      flush();
+      assert.equal(seen.length, 260);
+      assert.equal(statsB.transitSlack, 64);
+      assert.ok(worst > B.capacity + B.concurrency + 16, `the grown slack is what bounds it: reached ${worst}`);
+      assert.ok(worst <= B.capacity + B.concurrency + statsB.transitSlack, `buffered + in flight reached ${worst}`);
+    });
+  });
+
   it('drops after a deferral do not crawl: delay(20) then a filter keeping one in ten takes at most 3× as long as delay(20) alone', () => {
     const finish = (keep: (value: number) => boolean): number => {
       const scheduler = new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));

@@ -266,13 +266,16 @@ interface Run {
 function checkBounds(run: Run, where: string): void {
   for (const [name, probe] of [['A', run.a] as const, ['B', run.b] as const]) {
     const { stats, plan } = probe;
-    // Behind a deferring operator, B's segment holds at most its room (capacity + concurrency) and the documented slack of 16 (see Inlet),
-    // all of which may arrive while no work runs, and one more for each element the link gave up on that arrived after all (Promises whose
-    // latencies vary without limit, as fast-check schedules them, are where the link gives up too soon).
+    // Behind a deferring operator, B's segment holds at most its room (capacity + concurrency) and the documented slack (16, ×4 after a
+    // filter dropped a run longer than that and the link waited it out; see Inlet), all of which may arrive while no work runs, and one
+    // more for each element the link gave up on that arrived after all (Promises whose latencies vary without limit, as fast-check
+    // schedules them, are where the link gives up too soon).
     if (name === 'B' && run.plan.defer !== undefined) {
-      const bound = plan.capacity + plan.concurrency + 16 + stats.lateArrivals;
+      const bound = plan.capacity + plan.concurrency + stats.transitSlack + stats.lateArrivals;
       if (stats.buffered + stats.inFlight > bound)
-        run.violations.push(`${where}: stage B buffered ${stats.buffered} + in flight ${stats.inFlight} > room + 16 + late arrivals = ${bound}`);
+        run.violations.push(
+          `${where}: stage B buffered ${stats.buffered} + in flight ${stats.inFlight} > room + slack ${stats.transitSlack} + late arrivals = ${bound}`,
+        );
     } else if (stats.buffered > plan.capacity) run.violations.push(`${where}: stage ${name} buffered ${stats.buffered} > capacity ${plan.capacity}`);
     if (stats.inFlight > plan.concurrency) run.violations.push(`${where}: stage ${name} in flight ${stats.inFlight} > concurrency ${plan.concurrency}`);
     if (stats.buffered < 0 || stats.inFlight < 0) run.violations.push(`${where}: stage ${name} gauges went negative`);
@@ -431,7 +434,7 @@ function stageOptions(plan: StagePlan, name: 'A' | 'B', stats: StageStats, run: 
     ...(plan.timeout ? { timeout: 1000 } : {}),
     ...(plan.drainTimeout ? { drainTimeout: 500 } : {}),
     sampleRate: plan.sampled ? 1 : 0,
-    // Longer than the steps of a run: a deferral never outlasts it, so the slack stays 16 (a longer one multiplies it; see demand.test.ts).
+    // Longer than the steps of a run: a deferral never outlasts it, so only a filter's long drop run (waited out while settling) grows the slack.
     transitTimeout: 100_000,
     killSwitch: run.killSwitch,
     stats,

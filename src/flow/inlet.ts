@@ -23,6 +23,8 @@ export interface InletOptions {
   grace?: number;
   /** Called for each element given up on that arrives after all. */
   onLate?: () => void;
+  /** Called with the new grace when a wait ended with nothing arrived before any deferral was seen (the slack grew). */
+  onGraceGrown?: (grace: number) => void;
 }
 
 /** Unconfirmed elements a link lets out beyond its room before it has seen a deferral, at first (by default). */
@@ -143,6 +145,7 @@ export class Inlet implements DemandLink {
   private lastArrivalAt = 0;
   private wait: Subscription | undefined;
   private readonly onLate: (() => void) | undefined;
+  private readonly onGraceGrown: ((grace: number) => void) | undefined;
   /** Elements emitted upstream that have not arrived (held by a plain operator, or dropped). */
   inTransit = 0;
 
@@ -154,6 +157,7 @@ export class Inlet implements DemandLink {
     this.transitTimeout = options.transitTimeout ?? 1000;
     this.grace = options.grace ?? FIRST_GRACE;
     this.onLate = options.onLate;
+    this.onGraceGrown = options.onGraceGrown;
   }
 
   get producers(): number {
@@ -416,6 +420,7 @@ export class Inlet implements DemandLink {
       this.ownMissing().clear();
       this.ownSent().clear();
       this.grace = Math.min(MAX_GRACE, Math.max(1, this.grace * GRACE_GROWTH));
+      this.onGraceGrown?.(this.grace);
       return;
     }
     const now = this.scheduler.now();

@@ -39,6 +39,13 @@ export class StageStats {
    * segment one beyond its bound.
    */
   lateArrivals = 0;
+  /**
+   * Elements beyond its room its link may let out before it has seen a deferral (a
+   * missing element may have been dropped by a `filter`): 16, times 4 after each wait
+   * for missing elements that ended with none arrived (a filter dropping a long run, or
+   * a first deferral longer than `transitTimeout`). The largest any run reached.
+   */
+  transitSlack = 16;
   /** The stage's live runs: each counts its own work in flight (no shared counter to update per element). */
   private readonly runs = new Set<InFlightSource>();
 

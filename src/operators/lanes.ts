@@ -221,7 +221,14 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
     readonly stats: StageStats,
     private readonly subscriber: Subscriber<R>,
   ) {
-    this.inlet = new Inlet(this, { scheduler: config.scheduler, transitTimeout: config.transitTimeout, onLate: () => stats.lateArrivals++ });
+    this.inlet = new Inlet(this, {
+      scheduler: config.scheduler,
+      transitTimeout: config.transitTimeout,
+      onLate: () => stats.lateArrivals++,
+      onGraceGrown: (grace) => {
+        stats.transitSlack = Math.max(stats.transitSlack, grace);
+      },
+    });
     this.lanes = config.factories.map((_, index) => new Lane<T>(index, this as LaneRun<T, unknown>));
     this.openOutputs = this.lanes.length;
   }

@@ -88,7 +88,14 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     this.resumeAt = Math.max(1, Math.floor(config.limit / 4));
     this.name = config.name;
     this.scheduler = config.scheduler ?? asyncScheduler;
-    this.inlet = new Inlet(this, { scheduler: this.scheduler, transitTimeout: config.transitTimeout, onLate: () => stats.lateArrivals++ });
+    this.inlet = new Inlet(this, {
+      scheduler: this.scheduler,
+      transitTimeout: config.transitTimeout,
+      onLate: () => stats.lateArrivals++,
+      onGraceGrown: (grace) => {
+        stats.transitSlack = Math.max(stats.transitSlack, grace);
+      },
+    });
     this.clock = config.scheduler;
     this.sampler = new SeqSampler(config.sampleRate);
   }
