@@ -107,12 +107,28 @@ describe('gateway mode against a scripted upstream', () => {
       logit_bias: { '50256': -100 },
       top_k: 20,
       chat_template_kwargs: { enable_thinking: false },
+      // Refused for the models served here; the upstream's to decide.
+      logprobs: true,
+      top_logprobs: 2,
+      modalities: ['text', 'audio'],
       stream: true,
     };
     const answer = await post(gateway.url, body);
     assert.equal(answer.status, 200, answer.text);
     const sent = a.last.body;
-    for (const key of ['messages', 'tools', 'tool_choice', 'response_format', 'logit_bias', 'top_k', 'chat_template_kwargs'] as const) {
+    const forwarded = [
+      'messages',
+      'tools',
+      'tool_choice',
+      'response_format',
+      'logit_bias',
+      'top_k',
+      'chat_template_kwargs',
+      'logprobs',
+      'top_logprobs',
+      'modalities',
+    ] as const;
+    for (const key of forwarded) {
       assert.deepEqual(sent[key], body[key], key);
     }
     assert.equal(sent.model, 'up-model');

@@ -260,6 +260,50 @@ describe('POST /v1/chat/completions with a deterministic worker', () => {
     assert.match(error.message, /logit_bias is not supported/);
   });
 
+  it('accepts the OpenAI fields clients send with their defaults (logprobs false, tool_choice none, store, metadata...) and refuses by name a value these models cannot honour', async () => {
+    const defaults = {
+      logprobs: false,
+      top_logprobs: 0,
+      tools: [],
+      tool_choice: 'none',
+      parallel_tool_calls: true,
+      function_call: 'auto',
+      store: false,
+      metadata: { team: 'search' },
+      service_tier: 'auto',
+      prompt_cache_key: 'k',
+      safety_identifier: 'user-1',
+      reasoning_effort: 'low',
+      verbosity: 'medium',
+      prediction: { type: 'content', content: 'x' },
+      modalities: ['text'],
+      audio: null,
+      stream_options: { include_usage: true },
+    };
+    const accepted = await post(running.base, { model: 'counter', messages: user('hi'), max_tokens: 2, ...defaults });
+    assert.equal(accepted.status, 200, await accepted.clone().text());
+    const refused: [Record<string, unknown>, string, string][] = [
+      [{ logprobs: true }, 'logprobs', 'unsupported_parameter'],
+      [{ top_logprobs: 5 }, 'top_logprobs', 'unsupported_parameter'],
+      [{ tools: [{ type: 'function', function: { name: 'f' } }] }, 'tools', 'unsupported_parameter'],
+      [{ tool_choice: 'required' }, 'tool_choice', 'unsupported_value'],
+      [{ tool_choice: { type: 'function', function: { name: 'f' } } }, 'tool_choice', 'unsupported_value'],
+      [{ modalities: ['text', 'audio'] }, 'modalities', 'unsupported_value'],
+      [{ audio: { voice: 'alloy', format: 'mp3' } }, 'audio', 'unsupported_parameter'],
+      [{ web_search_options: {} }, 'web_search_options', 'unsupported_parameter'],
+      [{ logprobs: 'yes' }, 'logprobs', 'invalid_value'],
+      [{ service_tier: 'fastest' }, 'service_tier', 'invalid_value'],
+      [{ metadata: { n: 1 } }, 'metadata.n', 'invalid_value'],
+    ];
+    for (const [field, param, code] of refused) {
+      const answer = await post(running.base, { model: 'counter', messages: user('hi'), ...field });
+      assert.equal(answer.status, 400, param);
+      const { error } = (await answer.json()) as { error: { param: string; code: string; message: string } };
+      assert.deepEqual([error.param, error.code], [param, code], JSON.stringify(field));
+      if (code !== 'invalid_value') assert.match(error.message, new RegExp(`'${param}'.*with this model`));
+    }
+  });
+
   it('refuses a body larger than maxBodyBytes with 413 without reading it, even when chunked', async () => {
     const status = await new Promise<number>((resolve, reject) => {
       const req = httpRequest(`${running.base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {

@@ -658,10 +658,12 @@ function bodyError(issue: {
   readonly path: readonly PropertyKey[];
   readonly message: string;
   readonly keys?: readonly string[];
+  readonly params?: Readonly<Record<string, unknown>>;
 }): ApiError {
   if (issue.code === 'unrecognized_keys') {
     const keys = issue.keys ?? [];
     return new ApiError(400, `Unrecognized request argument supplied: ${keys.join(', ')}`, 'invalid_request_error', 'unrecognized_argument', keys[0] ?? null);
   }
-  return new ApiError(400, issue.message, 'invalid_request_error', 'invalid_value', issue.path.map(String).join('.') || null);
+  const code = typeof issue.params?.code === 'string' ? issue.params.code : 'invalid_value';
+  return new ApiError(400, issue.message, 'invalid_request_error', code, issue.path.map(String).join('.') || null);
 }

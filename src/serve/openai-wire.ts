@@ -28,10 +28,72 @@ function penalty(name: string) {
     .nullish();
 }
 
+/** OpenAI's words for a field whose value asks for something the model cannot do. */
+const unsupportedParameter = (name: string) => ({
+  error: `Unsupported parameter: '${name}' is not supported with this model.`,
+  params: { code: 'unsupported_parameter' },
+});
+const unsupportedValue = (name: string, value: string) => ({
+  error: `Unsupported value: '${name}' does not support ${value} with this model.`,
+  params: { code: 'unsupported_value' },
+});
+
+/**
+ * OpenAI fields the models served here do not use. Clients send them with their defaults
+ * (`logprobs: false`, `tool_choice: "none"`, `store`, `metadata`...): those are accepted and
+ * change nothing; a value that asks for something these models cannot do is refused by name.
+ * Upstream models get them as sent (`passthroughChatSchema`).
+ */
+const unusedOpenAiFields = lazySchema((z) => ({
+  logprobs: z.boolean({ error: 'logprobs must be a boolean' }).refine((on) => !on, unsupportedParameter('logprobs')).nullish(),
+  top_logprobs: z
+    .number({ error: 'top_logprobs must be a number' })
+    .int({ error: 'top_logprobs must be an integer' })
+    .min(0, { error: 'top_logprobs must be in [0, 20]' })
+    .max(20, { error: 'top_logprobs must be in [0, 20]' })
+    .refine((n) => n === 0, unsupportedParameter('top_logprobs'))
+    .nullish(),
+  tools: z.array(z.unknown(), { error: 'tools must be an array' }).refine((tools) => tools.length === 0, unsupportedParameter('tools')).nullish(),
+  // With no tools, "none" and "auto" both mean an answer in text.
+  tool_choice: z
+    .unknown()
+    .refine((choice) => choice === 'none' || choice === 'auto', unsupportedValue('tool_choice', 'a required or named tool'))
+    .nullish(),
+  parallel_tool_calls: z.boolean({ error: 'parallel_tool_calls must be a boolean' }).nullish(),
+  functions: z
+    .array(z.unknown(), { error: 'functions must be an array' })
+    .refine((functions) => functions.length === 0, unsupportedParameter('functions'))
+    .nullish(),
+  function_call: z
+    .unknown()
+    .refine((call) => call === 'none' || call === 'auto', unsupportedValue('function_call', 'a named function'))
+    .nullish(),
+  // Nothing is stored or billed by tier here; a cache key and a safety identifier have nothing to key.
+  store: z.boolean({ error: 'store must be a boolean' }).nullish(),
+  metadata: z.record(z.string(), z.string(), { error: 'metadata must map strings to strings' }).nullish(),
+  service_tier: z.enum(['auto', 'default', 'flex', 'scale', 'priority'], { error: 'service_tier must be auto, default, flex, scale or priority' }).nullish(),
+  prompt_cache_key: z.string({ error: 'prompt_cache_key must be a string' }).nullish(),
+  safety_identifier: z.string({ error: 'safety_identifier must be a string' }).nullish(),
+  // Hints about how much to write or think: a model served here writes as it does.
+  reasoning_effort: z
+    .enum(['none', 'minimal', 'low', 'medium', 'high'], { error: 'reasoning_effort must be none, minimal, low, medium or high' })
+    .nullish(),
+  verbosity: z.enum(['low', 'medium', 'high'], { error: 'verbosity must be low, medium or high' }).nullish(),
+  // A predicted output only speeds a model up when it matches: ignoring it changes no answer.
+  prediction: z.looseObject({ type: z.literal('content', { error: 'prediction.type must be "content"' }) }).nullish(),
+  modalities: z
+    .array(z.enum(['text', 'audio'], { error: 'modalities must list "text" or "audio"' }), { error: 'modalities must be an array' })
+    .refine((modalities) => !modalities.includes('audio'), unsupportedValue('modalities', '"audio"'))
+    .nullish(),
+  audio: z.unknown().refine((audio) => audio === null, unsupportedParameter('audio')).optional(),
+  web_search_options: z.unknown().refine((options) => options === null, unsupportedParameter('web_search_options')).optional(),
+}));
+
 /** The chat-completions body sluice understands. Unknown fields are refused, as OpenAI does, rather than silently ignored. */
 export const chatSchema = lazySchema((z) =>
   z
     .object({
+      ...unusedOpenAiFields(),
       model: z
         .string({ error: (issue) => (issue.input === undefined ? 'model is required' : 'model must be a string') })
         .min(1, { error: 'model must not be empty' }),
@@ -148,8 +210,8 @@ export function base64Vector(vector: Float32Array): string {
  */
 export const passthroughChatSchema = lazySchema((z) =>
   chatSchema()
-    // The upstream checks its own formats (vendors add types and fields): kept as an unknown field.
-    .omit({ response_format: true })
+    // The upstream checks its own formats (vendors add types and fields) and decides what it supports: kept as unknown fields.
+    .omit({ response_format: true, ...Object.fromEntries(Object.keys(unusedOpenAiFields()).map((key) => [key, true as const])) })
     .extend({ logit_bias: z.record(z.string(), z.number(), { error: 'logit_bias must map token ids to numbers' }).nullish() })
     .loose(),
 );
