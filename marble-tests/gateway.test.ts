@@ -486,10 +486,15 @@ describe('gateway mode in front of another sluice server', () => {
     assert.equal(usage?.completion_tokens, 12);
   });
 
-  it("an unknown field is refused by the inner server's strict API, and the gateway passes its 400 on", async () => {
-    const answer = await post(gateway.url, { model: 'charlm', messages: [{ role: 'user', content: 'hi' }], tools: [] });
+  it("a field the inner server's model cannot honour, or does not know, is refused there, and the gateway passes its 400 on", async () => {
+    const tools = [{ type: 'function', function: { name: 'weather' } }];
+    const answer = await post(gateway.url, { model: 'charlm', messages: [{ role: 'user', content: 'hi' }], tools });
     assert.equal(answer.status, 400, answer.text);
-    assert.match(answer.text, /tools/);
+    assert.match(answer.text, /unsupported_parameter/);
+    assert.match(answer.text, /'tools'/);
+    const unknown = await post(gateway.url, { model: 'charlm', messages: [{ role: 'user', content: 'hi' }], chat_template_kwargs: {} });
+    assert.equal(unknown.status, 400, unknown.text);
+    assert.match(unknown.text, /unrecognized_argument/);
   });
 });
 

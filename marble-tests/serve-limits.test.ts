@@ -363,3 +363,52 @@ describe('tenant limits on /v1/embeddings', () => {
     }
   });
 });
+
+describe('x-request-id', () => {
+  it('every API answer carries one, a completion its own id, and it is the id of the request’s log line (refusals too)', async () => {
+    const entries: RequestLogEntry[] = [];
+    const handler = createHttpHandler({
+      worker: {
+        name: 'echo',
+        generate: () =>
+          fromIterable([
+            { text: 'a', index: 0 },
+            { text: 'b', index: 1 },
+          ]),
+      },
+      requestLog: (e) => entries.push(e),
+    });
+    const server = createServer(handler);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const chat = (body: unknown) =>
+      fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    try {
+      const done = await chat({ model: 'echo', messages: [{ role: 'user', content: 'hi' }] });
+      assert.equal(done.status, 200);
+      const answer = (await done.json()) as { id: string };
+      assert.equal(done.headers.get('x-request-id'), answer.id);
+      const refused = await chat({ model: 'echo', messages: [] });
+      assert.equal(refused.status, 400);
+      await refused.text();
+      const models = await fetch(`${base}/v1/models`);
+      await models.text();
+      const ids = [done, refused, models].map((r) => r.headers.get('x-request-id'));
+      assert.match(ids[0]!, /^chatcmpl-/);
+      assert.match(ids[2]!, /^req-/);
+      assert.equal(new Set(ids).size, 3, 'one id per request');
+      await until(() => entries.length === 2, 'both log lines');
+      assert.deepEqual(
+        entries.map((e) => [e.id, e.outcome]),
+        [
+          [ids[0], 'completed'],
+          [ids[1], 'refused'],
+        ],
+      );
+      assert.equal((await fetch(`${base}/healthz`)).headers.get('x-request-id'), null, 'not on the probes');
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+});

@@ -267,7 +267,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     return () => quotas.release(tenant!);
   };
 
-  const embeddings = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+  const embeddings = async (req: IncomingMessage, res: ServerResponse, requestId: string): Promise<void> => {
     const raw = await readBody(req);
     const named =
       typeof raw === 'object' && raw !== null && typeof (raw as { model?: unknown }).model === 'string' ? (raw as { model: string }).model : undefined;
@@ -289,7 +289,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
           const usage = (answer as { usage?: { prompt_tokens?: unknown } } | null)?.usage?.prompt_tokens;
           config.requestLog?.({
             transport: 'http',
-            id: `embeddings-${randomUUID()}`,
+            id: requestId,
             ...(tenant !== undefined && { tenant }),
             model: named,
             outcome: 'completed',
@@ -333,7 +333,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     });
     config.requestLog?.({
       transport: 'http',
-      id: `embeddings-${randomUUID()}`,
+      id: requestId,
       ...(tenant !== undefined && { tenant }),
       model: body.model,
       outcome: 'completed',
@@ -343,7 +343,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     });
   };
 
-  const chat = async (req: IncomingMessage, res: ServerResponse, arrivedAt: number): Promise<void> => {
+  const chat = async (req: IncomingMessage, res: ServerResponse, arrivedAt: number, id: string): Promise<void> => {
     const body = await readBody(req);
     // An upstream's model takes the fields sluice does not know (tools, response_format...) and forwards them.
     const named =
@@ -363,7 +363,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
 
     inFlight++;
     try {
-      await generate(req, res, arrivedAt, chatBody, worker, request, tenant);
+      await generate(req, res, arrivedAt, id, chatBody, worker, request, tenant);
     } finally {
       release();
       if (--inFlight === 0) idle?.();
@@ -374,6 +374,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     req: IncomingMessage,
     res: ServerResponse,
     arrivedAt: number,
+    id: string,
     body: ChatBody,
     worker: ChatWorker,
     request: GenerateRequest,
@@ -381,7 +382,6 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
   ): Promise<void> => {
     const arrivedEpoch = Date.now() - (performance.now() - arrivedAt);
     const incoming = headerValue(req.headers.traceparent);
-    const id = `chatcmpl-${randomUUID()}`;
     const requestTrace = telemetry.begin({ model: body.model, request, traceparent: incoming, startTime: arrivedEpoch, transport: 'http', tenant, logId: id });
     const trace = requestTrace.trace;
     const created = Math.floor(Date.now() / 1000);
@@ -504,18 +504,21 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     const arrivedAt = performance.now();
     const path = pathOf(req.url);
     const route = ROUTES.has(path) ? path : path.startsWith(MODEL_PREFIX) && path.length > MODEL_PREFIX.length ? MODEL_ROUTE : 'other';
+    // Every API answer names its request, as OpenAI's do: the id a client quotes is the id of its log line (a completion's is its own id).
+    const requestId = path === '/v1/chat/completions' ? `chatcmpl-${randomUUID()}` : `req-${randomUUID()}`;
+    if (path.startsWith('/v1/')) res.setHeader('x-request-id', requestId);
     res.on('close', () => {
       // A client that left mid-stream still got a 200 status line: the class records what was sent.
       config.metrics?.observeRequest({ route, status: res.statusCode, seconds: (performance.now() - arrivedAt) / 1000 });
     });
-    serve(req, res, route, arrivedAt).catch((err: unknown) => {
+    serve(req, res, route, arrivedAt, requestId).catch((err: unknown) => {
       const error = toApiError(err);
       sendError(res, error);
       if (err instanceof ApiError && err.status === 413) req.resume();
       if (route.startsWith('/v1/'))
         config.requestLog?.({
           transport: 'http',
-          id: `${req.method ?? 'GET'} ${route}`,
+          id: requestId,
           ...(config.tenant !== undefined && { tenant: config.tenant(req) }),
           outcome: error.status >= 500 ? 'failed' : 'refused',
           status: error.status,
@@ -526,12 +529,12 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     });
   };
 
-  const serve = async (req: IncomingMessage, res: ServerResponse, route: string, arrivedAt: number): Promise<void> => {
+  const serve = async (req: IncomingMessage, res: ServerResponse, route: string, arrivedAt: number, requestId: string): Promise<void> => {
     const origin = req.headers.origin;
     const corsOrigin = origin !== undefined && config.cors?.includes(origin) === true ? origin : undefined;
     if (corsOrigin !== undefined) {
       res.setHeader('access-control-allow-origin', corsOrigin);
-      res.setHeader('access-control-expose-headers', 'traceparent, retry-after');
+      res.setHeader('access-control-expose-headers', 'traceparent, retry-after, x-request-id');
     }
     if (config.cors !== undefined) res.setHeader('vary', 'Origin');
     // A preflight carries no credentials: it is answered before auth, for the listed origins only.
@@ -556,9 +559,9 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     }
     switch (route) {
       case '/v1/chat/completions':
-        return chat(req, res, arrivedAt);
+        return chat(req, res, arrivedAt, requestId);
       case '/v1/embeddings':
-        return embeddings(req, res);
+        return embeddings(req, res, requestId);
       case '/v1/models':
         return sendJson(res, 200, { object: 'list', data: [...workers.keys(), ...embedders.keys()].map(modelObject) });
       case '/v1/passages': {

@@ -45,7 +45,10 @@ const unsupportedValue = (name: string, value: string) => ({
  * Upstream models get them as sent (`passthroughChatSchema`).
  */
 const unusedOpenAiFields = lazySchema((z) => ({
-  logprobs: z.boolean({ error: 'logprobs must be a boolean' }).refine((on) => !on, unsupportedParameter('logprobs')).nullish(),
+  logprobs: z
+    .boolean({ error: 'logprobs must be a boolean' })
+    .refine((on) => !on, unsupportedParameter('logprobs'))
+    .nullish(),
   top_logprobs: z
     .number({ error: 'top_logprobs must be a number' })
     .int({ error: 'top_logprobs must be an integer' })
@@ -53,7 +56,10 @@ const unusedOpenAiFields = lazySchema((z) => ({
     .max(20, { error: 'top_logprobs must be in [0, 20]' })
     .refine((n) => n === 0, unsupportedParameter('top_logprobs'))
     .nullish(),
-  tools: z.array(z.unknown(), { error: 'tools must be an array' }).refine((tools) => tools.length === 0, unsupportedParameter('tools')).nullish(),
+  tools: z
+    .array(z.unknown(), { error: 'tools must be an array' })
+    .refine((tools) => tools.length === 0, unsupportedParameter('tools'))
+    .nullish(),
   // With no tools, "none" and "auto" both mean an answer in text.
   tool_choice: z
     .unknown()
@@ -75,9 +81,7 @@ const unusedOpenAiFields = lazySchema((z) => ({
   prompt_cache_key: z.string({ error: 'prompt_cache_key must be a string' }).nullish(),
   safety_identifier: z.string({ error: 'safety_identifier must be a string' }).nullish(),
   // Hints about how much to write or think: a model served here writes as it does.
-  reasoning_effort: z
-    .enum(['none', 'minimal', 'low', 'medium', 'high'], { error: 'reasoning_effort must be none, minimal, low, medium or high' })
-    .nullish(),
+  reasoning_effort: z.enum(['none', 'minimal', 'low', 'medium', 'high'], { error: 'reasoning_effort must be none, minimal, low, medium or high' }).nullish(),
   verbosity: z.enum(['low', 'medium', 'high'], { error: 'verbosity must be low, medium or high' }).nullish(),
   // A predicted output only speeds a model up when it matches: ignoring it changes no answer.
   prediction: z.looseObject({ type: z.literal('content', { error: 'prediction.type must be "content"' }) }).nullish(),
@@ -85,8 +89,14 @@ const unusedOpenAiFields = lazySchema((z) => ({
     .array(z.enum(['text', 'audio'], { error: 'modalities must list "text" or "audio"' }), { error: 'modalities must be an array' })
     .refine((modalities) => !modalities.includes('audio'), unsupportedValue('modalities', '"audio"'))
     .nullish(),
-  audio: z.unknown().refine((audio) => audio === null, unsupportedParameter('audio')).optional(),
-  web_search_options: z.unknown().refine((options) => options === null, unsupportedParameter('web_search_options')).optional(),
+  audio: z
+    .unknown()
+    .refine((audio) => audio === null, unsupportedParameter('audio'))
+    .optional(),
+  web_search_options: z
+    .unknown()
+    .refine((options) => options === null, unsupportedParameter('web_search_options'))
+    .optional(),
 }));
 
 /** The chat-completions body sluice understands. Unknown fields are refused, as OpenAI does, rather than silently ignored. */

@@ -7,7 +7,7 @@ import { AbortedError, SluiceError } from '../core/errors.js';
 
 export interface RequestLogEntry {
   readonly transport: 'http' | 'ws';
-  /** The response id (`chatcmpl-…`) over HTTP; `<connection>:<request id>` over WebSocket. */
+  /** Over HTTP the response's `x-request-id` (a completion's own id, `chatcmpl-…`, else `req-…`); `<connection>:<request id>` over WebSocket. */
   readonly id: string;
   readonly tenant?: string;
   readonly model?: string;
