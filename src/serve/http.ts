@@ -29,17 +29,17 @@ import {
   chatSchema,
   embeddingsSchema,
   type EmbeddingModel,
-  finalToolCalls,
   mergeDelta,
   openAiFinish,
   passthroughChatSchema,
   toApiError,
   toGenerateRequest,
-  type ChatBody,
   type ChatWorker,
 } from './openai-wire.js';
 import { headerValue, readJson, sendError, sendJson } from './http-io.js';
-import { streamChat } from './sse.js';
+import { streamCompletion } from './sse.js';
+import { chatFraming, type Framing } from './framing.js';
+import { completionsSchema, passthroughCompletionsSchema, promptOf, textFraming, toCompletionRequest } from './completions-wire.js';
 import { TenantQuotas } from './tenant-quotas.js';
 import { StageStats } from '../flow/stats.js';
 import { type RequestLog, errorField, round } from './request-log.js';
@@ -188,14 +188,22 @@ const optionsSchema = lazySchema((z) =>
     }),
 );
 
-const ROUTES = new Set(['/v1/chat/completions', '/v1/embeddings', '/v1/models', '/v1/passages', '/metrics', '/healthz', '/readyz']);
+const ROUTES = new Set(['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/models', '/v1/passages', '/metrics', '/healthz', '/readyz']);
 /** `/v1/models/{id}`: one route (and one metrics label) for every id. */
 const MODEL_ROUTE = '/v1/models/{id}';
+/** A completion's id is its request's (`x-request-id`), prefixed as OpenAI's are; other requests' ids are `req-…`. */
+const ID_PREFIXES: Readonly<Record<string, string>> = { '/v1/chat/completions': 'chatcmpl-', '/v1/completions': 'cmpl-' };
+/** What a framed answer needs of its body. */
+interface AnswerShape {
+  readonly model: string;
+  readonly stream?: boolean | null | undefined;
+  readonly stream_options?: { readonly include_usage?: boolean | undefined } | null | undefined;
+}
 const MODEL_PREFIX = '/v1/models/';
 
 /** The methods each route answers; any other gets 405 with `Allow`. */
 function allowed(route: string): string {
-  return route === '/v1/chat/completions' || route === '/v1/embeddings' ? 'POST' : 'GET, HEAD';
+  return route === '/v1/chat/completions' || route === '/v1/completions' || route === '/v1/embeddings' ? 'POST' : 'GET, HEAD';
 }
 
 /** What a request refused by a drain is told: retry soon, the next attempt will reach another instance. */
@@ -358,12 +366,34 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     const format = passthrough || !('response_format' in chatBody) ? undefined : (chatBody.response_format as JsonFormat | { type: 'text' } | null | undefined);
     const worker = format == null || format.type === 'text' ? served : jsonAnswers(served, format);
     const request = toGenerateRequest(chatBody, config.maxTokens, passthrough ? (body as Record<string, unknown>) : undefined);
+    await admitted(req, (tenant) => generate(req, res, arrivedAt, id, chatBody, worker, request, tenant, chatFraming));
+  };
+
+  /** `POST /v1/completions`: a prompt continued as it is (no chat template), framed as `text_completion`. */
+  const completions = async (req: IncomingMessage, res: ServerResponse, arrivedAt: number, id: string): Promise<void> => {
+    const body = await readBody(req);
+    const named =
+      typeof body === 'object' && body !== null && typeof (body as { model?: unknown }).model === 'string' ? (body as { model: string }).model : undefined;
+    const passthrough = named !== undefined && workers.get(named)?.passthrough === true;
+    const parsed = (passthrough ? passthroughCompletionsSchema() : completionsSchema()).safeParse(body);
+    if (!parsed.success) throw bodyError(parsed.error.issues[0]!);
+    const completionBody = parsed.data;
+    const served = workers.get(completionBody.model);
+    if (served === undefined)
+      throw new ApiError(404, `The model \`${completionBody.model}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
+    const request = toCompletionRequest(completionBody, config.maxTokens, passthrough ? (body as Record<string, unknown>) : undefined);
+    // An upstream echoes its own prompt; here the echo is the prompt's text.
+    const framing = textFraming(completionBody.echo === true && !passthrough ? promptOf(completionBody) : undefined);
+    await admitted(req, (tenant) => generate(req, res, arrivedAt, id, completionBody, served, request, tenant, framing));
+  };
+
+  /** Runs `work` holding a slot of the request's tenant, counted as in flight for the drain. */
+  const admitted = async (req: IncomingMessage, work: (tenant: string | undefined) => Promise<void>): Promise<void> => {
     const tenant = config.tenant?.(req);
     const release = admitTenant(tenant);
-
     inFlight++;
     try {
-      await generate(req, res, arrivedAt, id, chatBody, worker, request, tenant);
+      await work(tenant);
     } finally {
       release();
       if (--inFlight === 0) idle?.();
@@ -375,10 +405,11 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     res: ServerResponse,
     arrivedAt: number,
     id: string,
-    body: ChatBody,
+    body: AnswerShape,
     worker: ChatWorker,
     request: GenerateRequest,
     tenant: string | undefined,
+    framing: Framing,
   ): Promise<void> => {
     const arrivedEpoch = Date.now() - (performance.now() - arrivedAt);
     const incoming = headerValue(req.headers.traceparent);
@@ -444,10 +475,11 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       const flow = limit.tokens;
       const reported = () => (done = limit.done(done));
       if (body.stream === true) {
-        streamChat(res, flow, {
+        streamCompletion(res, flow, {
           id,
           created,
           model: body.model,
+          framing,
           includeUsage: body.stream_options?.include_usage === true,
           getDone: reported,
           onPaused: (ms) => (paused += ms),
@@ -478,19 +510,12 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
             }
             reported();
             const usage = done?.usage ?? { inputTokens: 0, outputTokens: 0 };
-            const toolCalls = finalToolCalls(extra.tool_calls);
-            const message = {
-              role: 'assistant',
-              content: text === '' && toolCalls !== undefined ? null : text,
-              ...extra,
-              ...(toolCalls && { tool_calls: toolCalls }),
-            };
             sendJson(res, 200, {
               id,
-              object: 'chat.completion',
+              object: framing.wholeObject,
               created,
               model: body.model,
-              choices: [{ index: 0, message, logprobs: null, finish_reason: openAiFinish(done) }],
+              choices: [{ index: 0, ...framing.whole(text, extra), logprobs: null, finish_reason: openAiFinish(done) }],
               usage: { prompt_tokens: usage.inputTokens, completion_tokens: usage.outputTokens, total_tokens: usage.inputTokens + usage.outputTokens },
             });
             end(undefined);
@@ -505,7 +530,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     const path = pathOf(req.url);
     const route = ROUTES.has(path) ? path : path.startsWith(MODEL_PREFIX) && path.length > MODEL_PREFIX.length ? MODEL_ROUTE : 'other';
     // Every API answer names its request, as OpenAI's do: the id a client quotes is the id of its log line (a completion's is its own id).
-    const requestId = path === '/v1/chat/completions' ? `chatcmpl-${randomUUID()}` : `req-${randomUUID()}`;
+    const requestId = `${ID_PREFIXES[path] ?? 'req-'}${randomUUID()}`;
     if (path.startsWith('/v1/')) res.setHeader('x-request-id', requestId);
     res.on('close', () => {
       // A client that left mid-stream still got a 200 status line: the class records what was sent.
@@ -560,6 +585,8 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     switch (route) {
       case '/v1/chat/completions':
         return chat(req, res, arrivedAt, requestId);
+      case '/v1/completions':
+        return completions(req, res, arrivedAt, requestId);
       case '/v1/embeddings':
         return embeddings(req, res, requestId);
       case '/v1/models':

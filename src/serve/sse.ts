@@ -1,5 +1,5 @@
 /**
- * A chat completion streamed as server-sent events at the client's pace: a token is asked of the
+ * A completion (chat or text) streamed as server-sent events at the client's pace: a token is asked of the
  * worker only once the socket took the previous one. A failure before the first token is a plain
  * error response; after it, an `error` event and `[DONE]`.
  */
@@ -10,11 +10,14 @@ import type { GenerationDone, Token } from '../ai/inference/worker.js';
 import type { Observable } from 'rxjs';
 import { type ApiError, openAiFinish, toApiError } from './openai-wire.js';
 import { sendError } from './http-io.js';
+import type { Framing } from './framing.js';
 
 export interface StreamConfig {
   readonly id: string;
   readonly created: number;
   readonly model: string;
+  /** Chat deltas or a text completion's text. */
+  readonly framing: Framing;
   readonly includeUsage: boolean;
   readonly getDone: () => GenerationDone | undefined;
   readonly onPaused: (ms: number) => void;
@@ -28,12 +31,13 @@ export interface StreamConfig {
 }
 
 /**
- * Writes a token Flow as `chat.completion.chunk` events, one token asked at a time:
- * the next is requested only once the socket took the last one.
+ * Writes a token Flow as chunk events (`chat.completion.chunk` or `text_completion`), one
+ * token asked at a time: the next is requested only once the socket took the last one.
  */
-export function streamChat(res: ServerResponse, flow: Observable<Token>, stream: StreamConfig): void {
-  const chunk = (delta: Readonly<Record<string, unknown>>, finishReason: string | null) =>
-    `data: ${JSON.stringify({ id: stream.id, object: 'chat.completion.chunk', created: stream.created, model: stream.model, choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }] })}\n\n`;
+export function streamCompletion(res: ServerResponse, flow: Observable<Token>, stream: StreamConfig): void {
+  const { framing } = stream;
+  const chunk = (fields: Readonly<Record<string, unknown>>, finishReason: string | null) =>
+    `data: ${JSON.stringify({ id: stream.id, object: framing.chunkObject, created: stream.created, model: stream.model, choices: [{ index: 0, ...fields, logprobs: null, finish_reason: finishReason }] })}\n\n`;
   // The status line waits for the first token: a failure before it (a guard block, every upstream
   // rate limited) is then an ordinary error response with its own status and Retry-After.
   let started = false;
@@ -41,7 +45,7 @@ export function streamChat(res: ServerResponse, flow: Observable<Token>, stream:
     if (started) return;
     started = true;
     res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
-    res.write(chunk({ role: 'assistant', content: '' }, null));
+    if (framing.opening !== undefined) res.write(chunk(framing.opening, null));
   };
 
   let waiting: (() => void) | undefined;
@@ -57,8 +61,7 @@ export function streamChat(res: ServerResponse, flow: Observable<Token>, stream:
       if (res.destroyed) return;
       start();
       stream.onToken();
-      const delta = token.delta === undefined ? { content: token.text } : token.text === '' ? token.delta : { ...token.delta, content: token.text };
-      if (res.write(chunk(delta, null))) return subscription.request(1);
+      if (res.write(chunk(framing.token(token), null))) return subscription.request(1);
       const pausedAt = performance.now();
       waiting = () => {
         waiting = undefined;
@@ -92,12 +95,12 @@ export function streamChat(res: ServerResponse, flow: Observable<Token>, stream:
       }
       start();
       const done = stream.getDone();
-      res.write(chunk({}, openAiFinish(done)));
+      res.write(chunk(framing.closing, openAiFinish(done)));
       if (stream.includeUsage) {
         const usage = done?.usage ?? { inputTokens: 0, outputTokens: 0 };
         const usageChunk = {
           id: stream.id,
-          object: 'chat.completion.chunk',
+          object: framing.chunkObject,
           created: stream.created,
           model: stream.model,
           choices: [],

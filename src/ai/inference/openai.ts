@@ -141,7 +141,7 @@ export class OpenAIWorker implements ModelWorker<GenerateRequest, Completion> {
     }
     // max_completion_tokens and max_tokens mean the same; a body with one keeps it alone.
     if ('max_completion_tokens' in body && request.passthrough !== undefined && !('max_tokens' in request.passthrough)) delete body.max_tokens;
-    return this.send('chat/completions', body, stream ? 'text/event-stream' : 'application/json', signal);
+    return this.send(isTextCompletion(request) ? 'completions' : 'chat/completions', body, stream ? 'text/event-stream' : 'application/json', signal);
   }
 
   private async send(path: string, body: Readonly<Record<string, unknown>>, accept: string, signal: AbortSignal | undefined): Promise<Response> {
@@ -237,8 +237,9 @@ class SseDecoding implements Decoding {
     }
     for (const choice of chunk.data.choices) {
       if (choice.index !== undefined && choice.index !== 0) continue;
+      // A text completion's choice has its text; a chat's, a delta.
       const { content, role: _role, ...rest } = choice.delta ?? {};
-      const text = typeof content === 'string' ? content : '';
+      const text = typeof content === 'string' ? content : typeof choice.text === 'string' ? choice.text : '';
       // Tool calls, refusals and other vendor deltas ride along with (or instead of) the text.
       const delta = Object.keys(rest).some((key) => rest[key] !== undefined && rest[key] !== null) ? rest : undefined;
       if (text.length > 0 || delta !== undefined) this.pending.push(delta === undefined ? { text } : { text, delta });
@@ -351,6 +352,7 @@ const chunkSchema = lazySchema((z) =>
       z.looseObject({
         index: z.number().optional(),
         delta: z.looseObject({ content: z.string().nullish() }).nullish(),
+        text: z.string().nullish(),
         finish_reason: z.string().nullish(),
       }),
     ),
@@ -414,4 +416,10 @@ function retryAfter(headers: Headers): number | undefined {
   if (value.trim() !== '' && Number.isFinite(seconds) && seconds >= 0) return seconds * 1000;
   const date = Date.parse(value);
   return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now());
+}
+
+/** A client's legacy text-completion body forwarded as it is (a prompt, no messages): it goes to `/completions`. */
+function isTextCompletion(request: GenerateRequest): boolean {
+  const body = request.passthrough;
+  return body !== undefined && 'prompt' in body && !('messages' in body);
 }
