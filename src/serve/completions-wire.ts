@@ -6,24 +6,17 @@
 import type * as z from 'zod';
 import { lazySchema } from '../core/zod.js';
 import { generateRequest, type GenerateRequest } from '../ai/inference/worker.js';
-import { ApiError, toApiError } from './openai-wire.js';
+import { ApiError, modelField, samplingFields, samplingOf, toApiError, unsupportedParameter } from './openai-wire.js';
 import type { Framing } from './framing.js';
 
 /** OpenAI's default for this API (vLLM's too): a completion without `max_tokens` is 16 tokens long. */
 export const DEFAULT_COMPLETION_TOKENS = 16;
 
-const unsupported = (name: string) => ({
-  error: `Unsupported parameter: '${name}' is not supported with this model.`,
-  params: { code: 'unsupported_parameter' },
-});
-
 /** The text-completions body. One prompt, one choice; fields that ask for what these models cannot do are refused by name. */
 export const completionsSchema = lazySchema((z) =>
   z
     .object({
-      model: z
-        .string({ error: (issue) => (issue.input === undefined ? 'model is required' : 'model must be a string') })
-        .min(1, { error: 'model must not be empty' }),
+      model: modelField(),
       prompt: z.union(
         [
           z.string({ error: 'prompt must be a string' }),
@@ -33,58 +26,21 @@ export const completionsSchema = lazySchema((z) =>
       ),
       suffix: z
         .string({ error: 'suffix must be a string' })
-        .refine((suffix) => suffix === '', unsupported('suffix'))
+        .refine((suffix) => suffix === '', unsupportedParameter('suffix'))
         .nullish(),
-      max_tokens: z
-        .number({ error: 'max_tokens must be a number' })
-        .int({ error: 'max_tokens must be an integer' })
-        .min(1, { error: 'max_tokens must be ≥ 1' })
-        .nullish(),
-      temperature: z
-        .number({ error: 'temperature must be a number' })
-        .min(0, { error: 'temperature must be in [0, 2]' })
-        .max(2, { error: 'temperature must be in [0, 2]' })
-        .nullish(),
-      top_p: z.number({ error: 'top_p must be a number' }).gt(0, { error: 'top_p must be in (0, 1]' }).max(1, { error: 'top_p must be in (0, 1]' }).nullish(),
-      top_k: z.number({ error: 'top_k must be a number' }).int({ error: 'top_k must be an integer' }).min(0, { error: 'top_k must be ≥ 0' }).nullish(),
-      n: z.literal(1, { error: 'only n = 1 is supported' }).nullish(),
+      ...samplingFields(),
       best_of: z.literal(1, { error: 'only best_of = 1 is supported' }).nullish(),
-      stream: z.boolean({ error: 'stream must be a boolean' }).nullish(),
-      stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
       logprobs: z
         .number({ error: 'logprobs must be a number' })
         .int({ error: 'logprobs must be an integer' })
         .min(0, { error: 'logprobs must be in [0, 5]' })
         .max(5, { error: 'logprobs must be in [0, 5]' })
-        .refine((n) => n === 0, unsupported('logprobs'))
+        .refine((n) => n === 0, unsupportedParameter('logprobs'))
         .nullish(),
       echo: z.boolean({ error: 'echo must be a boolean' }).nullish(),
-      stop: z
-        .union([z.string().min(1), z.array(z.string().min(1)).max(4, { error: 'stop takes at most 4 sequences' })], {
-          error: 'stop must be a string or an array of up to 4 non-empty strings',
-        })
-        .nullish(),
-      presence_penalty: penalty(z, 'presence_penalty'),
-      frequency_penalty: penalty(z, 'frequency_penalty'),
-      repetition_penalty: z.number({ error: 'repetition_penalty must be a number' }).gt(0, { error: 'repetition_penalty must be > 0' }).nullish(),
-      // Token ids differ between tokenizers: a bias meant for OpenAI's would land on other tokens here.
-      logit_bias: z
-        .record(z.string(), z.number(), { error: 'logit_bias must map token ids to numbers' })
-        .refine((bias) => Object.keys(bias).length === 0, { error: "logit_bias is not supported: this server's models do not use OpenAI's token ids" })
-        .nullish(),
-      seed: z.number({ error: 'seed must be a number' }).int({ error: 'seed must be an integer' }).nullish(),
-      user: z.string().nullish(),
     })
     .strict(),
 );
-
-function penalty(z: typeof import('zod'), name: string) {
-  return z
-    .number({ error: `${name} must be a number` })
-    .min(-2, { error: `${name} must be in [-2, 2]` })
-    .max(2, { error: `${name} must be in [-2, 2]` })
-    .nullish();
-}
 
 export type CompletionsBody = z.output<ReturnType<typeof completionsSchema>>;
 
@@ -118,15 +74,8 @@ export function toCompletionRequest(
     return generateRequest({
       // A token-id prompt (upstream only) is carried by the passthrough body; the request names it for logs and budgets.
       prompt: promptOf(body) ?? '(token ids)',
+      ...samplingOf(body),
       max_tokens: maxTokens,
-      ...(body.temperature != null && { temperature: body.temperature }),
-      ...(body.top_p != null && { top_p: body.top_p }),
-      ...(body.top_k != null && { top_k: body.top_k }),
-      ...(body.stop != null && { stop: typeof body.stop === 'string' ? [body.stop] : body.stop }),
-      ...(body.seed != null && { seed: body.seed }),
-      ...(body.repetition_penalty != null && { repetition_penalty: body.repetition_penalty }),
-      ...(body.presence_penalty ? { presence_penalty: body.presence_penalty } : {}),
-      ...(body.frequency_penalty ? { frequency_penalty: body.frequency_penalty } : {}),
       ...(passthrough !== undefined && { passthrough }),
     });
   } catch (err) {

@@ -2,7 +2,7 @@
 import type * as z from 'zod';
 import { lazySchema, zod } from '../core/zod.js';
 import { InvalidOptionsError, SluiceError, StageError } from '../core/errors.js';
-import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker } from '../ai/inference/worker.js';
+import { generateRequest, type GenerateRequest, type GenerationDone, type GenerationParams, type ModelWorker } from '../ai/inference/worker.js';
 import { EmptyPromptError, HttpStatusError, MalformedEventError, ProviderError, RateLimitedError } from '../ai/inference/errors.js';
 import { OutputInvalidError } from '../ai/stages/json-output.js';
 import { CircuitOpenError, FallbackExhaustedError, StreamTimeoutError } from '../resilience/errors.js';
@@ -28,8 +28,63 @@ function penalty(name: string) {
     .nullish();
 }
 
+/** A body's `model`. */
+export const modelField = lazySchema((z) =>
+  z.string({ error: (issue) => (issue.input === undefined ? 'model is required' : 'model must be a string') }).min(1, { error: 'model must not be empty' }),
+);
+
+/** The fields the chat and the text completions share: the length, sampling and stopping (vLLM's `top_k` and `repetition_penalty` too). */
+export const samplingFields = lazySchema((z) => ({
+  max_tokens: z
+    .number({ error: 'max_tokens must be a number' })
+    .int({ error: 'max_tokens must be an integer' })
+    .min(1, { error: 'max_tokens must be ≥ 1' })
+    .nullish(),
+  temperature: z
+    .number({ error: 'temperature must be a number' })
+    .min(0, { error: 'temperature must be in [0, 2]' })
+    .max(2, { error: 'temperature must be in [0, 2]' })
+    .nullish(),
+  top_p: z.number({ error: 'top_p must be a number' }).gt(0, { error: 'top_p must be in (0, 1]' }).max(1, { error: 'top_p must be in (0, 1]' }).nullish(),
+  top_k: z.number({ error: 'top_k must be a number' }).int({ error: 'top_k must be an integer' }).min(0, { error: 'top_k must be ≥ 0' }).nullish(),
+  stop: z
+    .union([z.string().min(1), z.array(z.string().min(1)).max(4, { error: 'stop takes at most 4 sequences' })], {
+      error: 'stop must be a string or an array of up to 4 non-empty strings',
+    })
+    .nullish(),
+  stream: z.boolean({ error: 'stream must be a boolean' }).nullish(),
+  stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
+  seed: z.number({ error: 'seed must be a number' }).int({ error: 'seed must be an integer' }).nullish(),
+  repetition_penalty: z.number({ error: 'repetition_penalty must be a number' }).gt(0, { error: 'repetition_penalty must be > 0' }).nullish(),
+  presence_penalty: penalty('presence_penalty'),
+  frequency_penalty: penalty('frequency_penalty'),
+  // Token ids differ between tokenizers: a bias meant for OpenAI's would land on other tokens here.
+  logit_bias: z
+    .record(z.string(), z.number(), { error: 'logit_bias must map token ids to numbers' })
+    .refine((bias) => Object.keys(bias).length === 0, { error: "logit_bias is not supported: this server's models do not use OpenAI's token ids" })
+    .nullish(),
+  n: z.literal(1, { error: 'only n = 1 is supported' }).nullish(),
+  user: z.string().nullish(),
+}));
+
+type Sampling = z.output<z.ZodObject<ReturnType<typeof samplingFields>>>;
+
+/** The sampling fields of a body as `generateRequest` takes them (penalties of 0, the default, left out). */
+export function samplingOf(body: Sampling): GenerationParams {
+  return {
+    ...(body.temperature != null && { temperature: body.temperature }),
+    ...(body.top_p != null && { top_p: body.top_p }),
+    ...(body.top_k != null && { top_k: body.top_k }),
+    ...(body.stop != null && { stop: typeof body.stop === 'string' ? [body.stop] : body.stop }),
+    ...(body.seed != null && { seed: body.seed }),
+    ...(body.repetition_penalty != null && { repetition_penalty: body.repetition_penalty }),
+    ...(body.presence_penalty ? { presence_penalty: body.presence_penalty } : {}),
+    ...(body.frequency_penalty ? { frequency_penalty: body.frequency_penalty } : {}),
+  };
+}
+
 /** OpenAI's words for a field whose value asks for something the model cannot do. */
-const unsupportedParameter = (name: string) => ({
+export const unsupportedParameter = (name: string) => ({
   error: `Unsupported parameter: '${name}' is not supported with this model.`,
   params: { code: 'unsupported_parameter' },
 });
@@ -104,42 +159,13 @@ export const chatSchema = lazySchema((z) =>
   z
     .object({
       ...unusedOpenAiFields(),
-      model: z
-        .string({ error: (issue) => (issue.input === undefined ? 'model is required' : 'model must be a string') })
-        .min(1, { error: 'model must not be empty' }),
+      model: modelField(),
       messages: z.array(messageSchema(), { error: 'messages must be an array' }).min(1, { error: 'messages must not be empty' }),
-      temperature: z
-        .number({ error: 'temperature must be a number' })
-        .min(0, { error: 'temperature must be in [0, 2]' })
-        .max(2, { error: 'temperature must be in [0, 2]' })
-        .nullish(),
-      top_p: z.number({ error: 'top_p must be a number' }).gt(0, { error: 'top_p must be in (0, 1]' }).max(1, { error: 'top_p must be in (0, 1]' }).nullish(),
-      top_k: z.number({ error: 'top_k must be a number' }).int({ error: 'top_k must be an integer' }).min(0, { error: 'top_k must be ≥ 0' }).nullish(),
-      max_tokens: z
-        .number({ error: 'max_tokens must be a number' })
-        .int({ error: 'max_tokens must be an integer' })
-        .min(1, { error: 'max_tokens must be ≥ 1' })
-        .nullish(),
+      ...samplingFields(),
       max_completion_tokens: z
         .number({ error: 'max_completion_tokens must be a number' })
         .int({ error: 'max_completion_tokens must be an integer' })
         .min(1, { error: 'max_completion_tokens must be ≥ 1' })
-        .nullish(),
-      stop: z
-        .union([z.string().min(1), z.array(z.string().min(1)).max(4, { error: 'stop takes at most 4 sequences' })], {
-          error: 'stop must be a string or an array of up to 4 non-empty strings',
-        })
-        .nullish(),
-      stream: z.boolean({ error: 'stream must be a boolean' }).nullish(),
-      stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
-      seed: z.number({ error: 'seed must be a number' }).int({ error: 'seed must be an integer' }).nullish(),
-      repetition_penalty: z.number({ error: 'repetition_penalty must be a number' }).gt(0, { error: 'repetition_penalty must be > 0' }).nullish(),
-      presence_penalty: penalty('presence_penalty'),
-      frequency_penalty: penalty('frequency_penalty'),
-      // Token ids differ between tokenizers: a bias meant for OpenAI's would land on other tokens here.
-      logit_bias: z
-        .record(z.string(), z.number(), { error: 'logit_bias must map token ids to numbers' })
-        .refine((bias) => Object.keys(bias).length === 0, { error: "logit_bias is not supported: this server's models do not use OpenAI's token ids" })
         .nullish(),
       // Checked here; the model's answer is validated against it (`jsonWorker`).
       response_format: z
@@ -167,8 +193,6 @@ export const chatSchema = lazySchema((z) =>
           { error: 'response_format.type must be "text", "json_object" or "json_schema"' },
         )
         .nullish(),
-      n: z.literal(1, { error: 'only n = 1 is supported' }).nullish(),
-      user: z.string().nullish(),
     })
     .strict(),
 );
@@ -179,9 +203,7 @@ export type ChatBody = z.output<ReturnType<typeof chatSchema>>;
 export const embeddingsSchema = lazySchema((z) =>
   z
     .object({
-      model: z
-        .string({ error: (issue) => (issue.input === undefined ? 'model is required' : 'model must be a string') })
-        .min(1, { error: 'model must not be empty' }),
+      model: modelField(),
       input: z.union(
         [
           z.string().min(1, { error: 'input must not be empty' }),
@@ -303,15 +325,8 @@ export function toGenerateRequest(body: ChatBody, limit: number, passthrough?: R
   try {
     return generateRequest({
       messages,
-      ...(body.temperature != null && { temperature: body.temperature }),
-      ...(body.top_p != null && { top_p: body.top_p }),
-      ...(body.top_k != null && { top_k: body.top_k }),
+      ...samplingOf(body),
       ...(maxTokens != null && { max_tokens: maxTokens }),
-      ...(body.stop != null && { stop: typeof body.stop === 'string' ? [body.stop] : body.stop }),
-      ...(body.seed != null && { seed: body.seed }),
-      ...(body.repetition_penalty != null && { repetition_penalty: body.repetition_penalty }),
-      ...(body.presence_penalty ? { presence_penalty: body.presence_penalty } : {}),
-      ...(body.frequency_penalty ? { frequency_penalty: body.frequency_penalty } : {}),
       ...(passthrough !== undefined && { passthrough }),
     });
   } catch (err) {
