@@ -47,7 +47,8 @@ export interface GenerationParams {
    * The client's OpenAI chat body, for a worker that forwards it to an OpenAI-compatible
    * backend (`OpenAIWorker`): sent as it is — tools, `tool_choice`, `response_format`,
    * vendor fields, messages with their tool calls — with `model` and `stream` set by the
-   * worker. Other workers ignore it.
+   * worker. A text-completions body (a `prompt`, no `messages`) goes to the backend's
+   * `/completions`. Other workers ignore it.
    */
   readonly passthrough?: Readonly<Record<string, unknown>>;
 }
@@ -180,7 +181,7 @@ const requestSchema = lazySchema((z) =>
         .min(-2, { error: 'frequency_penalty must be in [-2, 2]' })
         .max(2, { error: 'frequency_penalty must be in [-2, 2]' })
         .optional(),
-      passthrough: z.record(z.string(), z.unknown(), { error: 'passthrough must be an object (an OpenAI chat body)' }).optional(),
+      passthrough: z.record(z.string(), z.unknown(), { error: 'passthrough must be an object (an OpenAI chat or completions body)' }).optional(),
     })
     .strict()
     .refine((r) => (r.prompt === undefined) !== (r.messages === undefined), { error: 'give exactly one of prompt or messages', path: ['prompt'] }),
