@@ -22,7 +22,8 @@ import type { RequestLogEntry } from './serve/request-log.js';
 const HELP = `Usage: sluice serve [options]
 
 Starts the sluice server: a chat page, WebSocket token streams (${SUBPROTOCOL}), an
-OpenAI-compatible /v1/chat/completions, /metrics, /healthz and /readyz.
+OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models),
+the /inspect page, /metrics, /healthz and /readyz.
 
 Options (environment variable in brackets):
   --host <host>               interface to listen on [SLUICE_HOST] (default 127.0.0.1)
