@@ -5,9 +5,10 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, request as httpRequest, type Server } from 'node:http';
+import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
+import OpenAI from 'openai';
 import { lastValueFrom } from 'rxjs';
 import { fromAsyncIterable, fromIterable } from '../src/flow/sources.js';
 import { stage } from '../src/operators/stage.js';
@@ -278,7 +279,35 @@ describe('cancelling a running request from the inspector', () => {
     assert.equal((await cancel(requests.page(1).shown[0]!.id)).status, 202);
     const answer = await whole;
     assert.equal(answer.status, 409);
+    assert.equal(answer.headers.get('x-should-retry'), 'false');
     assert.equal(((await answer.json()) as { error: { code: string } }).error.code, 'request_cancelled');
+  });
+
+  it('the OpenAI SDK, with its retries on, takes a cancelled whole completion as final: one request, an APIError 409 request_cancelled', async () => {
+    let posts = 0;
+    const count = (req: IncomingMessage) => void (req.method === 'POST' && posts++);
+    server.on('request', count);
+    // Were the SDK to retry, each retry is cancelled too, so the test ends and counts them rather than hanging.
+    const retriesCancelled = setInterval(() => {
+      if (posts > 1) for (const row of requests.page(10).shown) if (row.tokens > 0) requests.cancel(row.id);
+    }, 10);
+    try {
+      const sdk = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 2 });
+      const answer = sdk.chat.completions.create({ model: 'trickle', messages: [{ role: 'user', content: 'hi' }] }).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      await until(() => requests.size === 1 && requests.page(1).shown[0]!.tokens > 2, 'tokens');
+      assert.equal((await cancel(requests.page(1).shown[0]!.id)).status, 202);
+      const error = await answer;
+      assert.ok(error instanceof OpenAI.APIError, String(error));
+      assert.equal(error.status, 409);
+      assert.equal(error.code, 'request_cancelled');
+      assert.equal(posts, 1, 'the SDK did not send it again');
+    } finally {
+      clearInterval(retriesCancelled);
+      server.off('request', count);
+    }
   });
 
   it('an unknown id is 404; a GET on the action is 405', async () => {

@@ -2,12 +2,15 @@
  * The inspector's live feed: server-sent events, one `snapshot` event per interval, conflated per
  * reader. A reader whose previous message has not drained from its socket is skipped, and gets the
  * newest snapshot once it drained: a slow tab sees fewer, newer snapshots, and the server holds at
- * most one message per reader, however long the reader stops reading.
+ * most one message per reader, however long the reader stops reading. Readers in the same scope
+ * (the operators; one tenant's readers) share one message per tick.
  */
 import type { ServerResponse } from 'node:http';
 
 interface Reader {
   readonly res: ServerResponse;
+  /** Readers of one scope are sent the same message: it is built once per tick for all of them. */
+  readonly scope: string;
   /** The last write did not drain yet: nothing more is queued until it does. */
   blocked: boolean;
   /** Messages not sent to it because it was blocked. */
@@ -37,12 +40,12 @@ export class SnapshotFeed {
 
   constructor(
     private readonly interval: number,
-    /** The next message's JSON; called once per tick, only when some reader can take it. */
-    private readonly next: () => string,
+    /** The next message's JSON for a scope; called once per tick and scope, only when some reader of it can take it. */
+    private readonly next: (scope: string) => string,
   ) {}
 
-  /** Serves the feed on `res` until the client leaves or the feed closes. */
-  add(res: ServerResponse, headers: Readonly<Record<string, string>> = {}): void {
+  /** Serves the feed of `scope` on `res` until the client leaves or the feed closes. */
+  add(res: ServerResponse, scope = '', headers: Readonly<Record<string, string>> = {}): void {
     if (this.closed) {
       res.writeHead(503, { 'content-type': 'text/plain' }).end('the inspector is closed');
       return;
@@ -55,6 +58,7 @@ export class SnapshotFeed {
     });
     const reader: Reader = {
       res,
+      scope,
       blocked: false,
       skipped: 0,
       stale: false,
@@ -63,7 +67,7 @@ export class SnapshotFeed {
         // Owed a tick it missed: the newest state at once. Never more than one message per tick, however fast it drains.
         if (!reader.stale) return;
         reader.stale = false;
-        this.write(reader, this.next());
+        this.write(reader, this.next(reader.scope));
       },
     };
     this.readers.add(reader);
@@ -72,7 +76,7 @@ export class SnapshotFeed {
       this.readers.delete(reader);
       if (this.readers.size === 0) this.stopTimer();
     });
-    this.write(reader, this.next());
+    this.write(reader, this.next(scope));
     this.timer ??= setInterval(() => this.tick(), this.interval);
   }
 
@@ -102,14 +106,15 @@ export class SnapshotFeed {
   }
 
   private tick(): void {
-    let message: string | undefined;
+    const messages = new Map<string, string>();
     for (const reader of this.readers) {
       if (reader.blocked) {
         reader.skipped++;
         reader.stale = true;
         continue;
       }
-      message ??= this.next();
+      let message = messages.get(reader.scope);
+      if (message === undefined) messages.set(reader.scope, (message = this.next(reader.scope)));
       this.write(reader, message);
     }
   }
