@@ -4,11 +4,13 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { join } from 'node:path';
 import { startServer, type RunningServer } from '../src/serve/app.js';
 import { serveOptions } from '../src/cli.js';
 import type { InspectSnapshot } from '../src/serve/inspect/snapshot.js';
 import { FakeUpstream } from './support/fake-upstream.js';
 import { until } from './support/ws-client.js';
+import { launchChromium, skipWithoutChromium, until as browserUntil } from './support/chromium.js';
 
 const ACME = 'acme-token-0001';
 const GLOBEX = 'globex-token-001';
@@ -179,6 +181,25 @@ describe('upstreams on the inspector: each with its circuit, attempts in flight,
     assert.equal(serving!.attempts, 3);
     assert.equal(serving!.succeeded, 3);
     assert.deepEqual(serving!.failures, {});
+  });
+
+  it('the page (in Chromium) shows each upstream, the failing one with its circuit open and its failures by code', {
+    skip: skipWithoutChromium("the inspector's upstreams in a browser"),
+  }, async () => {
+    const browser = await launchChromium();
+    try {
+      const page = await browser.newPage();
+      await page.goto(`${server.url}/inspect`);
+      const row = (name: string) => page.locator(`[data-testid="upstream-row"][data-name="${name}"]`);
+      await browserUntil('the bad upstream open on the page', async () => ((await row('bad').getAttribute('data-circuit')) === 'open' ? true : undefined));
+      assert.equal(await row('bad').locator('[data-field="failures"]').textContent(), 'HTTP_500 ×4');
+      assert.equal(await row('bad').locator('[data-field="fallbacks"]').getAttribute('data-value'), '2');
+      assert.equal(await row('good').getAttribute('data-circuit'), 'closed');
+      const shots = process.env.SLUICE_E2E_SCREENSHOTS;
+      if (shots) await page.screenshot({ path: join(shots, 'inspect-upstreams.png'), fullPage: true });
+    } finally {
+      await browser.close();
+    }
   });
 
   it('an attempt running at an upstream is in flight there until it ends', async () => {
