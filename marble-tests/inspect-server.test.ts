@@ -192,6 +192,44 @@ describe('the inspector feed and its guards', () => {
   });
 });
 
+describe('the feed keeps server memory bounded', () => {
+  it('readers that never read hold at most one message each in the server, however many snapshots pass them by', async () => {
+    const inspecting = await inspector({ interval: 50 });
+    // Many running stages make each snapshot large, so the sockets' kernel buffers fill in a moment.
+    let open: () => void = () => {};
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const held = Array.from({ length: 150 }, (_, i) => lastValueFrom(fromIterable([i]).pipe(stage(() => gate, { name: `never-read-stage-${i}` }))));
+    const { port } = new URL(inspecting.url);
+    const readers = Array.from({ length: 3 }, () => {
+      const socket = connect(Number(port), '127.0.0.1');
+      // Never read: not one byte of the answer is taken from the socket.
+      socket.pause();
+      socket.write(`GET /inspect/events HTTP/1.1\r\nhost: 127.0.0.1:${port}\r\n\r\n`);
+      return socket;
+    });
+    try {
+      await until(() => inspecting.feedStats().blocked === 3, 'every reader blocked', 60_000);
+      const skippedAt = inspecting.feedStats().skipped;
+      let queued = 0;
+      // At least 20 more ticks for each reader: every one skipped, nothing more queued.
+      while (inspecting.feedStats().skipped < skippedAt + 60) {
+        queued = Math.max(queued, inspecting.feedStats().queued);
+        await sleep(20);
+      }
+      const message = inspecting.feedStats().largestMessage;
+      assert.ok(queued > 0, 'the blocked readers each hold their last message');
+      // One message each, plus its HTTP chunk framing (a size line and two CRLFs).
+      assert.ok(queued <= 3 * (message + 32), `queued ${queued} bytes for 3 readers; the largest message is ${message}`);
+      assert.equal(inspecting.feedStats().readers, 3);
+    } finally {
+      for (const socket of readers) socket.destroy();
+      open();
+      await Promise.all(held);
+      await inspecting.close();
+    }
+  });
+});
+
 describe('cancelling a running request from the inspector', () => {
   let server: Server;
   let sockets: TokenSocket;

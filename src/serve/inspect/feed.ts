@@ -27,6 +27,10 @@ export interface FeedStats {
   readonly blocked: number;
   /** Bytes queued for the slowest reader: at most one message. */
   readonly maxQueued: number;
+  /** Bytes queued for all readers together: at most one message each. */
+  readonly queued: number;
+  /** Bytes of the largest message built since the feed started: what "one message" is. */
+  readonly largestMessage: number;
   /** Messages skipped, all readers together. */
   readonly skipped: number;
   /** True while its timer runs (only with readers). */
@@ -37,6 +41,7 @@ export class SnapshotFeed {
   private readonly readers = new Set<Reader>();
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
+  private largest = 0;
 
   constructor(
     private readonly interval: number,
@@ -83,13 +88,15 @@ export class SnapshotFeed {
   stats(): FeedStats {
     let blocked = 0;
     let maxQueued = 0;
+    let queued = 0;
     let skipped = 0;
     for (const reader of this.readers) {
       if (reader.blocked) blocked++;
       maxQueued = Math.max(maxQueued, reader.res.writableLength);
+      queued += reader.res.writableLength;
       skipped += reader.skipped;
     }
-    return { readers: this.readers.size, blocked, maxQueued, skipped, ticking: this.timer !== undefined };
+    return { readers: this.readers.size, blocked, maxQueued, queued, largestMessage: this.largest, skipped, ticking: this.timer !== undefined };
   }
 
   /** Ends every reader's stream and stops the timer; later readers get 503. */
@@ -122,7 +129,9 @@ export class SnapshotFeed {
   private write(reader: Reader, json: string): void {
     const res = reader.res;
     if (res.destroyed || res.writableEnded) return;
-    if (res.write(`event: snapshot\ndata: ${json}\n\n`)) return;
+    const message = `event: snapshot\ndata: ${json}\n\n`;
+    this.largest = Math.max(this.largest, Buffer.byteLength(message));
+    if (res.write(message)) return;
     reader.blocked = true;
     res.once('drain', reader.onDrain);
   }
