@@ -77,14 +77,16 @@ interface Served {
 
 async function serve(config: InspectFeedConfig): Promise<Served> {
   const text: Token[] = Array.from({ length: config.tokens }, (_, index) => ({ text: 'x', index }));
+  // Built once, run per request (as sluice-rag's stages are): each is one node of the graph, with a run per request.
+  const decode = stage((token: Token) => token, { name: 'decode' });
+  const detokenize = stage(async (token: Token) => token, { name: 'detokenize', concurrency: 4 });
   const worker = {
     name: 'bench',
-    // A per-request pipeline of two stages, each a node of the graph with one run per request.
     generate: () =>
       asFlow(
         fromIterable(text).pipe(
-          stage((token: Token) => token, { name: 'decode' }),
-          stage(async (token: Token) => token, { name: 'detokenize', concurrency: 4 }),
+          decode,
+          detokenize,
           map((token) => token.value),
         ),
       ),
