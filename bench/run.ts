@@ -21,6 +21,9 @@
  *      one link hop at batch 1, 16 and 256 beside an in-process stage; 1 ms of async work per element on 1 vs 2 worker
  *      processes (target: ≥ 1.8×); the backlog and held counts of a slow receiver against their bounds; ms from a
  *      worker's SIGKILL to its messages reaching another receiver (bench/nats.ts, bench/nats-worker.ts)
+ *   8. inspector feed — streamed completions through a served per-request pipeline with the inspector's SSE feed read
+ *      by nobody, one reader, one reader that never reads; tokens/s and CPU per token, ratios over none, the bytes
+ *      queued for the slow reader (bench/inspect-feed.ts, ids `inspect-feed-*`, sizes `BENCH_FEED_*`)
  *
  * Environment (all optional):
  *   BENCH_N=1000000              elements per throughput run
@@ -73,6 +76,7 @@ import { TRANSIT_CAPACITY, TRANSIT_ROOM, TRANSIT_SLACK, meanTransitDelay, measur
 import { measureWsLoad, wsLoadConfig, wsLoadReport, wsScenarios, type WsLoadResult } from './ws-load.js';
 import { measureSseLoad, sseLoadReport, sseScenarios, type SseLoadResult } from './sse-load.js';
 import { ensureBuilt, importCases, measureImportCost, type ImportResult } from './import-cost.js';
+import { FEED_SCENARIOS, inspectFeedConfig, inspectFeedReport, measureInspectFeed, type InspectFeedResult } from './inspect-feed.js';
 import { NATS_WORK_MS, REDELIVERY, measureNats, natsConfig, natsScenarioIds, natsServerVersion, type NatsResults } from './nats.js';
 
 const config = {
@@ -165,7 +169,7 @@ if (!canCollect) console.log('warning: run with --expose-gc (npm run bench does)
 const cases = throughputCases(config.rxjsAsyncN).filter((c) => selected(c.id));
 let throughput: ThroughputResult[] = [];
 if (cases.length > 0) {
-  process.stderr.write(`\n[1/7] throughput: ${cases.length} pipelines × ${config.repeats} rounds\n`);
+  process.stderr.write(`\n[1/8] throughput: ${cases.length} pipelines × ${config.repeats} rounds\n`);
   throughput = await measureThroughput(cases, { n: config.n, repeats: config.repeats, onProgress: progress });
 }
 const byId = new Map(throughput.map((r) => [r.id, r]));
@@ -242,7 +246,7 @@ if (throughput.length > 0) {
 const scenarios = latencyScenarios.filter((s) => selected(s.id));
 const latency: LatencyResult[] = [];
 if (scenarios.length > 0) {
-  process.stderr.write(`\n[2/7] wakeup latency: ${scenarios.length} scenarios × ${config.latencySamples} samples\n`);
+  process.stderr.write(`\n[2/8] wakeup latency: ${scenarios.length} scenarios × ${config.latencySamples} samples\n`);
   for (const scenario of scenarios) {
     await settle();
     const result = await measureLatency(scenario, config.latencySamples, Math.ceil(config.latencySamples / 10));
@@ -275,7 +279,7 @@ const sourceKinds = sourceKindScenarios.filter((s) => selected(s.id));
 const sourceMemory: MemoryResult[] = [];
 let sourceNs = NaN;
 if (selected('sluice-memory') || selected('rxjs-memory') || sourceKinds.length > 0) {
-  process.stderr.write(`\n[3/7] memory bound\n`);
+  process.stderr.write(`\n[3/8] memory bound\n`);
 }
 if (selected('sluice-memory') || selected('rxjs-memory')) {
   sourceNs = sourceNsPerElement(Math.min(config.bigN, 2_000_000));
@@ -388,7 +392,7 @@ let wsLoad: WsLoadResult[] = [];
 let wsTables: ReturnType<typeof wsLoadReport> | undefined;
 if (wsSelected.length > 0) {
   process.stderr.write(
-    `\n[4/7] WebSocket load: ${wsSelected.length} scenarios, ${config.ws.clients} clients, ${formatCount(config.ws.tokens)} tokens in all\n`,
+    `\n[4/8] WebSocket load: ${wsSelected.length} scenarios, ${config.ws.clients} clients, ${formatCount(config.ws.tokens)} tokens in all\n`,
   );
   await settle();
   wsLoad = await measureWsLoad(wsSelected, config.ws, progress);
@@ -405,7 +409,7 @@ const sseSelected = sseScenarios().filter((s) => selected(s.id));
 let sseLoad: SseLoadResult[] = [];
 let sseTables: ReturnType<typeof sseLoadReport> | undefined;
 if (sseSelected.length > 0) {
-  process.stderr.write(`\n[4/7] SSE load: ${sseSelected.length} scenarios (Vercel AI SDK and sluice), ${config.ws.clients} clients\n`);
+  process.stderr.write(`\n[4/8] SSE load: ${sseSelected.length} scenarios (Vercel AI SDK and sluice), ${config.ws.clients} clients\n`);
   await settle();
   sseLoad = await measureSseLoad(sseSelected, config.ws, progress);
   sseTables = sseLoadReport(sseLoad);
@@ -422,7 +426,7 @@ if (sseSelected.length > 0) {
 const transitSelected = transitScenarios(config.transitN).filter((s) => selected(s.id));
 const transit: TransitResult[] = [];
 if (transitSelected.length > 0) {
-  process.stderr.write(`\n[5/7] transit: ${transitSelected.length} pipelines, real timers\n`);
+  process.stderr.write(`\n[5/8] transit: ${transitSelected.length} pipelines, real timers\n`);
   for (const scenario of transitSelected) {
     await settle();
     const result = await measureTransit(scenario);
@@ -513,7 +517,7 @@ const importSelected = importCases.filter((c) => selected(c.id));
 let importCost: ImportResult[] = [];
 let importRatio: { ms: number; rss: number } | undefined;
 if (importSelected.length > 0) {
-  process.stderr.write(`\n[6/7] import cost: ${importSelected.length} modules × ${config.importSamples} child processes\n`);
+  process.stderr.write(`\n[6/8] import cost: ${importSelected.length} modules × ${config.importSamples} child processes\n`);
   progress(ensureBuilt());
   importCost = measureImportCost(importSelected, config.importSamples, progress);
   const core = importCost.find((r) => r.id === 'import-core');
@@ -557,7 +561,7 @@ if (natsSelected.length > 0) {
     natsSkipped = server.missing;
     console.log(`\n## 7. Links over NATS — skipped: ${natsSkipped}`);
   } else {
-    process.stderr.write(`\n[7/7] links over NATS: ${natsSelected.length} scenarios, ${server.version}\n`);
+    process.stderr.write(`\n[7/8] links over NATS: ${natsSelected.length} scenarios, ${server.version}\n`);
     await settle();
     nats = await measureNats(natsSelected, config.nats, server.version, progress);
   }
@@ -639,6 +643,22 @@ if (nats !== undefined) {
     console.log(`  - redelivery: the server delivers a held message again ackWait (${REDELIVERY.ackWait} ms) after its delivery or last keep-alive`);
 }
 
+// ---------------------------------------------------------------- 8. inspector feed
+
+let inspectFeed: InspectFeedResult[] = [];
+let inspectFeedTable: ReturnType<typeof inspectFeedReport> | undefined;
+const feedConfig = inspectFeedConfig();
+if (FEED_SCENARIOS.some((s) => selected(s.id))) {
+  process.stderr.write(`\n[8/8] inspector feed: ${feedConfig.requests} streamed completions × ${feedConfig.rounds} rounds per configuration\n`);
+  await settle();
+  inspectFeed = await measureInspectFeed(feedConfig, progress);
+  inspectFeedTable = inspectFeedReport(inspectFeed);
+  console.log(
+    `\n## 8. Inspector feed — what an open page costs a served pipeline (${feedConfig.clients} clients, snapshots every ${feedConfig.interval} ms)\n`,
+  );
+  console.log(textTable(inspectFeedTable.header, inspectFeedTable.rows));
+}
+
 // ---------------------------------------------------------------- targets, markdown, json
 
 const targetHeader = ['target', 'measured', 'limit', 'result'];
@@ -688,6 +708,7 @@ if (importCost.length > 0) console.log(`${markdownTable(importHeader, importRows
 if (natsHopRows.length > 0) console.log(`${markdownTable(natsHopHeader, natsHopRows)}\n`);
 if (natsWorkersRows.length > 0) console.log(`${markdownTable(natsWorkersHeader, natsWorkersRows)}\n`);
 if (natsFigureRows.length > 0) console.log(`${markdownTable(natsFigureHeader, natsFigureRows)}\n`);
+if (inspectFeedTable !== undefined) console.log(`${markdownTable(inspectFeedTable.header, inspectFeedTable.rows)}\n`);
 if (checks.length > 0) console.log(`${markdownTable(targetHeader, targetRows)}\n`);
 if (yardstickLine !== undefined) console.log(`${yardstickLine}\n`);
 
@@ -713,6 +734,7 @@ const results = {
   transit,
   importCost: importCost.map((r) => ({ ...r, ratioToRxjs: r.id === 'import-core' ? importRatio : undefined })),
   nats: nats === undefined ? (natsSkipped === undefined ? undefined : { skipped: natsSkipped }) : { ...nats, workersSpeedup: natsSpeedup },
+  inspectFeed: inspectFeed.length === 0 ? undefined : { config: feedConfig, results: inspectFeed },
   checks,
 };
 // A filtered run must not overwrite the full results: it writes only where BENCH_OUT says.

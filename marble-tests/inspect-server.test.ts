@@ -5,9 +5,10 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, request as httpRequest, type Server } from 'node:http';
+import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
+import OpenAI from 'openai';
 import { lastValueFrom } from 'rxjs';
 import { fromAsyncIterable, fromIterable } from '../src/flow/sources.js';
 import { stage } from '../src/operators/stage.js';
@@ -191,6 +192,44 @@ describe('the inspector feed and its guards', () => {
   });
 });
 
+describe('the feed keeps server memory bounded', () => {
+  it('readers that never read hold at most one message each in the server, however many snapshots pass them by', async () => {
+    const inspecting = await inspector({ interval: 50 });
+    // Many running stages make each snapshot large, so the sockets' kernel buffers fill in a moment.
+    let open: () => void = () => {};
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const held = Array.from({ length: 150 }, (_, i) => lastValueFrom(fromIterable([i]).pipe(stage(() => gate, { name: `never-read-stage-${i}` }))));
+    const { port } = new URL(inspecting.url);
+    const readers = Array.from({ length: 3 }, () => {
+      const socket = connect(Number(port), '127.0.0.1');
+      // Never read: not one byte of the answer is taken from the socket.
+      socket.pause();
+      socket.write(`GET /inspect/events HTTP/1.1\r\nhost: 127.0.0.1:${port}\r\n\r\n`);
+      return socket;
+    });
+    try {
+      await until(() => inspecting.feedStats().blocked === 3, 'every reader blocked', 60_000);
+      const skippedAt = inspecting.feedStats().skipped;
+      let queued = 0;
+      // At least 20 more ticks for each reader: every one skipped, nothing more queued.
+      while (inspecting.feedStats().skipped < skippedAt + 60) {
+        queued = Math.max(queued, inspecting.feedStats().queued);
+        await sleep(20);
+      }
+      const message = inspecting.feedStats().largestMessage;
+      assert.ok(queued > 0, 'the blocked readers each hold their last message');
+      // One message each, plus its HTTP chunk framing (a size line and two CRLFs).
+      assert.ok(queued <= 3 * (message + 32), `queued ${queued} bytes for 3 readers; the largest message is ${message}`);
+      assert.equal(inspecting.feedStats().readers, 3);
+    } finally {
+      for (const socket of readers) socket.destroy();
+      open();
+      await Promise.all(held);
+      await inspecting.close();
+    }
+  });
+});
+
 describe('cancelling a running request from the inspector', () => {
   let server: Server;
   let sockets: TokenSocket;
@@ -278,7 +317,35 @@ describe('cancelling a running request from the inspector', () => {
     assert.equal((await cancel(requests.page(1).shown[0]!.id)).status, 202);
     const answer = await whole;
     assert.equal(answer.status, 409);
+    assert.equal(answer.headers.get('x-should-retry'), 'false');
     assert.equal(((await answer.json()) as { error: { code: string } }).error.code, 'request_cancelled');
+  });
+
+  it('the OpenAI SDK, with its retries on, takes a cancelled whole completion as final: one request, an APIError 409 request_cancelled', async () => {
+    let posts = 0;
+    const count = (req: IncomingMessage) => void (req.method === 'POST' && posts++);
+    server.on('request', count);
+    // Were the SDK to retry, each retry is cancelled too, so the test ends and counts them rather than hanging.
+    const retriesCancelled = setInterval(() => {
+      if (posts > 1) for (const row of requests.page(10).shown) if (row.tokens > 0) requests.cancel(row.id);
+    }, 10);
+    try {
+      const sdk = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'unused', maxRetries: 2 });
+      const answer = sdk.chat.completions.create({ model: 'trickle', messages: [{ role: 'user', content: 'hi' }] }).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      await until(() => requests.size === 1 && requests.page(1).shown[0]!.tokens > 2, 'tokens');
+      assert.equal((await cancel(requests.page(1).shown[0]!.id)).status, 202);
+      const error = await answer;
+      assert.ok(error instanceof OpenAI.APIError, String(error));
+      assert.equal(error.status, 409);
+      assert.equal(error.code, 'request_cancelled');
+      assert.equal(posts, 1, 'the SDK did not send it again');
+    } finally {
+      clearInterval(retriesCancelled);
+      server.off('request', count);
+    }
   });
 
   it('an unknown id is 404; a GET on the action is 405', async () => {

@@ -294,6 +294,47 @@ describe('sluice/nats links, on a real nats-server', () => {
     assert.equal(5, stats.acked + stats.deadLettered + remaining, 'published = acknowledged + dead-lettered + in the stream');
   });
 
+  it("an inspector lists a link's recent dead letters one by one — subject, seq, code, deliveries — never the body or the reason's text, and keeps a bounded number", async () => {
+    const graph = new PipelineGraph({ deadLetters: 2 }).start();
+    try {
+      const link = await openLink(nc, { name: 'inspected-dead', capacity: 16 });
+      await toLink(fromIterable([1, 2, 3, 4, 5]), link, { producerId: 'p1' });
+      await link.js.publish(link.subject, 'not json, secret prompt text');
+      await toLink(fromIterable([7]), link, { producerId: 'p2' });
+      const values = await lastValueFrom(
+        fromLink<number>(link).pipe(
+          stage(
+            (value: number) => {
+              if (value % 2 === 0) throw new TypeError(`even value ${value}, secret prompt text`);
+              return value;
+            },
+            { name: 'odd-only', errorPolicy: 'skip' },
+          ),
+          untraced(),
+          take(4),
+          toArray(),
+        ),
+      );
+      assert.deepEqual(values, [1, 3, 5, 7]);
+      await eventually(() => assert.equal(graph.snapshot().nodes.find((n) => n.kind === 'nats-receive')!.failed, 3));
+      const snapshot = graph.snapshot();
+      const letters = snapshot.deadLetters;
+      // Three dead letters (values 2 and 4, the bad body): the oldest is dropped, the last two kept, newest last.
+      assert.equal(letters.length, 2);
+      assert.deepEqual(
+        letters.map((l) => [l.link, l.subject, l.seq, l.code, l.deliveries]),
+        [
+          ['inspected-dead', link.subject, 4, 'WORK_FAILED', 1],
+          ['inspected-dead', link.subject, 6, 'INVALID_MESSAGE', 1],
+        ],
+      );
+      assert.ok(letters.every((l) => l.node === snapshot.nodes.find((n) => n.kind === 'nats-receive')!.id));
+      assert.ok(!JSON.stringify(snapshot).includes('secret prompt'), 'neither the body nor the reason text');
+    } finally {
+      graph.stop();
+    }
+  });
+
   it('a message the link schema refuses is dead-lettered with the path of the bad field; a producer refuses to send one', async () => {
     const schema = z.object({ prompt: z.string(), maxTokens: z.number().int() });
     const link = await openLink(nc, { name: 'typed', capacity: 16, schema });

@@ -77,6 +77,7 @@ export { BatchedEmbedder } from './ai/models/batched-embedder.js';
 export type { BatchedEmbedderOptions } from './ai/models/batched-embedder.js';
 export { Gateway, UpstreamDiscoveryError, discoverModels, isUpstreamTransient } from './ai/inference/gateway.js';
 export type { GatewayOptions, UpstreamOptions } from './ai/inference/gateway.js';
+export type { UpstreamView } from './ai/inference/upstream-stats.js';
 export { CharLmWorker, DecoderLmWorker, ASCII_CODEC } from './ai/inference/onnx-lm.js';
 export { LocalModel, LocalModelError } from './ai/inference/local-model.js';
 export type { LocalModelOptions, LocalWorkerOptions } from './ai/inference/local-model.js';

@@ -69,6 +69,9 @@ Options (environment variable in brackets):
   --redact <kinds>            redact personal data from every answer as it streams: all, or some of
                               ${PII_KINDS.join(',')} [SLUICE_REDACT]
   --no-inspect                do not serve the pipeline inspector on /inspect [SLUICE_NO_INSPECT=1]
+  --inspect-token <token>     an operator's token: opens /inspect on every tenant's requests (a --token
+                              sees only its own tenant's); not accepted by the API; needs --token;
+                              repeatable [SLUICE_INSPECT_TOKENS, comma-separated]
   -h, --help                  this text
   -v, --version               the version
 
@@ -84,7 +87,7 @@ Runs the language model for "sluice serve --nats": takes generation requests fro
 `;
 
 /** The flag of a `serve options` field, for errors found when the server starts. */
-const FLAG_OF: Readonly<Record<string, string>> = { ragModel: '--rag-model' };
+const FLAG_OF: Readonly<Record<string, string>> = { ragModel: '--rag-model', inspectTokens: '--inspect-token' };
 
 /** A bad flag or environment value: printed without a stack, exit code 2. */
 class UsageError extends Error {}
@@ -117,6 +120,7 @@ function readFlags(argv: readonly string[]) {
       'rag-model': { type: 'string' },
       guard: { type: 'boolean' },
       'no-inspect': { type: 'boolean' },
+      'inspect-token': { type: 'string', multiple: true },
       redact: { type: 'string' },
       concurrency: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
@@ -264,6 +268,7 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
     ...defined('ragModel', ragModel(v['rag-model'] ?? (env.SLUICE_RAG_MODEL || undefined), upstreams, v.corpus ?? (env.SLUICE_CORPUS || undefined))),
     ...defined('guard', v.guard ?? switchedOn(env, 'SLUICE_GUARD')),
     ...((v['no-inspect'] ?? switchedOn(env, 'SLUICE_NO_INSPECT')) === true && { inspect: false }),
+    ...defined('inspectTokens', list(v['inspect-token'], env.SLUICE_INSPECT_TOKENS)),
     ...defined('redact', redactKinds(v.redact, env.SLUICE_REDACT)),
   };
 }

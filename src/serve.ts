@@ -26,12 +26,21 @@ export type {
 } from './serve/ws-server.js';
 export { startServer, isLoopback, WS_PATH } from './serve/app.js';
 export { PipelineGraph, stateOf, bottleneckOf } from './serve/inspect/pipeline-graph.js';
-export type { PipelineGraphOptions, GraphSnapshot, NodeSnapshot, EdgeSnapshot, NodeState, WaterfallEntry } from './serve/inspect/pipeline-graph.js';
+export type {
+  PipelineGraphOptions,
+  GraphSnapshot,
+  NodeSnapshot,
+  EdgeSnapshot,
+  NodeState,
+  WaterfallEntry,
+  FailureEntry,
+  DeadLetterEntry,
+} from './serve/inspect/pipeline-graph.js';
 export { inspector } from './serve/inspect/inspector.js';
 export type { Inspector, InspectorOptions } from './serve/inspect/inspector.js';
 export { RequestRegistry } from './serve/inspect/requests.js';
 export type { RequestInfo, RequestView, RequestsPage, RequestHandle } from './serve/inspect/requests.js';
-export type { InspectSnapshot, InspectSources, SocketsPage } from './serve/inspect/snapshot.js';
+export type { InspectSnapshot, InspectSources, InspectViewer, SocketsPage } from './serve/inspect/snapshot.js';
 export type { FeedStats } from './serve/inspect/feed.js';
 export type { TraceObserver } from './serve/telemetry.js';
 export type { ServeOptions, RunningServer, ServerStats, ShutdownReport } from './serve/app.js';

@@ -52,6 +52,18 @@ export function isInspectedRun(producer: object): producer is InspectedRun {
   return typeof (producer as Partial<InspectedRun>).describe === 'function' && (producer as Partial<InspectedRun>).stats !== undefined;
 }
 
+/** A message an operator moved to its dead-letter store (a NATS link receiver's), as the inspector lists it: never its body nor its reason's text. */
+export interface DeadLetterRecord {
+  /** The subject it was published on. */
+  readonly subject: string;
+  /** Its sequence in the link's stream. */
+  readonly seq: number;
+  /** Why, as a code: a failed element's error code (`WORK_FAILED`, `STAGE_TIMEOUT`...), `INVALID_MESSAGE`, `MAX_DELIVER`, `TERMINATED`. */
+  readonly code: string;
+  /** Times it was delivered before it was given up on. */
+  readonly deliveries: number;
+}
+
 export interface Introspector {
   /**
    * A run started. `own` is the link it takes elements through (what a run it consumes
@@ -63,6 +75,8 @@ export interface Introspector {
   runEnded(run: InspectedRun): void;
   /** An element failed in the run (its work threw or rejected, or timed out). */
   elementFailed?(run: InspectedRun, seq: number, error: unknown): void;
+  /** The run moved a message to its dead-letter store. */
+  deadLettered?(run: InspectedRun, letter: DeadLetterRecord): void;
 }
 
 const attached: Introspector[] = [];
@@ -78,6 +92,9 @@ const all: Introspector = {
   },
   elementFailed: (run, seq, error) => {
     for (const introspector of attached) introspector.elementFailed?.(run, seq, error);
+  },
+  deadLettered: (run, letter) => {
+    for (const introspector of attached) introspector.deadLettered?.(run, letter);
   },
 };
 

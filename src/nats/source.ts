@@ -8,7 +8,7 @@
  * `settleMessage`. Messages fetched or still in the pipeline when the consumer leaves are
  * `nak`ed at once, so another receiver gets them now rather than after `ackWait`.
  */
-import type { InspectedRun, RunCounters, RunDescription } from '../flow/introspection.js';
+import { activeIntrospector, type InspectedRun, type RunCounters, type RunDescription } from '../flow/introspection.js';
 import { StageStats } from '../flow/stats.js';
 import type { JsMsg, Consumer, ConsumerMessages } from '@nats-io/jetstream';
 import type { Subscription as NatsSubscription } from '@nats-io/nats-core';
@@ -18,7 +18,7 @@ import { Flow, type Outlet, type Producer } from '../flow/demand.js';
 import { Ring } from '../flow/ring.js';
 import { type Link, LinkError, definite, disconnected, refused } from './link.js';
 import { agreeOnContract } from './contract.js';
-import { RECORDS, SEQ, TRACEPARENT, deadLetter, describe, invalidReason, letterOf } from './wire.js';
+import { RECORDS, SEQ, TRACEPARENT, deadLetter, describe, invalidReason, letterOf, reasonCode } from './wire.js';
 
 /** The message an element came from, for settling it by hand. Settle it once; later settlements change nothing. */
 export interface LinkMessage<T> {
@@ -142,7 +142,7 @@ class Received<T> implements LinkMessage<T>, Settler {
    */
   settle(settled: Settled): void {
     if (settled.outcome === 'delivered') this.ack();
-    else if (settled.outcome === 'failed') this.term(describe(settled.error));
+    else if (settled.outcome === 'failed') this.giveUp(describe(settled.error), reasonCode(settled.error));
     else if (settled.reason === 'cancelled' || this.receiver.config.shedNaks) this.nak();
     else this.ack();
   }
@@ -157,16 +157,19 @@ class Received<T> implements LinkMessage<T>, Settler {
     this.receiver.unhold(this);
     const deliveries = this.message.info.deliveryCount;
     // Given back on its last delivery, the server would keep it in the work queue for good.
-    if (deliveries >= this.receiver.maxDeliver) this.receiver.deadLetter(this.message, `given back after ${deliveries} deliveries (maxDeliver)`);
+    if (deliveries >= this.receiver.maxDeliver) this.receiver.deadLetter(this.message, `given back after ${deliveries} deliveries (maxDeliver)`, 'MAX_DELIVER');
     else {
       this.message.nak(delay);
       this.receiver.settledAs('nacked');
     }
   }
   term(reason: string): void {
+    this.giveUp(reason, 'TERMINATED');
+  }
+  private giveUp(reason: string, code: string): void {
     if (!this.claim()) return;
     this.receiver.unhold(this);
-    this.receiver.deadLetter(this.message, reason);
+    this.receiver.deadLetter(this.message, reason, code);
   }
   working(): void {
     if (!this.settled) this.message.working();
@@ -322,7 +325,7 @@ class LinkProducer<T> implements Producer, InspectedRun {
     try {
       value = this.valueOf(message);
     } catch (error) {
-      this.deadLetter(message, describe(error));
+      this.deadLetter(message, describe(error), 'INVALID_MESSAGE');
       return;
     }
     const received = new Received(value, message, this);
@@ -351,11 +354,13 @@ class LinkProducer<T> implements Producer, InspectedRun {
    * keeps a terminated message (nats-server 2.9), where it would hold a place of the link's
    * capacity for good. If the dead letter cannot be stored, the message is delivered again.
    */
-  deadLetter(message: JsMsg, reason: string): void {
+  deadLetter(message: JsMsg, reason: string, code: string): void {
+    const deliveries = message.info.deliveryCount;
     deadLetter(this.link, letterOf(message), reason).then(
       () => {
         message.ack();
         this.config.onDeadLetter?.({ seq: message.seq, reason });
+        activeIntrospector()?.deadLettered?.(this, { subject: message.subject, seq: message.seq, code, deliveries });
         this.settledAs('deadLettered');
       },
       () => {
@@ -378,7 +383,7 @@ class LinkProducer<T> implements Producer, InspectedRun {
 
   private giveBack(message: JsMsg): void {
     if (message.info.deliveryCount >= this.maxDeliver) {
-      this.deadLetter(message, `given back after ${message.info.deliveryCount} deliveries (maxDeliver)`);
+      this.deadLetter(message, `given back after ${message.info.deliveryCount} deliveries (maxDeliver)`, 'MAX_DELIVER');
       return;
     }
     message.nak();
@@ -421,6 +426,7 @@ class LinkProducer<T> implements Producer, InspectedRun {
             await jsm.streams.deleteMessage(stream, seq, false);
             this.config.stats.deadLettered++;
             this.config.onDeadLetter?.({ seq, reason });
+            activeIntrospector()?.deadLettered?.(this, { subject: stored.subject, seq, code: 'MAX_DELIVER', deliveries });
           })
           .catch(() => {}); // already moved by another receiver (its dead letter has the same id)
       },

@@ -60,6 +60,12 @@ export function describe(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
+/** A dead letter's reason as a code, for the inspector (the reason's text may quote the message): a typed error's code, else what was thrown's name. */
+export function reasonCode(error: unknown): string {
+  if (error instanceof SluiceError) return error.code;
+  return error instanceof Error ? error.name : 'Error';
+}
+
 /** Why a value is not valid for a link's schema: each issue's path and message. */
 export function invalidReason(error: ZodError): string {
   return `invalid for the link's schema: ${error.issues.map((issue) => `${issue.path.join('.') || '(root)'}: ${issue.message}`).join('; ')}`;

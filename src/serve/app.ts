@@ -42,6 +42,7 @@ import { PipelineGraph } from './inspect/pipeline-graph.js';
 import { RequestRegistry } from './inspect/requests.js';
 import { INSPECT_PAGE } from './inspect/inspector.js';
 import { inspectRoutes, type InspectRoutes } from './inspect/routes.js';
+import { OPERATOR, type InspectViewer } from './inspect/snapshot.js';
 
 export { isLoopback } from './loopback.js';
 
@@ -111,6 +112,12 @@ export interface ServeOptions {
   readonly requestLog?: RequestLog;
   /** Serve the pipeline inspector on `/inspect` (its feed and cancel need a token, as the API does). Default true. */
   readonly inspect?: boolean;
+  /**
+   * Operators' tokens: they open the inspector on every tenant's requests (an API token shows
+   * only its own tenant's). Accepted by `/inspect` only, not by the API. Needs `tokens`: an open
+   * server's inspector is open to whoever reaches it.
+   */
+  readonly inspectTokens?: readonly string[];
 }
 
 const optionsSchema = lazySchema((z) =>
@@ -163,8 +170,25 @@ const optionsSchema = lazySchema((z) =>
         .default(false),
       requestLog: z.custom<RequestLog>((v) => typeof v === 'function', { error: 'requestLog must be a function' }).optional(),
       inspect: z.boolean({ error: 'inspect must be true or false' }).default(true),
+      // Checked as a whole, so an error never quotes a token.
+      inspectTokens: z
+        .custom<string[]>((v) => Array.isArray(v) && v.every((t) => typeof t === 'string'), { error: 'inspectTokens must be a list of tokens' })
+        .refine((t) => t.every((token) => token.length >= 8), { error: 'an inspect token must have at least 8 characters' })
+        .default([]),
     })
     .strict()
+    .refine((o) => o.inspectTokens.length === 0 || Object.keys(o.tokens).length > 0, {
+      error: "inspectTokens guard the inspector of a server with tokens: give tokens too (an open server's inspector is open)",
+      path: ['inspectTokens'],
+    })
+    .refine((o) => o.inspectTokens.every((token) => !Object.hasOwn(o.tokens, token)), {
+      error: "an inspect token must not also be an API token: a tenant's token sees only its own requests",
+      path: ['inspectTokens'],
+    })
+    .refine((o) => o.inspectTokens.length === 0 || o.inspect, {
+      error: 'inspectTokens open the inspector, which inspect: false turns off',
+      path: ['inspectTokens'],
+    })
     .refine((o) => o.ragModel === undefined || o.upstreams !== undefined, {
       error: 'ragModel names an upstream model: give upstreams too',
       path: ['ragModel'],
@@ -266,6 +290,14 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
 
     const tenants = new Map(Object.entries(config.tokens));
     const open = tenants.size === 0;
+    const operators = new Set(config.inspectTokens);
+    // A tenant's token reads its own requests; an operator's, everyone's; anything else is refused.
+    const viewerOf = (token: string | undefined): InspectViewer | undefined => {
+      if (token === undefined) return undefined;
+      if (operators.has(token)) return OPERATOR;
+      const tenant = tenants.get(token);
+      return tenant === undefined ? undefined : { role: 'tenant', tenant };
+    };
     const page = CHAT_PAGE === undefined ? undefined : await readFile(CHAT_PAGE);
     // One count of each tenant's requests for both transports.
     const limits = config.limits as Partial<TokenSocketLimits> | undefined;
@@ -294,9 +326,9 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     });
     if (graph !== undefined)
       inspect = inspectRoutes({
-        sources: { graph, requests, sockets: () => sockets.clients() },
+        sources: { graph, requests, sockets: () => sockets.clients(), ...(backend.upstreams !== undefined && { upstreams: () => backend.upstreams!() }) },
         page: INSPECT_PAGE === undefined ? undefined : await readFile(INSPECT_PAGE),
-        ...(!open && { authorize: (req: IncomingMessage) => tenants.has(bearerOf(req.headers.authorization) ?? '') }),
+        ...(!open && { authorize: (req: IncomingMessage) => viewerOf(bearerOf(req.headers.authorization)) }),
         ...(config.origins !== undefined && { origins: config.origins }),
         interval: 500,
         limits: { nodes: 200, rows: 50 },

@@ -9,6 +9,7 @@ import { InvalidOptionsError } from '../core/errors.js';
 import { StageStats } from '../flow/stats.js';
 import type { CacheStats } from '../cache/stats.js';
 import { Gateway, type GatewayOptions, type UpstreamOptions } from '../ai/inference/gateway.js';
+import type { UpstreamView } from '../ai/inference/upstream-stats.js';
 import { CharLmWorker } from '../ai/inference/onnx-lm.js';
 import { LocalModel, LocalModelError } from '../ai/inference/local-model.js';
 import { openAiEncodingOf, openAiTokenCounter } from '../ai/inference/openai-tokens.js';
@@ -53,6 +54,8 @@ export interface Backend {
   upstreamEmbeddings?(model: string, body: Readonly<Record<string, unknown>>, signal: AbortSignal): Promise<unknown> | undefined;
   /** Each upstream's circuit state, in gateway mode. */
   circuits?(): Record<string, string>;
+  /** Gateway mode: each upstream's circuit, attempts in flight, failures by code, retries and fallbacks. */
+  upstreams?(): readonly UpstreamView[];
   release(): Promise<void>;
 }
 
@@ -235,6 +238,7 @@ export async function gatewayBackend(
     stages: { upstream: gateway.stats },
     ...(tuning.cache !== undefined || tuning.singleFlight === true ? { caches: { upstream: gateway.cacheStats } } : {}),
     circuits: () => gateway.circuits(),
+    upstreams: () => gateway.upstreams(),
     upstreamEmbeddings: (model: string, body: Readonly<Record<string, unknown>>, signal: AbortSignal) => gateway.embeddings(model, body, signal),
   };
   if (local.corpus === undefined && local.ragModel !== undefined)

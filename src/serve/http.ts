@@ -426,7 +426,10 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
     interrupts.add(interrupt);
     // An operator's cancel (the inspector): the model stops as for a client that left, and the client is told so.
     requestTrace.cancelWith(() => {
-      cancelled ??= new ApiError(409, 'The request was cancelled by an operator.', 'invalid_request_error', 'request_cancelled');
+      // 409 alone is retried by the OpenAI SDKs (a lock timeout to them): the header says this one is final.
+      cancelled ??= new ApiError(409, 'The request was cancelled by an operator.', 'invalid_request_error', 'request_cancelled', null, {
+        'x-should-retry': 'false',
+      });
       controller.abort(new AbortedError(config.stage, 'cancelled by an operator'));
     });
     const onClose = () => {

@@ -18,7 +18,8 @@ import type { RequestHandle, RequestRegistry } from './inspect/requests.js';
 
 /** What takes every finished request's trace besides the metrics: a `PipelineGraph`'s service times and waterfall. */
 export interface TraceObserver {
-  observeTrace(trace: TraceContext): void;
+  /** `tenant`: whose request it was, so a tenant's inspector shows only its own. */
+  observeTrace(trace: TraceContext, tenant?: string): void;
 }
 
 export interface RequestTelemetryOptions {
@@ -166,7 +167,7 @@ export class RequestTrace {
     // The span's context only for a sampled trace with stage records: it is a Map and three closures.
     if (trace.records !== undefined && trace.records.length > 0)
       recordStageSpans(trace, spanContext(this.parent, this.span), { ...(tracer && { tracer }), startTime: this.startEpoch });
-    this.options.graph?.observeTrace(trace);
+    this.options.graph?.observeTrace(trace, this.tenant);
     if (metrics === undefined) return;
     metrics.observeTrace(trace);
     if (done !== undefined)

@@ -29,6 +29,7 @@ import { retrying } from '../../resilience/retry.js';
 import { withTimeouts } from '../../resilience/timeouts.js';
 import { HttpStatusError, MalformedEventError, ProviderError } from './errors.js';
 import { OpenAIWorker } from './openai.js';
+import { observed, UpstreamStats, type UpstreamView } from './upstream-stats.js';
 import {
   complete,
   generateRequest,
@@ -187,6 +188,7 @@ export class Gateway {
   private readonly responses: LruCache<CachedAnswer<Token>> | undefined;
   private readonly flight: SingleFlight<Token> | undefined;
   private readonly breakers = new Map<string, CircuitBreaker>();
+  private readonly upstreamStats = new Map<string, UpstreamStats>();
   private readonly workers = new Map<string, ModelWorker<GenerateRequest, Completion>>();
   /** Per model, its upstreams' clients in the order a request tries them (the first picked by weight). */
   private readonly routes = new Map<string, () => readonly { readonly name: string; readonly client: OpenAIWorker; readonly breaker: CircuitBreaker }[]>();
@@ -211,6 +213,7 @@ export class Gateway {
     this.flight = config.singleFlight ? new SingleFlight<Token>() : undefined;
     for (const upstream of config.upstreams) {
       const name = upstreamName(upstream);
+      this.upstreamStats.set(name, new UpstreamStats());
       this.breakers.set(
         name,
         new CircuitBreaker({
@@ -259,17 +262,22 @@ export class Gateway {
     if (route === undefined) return undefined;
     return (async () => {
       let last: unknown;
-      for (const { client, breaker } of route()) {
+      for (const { name, client, breaker } of route()) {
         let permit: ReturnType<CircuitBreaker['acquire']>;
         try {
           permit = breaker.acquire();
         } catch (err) {
+          this.upstreamStats.get(name)!.rejected++;
           last = err;
           continue;
         }
+        const stats = this.upstreamStats.get(name)!;
+        stats.attempts++;
+        stats.inFlight++;
         try {
           const answer = await client.embeddings(body, signal);
           permit.success();
+          stats.succeeded++;
           return answer;
         } catch (err) {
           if (signal?.aborted) {
@@ -277,8 +285,11 @@ export class Gateway {
             throw err;
           }
           permit.failure(err);
+          stats.failed(err);
           if (!isUpstreamTransient(err)) throw err;
           last = err;
+        } finally {
+          stats.inFlight--;
         }
       }
       throw last;
@@ -288,6 +299,72 @@ export class Gateway {
   /** Each upstream's circuit: `closed`, `open` or `half-open`. */
   circuits(): Record<string, string> {
     return Object.fromEntries([...this.breakers].map(([name, breaker]) => [name, breaker.state]));
+  }
+
+  /** Each upstream's figures now: its circuit, attempts in flight, failures by code, retries, fallbacks. */
+  upstreams(): UpstreamView[] {
+    return [...this.breakers].map(([name, breaker]) => this.upstreamStats.get(name)!.view(name, breaker.state));
+  }
+
+  /**
+   * One upstream's part of a request: its client, timed out when idle, retried, behind its breaker.
+   * Counted twice: each attempt (inside the retries), and the request's outcome here (a fallback, a refusal).
+   */
+  private attempt(
+    { name, client, breaker }: { readonly name: string; readonly client: OpenAIWorker; readonly breaker: CircuitBreaker },
+    options: GenerateOptions,
+    last: boolean,
+    passedOn: (error: unknown) => boolean,
+  ): { name: string; work: StreamWork<GenerateRequest, Token> } {
+    const config = this.config;
+    const scheduler = config.scheduler ?? asyncScheduler;
+    const stats = this.upstreamStats.get(name)!;
+    const call: StreamWork<GenerateRequest, Token> = (request, context) =>
+      client.generate(request, {
+        signal: options.signal === undefined ? context.signal : AbortSignal.any([context.signal, options.signal]),
+        trace: context.trace,
+        stage: 'upstream',
+        ...(options.onDone !== undefined && { onDone: options.onDone }),
+      });
+    let tries = 0;
+    const counted = observed(
+      withTimeouts(call, { idle: config.idleTimeout, scheduler }),
+      {
+        started: () => {
+          stats.attempts++;
+          stats.inFlight++;
+          if (tries++ > 0) stats.retries++;
+        },
+        succeeded: () => stats.succeeded++,
+        failed: (error) => stats.failed(error),
+        ended: () => stats.inFlight--,
+      },
+      scheduler,
+    );
+    const retried = retrying(counted, {
+      attempts: config.attempts,
+      baseDelay: config.baseDelay,
+      maxDelay: config.maxDelay,
+      jitter: 1,
+      maxRetryAfter: config.maxRetryAfter,
+      random: config.random,
+      retryOn: isUpstreamTransient,
+      scheduler,
+    });
+    const outcome = observed(
+      breaker.wrap(retried),
+      {
+        started: () => {},
+        succeeded: () => {},
+        failed: (error) => {
+          if (error instanceof CircuitOpenError) stats.rejected++;
+          else if (!last && passedOn(error)) stats.fallbacks++;
+        },
+        ended: () => {},
+      },
+      scheduler,
+    );
+    return { name, work: outcome };
   }
 
   private modelWorker(model: string, upstreams: readonly UpstreamConfig[]): ModelWorker<GenerateRequest, Completion> & { readonly passthrough: true } {
@@ -321,29 +398,13 @@ export class Gateway {
 
     // Built per request: each attempt needs the caller's signal and onDone.
     const chainFor = (options: GenerateOptions): StreamWork<GenerateRequest, Token> => {
-      const attempts = clients.map(({ name, client, breaker }) => {
-        const call: StreamWork<GenerateRequest, Token> = (request, context) =>
-          client.generate(request, {
-            signal: options.signal === undefined ? context.signal : AbortSignal.any([context.signal, options.signal]),
-            trace: context.trace,
-            stage: 'upstream',
-            ...(options.onDone !== undefined && { onDone: options.onDone }),
-          });
-        const retried = retrying(withTimeouts(call, { idle: config.idleTimeout, scheduler }), {
-          attempts: config.attempts,
-          baseDelay: config.baseDelay,
-          maxDelay: config.maxDelay,
-          jitter: 1,
-          maxRetryAfter: config.maxRetryAfter,
-          random: config.random,
-          retryOn: isUpstreamTransient,
-          scheduler,
-        });
-        return { name, work: breaker.wrap(retried) };
-      });
       // The first choice, then the others in the listed order.
       const first = pick();
-      return fallback([attempts[first]!, ...attempts.filter((_, i) => i !== first)], { when, scheduler });
+      const order = [first, ...clients.map((_, i) => i).filter((i) => i !== first)];
+      return fallback(
+        order.map((i, position) => this.attempt(clients[i]!, options, position === order.length - 1, when)),
+        { when, scheduler },
+      );
     };
 
     const generate = (request: GenerateRequest, options: GenerateOptions = {}): Flow<Token> => {

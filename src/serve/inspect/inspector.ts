@@ -13,10 +13,12 @@ import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js
 import { bearerOf } from '../protocol.js';
 import { isLoopback, loopbackHost } from '../loopback.js';
 import type { SocketClient } from '../socket-stats.js';
+import type { UpstreamView } from '../../ai/inference/upstream-stats.js';
 import type { FeedStats } from './feed.js';
 import { PipelineGraph } from './pipeline-graph.js';
 import { RequestRegistry } from './requests.js';
 import { INSPECT_PATH, inspectRoutes } from './routes.js';
+import { OPERATOR } from './snapshot.js';
 
 /** The inspector page, from source or from `dist/`. */
 export const INSPECT_PAGE = findUp(import.meta.url, 'examples/inspect.html');
@@ -34,6 +36,8 @@ export interface InspectorOptions {
   readonly requests?: RequestRegistry;
   /** WebSocket clients to list, e.g. `() => tokenSocket.clients()`. Default: no list. */
   readonly sockets?: () => readonly SocketClient[];
+  /** A gateway's upstreams to list, e.g. `() => gateway.upstreams()`. Default: no list. */
+  readonly upstreams?: () => readonly UpstreamView[];
   /** Origins of other sites whose pages may read the feed (CORS). Default: none. */
   readonly origins?: readonly string[];
   /** ms between two snapshots of the feed. Default 500. */
@@ -69,6 +73,7 @@ const optionsSchema = lazySchema((z) =>
       graph: z.instanceof(PipelineGraph, { error: 'graph must be a PipelineGraph' }).optional(),
       requests: z.instanceof(RequestRegistry, { error: 'requests must be a RequestRegistry' }).optional(),
       sockets: functionSchema<() => readonly SocketClient[]>().optional(),
+      upstreams: functionSchema<() => readonly UpstreamView[]>().optional(),
       origins: z.array(z.string().url({ error: 'an origin must be a URL like https://app.example.com' })).optional(),
       interval: z
         .number({ error: 'interval must be a number of ms' })
@@ -109,7 +114,7 @@ async function listen(config: ReturnType<ReturnType<typeof optionsSchema>['parse
   if (startedHere) graph.start();
   const expected = config.token === undefined ? undefined : digest(config.token);
   const routes = inspectRoutes({
-    sources: { graph, requests: config.requests, sockets: config.sockets },
+    sources: { graph, requests: config.requests, sockets: config.sockets, upstreams: config.upstreams },
     page,
     origins: config.origins,
     interval: config.interval,
@@ -117,7 +122,7 @@ async function listen(config: ReturnType<ReturnType<typeof optionsSchema>['parse
     ...(expected !== undefined && {
       authorize: (req: IncomingMessage) => {
         const token = bearerOf(req.headers.authorization);
-        return token !== undefined && timingSafeEqual(digest(token), expected);
+        return token !== undefined && timingSafeEqual(digest(token), expected) ? OPERATOR : undefined;
       },
     }),
   });

@@ -9,7 +9,14 @@
  */
 import { asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
 import type { DemandLink } from '../../flow/protocol.js';
-import { attachIntrospector, type InspectedRun, type Introspector, type RunCounters, type RunDescription } from '../../flow/introspection.js';
+import {
+  attachIntrospector,
+  type DeadLetterRecord,
+  type InspectedRun,
+  type Introspector,
+  type RunCounters,
+  type RunDescription,
+} from '../../flow/introspection.js';
 import type { StageStats } from '../../flow/stats.js';
 import type { ShedReason } from '../../flow/options.js';
 import type { StageRecord, TraceContext } from '../../core/trace.js';
@@ -52,6 +59,8 @@ export interface EdgeSnapshot {
 
 export interface WaterfallEntry {
   readonly traceId: string;
+  /** The tenant whose request it was, when a server said (a tenant's inspector sees only its own). */
+  readonly tenant?: string;
   readonly records: readonly StageRecord[];
 }
 
@@ -68,6 +77,15 @@ export interface FailureEntry {
   readonly cause?: string;
 }
 
+/** A message a NATS link receiver gave up on: where and why — never its body nor its reason's text (either may quote a prompt). */
+export interface DeadLetterEntry extends DeadLetterRecord {
+  /** The scheduler's clock, ms. */
+  readonly at: number;
+  readonly node: string;
+  /** The link's name. */
+  readonly link: string;
+}
+
 export interface GraphSnapshot {
   /** The scheduler's clock, ms. */
   readonly at: number;
@@ -81,6 +99,8 @@ export interface GraphSnapshot {
   readonly omitted: number;
   /** The latest failed elements, newest last. */
   readonly failures: readonly FailureEntry[];
+  /** The latest dead letters of the NATS links seen, newest last. */
+  readonly deadLetters: readonly DeadLetterEntry[];
 }
 
 export interface PipelineGraphOptions {
@@ -98,6 +118,8 @@ export interface PipelineGraphOptions {
   readonly waterfall?: number;
   /** Failed elements kept. Default 20. */
   readonly failures?: number;
+  /** Dead letters kept. Default 20. */
+  readonly deadLetters?: number;
   /** Timers of the sampler. Default `asyncScheduler`. */
   readonly scheduler?: SchedulerLike;
 }
@@ -153,6 +175,7 @@ export class PipelineGraph implements Introspector {
   private readonly owners = new WeakMap<DemandLink, Node>();
   private readonly traces: WaterfallEntry[] = [];
   private readonly failures: FailureEntry[] = [];
+  private readonly deadLetters: DeadLetterEntry[] = [];
   private readonly config: Required<Omit<PipelineGraphOptions, 'scheduler'>>;
   private readonly scheduler: SchedulerLike;
   private timer: Subscription | undefined;
@@ -169,6 +192,7 @@ export class PipelineGraph implements Introspector {
       maxNodes: options.maxNodes ?? 500,
       waterfall: options.waterfall ?? 20,
       failures: options.failures ?? 20,
+      deadLetters: options.deadLetters ?? 20,
     };
     this.scheduler = options.scheduler ?? asyncScheduler;
   }
@@ -237,11 +261,19 @@ export class PipelineGraph implements Introspector {
     if (this.failures.length > this.config.failures) this.failures.shift();
   }
 
+  deadLettered(run: InspectedRun, letter: DeadLetterRecord): void {
+    const node = this.nodes.get(run.stats);
+    if (node === undefined) return;
+    const { subject, seq, code, deliveries } = letter;
+    this.deadLetters.push({ at: this.scheduler.now(), node: node.id, link: node.description.name, subject, seq, code, deliveries });
+    if (this.deadLetters.length > this.config.deadLetters) this.deadLetters.shift();
+  }
+
   /**
    * Takes a finished element's trace: its records feed each stage's service-time histogram, and
    * the element joins the waterfall. Unsampled traces have no records and cost nothing.
    */
-  observeTrace(trace: TraceContext): void {
+  observeTrace(trace: TraceContext, tenant?: string): void {
     const records = trace.records;
     if (records === undefined || records.length === 0) return;
     for (const record of records) {
@@ -253,7 +285,7 @@ export class PipelineGraph implements Introspector {
         node.times.recordValue(Math.max(1, Math.round(record.service * 1000)));
       }
     }
-    this.traces.push({ traceId: trace.traceId, records: records.map((r) => ({ ...r })) });
+    this.traces.push({ traceId: trace.traceId, ...(tenant !== undefined && { tenant }), records: records.map((r) => ({ ...r })) });
     if (this.traces.length > this.config.waterfall) this.traces.shift();
   }
 
@@ -302,6 +334,7 @@ export class PipelineGraph implements Introspector {
       waterfall: [...this.traces],
       omitted: this.omitted,
       failures: [...this.failures],
+      deadLetters: [...this.deadLetters],
     };
   }
 

@@ -107,21 +107,27 @@ export class RequestRegistry {
     };
   }
 
-  /** Ends a running request as its client's cancel would; false when no such request runs (or it cannot be cancelled). */
-  cancel(id: string): boolean {
+  /**
+   * Ends a running request as its client's cancel would; false when no such request runs, it
+   * cannot be cancelled, or `tenant` is given and it is another tenant's (told apart from none at all by nothing).
+   */
+  cancel(id: string, tenant?: string): boolean {
     const entry = this.running.get(id);
-    if (entry?.cancel === undefined) return false;
+    if (entry?.cancel === undefined || (tenant !== undefined && entry.info.tenant !== tenant)) return false;
     entry.cancel();
     return true;
   }
 
-  /** The oldest `limit` running requests, and counts of all. */
-  page(limit: number): RequestsPage {
+  /** The oldest `limit` running requests, and counts of all; only `only`'s (a tenant) when it is given. */
+  page(limit: number, only?: string): RequestsPage {
     const now = performance.now();
     const shown: RequestView[] = [];
     const byModel: Record<string, number> = {};
     const tenants = new Map<string, number>();
+    let total = 0;
     for (const entry of this.running.values()) {
+      if (only !== undefined && entry.info.tenant !== only) continue;
+      total++;
       if (shown.length < limit) shown.push(view(entry, now));
       byModel[entry.info.model] = (byModel[entry.info.model] ?? 0) + 1;
       const tenant = entry.info.tenant ?? '(none)';
@@ -131,7 +137,7 @@ export class RequestRegistry {
     const byTenant: Record<string, number> = Object.fromEntries(ranked.slice(0, TOP_TENANTS));
     const others = ranked.slice(TOP_TENANTS).reduce((sum, [, n]) => sum + n, 0);
     if (others > 0) byTenant['(others)'] = others;
-    return { total: this.running.size, shown, byModel, byTenant };
+    return { total, shown, byModel, byTenant };
   }
 }
 

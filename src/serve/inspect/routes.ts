@@ -8,14 +8,17 @@
  * The feed and the action are guarded as the API is: a foreign `Origin` (not this host, not in
  * `origins`) gets 403 before anything else — a cross-site page must not read the feed, nor fire a
  * cancel with a simple POST — then a missing or wrong bearer token 401. Listed origins get CORS
- * headers and their preflights answered.
+ * headers and their preflights answered. The token says who reads (`InspectViewer`): a tenant's
+ * feed holds only its own requests, and cancelling another tenant's request is 404 as for one
+ * that does not exist.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ApiError } from '../openai-wire.js';
 import { sendError, sendJson } from '../http-io.js';
 import { pathOf } from '../protocol.js';
 import { SnapshotFeed, type FeedStats } from './feed.js';
-import { buildSnapshot, type InspectSources, type SnapshotLimits } from './snapshot.js';
+import type { GraphSnapshot } from './pipeline-graph.js';
+import { buildSnapshot, OPERATOR, scopeOf, viewerOf, type InspectSources, type InspectViewer, type SnapshotLimits } from './snapshot.js';
 
 /** Where the page is served; the feed and the actions live under it. */
 export const INSPECT_PATH = '/inspect';
@@ -29,8 +32,11 @@ export interface InspectRoutesOptions {
   readonly sources: InspectSources;
   /** The page's HTML; undefined when the file is not installed (the page is then 404, the feed still served). */
   readonly page: Buffer | undefined;
-  /** Checks the request's credentials; false → 401. Without it, anyone who passed the origin check may read. */
-  readonly authorize?: ((req: IncomingMessage) => boolean | Promise<boolean>) | undefined;
+  /**
+   * Who the request's credentials name: an operator, or a tenant (who sees only its own requests);
+   * undefined → 401. Without it, anyone who passed the origin check reads as an operator.
+   */
+  readonly authorize?: ((req: IncomingMessage) => InspectViewer | undefined | Promise<InspectViewer | undefined>) | undefined;
   /** Origins of other sites whose pages may read the feed and cancel (CORS). */
   readonly origins?: readonly string[] | undefined;
   /** ms between two snapshots. */
@@ -48,7 +54,16 @@ export interface InspectRoutes {
 
 export function inspectRoutes(options: InspectRoutesOptions): InspectRoutes {
   let seq = 0;
-  const feed = new SnapshotFeed(options.interval, () => JSON.stringify(buildSnapshot(options.sources, ++seq, options.limits)));
+  let graphNow: GraphSnapshot | undefined;
+  // The graph is sampled once per tick, whatever the number of scopes read: the tick is synchronous, the cache ends with it.
+  const graph = (): GraphSnapshot => {
+    if (graphNow === undefined) {
+      graphNow = options.sources.graph.snapshot();
+      queueMicrotask(() => (graphNow = undefined));
+    }
+    return graphNow;
+  };
+  const feed = new SnapshotFeed(options.interval, (scope) => JSON.stringify(buildSnapshot(options.sources, ++seq, options.limits, viewerOf(scope), graph())));
 
   const guarded = async (req: IncomingMessage, res: ServerResponse, path: string): Promise<void> => {
     const origin = req.headers.origin;
@@ -69,17 +84,19 @@ export function inspectRoutes(options: InspectRoutesOptions): InspectRoutes {
       });
       return void res.end();
     }
-    if (options.authorize !== undefined && !(await options.authorize(req)))
+    const viewer = options.authorize === undefined ? OPERATOR : await options.authorize(req);
+    if (viewer === undefined)
       throw new ApiError(401, 'Invalid or missing API key.', 'invalid_request_error', 'invalid_api_key', null, { 'www-authenticate': 'Bearer' });
     if (path === EVENTS_PATH) {
       if (req.method !== 'GET') throw methodNotAllowed('GET');
-      return feed.add(res);
+      return feed.add(res, scopeOf(viewer));
     }
     const cancel = CANCEL_ROUTE.exec(path);
     if (cancel === null) throw new ApiError(404, `No route for ${req.method ?? 'GET'} ${path}.`, 'invalid_request_error', 'not_found');
     if (req.method !== 'POST') throw methodNotAllowed('POST');
     const id = cancel[1]!;
-    if (options.sources.requests?.cancel(id) !== true)
+    // Another tenant's request is answered as one that does not exist: its existence is not this tenant's to know.
+    if (options.sources.requests?.cancel(id, viewer.role === 'tenant' ? viewer.tenant : undefined) !== true)
       throw new ApiError(404, `No running request has the id \`${id}\` (it may have ended).`, 'invalid_request_error', 'request_not_found');
     sendJson(res, 202, { id, cancelled: true });
   };

@@ -3,7 +3,12 @@
  * WebSocket clients, each cut to a bounded page (the busiest nodes, the oldest requests, the
  * most buffered clients) with counts of the rest, so hundreds of stages or thousands of requests
  * make a message of bounded size. Figures only: no prompt or token text is ever in it.
+ *
+ * Cut to its viewer too: an operator sees everything; a tenant sees the shared stages' figures
+ * but only its own requests, connections and traces, and no list of single elements that belong
+ * to no tenant it can be told (failures, dead letters).
  */
+import type { UpstreamView } from '../../ai/inference/upstream-stats.js';
 import type { SocketClient } from '../socket-stats.js';
 import type { GraphSnapshot, NodeSnapshot, PipelineGraph } from './pipeline-graph.js';
 import type { RequestRegistry, RequestsPage } from './requests.js';
@@ -15,6 +20,8 @@ export interface InspectSources {
   readonly requests?: RequestRegistry | undefined;
   /** The WebSocket connections now; without it the page has no clients list. */
   readonly sockets?: (() => readonly SocketClient[]) | undefined;
+  /** A gateway's upstreams now (`Gateway.upstreams()`); without it the page has no upstreams list. */
+  readonly upstreams?: (() => readonly UpstreamView[]) | undefined;
 }
 
 /** The WebSocket clients: the most buffered `shown`, and totals over all. */
@@ -27,14 +34,33 @@ export interface SocketsPage {
   readonly shown: readonly SocketClient[];
 }
 
+/** Who reads the inspector: an operator sees every tenant's requests; a tenant only its own. */
+export type InspectViewer = { readonly role: 'operator' } | { readonly role: 'tenant'; readonly tenant: string };
+
+export const OPERATOR: InspectViewer = { role: 'operator' };
+
+/** The feed's scope of a viewer: readers with the same scope are sent the same message. */
+export function scopeOf(viewer: InspectViewer): string {
+  return viewer.role === 'operator' ? '*' : `tenant:${viewer.tenant}`;
+}
+
+/** The viewer a scope stands for (`scopeOf` undone). */
+export function viewerOf(scope: string): InspectViewer {
+  return scope.startsWith('tenant:') ? { role: 'tenant', tenant: scope.slice('tenant:'.length) } : OPERATOR;
+}
+
 export interface InspectSnapshot {
   /** Counts the feed's messages: a page sees a gap when it was sent fewer (it read slowly). */
   readonly seq: number;
   /** Epoch ms. */
   readonly at: number;
+  /** Whom it was cut for. */
+  readonly viewer: InspectViewer;
   readonly graph: GraphSnapshot;
   readonly requests: RequestsPage | null;
   readonly sockets: SocketsPage | null;
+  /** Each upstream of a gateway: its circuit, attempts in flight, failures by code. Shared by every tenant, as the stages are. */
+  readonly upstreams: readonly UpstreamView[] | null;
 }
 
 export interface SnapshotLimits {
@@ -44,14 +70,30 @@ export interface SnapshotLimits {
   readonly rows: number;
 }
 
-export function buildSnapshot(sources: InspectSources, seq: number, limits: SnapshotLimits): InspectSnapshot {
+/** One message for `viewer`; `graph` is the graph's snapshot of now, taken once for every viewer of a tick. */
+export function buildSnapshot(
+  sources: InspectSources,
+  seq: number,
+  limits: SnapshotLimits,
+  viewer: InspectViewer = OPERATOR,
+  graph: GraphSnapshot = sources.graph.snapshot(),
+): InspectSnapshot {
+  const tenant = viewer.role === 'tenant' ? viewer.tenant : undefined;
+  const clients = sources.sockets?.();
   return {
     seq,
     at: Date.now(),
-    graph: boundGraph(sources.graph.snapshot(), limits.nodes),
-    requests: sources.requests === undefined ? null : sources.requests.page(limits.rows),
-    sockets: sources.sockets === undefined ? null : socketsPage(sources.sockets(), limits.rows),
+    viewer,
+    graph: boundGraph(tenant === undefined ? graph : tenantGraph(graph, tenant), limits.nodes),
+    requests: sources.requests === undefined ? null : sources.requests.page(limits.rows, tenant),
+    sockets: clients === undefined ? null : socketsPage(tenant === undefined ? clients : clients.filter((c) => c.tenant === tenant), limits.rows),
+    upstreams: sources.upstreams === undefined ? null : sources.upstreams().slice(0, limits.rows),
   };
+}
+
+/** What a tenant may see of the graph: the figures, its own traces, no single elements of others. */
+function tenantGraph(graph: GraphSnapshot, tenant: string): GraphSnapshot {
+  return { ...graph, waterfall: graph.waterfall.filter((entry) => entry.tenant === tenant), failures: [], deadLetters: [] };
 }
 
 /** The `limit` nodes that matter most now (the bottleneck, then by work and queue), their edges, and the rest counted. */
