@@ -7,6 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import OpenAI from 'openai';
+import { VirtualTimeScheduler } from 'rxjs';
 import { eventually } from '../src/testing/index.js';
 import { startServer, type RunningServer } from '../src/serve/app.js';
 import { Gateway, UpstreamDiscoveryError } from '../src/ai/inference/gateway.js';
@@ -362,6 +363,33 @@ describe('gateway mode: breaker and discovery', () => {
       await a.close();
       await b.close();
     }
+  });
+
+  it('a shutdown leaves no timer of the gateway behind: an open circuit’s cooldown does not hold the process', async () => {
+    const a = await FakeUpstream.start(['m']);
+    // The gateway's timers on a virtual clock, to see which are left: none may be pending once the server has stopped.
+    const timers = new VirtualTimeScheduler();
+    const gateway = await startServer({
+      port: 0,
+      upstreams: [{ baseUrl: a.url, name: 'a' }],
+      gateway: { attempts: 1, breakerThreshold: 1, scheduler: timers },
+    });
+    try {
+      a.script({ kind: 'status', status: 500 });
+      assert.equal((await post(gateway.url, { model: 'm', messages: [{ role: 'user', content: 'hi' }] })).status, 502);
+      assert.equal(gateway.stats().circuits?.a, 'open');
+      assert.ok(
+        timers.actions.some((action) => !action.closed),
+        'the cooldown is pending',
+      );
+    } finally {
+      await gateway.shutdown(0);
+      await a.close();
+    }
+    assert.deepEqual(
+      timers.actions.filter((action) => !action.closed).map((action) => action.delay),
+      [],
+    );
   });
 
   it('weights pick the first upstream per request: weight 0 is never tried first', async () => {

@@ -476,6 +476,25 @@ describe('CircuitBreaker: closed → open → half-open → closed, with hystere
     });
   });
 
+  it('close() leaves no timer: an open circuit keeps refusing until its cooldown, then half-opens when next asked', () => {
+    const ts = new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));
+    const breaker = new CircuitBreaker({ failureThreshold: 1, window: 10, cooldown: 50, scheduler: ts });
+    breaker.acquire().failure(new Error('down'));
+    assert.equal(breaker.state, 'open');
+    assert.equal(ts.actions.length, 1, 'the cooldown timer');
+    breaker.close();
+    assert.equal(ts.actions.filter((action) => !action.closed).length, 0, 'no timer left after close()');
+    ts.flush();
+    assert.equal(breaker.state, 'open', 'no timer half-opened it');
+    assert.throws(() => breaker.acquire(), CircuitOpenError);
+    ts.frame = 50;
+    const probe = breaker.acquire();
+    assert.equal(breaker.state, 'half-open');
+    probe.failure(new Error('down'));
+    assert.equal(breaker.state, 'open');
+    assert.equal(ts.actions.filter((action) => !action.closed).length, 0, 'reopened without a timer');
+  });
+
   it('half-open: lets `probes` calls through at once, reopens for a whole cooldown on a failed probe', () => {
     const ts = scheduler();
     const rejections: CircuitOpenError[] = [];

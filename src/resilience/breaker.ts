@@ -107,6 +107,8 @@ export class CircuitBreaker {
   /** Bumped on every transition: permits from an earlier state count for nothing. */
   private epoch = 0;
   private cooldownTimer: Subscription | undefined;
+  /** `close` was called: no more timers; an open circuit half-opens when next asked after its cooldown. */
+  private closed = false;
   private readonly listeners = new Set<(change: CircuitStateChange) => void>();
 
   /** Current state first, then every change. */
@@ -133,6 +135,7 @@ export class CircuitBreaker {
 
   /** Asks leave for one call: a permit, or `CircuitOpenError` thrown when the circuit refuses. */
   acquire(): CircuitPermit {
+    if (this.closed && this.state === 'open' && this.scheduler.now() - this.openedAt >= this.options.cooldown) this.transition('half-open');
     const state = this.state;
     if (state === 'open') {
       throw new CircuitOpenError(this.name, 'open', Math.max(0, this.openedAt + this.options.cooldown - this.scheduler.now()));
@@ -143,6 +146,17 @@ export class CircuitBreaker {
       this.probesInFlight++;
     }
     return this.permit(this.epoch, state === 'half-open');
+  }
+
+  /**
+   * Stops the cooldown timer, so a breaker left open does not hold the process (a server
+   * shutting down). The circuit keeps its state; an open one half-opens when next asked
+   * after its cooldown.
+   */
+  close(): void {
+    this.closed = true;
+    this.cooldownTimer?.unsubscribe();
+    this.cooldownTimer = undefined;
   }
 
   /** `work` guarded by this breaker: see `withCircuitBreaker`. */
@@ -198,10 +212,11 @@ export class CircuitBreaker {
     this.cooldownTimer = undefined;
     if (to === 'open') {
       this.openedAt = this.scheduler.now();
-      this.cooldownTimer = this.scheduler.schedule(() => {
-        this.cooldownTimer = undefined;
-        this.transition('half-open');
-      }, this.options.cooldown);
+      if (!this.closed)
+        this.cooldownTimer = this.scheduler.schedule(() => {
+          this.cooldownTimer = undefined;
+          this.transition('half-open');
+        }, this.options.cooldown);
     }
     if (from === to) return;
     this.subject.next(to);

@@ -243,15 +243,18 @@ export async function gatewayBackend(
   };
   if (local.corpus === undefined && local.ragModel !== undefined)
     throw ragModelError('sluice-rag is served in gateway mode only over a corpus: give corpus too');
-  if (local.corpus === undefined && !local.guard) return { ...base, workers: upstreamWorkers, release: async () => {} };
+  if (local.corpus === undefined && !local.guard) return { ...base, workers: upstreamWorkers, release: async () => gateway.close() };
   // Checked before any model is loaded: a wrong name fails the start at once.
   const lm = local.corpus === undefined ? undefined : ragLanguageModel(gateway.models, upstreamWorkers, local.ragModel);
-  const models = await localModels({ models: local.models, poolSize: local.poolSize, charLm: false, log });
+  const models = await localModels({ models: local.models, poolSize: local.poolSize, charLm: false, log }).catch((err: unknown) => {
+    gateway.close();
+    throw err;
+  });
   try {
     if (local.corpus === undefined || lm === undefined) {
       return {
         ...base,
-        ...servedLocally(models),
+        ...servedLocally(models, gateway),
         workers: upstreamWorkers,
         stages: { ...base.stages, embeddings: models.embeddings.stats },
         classify: models.classify,
@@ -262,7 +265,7 @@ export async function gatewayBackend(
     const { [RAG_MODEL]: _shadowed, ...others } = upstreamWorkers;
     return {
       ...base,
-      ...servedLocally(models),
+      ...servedLocally(models, gateway),
       workers: { [rag.name]: rag, ...others },
       stages: { ...base.stages, ...stages, embeddings: models.embeddings.stats },
       classify: models.classify,
@@ -270,6 +273,7 @@ export async function gatewayBackend(
       passages,
     };
   } catch (err) {
+    gateway.close();
     await models.pool.close();
     throw err;
   }
@@ -304,12 +308,13 @@ function ragModelError(message: string): InvalidOptionsError {
   return new InvalidOptionsError('serve options', [{ path: 'ragModel', message }]);
 }
 
-/** What the embedded models add to a gateway: `sluice-embed` on /v1/embeddings, the pool, their release. */
-function servedLocally(models: LocalModels) {
+/** What the embedded models add to a gateway: `sluice-embed` on /v1/embeddings, the pool, their release (the gateway's too). */
+function servedLocally(models: LocalModels, gateway: Gateway) {
   return {
     embeddings: { [EMBEDDING_MODEL]: models.embeddings },
     pool: models.pool,
     release: async () => {
+      gateway.close();
       models.embeddings.close();
       await models.pool.close();
     },
