@@ -15,7 +15,7 @@ import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
-import { launchChromium, skipWithoutChromium, until } from './support/chromium.js';
+import { keepScreenshot, launchChromium, skipWithoutChromium, until } from './support/chromium.js';
 import { CliProcess } from './support/cli-process.js';
 import { BUNDLED_CORPUS } from '../src/ai/rag/corpus.js';
 
@@ -131,8 +131,7 @@ describe('the chat page in headless Chromium against `sluice serve`', { skip }, 
     }
     assert.equal((await chat.status()).state, 'streaming');
     assert.match((await chat.status()).text, /^Streaming… \d+ tokens$/);
-    const shots = process.env.SLUICE_E2E_SCREENSHOTS;
-    if (shots) await chat.page.screenshot({ path: join(shots, 'chat-streaming.png'), fullPage: true });
+    await keepScreenshot(chat.page, 'chat-streaming');
 
     await chat.page.getByTestId('stop').click();
     // `done` with finish_reason `abort` confirms the cancel.
@@ -190,8 +189,7 @@ describe('the chat page in headless Chromium against `sluice serve`', { skip }, 
     assert.ok(text.length > 20 && corpus.includes(text), text);
     const source = ((await chat.page.locator(`${href} summary`).textContent()) ?? '').replace(/^\[\d+\] /, '');
     assert.ok(source.length > 0);
-    const shots = process.env.SLUICE_E2E_SCREENSHOTS;
-    if (shots) await chat.page.screenshot({ path: join(shots, 'chat-citations.png'), fullPage: true });
+    await keepScreenshot(chat.page, 'chat-citations');
   });
 
   it('shows the error code of a question the guard blocks', async () => {

@@ -4,13 +4,12 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
 import { startServer, type RunningServer } from '../src/serve/app.js';
 import { serveOptions } from '../src/cli.js';
 import type { InspectSnapshot } from '../src/serve/inspect/snapshot.js';
 import { FakeUpstream } from './support/fake-upstream.js';
 import { until } from './support/ws-client.js';
-import { launchChromium, skipWithoutChromium, until as browserUntil } from './support/chromium.js';
+import { keepScreenshot, launchChromium, skipWithoutChromium, until as browserUntil } from './support/chromium.js';
 
 const ACME = 'acme-token-0001';
 const GLOBEX = 'globex-token-001';
@@ -177,6 +176,13 @@ describe('upstreams on the inspector: each with its circuit, attempts in flight,
     assert.equal(failing!.rejected, 1);
     assert.equal(failing!.inFlight, 0);
     assert.equal(bad.served.length, 4, 'the open circuit sent it nothing more');
+    // Each failed attempt is listed among the recent failures, under its model's node, with its code.
+    const failures = (await snapshotAs(server.url, {})).graph.failures.filter((f) => f.stage === 'bad:up-model');
+    assert.equal(failures.length, 4);
+    assert.deepEqual(
+      failures.map((f) => f.code),
+      ['HTTP_500', 'HTTP_500', 'HTTP_500', 'HTTP_500'],
+    );
     assert.equal(serving!.circuit, 'closed');
     assert.equal(serving!.attempts, 3);
     assert.equal(serving!.succeeded, 3);
@@ -195,8 +201,7 @@ describe('upstreams on the inspector: each with its circuit, attempts in flight,
       assert.equal(await row('bad').locator('[data-field="failures"]').textContent(), 'HTTP_500 ×4');
       assert.equal(await row('bad').locator('[data-field="fallbacks"]').getAttribute('data-value'), '2');
       assert.equal(await row('good').getAttribute('data-circuit'), 'closed');
-      const shots = process.env.SLUICE_E2E_SCREENSHOTS;
-      if (shots) await page.screenshot({ path: join(shots, 'inspect-upstreams.png'), fullPage: true });
+      await keepScreenshot(page, 'inspect-upstreams');
     } finally {
       await browser.close();
     }

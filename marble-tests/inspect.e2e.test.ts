@@ -4,7 +4,7 @@
  * `inspector()`, and the real `sluice serve` with long generations over WebSocket and HTTP.
  *
  * Needs /usr/bin/chromium, as browser.e2e.test.ts does (skipped without it, except under CI=true).
- * `SLUICE_E2E_SCREENSHOTS=<dir>` keeps screenshots of the page. Every wait is on a condition:
+ * Screenshots of the page are kept in test-artifacts/screenshots (or `SLUICE_E2E_SCREENSHOTS=<dir>`). Every wait is on a condition:
  * nothing here asserts speed.
  */
 import { after, before, describe, it } from 'node:test';
@@ -13,7 +13,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
-import { launchChromium, skipWithoutChromium, until } from './support/chromium.js';
+import { keepScreenshot, launchChromium, skipWithoutChromium, until } from './support/chromium.js';
 import { lastValueFrom, map, tap } from 'rxjs';
 import { fromIterable } from '../src/flow/sources.js';
 import { stage } from '../src/operators/stage.js';
@@ -25,7 +25,6 @@ import { WsClient } from './support/ws-client.js';
 
 const skip = skipWithoutChromium("the inspector's browser test");
 const LONG_ANSWER = 200_000;
-const shots = process.env.SLUICE_E2E_SCREENSHOTS;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -151,7 +150,7 @@ describe('the inspector page in headless Chromium', { skip }, () => {
       assert.doesNotMatch((await page.getByTestId('failures').textContent()) ?? '', /not shown/, 'no element or error message in the list');
       await until('sampled elements in the waterfall', async () => ((await page.locator('[data-testid="waterfall-row"]').count()) > 0 ? true : undefined));
       await until('service-time percentiles', async () => ((await inspect.figure('slow-model', 'p99')) >= 10 ? true : undefined));
-      if (shots) await page.screenshot({ path: join(shots, 'inspect-pipeline.png'), fullPage: true });
+      await keepScreenshot(page, 'inspect-pipeline');
       assert.deepEqual(pageErrors, []);
     } finally {
       stopped = true;
@@ -258,7 +257,7 @@ describe('the inspector page in headless Chromium', { skip }, () => {
         assert.equal(await page.locator('[data-testid="client-row"]').count(), 1);
         const html = await page.content();
         assert.ok(!html.includes('The stage'), 'no prompt on the page');
-        if (shots) await page.screenshot({ path: join(shots, 'inspect-serve.png'), fullPage: true });
+        await keepScreenshot(page, 'inspect-serve');
 
         // Cancel a WebSocket request from the page: its client gets done with finish_reason abort.
         const wsRow = page.locator('[data-testid="request-row"][data-transport="ws"]').first();

@@ -3,8 +3,10 @@
  * is there, the skip reason when it is not (never under CI=true, where .ci/run installs it), and
  * a headless launch that does not phone home (this closed network answers with refusals).
  */
-import { existsSync } from 'node:fs';
-import { chromium, type Browser } from 'playwright-core';
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium, type Browser, type Page } from 'playwright-core';
 
 export const CHROMIUM = process.env.SLUICE_CHROMIUM || '/usr/bin/chromium';
 export const installed = existsSync(CHROMIUM);
@@ -45,4 +47,15 @@ export async function until<T>(what: string, check: () => Promise<T | undefined>
     if (Date.now() > deadline) throw new Error(`timed out after ${timeout} ms waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
+}
+
+/** Where the browser tests keep their screenshots: `SLUICE_E2E_SCREENSHOTS`, else `test-artifacts/screenshots` of the checkout (git ignores it). */
+export const SCREENSHOTS = process.env.SLUICE_E2E_SCREENSHOTS || fileURLToPath(new URL('../../test-artifacts/screenshots', import.meta.url));
+
+/** Keeps a full-page screenshot of `page` as a test artifact, named `name`.png. */
+export async function keepScreenshot(page: Page, name: string): Promise<string> {
+  mkdirSync(SCREENSHOTS, { recursive: true });
+  const path = join(SCREENSHOTS, `${name}.png`);
+  await page.screenshot({ path, fullPage: true });
+  return path;
 }

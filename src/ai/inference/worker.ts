@@ -11,7 +11,7 @@
 import { lazySchema } from '../../core/zod.js';
 import { performance } from 'node:perf_hooks';
 import { Flow, type Outlet, type Producer } from '../../flow/demand.js';
-import type { InspectedRun, RunCounters, RunDescription } from '../../flow/introspection.js';
+import { activeIntrospector, type InspectedRun, type RunCounters, type RunDescription } from '../../flow/introspection.js';
 import { StageStats } from '../../flow/stats.js';
 import { parseOptions } from '../../flow/options.js';
 import { AbortedError } from '../../core/errors.js';
@@ -505,6 +505,8 @@ class DecodeProducer implements Producer, InspectedRun {
     if (this.options.signal?.aborted) return this.abort(this.options.signal.reason);
     this.failed = true;
     this.end('abort');
+    // Listed among the inspector's recent failures with its code, as a stage's failed element is.
+    activeIntrospector()?.elementFailed?.(this, this.options.trace?.seq ?? 0, err);
     this.outlet.error(err);
   }
 

@@ -391,7 +391,9 @@ export class PipelineGraph implements Introspector {
 }
 
 function errorCode(error: unknown): string {
-  const code = (error as { code?: unknown } | null)?.code;
+  const { code, status } = (error ?? {}) as { code?: unknown; status?: unknown };
+  // A model server's HTTP failure reads as its status (HTTP_500), as the upstreams table counts it.
+  if (code === 'HTTP_STATUS' && typeof status === 'number') return `HTTP_${status}`;
   return typeof code === 'string' ? code : (nameOf(error) ?? 'Error');
 }
 
