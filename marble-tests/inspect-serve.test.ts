@@ -223,3 +223,51 @@ describe('upstreams on the inspector: each with its circuit, attempts in flight,
     assert.deepEqual((await snapshotAs(server.url, {})).upstreams!.find((u) => u.name === 'good')!.failures, {}, 'a client that left is no upstream failure');
   });
 });
+
+describe("a request's text on the inspector only with inspectContent (--inspect-content)", () => {
+  const piece = (content: string) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content } }] })}\n\n`;
+
+  for (const inspectContent of [false, true]) {
+    it(inspectContent ? 'with it: the prompt and the end of the answer so far' : 'without it (the default): figures only', async () => {
+      const upstream = await FakeUpstream.start(['up-model']);
+      const server = await startServer({ port: 0, upstreams: [{ baseUrl: upstream.url, name: 'fake' }], inspectContent });
+      try {
+        // Two pieces, then the upstream holds the stream open: the request stays in flight.
+        upstream.script({ kind: 'raw', chunks: [piece('The answer'), piece(' so far')] });
+        const controller = new AbortController();
+        const answer = await fetch(`${server.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            model: 'up-model',
+            stream: true,
+            messages: [
+              { role: 'system', content: 'Be brief.' },
+              { role: 'user', content: 'What is sluice?' },
+            ],
+          }),
+          signal: controller.signal,
+        });
+        assert.equal(answer.status, 200);
+        let shown: NonNullable<InspectSnapshot['requests']>['shown'][number] | undefined;
+        await untilAsync(async () => {
+          shown = (await snapshotAs(server.url, {})).requests!.shown[0];
+          return shown?.tokens === 2;
+        }, 'both pieces counted');
+        if (inspectContent) assert.deepEqual([shown!.prompt, shown!.output], ['What is sluice?', 'The answer so far']);
+        else assert.deepEqual([shown!.prompt, shown!.output], [null, null]);
+        controller.abort();
+      } finally {
+        await server.shutdown(0);
+        await upstream.close();
+      }
+    });
+  }
+
+  it('is refused with the inspector off, and parsed from --inspect-content / SLUICE_INSPECT_CONTENT', async () => {
+    await assert.rejects(startServer({ port: 0, inspect: false, inspectContent: true }), /inspectContent/);
+    assert.equal(serveOptions(['--inspect-content'], {}).inspectContent, true);
+    assert.equal(serveOptions([], { SLUICE_INSPECT_CONTENT: '1' }).inspectContent, true);
+    assert.equal(serveOptions([], {}).inspectContent, undefined);
+  });
+});

@@ -72,6 +72,8 @@ Options (environment variable in brackets):
   --inspect-token <token>     an operator's token: opens /inspect on every tenant's requests (a --token
                               sees only its own tenant's); not accepted by the API; needs --token;
                               repeatable [SLUICE_INSPECT_TOKENS, comma-separated]
+  --inspect-content           show running requests' prompts and the end of their answers on
+                              /inspect (off: figures only) [SLUICE_INSPECT_CONTENT=1]
   -h, --help                  this text
   -v, --version               the version
 
@@ -87,7 +89,7 @@ Runs the language model for "sluice serve --nats": takes generation requests fro
 `;
 
 /** The flag of a `serve options` field, for errors found when the server starts. */
-const FLAG_OF: Readonly<Record<string, string>> = { ragModel: '--rag-model', inspectTokens: '--inspect-token' };
+const FLAG_OF: Readonly<Record<string, string>> = { ragModel: '--rag-model', inspectTokens: '--inspect-token', inspectContent: '--inspect-content' };
 
 /** A bad flag or environment value: printed without a stack, exit code 2. */
 class UsageError extends Error {}
@@ -121,6 +123,7 @@ function readFlags(argv: readonly string[]) {
       guard: { type: 'boolean' },
       'no-inspect': { type: 'boolean' },
       'inspect-token': { type: 'string', multiple: true },
+      'inspect-content': { type: 'boolean' },
       redact: { type: 'string' },
       concurrency: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
@@ -269,6 +272,7 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
     ...defined('guard', v.guard ?? switchedOn(env, 'SLUICE_GUARD')),
     ...((v['no-inspect'] ?? switchedOn(env, 'SLUICE_NO_INSPECT')) === true && { inspect: false }),
     ...defined('inspectTokens', list(v['inspect-token'], env.SLUICE_INSPECT_TOKENS)),
+    ...((v['inspect-content'] ?? switchedOn(env, 'SLUICE_INSPECT_CONTENT')) === true && { inspectContent: true }),
     ...defined('redact', redactKinds(v.redact, env.SLUICE_REDACT)),
   };
 }

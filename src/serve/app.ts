@@ -118,6 +118,12 @@ export interface ServeOptions {
    * server's inspector is open to whoever reaches it.
    */
   readonly inspectTokens?: readonly string[];
+  /**
+   * Show each running request's prompt (the last user message, its first 400 characters) and
+   * the last 400 characters of its answer on the inspector, to whoever may see that request
+   * (its tenant, an operator). Default false: the inspector shows figures, never users' text.
+   */
+  readonly inspectContent?: boolean;
 }
 
 const optionsSchema = lazySchema((z) =>
@@ -175,8 +181,13 @@ const optionsSchema = lazySchema((z) =>
         .custom<string[]>((v) => Array.isArray(v) && v.every((t) => typeof t === 'string'), { error: 'inspectTokens must be a list of tokens' })
         .refine((t) => t.every((token) => token.length >= 8), { error: 'an inspect token must have at least 8 characters' })
         .default([]),
+      inspectContent: z.boolean({ error: 'inspectContent must be true or false' }).default(false),
     })
     .strict()
+    .refine((o) => !o.inspectContent || o.inspect, {
+      error: 'inspectContent shows text on the inspector, which inspect: false turns off',
+      path: ['inspectContent'],
+    })
     .refine((o) => o.inspectTokens.length === 0 || Object.keys(o.tokens).length > 0, {
       error: "inspectTokens guard the inspector of a server with tokens: give tokens too (an open server's inspector is open)",
       path: ['inspectTokens'],
@@ -277,7 +288,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
   const metrics = new SluiceMetrics();
   // One graph and one request list for the server's life: started once it listens, stopped at shutdown.
   const graph = config.inspect ? new PipelineGraph() : undefined;
-  const requests = config.inspect ? new RequestRegistry() : undefined;
+  const requests = config.inspect ? new RequestRegistry({ content: config.inspectContent }) : undefined;
   let inspect: InspectRoutes | undefined;
   try {
     const { workers, stages } = withPolicies(backend, config.guard, config.redact);

@@ -486,7 +486,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
           includeUsage: body.stream_options?.include_usage === true,
           getDone: reported,
           onPaused: (ms) => (paused += ms),
-          onToken: () => requestTrace.token(),
+          onToken: (token) => requestTrace.token(token.text),
           end,
           interrupted: () => interrupted ?? cancelled,
           cancelled: () => cancelled,
@@ -496,7 +496,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
         const extra: Record<string, unknown> = {};
         flow.subscribe({
           next: (token) => {
-            requestTrace.token();
+            requestTrace.token(token.text);
             text += token.text;
             if (token.delta !== undefined) mergeDelta(extra, token.delta);
           },

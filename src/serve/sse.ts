@@ -22,7 +22,7 @@ export interface StreamConfig {
   readonly getDone: () => GenerationDone | undefined;
   readonly onPaused: (ms: number) => void;
   /** A token was written to the response. */
-  readonly onToken: () => void;
+  readonly onToken: (token: Token) => void;
   readonly end: (error: unknown) => void;
   /** Set when the drain's deadline (or an operator's cancel) ended the completion: what the client is told. */
   readonly interrupted: () => SluiceError | ApiError | undefined;
@@ -60,7 +60,7 @@ export function streamCompletion(res: ServerResponse, flow: Observable<Token>, s
     next: (token) => {
       if (res.destroyed) return;
       start();
-      stream.onToken();
+      stream.onToken(token);
       if (res.write(chunk(framing.token(token), null))) return subscription.request(1);
       const pausedAt = performance.now();
       waiting = () => {

@@ -10,7 +10,7 @@
  */
 import type { Context, Span, Tracer } from '@opentelemetry/api';
 import { parseTraceparent, sampler, traced, type TraceContext } from '../core/trace.js';
-import type { GenerateRequest, GenerationDone } from '../ai/inference/worker.js';
+import { questionOf, type GenerateRequest, type GenerationDone } from '../ai/inference/worker.js';
 import type { RequestMeter, SluiceMetrics } from './metrics.js';
 import { type RequestLog, errorField, outcomeOf, round } from './request-log.js';
 import { endGenAiSpan, errorType, recordStageSpans, spanContext, startGenAiSpan, traceparentOf, type StartedGenAiSpan } from './otel.js';
@@ -85,7 +85,14 @@ export class RequestTelemetry {
     const seq = this.seq++;
     const sampled = this.sample(seq) || (incoming !== undefined && parseTraceparent(incoming)?.sampled === true);
     const trace = traced(start.request, { seq, sampled, ...(otel.traceparent !== undefined && { traceparent: otel.traceparent }) }).trace;
-    const listed = this.options.requests?.add({ transport: start.transport ?? 'http', model: start.model, tenant: start.tenant, ref: start.logId });
+    const requests = this.options.requests;
+    const listed = requests?.add({
+      transport: start.transport ?? 'http',
+      model: start.model,
+      tenant: start.tenant,
+      ref: start.logId,
+      ...(requests.content && { prompt: questionOf(start.request) }),
+    });
     return new RequestTrace(this.options, start, otel, trace, startTime ?? Date.now(), this.options.metrics?.requestStarted(start.model), listed);
   }
 }
@@ -131,11 +138,11 @@ export class RequestTrace {
     return this.spanTraceparent ?? this.trace.traceparent;
   }
 
-  /** A token went to the client (time to first token, inter-token latency, running and waiting). */
-  token(): void {
+  /** A token went to the client (time to first token, inter-token latency, running and waiting); its text, for an inspector that shows content. */
+  token(text?: string): void {
     this.firstTokenAt ??= performance.now();
     this.meter?.token();
-    this.listed?.token();
+    this.listed?.token(text);
   }
 
   /** How an operator's cancel from the inspector ends this request: as its client's cancel would. */

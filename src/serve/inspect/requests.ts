@@ -1,7 +1,8 @@
 /**
  * The requests running now, across transports: what the inspector lists and can cancel. The HTTP
  * handler and the WebSocket server register each request through their `RequestTelemetry`; the
- * registry holds only figures (model, tenant, times, token count), never a prompt or a token's text.
+ * registry holds only figures (model, tenant, times, token count), never a prompt or a token's text
+ * unless it was made with `content: true` (an operator's explicit choice, `--inspect-content`).
  */
 import { performance } from 'node:perf_hooks';
 
@@ -12,7 +13,20 @@ export interface RequestInfo {
   readonly tenant?: string | undefined;
   /** The transport's own id (the log's): `chatcmpl-…`, or `<connection>:<id>` on WebSocket. */
   readonly ref?: string | undefined;
+  /** What was asked (the last user message, or the prompt): kept only by a registry made with `content: true`. */
+  readonly prompt?: string | undefined;
 }
+
+export interface RequestRegistryOptions {
+  /**
+   * Keep each request's prompt and the end of its answer so far, for the inspector. Off by
+   * default: prompts and tokens are the users' data, shown only when an operator asks.
+   */
+  readonly content?: boolean;
+}
+
+/** How much of a prompt (its start) and of an answer (its end) the registry keeps, in characters. */
+export const CONTENT_CHARS = 400;
 
 /** One running request, as the inspector shows it. */
 export interface RequestView {
@@ -32,6 +46,9 @@ export interface RequestView {
   readonly tokensPerSecond: number | null;
   /** False for a request whose transport gave no way to end it. */
   readonly cancellable: boolean;
+  /** With `content`: the start of what was asked, and the end of the answer so far; else null. */
+  readonly prompt: string | null;
+  readonly output: string | null;
 }
 
 /** A page of the running requests: the oldest `limit`, and counts of all of them. */
@@ -47,8 +64,8 @@ export interface RequestsPage {
 /** A registered request: the transport reports its tokens and its end. */
 export interface RequestHandle {
   readonly id: string;
-  /** A token went to the client. */
-  token(): void;
+  /** A token went to the client (its text is kept, the last `CONTENT_CHARS`, only with `content`). */
+  token(text?: string): void;
   /** How the inspector's cancel ends it: as the client's own cancel would. */
   cancelWith(cancel: () => void): void;
   /** It ended, however it ended; called more than once is harmless. */
@@ -64,6 +81,8 @@ interface Entry {
   lastTokenAt: number | undefined;
   tokens: number;
   cancel: (() => void) | undefined;
+  readonly prompt: string | undefined;
+  output: string | undefined;
 }
 
 const TOP_TENANTS = 20;
@@ -72,6 +91,12 @@ export class RequestRegistry {
   /** Insertion order is start order: the first entries are the oldest. */
   private readonly running = new Map<string, Entry>();
   private seq = 0;
+  /** Whether prompts and answers are kept (see `RequestRegistryOptions.content`). */
+  readonly content: boolean;
+
+  constructor(options: RequestRegistryOptions = {}) {
+    this.content = options.content === true;
+  }
 
   get size(): number {
     return this.running.size;
@@ -87,16 +112,19 @@ export class RequestRegistry {
       lastTokenAt: undefined,
       tokens: 0,
       cancel: undefined,
+      prompt: this.content && info.prompt !== undefined ? info.prompt.slice(0, CONTENT_CHARS) : undefined,
+      output: this.content ? '' : undefined,
     };
     this.running.set(entry.id, entry);
     const running = this.running;
     return {
       id: entry.id,
-      token() {
+      token(text) {
         const now = performance.now();
         entry.firstTokenAt ??= now;
         entry.lastTokenAt = now;
         entry.tokens++;
+        if (entry.output !== undefined && text !== undefined) entry.output = (entry.output + text).slice(-CONTENT_CHARS);
       },
       cancelWith(cancel) {
         entry.cancel = cancel;
@@ -157,5 +185,7 @@ function view(entry: Entry, now: number): RequestView {
     // Over the time since the first token: the decode rate, not diluted by the wait for the first.
     tokensPerSecond: streaming ? Math.round(((tokens - 1) / (now - firstTokenAt)) * 10_000) / 10 : null,
     cancellable: entry.cancel !== undefined,
+    prompt: entry.prompt ?? null,
+    output: entry.output ?? null,
   };
 }

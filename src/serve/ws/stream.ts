@@ -86,7 +86,7 @@ export class Stream {
       return this.complete();
     }
     this.outputTokens++;
-    this.telemetry.token();
+    this.telemetry.token(token.text);
     // The protocol carries text: a piece with none (an upstream's tool-call delta) sends no frame.
     if (token.text === '') return this.resume();
     if (this.policy === 'conflate') {
