@@ -15,6 +15,8 @@ import { balance } from '../src/operators/balance.js';
 import { StageStats } from '../src/flow/stats.js';
 import { activeIntrospector } from '../src/flow/introspection.js';
 import { PipelineGraph, bottleneckOf, stateOf } from '../src/serve/inspect/pipeline-graph.js';
+import { RequestRegistry } from '../src/serve/inspect/requests.js';
+import { buildSnapshot } from '../src/serve/inspect/snapshot.js';
 import type { Traced } from '../src/core/trace.js';
 import { decode, generateRequest, type Token } from '../src/ai/inference/worker.js';
 
@@ -318,5 +320,34 @@ describe('PipelineGraph', () => {
       ({ id, runs: 1, capacity: 4, buffered: 0, shares: { working, starved: 1 - working, backpressured: 0, idle: 0 } }) as never;
     assert.equal(bottleneckOf([node('a', 0.2), node('b', 0.9), node('c', 0.6)]), 'b');
     assert.equal(bottleneckOf([node('a', 0.2), node('b', 0.4)]), undefined, 'nothing busy most of the time: no bottleneck');
+  });
+});
+
+describe('a snapshot stays readable and bounded, however big the server', () => {
+  it('300 stages and 5,000 requests of 100 tenants: the busiest stages, the oldest requests, counts of all, one bounded message', async () => {
+    const graph = new PipelineGraph({ scheduler: new VirtualTimeScheduler(), maxNodes: 1000 }).start();
+    const requests = new RequestRegistry();
+    try {
+      for (let i = 0; i < 300; i++) await lastValueFrom(fromIterable([i]).pipe(stage((n: number) => n, { name: `stage-${i}` })));
+      const handles = Array.from({ length: 5000 }, (_, i) => requests.add({ transport: 'http', model: i % 3 === 0 ? 'a' : 'b', tenant: `t${i % 100}` }));
+      const snapshot = buildSnapshot({ graph, requests }, 1, { nodes: 200, rows: 50 });
+      assert.equal(snapshot.graph.nodes.length, 200);
+      assert.equal(snapshot.graph.omitted, 100);
+      const page = snapshot.requests!;
+      assert.equal(page.total, 5000);
+      assert.deepEqual(
+        page.shown.map((r) => r.id),
+        handles.slice(0, 50).map((h) => h.id),
+        'the oldest first',
+      );
+      assert.deepEqual(page.byModel, { a: 1667, b: 3333 });
+      assert.equal(Object.keys(page.byTenant).length, 21, 'the 20 tenants with most, the rest as (others)');
+      assert.equal(page.byTenant['(others)'], 80 * 50);
+      assert.ok(JSON.stringify(snapshot).length < 200_000, `one message of ${JSON.stringify(snapshot).length} bytes`);
+      for (const handle of handles) handle.end();
+      assert.equal(requests.size, 0);
+    } finally {
+      graph.stop();
+    }
   });
 });
