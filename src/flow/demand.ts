@@ -49,7 +49,7 @@
  * demand (§3.8), non-positive request errors the stream (§3.9), unbounded demand
  * without overflow (§3.17), and re-entrant demand is trampolined, never recursive (§3.3).
  */
-import { Observable, type Observer, type Subscriber, type Subscription } from 'rxjs';
+import { Observable, UnsubscriptionError, type Observer, type Subscriber, type Subscription, type TeardownLogic, type Unsubscribable } from 'rxjs';
 import { IllegalDemandError } from '../core/errors.js';
 import { Traced, traceOf, type TraceRef } from '../core/trace.js';
 import { Inlet, type RoomOwner } from './inlet.js';
@@ -58,6 +58,7 @@ import { Ring } from './ring.js';
 export type { DemandLink, Resumable } from './protocol.js';
 import type { DemandLink, Resumable } from './protocol.js';
 import { activeIntrospector, currentWithin, isInspectedRun } from './introspection.js';
+import { reportUnhandledError } from './report.js';
 
 /** A producer's view of its consumer. */
 export interface Outlet<T> {
@@ -437,15 +438,40 @@ export function subscribeWithDemand<T>(
   return subscriber;
 }
 
+/** What a source may register to be torn down with its subscriber (RxJS's `TeardownLogic`, less `void`). */
+type Finalizer = Subscription | Unsubscribable | (() => void);
+
+function finalize(finalizer: Finalizer, errors: unknown[] | undefined): unknown[] | undefined {
+  try {
+    if (typeof finalizer === 'function') finalizer();
+    else finalizer.unsubscribe();
+  } catch (err) {
+    (errors ??= []).push(err);
+  }
+  return errors;
+}
+
 /**
- * `subscribeWithDemand`'s state, one object: the subscription it returns, the observer it
- * subscribes with and its link's room. Closures and an object literal with getters cost a
- * server hundreds of bytes per request that lived as long as the request.
+ * `subscribeWithDemand`'s state, one object: the subscription it returns, its link's room, and
+ * the subscriber its source sees. It is an RxJS subscriber by shape (`next`, `error`, `complete`,
+ * `closed`, `add`, `remove`, `unsubscribe`), so `subscribe` uses it as it is, as it does a
+ * `Subscriber`: RxJS's `SafeSubscriber`, its observer wrapper and its array of finalizers cost a
+ * server ~200 bytes that lived as long as each request. What `SafeSubscriber` did is kept: a throw
+ * from the observer during a signal of the source is reported (`config.onUnhandledError`), never
+ * thrown into the source; nothing from the source is taken after its terminal signal or after
+ * `cancel`; the source's finalizers run after the observer got the terminal signal.
  */
 class DemandSubscriber<T> implements DemandSubscription, RoomOwner {
   private credits = 0;
+  /** Nothing more reaches the observer: its terminal signal was delivered, or demand was illegal, or cancelled. */
   private failed = false;
-  private subscription: Subscription | undefined;
+  /** The source is done with us: it signalled its end, or we unsubscribed. What RxJS calls a subscriber's `closed`. */
+  private stopped = false;
+  /** `subscribe` returned: a `request` made during it (from a synchronous source's signal) is ignored, as before it. */
+  private subscribed = false;
+  /** What the source registered to be torn down with us: the first in a field (a Flow's outlet), more in an array made for them. */
+  private finalizer: Finalizer | undefined;
+  private finalizers: Finalizer[] | undefined;
   /** Elements that arrived with no credit left (a deferring operator returned what the link had given up on): they wait for `request` (§1.1). Made on first use. */
   private early: Ring<T> | undefined;
   private ended: { error: unknown } | 'complete' | undefined;
@@ -463,16 +489,17 @@ class DemandSubscriber<T> implements DemandSubscription, RoomOwner {
   subscribe(source: Observable<T>): void {
     const previous = swapLink(this.link);
     try {
-      // This object is the observer too (RxJS calls `next`, `error` and `complete` on it).
-      this.subscription = source.subscribe(this);
+      // This object is the subscriber too (RxJS calls `next`, `error`, `complete` and `add` on it).
+      source.subscribe(this);
     } finally {
       swapLink(previous);
     }
+    this.subscribed = true;
   }
 
   /** The link's room: credits not yet taken by elements waiting in `early`. */
   room(): number {
-    return this.failed || this.subscription?.closed === true ? 0 : Math.max(0, this.credits - this.waiting());
+    return this.failed || this.stopped ? 0 : Math.max(0, this.credits - this.waiting());
   }
 
   private waiting(): number {
@@ -501,38 +528,52 @@ class DemandSubscriber<T> implements DemandSubscription, RoomOwner {
 
   /** @internal From the source. */
   next(value: T): void {
-    const asked = this.link.arrive();
-    // A source that cannot be paused pushes regardless (documented); what a Flow sent waits for credit.
-    if ((asked || this.link.producers > 0) && (this.credits === 0 || this.waiting() > 0)) {
-      (this.early ??= new Ring<T>(2)).push(value);
-      return;
+    if (this.stopped) return;
+    try {
+      const asked = this.link.arrive();
+      // A source that cannot be paused pushes regardless (documented); what a Flow sent waits for credit.
+      if ((asked || this.link.producers > 0) && (this.credits === 0 || this.waiting() > 0)) {
+        (this.early ??= new Ring<T>(2)).push(value);
+        return;
+      }
+      if (this.credits !== Infinity) this.credits--;
+      this.observer.next?.(value);
+    } catch (err) {
+      reportUnhandledError(err);
     }
-    if (this.credits !== Infinity) this.credits--;
-    this.observer.next?.(value);
   }
 
   /** @internal From the source. */
   error(err: unknown): void {
-    this.link.close();
-    this.ended = { error: err };
-    this.deliver();
+    this.end({ error: err });
   }
 
   /** @internal From the source. */
   complete(): void {
-    this.link.close();
-    this.ended = 'complete';
-    this.deliver();
+    this.end('complete');
+  }
+
+  private end(how: { error: unknown } | 'complete'): void {
+    if (this.stopped) return;
+    this.stopped = true;
+    try {
+      this.link.close();
+      this.ended = how;
+      this.deliver();
+    } catch (err) {
+      reportUnhandledError(err);
+    } finally {
+      this.teardown();
+    }
   }
 
   request(n: number): void {
-    const subscription = this.subscription;
-    if (subscription === undefined || this.failed) return;
+    if (!this.subscribed || this.failed) return;
     if (!(n > 0) || !Number.isInteger(n)) {
       if (n !== Infinity) {
         this.failed = true;
         this.link.close();
-        subscription.unsubscribe();
+        this.unsubscribe();
         this.early?.drain();
         this.observer.error?.(new IllegalDemandError(n));
         return;
@@ -540,24 +581,60 @@ class DemandSubscriber<T> implements DemandSubscription, RoomOwner {
     }
     this.credits = this.credits + n >= Number.MAX_SAFE_INTEGER ? Infinity : this.credits + n;
     if (this.waiting() > 0 || this.ended !== undefined) this.deliver();
-    if (!subscription.closed) this.link.signal();
+    if (!this.stopped) this.link.signal();
   }
 
   cancel(): void {
     this.link.close();
     this.early?.drain();
     this.ended = undefined;
-    this.subscription?.unsubscribe();
-    this.subscription = undefined;
+    this.failed = true;
+    this.unsubscribe();
   }
 
   get closed(): boolean {
-    const subscription = this.subscription;
-    return subscription === undefined || this.failed || (subscription.closed && this.waiting() === 0 && this.ended === undefined);
+    return this.failed;
   }
 
   get outstanding(): number {
     return this.credits;
+  }
+
+  /** @internal RxJS's `Subscription.add`: `finalizer` runs when the source is done with us (at once if it already is). */
+  add(finalizer: TeardownLogic): void {
+    if (finalizer === undefined || finalizer === null || (finalizer as unknown) === this) return;
+    if (this.stopped) {
+      const errors = finalize(finalizer, undefined);
+      if (errors !== undefined) throw new UnsubscriptionError(errors);
+      return;
+    }
+    if (this.finalizer === undefined) this.finalizer = finalizer;
+    else (this.finalizers ??= []).push(finalizer);
+  }
+
+  /** @internal RxJS's `Subscription.remove`. */
+  remove(finalizer: Exclude<TeardownLogic, void>): void {
+    if (this.finalizer === finalizer) this.finalizer = undefined;
+    else if (this.finalizers !== undefined) {
+      const index = this.finalizers.indexOf(finalizer);
+      if (index !== -1) this.finalizers.splice(index, 1);
+    }
+  }
+
+  /** @internal RxJS's `Subscription.unsubscribe`: the source is done with us; use `cancel` to end the subscription. */
+  unsubscribe(): void {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.teardown();
+  }
+
+  private teardown(): void {
+    const first = this.finalizer;
+    const more = this.finalizers;
+    this.finalizer = this.finalizers = undefined;
+    let errors = first === undefined ? undefined : finalize(first, undefined);
+    if (more !== undefined) for (const finalizer of more) errors = finalize(finalizer, errors);
+    if (errors !== undefined) throw new UnsubscriptionError(errors);
   }
 }
 
