@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { map, type Observable } from 'rxjs';
 import { fromIterable } from '../src/flow/sources.js';
-import { subscribeWithDemand, type DemandSubscription, type Flow } from '../src/flow/demand.js';
+import { Flow, subscribeWithDemand, type DemandSubscription } from '../src/flow/demand.js';
 import { stage } from '../src/operators/stage.js';
 import { traced, type Traced } from '../src/core/trace.js';
 
@@ -50,7 +50,7 @@ function sourceOf(plan: Plan): { flow: Flow<unknown>; pulled: () => number } {
     }
   }
   const source = fromIterable(generate());
-  const flow: Flow<unknown> =
+  const made: Observable<unknown> =
     plan.kind === 'sync'
       ? source
       : plan.kind === 'stage'
@@ -61,6 +61,9 @@ function sourceOf(plan: Plan): { flow: Flow<unknown>; pulled: () => number } {
               map((x) => traced(x)),
               stage((x: number) => x + 1, { name: 'traced' }),
             );
+  // A stage makes a Flow whatever its source (its type after a plain `map` says Observable): the fast path is taken.
+  assert.ok(made instanceof Flow);
+  const flow: Flow<unknown> = made;
   return { flow, pulled: () => pulled };
 }
 
