@@ -15,6 +15,7 @@ import type { TokenSocketLimits, TokenWorker } from './options.js';
 import type { Quotas } from './quotas.js';
 import type { RequestLog } from '../request-log.js';
 import { WriteBudget, type ServerBudget } from './fair-share.js';
+import type { TokenBucket } from '../../core/token-bucket.js';
 import { Stream, type StreamHost } from './stream.js';
 import { StreamTable } from './stream-table.js';
 import { codeOf, errorFrame, messageOf } from './errors.js';
@@ -62,6 +63,8 @@ export class Connection implements StreamHost {
   private killTimer: NodeJS.Timeout | undefined;
   private turn = 0;
   private readonly budget: WriteBudget;
+  /** Frames this socket may send (`limits.rate`). */
+  private readonly frames: TokenBucket;
   /** The completion of a frame sent at or above the high-water mark is the wake-up a paused stream needs (see `send`). */
   private readonly afterSend = (err?: Error | null) => {
     // Node passes null, not undefined, for a write that succeeded.
@@ -77,6 +80,7 @@ export class Connection implements StreamHost {
     private readonly socket?: Duplex,
   ) {
     this.budget = new WriteBudget(hub.budget, this);
+    this.frames = hub.quotas.frameBucket();
     ws.on('message', (data, isBinary) => this.receive(data, isBinary));
     ws.on('pong', () => (this.alive = true));
     ws.on('close', (code) => this.onClose(code));
@@ -178,7 +182,7 @@ export class Connection implements StreamHost {
     if (this.ending) return;
     const parsed = parseClientFrame(isBinary ? '' : textOf(data), isBinary);
     const requestId = parsed.ok ? parsed.message.id : parsed.error.id;
-    if (!this.hub.quotas.frame(this.number)) {
+    if (!this.frames.take()) {
       return this.refuse(
         requestId,
         'RATE_LIMITED',
