@@ -224,7 +224,7 @@ export class Connection implements StreamHost {
     let request: GenerateRequest;
     try {
       const content = message.prompt !== undefined ? { prompt: message.prompt } : { messages: message.messages! };
-      // `Object.assign`, not a spread: V8 allocated each spread copy, and zod's parse of it, in the old generation (~450 B of old garbage per request).
+      // `Object.assign`, not a spread: V8 (Node 20) makes every `{ ...object, key }` in the old generation, and zod's parse of this one went there too (~450 B a request).
       request = generateRequest(Object.assign({}, message.parameters, content) as GenerateRequest);
     } catch (err) {
       return this.refuse(id, codeOf(err, 'INVALID_OPTIONS'), messageOf(err));
