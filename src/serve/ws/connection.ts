@@ -43,6 +43,23 @@ export interface ConnectionHub {
   forget(connection: Connection): void;
 }
 
+/** Each socket's connection, for the listeners every connection shares. */
+const sockets = new WeakMap<WebSocket, Connection>();
+
+function onMessage(this: WebSocket, data: RawData, isBinary: boolean): void {
+  sockets.get(this)?.receive(data, isBinary);
+}
+
+function onPong(this: WebSocket): void {
+  sockets.get(this)?.ponged();
+}
+
+function onSocketClose(this: WebSocket, code: number): void {
+  sockets.get(this)?.onClose(code);
+}
+
+function ignore(): void {}
+
 /** The largest WebSocket frame header a server sends (unmasked, 64-bit length). */
 const MAX_HEADER = 10;
 
@@ -65,11 +82,8 @@ export class Connection implements StreamHost {
   private readonly budget: WriteBudget;
   /** Frames this socket may send (`limits.rate`). */
   private readonly frames: TokenBucket;
-  /** The completion of a frame sent at or above the high-water mark is the wake-up a paused stream needs (see `send`). */
-  private readonly afterSend = (err?: Error | null) => {
-    // Node passes null, not undefined, for a write that succeeded.
-    if (err == null) this.pump();
-  };
+  /** The completion of a frame sent at or above the high-water mark is the wake-up a paused stream needs (see `send`). Bound, not an arrow: no context to keep. */
+  private readonly afterSend: (err?: Error | null) => void = this.sent.bind(this);
 
   constructor(
     readonly hub: ConnectionHub,
@@ -81,11 +95,18 @@ export class Connection implements StreamHost {
   ) {
     this.budget = new WriteBudget(hub.budget, this);
     this.frames = hub.quotas.frameBucket();
-    ws.on('message', (data, isBinary) => this.receive(data, isBinary));
-    ws.on('pong', () => (this.alive = true));
-    ws.on('close', (code) => this.onClose(code));
+    // The listeners are shared by every connection and find theirs by socket: closures per connection lived as long as it.
+    sockets.set(ws, this);
+    ws.on('message', onMessage);
+    ws.on('pong', onPong);
+    ws.on('close', onSocketClose);
     // ws closes the socket itself after a protocol error (1009, 1007...); 'close' then cleans up.
-    ws.on('error', () => {});
+    ws.on('error', ignore);
+  }
+
+  private sent(err?: Error | null): void {
+    // Node passes null, not undefined, for a write that succeeded.
+    if (err == null) this.pump();
   }
 
   get limits(): TokenSocketLimits {
@@ -178,7 +199,8 @@ export class Connection implements StreamHost {
     if (this.ws.readyState === wsLib.WebSocket.OPEN) this.ws.ping();
   }
 
-  private receive(data: RawData, isBinary: boolean): void {
+  /** @internal A frame from the socket. */
+  receive(data: RawData, isBinary: boolean): void {
     if (this.ending) return;
     const parsed = parseClientFrame(isBinary ? '' : textOf(data), isBinary);
     const requestId = parsed.ok ? parsed.message.id : parsed.error.id;
@@ -306,7 +328,13 @@ export class Connection implements StreamHost {
     for (const stream of this.streams.values()) stream.abort(reason);
   }
 
-  private onClose(code: number): void {
+  /** @internal The socket answered a ping. */
+  ponged(): void {
+    this.alive = true;
+  }
+
+  /** @internal The socket closed. */
+  onClose(code: number): void {
     if (this.ended) return;
     this.ended = true;
     this.ending = true;
