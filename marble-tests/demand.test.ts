@@ -6,7 +6,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { TestScheduler } from 'rxjs/testing';
-import { Subject, concatMap, delay, filter, from, map, mergeMap, of, take, tap, timer, type Observable } from 'rxjs';
+import { Observable, Subject, concatMap, config as rxjsConfig, delay, filter, from, map, mergeMap, of, take, tap, timer, type Subscriber } from 'rxjs';
 import { fromIterable } from '../src/flow/sources.js';
 import { subscribeWithDemand, type DemandSubscription, type Flow } from '../src/flow/demand.js';
 import { batch } from '../src/operators/batch.js';
@@ -782,5 +782,94 @@ describe('accounting when the consumer leaves early', () => {
     assert.equal(stats.received, 1);
     assert.equal(stats.shed.cancelled, 0);
     assert.equal(stats.received, stats.delivered + stats.shedTotal + stats.failed);
+  });
+});
+
+describe('subscribeWithDemand is its own RxJS subscriber, with what SafeSubscriber guaranteed', () => {
+  it('a throw from the observer during a signal of the source is reported, not thrown into the source, which goes on', async () => {
+    const reported: unknown[] = [];
+    const previous = rxjsConfig.onUnhandledError;
+    rxjsConfig.onUnhandledError = (err) => reported.push(err);
+    try {
+      const received: number[] = [];
+      const subscription = subscribeWithDemand(fromIterable([1, 2, 3]), {
+        next: (value) => {
+          received.push(value);
+          if (value === 1) throw new Error('observer failed');
+        },
+      });
+      subscription.request(3);
+      assert.deepEqual(received, [1, 2, 3]);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      assert.equal(reported.length, 1);
+      assert.equal((reported[0] as Error).message, 'observer failed');
+    } finally {
+      rxjsConfig.onUnhandledError = previous;
+    }
+  });
+
+  it("a plain source's teardown runs once, after the observer got its terminal signal", () => {
+    const order: string[] = [];
+    const source = new Observable<number>((subscriber) => {
+      subscriber.next(1);
+      subscriber.complete();
+      return () => order.push('teardown');
+    });
+    const subscription = subscribeWithDemand(source, { next: (v) => order.push(`next ${v}`), complete: () => order.push('complete') });
+    subscription.request(1);
+    subscription.cancel();
+    assert.deepEqual(order, ['next 1', 'complete', 'teardown']);
+    assert.equal(subscription.closed, true);
+  });
+
+  it('cancel runs the teardown of the source and of every operator between', () => {
+    const torn: string[] = [];
+    let emit!: (value: number) => void;
+    const source = new Observable<number>((subscriber) => {
+      emit = (value) => subscriber.next(value);
+      return () => torn.push('source');
+    }).pipe(
+      map((x) => x * 10),
+      tap({ finalize: () => torn.push('tap') }),
+    );
+    const received: number[] = [];
+    const subscription = subscribeWithDemand(source, { next: (v) => received.push(v) });
+    subscription.request(Infinity);
+    emit(1);
+    subscription.cancel();
+    emit(2);
+    assert.deepEqual(received, [10]);
+    assert.deepEqual(torn.sort(), ['source', 'tap']);
+    assert.equal(subscription.closed, true);
+  });
+
+  it('a hand-written source that goes on after cancel or after its end is not heard', () => {
+    let signals!: Subscriber<number>;
+    const received: string[] = [];
+    const subscription = subscribeWithDemand(
+      new Observable<number>((subscriber) => {
+        signals = subscriber;
+      }),
+      { next: (v) => received.push(`next ${v}`), error: () => received.push('error'), complete: () => received.push('complete') },
+    );
+    subscription.request(Infinity);
+    signals.next(1);
+    signals.complete();
+    signals.next(2);
+    signals.error(new Error('late'));
+    assert.deepEqual(received, ['next 1', 'complete']);
+
+    const cancelled: string[] = [];
+    const other = subscribeWithDemand(
+      new Observable<number>((subscriber) => {
+        signals = subscriber;
+      }),
+      { next: (v) => cancelled.push(`next ${v}`), complete: () => cancelled.push('complete') },
+    );
+    other.request(Infinity);
+    other.cancel();
+    signals.next(1);
+    signals.complete();
+    assert.deepEqual(cancelled, []);
   });
 });

@@ -222,23 +222,17 @@ describe('Quotas', () => {
     assert.deepEqual(quotas.tenants.tenants(), {}, 'a tenant with nothing running is forgotten');
   });
 
-  it('holds each connection to its frame rate', () => {
+  it('holds each connection to its frame rate, each with a bucket of its own', () => {
     let now = 0;
     const quotas = new Quotas({ rate: { perSecond: 10, burst: 2 }, tenantConcurrent: 1, tenantRate: { perSecond: 1, burst: 1 } }, undefined, () => now);
-    assert.deepEqual([quotas.frame(1), quotas.frame(1), quotas.frame(1), quotas.frame(2)], [true, true, false, true]);
+    const one = quotas.frameBucket();
+    const two = quotas.frameBucket();
+    assert.deepEqual([one.take(), one.take(), one.take(), two.take()], [true, true, false, true]);
     now = 100;
-    assert.equal(quotas.frame(1), true);
-  });
-
-  it('forgets the frame bucket of a closed connection: 1,000 connections that each sent a frame and closed leave none', () => {
-    const quotas = new Quotas({ rate: { perSecond: 10, burst: 2 }, tenantConcurrent: 1, tenantRate: { perSecond: 1, burst: 1 } }, undefined, () => 0);
-    for (let connection = 0; connection < 1000; connection++) {
-      assert.equal(quotas.frame(connection), true);
-      quotas.closed(connection);
-    }
-    assert.equal(quotas.frameBuckets, 0);
-    quotas.frame(1);
-    assert.equal(quotas.frameBuckets, 1, 'an open connection keeps its bucket while it is not full again');
+    assert.equal(one.take(), true);
+    assert.equal(one.take(), false, 'a tenth of a second gave back one frame at 10 per second');
+    now = 10_000;
+    assert.deepEqual([one.take(), one.take(), one.take()], [true, true, false], 'refilled to the burst, not beyond');
   });
 });
 

@@ -1,3 +1,38 @@
+/** Tokens a bucket holds at `now`, having held `tokens` at `at`. */
+function refill(tokens: number, at: number, now: number, rate: number, burst: number): number {
+  return Math.min(burst, tokens + ((now - at) * rate) / 1000);
+}
+
+/**
+ * One token bucket, kept by its owner (a connection's frame rate): it lives as long as the owner and
+ * a take changes it in place, where a bucket in a shared map was made again each time it had filled up.
+ */
+export class TokenBucket {
+  private tokens: number;
+  private at: number;
+
+  constructor(
+    /** Tokens added per second. */
+    readonly rate: number,
+    /** Tokens the bucket holds at most (it starts full). */
+    readonly burst: number,
+    private readonly now: () => number,
+  ) {
+    this.tokens = burst;
+    this.at = now();
+  }
+
+  /** Spends one token; returns false (spending nothing) when there is less than one. */
+  take(): boolean {
+    const now = this.now();
+    const tokens = refill(this.tokens, this.at, now, this.rate, this.burst);
+    if (tokens < 1) return false;
+    this.tokens = tokens - 1;
+    this.at = now;
+    return true;
+  }
+}
+
 /**
  * Token buckets, one per key, refilled continuously from a clock: a key may spend
  * `burst` at once, then `rate` per second. Buckets are created full on first use and
@@ -18,7 +53,7 @@ export class TokenBuckets {
   tokens(key: string): number {
     const bucket = this.buckets.get(key);
     if (bucket === undefined) return this.burst;
-    const tokens = Math.min(this.burst, bucket.tokens + ((this.now() - bucket.at) * this.rate) / 1000);
+    const tokens = refill(bucket.tokens, bucket.at, this.now(), this.rate, this.burst);
     if (tokens >= this.burst) this.buckets.delete(key); // a full bucket is the same as no bucket
     return tokens;
   }
@@ -27,7 +62,13 @@ export class TokenBuckets {
   take(key: string): boolean {
     const tokens = this.tokens(key);
     if (tokens < 1) return false;
-    this.buckets.set(key, { tokens: tokens - 1, at: this.now() });
+    // In place when the key has a bucket: a new object in a long-lived map is promoted with it.
+    const bucket = this.buckets.get(key);
+    if (bucket === undefined) this.buckets.set(key, { tokens: tokens - 1, at: this.now() });
+    else {
+      bucket.tokens = tokens - 1;
+      bucket.at = this.now();
+    }
     return true;
   }
 

@@ -29,7 +29,10 @@ export interface StageRecord {
 }
 
 const ORIGIN = randomBytes(8).toString('hex');
-let spanCounter = Number.parseInt(randomBytes(4).toString('hex'), 16);
+/** 30 bits, so a context keeps its span's number as a small integer (a larger one would be a heap number of its own). */
+let spanCounter = Number.parseInt(randomBytes(4).toString('hex'), 16) & 0x3fffffff;
+/** Odd, near 2^30 / φ: the counter visits every 30-bit value before it repeats, and consecutive ones differ widely. */
+const SPAN_STEP = 0x278dde6d;
 /** Trace ids are the process's random origin and a process-wide count: unique across every pipeline and request of the process. */
 let traceCounter = 0;
 
@@ -63,9 +66,14 @@ export class TraceContext {
   private newest: Kept | undefined = undefined;
   /** `records` as last read: extended in place by later records, so a reader's array stays current. */
   private built: StageRecord[] | undefined = undefined;
-  private parentTraceId: string | undefined;
+  /**
+   * The parent's trace id, or this context's trace number once `traceId` was read. Numbers, not the
+   * strings made from them: a string cached into a context that has been promoted is promoted with it.
+   */
+  private parentTraceId: string | number | undefined;
   private parentSpanId: string | undefined;
-  private span: string | undefined;
+  /** This context's span number once `spanId` was read (a small integer; the id string is made on each read). */
+  private span: number | undefined;
   /** Clock reading when the element last left a stage: lets the next stage read the clock once per hop. */
   lastExit = 0;
   /**
@@ -85,12 +93,15 @@ export class TraceContext {
 
   /** W3C trace-id: 32 lowercase hex digits. Inherited from a parent traceparent when one was given. */
   get traceId(): string {
-    return this.parentTraceId ?? (this.parentTraceId = ORIGIN + hex16(++traceCounter));
+    const parent = this.parentTraceId;
+    if (typeof parent === 'string') return parent;
+    return ORIGIN + hex16(parent ?? (this.parentTraceId = ++traceCounter));
   }
 
   /** W3C parent-id of this element's span: 16 lowercase hex digits. */
   get spanId(): string {
-    return this.span ?? (this.span = hex16((spanCounter = (spanCounter + 0x9e3779b1) >>> 0) * 0x100000 + (this.seq & 0xfffff) + 1));
+    const span = this.span ?? (this.span = spanCounter = (spanCounter + SPAN_STEP) & 0x3fffffff);
+    return hex16(span * 0x100000 + (this.seq & 0xfffff) + 1);
   }
 
   /** The span this element's trace continues, when it was started from a traceparent. */

@@ -90,9 +90,10 @@ export function textFraming(echoed: string | undefined): Framing {
   return {
     chunkObject: 'text_completion',
     wholeObject: 'text_completion',
-    opening: echoed === undefined || echoed === '' ? undefined : { text: echoed },
-    token: (token) => ({ text: token.text }),
-    closing: { text: '' },
-    whole: (text) => ({ text: (echoed ?? '') + text }),
+    choice: (text, finishReason) => ({ index: 0, text, logprobs: null, finish_reason: finishReason }),
+    opening: echoed === undefined || echoed === '' ? undefined : echoed,
+    token: (token) => token.text,
+    closing: '',
+    whole: (text, _extra, finishReason) => ({ index: 0, text: (echoed ?? '') + text, logprobs: null, finish_reason: finishReason }),
   };
 }

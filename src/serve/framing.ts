@@ -2,33 +2,42 @@
 import type { Token } from '../ai/inference/worker.js';
 import { finalToolCalls } from './openai-wire.js';
 
+/**
+ * A framing's choices are object literals of one shape each, built per token without a spread:
+ * V8 (Node 20) makes every `{ ...object, key }` in the old generation.
+ */
 export interface Framing {
   /** `object` of a streamed chunk, and of a whole answer. */
   readonly chunkObject: string;
   readonly wholeObject: string;
-  /** A stream's first choice fields, before any token (the chat's role), if any. */
-  readonly opening: Readonly<Record<string, unknown>> | undefined;
-  /** A token's choice fields. */
-  token(token: Token): Readonly<Record<string, unknown>>;
-  /** The last chunk's choice fields, beside its `finish_reason`. */
-  readonly closing: Readonly<Record<string, unknown>>;
-  /** A whole answer's choice fields, from its text and what else the deltas carried (`tool_calls`). */
-  whole(text: string, extra: Readonly<Record<string, unknown>>): Readonly<Record<string, unknown>>;
+  /** A streamed chunk's choice around `content` (the chat's `delta`, a completion's `text`). */
+  choice(content: unknown, finishReason: string | null): Readonly<Record<string, unknown>>;
+  /** A stream's first content, before any token (the chat's role), if any. */
+  readonly opening: unknown;
+  /** A token's content. */
+  token(token: Token): unknown;
+  /** The last chunk's content, beside its `finish_reason`. */
+  readonly closing: unknown;
+  /** A whole answer's choice, from its text and what else the deltas carried (`tool_calls`). */
+  whole(text: string, extra: Readonly<Record<string, unknown>>, finishReason: string): Readonly<Record<string, unknown>>;
 }
 
 /** `chat.completion.chunk` deltas, and a whole `chat.completion` message. */
 export const chatFraming: Framing = {
   chunkObject: 'chat.completion.chunk',
   wholeObject: 'chat.completion',
-  opening: { delta: { role: 'assistant', content: '' } },
-  token: (token) => ({
-    delta: token.delta === undefined ? { content: token.text } : token.text === '' ? token.delta : { ...token.delta, content: token.text },
-  }),
-  closing: { delta: {} },
-  whole: (text, extra) => {
+  choice: (delta, finishReason) => ({ index: 0, delta, logprobs: null, finish_reason: finishReason }),
+  opening: { role: 'assistant', content: '' },
+  token: (token) =>
+    token.delta === undefined ? { content: token.text } : token.text === '' ? token.delta : Object.assign({}, token.delta, { content: token.text }),
+  closing: {},
+  whole: (text, extra, finishReason) => {
     const toolCalls = finalToolCalls(extra.tool_calls);
-    return {
-      message: { role: 'assistant', content: text === '' && toolCalls !== undefined ? null : text, ...extra, ...(toolCalls && { tool_calls: toolCalls }) },
-    };
+    const message = Object.assign(
+      { role: 'assistant', content: text === '' && toolCalls !== undefined ? null : text },
+      extra,
+      toolCalls && { tool_calls: toolCalls },
+    );
+    return { index: 0, message, logprobs: null, finish_reason: finishReason };
   },
 };

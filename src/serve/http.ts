@@ -518,7 +518,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
               object: framing.wholeObject,
               created,
               model: body.model,
-              choices: [{ index: 0, ...framing.whole(text, extra), logprobs: null, finish_reason: openAiFinish(done) }],
+              choices: [framing.whole(text, extra, openAiFinish(done))],
               usage: { prompt_tokens: usage.inputTokens, completion_tokens: usage.outputTokens, total_tokens: usage.inputTokens + usage.outputTokens },
             });
             end(undefined);

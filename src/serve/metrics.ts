@@ -484,10 +484,11 @@ export class SluiceMetrics {
     const labels = { gen_ai_operation_name: 'chat', gen_ai_request_model: model };
     if (done.timeToFirstToken !== undefined) this.timeToFirstToken.observe(labels, done.timeToFirstToken / 1000);
     if (done.tokensPerSecond !== undefined && done.tokensPerSecond > 0) this.timePerOutputToken.observe(labels, 1 / done.tokensPerSecond);
-    this.tokenUsage.observe({ ...labels, gen_ai_token_type: 'input' }, done.usage.inputTokens);
-    this.tokenUsage.observe({ ...labels, gen_ai_token_type: 'output' }, done.usage.outputTokens);
+    // Literals, not spreads of `labels`: V8 (Node 20) makes every `{ ...object, key }` in the old generation, garbage a scavenge cannot free.
+    this.tokenUsage.observe({ gen_ai_operation_name: 'chat', gen_ai_request_model: model, gen_ai_token_type: 'input' }, done.usage.inputTokens);
+    this.tokenUsage.observe({ gen_ai_operation_name: 'chat', gen_ai_request_model: model, gen_ai_token_type: 'output' }, done.usage.outputTokens);
     this.generatedTokens.inc({ gen_ai_request_model: model }, done.usage.outputTokens);
-    this.generationDuration.observe({ ...labels, error_type: errorType ?? '' }, seconds);
+    this.generationDuration.observe({ gen_ai_operation_name: 'chat', gen_ai_request_model: model, error_type: errorType ?? '' }, seconds);
   }
 
   /** Records one answered HTTP request. */

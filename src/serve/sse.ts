@@ -36,8 +36,8 @@ export interface StreamConfig {
  */
 export function streamCompletion(res: ServerResponse, flow: Observable<Token>, stream: StreamConfig): void {
   const { framing } = stream;
-  const chunk = (fields: Readonly<Record<string, unknown>>, finishReason: string | null) =>
-    `data: ${JSON.stringify({ id: stream.id, object: framing.chunkObject, created: stream.created, model: stream.model, choices: [{ index: 0, ...fields, logprobs: null, finish_reason: finishReason }] })}\n\n`;
+  const chunk = (content: unknown, finishReason: string | null) =>
+    `data: ${JSON.stringify({ id: stream.id, object: framing.chunkObject, created: stream.created, model: stream.model, choices: [framing.choice(content, finishReason)] })}\n\n`;
   // The status line waits for the first token: a failure before it (a guard block, every upstream
   // rate limited) is then an ordinary error response with its own status and Retry-After.
   let started = false;

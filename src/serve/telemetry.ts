@@ -93,7 +93,7 @@ export class RequestTelemetry {
       ref: start.logId,
       ...(requests.content && { prompt: questionOf(start.request) }),
     });
-    return new RequestTrace(this.options, start, otel, trace, startTime ?? Date.now(), this.options.metrics?.requestStarted(start.model), listed);
+    return new RequestTrace(this.options, start, otel, trace, startTime, this.options.metrics?.requestStarted(start.model), listed);
   }
 }
 
@@ -112,7 +112,8 @@ export class RequestTrace {
   /** A recording span's traceparent, taken at the start: an ended span names no parent any more. */
   private readonly spanTraceparent: string | undefined;
   private readonly startedAt = performance.now();
-  private firstTokenAt: number | undefined;
+  /** Microseconds from the start to the first token: a small integer, where a clock reading kept in the field is a heap number of its own. */
+  private firstTokenMicros: number | undefined;
 
   constructor(
     private readonly options: RequestTelemetryOptions,
@@ -120,7 +121,8 @@ export class RequestTrace {
     otel: StartedGenAiSpan,
     /** The element trace the worker records into. */
     readonly trace: TraceContext,
-    private readonly startEpoch: number,
+    /** When the request arrived (epoch ms) if the transport knew it before now; else taken as `startedAt` when stage spans need it. */
+    private readonly startTime: number | undefined,
     private readonly meter: RequestMeter | undefined,
     private readonly listed?: RequestHandle | undefined,
   ) {
@@ -140,7 +142,7 @@ export class RequestTrace {
 
   /** A token went to the client (time to first token, inter-token latency, running and waiting); its text, for an inspector that shows content. */
   token(text?: string): void {
-    this.firstTokenAt ??= performance.now();
+    this.firstTokenMicros ??= Math.round((performance.now() - this.startedAt) * 1000);
     this.meter?.token();
     this.listed?.token(text);
   }
@@ -162,7 +164,7 @@ export class RequestTrace {
       outcome: outcomeOf(error),
       ...(status !== undefined && { status }),
       ...(done !== undefined && { finishReason: done.finishReason, inputTokens: done.usage.inputTokens, outputTokens: done.usage.outputTokens }),
-      ...(this.firstTokenAt !== undefined && { ttftMs: round(this.firstTokenAt - this.startedAt) }),
+      ...(this.firstTokenMicros !== undefined && { ttftMs: round(this.firstTokenMicros / 1000) }),
       durationMs: round(performance.now() - this.startedAt),
       ...(error !== undefined && { error: errorField(error) }),
     });
@@ -172,8 +174,10 @@ export class RequestTrace {
     if (this.span.isRecording())
       endGenAiSpan(this.span, { ...(done && { done }), ...(error !== undefined && { error }), responseId, responseModel: this.model, trace });
     // The span's context only for a sampled trace with stage records: it is a Map and three closures.
-    if (trace.records !== undefined && trace.records.length > 0)
-      recordStageSpans(trace, spanContext(this.parent, this.span), { ...(tracer && { tracer }), startTime: this.startEpoch });
+    if (trace.records !== undefined && trace.records.length > 0) {
+      const startTime = this.startTime ?? Date.now() - (performance.now() - this.startedAt);
+      recordStageSpans(trace, spanContext(this.parent, this.span), tracer === undefined ? { startTime } : { tracer, startTime });
+    }
     this.options.graph?.observeTrace(trace, this.tenant);
     if (metrics === undefined) return;
     metrics.observeTrace(trace);

@@ -109,7 +109,6 @@ export class Hub implements ConnectionHub {
 
   forget(connection: Connection): void {
     this.connections.delete(connection);
-    this.quotas.closed(connection.number);
   }
 
   stats(): TokenSocketStats {

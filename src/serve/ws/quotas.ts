@@ -3,33 +3,25 @@
  * frames per connection, and requests per tenant (running at once, started per second)
  * across all of the tenant's connections (and its HTTP requests, when the quotas are shared).
  */
-import { TokenBuckets } from '../../core/token-bucket.js';
+import { TokenBucket } from '../../core/token-bucket.js';
 import type { TokenSocketLimits } from './options.js';
 import { TenantQuotas } from '../tenant-quotas.js';
 
 export class Quotas {
-  private readonly frames: TokenBuckets;
   /** Requests per tenant: the server's own, or one shared with its HTTP handler. */
   readonly tenants: TenantQuotas;
 
-  constructor(limits: Pick<TokenSocketLimits, 'rate' | 'tenantConcurrent' | 'tenantRate'>, shared?: TenantQuotas, now: () => number = () => performance.now()) {
-    this.frames = new TokenBuckets(limits.rate.perSecond, limits.rate.burst, now);
+  constructor(
+    private readonly limits: Pick<TokenSocketLimits, 'rate' | 'tenantConcurrent' | 'tenantRate'>,
+    shared?: TenantQuotas,
+    private readonly now: () => number = () => performance.now(),
+  ) {
     this.tenants = shared ?? new TenantQuotas(limits, now);
   }
 
-  /** Spends one of `connection`'s frames; false when it sent more than its rate allows. */
-  frame(connection: number): boolean {
-    return this.frames.take(String(connection));
-  }
-
-  /** `connection` closed: its frame bucket goes with it. */
-  closed(connection: number): void {
-    this.frames.forget(String(connection));
-  }
-
-  /** Frame buckets held now: one per connection that spent frames recently, none for closed ones. */
-  get frameBuckets(): number {
-    return this.frames.size;
+  /** A new connection's frame bucket: the connection keeps it (it goes when the connection does) and spends one per frame. */
+  frameBucket(): TokenBucket {
+    return new TokenBucket(this.limits.rate.perSecond, this.limits.rate.burst, this.now);
   }
 
   /** Takes a slot for one request of `tenant`, or returns why not (the `TENANT_QUOTA` message). */
