@@ -311,6 +311,34 @@ describe('PipelineGraph', () => {
     }
   });
 
+  it('a stage holding an output its consumer refused reads backpressured until resumed, though room has freed below the resume mark', async () => {
+    const graph = new PipelineGraph({ scheduler: new VirtualTimeScheduler() }).start();
+    const gates: (() => void)[] = [];
+    try {
+      const run = lastValueFrom(
+        fromIterable(Array.from({ length: 30 }, (_, i) => i)).pipe(
+          stage((n: number) => n, { name: 'A', capacity: 4 }),
+          // B resumes its producer only once 2 slots are free (a quarter of its room of 9).
+          stage((n: number) => new Promise<number>((resolve) => gates.push(() => resolve(n))), { name: 'B', capacity: 8, concurrency: 1 }),
+          toArray(),
+        ),
+      );
+      await sleep(5);
+      const node = (name: string) => graph.snapshot().nodes.find((n) => n.name === name)!;
+      graph.sample();
+      assert.deepEqual([node('A').buffered, node('A').demand, node('A').shares.backpressured], [4, 0, 1], 'B full: A held back');
+      gates.shift()!(); // one slot frees: below B's resume mark, A is not resumed
+      await sleep(5);
+      graph.sample();
+      assert.equal(node('B').inFlight, 1);
+      assert.equal(node('A').demand, 0, 'the demand A can act on');
+      assert.equal(node('A').shares.backpressured, 1, 'A still waits for downstream, not working');
+      while ((await Promise.race([run.then(() => true), sleep(1).then(() => false)])) === false) gates.splice(0).forEach((open) => open());
+    } finally {
+      graph.stop();
+    }
+  });
+
   it('states: working, starved, backpressured and idle; the bottleneck is the node busy most of the window', () => {
     assert.equal(stateOf(0, 1, 1), 'working');
     assert.equal(stateOf(0, 0, 3), 'starved');

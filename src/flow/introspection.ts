@@ -39,7 +39,11 @@ export interface InspectedRun {
   /** The operator's counts, when `stats` does not hold them. */
   counters?(): RunCounters;
   describe(): RunDescription;
-  /** Elements its consumer would take now (`Infinity` for one that does not speak demand). */
+  /**
+   * Elements its consumer would take now (`Infinity` for one that does not speak demand); 0 while
+   * the run holds an output it was refused and has not been resumed for (the consumer resumes its
+   * producers only once a quarter of its room is free): it is held back, whatever room has freed.
+   */
   demandNow(): number;
   /** The link it takes elements through: what a run feeding it reports as `feeds`. */
   ownLink(): DemandLink | undefined;

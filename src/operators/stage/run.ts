@@ -112,7 +112,8 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
   }
 
   demandNow(): number {
-    return this.outlet.demand();
+    // An output ready and not emitted means it was refused and waits to be resumed: held back (see InspectedRun).
+    return this.hasReady() ? 0 : this.outlet.demand();
   }
 
   ownLink(): DemandLink {
