@@ -78,6 +78,55 @@ describe('inspector(): options', () => {
     bad({ requests: [] }, /requests must be a RequestRegistry/);
     bad({ origins: ['not a url'] }, /origin/);
     bad({ prot: 1 }, /unknown option "prot"/);
+    bad({ tenantTokens: { short: 'acme' } }, /tenantTokens: a tenant token must have at least 8 characters/);
+    assert.throws(
+      () => inspector({ tenantTokens: { 'sk-secret': '' } }),
+      (err: unknown) => err instanceof InvalidOptionsError && /tenant names/.test(err.message) && !err.message.includes('sk-secret'),
+      'an error never quotes a token',
+    );
+    bad({ token: TOKEN, tenantTokens: { [TOKEN]: 'acme' } }, /tenantTokens.*operator's token/);
+  });
+});
+
+describe('inspector() with tenants’ tokens', () => {
+  const ACME = 'acme-token-0001';
+  const GLOBEX = 'globex-token-01';
+  const requests = new RequestRegistry();
+  let inspecting: Inspector;
+  const cancelled: string[] = [];
+  const add = (tenant: string) => {
+    const handle = requests.add({ transport: 'http', model: 'm', tenant });
+    handle.cancelWith(() => cancelled.push(handle.id));
+    return handle;
+  };
+  const as = (token: string) => ({ authorization: `Bearer ${token}` });
+  const cancel = (id: string, token: string) => fetch(`${inspecting.url}/requests/${id}/cancel`, { method: 'POST', headers: as(token) });
+
+  before(async () => {
+    inspecting = await inspector({ token: TOKEN, tenantTokens: { [ACME]: 'acme', [GLOBEX]: 'globex' }, requests, interval: 50 });
+  });
+  after(async () => {
+    await inspecting.close();
+  });
+
+  it("a tenant's token sees and cancels only its tenant's requests; the operator's all; another token nothing", async () => {
+    const [a1, a2, g1] = [add('acme'), add('acme'), add('globex')];
+    const acme = await firstSnapshot(`${inspecting.url}/events`, as(ACME));
+    assert.deepEqual(acme.viewer, { role: 'tenant', tenant: 'acme' });
+    assert.deepEqual(
+      acme.requests!.shown.map((r) => r.id),
+      [a1.id, a2.id],
+    );
+    assert.equal((await firstSnapshot(`${inspecting.url}/events`, as(GLOBEX))).requests!.total, 1);
+    assert.equal((await firstSnapshot(`${inspecting.url}/events`, as(TOKEN))).requests!.total, 3);
+    assert.equal((await fetch(`${inspecting.url}/events`, { headers: as('not-a-known-token') })).status, 401);
+
+    assert.equal((await cancel(g1.id, ACME)).status, 404, "another tenant's request reads as none");
+    assert.deepEqual(cancelled, []);
+    assert.equal((await cancel(a1.id, ACME)).status, 202);
+    assert.equal((await cancel(g1.id, TOKEN)).status, 202);
+    assert.deepEqual(cancelled, [a1.id, g1.id]);
+    for (const handle of [a1, a2, g1]) handle.end();
   });
 });
 

@@ -18,7 +18,7 @@ import type { FeedStats } from './feed.js';
 import { PipelineGraph } from './pipeline-graph.js';
 import { RequestRegistry } from './requests.js';
 import { INSPECT_PATH, inspectRoutes } from './routes.js';
-import { OPERATOR } from './snapshot.js';
+import { OPERATOR, type InspectViewer } from './snapshot.js';
 
 /** The inspector page, from source or from `dist/`. */
 export const INSPECT_PAGE = findUp(import.meta.url, 'examples/inspect.html');
@@ -28,8 +28,14 @@ export interface InspectorOptions {
   readonly port?: number;
   /** Interface to listen on. Default `127.0.0.1`: the page shows what runs in this process. */
   readonly host?: string;
-  /** The bearer token the feed and the cancel action require (at least 8 characters). Without it the inspector is open, allowed only on a loopback host. */
+  /** The operator's bearer token: it sees and cancels everything (at least 8 characters). Without it or `tenantTokens` the inspector is open, allowed only on a loopback host. */
   readonly token?: string;
+  /**
+   * Tenants' tokens, token → tenant: each sees the stages and only its own tenant's requests,
+   * clients and traces (the `tenant` given to the registry, `createHttpHandler` and
+   * `attachTokenSocket`), and cancels only those. At least 8 characters each.
+   */
+  readonly tenantTokens?: Readonly<Record<string, string>>;
   /** The graph to show (started here if it is not running, and then stopped by `close()`). Default: one of its own, started now. */
   readonly graph?: PipelineGraph;
   /** Running requests to list and cancel (give the same registry to `createHttpHandler` and `attachTokenSocket`). Default: no list. */
@@ -70,6 +76,14 @@ const optionsSchema = lazySchema((z) =>
         .default(0),
       host: z.string().min(1, { error: 'host must not be empty' }).default('127.0.0.1'),
       token: z.string({ error: 'token must be a string' }).min(8, { error: 'token must have at least 8 characters' }).optional(),
+      // Checked as a whole, so an error never quotes a token (a record's key would be in the issue's path).
+      tenantTokens: z
+        .custom<Record<string, string>>(
+          (v) => typeof v === 'object' && v !== null && !Array.isArray(v) && Object.values(v).every((tenant) => typeof tenant === 'string' && tenant !== ''),
+          { error: 'tenantTokens must map tokens to tenant names' },
+        )
+        .refine((tokens) => Object.keys(tokens).every((token) => token.length >= 8), { error: 'a tenant token must have at least 8 characters' })
+        .optional(),
       graph: z.instanceof(PipelineGraph, { error: 'graph must be a PipelineGraph' }).optional(),
       requests: z.instanceof(RequestRegistry, { error: 'requests must be a RequestRegistry' }).optional(),
       sockets: functionSchema<() => readonly SocketClient[]>().optional(),
@@ -84,9 +98,14 @@ const optionsSchema = lazySchema((z) =>
       maxRows: positiveInt('maxRows').default(50),
     })
     .strict()
-    .refine((o) => o.token !== undefined || isLoopback(o.host), {
+    .refine((o) => o.token !== undefined || o.tenantTokens !== undefined || isLoopback(o.host), {
       error: 'an inspector without a token may only listen on a loopback host: give a token',
       path: ['token'],
+    })
+    // Checked as a whole, so an error never quotes a token.
+    .refine((o) => o.token === undefined || o.tenantTokens === undefined || !Object.hasOwn(o.tenantTokens, o.token), {
+      error: "the operator's token must not also be a tenant's",
+      path: ['tenantTokens'],
     }),
 );
 
@@ -113,22 +132,27 @@ async function listen(config: ReturnType<ReturnType<typeof optionsSchema>['parse
   const startedHere = !graph.running;
   if (startedHere) graph.start();
   const expected = config.token === undefined ? undefined : digest(config.token);
+  const tenants = Object.entries(config.tenantTokens ?? {}).map(([token, tenant]) => ({ digest: digest(token), viewer: { role: 'tenant', tenant } as const }));
+  const open = expected === undefined && tenants.length === 0;
   const routes = inspectRoutes({
     sources: { graph, requests: config.requests, sockets: config.sockets, upstreams: config.upstreams },
     page,
     origins: config.origins,
     interval: config.interval,
     limits: { nodes: config.maxNodes, rows: config.maxRows },
-    ...(expected !== undefined && {
-      authorize: (req: IncomingMessage) => {
+    ...(!open && {
+      authorize: (req: IncomingMessage): InspectViewer | undefined => {
         const token = bearerOf(req.headers.authorization);
-        return token !== undefined && timingSafeEqual(digest(token), expected) ? OPERATOR : undefined;
+        if (token === undefined) return undefined;
+        const given = digest(token);
+        if (expected !== undefined && timingSafeEqual(given, expected)) return OPERATOR;
+        return tenants.find((tenant) => timingSafeEqual(given, tenant.digest))?.viewer;
       },
     }),
   });
   const server = createServer((req, res) => {
     // Open on loopback: a Host that is not a loopback name is a DNS-rebinding page relaying a browser.
-    if (expected === undefined && !loopbackHost(req.headers.host)) return void res.writeHead(403, { 'content-type': 'text/plain' }).end('forbidden host');
+    if (open && !loopbackHost(req.headers.host)) return void res.writeHead(403, { 'content-type': 'text/plain' }).end('forbidden host');
     if (req.url === '/' && (req.method === 'GET' || req.method === 'HEAD')) return void res.writeHead(302, { location: INSPECT_PATH }).end();
     if (!routes.handle(req, res)) res.writeHead(404, { 'content-type': 'text/plain' }).end('not found');
   });
