@@ -2,6 +2,10 @@
  * The demand protocol between a consumer and its producers: what a consumer's link
  * answers before every element, and what a producer must be to be resumed.
  */
+import type { TraceRef } from '../core/trace.js';
+
+/** Set on `Flow.prototype`: marks a sluice Flow (its outlet asks its consumer before every element). @internal */
+export const FLOW: unique symbol = Symbol('sluice.flow');
 /** What a consumer tells its producers. */
 export interface DemandLink {
   /** True while the consumer can take one more element now (from `outlet`, when the producer says who it is). */
@@ -26,4 +30,28 @@ export interface Resumable {
   resume(): void;
   /** A second producer joined the consumer: credit taken while this one was alone is void. */
   revoke?(): void;
+}
+
+/** A consumer of traced elements as their parts. @internal */
+export interface TracedSink {
+  onTracedNext(value: unknown, trace: TraceRef): void;
+  /** `onTracedNext` for an element from settled async work (see `Outlet.nextSettled`). */
+  onSettledNext(value: unknown, trace: TraceRef): void;
+}
+
+/**
+ * A subscriber that is its consumer's own, subscribed with `link`: every element it
+ * gets from a Flow linked to `link` was asked for and arrives during the emit, so the
+ * outlet skips the in-transit bookkeeping and hands elements over directly.
+ * @internal
+ */
+export interface DirectConsumer<T> {
+  readonly directLink: DemandLink;
+  askedNext(value: T): void;
+  /** A traced element as its parts (`nextTraced`), for a consumer without a `tracedSink`: it makes the envelope. */
+  tracedNext(value: unknown, trace: TraceRef): void;
+  /** Takes traced elements as parts itself, if it does: the outlet calls it without the subscriber in between. */
+  readonly tracedSink: TracedSink | undefined;
+  /** The consumer's room shrinks only by this producer's elements: the producer may take all of it as credit (see `FlowOutlet.wants`). */
+  readonly lendsRoom: boolean;
 }
