@@ -1,7 +1,8 @@
 /**
- * The HTTP API of a sluice server, as a `(req, res)` handler for `node:http`:
- * OpenAI-compatible chat completions (streamed as server-sent events, or whole),
- * Prometheus metrics, and health and readiness probes.
+ * The HTTP API of a sluice server, as a `(req, res)` handler for `node:http`: its routes —
+ * OpenAI-compatible chat and text completions (streamed as server-sent events, or whole),
+ * embeddings, models, passages — Prometheus metrics, and health and readiness probes. The
+ * options are in http-options.ts, the wire formats in openai-wire.ts and completions-wire.ts.
  *
  * Streaming honours the client's pace end to end: a token is asked of the worker only
  * after the previous one was accepted by the socket (`res.write` returned true, or
@@ -9,18 +10,16 @@
  * that disconnects aborts the generation: the worker's `AbortSignal` fires and no
  * further step runs.
  */
-import { lazySchema } from '../core/zod.js';
+import type * as z from 'zod';
 import { type TokenLimit, limitTokens } from './token-limit.js';
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Tracer } from '@opentelemetry/api';
-import { functionSchema, parseOptions } from '../flow/options.js';
+import { parseOptions } from '../flow/options.js';
 import { AbortedError, SluiceError } from '../core/errors.js';
 import type { GenerateRequest, GenerationDone, ModelWorker } from '../ai/inference/worker.js';
 import { jsonWorker, type JsonFormat } from '../ai/inference/json-worker.js';
 
-import type { SluiceMetrics } from './metrics.js';
 import { pathOf } from './protocol.js';
 import { RequestTelemetry } from './telemetry.js';
 import {
@@ -32,6 +31,7 @@ import {
   mergeDelta,
   openAiFinish,
   passthroughChatSchema,
+  bodyError,
   toApiError,
   toGenerateRequest,
   type ChatWorker,
@@ -40,64 +40,12 @@ import { headerValue, readJson, sendError, sendJson } from './http-io.js';
 import { streamCompletion } from './sse.js';
 import { chatFraming, type Framing } from './framing.js';
 import { completionsSchema, passthroughCompletionsSchema, promptOf, textFraming, toCompletionRequest } from './completions-wire.js';
-import { TenantQuotas } from './tenant-quotas.js';
-import { StageStats } from '../flow/stats.js';
-import { type RequestLog, errorField, round } from './request-log.js';
-import { RequestRegistry } from './inspect/requests.js';
-import type { TraceObserver } from './telemetry.js';
+import type { StageStats } from '../flow/stats.js';
+import { errorField, round } from './request-log.js';
 
 export type { ChatWorker } from './openai-wire.js';
-
-export interface HttpHandlerOptions {
-  /** Models served, by the name clients put in `model`. */
-  readonly workers?: Readonly<Record<string, ChatWorker>>;
-  /** Models `POST /v1/embeddings` serves, by name (e.g. a `BatchedEmbedder`). */
-  readonly embeddings?: Readonly<Record<string, EmbeddingModel>>;
-  /** Embeddings of models served elsewhere (a gateway's upstreams): the body forwarded, the answer as it came; undefined for a model not served there. */
-  readonly upstreamEmbeddings?: (model: string, body: Readonly<Record<string, unknown>>, signal: AbortSignal) => Promise<unknown> | undefined;
-  /** The passages cited under a source (`file › heading`): `GET /v1/passages?source=` answers with them. Without it that route is 404. */
-  readonly passages?: (source: string) => readonly { readonly id: string; readonly source: string; readonly text: string }[];
-  /** A single model, served under its `name`. Combined with `workers` if both are given. */
-  readonly worker?: ChatWorker;
-  /** Where request, generation and stage metrics go; `GET /metrics` serves its registry. Without it `/metrics` is 404. */
-  readonly metrics?: SluiceMetrics;
-  /** Guards `/v1/*` (not the probes nor `/metrics`): false → 401. E.g. compare the `authorization` header. */
-  readonly auth?: (req: IncomingMessage) => boolean | Promise<boolean>;
-  /** Largest request body accepted, bytes; larger → 413. Default 1 MiB. */
-  readonly maxBodyBytes?: number;
-  /** The largest `max_tokens` (or `max_completion_tokens`) a request may ask for; more → 400 `invalid_request_error`. Default 4096, as the WebSocket server's. */
-  readonly maxTokens?: number;
-  /** Whether the models are loaded; `/readyz` answers 503 while false. Default: always ready. */
-  readonly ready?: () => boolean;
-  /** The OpenTelemetry tracer. Default: the global provider's (a no-op unless an SDK is registered). */
-  readonly tracer?: Tracer;
-  /** Share of requests whose timing is recorded in their trace (and so in stage metrics and spans). Default 1. */
-  readonly sampleRate?: number;
-  /** The name of the generation stage in trace records, notes and metrics. Default `generate`. */
-  readonly stage?: string;
-  /**
-   * Counters of that stage for the requests whose worker records no stage of that name
-   * itself (a plain model, not a pipeline): give the `StageStats` of the pipeline's stage of
-   * the same name, so `received_total` and the histograms count the same requests.
-   */
-  readonly stageStats?: StageStats;
-  /**
-   * Origins of browser pages on other sites that may call the API (CORS): their preflights are
-   * answered and their responses readable. Any other origin gets no CORS header (a preflight
-   * 403). Default: none.
-   */
-  readonly cors?: readonly string[];
-  /** Gets one entry per completion when it ends, and one per refused `/v1` request (status, code, cause); never a prompt or a token. */
-  readonly requestLog?: RequestLog;
-  /** Who a request is for, for `tenantQuotas` and the request log (e.g. the tenant of its bearer token). */
-  readonly tenant?: (req: IncomingMessage) => string | undefined;
-  /** Requests per tenant, running and started per second; over them a completion gets 429 `tenant_quota`. Share one with `attachTokenSocket`. */
-  readonly tenantQuotas?: TenantQuotas;
-  /** Lists each completion while it runs, for the inspector (which can cancel it: a stream ends with a `request_cancelled` error event). */
-  readonly requests?: RequestRegistry;
-  /** Gets each finished completion's trace (a `PipelineGraph`'s service times and waterfall). */
-  readonly graph?: TraceObserver;
-}
+export type { HttpHandlerOptions } from './http-options.js';
+import { optionsSchema, type HttpHandlerOptions } from './http-options.js';
 
 /** A `node:http` request listener with a drain switch for graceful shutdown. */
 export interface HttpHandler {
@@ -121,72 +69,6 @@ export interface HttpDrainReport {
   /** Of those, how many were ended by the deadline. */
   readonly interrupted: number;
 }
-
-const workerSchema = lazySchema((z) =>
-  z.custom<ChatWorker>(
-    (v) => typeof v === 'object' && v !== null && typeof (v as ChatWorker).generate === 'function' && typeof (v as ChatWorker).name === 'string',
-    { error: 'must be a ModelWorker (with name and generate())' },
-  ),
-);
-
-const optionsSchema = lazySchema((z) =>
-  z
-    .object({
-      workers: z.record(z.string().min(1, { error: 'a model name must not be empty' }), workerSchema()).optional(),
-      embeddings: z
-        .record(
-          z.string().min(1, { error: 'a model name must not be empty' }),
-          z.custom<EmbeddingModel>((v) => typeof (v as EmbeddingModel | undefined)?.embed === 'function', { error: 'must have embed(texts)' }),
-        )
-        .optional(),
-      worker: workerSchema().optional(),
-      metrics: z
-        .custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).scrape === 'function', {
-          error: 'metrics must be a SluiceMetrics',
-        })
-        .optional(),
-      auth: functionSchema<(req: IncomingMessage) => boolean | Promise<boolean>>().optional(),
-      maxBodyBytes: z
-        .number({ error: 'maxBodyBytes must be a number' })
-        .int({ error: 'maxBodyBytes must be an integer' })
-        .positive({ error: 'maxBodyBytes must be ≥ 1' })
-        .default(1 << 20),
-      maxTokens: z
-        .number({ error: 'maxTokens must be a number' })
-        .int({ error: 'maxTokens must be an integer' })
-        .positive({ error: 'maxTokens must be ≥ 1' })
-        .default(4096),
-      ready: functionSchema<() => boolean>().optional(),
-      tracer: z
-        .custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', {
-          error: 'tracer must be an OpenTelemetry Tracer',
-        })
-        .optional(),
-      sampleRate: z
-        .number({ error: 'sampleRate must be a number' })
-        .min(0, { error: 'sampleRate must be in [0, 1]' })
-        .max(1, { error: 'sampleRate must be in [0, 1]' })
-        .default(1),
-      stage: z.string().min(1, { error: 'stage must not be empty' }).default('generate'),
-      tenant: functionSchema<(req: IncomingMessage) => string | undefined>().optional(),
-      tenantQuotas: z.instanceof(TenantQuotas, { error: 'tenantQuotas must be a TenantQuotas' }).optional(),
-      stageStats: z.instanceof(StageStats, { error: 'stageStats must be a StageStats' }).optional(),
-      requestLog: functionSchema<RequestLog>().optional(),
-      upstreamEmbeddings:
-        functionSchema<(model: string, body: Readonly<Record<string, unknown>>, signal: AbortSignal) => Promise<unknown> | undefined>().optional(),
-      passages: functionSchema<(source: string) => readonly { id: string; source: string; text: string }[]>().optional(),
-      cors: z.array(z.string().url({ error: 'a CORS origin must be a URL like https://app.example.com' })).optional(),
-      requests: z.instanceof(RequestRegistry, { error: 'requests must be a RequestRegistry' }).optional(),
-      graph: z
-        .custom<TraceObserver>((v) => typeof (v as TraceObserver | undefined)?.observeTrace === 'function', { error: 'graph must have observeTrace(trace)' })
-        .optional(),
-    })
-    .strict()
-    .refine((o) => o.worker !== undefined || (o.workers !== undefined && Object.keys(o.workers).length > 0), {
-      error: 'give worker or workers (at least one model)',
-      path: ['workers'],
-    }),
-);
 
 const ROUTES = new Set(['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/models', '/v1/passages', '/metrics', '/healthz', '/readyz']);
 /** `/v1/models/{id}`: one route (and one metrics label) for every id. */
@@ -352,39 +234,45 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
   };
 
   const chat = async (req: IncomingMessage, res: ServerResponse, arrivedAt: number, id: string): Promise<void> => {
-    const body = await readBody(req);
     // An upstream's model takes the fields sluice does not know (tools, response_format...) and forwards them.
-    const named =
-      typeof body === 'object' && body !== null && typeof (body as { model?: unknown }).model === 'string' ? (body as { model: string }).model : undefined;
-    const passthrough = named !== undefined && workers.get(named)?.passthrough === true;
-    const parsed = (passthrough ? passthroughChatSchema() : chatSchema()).safeParse(body);
-    if (!parsed.success) throw bodyError(parsed.error.issues[0]!);
-    const chatBody = parsed.data;
-    const served = workers.get(chatBody.model);
-    if (served === undefined) throw new ApiError(404, `The model \`${chatBody.model}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
+    const { body: chatBody, forwarded, served } = await modelBody(req, chatSchema(), passthroughChatSchema());
+    const passthrough = forwarded !== undefined;
     // An upstream checks its own formats; a model here is told the format and its answer validated.
     const format = passthrough || !('response_format' in chatBody) ? undefined : (chatBody.response_format as JsonFormat | { type: 'text' } | null | undefined);
     const worker = format == null || format.type === 'text' ? served : jsonAnswers(served, format);
-    const request = toGenerateRequest(chatBody, config.maxTokens, passthrough ? (body as Record<string, unknown>) : undefined);
+    const request = toGenerateRequest(chatBody, config.maxTokens, forwarded);
     await admitted(req, (tenant) => generate(req, res, arrivedAt, id, chatBody, worker, request, tenant, chatFraming));
   };
 
   /** `POST /v1/completions`: a prompt continued as it is (no chat template), framed as `text_completion`. */
   const completions = async (req: IncomingMessage, res: ServerResponse, arrivedAt: number, id: string): Promise<void> => {
-    const body = await readBody(req);
-    const named =
-      typeof body === 'object' && body !== null && typeof (body as { model?: unknown }).model === 'string' ? (body as { model: string }).model : undefined;
-    const passthrough = named !== undefined && workers.get(named)?.passthrough === true;
-    const parsed = (passthrough ? passthroughCompletionsSchema() : completionsSchema()).safeParse(body);
-    if (!parsed.success) throw bodyError(parsed.error.issues[0]!);
-    const completionBody = parsed.data;
-    const served = workers.get(completionBody.model);
-    if (served === undefined)
-      throw new ApiError(404, `The model \`${completionBody.model}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
-    const request = toCompletionRequest(completionBody, config.maxTokens, passthrough ? (body as Record<string, unknown>) : undefined);
+    const { body: completionBody, forwarded, served } = await modelBody(req, completionsSchema(), passthroughCompletionsSchema());
+    const passthrough = forwarded !== undefined;
+    const request = toCompletionRequest(completionBody, config.maxTokens, forwarded);
     // An upstream echoes its own prompt; here the echo is the prompt's text.
     const framing = textFraming(completionBody.echo === true && !passthrough ? promptOf(completionBody) : undefined);
     await admitted(req, (tenant) => generate(req, res, arrivedAt, id, completionBody, served, request, tenant, framing));
+  };
+
+  /**
+   * A POST body checked by the schema of the model it names — an upstream's (`forwarded`: the body as
+   * sent, for the upstream) or one served here — and that model's worker; 404 for no such model.
+   */
+  const modelBody = async <L extends z.ZodType<{ readonly model: string }>, U extends z.ZodType<{ readonly model: string }>>(
+    req: IncomingMessage,
+    local: L,
+    upstream: U,
+  ): Promise<{ body: z.output<L> | z.output<U>; forwarded: Record<string, unknown> | undefined; served: ChatWorker }> => {
+    const raw = await readBody(req);
+    const named =
+      typeof raw === 'object' && raw !== null && typeof (raw as { model?: unknown }).model === 'string' ? (raw as { model: string }).model : undefined;
+    const passthrough = named !== undefined && workers.get(named)?.passthrough === true;
+    const parsed = (passthrough ? upstream : local).safeParse(raw);
+    if (!parsed.success) throw bodyError(parsed.error.issues[0]!);
+    const body = parsed.data as z.output<L> | z.output<U>;
+    const served = workers.get(body.model);
+    if (served === undefined) throw new ApiError(404, `The model \`${body.model}\` does not exist.`, 'invalid_request_error', 'model_not_found', 'model');
+    return { body, forwarded: passthrough ? (raw as Record<string, unknown>) : undefined, served };
   };
 
   /** Runs `work` holding a slot of the request's tenant, counted as in flight for the drain. */
@@ -676,7 +564,6 @@ function countEdgeStage(stats: StageStats | undefined, error: unknown, cancelled
   }
 }
 
-/** The first problem zod found in a body, as OpenAI words it: an unknown field, or a bad value with its path. */
 /** `served` answering in `format` (an invalid JSON Schema is the client's 400). */
 function jsonAnswers(served: ChatWorker, format: JsonFormat): ChatWorker {
   try {
@@ -684,19 +571,4 @@ function jsonAnswers(served: ChatWorker, format: JsonFormat): ChatWorker {
   } catch (err) {
     throw toApiError(err);
   }
-}
-
-function bodyError(issue: {
-  readonly code: string;
-  readonly path: readonly PropertyKey[];
-  readonly message: string;
-  readonly keys?: readonly string[];
-  readonly params?: Readonly<Record<string, unknown>>;
-}): ApiError {
-  if (issue.code === 'unrecognized_keys') {
-    const keys = issue.keys ?? [];
-    return new ApiError(400, `Unrecognized request argument supplied: ${keys.join(', ')}`, 'invalid_request_error', 'unrecognized_argument', keys[0] ?? null);
-  }
-  const code = typeof issue.params?.code === 'string' ? issue.params.code : 'invalid_value';
-  return new ApiError(400, issue.message, 'invalid_request_error', code, issue.path.map(String).join('.') || null);
 }

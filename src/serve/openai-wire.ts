@@ -446,3 +446,19 @@ function parseErrorBody(body: string): { message?: string; type?: string; code?:
     return undefined;
   }
 }
+
+/** The first problem zod found in a body, as OpenAI words it: an unknown field, or a bad value with its path (and its code, when the schema names one). */
+export function bodyError(issue: {
+  readonly code: string;
+  readonly path: readonly PropertyKey[];
+  readonly message: string;
+  readonly keys?: readonly string[];
+  readonly params?: Readonly<Record<string, unknown>>;
+}): ApiError {
+  if (issue.code === 'unrecognized_keys') {
+    const keys = issue.keys ?? [];
+    return new ApiError(400, `Unrecognized request argument supplied: ${keys.join(', ')}`, 'invalid_request_error', 'unrecognized_argument', keys[0] ?? null);
+  }
+  const code = typeof issue.params?.code === 'string' ? issue.params.code : 'invalid_value';
+  return new ApiError(400, issue.message, 'invalid_request_error', code, issue.path.map(String).join('.') || null);
+}
