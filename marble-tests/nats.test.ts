@@ -492,7 +492,7 @@ describe('sluice/nats links, on a real nats-server', () => {
     while (dead.length === 0 && Date.now() < deadline) await sleep(50);
     subscription.unsubscribe();
     assert.equal(dead.length, 1, 'the dropped message was dead-lettered');
-    assert.match(dead[0]!, /not settled after 2 deliveries/);
+    assert.match(dead[0]!, /not settled while worked on alone once .*plain operator/);
     assert.deepEqual(
       seen.sort((a, b) => a - b),
       [0, 1, 2, 3, 4, 5, 6, 8, 9],

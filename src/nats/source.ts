@@ -11,7 +11,6 @@
 import { activeIntrospector, type InspectedRun, type RunCounters, type RunDescription } from '../flow/introspection.js';
 import { StageStats } from '../flow/stats.js';
 import type { JsMsg, Consumer, ConsumerMessages } from '@nats-io/jetstream';
-import type { Subscription as NatsSubscription } from '@nats-io/nats-core';
 import { Settlement, type Settled, type Settler } from '../core/settlement.js';
 import { TraceContext, type StageRecord, type Traced, parseTraceparent } from '../core/trace.js';
 import { Flow, type Outlet, type Producer } from '../flow/demand.js';
@@ -19,6 +18,7 @@ import { Ring } from '../flow/ring.js';
 import { type Link, LinkError, definite, disconnected, refused } from './link.js';
 import { agreeOnContract } from './contract.js';
 import { RECORDS, SEQ, TRACEPARENT, deadLetter, describe, invalidReason, letterOf, reasonCode } from './wire.js';
+import { Trials } from './trials.js';
 
 /** The message an element came from, for settling it by hand. Settle it once; later settlements change nothing. */
 export interface LinkMessage<T> {
@@ -150,18 +150,12 @@ class Received<T> implements LinkMessage<T>, Settler {
     if (!this.claim()) return;
     this.receiver.unhold(this);
     this.message.ack();
-    this.receiver.settledAs('acked');
+    this.receiver.settledAs('acked', this.message);
   }
   nak(delay?: number): void {
     if (!this.claim()) return;
     this.receiver.unhold(this);
-    const deliveries = this.message.info.deliveryCount;
-    // Given back on its last delivery, the server would keep it in the work queue for good.
-    if (deliveries >= this.receiver.maxDeliver) this.receiver.deadLetter(this.message, `given back after ${deliveries} deliveries (maxDeliver)`, 'MAX_DELIVER');
-    else {
-      this.message.nak(delay);
-      this.receiver.settledAs('nacked');
-    }
+    this.receiver.giveBack(this.message, delay);
   }
   term(reason: string): void {
     this.giveUp(reason, 'TERMINATED');
@@ -199,17 +193,13 @@ class LinkProducer<T> implements Producer, InspectedRun {
   /** Emitted and not yet settled. */
   private readonly held = new Set<Received<T>>();
   private keepAliveTimer: ReturnType<typeof setInterval> | undefined;
-  private expiries: NatsSubscription | undefined;
+  private trials: Trials | undefined;
 
   constructor(
     private readonly link: Link<T>,
     private readonly outlet: Outlet<Traced<T>>,
     readonly config: ReceiverConfig,
   ) {}
-
-  get maxDeliver(): number {
-    return this.link.config.maxDeliver;
-  }
 
   // ---- inspection ----
 
@@ -245,11 +235,9 @@ class LinkProducer<T> implements Producer, InspectedRun {
   }
 
   start(): void {
-    this.watchExpiries();
-    if (this.config.keepAlive) {
-      this.keepAliveTimer = setInterval(() => this.keepAlive(), this.link.config.ackWait / 2);
-      this.keepAliveTimer.unref();
-    }
+    this.trials = new Trials(this.link as Link<unknown>, (seq) => this.holds(seq));
+    this.keepAliveTimer = setInterval(() => this.keepAlive(), this.link.config.ackWait / 2);
+    this.keepAliveTimer.unref();
     // The contract first: no message is pulled before the link's producers and this receiver agree.
     agreeOnContract(this.link as Link<unknown>, 'receiver')
       .then(() => this.link.js.consumers.get(this.link.stream, this.link.durable))
@@ -293,11 +281,49 @@ class LinkProducer<T> implements Producer, InspectedRun {
     for await (const message of messages) {
       this.asked--;
       this.config.stats.received++;
-      if (message.info.deliveryCount > 1) this.config.stats.redelivered++;
       if (this.done) this.giveBack(message);
+      else if (message.info.deliveryCount > 1) this.redelivered(message);
       else if (this.buffer.length === 0 && this.outlet.wants()) this.emit(message);
       else this.buffer.push(message);
     }
+  }
+
+  /**
+   * A message delivered again is judged before it goes on (see `trials.ts`): handed back on
+   * purpose, it goes on as any; else it becomes this receiver's one trial, or is dead-lettered if
+   * its trials failed too often. One to try while another is tried here is given back for another
+   * receiver (after `creditInterval`).
+   */
+  private redelivered(message: JsMsg): void {
+    this.config.stats.redelivered++;
+    const trials = this.trials!;
+    // Ours again: the server gave up on the delivery this receiver still holds.
+    if (trials.seq === message.seq) trials.expired(message.seq);
+    trials.judge(message.seq).then(
+      (verdict) => {
+        if (this.done) this.giveBack(message);
+        else if (verdict.kind === 'give-up') this.deadLetter(message, verdict.reason, verdict.code);
+        else if (verdict.kind === 'busy') {
+          message.nak(this.link.config.creditInterval);
+          this.settledAs('nacked');
+        } else {
+          this.buffer.push(message);
+          this.pull();
+        }
+      },
+      () => {
+        // The server is away for now: deliver it again later, here or elsewhere.
+        message.nak(this.link.config.creditInterval);
+        this.settledAs('nacked');
+      },
+    );
+  }
+
+  /** Whether this receiver has the message `seq`: fetched and not emitted, or emitted and not settled. */
+  private holds(seq: number): boolean {
+    for (let i = 0; i < this.buffer.length; i++) if (this.buffer.at(i)!.seq === seq) return true;
+    for (const received of this.held) if (received.seq === seq) return true;
+    return false;
   }
 
   /**
@@ -361,7 +387,7 @@ class LinkProducer<T> implements Producer, InspectedRun {
         message.ack();
         this.config.onDeadLetter?.({ seq: message.seq, reason });
         activeIntrospector()?.deadLettered?.(this, { subject: message.subject, seq: message.seq, code, deliveries });
-        this.settledAs('deadLettered');
+        this.settledAs('deadLettered', message);
       },
       () => {
         message.nak(this.link.config.creditInterval);
@@ -371,8 +397,10 @@ class LinkProducer<T> implements Producer, InspectedRun {
   }
 
   /** A message was settled: counted, and producers waiting for room are told, once per turn of the event loop. */
-  settledAs(as: 'acked' | 'nacked' | 'deadLettered'): void {
+  settledAs(as: 'acked' | 'nacked' | 'deadLettered', message?: JsMsg): void {
     this.config.stats[as]++;
+    // Delivered more than once, it may have a trial record: settled for good, the record goes.
+    if (message !== undefined && message.info.deliveryCount > 1) this.trials?.settled(message.seq);
     if (this.nudgeQueued) return;
     this.nudgeQueued = true;
     queueMicrotask(() => {
@@ -381,12 +409,10 @@ class LinkProducer<T> implements Producer, InspectedRun {
     });
   }
 
-  private giveBack(message: JsMsg): void {
-    if (message.info.deliveryCount >= this.maxDeliver) {
-      this.deadLetter(message, `given back after ${message.info.deliveryCount} deliveries (maxDeliver)`, 'MAX_DELIVER');
-      return;
-    }
-    message.nak();
+  /** Gives a message back on purpose: delivered again (after `delay` ms), recorded as no failure of its own. */
+  giveBack(message: JsMsg, delay?: number): void {
+    this.trials?.givenBack(message.seq);
+    message.nak(delay);
     this.settledAs('nacked');
   }
 
@@ -395,42 +421,14 @@ class LinkProducer<T> implements Producer, InspectedRun {
   }
 
   private keepAlive(): void {
-    const oldest = Date.now() - this.config.maxHold;
-    for (const received of this.held) if (received.receivedAt >= oldest) received.working();
-  }
-
-  /**
-   * A message the server stopped delivering (`maxDeliver` reached: held past `ackWait` each time)
-   * would stay in the work queue for good, holding a place of the link's capacity: one receiver
-   * of the link (a queue group) moves it to the dead-letter stream and deletes it.
-   */
-  private watchExpiries(): void {
-    const { stream, durable, connection, jsm } = this.link;
-    this.expiries = connection.subscribe(`$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.${stream}.${durable}`, {
-      queue: durable,
-      callback: (_error, advisory) => {
-        if (advisory === undefined || advisory === null) return;
-        let seq: number;
-        let deliveries: number;
-        try {
-          ({ stream_seq: seq, deliveries } = advisory.json<{ stream_seq: number; deliveries: number }>());
-        } catch {
-          return;
-        }
-        jsm.streams
-          .getMessage(stream, { seq })
-          .then(async (stored) => {
-            if (stored === null) return;
-            const reason = `not settled after ${deliveries} deliveries (maxDeliver); was it dropped by a plain operator?`;
-            await deadLetter(this.link, { data: stored.data, headers: stored.header, seq, deliveries }, reason);
-            await jsm.streams.deleteMessage(stream, seq, false);
-            this.config.stats.deadLettered++;
-            this.config.onDeadLetter?.({ seq, reason });
-            activeIntrospector()?.deadLettered?.(this, { subject: stored.subject, seq, code: 'MAX_DELIVER', deliveries });
-          })
-          .catch(() => {}); // already moved by another receiver (its dead letter has the same id)
-      },
-    });
+    const now = Date.now();
+    const kept = this.config.keepAlive ? this.config.maxHold : 0;
+    const trial = this.trials?.seq;
+    for (const received of this.held) {
+      if (received.receivedAt >= now - kept) received.working();
+      // Held past its time, the trial's message has been delivered again: this receiver may try another.
+      else if (received.seq === trial && received.receivedAt < now - kept - this.link.config.ackWait) this.trials!.expired(trial);
+    }
   }
 
   private fail(error: unknown): void {
@@ -443,7 +441,7 @@ class LinkProducer<T> implements Producer, InspectedRun {
     if (this.done) return;
     this.done = true;
     if (this.keepAliveTimer !== undefined) clearInterval(this.keepAliveTimer);
-    this.expiries?.unsubscribe();
+    this.trials?.close();
     // Fetched and never handed on: back to the link now, not after ackWait. What was handed on is
     // settled where it is: a stage torn down sheds what it held as `cancelled` (→ nak), and what
     // went past the consumer that left (`take`) goes on to be delivered.
