@@ -17,9 +17,10 @@ const [url, input, output, workMs, poison, maxDeliver, maxBatch, concurrency] = 
   string,
   ...(string | undefined)[],
 ];
-const connection = await connect({ servers: url });
+// Reconnects for as long as it runs: the chaos tests restart the server under it.
+const connection = await connect({ servers: url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
 const from = await openLink(connection, { name: input, capacity: 64, ackWait: 1_500, creditInterval: 50, maxDeliver: Number(maxDeliver ?? 5) });
-const to = await openLink(connection, { name: output, capacity: 1_000, creditInterval: 50 });
+const to = await openLink(connection, { name: output, capacity: 1_000, ackWait: 1_500, creditInterval: 50 });
 void toLink(
   fromLink<number>(from, { maxBatch: Number(maxBatch ?? 8) }).pipe(
     stage(

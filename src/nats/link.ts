@@ -54,6 +54,8 @@ export const linkOptionsSchema = lazySchema((z) =>
       pullExpires: z.number().min(1000, { error: 'pullExpires must be ≥ 1000 ms (the server refuses less)' }).default(5_000),
       /** Servers of a JetStream cluster that keep a copy of the link's streams (1, 3 or 5; at most the cluster's size). */
       replicas: z.union([z.literal(1), z.literal(3), z.literal(5)], { error: 'replicas must be 1, 3 or 5' }).default(1),
+      /** How long the ids of settled messages are kept to drop copies (ms): the stream's duplicate window and the settled-ids log's age. */
+      dedupWindow: z.number().min(1_000, { error: 'dedupWindow must be ≥ 1000 ms' }).default(120_000),
       /** Dead letters the link keeps, newest first (its dead-letter stream's `max_msgs`; older ones are dropped). */
       deadLetters: positiveInt('deadLetters').default(10_000),
       /** What a message must be: receivers dead-letter one that is not, producers refuse to send one. */
@@ -80,6 +82,9 @@ export interface Link<T = unknown> {
   /** The stream of trial records of messages delivered again (`trials.ts`), one per message on `<trialsSubject>.<seq>`. */
   readonly trialsStream: string;
   readonly trialsSubject: string;
+  /** The stream of ids of messages receivers are done with (`settled-log.ts`), and its subject. */
+  readonly settledStream: string;
+  readonly settledSubject: string;
   /** Where receivers tell producers that room was freed (core NATS, not stored). */
   readonly creditSubject: string;
   readonly durable: string;
@@ -124,6 +129,7 @@ export async function openLink<T = unknown>(connection: NatsConnection, options:
     max_msgs: config.capacity,
     discard: DiscardPolicy.New,
     num_replicas: config.replicas,
+    duplicate_window: config.dedupWindow * 1_000_000,
   };
   const existing = await jsm.streams.info(stream).catch((error: unknown) => {
     if (apiCode(error) === STREAM_NOT_FOUND) return undefined;
@@ -144,6 +150,11 @@ export async function openLink<T = unknown>(connection: NatsConnection, options:
       `its stream ${stream} exists with max_msgs ${existing.config.max_msgs}, retention ${existing.config.retention}, discard ${existing.config.discard}; the options ask for ${config.capacity}, workqueue, new.`,
       'Open the link with the capacity it was made with, or delete the stream (nats stream rm) to make it again.',
     );
+  }
+  if (existing !== undefined && existing.config.duplicate_window !== wanted.duplicate_window) {
+    await jsm.streams.update(stream, { ...existing.config, duplicate_window: wanted.duplicate_window }).catch((error: unknown) => {
+      throw refused(name, `its stream ${stream}'s duplicate window could not be set`, error);
+    });
   }
   // No limit of deliveries on the server: a count that blames the messages beside one that kills its
   // worker as much as that one. Receivers judge messages delivered again (trials.ts) and give up.
@@ -170,6 +181,14 @@ export async function openLink<T = unknown>(connection: NatsConnection, options:
     discard: DiscardPolicy.Old,
     num_replicas: config.replicas,
   };
+  // The ids of settled messages (settled-log.ts): kept as long as the server drops copies, and after its restarts.
+  const settled: Partial<StreamConfig> & { name: string } = {
+    name: `SLUICE_${name}_SETTLED`,
+    subjects: [`sluice.settled.${name}`],
+    retention: RetentionPolicy.Limits,
+    max_age: config.dedupWindow * 1_000_000,
+    num_replicas: config.replicas,
+  };
   const trials: Partial<StreamConfig> & { name: string } = {
     name: `SLUICE_${name}_TRIALS`,
     subjects: [`sluice.trial.${name}.*`],
@@ -183,6 +202,7 @@ export async function openLink<T = unknown>(connection: NatsConnection, options:
   for (const [config, what] of [
     [dead, `its dead-letter stream ${deadStream}`],
     [trials, `its trials stream ${trials.name}`],
+    [settled, `its settled-ids stream ${settled.name}`],
   ] as const)
     await jsm.streams
       .add(config)
@@ -198,6 +218,8 @@ export async function openLink<T = unknown>(connection: NatsConnection, options:
     deadStream,
     deadSubject,
     trialsStream: trials.name,
+    settledStream: settled.name,
+    settledSubject: `sluice.settled.${name}`,
     trialsSubject: `sluice.trial.${name}`,
     creditSubject: `${subject}.credit`,
     durable,

@@ -21,7 +21,7 @@ import { StageStats } from '../flow/stats.js';
 import { type Link, LinkError, MAXIMUM_MESSAGES_EXCEEDED, apiCode, definite, disconnected, refused } from './link.js';
 import { invalidReason, traceHeaders } from './wire.js';
 import { agreeOnContract } from './contract.js';
-import { originOf } from './source.js';
+import { sourceIdOf } from './source.js';
 
 export interface ToLinkOptions<T> {
   /** Names this producer in message ids (default: random). Reuse it after a restart to let the server drop what it already has. */
@@ -280,11 +280,11 @@ class Publisher<T> implements InspectedRun {
 
   /** The message id: from the source message and the output's ordinal, or from this producer's sequence. */
   private idOf(sequence: number, settlement: Settlement | undefined): string {
-    const origin = this.sourceIds ? originOf(settlement) : undefined;
-    if (origin === undefined || settlement === undefined) return `${this.producerId}-${sequence}`;
+    const source = this.sourceIds ? sourceIdOf(settlement) : undefined;
+    if (source === undefined || settlement === undefined) return `${this.producerId}-${sequence}`;
     const ordinal = this.ordinals.get(settlement) ?? 0;
     this.ordinals.set(settlement, ordinal + 1);
-    return `${origin}.${ordinal}`;
+    return `${source}.${ordinal}`;
   }
 
   private send(outgoing: Outgoing): void {
@@ -296,8 +296,8 @@ class Publisher<T> implements InspectedRun {
         if (ack.duplicate) this.duplicates++;
         if (this.looking) this.confirmedDuringLook.push(ack.seq);
         else if (ack.seq <= this.lookedSeq) this.uncounted--; // the last look counted it already
-        // Stored on the server: the element is delivered (a message it came from is acknowledged now).
-        forEachSettlement(outgoing.value, outgoing.settlement, deliver);
+        // Stored on the server: the element is forwarded (a message it came from is acknowledged now).
+        forEachSettlement(outgoing.value, outgoing.settlement, forward);
         if (!this.settleIfDone()) this.ask();
       },
       (error: unknown) => {
@@ -410,6 +410,6 @@ interface Outgoing {
   readonly settlement: Settlement | undefined;
 }
 
-function deliver(settlement: Settlement): void {
-  settlement.deliver();
+function forward(settlement: Settlement): void {
+  settlement.deliver(true);
 }
