@@ -9,7 +9,7 @@ import { seededRandom } from '../src/core/random.js';
 import { type Link, LinkReceiverStats, fromLink, openLink, toLink } from '../src/nats.js';
 import { StrandedMessages } from '../src/nats/reclaim.js';
 import { startNatsServer, type NatsServer } from './support/nats-server.js';
-import { type ChildScript, startScript } from './support/child-script.js';
+import { workerPool } from './support/worker-pool.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -22,33 +22,6 @@ async function storedIn(link: Link<unknown>, stream = link.stream): Promise<{ bo
     if (message !== null) stored.push({ body: new TextDecoder().decode(message.data), reason: message.header?.get('sluice-reason') || undefined });
   }
   return stored;
-}
-
-/** Stage worker processes (support/stage-worker.ts) kept at `count`: one that dies is replaced, `deaths` counts them. */
-function workerPool(args: () => string[], count: number) {
-  const workers = new Set<ChildScript>();
-  let deaths = 0;
-  let closed = false;
-  const start = async (): Promise<void> => {
-    const worker = await startScript('./stage-worker.ts', args());
-    workers.add(worker);
-    worker.child.once('exit', () => {
-      workers.delete(worker);
-      if (closed) return;
-      deaths++;
-      void start();
-    });
-  };
-  return {
-    ready: Promise.all(Array.from({ length: count }, start)),
-    get deaths() {
-      return deaths;
-    },
-    close() {
-      closed = true;
-      for (const worker of workers) worker.child.kill('SIGKILL');
-    },
-  };
 }
 
 describe('sluice/nats under crashes: worker processes and nats-server killed by the test', () => {
@@ -75,7 +48,16 @@ describe('sluice/nats under crashes: worker processes and nats-server killed by 
     const replay = `seed ${seed}: poison ${poison}, maxBatch ${maxBatch}, concurrency ${concurrency} (SLUICE_CHAOS_SEED=${seed} replays it)`;
     const jobs = await openLink(nc, { name: 'poison-jobs', capacity: 64, ackWait: 1_500, creditInterval: 50, maxDeliver });
     const results = await openLink(nc, { name: 'poison-results', capacity: 1_000, ackWait: 1_500, creditInterval: 50 });
-    const args = [server.url, jobs.config.name, results.config.name, '5', String(poison), String(maxDeliver), String(maxBatch), String(concurrency)];
+    const args = [
+      server.url,
+      jobs.config.name,
+      results.config.name,
+      '5',
+      `--poison=${poison}`,
+      `--max-deliver=${maxDeliver}`,
+      `--max-batch=${maxBatch}`,
+      `--concurrency=${concurrency}`,
+    ];
     const pool = workerPool(() => args, 2);
     try {
       await pool.ready;
