@@ -1,0 +1,122 @@
+/**
+ * A JetStream cluster of three real nats-server processes on loopback, started by a test: each its
+ * own client port, route port and store, routes to the other two. A node can be killed (SIGKILL) and
+ * started again on the same ports and store.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export interface NatsCluster {
+  /** Client URLs of every node, for `connect({ servers })`. */
+  readonly urls: readonly string[];
+  /** The node names, `n0`…`n2`, in the order of `urls`. */
+  readonly names: readonly string[];
+  /** SIGKILLs node `index`. */
+  kill(index: number): Promise<void>;
+  /** Starts node `index` again on its ports and store. */
+  start(index: number): Promise<void>;
+  /** Stops every node and removes the stores. */
+  close(): Promise<void>;
+}
+
+const SIZE = 3;
+
+/** A port the OS has just handed out and taken back (routes must be known before the servers start). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function launch(args: readonly string[]): Promise<ChildProcess> {
+  const child = spawn('nats-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  return new Promise((resolve, reject) => {
+    let log = '';
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`nats-server did not start within 10 s:\n${log}`));
+    }, 10_000);
+    child.once('error', (err) => {
+      clearTimeout(timer);
+      reject(new Error(`nats-server could not be started (${err.message}); install it: apt-get install nats-server`));
+    });
+    child.stderr!.setEncoding('utf8');
+    child.stderr!.on('data', (chunk: string) => {
+      log += chunk;
+      if (log.includes('Server is ready')) {
+        clearTimeout(timer);
+        child.stderr!.removeAllListeners('data');
+        child.stderr!.resume();
+        resolve(child);
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`nats-server exited with ${code}:\n${log}`));
+    });
+  });
+}
+
+function exited(child: ChildProcess, signal: NodeJS.Signals): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    child.once('exit', () => resolve());
+    child.kill(signal);
+  });
+}
+
+export async function startNatsCluster(): Promise<NatsCluster> {
+  const clientPorts: number[] = [];
+  const routePorts: number[] = [];
+  for (let i = 0; i < SIZE; i++) {
+    clientPorts.push(await freePort());
+    routePorts.push(await freePort());
+  }
+  const stores = clientPorts.map(() => mkdtempSync(join(tmpdir(), 'sluice-nats-cluster-')));
+  const names = clientPorts.map((_, i) => `n${i}`);
+  const argsOf = (i: number): string[] => [
+    '-js',
+    '-sd',
+    stores[i]!,
+    '-a',
+    '127.0.0.1',
+    '-p',
+    String(clientPorts[i]),
+    '--server_name',
+    names[i]!,
+    '--cluster_name',
+    'sluice-test',
+    '--cluster',
+    `nats://127.0.0.1:${routePorts[i]}`,
+    '--routes',
+    routePorts
+      .filter((_, j) => j !== i)
+      .map((port) => `nats://127.0.0.1:${port}`)
+      .join(','),
+  ];
+  const nodes: (ChildProcess | undefined)[] = await Promise.all(clientPorts.map((_, i) => launch(argsOf(i))));
+  return {
+    urls: clientPorts.map((port) => `nats://127.0.0.1:${port}`),
+    names,
+    async kill(index) {
+      const node = nodes[index];
+      nodes[index] = undefined;
+      if (node !== undefined) await exited(node, 'SIGKILL');
+    },
+    async start(index) {
+      if (nodes[index] === undefined) nodes[index] = await launch(argsOf(index));
+    },
+    async close() {
+      await Promise.all(nodes.map((node) => (node === undefined ? undefined : exited(node, 'SIGTERM'))));
+      for (const store of stores) rmSync(store, { recursive: true, force: true });
+    },
+  };
+}
