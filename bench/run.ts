@@ -101,6 +101,7 @@ const TARGETS = {
   heapGrowthMB: 10,
   /** `delay(20)` then a filter keeping 1 in 10, wall time over `delay(20)` alone. */
   transitFilterRatio: 3,
+  transitSparseFilterRatio: 6,
   /** Cold `import()` of the built core over plain rxjs's (which every user imports anyway). */
   coreImportRatio: 1.5,
   /** A pipeline with the inspector on over the same without (throughput rows, ns per element). */
@@ -449,6 +450,18 @@ const transitFigures: { what: string; value: string; against: string; result: st
       value: formatRatio(ratio),
       against: `≤ ${TARGETS.transitFilterRatio}×`,
       result: ratio <= TARGETS.transitFilterRatio ? 'PASS' : 'MISS',
+    });
+  }
+  const shortAlone = transitById.get('transit-short-delay');
+  const shortFiltered = transitById.get('transit-short-delay-filter');
+  if (shortAlone && shortFiltered) {
+    const ratio = shortFiltered.ms / shortAlone.ms;
+    checks.push(target('transit, delay(1) + filter 1/100 over delay(1) alone (wall time ×)', ratio, '×', 'le', TARGETS.transitSparseFilterRatio));
+    transitFigures.push({
+      what: `${formatCount(shortAlone.n)} elements: delay(1) + filter 1/100, wall time over delay(1) alone`,
+      value: formatRatio(ratio),
+      against: `≤ ${TARGETS.transitSparseFilterRatio}×`,
+      result: ratio <= TARGETS.transitSparseFilterRatio ? 'PASS' : 'MISS',
     });
   }
   const buffered = transitById.get('transit-delay-buffered');
