@@ -174,7 +174,7 @@ describe('POST /v1/chat/completions with a deterministic worker', () => {
       usage: unknown;
     };
     assert.equal(body.object, 'chat.completion');
-    assert.deepEqual(body.choices[0]!.message, { role: 'assistant', content: 't0 t1 t2 ' });
+    assert.deepEqual(body.choices[0]!.message, { role: 'assistant', content: 't0 t1 t2 ', refusal: null });
     assert.equal(body.choices[0]!.finish_reason, 'length');
     assert.deepEqual(body.usage, { prompt_tokens: 3, completion_tokens: 3, total_tokens: 6 });
   });

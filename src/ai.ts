@@ -87,7 +87,7 @@ export type { DecodeIds } from './ai/inference/detokenize.js';
 export { ChatTemplate } from './ai/models/chat-template.js';
 export type { ChatTemplateOptions, TemplateMessage } from './ai/models/chat-template.js';
 export type { RunModel, TokenCodec, DecoderShape, CharLmWorkerOptions, DecoderLmWorkerOptions } from './ai/inference/onnx-lm.js';
-export { HttpStatusError, RateLimitedError, MalformedEventError, ProviderError } from './ai/inference/errors.js';
+export { HttpStatusError, RateLimitedError, MalformedEventError, ProviderError, ContextLengthExceededError } from './ai/inference/errors.js';
 export { InferencePool } from './ai/models/pool.js';
 export type { InferencePoolOptions, InferencePoolStats, WorkerStats, RunOptions, Feeds, Outputs, ModelSource, ModelInfo } from './ai/models/pool.js';
 export {

@@ -3,20 +3,23 @@
  * generated from code, the bundled corpus); flags and `SLUICE_*` environment variables
  * change the port, tokens, models and limits. Flags win over the environment.
  *
- * Bad flags or environment values print what is wrong and exit with 2; a start-up
- * failure (port in use...) exits with 1. SIGTERM or SIGINT shuts down gracefully and
+ * Bad flags or environment values print what is wrong and exit with 2; missing peers
+ * (every one the run needs, checked before any is loaded) and a start-up failure (port
+ * in use...) exit with 1. SIGTERM or SIGINT shuts down gracefully and
  * exits with 0; a second signal exits at once with 130.
  */
 import { readFileSync } from 'node:fs';
 import { findUp } from './core/package-files.js';
 import { delimiter } from 'node:path';
 import { parseArgs } from 'node:util';
-import { InvalidOptionsError } from './core/errors.js';
+import { InvalidOptionsError, MissingPeerError } from './core/errors.js';
 import { SUBPROTOCOL } from './serve/protocol.js';
-import { startServer, type RunningServer, type ServeOptions } from './serve/app.js';
+// Types only: the server's modules load their peers, so they are imported once the peers are checked.
+import type { RunningServer, ServeOptions } from './serve/app.js';
 import type { UpstreamOptions } from './ai/inference/gateway.js';
 import { PII_KINDS, type PiiKind } from './ai/stages/redact.js';
-import { pinoPeer } from './core/peers.js';
+import { pinoPeer, requirePeers } from './core/peers.js';
+import type { PeerUser } from './core/peer-list.js';
 import type { RequestLogEntry } from './serve/request-log.js';
 
 const HELP = `Usage: sluice serve [options]
@@ -343,6 +346,18 @@ function readOptions<T>(command: 'serve' | 'worker', read: () => T): T | undefin
   }
 }
 
+/** Checks every peer this run needs before any module loads one; prints the missing ones and their install command. */
+function peersInstalled(users: readonly PeerUser[]): boolean {
+  try {
+    requirePeers(...users);
+    return true;
+  } catch (err) {
+    if (!(err instanceof MissingPeerError)) throw err;
+    process.stderr.write(`sluice: ${err.message}\n`);
+    return false;
+  }
+}
+
 /** The command's log: JSON lines on stderr (pino), one per event and one per request. */
 let logger: import('pino').Logger | undefined;
 function getLogger(): import('pino').Logger {
@@ -391,9 +406,15 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     return 0;
   }
 
+  const needs: PeerUser[] = ['sluice serve'];
+  if (options.localModels !== undefined) needs.push('sluice serve --model <dir>');
+  if (options.nats !== undefined) needs.push('sluice serve --nats <url>');
+  if (!peersInstalled(needs)) return 1;
+
   let running: RunningServer;
   let remote: { close(): Promise<void> } | undefined;
   try {
+    const { startServer } = await import('./serve/app.js');
     const { nats, ...serve } = options;
     if (nats !== undefined && serve.upstreams !== undefined) throw new UsageError('give --nats or --upstream, not both');
     if (serve.upstreams !== undefined) log(`gateway mode: upstreams ${serve.upstreams.map((u) => u.name ?? new URL(u.baseUrl).host).join(', ')}`);
@@ -486,6 +507,7 @@ async function worker(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<
   }
   const options = readOptions('worker', () => workerOptions(argv, env));
   if (options === undefined) return 2;
+  if (!peersInstalled(['sluice worker'])) return 1;
   let running: Awaited<ReturnType<typeof import('./nats/processes.js').startModelWorker>>;
   try {
     running = await (await import('./nats/processes.js')).startModelWorker({ ...options, log });

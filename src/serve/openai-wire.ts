@@ -3,7 +3,7 @@ import type * as z from 'zod';
 import { lazySchema, zod } from '../core/zod.js';
 import { InvalidOptionsError, SluiceError, StageError } from '../core/errors.js';
 import { generateRequest, type GenerateRequest, type GenerationDone, type GenerationParams, type ModelWorker } from '../ai/inference/worker.js';
-import { EmptyPromptError, HttpStatusError, MalformedEventError, ProviderError, RateLimitedError } from '../ai/inference/errors.js';
+import { ContextLengthExceededError, EmptyPromptError, HttpStatusError, MalformedEventError, ProviderError, RateLimitedError } from '../ai/inference/errors.js';
 import { OutputInvalidError } from '../ai/stages/json-output.js';
 import { CircuitOpenError, FallbackExhaustedError, StreamTimeoutError } from '../resilience/errors.js';
 
@@ -339,6 +339,7 @@ export function toApiError(err: unknown): ApiError {
   const upstream = upstreamApiError(err);
   if (upstream !== undefined) return upstream;
   if (err instanceof EmptyPromptError) return new ApiError(400, err.message, 'invalid_request_error', 'empty_prompt', 'messages');
+  if (err instanceof ContextLengthExceededError) return new ApiError(400, err.message, 'invalid_request_error', 'context_length_exceeded', err.param);
   if (err instanceof InvalidOptionsError) return new ApiError(400, err.message, 'invalid_request_error', 'invalid_value', err.issues[0]?.path ?? null);
   if (err instanceof SluiceError) {
     if (err instanceof OutputInvalidError)

@@ -88,5 +88,34 @@ export class ProviderError extends SluiceError {
   }
 }
 
+/**
+ * The prompt does not fit the model's context, or the prompt and the `max_tokens` asked for do not:
+ * found before any token is decoded, worded as OpenAI's `context_length_exceeded`. `param` is the
+ * request field to shorten (`messages` or `prompt`); `completionTokens` is the `max_tokens` asked,
+ * undefined when the prompt alone is too long.
+ *
+ * ## Example
+ * ```ts
+ * if (err instanceof ContextLengthExceededError) console.error(err.contextLength, err.promptTokens);
+ * ```
+ */
+export class ContextLengthExceededError extends SluiceError {
+  constructor(
+    readonly model: string,
+    readonly contextLength: number,
+    readonly promptTokens: number,
+    readonly completionTokens: number | undefined,
+    readonly param: 'messages' | 'prompt' = 'messages',
+  ) {
+    const what = param === 'prompt' ? 'prompt' : 'messages';
+    super(
+      'CONTEXT_LENGTH_EXCEEDED',
+      completionTokens === undefined
+        ? `This model's maximum context length is ${contextLength} tokens. However, your ${what} resulted in ${promptTokens} tokens. Please reduce the length of the ${what}.`
+        : `This model's maximum context length is ${contextLength} tokens. However, you requested ${promptTokens + completionTokens} tokens (${promptTokens} in the ${what}, ${completionTokens} in the completion). Please reduce the length of the ${what} or completion.`,
+    );
+  }
+}
+
 /** One class for every empty prompt, wherever it is found. */
 export { EmptyPromptError } from '../../core/errors.js';

@@ -141,6 +141,11 @@ export interface ModelWorker<Input = GenerateRequest, Output = Completion> {
    * (tools, `response_format`, vendor fields) instead of refusing them.
    */
   readonly passthrough?: boolean;
+  /**
+   * Tokens the model attends to, prompt and answer together, when it has such a limit. A request
+   * that cannot fit fails with `ContextLengthExceededError` before any token is decoded.
+   */
+  readonly contextLength?: number;
   generate(request: GenerateRequest, options?: GenerateOptions): Flow<Token>;
   infer(input: Input, options?: InferOptions): Promise<Output>;
 }

@@ -195,6 +195,8 @@ export class PipelineGraph implements Introspector {
       deadLetters: options.deadLetters ?? 20,
     };
     this.scheduler = options.scheduler ?? asyncScheduler;
+    // Loaded here, so a missing or broken histogram library fails the construction, never a request.
+    hdrHistogram();
   }
 
   /** Sees every run started from now on, and samples on the interval. */
