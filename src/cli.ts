@@ -412,6 +412,12 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       process.stderr.write(`sluice: --model: ${err instanceof Error ? err.message : String(err)}\n`);
       return 2;
     }
+    if ((err as { code?: unknown }).code === 'INVALID_CORPUS') {
+      const name = rest.some((arg) => arg === '--corpus' || arg.startsWith('--corpus=')) ? '--corpus' : 'SLUICE_CORPUS';
+      const { directory, problem, hint } = err as { directory: string; problem: string; hint: string };
+      process.stderr.write(`sluice: ${name} ${directory}: ${problem}\n  ${hint}\n`);
+      return 2;
+    }
     if (err instanceof UsageError || err instanceof InvalidOptionsError) {
       // An option only the running server can check (an upstream's model list) is named by its flag.
       const flag = err instanceof InvalidOptionsError && err.issues.length === 1 ? FLAG_OF[err.issues[0]!.path] : undefined;
