@@ -547,7 +547,10 @@ describe('sluice serve: SIGTERM under load', () => {
         probe.close(() => resolve(port));
       });
     });
-    const child = spawn(process.execPath, [BIN, 'serve', '--models', models], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, PORT: String(free), SLUICE_PORT: '' } });
+    const child = spawn(process.execPath, [BIN, 'serve', '--models', models], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, PORT: String(free), SLUICE_PORT: '' },
+    });
     let stdout = '';
     child.stdout!.on('data', (chunk) => (stdout += String(chunk)));
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
