@@ -451,9 +451,10 @@ function withPolicies(backend: Backend, guard: boolean, redact: boolean | readon
   if (guard) {
     if (backend.classify === undefined) throw new Error('guard: this backend has no guard model');
     const stats = (stages.guard ??= new StageStats());
+    const generateStats = (stages.generate ??= new StageStats());
     const classify = backend.classify;
     workers = Object.fromEntries(
-      Object.entries(workers).map(([name, worker]) => [name, backend.guarded?.has(name) ? worker : guardedWorker(worker, { classify, stats })]),
+      Object.entries(workers).map(([name, worker]) => [name, backend.guarded?.has(name) ? worker : guardedWorker(worker, { classify, stats, generateStats })]),
     );
   }
   if (redact !== false) {
