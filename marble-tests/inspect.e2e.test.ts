@@ -63,28 +63,28 @@ class InspectPage {
  */
 async function layoutProblems(page: Page): Promise<string[]> {
   type Box = { left: number; right: number; top: number; bottom: number };
-  // Rectangles only: the page returns them, the checks run here.
-  const drawn = await page.evaluate(() => ({
-    nodes: [...document.querySelectorAll('[data-testid="graph"] [data-testid="node"]')].map((g) => ({
+  // Rectangles only come from the page; the checks run here.
+  const nodes = await page.locator('[data-testid="graph"] [data-testid="node"]').evaluateAll((all) =>
+    all.map((g) => ({
       name: g.getAttribute('data-name') ?? '',
       whole: g.getBoundingClientRect().toJSON() as Box,
       box: g.querySelector('rect.box')!.getBoundingClientRect().toJSON() as Box,
       texts: [...g.querySelectorAll('text')].map((t) => ({ text: t.textContent ?? '', rect: t.getBoundingClientRect().toJSON() as Box })),
     })),
-    labels: [...document.querySelectorAll('[data-testid="edge"] text')].map((t) => ({
-      text: t.textContent ?? '',
-      rect: t.getBoundingClientRect().toJSON() as Box,
-    })),
-    edges: [...document.querySelectorAll('[data-testid="edge"]')].map((e) => ({
+  );
+  const labels = await page
+    .locator('[data-testid="edge"] text')
+    .evaluateAll((all) => all.map((t) => ({ text: t.textContent ?? '', rect: t.getBoundingClientRect().toJSON() as Box })));
+  const edges = await page.locator('[data-testid="edge"]').evaluateAll((all) =>
+    all.map((e) => ({
       from: e.getAttribute('data-from') ?? '',
       to: e.getAttribute('data-to') ?? '',
       rect: e.querySelector('path')!.getBoundingClientRect().toJSON() as Box,
     })),
-  }));
+  );
   const meets = (a: Box, b: Box) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
   const inside = (a: Box, b: Box) => a.left >= b.left - 0.5 && a.right <= b.right + 0.5 && a.top >= b.top - 0.5 && a.bottom <= b.bottom + 0.5;
   const problems: string[] = [];
-  const { nodes, labels, edges } = drawn;
   for (const [i, a] of nodes.entries()) {
     for (const b of nodes.slice(i + 1)) if (meets(a.whole, b.whole)) problems.push(`boxes ${a.name} and ${b.name} overlap`);
     for (const t of a.texts) if (!inside(t.rect, a.box)) problems.push(`"${t.text}" runs out of the box ${a.name}`);
