@@ -28,10 +28,20 @@ export type { JsonOutputOptions, ParseJsonOutputOptions, JsonOutcome, OutputProb
 export { VectorIndex } from './ai/rag/vector-index.js';
 export type { SearchOptions, SearchHit } from './ai/rag/vector-index.js';
 export { EmbeddingCache } from './ai/rag/embedding-cache.js';
-export { chunkMarkdown, loadCorpus, indexPassages, BUNDLED_CORPUS } from './ai/rag/corpus.js';
+export { chunkMarkdown, loadCorpus, indexPassages, BUNDLED_CORPUS, DEFAULT_MAX_FILE_BYTES } from './ai/rag/corpus.js';
+export type { LoadCorpusOptions, IndexPassagesOptions } from './ai/rag/corpus.js';
+export type { CorpusSkip, CorpusSkipReason } from './ai/rag/document-text.js';
 export type { Passage, PassageMetadata, RetrievedPassage } from './ai/rag/passage.js';
 export { countTokens, tokenize, tokenEnds } from './ai/rag/tokens.js';
-export { InvalidVectorError, DuplicateIdError, IndexFormatError, EmbedderOutputError, TemplateVariablesError, PromptOverBudgetError } from './ai/rag/errors.js';
+export {
+  InvalidVectorError,
+  DuplicateIdError,
+  IndexFormatError,
+  EmbedderOutputError,
+  TemplateVariablesError,
+  PromptOverBudgetError,
+  CorpusError,
+} from './ai/rag/errors.js';
 export { embed } from './ai/stages/embed.js';
 export type { Embedder as TextEmbedder, Embedded, EmbedOptions } from './ai/stages/embed.js';
 export { retrieve, withCitations } from './ai/stages/retrieve.js';

@@ -1,7 +1,7 @@
 /**
  * The `sluice` command. `sluice serve` starts the server on embedded defaults (models
  * generated from code, the bundled corpus); flags and `SLUICE_*` environment variables
- * change the port, tokens, models and limits. Flags win over the environment.
+ * (and `PORT`) change the port, tokens, models and limits. Flags win over the environment.
  *
  * Bad flags or environment values print what is wrong and exit with 2; missing peers
  * (every one the run needs, checked before any is loaded) and a start-up failure (port
@@ -30,7 +30,7 @@ the /inspect page, /metrics, /healthz and /readyz.
 
 Options (environment variable in brackets):
   --host <host>               interface to listen on [SLUICE_HOST] (default 127.0.0.1)
-  --port <n>                  port, 0 for any free one [SLUICE_PORT] (default 8787)
+  --port <n>                  port, 0 for any free one [SLUICE_PORT, else PORT] (default 8787)
   --token <[tenant:]token>    accept this bearer token; repeatable [SLUICE_TOKENS, comma-separated]
                               (tenant defaults to "default"; without tokens the server is open,
                               which is allowed on a loopback host only)
@@ -153,6 +153,15 @@ function integer(flags: Flags['values'], env: NodeJS.ProcessEnv, flag: keyof Fla
   return Number(raw.trim());
 }
 
+/** `--port`, else `SLUICE_PORT`, else `PORT` (the variable hosting platforms and most Node servers read). */
+function port(flags: Flags['values'], env: NodeJS.ProcessEnv): number | undefined {
+  const [name, raw] = flags.port !== undefined ? ['--port', flags.port] : env.SLUICE_PORT ? ['SLUICE_PORT', env.SLUICE_PORT] : ['PORT', env.PORT];
+  if (raw === undefined || raw === '') return undefined;
+  if (!/^\d+$/.test(raw.trim())) throw new UsageError(`${name}: expected a whole number, got "${raw}"`);
+  if (Number(raw) > 65535) throw new UsageError(`${name}: expected a port from 0 to 65535, got "${raw}"`);
+  return Number(raw.trim());
+}
+
 function list(fromFlags: readonly string[] | undefined, raw: string | undefined): string[] | undefined {
   if (fromFlags !== undefined && fromFlags.length > 0) return [...fromFlags];
   if (raw === undefined || raw.trim() === '') return undefined;
@@ -258,7 +267,7 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
   const upstreams = upstreamSpecs === undefined || upstreamSpecs.length === 0 ? undefined : upstreamSpecs.map((spec) => parseUpstream(spec, env));
   return {
     ...defined('host', v.host ?? (env.SLUICE_HOST || undefined)),
-    ...defined('port', integer(v, env, 'port', 'SLUICE_PORT')),
+    ...defined('port', port(v, env)),
     ...defined('tokens', tokens(list(v.token, env.SLUICE_TOKENS))),
     ...defined('insecure', v.insecure ?? switchedOn(env, 'SLUICE_INSECURE')),
     ...defined('origins', list(v.origin, env.SLUICE_ORIGINS)),
@@ -431,6 +440,12 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     await remote?.close().catch(() => {});
     if ((err as { code?: unknown }).code === 'LOCAL_MODEL_INVALID') {
       process.stderr.write(`sluice: --model: ${err instanceof Error ? err.message : String(err)}\n`);
+      return 2;
+    }
+    if ((err as { code?: unknown }).code === 'INVALID_CORPUS') {
+      const name = rest.some((arg) => arg === '--corpus' || arg.startsWith('--corpus=')) ? '--corpus' : 'SLUICE_CORPUS';
+      const { directory, problem, hint } = err as { directory: string; problem: string; hint: string };
+      process.stderr.write(`sluice: ${name} ${directory}: ${problem}\n  ${hint}\n`);
       return 2;
     }
     if (err instanceof UsageError || err instanceof InvalidOptionsError) {

@@ -24,6 +24,7 @@ import { InferencePool, type InferencePoolStats } from '../ai/models/pool.js';
 import { BatchedEmbedder } from '../ai/models/batched-embedder.js';
 import type { Classifier } from '../ai/stages/guard.js';
 import { indexPassages, loadCorpus } from '../ai/rag/corpus.js';
+import { CorpusSkips } from '../ai/rag/corpus-skips.js';
 import type { Passage } from '../ai/rag/passage.js';
 import { RAG_STAGES, ragWorker, type RagStage } from '../ai/rag/worker.js';
 
@@ -130,8 +131,11 @@ type LocalModels = Awaited<ReturnType<typeof localModels>>;
 
 /** The corpus indexed, and `sluice-rag` over it: extractive without `lm`, else written by `lm`. */
 async function ragOver(local: LocalModels, corpus: string, lm: ModelWorker | undefined, log: (line: string) => void, tokenizer?: PromptTokenizer) {
-  const passages = await loadCorpus(corpus);
-  const index = await indexPassages(passages, (texts, signal) => local.embed(texts, signal));
+  const skipped = new CorpusSkips();
+  const loaded = await loadCorpus(corpus, { onSkip: (skip) => skipped.add(skip) });
+  const index = await indexPassages(loaded, (texts, signal) => local.embed(texts, signal), { onSkip: (skip) => skipped.add(skip), corpus });
+  if (skipped.total > 0) log(`corpus ${corpus}: ${skipped.summary()}`);
+  const passages = loaded.filter((passage) => index.has(passage.id));
   const stages = Object.fromEntries(RAG_STAGES.map((name) => [name, new StageStats()])) as Record<RagStage, StageStats>;
   const rag = ragWorker({
     name: RAG_MODEL,

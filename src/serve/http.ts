@@ -335,8 +335,8 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       interrupts.delete(interrupt);
       res.off('close', onClose);
       const endedAt = performance.now();
-      // A worker that is a pipeline with a stage of that name (sluice-rag's generate) recorded and counted it already: once per element.
-      if (trace.record(config.stage) === undefined) {
+      // A pipeline (sluice-rag, a guarded model) counted the request in its own stages, a blocked one in its guard only: once per element.
+      if (worker.stages === undefined && trace.record(config.stage) === undefined) {
         countEdgeStage(config.stageStats, error, controller.signal.aborted && interrupted === undefined);
         trace.addRecord({
           stage: config.stage,

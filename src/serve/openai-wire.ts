@@ -8,7 +8,7 @@ import { OutputInvalidError } from '../ai/stages/json-output.js';
 import { CircuitOpenError, FallbackExhaustedError, StreamTimeoutError } from '../resilience/errors.js';
 
 /** A worker that can chat: anything implementing `ModelWorker.generate`. */
-export type ChatWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate' | 'passthrough'>;
+export type ChatWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate' | 'passthrough' | 'stages'>;
 
 const contentPart = lazySchema((z) => z.looseObject({ type: z.string(), text: z.string().optional() }));
 export const messageSchema = lazySchema((z) =>

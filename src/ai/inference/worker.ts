@@ -146,6 +146,13 @@ export interface ModelWorker<Input = GenerateRequest, Output = Completion> {
    * that cannot fit fails with `ContextLengthExceededError` before any token is decoded.
    */
   readonly contextLength?: number;
+  /**
+   * For a worker that is a pipeline of stages counting each request themselves (`sluice-rag`:
+   * guard, embed, retrieve, assemble, generate): their names. A server counts the requests of a
+   * worker without them — a plain model — in a `generate` stage of its own, and never counts a
+   * pipeline's: a request its guard blocked counts once, as the guard's.
+   */
+  readonly stages?: readonly string[];
   generate(request: GenerateRequest, options?: GenerateOptions): Flow<Token>;
   infer(input: Input, options?: InferOptions): Promise<Output>;
 }
@@ -329,6 +336,8 @@ export function decode(request: GenerateRequest, options: GenerateOptions, confi
 class ModelCounts {
   readonly stats = new StageStats();
   started = 0;
+  /** Tokens sent, all generations: what the inspector's rate reads while one streams. */
+  emitted = 0;
   completed = 0;
   aborted = 0;
   failed = 0;
@@ -360,6 +369,8 @@ class DecodeProducer implements Producer, InspectedRun {
   private failed = false;
   /** Counted as started (so its end is counted once, and only then). */
   private counted = false;
+  /** Its model's counts, shared by every generation of that model. */
+  private readonly counts: ModelCounts;
 
   constructor(
     private readonly outlet: Outlet<Token>,
@@ -369,6 +380,7 @@ class DecodeProducer implements Producer, InspectedRun {
     private readonly open: () => Decoding,
   ) {
     this.stops = request.stop && request.stop.length > 0 ? new StopMatcher(request.stop) : undefined;
+    this.counts = countsOf(config.name);
   }
 
   // ---- inspection: a node per model, its elements generations ----
@@ -387,6 +399,7 @@ class DecodeProducer implements Producer, InspectedRun {
     return {
       received: counts.started,
       delivered: counts.completed,
+      emitted: counts.emitted,
       shed: { cancelled: counts.aborted },
       failed: counts.failed,
       buffered: 0,
@@ -472,6 +485,7 @@ class DecodeProducer implements Producer, InspectedRun {
         ? { text, index: this.emitted }
         : { text, index: this.emitted, ...(logprob !== undefined && { logprob }), ...(delta !== undefined && { delta }) };
     this.emitted++;
+    this.counts.emitted++;
     this.outlet.next(token);
   }
 

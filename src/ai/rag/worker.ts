@@ -252,6 +252,7 @@ export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateReques
 
   return {
     name: config.name,
+    stages: config.classify === undefined ? RAG_STAGES.filter((name) => name !== 'guard') : RAG_STAGES,
     generate,
     infer: (request: GenerateRequest, inferOptions: InferOptions = {}) => complete((onDone) => generate(request, { ...inferOptions, onDone })),
   };
