@@ -357,7 +357,13 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       };
       let limit: TokenLimit;
       try {
-        const generated = worker.generate(request, { signal: controller.signal, trace, stage: config.stage, onDone: (d) => (done = d) });
+        const generated = worker.generate(request, {
+          signal: controller.signal,
+          trace,
+          stage: config.stage,
+          onDone: (d) => (done = d),
+          ...(tenant !== undefined && { tenant }),
+        });
         limit = limitTokens(generated, request.max_tokens ?? config.maxTokens);
       } catch (err) {
         sendError(res, toApiError(err));

@@ -81,11 +81,19 @@ export interface GatewayOptions {
   readonly stats?: StageStats;
   /**
    * A response cache for deterministic requests (`temperature: 0`, or a `seed`): an identical
-   * request (model, messages, tools, every field) is answered from it without the upstream.
+   * request (model, messages, tools, every field) of the same tenant (see `cacheScope`) is
+   * answered from it without the upstream.
    */
   readonly cache?: { readonly maxBytes: number; readonly ttl?: number };
   /** Identical deterministic requests in flight at once share one upstream call. Default false. */
   readonly singleFlight?: boolean;
+  /**
+   * Who may share answers through the cache and single-flight: `tenant` (default), only requests
+   * of the same tenant (`GenerateOptions.tenant`; requests without one share one scope), so no
+   * tenant is ever answered with another's tokens nor learns from a hit what another asked;
+   * `global`, every request alike.
+   */
+  readonly cacheScope?: 'tenant' | 'global';
   /** Hits, misses and joins of the cache and single-flight. */
   readonly cacheStats?: CacheStats;
   readonly onBreakerChange?: (upstream: string, change: CircuitStateChange) => void;
@@ -137,6 +145,7 @@ const gatewaySchema = lazySchema((z) =>
         .strict()
         .optional(),
       singleFlight: z.boolean({ error: 'singleFlight must be a boolean' }).default(false),
+      cacheScope: z.enum(['tenant', 'global'], { error: 'cacheScope must be "tenant" or "global"' }).default('tenant'),
       cacheStats: z.instanceof(CacheStats, { error: 'cacheStats must be a CacheStats' }).optional(),
       onBreakerChange: functionSchema<(upstream: string, change: CircuitStateChange) => void>().optional(),
       random: functionSchema<() => number>().default(() => Math.random),
@@ -422,11 +431,12 @@ export class Gateway {
       const chain = chainFor(options);
       // Only a deterministic request may be answered with another's tokens.
       const shared = deterministic(valid) && (this.responses !== undefined || this.flight !== undefined);
+      const scope = config.cacheScope === 'tenant' ? (options.tenant ?? null) : null;
       const work = shared
         ? cached(chain, {
             ...(this.responses !== undefined && { response: this.responses }),
             ...(this.flight !== undefined && { singleFlight: this.flight }),
-            key: (r: GenerateRequest) => hashKey({ model, request: r }),
+            key: (r: GenerateRequest) => hashKey({ model, tenant: scope, request: r }),
             stats: this.cacheStats,
           })
         : chain;

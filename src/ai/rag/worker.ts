@@ -239,6 +239,7 @@ export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateReques
                 trace: context.trace,
                 stage: 'generate',
                 ...(generateOptions.onDone !== undefined && { onDone: generateOptions.onDone }),
+                ...(generateOptions.tenant !== undefined && { tenant: generateOptions.tenant }),
               }),
               prompt.citations,
             ),
