@@ -505,7 +505,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       }
       case '/metrics': {
         if (config.metrics === undefined) throw new ApiError(404, 'Metrics are not enabled.', 'invalid_request_error', 'not_found');
-        const { contentType, body } = await config.metrics.scrape();
+        const { contentType, body } = await config.metrics.scrape(headerValue(req.headers.accept));
         res.writeHead(200, { 'content-type': contentType });
         res.end(body);
         return;
