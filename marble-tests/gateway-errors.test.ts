@@ -270,17 +270,17 @@ describe('gateway: a silent upstream, in virtual time', () => {
     try {
       for (let attempt = 1; attempt <= 4; attempt++) {
         up.script({ kind: 'stall' });
-        await eventually(() => assert.equal(up.served.length, attempt), { tick: () => new Promise((resolve) => setTimeout(resolve, 5)), maxTicks: 400 });
+        await eventually(() => assert.equal(up.served.length, attempt), { tick: () => new Promise((resolve) => setTimeout(resolve, 5)), maxTicks: 2_000 });
         assert.ok(!ended, `still waiting during attempt ${attempt}`);
         // The attempt's timeout fires, then the backoff before the next attempt.
         advanceTo(clock.frame + 45_000);
         await eventually(() => assert.ok(up.served[attempt - 1]!.closed, 'the silent attempt was aborted'), {
           tick: () => new Promise((resolve) => setTimeout(resolve, 5)),
-          maxTicks: 400,
+          maxTicks: 2_000,
         });
         if (attempt < 4) advanceTo(clock.frame + 100);
       }
-      await eventually(() => assert.ok(ended), { tick: () => new Promise((resolve) => setTimeout(resolve, 5)), maxTicks: 400 });
+      await eventually(() => assert.ok(ended), { tick: () => new Promise((resolve) => setTimeout(resolve, 5)), maxTicks: 2_000 });
       const api = toApiError(error);
       assert.equal(api.status, 504, String(error));
       assert.equal(api.code, 'upstream_timeout');
@@ -482,7 +482,7 @@ describe('gateway: random upstream behaviours (fast-check)', () => {
             assert.equal(served.failures('a') - before.countedA, want.counted.a, `counted against a: ${context}`);
             assert.equal(served.failures('b') - before.countedB, want.counted.b, `counted against b: ${context}`);
           },
-          { tick: () => new Promise((resolve) => setTimeout(resolve, 2)), maxTicks: 200 },
+          { tick: () => new Promise((resolve) => setTimeout(resolve, 5)), maxTicks: 2_000 },
         );
       }),
       { numRuns: 120 },
