@@ -86,6 +86,7 @@ export type { OpenAIWorkerOptions } from './ai/inference/openai.js';
 export { BatchedEmbedder } from './ai/models/batched-embedder.js';
 export type { BatchedEmbedderOptions } from './ai/models/batched-embedder.js';
 export { Gateway, UpstreamDiscoveryError, discoverModels, isUpstreamTransient } from './ai/inference/gateway.js';
+export { classifyUpstreamFailure, statusFailure, type UpstreamFailure } from './ai/inference/upstream-failure.js';
 export type { GatewayOptions, UpstreamOptions } from './ai/inference/gateway.js';
 export type { UpstreamView } from './ai/inference/upstream-stats.js';
 export { CharLmWorker, DecoderLmWorker, ASCII_CODEC } from './ai/inference/onnx-lm.js';

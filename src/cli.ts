@@ -62,8 +62,15 @@ Options (environment variable in brackets):
                                 weight=N       share of the requests it gets first (default: order)
                                 models=a,b     its models (default: asked of it at start)
                               e.g. --upstream 'https://api.openai.com/v1#key=OPENAI_API_KEY&models=gpt-4o-mini'
+  --upstream-timeout <ms>     gateway mode: silence from an upstream while a token is wanted (before
+                              its first token or between two) that fails the attempt [SLUICE_UPSTREAM_TIMEOUT]
+                              (default 30000)
+  --upstream-attempts <n>     gateway mode: attempts per upstream before the next one is tried, the first
+                              included; only rate limits, 5xx, silence and broken connections are retried
+                              [SLUICE_UPSTREAM_ATTEMPTS] (default 3)
   --cache-mb <n>              gateway mode: cache the answers of deterministic requests (temperature 0
-                              or a seed) in up to n MiB, and share identical ones in flight [SLUICE_CACHE_MB]
+                              or a seed) in up to n MiB, each tenant's apart, and share identical ones in
+                              flight [SLUICE_CACHE_MB]
   --rag-model <name>          gateway mode with --corpus: the upstream model that writes sluice-rag's
                               answers from the passages retrieved here [SLUICE_RAG_MODEL] (default: the
                               first model listed)
@@ -122,6 +129,8 @@ function readFlags(argv: readonly string[]) {
       nats: { type: 'string' },
       upstream: { type: 'string', multiple: true },
       'cache-mb': { type: 'string' },
+      'upstream-timeout': { type: 'string' },
+      'upstream-attempts': { type: 'string' },
       'rag-model': { type: 'string' },
       guard: { type: 'boolean' },
       'no-inspect': { type: 'boolean' },
@@ -232,12 +241,26 @@ export function parseUpstream(spec: string, env: NodeJS.ProcessEnv): UpstreamOpt
   return options;
 }
 
-/** Gateway options from `--cache-mb`, which means something only with upstreams. */
-function gatewayTuning(cacheMb: number | undefined, upstreams: readonly UpstreamOptions[] | undefined): ServeOptions['gateway'] | undefined {
-  if (cacheMb === undefined) return undefined;
-  if (upstreams === undefined) throw new UsageError('--cache-mb caches upstream answers: give --upstream too');
-  if (cacheMb === 0) throw new UsageError('--cache-mb: expected at least 1');
-  return { cache: { maxBytes: cacheMb * 2 ** 20 }, singleFlight: true };
+/** Gateway options from `--cache-mb`, `--upstream-timeout` and `--upstream-attempts`, which mean something only with upstreams. */
+function gatewayTuning(v: Flags['values'], env: NodeJS.ProcessEnv, upstreams: readonly UpstreamOptions[] | undefined): ServeOptions['gateway'] | undefined {
+  const tuning = [
+    ['cache-mb', 'SLUICE_CACHE_MB', integer(v, env, 'cache-mb', 'SLUICE_CACHE_MB')],
+    ['upstream-timeout', 'SLUICE_UPSTREAM_TIMEOUT', integer(v, env, 'upstream-timeout', 'SLUICE_UPSTREAM_TIMEOUT')],
+    ['upstream-attempts', 'SLUICE_UPSTREAM_ATTEMPTS', integer(v, env, 'upstream-attempts', 'SLUICE_UPSTREAM_ATTEMPTS')],
+  ] as const;
+  const given = tuning.filter(([, , value]) => value !== undefined);
+  if (given.length === 0) return undefined;
+  for (const [flag, variable, value] of given) {
+    const name = typeof v[flag] === 'string' ? `--${flag}` : variable;
+    if (upstreams === undefined) throw new UsageError(`${name} tunes gateway mode: give --upstream too`);
+    if (value === 0) throw new UsageError(`${name}: expected at least 1`);
+  }
+  const [cacheMb, timeout, attempts] = tuning.map(([, , value]) => value);
+  return {
+    ...(cacheMb !== undefined && { cache: { maxBytes: cacheMb * 2 ** 20 }, singleFlight: true }),
+    ...(timeout !== undefined && { idleTimeout: timeout }),
+    ...(attempts !== undefined && { attempts }),
+  };
 }
 
 /** `--model` directories (or `SLUICE_MODEL`, split like PATH); gateway mode runs no model here. */
@@ -279,7 +302,7 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
     ...(Object.keys(limits).length > 0 && { limits }),
     ...defined('nats', v.nats ?? (env.SLUICE_NATS || undefined)),
     ...defined('upstreams', upstreams),
-    ...defined('gateway', gatewayTuning(integer(v, env, 'cache-mb', 'SLUICE_CACHE_MB'), upstreams)),
+    ...defined('gateway', gatewayTuning(v, env, upstreams)),
     ...defined('ragModel', ragModel(v['rag-model'] ?? (env.SLUICE_RAG_MODEL || undefined), upstreams, v.corpus ?? (env.SLUICE_CORPUS || undefined))),
     ...defined('guard', v.guard ?? switchedOn(env, 'SLUICE_GUARD')),
     ...((v['no-inspect'] ?? switchedOn(env, 'SLUICE_NO_INSPECT')) === true && { inspect: false }),

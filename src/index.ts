@@ -56,7 +56,7 @@ export { retrying, retryAfterOf } from './resilience/retry.js';
 export type { RetryOptions } from './resilience/retry.js';
 export { withCircuitBreaker } from './resilience/breaker.js';
 export { CircuitBreaker } from './resilience/breaker.js';
-export type { CircuitBreakerOptions, CircuitState, CircuitStateChange, CircuitPermit } from './resilience/breaker.js';
+export type { CircuitBreakerOptions, CircuitState, CircuitStateChange, CircuitPermit, CircuitCounts } from './resilience/breaker.js';
 export { fallback } from './resilience/fallback.js';
 export type { FallbackOptions } from './resilience/fallback.js';
 export { admission } from './operators/admission.js';

@@ -298,6 +298,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     const generateStats = stages.generate ?? new StageStats();
     for (const [name, s] of Object.entries({ ...stages, generate: generateStats })) metrics.registerStage(name, s);
     for (const [name, s] of Object.entries(backend.caches ?? {})) metrics.registerCache(name, s);
+    for (const breaker of backend.breakers ?? []) metrics.registerBreaker(breaker);
     const pool = backend.pool;
     if (pool !== undefined) metrics.registerPool('serve', () => pool.stats);
 

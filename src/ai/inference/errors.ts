@@ -17,9 +17,9 @@ export class HttpStatusError extends SluiceError {
   constructor(
     readonly status: number,
     readonly body: string,
-    details: { code?: string; hint?: string } = {},
+    details: { code?: string; hint?: string; message?: string } = {},
   ) {
-    super(details.code ?? 'HTTP_STATUS', `The model server answered HTTP ${status}${body ? `: ${body}` : '.'}`, {
+    super(details.code ?? 'HTTP_STATUS', details.message ?? `The model server answered HTTP ${status}${body ? `: ${body}` : '.'}`, {
       hint: details.hint ?? (status >= 500 ? 'The server failed; retrying may help.' : 'Check the request, the model name and the API key.'),
     });
   }
@@ -72,19 +72,25 @@ export class MalformedEventError extends SluiceError {
 }
 
 /**
- * The server sent an error object inside a stream that had started well (`data: {"error": ...}`).
+ * The server sent an error inside a stream that had started well: OpenAI's `data: {"error": {...}}`,
+ * vLLM's `data: {"object": "error", "message", "code": 400}`, or an SSE `event: error`. It is an
+ * `HttpStatusError` with the status the error stands for (its numeric code, else its `code` or
+ * `type` read as OpenAI's names them, else 500), so it is classified as that HTTP answer would be;
+ * `body` is the error as OpenAI shapes it (`{"error": {message, type, param, code}}`).
  *
  * ## Example
  * ```ts
- * if (err instanceof ProviderError) console.error(err.type, err.message);
+ * if (err instanceof ProviderError) console.error(err.status, err.type, err.message);
  * ```
  */
-export class ProviderError extends SluiceError {
+export class ProviderError extends HttpStatusError {
   constructor(
-    message: string,
+    status: number,
     readonly type: string | undefined,
+    readonly detail: string,
+    body: string,
   ) {
-    super('PROVIDER_ERROR', `The model server reported an error mid-stream: ${message}`);
+    super(status, body, { code: 'PROVIDER_ERROR', message: `The model server reported an error mid-stream (as HTTP ${status}): ${detail}` });
   }
 }
 

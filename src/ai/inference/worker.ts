@@ -115,6 +115,12 @@ export interface GenerateOptions {
   readonly stage?: string;
   /** Called once when the generation ends, however it ends (after the last token, before the terminal signal). */
   readonly onDone?: (done: GenerationDone) => void;
+  /**
+   * Whose request this is (the tenant of its token). A worker that may answer a request with
+   * another's tokens (the gateway's response cache, its single-flight) shares them only within
+   * a tenant; wrappers pass it on.
+   */
+  readonly tenant?: string;
 }
 
 export interface InferOptions {

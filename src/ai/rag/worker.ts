@@ -19,6 +19,7 @@ import { fromIterable } from '../../flow/sources.js';
 import type { StageStats } from '../../flow/stats.js';
 import { Traced, traced } from '../../core/trace.js';
 import { EmbeddingCache } from './embedding-cache.js';
+import { CacheStats } from '../../cache/stats.js';
 import type { VectorIndex } from './vector-index.js';
 import type { PassageMetadata } from './passage.js';
 import { stage } from '../../operators/stage.js';
@@ -78,6 +79,8 @@ export interface RagWorkerOptions {
   readonly maxTokens?: number;
   /** Vectors of questions kept, by text. Default 1024. */
   readonly cacheCapacity?: number;
+  /** Hits, misses and evictions of that cache, e.g. to export with `SluiceMetrics.registerCache`. */
+  readonly cacheStats?: CacheStats;
   /** Statistics per stage (shared by every request), e.g. to export with `SluiceMetrics.registerStage`. */
   readonly stats?: Partial<Record<RagStage, StageStats>>;
 }
@@ -118,6 +121,7 @@ const optionsSchema = lazySchema((z) =>
       system: z.string().default('Answer from the context only and cite sources as [n].'),
       maxTokens: z.number().int({ error: 'maxTokens must be an integer' }).min(1, { error: 'maxTokens must be ≥ 1' }).default(120),
       cacheCapacity: z.number().int().min(1, { error: 'cacheCapacity must be ≥ 1' }).default(1024),
+      cacheStats: z.instanceof(CacheStats, { error: 'cacheStats must be a CacheStats' }).optional(),
       stats: z
         .record(
           z.enum(RAG_STAGES),
@@ -147,7 +151,7 @@ const variables = lazySchema((z) => z.object({ question: z.string().min(1) }));
 export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateRequest, Completion> {
   const config = parseOptions(optionsSchema(), options, 'ragWorker options');
   const budget = promptBudget(config.budget, config.lm?.contextLength, config.maxTokens);
-  const cache = new EmbeddingCache(config.cacheCapacity);
+  const cache = new EmbeddingCache(config.cacheCapacity, config.cacheStats);
   const stats: Partial<Record<RagStage, StageStats>> = config.stats ?? {};
 
   const generate = (request: GenerateRequest, generateOptions: GenerateOptions = {}): Flow<Token> => {
@@ -239,6 +243,7 @@ export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateReques
                 trace: context.trace,
                 stage: 'generate',
                 ...(generateOptions.onDone !== undefined && { onDone: generateOptions.onDone }),
+                ...(generateOptions.tenant !== undefined && { tenant: generateOptions.tenant }),
               }),
               prompt.citations,
             ),
