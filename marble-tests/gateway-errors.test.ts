@@ -437,7 +437,7 @@ describe('gateway: random upstream behaviours (fast-check)', () => {
   let served: Awaited<ReturnType<typeof serveGateway>>;
   before(async () => {
     ups = [await FakeUpstream.start(['m']), await FakeUpstream.start(['m'])];
-    served = await serveGateway(ups, { ...FAST, attempts: ATTEMPTS, idleTimeout: 120 });
+    served = await serveGateway(ups, { ...FAST, attempts: ATTEMPTS, idleTimeout: 250 });
   });
   after(async () => {
     await served?.close();
