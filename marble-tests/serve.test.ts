@@ -53,7 +53,7 @@ describe('startServer (in process)', () => {
     client.ws.close();
   });
 
-  it('an HTTP request to sluice-rag is observed once per stage in the stage histograms (issue 25)', async () => {
+  it('an HTTP request to sluice-rag is observed once per stage in the stage histograms', async () => {
     const count = async (name: string, stage: string) => {
       const text = await (await fetch(`${running.url}/metrics`)).text();
       const line = text.split('\n').find((l) => l.startsWith(`${name}{stage="${stage}"} `));
@@ -75,7 +75,7 @@ describe('startServer (in process)', () => {
     );
   });
 
-  it('an HTTP request to charlm, a plain worker, is counted in the generate stage as it is observed: received +1, queue wait +1 (issue 25)', async () => {
+  it('an HTTP request to charlm, a plain worker, is counted in the generate stage as it is observed: received +1, queue wait +1', async () => {
     const count = async (name: string, stage: string) => {
       const text = await (await fetch(`${running.url}/metrics`)).text();
       const line = text.split('\n').find((l) => l.startsWith(`${name}{stage="${stage}"} `));
@@ -98,7 +98,7 @@ describe('startServer (in process)', () => {
     );
   });
 
-  it('a burst of streams waiting for the inference pool shows in /metrics: sluice_pool_queued_jobs (issue 25)', async () => {
+  it('a burst of streams waiting for the inference pool shows in /metrics: sluice_pool_queued_jobs', async () => {
     const controller = new AbortController();
     const streams = Array.from({ length: 24 }, () =>
       fetch(`${running.url}/v1/chat/completions`, {
@@ -122,7 +122,7 @@ describe('startServer (in process)', () => {
     assert.ok(queued > 0, 'no scrape saw a job waiting for the pool');
   });
 
-  it('POST /v1/embeddings with the official client: float and base64 agree, unit vectors, concurrent requests share model runs (issue 25)', async () => {
+  it('POST /v1/embeddings with the official client: float and base64 agree, unit vectors, concurrent requests share model runs', async () => {
     const client = new OpenAI({ baseURL: `${running.url}/v1`, apiKey: 'unused', maxRetries: 0 });
     assert.ok((await client.models.list()).data.some((m) => m.id === 'sluice-embed'));
     // The client asks for base64 unless told otherwise, and decodes it.
@@ -165,7 +165,7 @@ describe('startServer (in process)', () => {
     assert.equal(unknown.status, 404);
   });
 
-  it('sluice-rag answers with sentences of the documents it retrieved, each cited [n], then the sources; a question they do not cover gets no invented answer (issue 25)', async () => {
+  it('sluice-rag answers with sentences of the documents it retrieved, each cited [n], then the sources; a question they do not cover gets no invented answer', async () => {
     const corpus = (await Promise.all((await readdir(BUNDLED_CORPUS)).map((f) => readFile(join(BUNDLED_CORPUS, f), 'utf8')))).join('\n').replace(/\s+/g, ' ');
     const ask = async (content: string) => {
       const response = await fetch(`${running.url}/v1/chat/completions`, {
@@ -195,7 +195,7 @@ describe('startServer (in process)', () => {
     assert.equal(await ask('asdf qwerty zxcv'), 'I found nothing about that in the documents I have.');
   });
 
-  it('a question of only punctuation or spaces gets an answer, not a 500 or INVALID_VECTOR (issue 25)', async () => {
+  it('a question of only punctuation or spaces gets an answer, not a 500 or INVALID_VECTOR', async () => {
     for (const content of ['?!?', '   ', '...']) {
       const response = await fetch(`${running.url}/v1/chat/completions`, {
         method: 'POST',
