@@ -9,6 +9,8 @@ import { Traced, traced } from '../../core/trace.js';
 import type { Flow } from '../../flow/demand.js';
 import { fromIterable } from '../../flow/sources.js';
 import { StageStats } from '../../flow/stats.js';
+import { functionSchema, parseOptions } from '../../flow/options.js';
+import { lazySchema } from '../../core/zod.js';
 import { stage } from '../../operators/stage.js';
 import { asFlow } from '../../resilience/as-flow.js';
 import { guard, type Classifier } from '../stages/guard.js';
@@ -23,6 +25,16 @@ import {
   type ModelWorker,
   type Token,
 } from './worker.js';
+
+const guardedSchema = lazySchema((z) =>
+  z.object({
+    worker: z.object(
+      { name: z.string({ error: 'worker.name must be a string' }), generate: functionSchema(), infer: functionSchema() },
+      { error: 'must be a ModelWorker' },
+    ),
+    generateStats: z.instanceof(StageStats, { error: 'generateStats must be a StageStats' }).optional(),
+  }),
+);
 
 export interface GuardedWorkerOptions {
   /** Scores a question for prompt injection (e.g. `poolClassifier(pool, tokenizer, { model: 'guard' })`). */
@@ -47,16 +59,24 @@ export interface GuardedWorkerOptions {
  * ```
  */
 export function guardedWorker(worker: ModelWorker<GenerateRequest, Completion>, options: GuardedWorkerOptions): ModelWorker<GenerateRequest, Completion> {
-  const thresholds = options.thresholds ?? { flag: 0.5, block: 0.8 };
+  parseOptions(guardedSchema(), { worker, generateStats: options?.generateStats }, 'guardedWorker');
   // Shared by every request, so an inspector sees one guard and one generate, not a pair per request.
-  const guardStats = options.stats ?? new StageStats();
   const generateStats = options.generateStats ?? new StageStats();
+  // Made once: its options are checked here, not at the first request.
+  const guarding = guard({
+    name: 'guard',
+    classify: options.classify,
+    thresholds: options.thresholds ?? { flag: 0.5, block: 0.8 },
+    text: questionOf,
+    errorPolicy: 'fail',
+    stats: options.stats ?? new StageStats(),
+  });
   const generate = (request: GenerateRequest, generateOptions: GenerateOptions = {}): Flow<Token> => {
     const valid = generateRequest(request);
     const first = generateOptions.trace === undefined ? traced(valid) : new Traced(valid, generateOptions.trace);
     return asFlow(
       fromIterable([first]).pipe(
-        guard({ name: 'guard', classify: options.classify, thresholds, text: questionOf, errorPolicy: 'fail', stats: guardStats }),
+        guarding,
         stage(
           (checked: GenerateRequest, context) =>
             worker.generate(checked, {
