@@ -12,8 +12,7 @@ export interface TaskOwner<I, O> {
 }
 
 export class WorkContext implements StageContext {
-  // Assigned in the constructor only (`declare`): with field initializers every `new` runs an
-  // initializer function too, and its bytecode counts against V8's inlining budget on the hot path.
+  // Assigned in the constructor only (`declare`): field initializers add a function to every `new` (rule 2 in run.ts).
   declare readonly stage: string;
   declare readonly seq: number;
   declare readonly trace: TraceContext;
@@ -63,12 +62,11 @@ export class Pending<I> {
  * callbacks and their context on every element of Promise work.
  */
 export class Task<I, O> implements DemandLink {
-  // Field order is memory order: what every settle reads or writes comes first (closed, quick, reusable,
-  // after, trace, merged, value), then what a start writes; at concurrency 16 a settle's task is seldom in cache.
+  // Field order is memory order: what a settle touches first, then what a start writes (rule 6 in run.ts).
   closed = false;
   /**
    * Settles by `taskFulfilled`'s shortcut when it can: an ordered stage without timeouts, an unsampled
-   * element. On the task's own cache line, so a settle touches neither the stage's options nor the trace.
+   * element. Kept on the task, so a settle reads neither the stage's options nor the trace.
    */
   quick = false;
   reusable = false;
