@@ -334,16 +334,26 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
     this.ready(task);
   }
 
+  /**
+   * An element's work failed (a task's, or a call that threw): the inspector and the element's
+   * source are told, and the `fail` policy ends the run. Returns the error for `onFailure` while the
+   * run goes on, else undefined.
+   */
+  protected elementFailed(value: I, seq: number, trace: TraceRef, err: unknown): SluiceError | undefined {
+    // Typed errors pass as they are, thrown or rejected alike: callers match on their code.
+    const error = err instanceof SluiceError ? err : new StageError(this.config.name, seq, err);
+    activeIntrospector()?.elementFailed?.(this, seq, error);
+    forEachSettlement(value, settlementOf(trace), (settlement) => settlement.fail(error));
+    if (this.config.errorPolicy !== 'fail') return error;
+    this.fail(error);
+    return undefined;
+  }
+
   /** Work failed: thrown, rejected (`Task.rejected`), errored, or timed out. */
   taskFailed(task: Task<I, O>, err: unknown): void {
     if (task.closed || task.failed) return;
-    const error = err instanceof SluiceError ? err : new StageError(this.config.name, task.seq, err);
-    activeIntrospector()?.elementFailed?.(this, task.seq, error);
-    forEachSettlement(task.value, settlementOf(task.trace), (settlement) => settlement.fail(error));
-    if (this.config.errorPolicy === 'fail') {
-      this.fail(error);
-      return;
-    }
+    const error = this.elementFailed(task.value, task.seq, task.trace, err);
+    if (error === undefined) return;
     task.failed = true;
     task.done = true;
     this.closeTask(task);

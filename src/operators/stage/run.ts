@@ -23,13 +23,13 @@ import { type Observable, asyncScheduler, type SchedulerLike, type Subscription 
 import { currentLink, swapLink, type DemandLink, type Outlet, type Producer } from '../../flow/demand.js';
 import { Inlet, type RoomOwner } from '../../flow/inlet.js';
 import { subscribeUpstream, type UpstreamHandler } from '../../flow/upstream.js';
-import { activeIntrospector, type InspectedRun, type RunDescription } from '../../flow/introspection.js';
+import type { InspectedRun, RunDescription } from '../../flow/introspection.js';
 import type { KillEvent } from '../../flow/kill-switch.js';
 import type { ShedReason } from '../../flow/options.js';
 import { Ring } from '../../flow/ring.js';
 import { callHook } from '../../flow/report.js';
 import type { StageStats } from '../../flow/stats.js';
-import { AbortedError, DrainTimeoutError, SluiceError, StageError } from '../../core/errors.js';
+import { AbortedError, DrainTimeoutError, SluiceError } from '../../core/errors.js';
 import { SeqSampler, TraceContext, Traced, isSampled, settlementOf, traceOf, type Kept, type TraceRef } from '../../core/trace.js';
 import { forEachSettlement, giveBack } from '../../core/settlement.js';
 import type { WorkResult, Work } from '../../flow/work.js';
@@ -450,16 +450,9 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
   }
 
   protected workFailed(value: I, seq: number, trace: TraceRef, merged: number, err: unknown): void {
-    // Typed errors pass as they are, thrown or rejected alike: callers match on their code.
-    const error = err instanceof SluiceError ? err : new StageError(this.config.name, seq, err);
     this.stats.failed += 1 + merged;
-    activeIntrospector()?.elementFailed?.(this, seq, error);
-    forEachSettlement(value, settlementOf(trace), (settlement) => settlement.fail(error));
-    if (this.config.errorPolicy === 'fail') {
-      this.fail(error);
-      return;
-    }
-    callHook(this.config.onFailure, { stage: this.config.name, error, value, seq, trace: traceOf(trace) });
+    const error = this.elementFailed(value, seq, trace, err);
+    if (error !== undefined) callHook(this.config.onFailure, { stage: this.config.name, error, value, seq, trace: traceOf(trace) });
   }
 
   /** The drain loop: deliver, start work, finish; then ask upstream for more. Never re-entered. */
