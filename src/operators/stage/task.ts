@@ -60,6 +60,15 @@ export class Pending<I> {
  * nothing can call back into it any more: its work returned a plain value or a native
  * Promise (which settles once) and no timer was set. Reuse saves the task, its two
  * callbacks and their context on every element of Promise work.
+ *
+ * In the run's list of tasks in flight its state is one of these, kept in three flags
+ * (fields, not an enum, for the hot path); out of the list it is retired, closed, and spare if `reusable`:
+ * - working: `!done && !closed`; a streaming task may already hold outputs;
+ * - settled: `done && !failed && !closed`; its outputs wait for demand or, ordered, for its turn;
+ * - failed: `done && failed && closed`; it waits, ordered, for its turn to leave its slot;
+ * - aborted: `closed && !failed`, only while the run ends (cancel, fail).
+ * Beside the state: `queued` (marked ready to deliver), `iterating` (an AsyncIterable's `next()`
+ * is pending), `recorded` (its sampled record is complete), `quick` and `reusable` (set at start).
  */
 export class Task<I, O> implements DemandLink {
   // Field order is memory order: what a settle touches first, then what a start writes (rule 6 in run.ts).
