@@ -13,8 +13,7 @@
 //
 // COUNT_N, COUNT_RUNS, COUNT_STAGES, COUNT_MIX, COUNT_GC as in bench/count.ts; TOP (default 30) rows.
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, openSync, readFileSync, renameSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, mkdtempSync, openSync, readFileSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 
 const args = process.argv.slice(2);
@@ -27,7 +26,9 @@ const runs = Number(process.env.COUNT_RUNS ?? 4);
 const stages = Number(process.env.COUNT_STAGES ?? 7);
 const top = Number(process.env.TOP ?? 30);
 
-const dir = mkdtempSync(join(tmpdir(), 'sluice-functions-'));
+// Inside the repo, so the bundle's lazy `require('zod')` (src/core/zod.ts) finds node_modules.
+mkdirSync('node_modules/.cache', { recursive: true });
+const dir = mkdtempSync(join('node_modules', '.cache', 'sluice-functions-'));
 const bundle = join(dir, 'count.mjs');
 execFileSync('node_modules/.bin/esbuild', [
   'bench/count.ts',

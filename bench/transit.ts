@@ -94,6 +94,19 @@ export function transitScenarios(delayN: number): TransitScenario[] {
       workMs: 0,
       middle: () => (source: Observable<Traced<number>>) => source.pipe(delay(20), keepOneInTen),
     },
+    { id: 'transit-short-delay', label: '`delay(1)`', n: 1_000, expected: 1_000, workMs: 0, middle: () => delay(1) },
+    {
+      id: 'transit-short-delay-filter',
+      label: '`delay(1)`, `filter(v => v.value % 100 === 0)`',
+      n: 1_000,
+      expected: 10,
+      workMs: 0,
+      middle: () => (source: Observable<Traced<number>>) =>
+        source.pipe(
+          delay(1),
+          filter((v: Traced<number>) => v.value % 100 === 0),
+        ),
+    },
     { id: 'transit-delay-buffered', label: '`delay(50)`, downstream work 1 ms', n: 300, expected: 300, workMs: 1, middle: () => delay(50) },
     {
       id: 'transit-merge-map',

@@ -19,60 +19,49 @@
 import { after, before, describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { packageOfSpec, readmePeersOf } from './support/readme-peers.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const TSC = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
 const inCi = process.env.CI === 'true';
+/** Every optional peer the package declares: none is installed in the first half. */
+const OPTIONAL_PEERS = Object.entries(
+  (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { peerDependenciesMeta: Record<string, { optional?: boolean }> }).peerDependenciesMeta,
+)
+  .filter(([, meta]) => meta.optional === true)
+  .map(([name]) => name);
+/** What the README's install table tells a user of `sluice serve` to install: the second half has exactly these. */
+const SERVE_PEERS = readmePeersOf('sluice serve');
+
 /**
- * Linked from the repo for the second half (`onnxruntime-common` is onnxruntime-node's dependency, `tweetnacl`
- * the NATS client's). A
- * scope is linked package by package, never as a whole folder, and no npm command runs in the app
- * after linking: npm prunes what it finds extraneous, and through a linked scope folder it would
- * delete the repo's own packages.
+ * `names` and what they depend on, as npm would install them: the packages the repo hoisted (a
+ * package's own nested node_modules comes with its link). Optional dependencies the repo lacks are
+ * skipped, as npm skips them on a platform they do not fit.
  */
-const LINKED_PEERS = [
-  'onnxruntime-node',
-  'onnxruntime-common',
-  'ws',
-  'prom-client',
-  '@opentelemetry/*',
-  '@nats-io/*',
-  'tweetnacl',
-  // tokenizers, chat templates and OpenAI encodings of sluice/ai (js-tiktoken requires base64-js)
-  '@huggingface/*',
-  'js-tiktoken',
-  'base64-js',
-  // pino and what it requires, for the command's log
-  'pino',
-  'thread-stream',
-  'real-require',
-  'sonic-boom',
-  'atomic-sleep',
-  'safe-stable-stringify',
-  'quick-format-unescaped',
-  'process-warning',
-  'pino-std-serializers',
-  'pino-abstract-transport',
-  'split2',
-  'on-exit-leak-free',
-  '@pinojs/*',
-];
-const OPTIONAL_PEERS = [
-  'onnxruntime-node',
-  'ws',
-  'prom-client',
-  '@opentelemetry/api',
-  '@nats-io/jetstream',
-  '@nats-io/transport-node',
-  'pino',
-  '@huggingface/tokenizers',
-  '@huggingface/jinja',
-  'js-tiktoken',
-];
+function withDependencies(names: readonly string[]): string[] {
+  const found = new Set<string>();
+  const queue = [...names];
+  while (queue.length > 0) {
+    const name = queue.shift()!;
+    if (found.has(name)) continue;
+    const dir = join(ROOT, 'node_modules', name);
+    assert.ok(existsSync(dir), `${dir} is missing: run npm ci`);
+    found.add(name);
+    const manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as {
+      dependencies?: Record<string, string>;
+      optionalDependencies?: Record<string, string>;
+    };
+    for (const dep of Object.keys({ ...manifest.dependencies, ...manifest.optionalDependencies })) {
+      if (existsSync(join(dir, 'node_modules', dep))) continue;
+      if (existsSync(join(ROOT, 'node_modules', dep)) || !(dep in (manifest.optionalDependencies ?? {}))) queue.push(dep);
+    }
+  }
+  return [...found];
+}
 
 /** The environment of every child: npm's script variables (`npm_config_prefix`, …) would redirect the app's npm. */
 const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith('npm_') && key !== 'NODE_OPTIONS'));
@@ -254,25 +243,40 @@ console.log(JSON.stringify(outcome));
     });
   });
 
-  describe('with the optional peers linked from the repo', () => {
+  describe('without the optional peers: the commands', () => {
+    it('sluice serve and sluice worker exit 1 before starting, naming every peer the README lists for them and one install command', async (t) => {
+      if (!needsApp(t)) return;
+      const bin = join('node_modules', '.bin', 'sluice');
+      const runs = [
+        { user: 'sluice serve', args: ['serve', '--port', '0'] },
+        { user: 'sluice worker', args: ['worker', '--nats', 'nats://127.0.0.1:1'] },
+      ];
+      for (const { user, args } of runs) {
+        const result = await run(process.execPath, [bin, ...args], app);
+        assert.equal(result.code, 1, `${user}: ${shown(result)}`);
+        assert.equal(result.stdout, '', `${user}: nothing started`);
+        const peers = readmePeersOf(user);
+        for (const peer of peers) assert.ok(result.stderr.includes(`"${peer}"`), `${user}: ${peer} is not named\n${shown(result)}`);
+        const install = result.stderr.split('\n').find((line) => line.includes('npm install'));
+        assert.ok(install !== undefined, `${user}: no install command\n${shown(result)}`);
+        const named = install
+          .slice(install.indexOf('npm install') + 'npm install'.length)
+          .trim()
+          .split(/\s+/);
+        assert.deepEqual(named.map((spec) => packageOfSpec(spec)).sort(), [...peers].sort(), `${user}: the install command`);
+      }
+      const help = await run(process.execPath, [bin, 'serve', '--help'], app);
+      assert.equal(help.code, 0, `--help needs no peer: ${shown(help)}`);
+    });
+  });
+
+  describe('with the peers the README names for sluice serve, linked from the repo', () => {
     before(() => {
       if (unavailable !== undefined) return;
-      const packages = LINKED_PEERS.flatMap((name) => {
-        if (!name.endsWith('/*')) return [name];
-        const scope = name.slice(0, -2);
-        return existsSync(join(ROOT, 'node_modules', scope)) ? readdirSync(join(ROOT, 'node_modules', scope)).map((p) => `${scope}/${p}`) : [`${scope}/api`];
-      });
-      for (const peer of packages) {
-        const from = join(ROOT, 'node_modules', peer);
-        const to = join(app, 'node_modules', peer);
-        if (!existsSync(from)) {
-          // They are dev dependencies: missing means the repo's install is incomplete.
-          assert.ok(!inCi, `${from} is missing: run npm ci`);
-          unavailable = `${peer} is not in the repo's node_modules (npm ci)`;
-          return;
-        }
+      for (const name of withDependencies(SERVE_PEERS)) {
+        const to = join(app, 'node_modules', name);
         mkdirSync(dirname(to), { recursive: true });
-        if (!existsSync(to)) symlinkSync(from, to, 'dir');
+        if (!existsSync(to)) symlinkSync(join(ROOT, 'node_modules', name), to, 'dir');
       }
     });
 
@@ -301,7 +305,12 @@ console.log(JSON.stringify({
 }));
 `,
       );
-      assert.deepEqual(out.resolvable, OPTIONAL_PEERS, 'the peers must be installed for this check to mean anything');
+      assert.deepEqual(
+        out.resolvable,
+        OPTIONAL_PEERS.filter((p) => SERVE_PEERS.includes(p)),
+        'exactly the peers of sluice serve are installed',
+      );
+      assert.ok(out.resolvable.length > 0, 'the peers must be installed for this check to mean anything');
       assert.deepEqual(out.peers, [], 'optional peers loaded by the core');
       assert.deepEqual(out.builtins, [], 'server or worker built-ins loaded by the core');
       // zod is loaded by the first validated option, not by the import (docs/internals/import-cost.md).
@@ -309,8 +318,19 @@ console.log(JSON.stringify({
       assert.equal(out.zodAfterStage, true, 'zod not loaded by a first stage()');
     });
 
-    it('sluice serve from the installed package answers one chat completion, then exits 0 on SIGTERM, writing nothing into the package', {
-      timeout: 90_000,
+    it('sluice serve --model without the peers its row adds exits 1 before starting, naming them and their install command', async (t) => {
+      if (!needsApp(t)) return;
+      const result = await run(process.execPath, [join('node_modules', '.bin', 'sluice'), 'serve', '--port', '0', '--model', 'no-such-dir'], app);
+      const added = readmePeersOf('sluice serve --model <dir>').filter((p) => !SERVE_PEERS.includes(p));
+      assert.equal(result.code, 1, shown(result));
+      assert.equal(result.stdout, '', 'nothing started');
+      for (const peer of added) assert.ok(result.stderr.includes(`"${peer}"`), `${peer} is not named\n${shown(result)}`);
+      assert.ok(result.stderr.includes(`npm install ${added.join(' ')}`), shown(result));
+      for (const peer of SERVE_PEERS) assert.ok(!result.stderr.includes(`"${peer}"`), `${peer} is installed, yet named`);
+    });
+
+    it('sluice serve from the installed package answers every model it lists, then exits 0 on SIGTERM, writing nothing into the package', {
+      timeout: 120_000,
     }, async (t) => {
       if (!needsApp(t)) return;
       const packageDir = join(app, 'node_modules', 'sluice');
@@ -343,22 +363,42 @@ console.log(JSON.stringify({
           });
         });
 
-        const response = await fetch(`${url}/v1/chat/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({
-            model: 'charlm',
+        const post = async (path: string, body: { readonly model: string } & Record<string, unknown>) => {
+          try {
+            const response = await fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+            return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+          } catch (err) {
+            // A server that died mid-request (an uncaught error) says why on stderr.
+            throw new Error(`${path} for ${body.model}: ${err instanceof Error ? err.message : String(err)}\n--- stderr\n${stderr.slice(-4000)}`);
+          }
+        };
+        const listed = (await (await fetch(`${url}/v1/models`)).json()) as { data: { id: string }[] };
+        const models = listed.data.map((m) => m.id);
+        assert.ok(models.includes('sluice-rag') && models.includes('charlm'), `models: ${models.join(', ')}`);
+        for (const model of models) {
+          const chat = await post('/v1/chat/completions', {
+            model,
             stream: false,
             max_tokens: 8,
             messages: [{ role: 'user', content: 'How does a stage pause a fast producer?' }],
-          }),
-        });
-        const body = (await response.json()) as { object?: string; choices?: { message?: { role?: string; content?: unknown }; finish_reason?: string }[] };
-        assert.equal(response.status, 200, JSON.stringify(body));
-        assert.equal(body.object, 'chat.completion');
-        assert.equal(body.choices?.length, 1);
-        assert.equal(body.choices[0]!.message?.role, 'assistant');
-        assert.equal(typeof body.choices[0]!.message?.content, 'string');
+          });
+          // A model that does not chat is an embedding model: it must embed.
+          if (chat.status === 404) {
+            const embedded = await post('/v1/embeddings', { model, input: 'How does a stage pause a fast producer?' });
+            assert.equal(embedded.status, 200, `${model}: ${JSON.stringify(embedded.body)}`);
+            assert.equal(embedded.body.object, 'list');
+            continue;
+          }
+          assert.equal(chat.status, 200, `${model}: ${JSON.stringify(chat.body)}`);
+          const choices = chat.body.choices as { message?: { role?: string; content?: unknown } }[];
+          assert.equal(chat.body.object, 'chat.completion');
+          assert.equal(choices.length, 1);
+          assert.equal(choices[0]!.message?.role, 'assistant');
+          assert.equal(typeof choices[0]!.message?.content, 'string');
+        }
+        const inspector = await fetch(`${url}/inspect`);
+        assert.equal(inspector.status, 200, 'the inspector page');
+        await inspector.arrayBuffer();
 
         server.kill('SIGTERM');
         assert.equal(await exited, 0, `exit code after SIGTERM\n--- stderr\n${stderr}`);

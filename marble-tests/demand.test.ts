@@ -523,6 +523,54 @@ describe('plain RxJS operators between two stages', () => {
     });
   });
 
+  it('concatMap over 1 ms timers or Promises in real time: never more than room + 16 between the stages (a transit read as 0 ms is not a silence)', async () => {
+    const inners: Record<string, (t: Traced<number>) => Observable<Traced<number>> | Promise<Traced<number>>> = {
+      timer: (t) => timer(1).pipe(map(() => t)),
+      promise: (t) => new Promise((resolve) => setTimeout(() => resolve(t), 1)),
+    };
+    for (const [kind, inner] of Object.entries(inners)) {
+      for (let run = 0; run < 15; run++) {
+        const statsA = new StageStats();
+        const statsB = new StageStats();
+        let worst = 0;
+        await new Promise<void>((resolve, reject) => {
+          fromIterable(counting(150).generator)
+            .pipe(
+              stage(identity, { name: 'A', capacity: 4, stats: statsA }),
+              concatMap(inner),
+              tap(() => (worst = Math.max(worst, statsA.delivered - statsB.received + statsB.buffered + statsB.inFlight))),
+              stage(async (x: number) => x, { name: 'B', capacity: 4, stats: statsB }),
+            )
+            .subscribe({ error: reject, complete: resolve });
+        });
+        assert.ok(worst <= 4 + 1 + 16, `${kind} run ${run}: ${worst} held between the stages, bound ${4 + 1 + 16}`);
+      }
+    }
+  });
+
+  it('delay(1) then a filter keeping one in 100 does not crawl: in virtual time within 6× the time of delay(1) alone', () => {
+    const finish = (keep: (value: number) => boolean): number => {
+      const scheduler = new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));
+      let completedAt = -1;
+      scheduler.run(({ flush }) => {
+        fromIterable(counting(1000).generator)
+          .pipe(
+            stage(identity, { name: 'A', capacity: 4 }),
+            delay(1),
+            filter((t) => keep(t.value)),
+            stage(identity, { name: 'B', capacity: 4 }),
+          )
+          .subscribe({ complete: () => (completedAt = scheduler.now()) });
+        flush();
+      });
+      return completedAt;
+    };
+    const alone = finish(() => true);
+    const filtered = finish((value) => value % 100 === 0);
+    assert.ok(alone > 0 && filtered > 0, 'both completed');
+    assert.ok(filtered <= 6 * alone, `with the filter ${filtered} frames, without ${alone}`);
+  });
+
   it('mergeMap(x => of(x).pipe(delay(1))) in real time: delivers all, pulled − delivered stays within the bound + 16', async () => {
     const source = counting(2000);
     let delivered = 0;

@@ -456,6 +456,68 @@ describe('gateway mode: breaker and discovery', () => {
     }
   });
 
+  it("a tenant is never answered from another tenant's cache, over HTTP and WebSocket; cacheScope 'global' shares", async (t) => {
+    const up = await FakeUpstream.start(['m']);
+    t.after(() => up.close());
+    const tokens = { 'acme-token-1': 'acme', 'globex-token-1': 'globex' };
+    const gateway = await startServer({
+      port: 0,
+      tokens,
+      upstreams: [{ baseUrl: up.url, name: 'up' }],
+      gateway: { ...FAST, cache: { maxBytes: 1 << 20 }, singleFlight: true },
+    });
+    const ask = async (token: string) => {
+      const answer = await post(
+        gateway.url,
+        { model: 'm', messages: [{ role: 'user', content: 'same question' }], temperature: 0 },
+        { authorization: `Bearer ${token}` },
+      );
+      assert.equal(answer.status, 200, answer.text);
+      return (JSON.parse(answer.text) as { choices: { message: { content: string } }[] }).choices[0]!.message.content;
+    };
+    const askWs = async (token: string, id: string) => {
+      const ws = await Client.open(gateway.wsUrl, { token });
+      try {
+        ws.send({ type: 'generate', id, model: 'm', prompt: 'same prompt', parameters: { temperature: 0 } });
+        await until(() => ws.end(id) !== undefined, 'the request to end');
+        return ws.text(id);
+      } finally {
+        ws.ws.close();
+      }
+    };
+    try {
+      up.script({ kind: 'stream', pieces: ['for', ' acme'] }, { kind: 'stream', pieces: ['for', ' globex'] });
+      assert.equal(await ask('acme-token-1'), 'for acme');
+      assert.equal(await ask('globex-token-1'), 'for globex', "globex's request reached the upstream");
+      assert.equal(await ask('acme-token-1'), 'for acme');
+      assert.equal(await ask('globex-token-1'), 'for globex');
+      assert.equal(up.served.length, 2, 'each tenant hit its own entry');
+      up.script({ kind: 'stream', pieces: ['ws', ' acme'] }, { kind: 'stream', pieces: ['ws', ' globex'] });
+      assert.equal(await askWs('acme-token-1', 'a1'), 'ws acme');
+      assert.equal(await askWs('globex-token-1', 'g1'), 'ws globex');
+      assert.equal(await askWs('globex-token-1', 'g2'), 'ws globex');
+      assert.equal(up.served.length, 4);
+    } finally {
+      await gateway.shutdown(0);
+    }
+    const shared = await startServer({
+      port: 0,
+      tokens,
+      upstreams: [{ baseUrl: up.url, name: 'up' }],
+      gateway: { ...FAST, cache: { maxBytes: 1 << 20 }, cacheScope: 'global' },
+    });
+    try {
+      up.script({ kind: 'stream', pieces: ['for', ' all'] });
+      const before = up.served.length;
+      const answer = await post(shared.url, { model: 'm', messages: [{ role: 'user', content: 'q' }], seed: 1 }, { authorization: 'Bearer acme-token-1' });
+      const again = await post(shared.url, { model: 'm', messages: [{ role: 'user', content: 'q' }], seed: 1 }, { authorization: 'Bearer globex-token-1' });
+      assert.equal(answer.text.includes('for all') && again.text.includes('for all'), true);
+      assert.equal(up.served.length - before, 1);
+    } finally {
+      await shared.shutdown(0);
+    }
+  });
+
   it('an upstream that cannot be listed fails the start naming it; explicit models skip the listing', async () => {
     await assert.rejects(
       Gateway.start({ upstreams: [{ baseUrl: 'http://127.0.0.1:9/v1', name: 'gone' }], discoveryTimeout: 2_000 }),

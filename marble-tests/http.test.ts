@@ -174,7 +174,7 @@ describe('POST /v1/chat/completions with a deterministic worker', () => {
       usage: unknown;
     };
     assert.equal(body.object, 'chat.completion');
-    assert.deepEqual(body.choices[0]!.message, { role: 'assistant', content: 't0 t1 t2 ' });
+    assert.deepEqual(body.choices[0]!.message, { role: 'assistant', content: 't0 t1 t2 ', refusal: null });
     assert.equal(body.choices[0]!.finish_reason, 'length');
     assert.deepEqual(body.usage, { prompt_tokens: 3, completion_tokens: 3, total_tokens: 6 });
   });
@@ -206,7 +206,7 @@ describe('POST /v1/chat/completions with a deterministic worker', () => {
     assert.equal((await fetch(`${running.base}/nope`)).status, 404);
   });
 
-  it('the OpenAI surface clients expect: GET /v1/models/{id}, 405 with Allow, JSON-only POST bodies, precise messages (issue 25)', async () => {
+  it('the OpenAI surface clients expect: GET /v1/models/{id}, 405 with Allow, JSON-only POST bodies, precise messages', async () => {
     const model = await fetch(`${running.base}/v1/models/counter`);
     assert.equal(model.status, 200);
     assert.deepEqual(await model.json(), { id: 'counter', object: 'model', created: 0, owned_by: 'sluice' });
@@ -238,7 +238,7 @@ describe('POST /v1/chat/completions with a deterministic worker', () => {
     assert.match(((await numeric.json()) as { error: { message: string } }).error.message, /model must be a string/);
   });
 
-  it('accepts the standard sampling fields: presence_penalty and frequency_penalty in [-2, 2]; logit_bias refused with a precise message (issue 25)', async () => {
+  it('accepts the standard sampling fields: presence_penalty and frequency_penalty in [-2, 2]; logit_bias refused with a precise message', async () => {
     const defaults = await post(running.base, { model: 'counter', messages: user('hi'), max_tokens: 2, presence_penalty: 0, frequency_penalty: 0 });
     assert.equal(defaults.status, 200);
     const set = await post(running.base, {
@@ -365,7 +365,7 @@ describe('POST /v1/chat/completions with a deterministic worker', () => {
   });
 });
 
-describe('max_tokens is enforced by the server, whatever the worker does (issue 25)', () => {
+describe('max_tokens is enforced by the server, whatever the worker does', () => {
   const unruly = new UnrulyWorker();
   let running: Running;
   before(async () => {

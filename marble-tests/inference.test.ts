@@ -21,6 +21,8 @@ import { generateRequest, type GenerateRequest, type GenerationDone, type ModelW
 import { OpenAIWorker, SseParser } from '../src/ai/inference/openai.js';
 import { CharLmWorker, DecoderLmWorker, type RunModel } from '../src/ai/inference/onnx-lm.js';
 import { generatedModels, type GeneratedModels } from './support/models.js';
+import { guardedWorker } from '../src/ai/inference/guarded-worker.js';
+import type { StageStats } from '../src/flow/stats.js';
 
 const texts = (tokens: readonly Token[]) => tokens.map((t) => t.text).join('');
 /** Lets pending I/O and promise chains run: several macrotask turns, no wall-clock. */
@@ -87,6 +89,30 @@ describe('generation requests', () => {
       assert.throws(() => generateRequest(input as GenerateRequest), EmptyPromptError, JSON.stringify(input));
     }
     assert.throws(() => generateRequest({} as GenerateRequest), InvalidOptionsError);
+  });
+});
+
+describe('guardedWorker options', () => {
+  it('are checked when it is made, naming each bad field, not at the first request', () => {
+    const worker = { name: 'm', generate: () => fromIterable([]), infer: async () => ({}) } as unknown as ModelWorker<GenerateRequest, never>;
+    const classify = () => ({ label: 'safe', score: 0 });
+    assert.deepEqual(
+      issuesOf(() => guardedWorker(worker as never, { classify, thresholds: { flag: -1, block: 0.8 } })),
+      ['thresholds.flag'],
+    );
+    assert.deepEqual(
+      issuesOf(() => guardedWorker(worker as never, { classify: 'not a function' as never })),
+      ['classify'],
+    );
+    assert.deepEqual(
+      issuesOf(() => guardedWorker({ name: 'x' } as never, { classify })),
+      ['worker.generate', 'worker.infer'],
+    );
+    assert.deepEqual(
+      issuesOf(() => guardedWorker(worker as never, { classify, generateStats: {} as StageStats })),
+      ['generateStats'],
+    );
+    assert.doesNotThrow(() => guardedWorker(worker as never, { classify }));
   });
 });
 

@@ -144,7 +144,7 @@ describe('upstreams on the inspector: each with its circuit, attempts in flight,
         { baseUrl: bad.url, name: 'bad' },
         { baseUrl: good.url, name: 'good' },
       ],
-      gateway: { attempts: 2, baseDelay: 5, maxDelay: 20, breakerThreshold: 2, breakerCooldown: 5_000 },
+      gateway: { attempts: 2, baseDelay: 5, maxDelay: 20, breakerThreshold: 2, breakerCooldown: 60_000 },
     });
   });
   after(async () => {

@@ -56,6 +56,50 @@ class InspectPage {
   }
 }
 
+/**
+ * What overlaps in the stage graph as drawn: two boxes (with whatever their text spills), a box's
+ * text outside its box, an edge label over a box or another label, an edge across a box it does
+ * not join. Empty when the layout is clean.
+ */
+async function layoutProblems(page: Page): Promise<string[]> {
+  type Box = { left: number; right: number; top: number; bottom: number };
+  // Rectangles only come from the page; the checks run here.
+  const nodes = await page.locator('[data-testid="graph"] [data-testid="node"]').evaluateAll((all) =>
+    all.map((g) => ({
+      name: g.getAttribute('data-name') ?? '',
+      whole: g.getBoundingClientRect().toJSON() as Box,
+      box: g.querySelector('rect.box')!.getBoundingClientRect().toJSON() as Box,
+      texts: [...g.querySelectorAll('text')].map((t) => ({ text: t.textContent ?? '', rect: t.getBoundingClientRect().toJSON() as Box })),
+    })),
+  );
+  const labels = await page
+    .locator('[data-testid="edge"] text')
+    .evaluateAll((all) => all.map((t) => ({ text: t.textContent ?? '', rect: t.getBoundingClientRect().toJSON() as Box })));
+  const edges = await page.locator('[data-testid="edge"]').evaluateAll((all) =>
+    all.map((e) => ({
+      from: e.getAttribute('data-from') ?? '',
+      to: e.getAttribute('data-to') ?? '',
+      rect: e.querySelector('path')!.getBoundingClientRect().toJSON() as Box,
+    })),
+  );
+  const meets = (a: Box, b: Box) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const inside = (a: Box, b: Box) => a.left >= b.left - 0.5 && a.right <= b.right + 0.5 && a.top >= b.top - 0.5 && a.bottom <= b.bottom + 0.5;
+  const problems: string[] = [];
+  for (const [i, a] of nodes.entries()) {
+    for (const b of nodes.slice(i + 1)) if (meets(a.whole, b.whole)) problems.push(`boxes ${a.name} and ${b.name} overlap`);
+    for (const t of a.texts) if (!inside(t.rect, a.box)) problems.push(`"${t.text}" runs out of the box ${a.name}`);
+  }
+  for (const [i, label] of labels.entries()) {
+    for (const node of nodes) if (meets(label.rect, node.box)) problems.push(`edge label "${label.text}" covers the box ${node.name}`);
+    for (const other of labels.slice(i + 1)) if (meets(label.rect, other.rect)) problems.push(`edge labels "${label.text}" and "${other.text}" overlap`);
+  }
+  for (const edge of edges)
+    for (const node of nodes)
+      if (node.name !== edge.from && node.name !== edge.to && meets(edge.rect, node.box))
+        problems.push(`edge ${edge.from} → ${edge.to} crosses the box ${node.name}`);
+  return problems;
+}
+
 describe('the inspector page in headless Chromium', { skip }, () => {
   let browser: Browser | undefined;
   const pageErrors: string[] = [];
@@ -150,6 +194,7 @@ describe('the inspector page in headless Chromium', { skip }, () => {
       assert.doesNotMatch((await page.getByTestId('failures').textContent()) ?? '', /not shown/, 'no element or error message in the list');
       await until('sampled elements in the waterfall', async () => ((await page.locator('[data-testid="waterfall-row"]').count()) > 0 ? true : undefined));
       await until('service-time percentiles', async () => ((await inspect.figure('slow-model', 'p99')) >= 10 ? true : undefined));
+      assert.deepEqual(await layoutProblems(page), []);
       await keepScreenshot(page, 'inspect-pipeline');
       assert.deepEqual(pageErrors, []);
     } finally {
@@ -224,6 +269,14 @@ describe('the inspector page in headless Chromium', { skip }, () => {
         const afterwards = (await scrape()).get(name)!;
         assert.ok(before <= shown && shown <= afterwards, `${name}: /metrics ${before} ≤ page ${shown} ≤ /metrics ${afterwards}`);
       }
+      // The serve pipeline (five stages, and the sluice-rag model feeding the last) at common widths: nothing drawn over anything.
+      for (const width of [1280, 1024, 1920]) {
+        await page.setViewportSize({ width, height: 1100 });
+        await inspect.refreshed();
+        assert.deepEqual(await layoutProblems(page), [], `at ${width} px`);
+        await keepScreenshot(page, `inspect-serve-${width}`);
+      }
+      await page.setViewportSize({ width: 1400, height: 1100 });
     });
 
     it('lists requests in flight over both transports, and Cancel ends them as a client cancel would', async () => {

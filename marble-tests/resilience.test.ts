@@ -867,6 +867,80 @@ describe('route: weighted split, canary, shadow', () => {
     assert.ok(Math.abs(counts.get('v1')! / rest - 0.7) < 0.02, 'the split of the rest keeps its weights');
   });
 
+  /** Routes each key once and counts the decisions noted in their traces. */
+  function splitKeys(generate: (value: string, context: StageContext) => Observable<string>, keys: readonly string[]): Map<string, number> {
+    const counts = new Map<string, number>();
+    for (const key of keys) {
+      const context = contextFor('infer');
+      generate(key, context).subscribe();
+      const decision = String(context.trace.notes?.['infer.route']);
+      counts.set(decision, (counts.get(decision) ?? 0) + 1);
+    }
+    return counts;
+  }
+
+  it('keys as short and alike as u0…u199 still split by the weights: a 10 % canary near 10 %, a 3:1 split near 3:1', () => {
+    const keys = Array.from({ length: 200 }, (_, i) => `u${i}`);
+    const counts = splitKeys(
+      route({
+        variants: [
+          { name: 'v1', weight: 3, worker: constant('v1') },
+          { name: 'v2', weight: 1, worker: constant('v2') },
+        ],
+        canary: { worker: constant('canary'), percent: 10 },
+        key: (v: string) => v,
+      }),
+      keys,
+    );
+    const canary = (counts.get('canary') ?? 0) / 200;
+    assert.ok(canary >= 0.04 && canary <= 0.16, `canary share ${canary}`);
+    const v1 = (counts.get('v1') ?? 0) / ((counts.get('v1') ?? 0) + (counts.get('v2') ?? 0));
+    assert.ok(v1 >= 0.67 && v1 <= 0.83, `v1 share of the rest ${v1}`);
+  });
+
+  it('keeps every share within a few percent of its target over short and similar key sets (fast-check)', () => {
+    // Key sets as services make them: a short prefix or suffix around consecutive numbers, in decimal, base 36 or zero-padded.
+    const keySet = fc.record({
+      prefix: fc.constantFrom('', 'u', 'user-', 'k:', 'session_', 'a'),
+      suffix: fc.constantFrom('', 'x', '@example.com', '-eu'),
+      format: fc.constantFrom<'decimal' | 'base36' | 'padded' | 'hex'>('decimal', 'base36', 'padded', 'hex'),
+      start: fc.nat({ max: 1_000_000 }),
+      size: fc.integer({ min: 3_000, max: 5_000 }),
+    });
+    const split = fc.record({
+      weights: fc.array(fc.integer({ min: 1, max: 9 }), { minLength: 2, maxLength: 4 }),
+      canary: fc.option(fc.integer({ min: 1, max: 50 }), { nil: undefined }),
+    });
+    fc.assert(
+      fc.property(keySet, split, ({ prefix, suffix, format, start, size }, { weights, canary }) => {
+        const number = (i: number) =>
+          format === 'decimal' ? String(i) : format === 'base36' ? i.toString(36) : format === 'hex' ? i.toString(16) : String(i).padStart(8, '0');
+        const keys = Array.from({ length: size }, (_, i) => `${prefix}${number(start + i)}${suffix}`);
+        const variants = weights.map((weight, i) => ({ name: `v${i}`, weight, worker: constant(`v${i}`) }));
+        const counts = splitKeys(
+          route({ variants, ...(canary !== undefined && { canary: { worker: constant('canary'), percent: canary } }), key: (v: string) => v }),
+          keys,
+        );
+        const total = weights.reduce((a, b) => a + b, 0);
+        const rest = 1 - (canary ?? 0) / 100;
+        const targets = [
+          ...variants.map((v) => [v.name, (rest * v.weight) / total] as const),
+          ...(canary === undefined ? [] : [['canary', canary / 100] as const]),
+        ];
+        for (const [name, target] of targets) {
+          const share = (counts.get(name) ?? 0) / size;
+          // Five standard deviations of a fair draw: never reached by a uniform hash, far below the skew of one that is not.
+          const tolerance = 5 * Math.sqrt((target * (1 - target)) / size);
+          assert.ok(
+            Math.abs(share - target) <= tolerance,
+            `${name}: ${share.toFixed(4)} for ${target.toFixed(4)} (± ${tolerance.toFixed(4)}), keys ${keys[0]}…`,
+          );
+        }
+      }),
+      { numRuns: 40 },
+    );
+  });
+
   it('splits without a key by a seeded random: reproducible', () => {
     const a = split(route({ variants, random: seededRandom(3) }), 5_000);
     const b = split(route({ variants, random: seededRandom(3) }), 5_000);

@@ -6,7 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { connect } from 'node:net';
+import { type AddressInfo, connect, createServer as createNetServer } from 'node:net';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -53,7 +53,7 @@ describe('startServer (in process)', () => {
     client.ws.close();
   });
 
-  it('an HTTP request to sluice-rag is observed once per stage in the stage histograms (issue 25)', async () => {
+  it('an HTTP request to sluice-rag is observed once per stage in the stage histograms', async () => {
     const count = async (name: string, stage: string) => {
       const text = await (await fetch(`${running.url}/metrics`)).text();
       const line = text.split('\n').find((l) => l.startsWith(`${name}{stage="${stage}"} `));
@@ -75,7 +75,7 @@ describe('startServer (in process)', () => {
     );
   });
 
-  it('an HTTP request to charlm, a plain worker, is counted in the generate stage as it is observed: received +1, queue wait +1 (issue 25)', async () => {
+  it('an HTTP request to charlm, a plain worker, is counted in the generate stage as it is observed: received +1, queue wait +1', async () => {
     const count = async (name: string, stage: string) => {
       const text = await (await fetch(`${running.url}/metrics`)).text();
       const line = text.split('\n').find((l) => l.startsWith(`${name}{stage="${stage}"} `));
@@ -98,7 +98,7 @@ describe('startServer (in process)', () => {
     );
   });
 
-  it('a burst of streams waiting for the inference pool shows in /metrics: sluice_pool_queued_jobs (issue 25)', async () => {
+  it('a burst of streams waiting for the inference pool shows in /metrics: sluice_pool_queued_jobs', async () => {
     const controller = new AbortController();
     const streams = Array.from({ length: 24 }, () =>
       fetch(`${running.url}/v1/chat/completions`, {
@@ -122,7 +122,7 @@ describe('startServer (in process)', () => {
     assert.ok(queued > 0, 'no scrape saw a job waiting for the pool');
   });
 
-  it('POST /v1/embeddings with the official client: float and base64 agree, unit vectors, concurrent requests share model runs (issue 25)', async () => {
+  it('POST /v1/embeddings with the official client: float and base64 agree, unit vectors, concurrent requests share model runs', async () => {
     const client = new OpenAI({ baseURL: `${running.url}/v1`, apiKey: 'unused', maxRetries: 0 });
     assert.ok((await client.models.list()).data.some((m) => m.id === 'sluice-embed'));
     // The client asks for base64 unless told otherwise, and decodes it.
@@ -165,7 +165,7 @@ describe('startServer (in process)', () => {
     assert.equal(unknown.status, 404);
   });
 
-  it('sluice-rag answers with sentences of the documents it retrieved, each cited [n], then the sources; a question they do not cover gets no invented answer (issue 25)', async () => {
+  it('sluice-rag answers with sentences of the documents it retrieved, each cited [n], then the sources; a question they do not cover gets no invented answer', async () => {
     const corpus = (await Promise.all((await readdir(BUNDLED_CORPUS)).map((f) => readFile(join(BUNDLED_CORPUS, f), 'utf8')))).join('\n').replace(/\s+/g, ' ');
     const ask = async (content: string) => {
       const response = await fetch(`${running.url}/v1/chat/completions`, {
@@ -195,7 +195,7 @@ describe('startServer (in process)', () => {
     assert.equal(await ask('asdf qwerty zxcv'), 'I found nothing about that in the documents I have.');
   });
 
-  it('a question of only punctuation or spaces gets an answer, not a 500 or INVALID_VECTOR (issue 25)', async () => {
+  it('a question of only punctuation or spaces gets an answer, not a 500 or INVALID_VECTOR', async () => {
     for (const content of ['?!?', '   ', '...']) {
       const response = await fetch(`${running.url}/v1/chat/completions`, {
         method: 'POST',
@@ -376,6 +376,14 @@ describe('sluice serve flags and environment', () => {
     });
   });
 
+  it('takes the port from --port, else SLUICE_PORT, else PORT', () => {
+    assert.equal(serveOptions([], { PORT: '18820' }).port, 18820);
+    assert.equal(serveOptions([], { PORT: '18820', SLUICE_PORT: '18821' }).port, 18821);
+    assert.equal(serveOptions(['--port', '18822'], { PORT: '18820', SLUICE_PORT: '18821' }).port, 18822);
+    assert.equal(serveOptions(['--port=0'], { PORT: '18820' }).port, 0);
+    assert.equal(serveOptions([], { PORT: '' }).port, undefined);
+  });
+
   /** Runs the command to its exit (for the ones that exit before serving). */
   const run = (args: string[], env: Record<string, string> = {}) =>
     spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', env: { ...process.env, ...env }, timeout: 60_000 });
@@ -384,7 +392,10 @@ describe('sluice serve flags and environment', () => {
     const cases: [string[], Record<string, string>, RegExp][] = [
       [['serve', '--port', 'abc'], {}, /--port: expected a whole number, got "abc"/],
       [['serve'], { SLUICE_PORT: 'eighty' }, /SLUICE_PORT: expected a whole number/],
-      [['serve', '--port', '70000'], {}, /port: port must be in \[0, 65535\]/],
+      [['serve', '--port', '70000'], {}, /--port: expected a port from 0 to 65535, got "70000"/],
+      [['serve'], { PORT: 'http' }, /^sluice: PORT: expected a whole number, got "http"/],
+      [['serve'], { PORT: '99999' }, /^sluice: PORT: expected a port from 0 to 65535, got "99999"/],
+      [['serve'], { PORT: '18820', SLUICE_PORT: '-1' }, /^sluice: SLUICE_PORT: expected a whole number, got "-1"/],
       [['serve', '--bogus'], {}, /Unknown option '--bogus'/],
       [['serve', '--host', '0.0.0.0'], {}, /tokens: an open server \(no tokens\) may only listen on a loopback host/],
       [['serve', '--pool-size', '0'], {}, /poolSize/],
@@ -404,6 +415,7 @@ describe('sluice serve flags and environment', () => {
     const help = run(['serve', '--help']);
     assert.equal(help.status, 0);
     assert.match(help.stdout, /--shutdown-timeout <ms>/);
+    assert.match(help.stdout, /--port <n> .*\[SLUICE_PORT, else PORT\]/);
     const version = run(['--version']);
     assert.equal(version.status, 0);
     assert.match(version.stdout, /^\d+\.\d+\.\d+/);
@@ -525,6 +537,30 @@ describe('sluice serve: SIGTERM under load', () => {
       assert.equal(Number(stopped[4]), bodies.filter((b) => b.includes('"code":"server_shutdown"')).length);
     } finally {
       server.process.kill('SIGKILL');
+    }
+  });
+
+  it('listens on the port PORT names when no flag or SLUICE_PORT does, as `PORT=… npm start` does', async () => {
+    const free = await new Promise<number>((resolve) => {
+      const probe = createNetServer().listen(0, '127.0.0.1', () => {
+        const { port } = probe.address() as AddressInfo;
+        probe.close(() => resolve(port));
+      });
+    });
+    const child = spawn(process.execPath, [BIN, 'serve', '--models', models], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, PORT: String(free), SLUICE_PORT: '' },
+    });
+    let stdout = '';
+    child.stdout!.on('data', (chunk) => (stdout += String(chunk)));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    try {
+      await until(() => /listening on /.test(stdout) || child.exitCode !== null, 'the server to listen', 60_000);
+      assert.match(stdout, new RegExp(`listening on http://127\\.0\\.0\\.1:${free}\n`));
+      assert.equal((await fetch(`http://127.0.0.1:${free}/healthz`)).status, 200);
+    } finally {
+      child.kill('SIGTERM');
+      assert.equal(await exited, 0);
     }
   });
 

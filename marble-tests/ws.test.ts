@@ -241,7 +241,7 @@ describe('WebSocket token server', () => {
       }
     });
 
-    it('enforces max_tokens whatever the worker does: 50 token frames, finish_reason length; without max_tokens, the server limit (issue 25)', async () => {
+    it('enforces max_tokens whatever the worker does: 50 token frames, finish_reason length; without max_tokens, the server limit', async () => {
       const unruly = new UnrulyWorker();
       const served = await serve({ worker: unruly, limits: { maxTokens: 80 } });
       try {

@@ -28,10 +28,20 @@ export type { JsonOutputOptions, ParseJsonOutputOptions, JsonOutcome, OutputProb
 export { VectorIndex } from './ai/rag/vector-index.js';
 export type { SearchOptions, SearchHit } from './ai/rag/vector-index.js';
 export { EmbeddingCache } from './ai/rag/embedding-cache.js';
-export { chunkMarkdown, loadCorpus, indexPassages, BUNDLED_CORPUS } from './ai/rag/corpus.js';
+export { chunkMarkdown, loadCorpus, indexPassages, BUNDLED_CORPUS, DEFAULT_MAX_FILE_BYTES } from './ai/rag/corpus.js';
+export type { LoadCorpusOptions, IndexPassagesOptions } from './ai/rag/corpus.js';
+export type { CorpusSkip, CorpusSkipReason } from './ai/rag/document-text.js';
 export type { Passage, PassageMetadata, RetrievedPassage } from './ai/rag/passage.js';
 export { countTokens, tokenize, tokenEnds } from './ai/rag/tokens.js';
-export { InvalidVectorError, DuplicateIdError, IndexFormatError, EmbedderOutputError, TemplateVariablesError, PromptOverBudgetError } from './ai/rag/errors.js';
+export {
+  InvalidVectorError,
+  DuplicateIdError,
+  IndexFormatError,
+  EmbedderOutputError,
+  TemplateVariablesError,
+  PromptOverBudgetError,
+  CorpusError,
+} from './ai/rag/errors.js';
 export { embed } from './ai/stages/embed.js';
 export type { Embedder as TextEmbedder, Embedded, EmbedOptions } from './ai/stages/embed.js';
 export { retrieve, withCitations } from './ai/stages/retrieve.js';
@@ -76,6 +86,7 @@ export type { OpenAIWorkerOptions } from './ai/inference/openai.js';
 export { BatchedEmbedder } from './ai/models/batched-embedder.js';
 export type { BatchedEmbedderOptions } from './ai/models/batched-embedder.js';
 export { Gateway, UpstreamDiscoveryError, discoverModels, isUpstreamTransient } from './ai/inference/gateway.js';
+export { classifyUpstreamFailure, statusFailure, type UpstreamFailure } from './ai/inference/upstream-failure.js';
 export type { GatewayOptions, UpstreamOptions } from './ai/inference/gateway.js';
 export type { UpstreamView } from './ai/inference/upstream-stats.js';
 export { CharLmWorker, DecoderLmWorker, ASCII_CODEC } from './ai/inference/onnx-lm.js';
@@ -87,7 +98,7 @@ export type { DecodeIds } from './ai/inference/detokenize.js';
 export { ChatTemplate } from './ai/models/chat-template.js';
 export type { ChatTemplateOptions, TemplateMessage } from './ai/models/chat-template.js';
 export type { RunModel, TokenCodec, DecoderShape, CharLmWorkerOptions, DecoderLmWorkerOptions } from './ai/inference/onnx-lm.js';
-export { HttpStatusError, RateLimitedError, MalformedEventError, ProviderError } from './ai/inference/errors.js';
+export { HttpStatusError, RateLimitedError, MalformedEventError, ProviderError, ContextLengthExceededError } from './ai/inference/errors.js';
 export { InferencePool } from './ai/models/pool.js';
 export type { InferencePoolOptions, InferencePoolStats, WorkerStats, RunOptions, Feeds, Outputs, ModelSource, ModelInfo } from './ai/models/pool.js';
 export {

@@ -1,22 +1,25 @@
 /**
  * The `sluice` command. `sluice serve` starts the server on embedded defaults (models
  * generated from code, the bundled corpus); flags and `SLUICE_*` environment variables
- * change the port, tokens, models and limits. Flags win over the environment.
+ * (and `PORT`) change the port, tokens, models and limits. Flags win over the environment.
  *
- * Bad flags or environment values print what is wrong and exit with 2; a start-up
- * failure (port in use...) exits with 1. SIGTERM or SIGINT shuts down gracefully and
+ * Bad flags or environment values print what is wrong and exit with 2; missing peers
+ * (every one the run needs, checked before any is loaded) and a start-up failure (port
+ * in use...) exit with 1. SIGTERM or SIGINT shuts down gracefully and
  * exits with 0; a second signal exits at once with 130.
  */
 import { readFileSync } from 'node:fs';
 import { findUp } from './core/package-files.js';
 import { delimiter } from 'node:path';
 import { parseArgs } from 'node:util';
-import { InvalidOptionsError } from './core/errors.js';
+import { InvalidOptionsError, MissingPeerError } from './core/errors.js';
 import { SUBPROTOCOL } from './serve/protocol.js';
-import { startServer, type RunningServer, type ServeOptions } from './serve/app.js';
+// Types only: the server's modules load their peers, so they are imported once the peers are checked.
+import type { RunningServer, ServeOptions } from './serve/app.js';
 import type { UpstreamOptions } from './ai/inference/gateway.js';
 import { PII_KINDS, type PiiKind } from './ai/stages/redact.js';
-import { pinoPeer } from './core/peers.js';
+import { pinoPeer, requirePeers } from './core/peers.js';
+import type { PeerUser } from './core/peer-list.js';
 import type { RequestLogEntry } from './serve/request-log.js';
 
 const HELP = `Usage: sluice serve [options]
@@ -27,7 +30,7 @@ the /inspect page, /metrics, /healthz and /readyz.
 
 Options (environment variable in brackets):
   --host <host>               interface to listen on [SLUICE_HOST] (default 127.0.0.1)
-  --port <n>                  port, 0 for any free one [SLUICE_PORT] (default 8787)
+  --port <n>                  port, 0 for any free one [SLUICE_PORT, else PORT] (default 8787)
   --token <[tenant:]token>    accept this bearer token; repeatable [SLUICE_TOKENS, comma-separated]
                               (tenant defaults to "default"; without tokens the server is open,
                               which is allowed on a loopback host only)
@@ -59,8 +62,15 @@ Options (environment variable in brackets):
                                 weight=N       share of the requests it gets first (default: order)
                                 models=a,b     its models (default: asked of it at start)
                               e.g. --upstream 'https://api.openai.com/v1#key=OPENAI_API_KEY&models=gpt-4o-mini'
+  --upstream-timeout <ms>     gateway mode: silence from an upstream while a token is wanted (before
+                              its first token or between two) that fails the attempt [SLUICE_UPSTREAM_TIMEOUT]
+                              (default 30000)
+  --upstream-attempts <n>     gateway mode: attempts per upstream before the next one is tried, the first
+                              included; only rate limits, 5xx, silence and broken connections are retried
+                              [SLUICE_UPSTREAM_ATTEMPTS] (default 3)
   --cache-mb <n>              gateway mode: cache the answers of deterministic requests (temperature 0
-                              or a seed) in up to n MiB, and share identical ones in flight [SLUICE_CACHE_MB]
+                              or a seed) in up to n MiB, each tenant's apart, and share identical ones in
+                              flight [SLUICE_CACHE_MB]
   --rag-model <name>          gateway mode with --corpus: the upstream model that writes sluice-rag's
                               answers from the passages retrieved here [SLUICE_RAG_MODEL] (default: the
                               first model listed)
@@ -119,6 +129,8 @@ function readFlags(argv: readonly string[]) {
       nats: { type: 'string' },
       upstream: { type: 'string', multiple: true },
       'cache-mb': { type: 'string' },
+      'upstream-timeout': { type: 'string' },
+      'upstream-attempts': { type: 'string' },
       'rag-model': { type: 'string' },
       guard: { type: 'boolean' },
       'no-inspect': { type: 'boolean' },
@@ -147,6 +159,15 @@ function integer(flags: Flags['values'], env: NodeJS.ProcessEnv, flag: keyof Fla
   const raw = typeof fromFlag === 'string' ? fromFlag : env[variable];
   if (raw === undefined || raw === '') return undefined;
   if (!/^\d+$/.test(raw.trim())) throw new UsageError(`${typeof fromFlag === 'string' ? `--${flag}` : variable}: expected a whole number, got "${raw}"`);
+  return Number(raw.trim());
+}
+
+/** `--port`, else `SLUICE_PORT`, else `PORT` (the variable hosting platforms and most Node servers read). */
+function port(flags: Flags['values'], env: NodeJS.ProcessEnv): number | undefined {
+  const [name, raw] = flags.port !== undefined ? ['--port', flags.port] : env.SLUICE_PORT ? ['SLUICE_PORT', env.SLUICE_PORT] : ['PORT', env.PORT];
+  if (raw === undefined || raw === '') return undefined;
+  if (!/^\d+$/.test(raw.trim())) throw new UsageError(`${name}: expected a whole number, got "${raw}"`);
+  if (Number(raw) > 65535) throw new UsageError(`${name}: expected a port from 0 to 65535, got "${raw}"`);
   return Number(raw.trim());
 }
 
@@ -220,12 +241,26 @@ export function parseUpstream(spec: string, env: NodeJS.ProcessEnv): UpstreamOpt
   return options;
 }
 
-/** Gateway options from `--cache-mb`, which means something only with upstreams. */
-function gatewayTuning(cacheMb: number | undefined, upstreams: readonly UpstreamOptions[] | undefined): ServeOptions['gateway'] | undefined {
-  if (cacheMb === undefined) return undefined;
-  if (upstreams === undefined) throw new UsageError('--cache-mb caches upstream answers: give --upstream too');
-  if (cacheMb === 0) throw new UsageError('--cache-mb: expected at least 1');
-  return { cache: { maxBytes: cacheMb * 2 ** 20 }, singleFlight: true };
+/** Gateway options from `--cache-mb`, `--upstream-timeout` and `--upstream-attempts`, which mean something only with upstreams. */
+function gatewayTuning(v: Flags['values'], env: NodeJS.ProcessEnv, upstreams: readonly UpstreamOptions[] | undefined): ServeOptions['gateway'] | undefined {
+  const tuning = [
+    ['cache-mb', 'SLUICE_CACHE_MB', integer(v, env, 'cache-mb', 'SLUICE_CACHE_MB')],
+    ['upstream-timeout', 'SLUICE_UPSTREAM_TIMEOUT', integer(v, env, 'upstream-timeout', 'SLUICE_UPSTREAM_TIMEOUT')],
+    ['upstream-attempts', 'SLUICE_UPSTREAM_ATTEMPTS', integer(v, env, 'upstream-attempts', 'SLUICE_UPSTREAM_ATTEMPTS')],
+  ] as const;
+  const given = tuning.filter(([, , value]) => value !== undefined);
+  if (given.length === 0) return undefined;
+  for (const [flag, variable, value] of given) {
+    const name = typeof v[flag] === 'string' ? `--${flag}` : variable;
+    if (upstreams === undefined) throw new UsageError(`${name} tunes gateway mode: give --upstream too`);
+    if (value === 0) throw new UsageError(`${name}: expected at least 1`);
+  }
+  const [cacheMb, timeout, attempts] = tuning.map(([, , value]) => value);
+  return {
+    ...(cacheMb !== undefined && { cache: { maxBytes: cacheMb * 2 ** 20 }, singleFlight: true }),
+    ...(timeout !== undefined && { idleTimeout: timeout }),
+    ...(attempts !== undefined && { attempts }),
+  };
 }
 
 /** `--model` directories (or `SLUICE_MODEL`, split like PATH); gateway mode runs no model here. */
@@ -255,7 +290,7 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
   const upstreams = upstreamSpecs === undefined || upstreamSpecs.length === 0 ? undefined : upstreamSpecs.map((spec) => parseUpstream(spec, env));
   return {
     ...defined('host', v.host ?? (env.SLUICE_HOST || undefined)),
-    ...defined('port', integer(v, env, 'port', 'SLUICE_PORT')),
+    ...defined('port', port(v, env)),
     ...defined('tokens', tokens(list(v.token, env.SLUICE_TOKENS))),
     ...defined('insecure', v.insecure ?? switchedOn(env, 'SLUICE_INSECURE')),
     ...defined('origins', list(v.origin, env.SLUICE_ORIGINS)),
@@ -267,7 +302,7 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
     ...(Object.keys(limits).length > 0 && { limits }),
     ...defined('nats', v.nats ?? (env.SLUICE_NATS || undefined)),
     ...defined('upstreams', upstreams),
-    ...defined('gateway', gatewayTuning(integer(v, env, 'cache-mb', 'SLUICE_CACHE_MB'), upstreams)),
+    ...defined('gateway', gatewayTuning(v, env, upstreams)),
     ...defined('ragModel', ragModel(v['rag-model'] ?? (env.SLUICE_RAG_MODEL || undefined), upstreams, v.corpus ?? (env.SLUICE_CORPUS || undefined))),
     ...defined('guard', v.guard ?? switchedOn(env, 'SLUICE_GUARD')),
     ...((v['no-inspect'] ?? switchedOn(env, 'SLUICE_NO_INSPECT')) === true && { inspect: false }),
@@ -343,6 +378,18 @@ function readOptions<T>(command: 'serve' | 'worker', read: () => T): T | undefin
   }
 }
 
+/** Checks every peer this run needs before any module loads one; prints the missing ones and their install command. */
+function peersInstalled(users: readonly PeerUser[]): boolean {
+  try {
+    requirePeers(...users);
+    return true;
+  } catch (err) {
+    if (!(err instanceof MissingPeerError)) throw err;
+    process.stderr.write(`sluice: ${err.message}\n`);
+    return false;
+  }
+}
+
 /** The command's log: JSON lines on stderr (pino), one per event and one per request. */
 let logger: import('pino').Logger | undefined;
 function getLogger(): import('pino').Logger {
@@ -391,9 +438,15 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     return 0;
   }
 
+  const needs: PeerUser[] = ['sluice serve'];
+  if (options.localModels !== undefined) needs.push('sluice serve --model <dir>');
+  if (options.nats !== undefined) needs.push('sluice serve --nats <url>');
+  if (!peersInstalled(needs)) return 1;
+
   let running: RunningServer;
   let remote: { close(): Promise<void> } | undefined;
   try {
+    const { startServer } = await import('./serve/app.js');
     const { nats, ...serve } = options;
     if (nats !== undefined && serve.upstreams !== undefined) throw new UsageError('give --nats or --upstream, not both');
     if (serve.upstreams !== undefined) log(`gateway mode: upstreams ${serve.upstreams.map((u) => u.name ?? new URL(u.baseUrl).host).join(', ')}`);
@@ -410,6 +463,12 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     await remote?.close().catch(() => {});
     if ((err as { code?: unknown }).code === 'LOCAL_MODEL_INVALID') {
       process.stderr.write(`sluice: --model: ${err instanceof Error ? err.message : String(err)}\n`);
+      return 2;
+    }
+    if ((err as { code?: unknown }).code === 'INVALID_CORPUS') {
+      const name = rest.some((arg) => arg === '--corpus' || arg.startsWith('--corpus=')) ? '--corpus' : 'SLUICE_CORPUS';
+      const { directory, problem, hint } = err as { directory: string; problem: string; hint: string };
+      process.stderr.write(`sluice: ${name} ${directory}: ${problem}\n  ${hint}\n`);
       return 2;
     }
     if (err instanceof UsageError || err instanceof InvalidOptionsError) {
@@ -486,6 +545,7 @@ async function worker(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<
   }
   const options = readOptions('worker', () => workerOptions(argv, env));
   if (options === undefined) return 2;
+  if (!peersInstalled(['sluice worker'])) return 1;
   let running: Awaited<ReturnType<typeof import('./nats/processes.js').startModelWorker>>;
   try {
     running = await (await import('./nats/processes.js')).startModelWorker({ ...options, log });

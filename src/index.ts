@@ -4,10 +4,8 @@
  * imports are rxjs and zod: importing it loads no native library and no server.
  * Models, inference and RAG are in `sluice/ai`; serving in `sluice/serve`.
  */
-export { Flow, subscribeWithDemand, isFlow, withLink, currentLink } from './flow/demand.js';
+export { Flow, subscribeWithDemand, isFlow } from './flow/demand.js';
 export type { DemandLink, DemandSubscription, Outlet, Producer, Resumable } from './flow/demand.js';
-export { Inlet } from './flow/inlet.js';
-export { Ring } from './flow/ring.js';
 export { KillSwitch } from './flow/kill-switch.js';
 export type { KillEvent } from './flow/kill-switch.js';
 export { StageStats } from './flow/stats.js';
@@ -15,15 +13,12 @@ export { POLICIES } from './flow/options.js';
 export type { Policy, ShedReason, Outcome } from './flow/options.js';
 export * from './core/errors.js';
 export { Traced, TraceContext, traced, parseTraceparent, sampler } from './core/trace.js';
-export type { StageRecord, TraceRef } from './core/trace.js';
+export type { StageRecord } from './core/trace.js';
 export { stage } from './operators/stage.js';
 export type { StageContext, StageOperator, StageOptions, Work, WorkResult, ShedEvent, FailureEvent } from './operators/stage.js';
 export { fromIterable, fromAsyncIterable, fromReadable } from './flow/sources.js';
 export { toWritable, toAsyncIterable, untraced, WritableClosedError, AlreadyIteratedError } from './flow/sinks.js';
 export type { ToWritableOptions, ToAsyncIterableOptions, FlowIterator } from './flow/sinks.js';
-export { subscribeUpstream } from './flow/upstream.js';
-export type { UpstreamHandler } from './flow/upstream.js';
-export type { RoomOwner } from './flow/inlet.js';
 export { fromPush } from './flow/push.js';
 export { asFlow } from './resilience/as-flow.js';
 export type { PushOptions, PushPolicy } from './flow/push.js';
@@ -56,7 +51,7 @@ export { retrying, retryAfterOf } from './resilience/retry.js';
 export type { RetryOptions } from './resilience/retry.js';
 export { withCircuitBreaker } from './resilience/breaker.js';
 export { CircuitBreaker } from './resilience/breaker.js';
-export type { CircuitBreakerOptions, CircuitState, CircuitStateChange, CircuitPermit } from './resilience/breaker.js';
+export type { CircuitBreakerOptions, CircuitState, CircuitStateChange, CircuitPermit, CircuitCounts } from './resilience/breaker.js';
 export { fallback } from './resilience/fallback.js';
 export type { FallbackOptions } from './resilience/fallback.js';
 export { admission } from './operators/admission.js';

@@ -1,4 +1,4 @@
-import { onnxruntime } from './core/peers.js';
+import { requirePeers } from './core/peers.js';
 
-// Evaluated before every other module of `sluice/ai` (its first import).
-onnxruntime();
+// Evaluated before every other module of `sluice/ai` (its first import): every missing peer named at once.
+requirePeers('sluice/ai');

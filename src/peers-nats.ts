@@ -1,4 +1,4 @@
-import { natsJetstream } from './core/peers.js';
+import { requirePeers } from './core/peers.js';
 
-// Evaluated before every other module of `sluice/nats` (its first import).
-natsJetstream();
+// Evaluated before every other module of `sluice/nats` (its first import): every missing peer named at once.
+requirePeers('sluice/nats');

@@ -1,6 +1,4 @@
-import { otelApi, promClient, wsPeer } from './core/peers.js';
+import { requirePeers } from './core/peers.js';
 
-// Evaluated before every other module of `sluice/serve` (its first import).
-wsPeer();
-promClient();
-otelApi();
+// Evaluated before every other module of `sluice/serve` (its first import): every missing peer named at once.
+requirePeers('sluice/serve');

@@ -24,8 +24,11 @@ export type Script =
   | { readonly kind: 'drop'; readonly after: number }
   /** Streams padded pieces for as long as the connection lives, waiting for `drain` whenever a write is refused. */
   | { readonly kind: 'endless'; readonly pad?: number }
-  /** Writes these raw body chunks under an SSE status line, then holds the connection open (or ends the body, with `end`). */
-  | { readonly kind: 'raw'; readonly chunks: readonly string[]; readonly end?: boolean };
+  /**
+   * Writes these raw body chunks under an SSE status line, `gapMs` apart (default: all at once), then holds
+   * the connection open (or ends the body, with `end`). No chunks and no `end`: silent after the status line.
+   */
+  | { readonly kind: 'raw'; readonly chunks: readonly (string | Uint8Array)[]; readonly end?: boolean; readonly gapMs?: number };
 
 export interface Served {
   readonly body: Record<string, unknown>;
@@ -71,6 +74,12 @@ export class FakeUpstream {
   /** Queues scripts for the next chat requests, in order. */
   script(...scripts: Script[]): this {
     this.queue.push(...scripts);
+    return this;
+  }
+
+  /** Drops the scripts not yet played. */
+  clear(): this {
+    this.queue.length = 0;
     return this;
   }
 
@@ -149,7 +158,7 @@ export class FakeUpstream {
     const model = String(served.body.model);
     const chunk = (delta: Record<string, unknown>, finish: string | null = null, extra: Record<string, unknown> = {}) =>
       `data: ${JSON.stringify({ id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: 0, model, choices: [{ index: 0, delta, finish_reason: finish }], ...extra })}\n\n`;
-    const write = (text: string): boolean => {
+    const write = (text: string | Uint8Array): boolean => {
       if (served.closed) return false;
       served.produced += Buffer.byteLength(text);
       return res.write(text);
@@ -162,12 +171,25 @@ export class FakeUpstream {
       case 'stall':
         this.stalled.add(res);
         return;
-      case 'raw':
+      case 'raw': {
         head();
-        for (const c of script.chunks) write(c);
-        if (script.end) return void res.end();
-        this.stalled.add(res);
-        return;
+        const finish = () => {
+          if (script.end) res.end();
+          else this.stalled.add(res);
+        };
+        if (script.gapMs === undefined) {
+          for (const c of script.chunks) write(c);
+          return finish();
+        }
+        let next = 0;
+        const step = () => {
+          if (served.closed) return;
+          if (next >= script.chunks.length) return finish();
+          write(script.chunks[next++]!);
+          setTimeout(step, script.gapMs);
+        };
+        return step();
+      }
       case 'drop': {
         head();
         for (let i = 0; i < script.after; i++) write(chunk({ content: `piece${i} ` }));

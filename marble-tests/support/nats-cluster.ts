@@ -1,109 +1,122 @@
 /**
- * A JetStream cluster of real nats-server processes started by a test: each node a child process
- * bound to 127.0.0.1, with its own store in a temporary directory, routes to the others, and a
- * name (`n1`, `n2`...). Resolves once the cluster has elected its metadata leader.
+ * A JetStream cluster of three real nats-server processes on loopback, started by a test: each its
+ * own client port, route port and store, routes to the other two. A node can be killed (SIGKILL) and
+ * started again on the same ports and store.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-export interface ClusterNode {
-  readonly name: string;
-  readonly url: string;
-  /** Whether its process is running. */
-  readonly running: boolean;
-  /** Stops its process with `signal` (SIGKILL: a crash) and waits for it to exit. */
-  kill(signal?: 'SIGTERM' | 'SIGKILL'): Promise<void>;
-}
-
 export interface NatsCluster {
-  readonly nodes: readonly ClusterNode[];
-  /** Every node's URL, comma-separated (what `--nats` and `connect({ servers })` take). */
-  readonly urls: string;
+  /** Client URLs of every node, for `connect({ servers })`. */
+  readonly urls: readonly string[];
+  /** The node names, `n0`…`n2`, in the order of `urls`. */
+  readonly names: readonly string[];
+  /** SIGKILLs node `index`. */
+  kill(index: number): Promise<void>;
+  /** Starts node `index` again on its ports and store. */
+  start(index: number): Promise<void>;
   /** Stops every node and removes the stores. */
   close(): Promise<void>;
 }
 
-/** A port the OS has free now (closed again at once: the node binds it next). */
+const SIZE = 3;
+
+/** A port the OS has just handed out and taken back (routes must be known before the servers start). */
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const address = probe.address();
-      probe.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
     });
   });
 }
 
-const LEADER = /JetStream cluster new metadata leader|Self is new JetStream cluster metadata leader/;
-
-export async function startNatsCluster(size = 3): Promise<NatsCluster> {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-nats-cluster-'));
-  const ports = await Promise.all(Array.from({ length: size }, freePort));
-  const routePorts = await Promise.all(Array.from({ length: size }, freePort));
-  const routes = routePorts.map((port) => `nats-route://127.0.0.1:${port}`).join(', ');
-  const children: ChildProcess[] = [];
-  const started = Array.from({ length: size }, (_, i) => {
-    const name = `n${i + 1}`;
-    const config = join(dir, `${name}.conf`);
-    writeFileSync(
-      config,
-      [
-        `server_name: ${name}`,
-        `listen: 127.0.0.1:${ports[i]}`,
-        `jetstream { store_dir: "${join(dir, name)}" }`,
-        `cluster { name: sluice, listen: 127.0.0.1:${routePorts[i]}, routes: [${routes}] }`,
-      ].join('\n'),
-    );
-    const child = spawn('nats-server', ['-c', config], { stdio: ['ignore', 'ignore', 'pipe'] });
-    children.push(child);
-    return new Promise<void>((resolve, reject) => {
-      let log = '';
-      const timer = setTimeout(() => reject(new Error(`${name} elected no metadata leader within 20 s:\n${log}`)), 20_000);
-      child.once('error', (error) => reject(new Error(`nats-server could not be started (${error.message})`)));
-      child.stderr!.setEncoding('utf8');
-      child.stderr!.on('data', (chunk: string) => {
-        log += chunk;
-        if (LEADER.test(log)) {
-          clearTimeout(timer);
-          child.stderr!.removeAllListeners('data');
-          child.stderr!.resume();
-          resolve();
-        }
-      });
-      child.once('exit', (code) => {
+function launch(args: readonly string[]): Promise<ChildProcess> {
+  const child = spawn('nats-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  return new Promise((resolve, reject) => {
+    let log = '';
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`nats-server did not start within 10 s:\n${log}`));
+    }, 10_000);
+    child.once('error', (err) => {
+      clearTimeout(timer);
+      reject(new Error(`nats-server could not be started (${err.message}); install it: apt-get install nats-server`));
+    });
+    child.stderr!.setEncoding('utf8');
+    child.stderr!.on('data', (chunk: string) => {
+      log += chunk;
+      if (log.includes('Server is ready')) {
         clearTimeout(timer);
-        reject(new Error(`${name} exited with ${code}:\n${log}`));
-      });
+        child.stderr!.removeAllListeners('data');
+        child.stderr!.resume();
+        resolve(child);
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`nats-server exited with ${code}:\n${log}`));
     });
   });
-  const stop = (child: ChildProcess, signal: 'SIGTERM' | 'SIGKILL'): Promise<void> => {
-    if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-    return new Promise((resolve) => {
-      child.once('exit', () => resolve());
-      child.kill(signal);
-    });
-  };
-  const close = async () => {
-    await Promise.all(children.map((child) => stop(child, 'SIGTERM')));
-    rmSync(dir, { recursive: true, force: true });
-  };
-  try {
-    await Promise.all(started);
-  } catch (error) {
-    await close();
-    throw error;
+}
+
+function exited(child: ChildProcess, signal: NodeJS.Signals): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    child.once('exit', () => resolve());
+    child.kill(signal);
+  });
+}
+
+export async function startNatsCluster(): Promise<NatsCluster> {
+  const clientPorts: number[] = [];
+  const routePorts: number[] = [];
+  for (let i = 0; i < SIZE; i++) {
+    clientPorts.push(await freePort());
+    routePorts.push(await freePort());
   }
-  const nodes = children.map((child, i) => ({
-    name: `n${i + 1}`,
-    url: `nats://127.0.0.1:${ports[i]}`,
-    get running() {
-      return child.exitCode === null && child.signalCode === null;
+  const stores = clientPorts.map(() => mkdtempSync(join(tmpdir(), 'sluice-nats-cluster-')));
+  const names = clientPorts.map((_, i) => `n${i}`);
+  const argsOf = (i: number): string[] => [
+    '-js',
+    '-sd',
+    stores[i]!,
+    '-a',
+    '127.0.0.1',
+    '-p',
+    String(clientPorts[i]),
+    '--server_name',
+    names[i]!,
+    '--cluster_name',
+    'sluice-test',
+    '--cluster',
+    `nats://127.0.0.1:${routePorts[i]}`,
+    '--routes',
+    routePorts
+      .filter((_, j) => j !== i)
+      .map((port) => `nats://127.0.0.1:${port}`)
+      .join(','),
+  ];
+  const nodes: (ChildProcess | undefined)[] = await Promise.all(clientPorts.map((_, i) => launch(argsOf(i))));
+  return {
+    urls: clientPorts.map((port) => `nats://127.0.0.1:${port}`),
+    names,
+    async kill(index) {
+      const node = nodes[index];
+      nodes[index] = undefined;
+      if (node !== undefined) await exited(node, 'SIGKILL');
     },
-    kill: (signal: 'SIGTERM' | 'SIGKILL' = 'SIGKILL') => stop(child, signal),
-  }));
-  return { nodes, urls: nodes.map((node) => node.url).join(','), close };
+    async start(index) {
+      if (nodes[index] === undefined) nodes[index] = await launch(argsOf(index));
+    },
+    async close() {
+      await Promise.all(nodes.map((node) => (node === undefined ? undefined : exited(node, 'SIGTERM'))));
+      for (const store of stores) rmSync(store, { recursive: true, force: true });
+    },
+  };
 }

@@ -2,6 +2,8 @@
  * Every error sluice raises is a `SluiceError` with a stable `code`, the stage it
  * came from (when there is one) and a hint saying what to do about it.
  */
+import { installCommand } from './peer-list.js';
+
 export type SluiceErrorCode =
   | 'INVALID_OPTIONS'
   | 'ILLEGAL_DEMAND'
@@ -142,15 +144,22 @@ function describe(cause: unknown): string {
   return cause instanceof Error ? cause.message : String(cause);
 }
 
-/** An optional peer dependency an entry point needs is not installed: the message names the package and the install command. */
+/** Optional peer dependencies an entry point or a command needs are not installed: the message names each and the one install command. */
 export class MissingPeerError extends SluiceError {
+  /** The first missing package. */
   readonly packageName: string;
-  constructor(packageName: string, entry: string, cause?: unknown) {
-    super('MISSING_PEER', `${entry} needs the package "${packageName}", which is not installed.`, {
-      hint: `Install it next to sluice: npm install ${packageName}`,
-      cause,
-    });
-    this.packageName = packageName;
+  /** Every missing package, in the order they are needed. */
+  readonly packageNames: readonly string[];
+  constructor(packageNames: string | readonly string[], entry: string, cause?: unknown) {
+    const names = typeof packageNames === 'string' ? [packageNames] : [...packageNames];
+    const listed = names.map((name) => `"${name}"`).join(', ');
+    super(
+      'MISSING_PEER',
+      names.length === 1 ? `${entry} needs the package ${listed}, which is not installed.` : `${entry} needs the packages ${listed}, which are not installed.`,
+      { hint: `Install ${names.length === 1 ? 'it' : 'them'} next to sluice: ${installCommand(names)}`, cause },
+    );
+    this.packageName = names[0]!;
+    this.packageNames = names;
   }
 }
 

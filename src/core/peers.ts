@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import { MissingPeerError } from './errors.js';
+import { type PeerUser, peersOf } from './peer-list.js';
 
 /**
  * Optional peer dependencies, loaded with `require` when the module that needs them is
@@ -21,6 +22,27 @@ function peer<T>(name: string, entry: string, path = name): T {
   }
   loaded.set(path, module);
   return module;
+}
+
+/**
+ * Fails with one `MissingPeerError` naming every package the users need (peer-list.ts) that cannot
+ * be found, and the one command installing them all; loads nothing. What a need loads later, on
+ * first use, is then there: a missing peer fails the import or the start, never a request.
+ */
+export function requirePeers(...users: readonly PeerUser[]): void {
+  const needed = [...new Set(users.flatMap((user) => peersOf(user)))];
+  const missing = needed.filter((name) => {
+    if (loaded.has(name)) return false;
+    try {
+      load.resolve(name);
+      return false;
+    } catch (error) {
+      const code = (error as { code?: unknown }).code;
+      if (code === 'MODULE_NOT_FOUND' || code === 'ERR_MODULE_NOT_FOUND') return true;
+      throw error;
+    }
+  });
+  if (missing.length > 0) throw new MissingPeerError(missing, users.join(' with '));
 }
 
 export const onnxruntime = (): typeof import('onnxruntime-node') => peer('onnxruntime-node', 'sluice/ai');

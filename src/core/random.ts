@@ -42,3 +42,17 @@ export function fnv1aFrom(hash: number, text: string): number {
   for (let i = 0; i < text.length; i++) hash = fnv1aStep(hash, text.charCodeAt(i));
   return hash;
 }
+
+/**
+ * MurmurHash3's 32-bit finalizer: a bijection in which every output bit depends on every input
+ * bit (full avalanche). FNV-1a alone leaves its high bits nearly fixed across keys that differ only
+ * in their last characters (`u0`…`u199`), which skews any split that reads them.
+ */
+export function fmix32(hash: number): number {
+  hash ^= hash >>> 16;
+  hash = Math.imul(hash, 0x85ebca6b);
+  hash ^= hash >>> 13;
+  hash = Math.imul(hash, 0xc2b2ae35);
+  hash ^= hash >>> 16;
+  return hash >>> 0;
+}

@@ -36,8 +36,12 @@ const MAX_GRACE = 1 << 20;
 const MIN_FORGIVEN = 1024;
 /** Transit times kept: the give-up time follows the longest of the recent ones. */
 const SAMPLES = 8;
-/** Until `SAMPLES` transits have been seen, the give-up multiple is this many times larger. */
+/** Until `SAMPLES` transits (or silences, see `giveUp`) have been timed, the give-up multiple is this many times larger. */
 const WARM_UP = 4;
+/** A clock that reads whole units (`Date.now()`) reads a transit just under one unit as 0: every wait is one unit longer than its reading. */
+const TICK = 1;
+/** The shortest give-up wait: two ticks, so a wait never ends in the tick a one-tick deferral is due. */
+const MIN_WAIT = 2 * TICK;
 /** The give-up time starts at this multiple of the observed transit time, and doubles for each element that came back after it. */
 const FIRST_FACTOR = 2;
 const MAX_FACTOR = 64;
@@ -84,12 +88,19 @@ const GONE: Resumable = { resume: () => {} };
  * - time. A consumer held back only by in-transit elements waits for them; any
  *   arrival ends the wait. Before the segment has shown holding, it waits until the
  *   oldest has been missing `transitTimeout`, then takes them all as dropped. Once it
- *   has, it gives up, all at once, on every element missing longer than twice the
- *   longest of the last 8 transit times (eight times while it has seen fewer; at most
- *   `transitTimeout`), and only after a silence as long: a segment whose elements keep
- *   arriving is a queue, not a filter. An element that comes back after it was given
- *   up on (`onLate`) is taken, and the link never again gives up sooner than twice
- *   its transit time.
+ *   has, it gives up on every element in transit, all at once, when the segment has
+ *   been silent — no element in, none out — for twice the longest of the last 8 transit
+ *   times plus a clock tick (eight times while it has timed fewer; at most
+ *   `transitTimeout`): a segment whose elements keep arriving is a queue, not a filter,
+ *   and giving up on all leaves no dropped element behind to be taken for a slow one.
+ *   Each silence waited out ages the transit times kept (the shortest is written over
+ *   the oldest), so one slow transit does not set the wait for good. A wait that fires
+ *   late saw a held-up event loop, not a silence: it gives the segment one more turn.
+ *   An element that comes back after it was given up on (`onLate`) is taken, and the
+ *   link never again gives up sooner than twice its transit time.
+ *
+ * Not told apart: a queue (`concatMap`) whose delivered elements are all dropped after
+ * it is silent to the link while it drains, so such a segment can grow past the bound.
  *
  * Before a segment has shown holding, up to `grace` elements (16 by default) may go
  * missing beyond the room without a wait, so a filter dropping a short run before its
@@ -339,6 +350,12 @@ export class Inlet implements DemandLink {
     return longest;
   }
 
+  private shortest(): number {
+    let shortest = Number.POSITIVE_INFINITY;
+    for (const transit of this.samples) if (transit < shortest) shortest = transit;
+    return shortest;
+  }
+
   private sample(transit: number): void {
     if (this.samples === NO_SAMPLES) this.samples = [];
     const samples = this.samples as number[];
@@ -347,12 +364,12 @@ export class Inlet implements DemandLink {
     this.nextSample = (this.nextSample + 1) % SAMPLES;
   }
 
-  /** How long an element may be missing before it is given up on: a multiple of the longest recent transit time. */
+  /** How long the segment may be silent before its missing elements are given up on: a multiple of the longest recent transit time. */
   private giveUpAfter(): number {
     if (!this.holds || this.samples.length === 0) return this.transitTimeout;
     // The first transits seen are the quickest (the slow ones have not come yet): be slower to give up until there are enough.
     const factor = this.samples.length < SAMPLES ? this.factor * WARM_UP : this.factor;
-    return Math.min(this.transitTimeout, Math.max(1, this.longest() * factor, this.slowest * FIRST_FACTOR));
+    return Math.min(this.transitTimeout, Math.max(MIN_WAIT, this.longest() * factor + TICK, this.slowest * FIRST_FACTOR + TICK));
   }
 
   private deferring(): void {
@@ -395,22 +412,40 @@ export class Inlet implements DemandLink {
     return this.holds ? missing : Math.max(0, missing - this.grace);
   }
 
-  /** Only in-transit elements hold demand back: wait for the oldest, then give up on the overdue so the link cannot stall. */
+  /** Only in-transit elements hold demand back: wait for them, then give up on them so the link cannot stall. */
   private waitForTransit(outlet: Resumable): void {
     if (this.wait !== undefined || this.inTransit === 0 || this.outlets.length === 0) return;
-    const oldest = this.sent.peek() ?? this.scheduler.now();
-    const after = this.giveUpAfter();
-    // While elements keep arriving the segment is moving (a queue, not drops): wait for a silence as long too.
-    const due = Math.max(0, Math.max(oldest, this.holds ? this.lastArrivalAt : 0) + after - this.scheduler.now());
-    this.wait = this.scheduler.schedule(() => {
-      this.wait = undefined;
-      this.giveUp(outlet);
-      this.starved = true;
-      this.signal();
-    }, due);
+    // Before holding was shown, the oldest is waited for; after, a silence of the whole segment.
+    const due = (this.holds ? this.lastActivity() : (this.sent.peek() ?? this.scheduler.now())) + this.giveUpAfter();
+    this.schedule(outlet, due);
   }
 
-  /** Nothing arrived while waiting: give up on every overdue element (at least the one waited for). */
+  /** Gives up at `due`; `stalled` once the event loop was found held up past a due time. */
+  private schedule(outlet: Resumable, due: number, stalled = false): void {
+    this.wait = this.scheduler.schedule(
+      () => {
+        this.wait = undefined;
+        // Held up past the wait: what the segment would have delivered meanwhile has not had its turn yet; give it one.
+        if (!stalled && this.holds && this.scheduler.now() - due > Math.max(MIN_WAIT, this.giveUpAfter())) return this.schedule(outlet, due, true);
+        this.giveUp(outlet);
+        this.starved = true;
+        this.signal();
+      },
+      stalled ? 0 : Math.max(0, due - this.scheduler.now()),
+    );
+  }
+
+  /** The last sign of the segment moving: an element arriving from it, or one going into it. */
+  private lastActivity(): number {
+    const sent = this.sent.length;
+    return sent === 0 ? this.lastArrivalAt : Math.max(this.lastArrivalAt, this.sent.at(sent - 1)!);
+  }
+
+  /**
+   * Nothing arrived while waiting. Before holding was shown, all in transit were dropped. After, once
+   * the segment has been silent — nothing in, nothing out — for the give-up time, every element in it
+   * has been missing that long: all are given up on at once, so none lingers to skew a later transit.
+   */
   private giveUp(outlet: Resumable): void {
     if (this.inTransit === 0) return;
     if (!this.holds) {
@@ -423,15 +458,13 @@ export class Inlet implements DemandLink {
       this.onGraceGrown?.(this.grace);
       return;
     }
-    const now = this.scheduler.now();
-    if (now - this.lastArrivalAt < this.giveUpAfter()) return; // not silent long enough: the next wait decides
-    const cutoff = now - this.giveUpAfter();
-    let overdue = 1;
-    while (overdue < this.sent.length && this.sent.at(overdue)! <= cutoff) overdue++;
-    overdue = Math.min(overdue, this.inTransit);
-    for (let i = 0; i < overdue && i < this.sent.length; i++) this.ownGiven().push(this.sent.at(i)!);
-    this.settle(overdue, outlet);
-    this.remember(overdue);
+    if (this.scheduler.now() - this.lastActivity() < this.giveUpAfter()) return; // not silent long enough: the next wait decides
+    const count = this.inTransit;
+    // A silence waited out times nothing new, but ages the ring: one slow transit must not set the wait for good.
+    if (this.samples.length > 0) this.sample(this.shortest());
+    for (let i = 0; i < this.sent.length; i++) this.ownGiven().push(this.sent.at(i)!);
+    this.settle(count, outlet);
+    this.remember(count);
   }
 
   private stopWaiting(): void {

@@ -26,6 +26,8 @@ export interface RunDescription {
 export interface RunCounters {
   readonly received: number;
   readonly delivered: number;
+  /** Outputs sent downstream (a generation's tokens); `delivered` when each element leaves as one output. */
+  readonly emitted?: number;
   readonly shed: Readonly<Partial<Record<ShedReason, number>>>;
   readonly failed: number;
   readonly buffered: number;

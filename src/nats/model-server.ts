@@ -6,6 +6,7 @@
  * link, which delivers them to another worker after `ackWait`. See `remote-protocol.ts`.
  */
 import { InvalidOptionsError, SluiceError } from '../core/errors.js';
+import { ContextLengthExceededError } from '../ai/inference/errors.js';
 import { subscribeWithDemand, type DemandSubscription } from '../flow/demand.js';
 import { untraced } from '../flow/sinks.js';
 import type { StageContext } from '../flow/work.js';
@@ -185,6 +186,7 @@ class Streaming {
           type: 'error',
           code: error instanceof SluiceError ? error.code : 'GENERATION_FAILED',
           message: String((error as Error)?.message ?? error),
+          ...(error instanceof ContextLengthExceededError && { context: contextOf(error) }),
         });
         this.finish('error');
       },
@@ -226,4 +228,14 @@ class Streaming {
     this.subscription?.cancel();
     this.resolve({ outcome, sent: this.sent });
   }
+}
+
+/** A context error's figures, as the protocol carries them. */
+function contextOf(error: ContextLengthExceededError): NonNullable<Extract<WorkerMessage, { type: 'error' }>['context']> {
+  return {
+    contextLength: error.contextLength,
+    promptTokens: error.promptTokens,
+    ...(error.completionTokens !== undefined && { completionTokens: error.completionTokens }),
+    param: error.param,
+  };
 }

@@ -11,6 +11,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Msg, Subscription as NatsSubscription } from '@nats-io/nats-core';
 import { AbortedError, SluiceError } from '../core/errors.js';
+import { ContextLengthExceededError } from '../ai/inference/errors.js';
 import { Flow, type Outlet, type Producer } from '../flow/demand.js';
 import { Ring } from '../flow/ring.js';
 import {
@@ -165,8 +166,12 @@ class RemoteGeneration implements Producer {
       case 'end':
         this.ending = { finishReason: message.finishReason, usage: { inputTokens: message.usage.inputTokens, outputTokens: message.usage.outputTokens } };
         return this.pull();
-      case 'error':
+      case 'error': {
+        const context = message.context;
+        if (message.code === 'CONTEXT_LENGTH_EXCEEDED' && context !== undefined)
+          return this.fail(new ContextLengthExceededError(this.name, context.contextLength, context.promptTokens, context.completionTokens, context.param));
         return this.fail(new RemoteGenerationError('REMOTE_FAILED', this.name, message.message, message.code));
+      }
     }
   }
 

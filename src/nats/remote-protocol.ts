@@ -39,7 +39,20 @@ export const workerMessageSchema = lazySchema((z) =>
       finishReason: z.enum(['stop', 'length', 'abort', 'tool_calls', 'content_filter']),
       usage: z.object({ inputTokens: z.number(), outputTokens: z.number() }).loose(),
     }),
-    z.object({ type: z.literal('error'), code: z.string(), message: z.string() }),
+    z.object({
+      type: z.literal('error'),
+      code: z.string(),
+      message: z.string(),
+      /** With `CONTEXT_LENGTH_EXCEEDED`: its figures, so the requester raises the same typed error (a client's 400, not a server's 500). */
+      context: z
+        .object({
+          contextLength: z.number().int().min(0),
+          promptTokens: z.number().int().min(0),
+          completionTokens: z.number().int().min(0).optional(),
+          param: z.enum(['messages', 'prompt']),
+        })
+        .optional(),
+    }),
   ]),
 );
 export type WorkerMessage = z.infer<ReturnType<typeof workerMessageSchema>>;

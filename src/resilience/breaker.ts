@@ -55,6 +55,16 @@ const breakerOptionsSchema = lazySchema((z) =>
     .strict(),
 );
 
+/** What a breaker counted since it was made, for metrics and alerts. */
+export interface CircuitCounts {
+  /** Failures it counted (those `isFailure` judged the worker's), while closed or half-open. */
+  readonly failures: number;
+  /** Times it opened. */
+  readonly opens: number;
+  /** Calls it refused while open, or half-open with every probe slot taken. */
+  readonly rejected: number;
+}
+
 /** Leave to make one call; settle it exactly once. A permit from a state that has since changed counts for nothing. */
 export interface CircuitPermit {
   success(): void;
@@ -110,6 +120,9 @@ export class CircuitBreaker {
   /** `close` was called: no more timers; an open circuit half-opens when next asked after its cooldown. */
   private closed = false;
   private readonly listeners = new Set<(change: CircuitStateChange) => void>();
+  private failureCount = 0;
+  private openCount = 0;
+  private rejectedCount = 0;
 
   /** Current state first, then every change. */
   readonly state$: Observable<CircuitState>;
@@ -127,6 +140,11 @@ export class CircuitBreaker {
     return this.subject.value;
   }
 
+  /** Failures counted, openings and refused calls since the breaker was made. */
+  get counts(): CircuitCounts {
+    return { failures: this.failureCount, opens: this.openCount, rejected: this.rejectedCount };
+  }
+
   /** Calls `listener` on every state change; returns a function that stops it. */
   onStateChange(listener: (change: CircuitStateChange) => void): () => void {
     this.listeners.add(listener);
@@ -138,11 +156,15 @@ export class CircuitBreaker {
     if (this.closed && this.state === 'open' && this.scheduler.now() - this.openedAt >= this.options.cooldown) this.transition('half-open');
     const state = this.state;
     if (state === 'open') {
+      this.rejectedCount++;
       throw new CircuitOpenError(this.name, 'open', Math.max(0, this.openedAt + this.options.cooldown - this.scheduler.now()));
     }
     if (state === 'half-open') {
       // Every probe slot taken: the wait is a whole cooldown if they fail, which is what we can promise.
-      if (this.probesInFlight >= this.options.probes) throw new CircuitOpenError(this.name, 'half-open', this.options.cooldown);
+      if (this.probesInFlight >= this.options.probes) {
+        this.rejectedCount++;
+        throw new CircuitOpenError(this.name, 'half-open', this.options.cooldown);
+      }
       this.probesInFlight++;
     }
     return this.permit(this.epoch, state === 'half-open');
@@ -192,6 +214,7 @@ export class CircuitBreaker {
   }
 
   private failed(probe: boolean): void {
+    this.failureCount++;
     if (probe) {
       this.transition('open');
       return;
@@ -211,6 +234,7 @@ export class CircuitBreaker {
     this.cooldownTimer?.unsubscribe();
     this.cooldownTimer = undefined;
     if (to === 'open') {
+      this.openCount++;
       this.openedAt = this.scheduler.now();
       if (!this.closed)
         this.cooldownTimer = this.scheduler.schedule(() => {

@@ -7,6 +7,7 @@ import { AttemptContext, Relay, named, toObservable, type NamedWorker, type Stre
 import type { TraceContext } from '../core/trace.js';
 import { workerSchema } from './fallback.js';
 import { stableHash } from '../operators/partition.js';
+import { fmix32 } from '../core/random.js';
 import type { StageContext, Work } from '../flow/work.js';
 
 export interface RouteVariant<I, O> {
@@ -88,6 +89,11 @@ const routeSchema = lazySchema((z) =>
 /** 2^32: maps a 32-bit hash onto [0, 1). */
 const HASH_RANGE = 4294967296;
 
+/** A key's point in [0, 1): uniform over short and similar keys too, so every split keeps its shares. */
+function keyPoint(key: string): number {
+  return fmix32(stableHash(key)) / HASH_RANGE;
+}
+
 /**
  * Routes each input to one model worker: a weighted split across `variants`
  * (deterministic by a hash of `key` when given, else by `random`), a `canary` share
@@ -113,8 +119,10 @@ const HASH_RANGE = 4294967296;
  * fires when the caller's does, or when the primary's consumer unsubscribes early),
  * not when the primary completes.
  *
- * With a `key`, the canary share uses a hash of its own (`stableHash("canary:" +
- * key)`), so the canary and the split are independent and each is stable per key.
+ * With a `key`, each input's place in the split is a hash of the key with full avalanche
+ * (FNV-1a finished by MurmurHash3's `fmix32`), so keys as short and alike as `u0`…`u199` still
+ * split by the weights; the canary share uses a hash of its own (of `"canary:" + key`), so
+ * the canary and the split are independent and each is stable per key.
  *
  * ## Example
  * ```ts
@@ -145,10 +153,10 @@ export function route<I, O>(options: RouteOptions<I, O>): StreamWork<I, O> {
   const choose = (value: I): NamedWorker<I, O> => {
     const id = key?.(value);
     if (canary !== undefined && canary.percent > 0) {
-      const draw = id === undefined ? random() : stableHash(`canary:${id}`) / HASH_RANGE;
+      const draw = id === undefined ? random() : keyPoint(`canary:${id}`);
       if (draw * 100 < canary.percent) return canary;
     }
-    let point = (id === undefined ? random() : stableHash(id) / HASH_RANGE) * total;
+    let point = (id === undefined ? random() : keyPoint(id)) * total;
     for (const variant of variants) {
       if (point < variant.weight) return { name: variant.name, work: variant.worker };
       point -= variant.weight;

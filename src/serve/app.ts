@@ -28,7 +28,7 @@ import { guardedWorker } from '../ai/inference/guarded-worker.js';
 import { redactedWorker } from '../ai/inference/redacted-worker.js';
 import { PII_KINDS, RedactStats, type PiiKind } from '../ai/stages/redact.js';
 import type { InferencePoolStats } from '../ai/models/pool.js';
-import { BUNDLED_CORPUS } from '../ai/rag/corpus.js';
+import { BUNDLED_CORPUS, documentsIn } from '../ai/rag/corpus.js';
 import { type Backend, type LocalModelSpec, embeddedBackend, gatewayBackend } from './backends.js';
 import { createHttpHandler } from './http.js';
 import { SluiceMetrics } from './metrics.js';
@@ -268,6 +268,8 @@ export interface RunningServer {
 export async function startServer(options: ServeOptions = {}): Promise<RunningServer> {
   const config = parseOptions(optionsSchema(), options, 'serve options');
   const log = config.log ?? (() => {});
+  // A missing or empty corpus folder fails the start before any model is generated.
+  if (options.corpus !== undefined) await documentsIn(options.corpus);
   const backend: Backend =
     options.upstreams !== undefined
       ? await gatewayBackend(
@@ -296,6 +298,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     const generateStats = stages.generate ?? new StageStats();
     for (const [name, s] of Object.entries({ ...stages, generate: generateStats })) metrics.registerStage(name, s);
     for (const [name, s] of Object.entries(backend.caches ?? {})) metrics.registerCache(name, s);
+    for (const breaker of backend.breakers ?? []) metrics.registerBreaker(breaker);
     const pool = backend.pool;
     if (pool !== undefined) metrics.registerPool('serve', () => pool.stats);
 
@@ -449,9 +452,10 @@ function withPolicies(backend: Backend, guard: boolean, redact: boolean | readon
   if (guard) {
     if (backend.classify === undefined) throw new Error('guard: this backend has no guard model');
     const stats = (stages.guard ??= new StageStats());
+    const generateStats = (stages.generate ??= new StageStats());
     const classify = backend.classify;
     workers = Object.fromEntries(
-      Object.entries(workers).map(([name, worker]) => [name, backend.guarded?.has(name) ? worker : guardedWorker(worker, { classify, stats })]),
+      Object.entries(workers).map(([name, worker]) => [name, backend.guarded?.has(name) ? worker : guardedWorker(worker, { classify, stats, generateStats })]),
     );
   }
   if (redact !== false) {

@@ -7,7 +7,8 @@
  */
 import { InvalidOptionsError } from '../core/errors.js';
 import { StageStats } from '../flow/stats.js';
-import type { CacheStats } from '../cache/stats.js';
+import { CacheStats } from '../cache/stats.js';
+import type { CircuitBreaker } from '../resilience/breaker.js';
 import { Gateway, type GatewayOptions, type UpstreamOptions } from '../ai/inference/gateway.js';
 import type { UpstreamView } from '../ai/inference/upstream-stats.js';
 import { CharLmWorker } from '../ai/inference/onnx-lm.js';
@@ -24,6 +25,7 @@ import { InferencePool, type InferencePoolStats } from '../ai/models/pool.js';
 import { BatchedEmbedder } from '../ai/models/batched-embedder.js';
 import type { Classifier } from '../ai/stages/guard.js';
 import { indexPassages, loadCorpus } from '../ai/rag/corpus.js';
+import { CorpusSkips } from '../ai/rag/corpus-skips.js';
 import type { Passage } from '../ai/rag/passage.js';
 import { RAG_STAGES, ragWorker, type RagStage } from '../ai/rag/worker.js';
 
@@ -40,6 +42,8 @@ export interface Backend {
   readonly embeddings?: Readonly<Record<string, BatchedEmbedder>>;
   /** Cache counters to export as metrics, by cache name. */
   readonly caches?: Readonly<Record<string, CacheStats>>;
+  /** Circuit breakers to export as metrics from the start (gateway mode: one per upstream). */
+  readonly breakers?: readonly CircuitBreaker[];
   /** Stage counters to export as metrics, by stage name. */
   readonly stages: Readonly<Record<string, StageStats>>;
   /** The inference pool, when models run in this process. */
@@ -130,22 +134,28 @@ type LocalModels = Awaited<ReturnType<typeof localModels>>;
 
 /** The corpus indexed, and `sluice-rag` over it: extractive without `lm`, else written by `lm`. */
 async function ragOver(local: LocalModels, corpus: string, lm: ModelWorker | undefined, log: (line: string) => void, tokenizer?: PromptTokenizer) {
-  const passages = await loadCorpus(corpus);
-  const index = await indexPassages(passages, (texts, signal) => local.embed(texts, signal));
+  const skipped = new CorpusSkips();
+  const loaded = await loadCorpus(corpus, { onSkip: (skip) => skipped.add(skip) });
+  const index = await indexPassages(loaded, (texts, signal) => local.embed(texts, signal), { onSkip: (skip) => skipped.add(skip), corpus });
+  if (skipped.total > 0) log(`corpus ${corpus}: ${skipped.summary()}`);
+  const passages = loaded.filter((passage) => index.has(passage.id));
   const stages = Object.fromEntries(RAG_STAGES.map((name) => [name, new StageStats()])) as Record<RagStage, StageStats>;
+  const cache = new CacheStats();
   const rag = ragWorker({
     name: RAG_MODEL,
     embedder: local.embed,
     index,
     classify: local.classify,
     stats: stages,
+    cacheStats: cache,
     ...(lm !== undefined && { lm }),
     ...(tokenizer !== undefined && { tokenizer }),
   });
   log(`indexed ${passages.length} passages from ${corpus}${lm === undefined ? '' : `; ${RAG_MODEL} answers with ${lm.name}`}`);
   const bySource = new Map<string, Passage[]>();
   for (const passage of passages) bySource.set(passage.source, [...(bySource.get(passage.source) ?? []), passage]);
-  return { rag, stages, passages: (source: string) => bySource.get(source) ?? [] };
+  // Exported under the name of the stage that reads it.
+  return { rag, stages, caches: { embed: cache }, passages: (source: string) => bySource.get(source) ?? [] };
 }
 
 /** The generated models (written into `models` when missing), the corpus indexed, `sluice-rag` and its language model. */
@@ -160,12 +170,13 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
   try {
     // sluice-rag answers with the retrieved sentences themselves (cited); the character LM is served on its own, as the toy it is.
     // With a model of the user's, sluice-rag answers with it, the prompt's budget counted by its tokenizer and template.
-    const { rag, stages, passages } = await ragOver(local, options.corpus, local.userWorkers[0], options.log, local.users[0]);
+    const { rag, stages, caches, passages } = await ragOver(local, options.corpus, local.userWorkers[0], options.log, local.users[0]);
     const lm = options.languageModel ?? local.charLm!;
     return {
       workers: { ...Object.fromEntries(local.userWorkers.map((w) => [w.name, w])), [rag.name]: rag, [lm.name]: lm },
       embeddings: { [EMBEDDING_MODEL]: local.embeddings },
       stages: { ...stages, embeddings: local.embeddings.stats },
+      caches,
       pool: local.pool,
       classify: local.classify,
       guarded: new Set([rag.name]),
@@ -237,6 +248,7 @@ export async function gatewayBackend(
   const base = {
     stages: { upstream: gateway.stats },
     ...(tuning.cache !== undefined || tuning.singleFlight === true ? { caches: { upstream: gateway.cacheStats } } : {}),
+    breakers: [...gateway.breakers.values()],
     circuits: () => gateway.circuits(),
     upstreams: () => gateway.upstreams(),
     upstreamEmbeddings: (model: string, body: Readonly<Record<string, unknown>>, signal: AbortSignal) => gateway.embeddings(model, body, signal),
@@ -261,13 +273,14 @@ export async function gatewayBackend(
       };
     }
     if (gateway.models.includes(RAG_MODEL)) log(`gateway: the upstream's ${RAG_MODEL} is not served; this server's ${RAG_MODEL} answers from ${local.corpus}`);
-    const { rag, stages, passages } = await ragOver(models, local.corpus, lm, log, openAiCounter(lm.name, log));
+    const { rag, stages, caches, passages } = await ragOver(models, local.corpus, lm, log, openAiCounter(lm.name, log));
     const { [RAG_MODEL]: _shadowed, ...others } = upstreamWorkers;
     return {
       ...base,
       ...servedLocally(models, gateway),
       workers: { [rag.name]: rag, ...others },
       stages: { ...base.stages, ...stages, embeddings: models.embeddings.stats },
+      caches: { ...base.caches, ...caches },
       classify: models.classify,
       guarded: new Set([rag.name]),
       passages,

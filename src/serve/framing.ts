@@ -27,14 +27,17 @@ export const chatFraming: Framing = {
   chunkObject: 'chat.completion.chunk',
   wholeObject: 'chat.completion',
   choice: (delta, finishReason) => ({ index: 0, delta, logprobs: null, finish_reason: finishReason }),
-  opening: { role: 'assistant', content: '' },
+  // As OpenAI's first chunk: the role, empty content, no refusal.
+  opening: { role: 'assistant', content: '', refusal: null },
   token: (token) =>
     token.delta === undefined ? { content: token.text } : token.text === '' ? token.delta : Object.assign({}, token.delta, { content: token.text }),
   closing: {},
   whole: (text, extra, finishReason) => {
     const toolCalls = finalToolCalls(extra.tool_calls);
+    const refused = typeof extra.refusal === 'string';
+    // OpenAI's spec requires `refusal` on every message, null when the model did not refuse; an upstream's refusal is kept.
     const message = Object.assign(
-      { role: 'assistant', content: text === '' && toolCalls !== undefined ? null : text },
+      { role: 'assistant', content: text === '' && (toolCalls !== undefined || refused) ? null : text, refusal: null },
       extra,
       toolCalls && { tool_calls: toolCalls },
     );

@@ -335,8 +335,8 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       interrupts.delete(interrupt);
       res.off('close', onClose);
       const endedAt = performance.now();
-      // A worker that is a pipeline with a stage of that name (sluice-rag's generate) recorded and counted it already: once per element.
-      if (trace.record(config.stage) === undefined) {
+      // A pipeline (sluice-rag, a guarded model) counted the request in its own stages, a blocked one in its guard only: once per element.
+      if (worker.stages === undefined && trace.record(config.stage) === undefined) {
         countEdgeStage(config.stageStats, error, controller.signal.aborted && interrupted === undefined);
         trace.addRecord({
           stage: config.stage,
@@ -357,7 +357,13 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       };
       let limit: TokenLimit;
       try {
-        const generated = worker.generate(request, { signal: controller.signal, trace, stage: config.stage, onDone: (d) => (done = d) });
+        const generated = worker.generate(request, {
+          signal: controller.signal,
+          trace,
+          stage: config.stage,
+          onDone: (d) => (done = d),
+          ...(tenant !== undefined && { tenant }),
+        });
         limit = limitTokens(generated, request.max_tokens ?? config.maxTokens);
       } catch (err) {
         sendError(res, toApiError(err));
@@ -499,7 +505,7 @@ export function createHttpHandler(options: HttpHandlerOptions): HttpHandler {
       }
       case '/metrics': {
         if (config.metrics === undefined) throw new ApiError(404, 'Metrics are not enabled.', 'invalid_request_error', 'not_found');
-        const { contentType, body } = await config.metrics.scrape();
+        const { contentType, body } = await config.metrics.scrape(headerValue(req.headers.accept));
         res.writeHead(200, { 'content-type': contentType });
         res.end(body);
         return;

@@ -11,10 +11,15 @@
  * Labels are bounded by construction: stage, cache, breaker and model names come from
  * configuration, routes from a fixed list, status as a class (`2xx`). Never a request
  * id or a prompt.
+ *
+ * The latency histograms carry exemplars: the trace id (`trace_id`) of a sampled request
+ * that fell in each bucket. Exemplars exist only in the OpenMetrics format, so `scrape()`
+ * serves OpenMetrics to a scraper whose `Accept` header asks for it (Prometheus does) and
+ * the classic text format to everyone else.
  */
 import { lazySchema } from '../core/zod.js';
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
-import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Counter, Gauge, Histogram, LabelValues, Registry, RegistryContentType } from 'prom-client';
 import { promClient } from '../core/peers.js';
 import { parseOptions } from '../flow/options.js';
 import type { StageStats } from '../flow/stats.js';
@@ -105,8 +110,13 @@ const LOOP_STATS = [
  * ```
  */
 export class SluiceMetrics {
-  /** The registry every metric here lives on. Add your own metrics to it if you like. */
-  readonly registry: Registry;
+  /**
+   * The registry every metric here lives on. Add your own metrics to it if you like. It renders
+   * the classic text format; `scrape()` switches it to OpenMetrics for one rendering when asked.
+   */
+  readonly registry: Registry<RegistryContentType>;
+  /** The scrape being rendered: the next waits for it, as each switches the registry's format. */
+  private rendering: Promise<unknown> = Promise.resolve();
   private readonly stages = new Map<string, StageStats>();
   private readonly caches = new Map<string, CacheStats>();
   private readonly breakers = new Map<string, CircuitBreaker>();
@@ -129,7 +139,9 @@ export class SluiceMetrics {
 
   constructor(options: SluiceMetricsOptions = {}) {
     const { prefix, defaultMetrics, eventLoopResolution } = parseOptions(optionsSchema(), options, 'SluiceMetrics options');
-    const registry = (this.registry = new prom.Registry());
+    const registry = (this.registry = new prom.Registry<RegistryContentType>());
+    // OpenMetrics while histograms with exemplars register (prom-client refuses them otherwise); classic again at the end.
+    registry.setContentType(prom.Registry.OPENMETRICS_CONTENT_TYPE);
     const registers = [registry];
     if (defaultMetrics) {
       prom.collectDefaultMetrics({ register: registry });
@@ -157,6 +169,7 @@ export class SluiceMetrics {
       labelNames: ['stage'],
       buckets: LATENCY_BUCKETS,
       registers,
+      enableExemplars: true,
     });
     this.service = new prom.Histogram({
       name: `${prefix}stage_service_seconds`,
@@ -164,6 +177,7 @@ export class SluiceMetrics {
       labelNames: ['stage'],
       buckets: LATENCY_BUCKETS,
       registers,
+      enableExemplars: true,
     });
     this.paused = new prom.Counter({
       name: `${prefix}stage_paused_seconds_total`,
@@ -265,6 +279,22 @@ export class SluiceMetrics {
         for (const [name, breaker] of this.breakers) breakerState.set({ breaker: name }, BREAKER_STATE_VALUES[breaker.state]);
       },
     });
+    for (const [field, help] of [
+      ['failures', 'Failures a circuit breaker counted against its worker (the client’s own errors are not).'],
+      ['opens', 'Times a circuit breaker opened.'],
+      ['rejected', 'Calls a circuit breaker refused while open (or half-open with every probe taken).'],
+    ] as const) {
+      const counter: Counter<'breaker'> = new prom.Counter({
+        name: `${prefix}circuit_breaker_${field}_total`,
+        help,
+        labelNames: ['breaker'],
+        registers,
+        collect: () => {
+          counter.reset();
+          for (const [name, breaker] of this.breakers) counter.inc({ breaker: name }, breaker.counts[field]);
+        },
+      });
+    }
 
     const socketGauge = (name: string, help: string, read: (c: SocketCounters) => number) => {
       const gauge: Gauge<'server'> = new prom.Gauge({
@@ -335,6 +365,7 @@ export class SluiceMetrics {
       labelNames: genAi,
       buckets: LATENCY_BUCKETS,
       registers,
+      enableExemplars: true,
     });
     this.timePerOutputToken = new prom.Histogram({
       name: 'gen_ai_server_time_per_output_token_seconds',
@@ -349,6 +380,7 @@ export class SluiceMetrics {
       labelNames: [...genAi, 'error_type'],
       buckets: LATENCY_BUCKETS,
       registers,
+      enableExemplars: true,
     });
     this.tokenUsage = new prom.Histogram({
       name: 'gen_ai_client_token_usage',
@@ -390,6 +422,7 @@ export class SluiceMetrics {
         labelNames: model,
         buckets: LATENCY_BUCKETS,
         registers,
+        enableExemplars: true,
       }),
       interTokenLatency: new prom.Histogram({
         name: `${prefix}inter_token_latency_seconds`,
@@ -404,6 +437,7 @@ export class SluiceMetrics {
         labelNames: model,
         buckets: LATENCY_BUCKETS,
         registers,
+        enableExemplars: true,
       }),
       queueTime: new prom.Histogram({
         name: `${prefix}request_queue_time_seconds`,
@@ -411,6 +445,7 @@ export class SluiceMetrics {
         labelNames: model,
         buckets: LATENCY_BUCKETS,
         registers,
+        enableExemplars: true,
       }),
       running: new prom.Gauge({ name: `${prefix}num_requests_running`, help: 'Requests streaming tokens now.', labelNames: model, registers }),
       waiting: new prom.Gauge({
@@ -421,6 +456,7 @@ export class SluiceMetrics {
       }),
       promptTokens: new prom.Counter({ name: `${prefix}prompt_tokens_total`, help: 'Prompt tokens of finished requests.', labelNames: model, registers }),
     };
+    registry.setContentType(prom.Registry.PROMETHEUS_CONTENT_TYPE);
   }
 
   /** Exports an inference pool's queue (`sluice_pool_queued_jobs`), running jobs and threads, read at scrape time. */
@@ -433,8 +469,8 @@ export class SluiceMetrics {
   }
 
   /** The edge's view of one request, for the serving metrics (`RequestTrace` drives it). */
-  requestStarted(model: string): RequestMeter {
-    return new RequestMeter(this.serving, model);
+  requestStarted(model: string, trace?: TraceContext): RequestMeter {
+    return new RequestMeter(this.serving, model, trace);
   }
 
   /** Exports a stage's `StageStats` under `stage` (buffered, in flight, shed by reason...). Re-registering a name replaces it. */
@@ -470,25 +506,26 @@ export class SluiceMetrics {
     if (records === undefined) return;
     for (const record of records) {
       const labels = { stage: record.stage };
-      this.queueWait.observe(labels, record.queueWait / 1000);
-      this.service.observe(labels, record.service / 1000);
+      observe(this.queueWait, labels, record.queueWait / 1000, trace);
+      observe(this.service, labels, record.service / 1000, trace);
       if (record.paused > 0) this.paused.inc(labels, record.paused / 1000);
     }
   }
 
   /**
    * Records a generation: time to first token, time per output token, token usage and
-   * duration (`errorType` set when it failed, e.g. `AbortedError`).
+   * duration (`errorType` set when it failed, e.g. `AbortedError`). A sampled `trace` is the
+   * exemplar of its latencies.
    */
-  observeGeneration(model: string, done: GenerationDone, seconds: number, errorType?: string): void {
+  observeGeneration(model: string, done: GenerationDone, seconds: number, errorType?: string, trace?: TraceContext): void {
     const labels = { gen_ai_operation_name: 'chat', gen_ai_request_model: model };
-    if (done.timeToFirstToken !== undefined) this.timeToFirstToken.observe(labels, done.timeToFirstToken / 1000);
+    if (done.timeToFirstToken !== undefined) observe(this.timeToFirstToken, labels, done.timeToFirstToken / 1000, trace);
     if (done.tokensPerSecond !== undefined && done.tokensPerSecond > 0) this.timePerOutputToken.observe(labels, 1 / done.tokensPerSecond);
     // Literals, not spreads of `labels`: V8 (Node 20) makes every `{ ...object, key }` in the old generation, garbage a scavenge cannot free.
     this.tokenUsage.observe({ gen_ai_operation_name: 'chat', gen_ai_request_model: model, gen_ai_token_type: 'input' }, done.usage.inputTokens);
     this.tokenUsage.observe({ gen_ai_operation_name: 'chat', gen_ai_request_model: model, gen_ai_token_type: 'output' }, done.usage.outputTokens);
     this.generatedTokens.inc({ gen_ai_request_model: model }, done.usage.outputTokens);
-    this.generationDuration.observe({ gen_ai_operation_name: 'chat', gen_ai_request_model: model, error_type: errorType ?? '' }, seconds);
+    observe(this.generationDuration, { gen_ai_operation_name: 'chat', gen_ai_request_model: model, error_type: errorType ?? '' }, seconds, trace);
   }
 
   /** Records one answered HTTP request. */
@@ -497,9 +534,28 @@ export class SluiceMetrics {
     this.requestDuration.observe({ route }, seconds);
   }
 
-  /** The exposition text and its content type, for a `/metrics` response. */
-  async scrape(): Promise<{ readonly contentType: string; readonly body: string }> {
-    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  /**
+   * The exposition text and its content type, for a `/metrics` response: OpenMetrics (with
+   * exemplars) when `accept` (the scraper's `Accept` header) prefers it, else the classic text format.
+   */
+  scrape(accept?: string): Promise<{ readonly contentType: string; readonly body: string }> {
+    const openMetrics = prefersOpenMetrics(accept);
+    const rendered = this.rendering.then(() => this.render(openMetrics));
+    this.rendering = rendered.catch(() => {});
+    return rendered;
+  }
+
+  private async render(openMetrics: boolean): Promise<{ readonly contentType: string; readonly body: string }> {
+    const registry = this.registry;
+    // prom-client renames counters for OpenMetrics (drops `_total` from the family name) and keeps the rename: put the names back after.
+    const names = registry.getMetricsAsArray().map((metric) => [metric, metric.name] as const);
+    registry.setContentType(openMetrics ? prom.Registry.OPENMETRICS_CONTENT_TYPE : prom.Registry.PROMETHEUS_CONTENT_TYPE);
+    try {
+      return { contentType: registry.contentType, body: await registry.metrics() };
+    } finally {
+      for (const [metric, name] of names) metric.name = name;
+      registry.setContentType(prom.Registry.PROMETHEUS_CONTENT_TYPE);
+    }
   }
 
   /** Stops the event-loop monitor. The registry stays readable. */
@@ -540,6 +596,8 @@ export class RequestMeter {
   constructor(
     private readonly metrics: ServingMetrics,
     model: string,
+    /** The request's trace: when sampled, the exemplar of its latencies. */
+    private readonly trace?: TraceContext,
   ) {
     this.labels = { model_name: model };
     metrics.waiting.inc(this.labels);
@@ -551,7 +609,7 @@ export class RequestMeter {
     const now = performance.now();
     if (this.lastTokenAt === undefined) {
       this.firstTokenAt = now;
-      this.metrics.timeToFirstToken.observe(this.labels, (now - this.arrivedAt) / 1000);
+      observe(this.metrics.timeToFirstToken, this.labels, (now - this.arrivedAt) / 1000, this.trace);
       this.metrics.waiting.dec(this.labels);
       this.metrics.running.inc(this.labels);
     } else this.metrics.interTokenLatency.observe(this.labels, (now - this.lastTokenAt) / 1000);
@@ -565,13 +623,40 @@ export class RequestMeter {
     const now = performance.now();
     if (this.lastTokenAt === undefined) this.metrics.waiting.dec(this.labels);
     else this.metrics.running.dec(this.labels);
-    this.metrics.e2eLatency.observe(this.labels, (now - this.arrivedAt) / 1000);
+    observe(this.metrics.e2eLatency, this.labels, (now - this.arrivedAt) / 1000, this.trace);
     if (done !== undefined) {
       this.metrics.promptTokens.inc(this.labels, done.usage.inputTokens);
       // The model's own time to its first token, taken from the edge's: what came before it (stages, queues).
       const firstAt = this.firstTokenAt;
       if (firstAt !== undefined && done.timeToFirstToken !== undefined)
-        this.metrics.queueTime.observe(this.labels, Math.max(0, firstAt - this.arrivedAt - done.timeToFirstToken) / 1000);
+        observe(this.metrics.queueTime, this.labels, Math.max(0, firstAt - this.arrivedAt - done.timeToFirstToken) / 1000, this.trace);
     }
   }
+}
+
+/**
+ * An observation of a histogram made with exemplars: a sampled trace (one a tracing backend
+ * keeps) becomes the exemplar of the bucket, as `trace_id`.
+ */
+function observe<T extends string>(histogram: Histogram<T>, labels: LabelValues<T>, value: number, trace: TraceContext | undefined): void {
+  histogram.observe(trace?.sampled === true ? { labels, value, exemplarLabels: { trace_id: trace.traceId } as LabelValues<T> } : { labels, value });
+}
+
+/**
+ * Whether an `Accept` header prefers OpenMetrics to the classic text format: listed with a
+ * weight above 0 and no lower than `text/plain`'s (Prometheus asks for OpenMetrics first).
+ */
+export function prefersOpenMetrics(accept: string | undefined): boolean {
+  if (accept === undefined) return false;
+  let openMetrics = -1;
+  let text = -1;
+  for (const range of accept.split(',')) {
+    const [type = '', ...params] = range.split(';').map((part) => part.trim().toLowerCase());
+    const q = params.find((p) => p.startsWith('q='));
+    const weight = q === undefined ? 1 : Number(q.slice(2));
+    if (!Number.isFinite(weight)) continue;
+    if (type === 'application/openmetrics-text') openMetrics = Math.max(openMetrics, weight);
+    else if (type === 'text/plain') text = Math.max(text, weight);
+  }
+  return openMetrics > 0 && openMetrics >= text;
 }

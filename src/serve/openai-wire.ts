@@ -3,12 +3,14 @@ import type * as z from 'zod';
 import { lazySchema, zod } from '../core/zod.js';
 import { InvalidOptionsError, SluiceError, StageError } from '../core/errors.js';
 import { generateRequest, type GenerateRequest, type GenerationDone, type GenerationParams, type ModelWorker } from '../ai/inference/worker.js';
-import { EmptyPromptError, HttpStatusError, MalformedEventError, ProviderError, RateLimitedError } from '../ai/inference/errors.js';
+import { ContextLengthExceededError, EmptyPromptError, HttpStatusError, MalformedEventError, ProviderError } from '../ai/inference/errors.js';
+import { classifyUpstreamFailure } from '../ai/inference/upstream-failure.js';
+import { retryAfterOf } from '../resilience/retry.js';
 import { OutputInvalidError } from '../ai/stages/json-output.js';
 import { CircuitOpenError, FallbackExhaustedError, StreamTimeoutError } from '../resilience/errors.js';
 
 /** A worker that can chat: anything implementing `ModelWorker.generate`. */
-export type ChatWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate' | 'passthrough'>;
+export type ChatWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate' | 'passthrough' | 'stages'>;
 
 const contentPart = lazySchema((z) => z.looseObject({ type: z.string(), text: z.string().optional() }));
 export const messageSchema = lazySchema((z) =>
@@ -339,6 +341,7 @@ export function toApiError(err: unknown): ApiError {
   const upstream = upstreamApiError(err);
   if (upstream !== undefined) return upstream;
   if (err instanceof EmptyPromptError) return new ApiError(400, err.message, 'invalid_request_error', 'empty_prompt', 'messages');
+  if (err instanceof ContextLengthExceededError) return new ApiError(400, err.message, 'invalid_request_error', 'context_length_exceeded', err.param);
   if (err instanceof InvalidOptionsError) return new ApiError(400, err.message, 'invalid_request_error', 'invalid_value', err.issues[0]?.path ?? null);
   if (err instanceof SluiceError) {
     if (err instanceof OutputInvalidError)
@@ -361,31 +364,37 @@ export function toApiError(err: unknown): ApiError {
 }
 
 /**
- * How an upstream's failure reads to the client of a gateway: the upstream's own 4xx
- * (its message is meant for clients), 429 and 503 with `Retry-After`, 502 for a broken
- * or failing upstream, 504 for a silent one. Bodies of upstream 5xx are not passed on.
+ * How an upstream's failure reads to the client of a gateway, judged by `classifyUpstreamFailure`
+ * whether an HTTP status or an error inside the stream said it: the request's fault is the
+ * upstream's own 4xx with its message, type, code and param; every upstream rate limited a 429
+ * and every circuit open a 503, with `Retry-After`; upstreams that refuse this gateway (401/403:
+ * its key, the operator's to fix, never passed on to a client whose own key is fine) a 502
+ * `upstream_misconfigured`; every upstream silent a 504; a broken or failing one a 502. Bodies
+ * of upstream 5xx are not passed on.
  */
 function upstreamApiError(err: unknown): ApiError | undefined {
   // A stage wraps a failure that is not a SluiceError (fetch's TypeError): judge the cause.
   if (err instanceof StageError && !(err.cause instanceof SluiceError)) return upstreamApiError(err.cause);
   if (err instanceof FallbackExhaustedError) {
     const errors = err.failures.map((f) => f.error);
-    const refused = errors.find(
-      (e) => e instanceof HttpStatusError && !(e instanceof RateLimitedError) && e.status >= 400 && e.status < 500 && e.status !== 408,
-    );
+    const refused = errors.find((e) => e instanceof HttpStatusError && classifyUpstreamFailure(e) === 'request');
     if (refused !== undefined) return upstreamApiError(refused);
-    if (errors.every((e) => e instanceof RateLimitedError || e instanceof CircuitOpenError)) {
-      const waits = errors.map((e) => (e as RateLimitedError | CircuitOpenError).retryAfter).filter((w): w is number => w !== undefined);
-      const limited = errors.some((e) => e instanceof RateLimitedError);
-      return waitError(limited, waits.length > 0 ? Math.min(...waits) : undefined);
+    if (errors.every((e) => rateLimited(e) || e instanceof CircuitOpenError)) {
+      const waits = errors.map(retryAfterOf).filter((w): w is number => w !== undefined);
+      return waitError(errors.some(rateLimited), waits.length > 0 ? Math.min(...waits) : undefined);
     }
+    // The upstreams that were asked: an open circuit asked nobody.
+    const asked = errors.filter((e) => !(e instanceof CircuitOpenError));
+    if (asked.every((e) => e instanceof StreamTimeoutError)) return silentError(asked as StreamTimeoutError[]);
     const reasons = err.failures.map((f) => `${f.worker}: ${shortReason(f.error)}`).join('; ');
+    if (asked.every((e) => classifyUpstreamFailure(e) === 'configuration')) return misconfigured(reasons);
     return new ApiError(502, `No upstream could answer (${reasons}).`, 'server_error', 'upstream_error');
   }
-  if (err instanceof RateLimitedError) return waitError(true, err.retryAfter);
+  if (rateLimited(err)) return waitError(true, retryAfterOf(err));
   if (err instanceof CircuitOpenError) return waitError(false, err.retryAfter);
   if (err instanceof HttpStatusError) {
-    if (err.status >= 400 && err.status < 500 && err.status !== 408) {
+    const kind = classifyUpstreamFailure(err);
+    if (kind === 'request') {
       const body = parseErrorBody(err.body);
       return new ApiError(
         err.status,
@@ -395,11 +404,11 @@ function upstreamApiError(err: unknown): ApiError | undefined {
         body?.param ?? null,
       );
     }
+    if (kind === 'configuration') return misconfigured(shortReason(err));
     return new ApiError(502, `The upstream model server failed (${shortReason(err)}).`, 'server_error', 'upstream_error');
   }
-  if (err instanceof StreamTimeoutError)
-    return new ApiError(504, `The upstream model server went silent (${err.timeout} ms).`, 'server_error', 'upstream_timeout');
-  if (err instanceof MalformedEventError || err instanceof ProviderError)
+  if (err instanceof StreamTimeoutError) return silentError([err]);
+  if (err instanceof MalformedEventError)
     return new ApiError(502, `The upstream model server broke its stream (${shortReason(err)}).`, 'server_error', 'upstream_error');
   // fetch's words for a connection refused before the answer, and one cut during it.
   if (err instanceof TypeError && err.message === 'fetch failed')
@@ -407,6 +416,30 @@ function upstreamApiError(err: unknown): ApiError | undefined {
   if (err instanceof TypeError && err.message === 'terminated')
     return new ApiError(502, 'The upstream model server closed the connection mid-answer.', 'server_error', 'upstream_error');
   return undefined;
+}
+
+function rateLimited(error: unknown): boolean {
+  return error instanceof HttpStatusError && error.status === 429;
+}
+
+function silentError(timeouts: readonly StreamTimeoutError[]): ApiError {
+  const ms = [...new Set(timeouts.map((t) => t.timeout))].join(', ');
+  return new ApiError(
+    504,
+    `The upstream model server went silent (${ms} ms${timeouts.length > 1 ? `, ${timeouts.length} upstreams` : ''}).`,
+    'server_error',
+    'upstream_timeout',
+  );
+}
+
+/** The upstream refused this gateway's credentials or access: the operator's to fix, so the client's status says the gateway failed. */
+function misconfigured(reasons: string): ApiError {
+  return new ApiError(
+    502,
+    `The upstream model server refused this gateway (${reasons}): its key or access must be fixed by the gateway's operator.`,
+    'server_error',
+    'upstream_misconfigured',
+  );
 }
 
 /** 429 when an upstream limited the rate, else 503 (circuits open); `Retry-After` in whole seconds. */
@@ -419,11 +452,11 @@ function waitError(limited: boolean, retryAfter: number | undefined): ApiError {
 
 /** A failure in a few words, without bodies (an upstream's 5xx body may carry its internals). */
 function shortReason(error: unknown): string {
+  if (error instanceof ProviderError) return `error in stream, as HTTP ${error.status}`;
   if (error instanceof HttpStatusError) return `HTTP ${error.status}`;
   if (error instanceof CircuitOpenError) return 'circuit open';
   if (error instanceof StreamTimeoutError) return `silent for ${error.timeout} ms`;
   if (error instanceof MalformedEventError) return 'malformed stream';
-  if (error instanceof ProviderError) return 'error in stream';
   if (error instanceof TypeError) return 'unreachable';
   return error instanceof SluiceError ? error.code : 'failed';
 }

@@ -93,7 +93,7 @@ export class RequestTelemetry {
       ref: start.logId,
       ...(requests.content && { prompt: questionOf(start.request) }),
     });
-    return new RequestTrace(this.options, start, otel, trace, startTime, this.options.metrics?.requestStarted(start.model), listed);
+    return new RequestTrace(this.options, start, otel, trace, startTime, this.options.metrics?.requestStarted(start.model, trace), listed);
   }
 }
 
@@ -182,6 +182,6 @@ export class RequestTrace {
     if (metrics === undefined) return;
     metrics.observeTrace(trace);
     if (done !== undefined)
-      metrics.observeGeneration(this.model, done, (performance.now() - this.startedAt) / 1000, error === undefined ? undefined : errorType(error));
+      metrics.observeGeneration(this.model, done, (performance.now() - this.startedAt) / 1000, error === undefined ? undefined : errorType(error), trace);
   }
 }

@@ -17,9 +17,9 @@ export class HttpStatusError extends SluiceError {
   constructor(
     readonly status: number,
     readonly body: string,
-    details: { code?: string; hint?: string } = {},
+    details: { code?: string; hint?: string; message?: string } = {},
   ) {
-    super(details.code ?? 'HTTP_STATUS', `The model server answered HTTP ${status}${body ? `: ${body}` : '.'}`, {
+    super(details.code ?? 'HTTP_STATUS', details.message ?? `The model server answered HTTP ${status}${body ? `: ${body}` : '.'}`, {
       hint: details.hint ?? (status >= 500 ? 'The server failed; retrying may help.' : 'Check the request, the model name and the API key.'),
     });
   }
@@ -72,19 +72,54 @@ export class MalformedEventError extends SluiceError {
 }
 
 /**
- * The server sent an error object inside a stream that had started well (`data: {"error": ...}`).
+ * The server sent an error inside a stream that had started well: OpenAI's `data: {"error": {...}}`,
+ * vLLM's `data: {"object": "error", "message", "code": 400}`, or an SSE `event: error`. It is an
+ * `HttpStatusError` with the status the error stands for (its numeric code, else its `code` or
+ * `type` read as OpenAI's names them, else 500), so it is classified as that HTTP answer would be;
+ * `body` is the error as OpenAI shapes it (`{"error": {message, type, param, code}}`).
  *
  * ## Example
  * ```ts
- * if (err instanceof ProviderError) console.error(err.type, err.message);
+ * if (err instanceof ProviderError) console.error(err.status, err.type, err.message);
  * ```
  */
-export class ProviderError extends SluiceError {
+export class ProviderError extends HttpStatusError {
   constructor(
-    message: string,
+    status: number,
     readonly type: string | undefined,
+    readonly detail: string,
+    body: string,
   ) {
-    super('PROVIDER_ERROR', `The model server reported an error mid-stream: ${message}`);
+    super(status, body, { code: 'PROVIDER_ERROR', message: `The model server reported an error mid-stream (as HTTP ${status}): ${detail}` });
+  }
+}
+
+/**
+ * The prompt does not fit the model's context, or the prompt and the `max_tokens` asked for do not:
+ * found before any token is decoded, worded as OpenAI's `context_length_exceeded`. `param` is the
+ * request field to shorten (`messages` or `prompt`); `completionTokens` is the `max_tokens` asked,
+ * undefined when the prompt alone is too long.
+ *
+ * ## Example
+ * ```ts
+ * if (err instanceof ContextLengthExceededError) console.error(err.contextLength, err.promptTokens);
+ * ```
+ */
+export class ContextLengthExceededError extends SluiceError {
+  constructor(
+    readonly model: string,
+    readonly contextLength: number,
+    readonly promptTokens: number,
+    readonly completionTokens: number | undefined,
+    readonly param: 'messages' | 'prompt' = 'messages',
+  ) {
+    const what = param === 'prompt' ? 'prompt' : 'messages';
+    super(
+      'CONTEXT_LENGTH_EXCEEDED',
+      completionTokens === undefined
+        ? `This model's maximum context length is ${contextLength} tokens. However, your ${what} resulted in ${promptTokens} tokens. Please reduce the length of the ${what}.`
+        : `This model's maximum context length is ${contextLength} tokens. However, you requested ${promptTokens + completionTokens} tokens (${promptTokens} in the ${what}, ${completionTokens} in the completion). Please reduce the length of the ${what} or completion.`,
+    );
   }
 }
 

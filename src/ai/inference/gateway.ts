@@ -22,12 +22,12 @@ import { CacheStats } from '../../cache/stats.js';
 import { stage } from '../../operators/stage.js';
 import { asFlow } from '../../resilience/as-flow.js';
 import { CircuitBreaker, type CircuitStateChange } from '../../resilience/breaker.js';
-import { CircuitOpenError, StreamTimeoutError } from '../../resilience/errors.js';
+import { CircuitOpenError } from '../../resilience/errors.js';
 import { fallback } from '../../resilience/fallback.js';
 import type { StreamWork } from '../../resilience/relay.js';
 import { retrying } from '../../resilience/retry.js';
 import { withTimeouts } from '../../resilience/timeouts.js';
-import { HttpStatusError, MalformedEventError, ProviderError } from './errors.js';
+import { classifyUpstreamFailure, isUpstreamFault } from './upstream-failure.js';
 import { OpenAIWorker } from './openai.js';
 import { observed, UpstreamStats, type UpstreamView } from './upstream-stats.js';
 import {
@@ -81,11 +81,19 @@ export interface GatewayOptions {
   readonly stats?: StageStats;
   /**
    * A response cache for deterministic requests (`temperature: 0`, or a `seed`): an identical
-   * request (model, messages, tools, every field) is answered from it without the upstream.
+   * request (model, messages, tools, every field) of the same tenant (see `cacheScope`) is
+   * answered from it without the upstream.
    */
   readonly cache?: { readonly maxBytes: number; readonly ttl?: number };
   /** Identical deterministic requests in flight at once share one upstream call. Default false. */
   readonly singleFlight?: boolean;
+  /**
+   * Who may share answers through the cache and single-flight: `tenant` (default), only requests
+   * of the same tenant (`GenerateOptions.tenant`; requests without one share one scope), so no
+   * tenant is ever answered with another's tokens nor learns from a hit what another asked;
+   * `global`, every request alike.
+   */
+  readonly cacheScope?: 'tenant' | 'global';
   /** Hits, misses and joins of the cache and single-flight. */
   readonly cacheStats?: CacheStats;
   readonly onBreakerChange?: (upstream: string, change: CircuitStateChange) => void;
@@ -137,6 +145,7 @@ const gatewaySchema = lazySchema((z) =>
         .strict()
         .optional(),
       singleFlight: z.boolean({ error: 'singleFlight must be a boolean' }).default(false),
+      cacheScope: z.enum(['tenant', 'global'], { error: 'cacheScope must be "tenant" or "global"' }).default('tenant'),
       cacheStats: z.instanceof(CacheStats, { error: 'cacheStats must be a CacheStats' }).optional(),
       onBreakerChange: functionSchema<(upstream: string, change: CircuitStateChange) => void>().optional(),
       random: functionSchema<() => number>().default(() => Math.random),
@@ -168,15 +177,12 @@ export class UpstreamDiscoveryError extends SluiceError {
 }
 
 /**
- * Whether a failure before the first token is worth another attempt (or the next
- * upstream): rate limits, server errors, timeouts, broken streams and the network.
- * A 4xx other than 408 and 429 is the request's fault: every upstream would refuse it.
+ * Whether a failure before the first token is worth another attempt: rate limits, server
+ * errors, timeouts, broken streams and the network, whether an HTTP status or an error inside
+ * the stream said so. See `classifyUpstreamFailure` for the whole judgement.
  */
 export function isUpstreamTransient(error: unknown): boolean {
-  if (error instanceof HttpStatusError) return error.status === 408 || error.status === 429 || error.status >= 500;
-  if (error instanceof StreamTimeoutError || error instanceof MalformedEventError || error instanceof ProviderError) return true;
-  // fetch reports a refused, reset or unresolvable connection as a TypeError ("fetch failed").
-  return error instanceof TypeError;
+  return classifyUpstreamFailure(error) === 'transient';
 }
 
 /** Upstreams behind model names. `Gateway.start` resolves each upstream's model list first. */
@@ -187,7 +193,7 @@ export class Gateway {
   readonly cacheStats: CacheStats;
   private readonly responses: LruCache<CachedAnswer<Token>> | undefined;
   private readonly flight: SingleFlight<Token> | undefined;
-  private readonly breakers = new Map<string, CircuitBreaker>();
+  private readonly circuitBreakers = new Map<string, CircuitBreaker>();
   private readonly upstreamStats = new Map<string, UpstreamStats>();
   private readonly workers = new Map<string, ModelWorker<GenerateRequest, Completion>>();
   /** Per model, its upstreams' clients in the order a request tries them (the first picked by weight). */
@@ -214,14 +220,15 @@ export class Gateway {
     for (const upstream of config.upstreams) {
       const name = upstreamName(upstream);
       this.upstreamStats.set(name, new UpstreamStats());
-      this.breakers.set(
+      this.circuitBreakers.set(
         name,
         new CircuitBreaker({
           name: `upstream:${name}`,
           failureThreshold: config.breakerThreshold,
           window: config.breakerWindow,
           cooldown: config.breakerCooldown,
-          isFailure: isUpstreamTransient,
+          // The client's own mistakes never open a circuit for every client.
+          isFailure: isUpstreamFault,
           scheduler,
           ...(config.onBreakerChange !== undefined && { onStateChange: (change: CircuitStateChange) => config.onBreakerChange!(name, change) }),
         }),
@@ -239,6 +246,11 @@ export class Gateway {
       for (const model of lists[i]!) served.set(model, [...(served.get(model) ?? []), upstream]);
     });
     return new Gateway(config, served);
+  }
+
+  /** Each upstream's circuit breaker by upstream name, all made at start: for metrics and alerts. */
+  get breakers(): ReadonlyMap<string, CircuitBreaker> {
+    return this.circuitBreakers;
   }
 
   /** Stops the breakers' cooldown timers (at shutdown): nothing of the gateway keeps the process alive. */
@@ -291,7 +303,7 @@ export class Gateway {
           }
           permit.failure(err);
           stats.failed(err);
-          if (!isUpstreamTransient(err)) throw err;
+          if (!isUpstreamFault(err)) throw err;
           last = err;
         } finally {
           stats.inFlight--;
@@ -385,7 +397,7 @@ export class Gateway {
         ...(upstream.headers !== undefined && { headers: upstream.headers }),
         ...(config.fetch !== undefined && { fetch: config.fetch }),
       });
-      return { name, client, breaker: this.breakers.get(name)! };
+      return { name, client, breaker: this.circuitBreakers.get(name)! };
     });
     const weights = upstreams.map((u) => u.weight ?? 1);
     const weighted = upstreams.some((u) => u.weight !== undefined);
@@ -395,7 +407,8 @@ export class Gateway {
       for (let i = 0; i < weights.length; i++) if ((r -= weights[i]!) < 0) return i;
       return 0;
     };
-    const when = (error: unknown) => isUpstreamTransient(error) || error instanceof CircuitOpenError;
+    // A configuration fault is this upstream's (its key) and an open circuit too: the next may answer. The request's own fault would fail anywhere.
+    const when = isUpstreamFault;
     this.routes.set(model, () => {
       const first = pick();
       return [clients[first]!, ...clients.filter((_, i) => i !== first)];
@@ -418,11 +431,12 @@ export class Gateway {
       const chain = chainFor(options);
       // Only a deterministic request may be answered with another's tokens.
       const shared = deterministic(valid) && (this.responses !== undefined || this.flight !== undefined);
+      const scope = config.cacheScope === 'tenant' ? (options.tenant ?? null) : null;
       const work = shared
         ? cached(chain, {
             ...(this.responses !== undefined && { response: this.responses }),
             ...(this.flight !== undefined && { singleFlight: this.flight }),
-            key: (r: GenerateRequest) => hashKey({ model, request: r }),
+            key: (r: GenerateRequest) => hashKey({ model, tenant: scope, request: r }),
             stats: this.cacheStats,
           })
         : chain;

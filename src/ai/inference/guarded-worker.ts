@@ -8,7 +8,9 @@ import { map } from 'rxjs';
 import { Traced, traced } from '../../core/trace.js';
 import type { Flow } from '../../flow/demand.js';
 import { fromIterable } from '../../flow/sources.js';
-import type { StageStats } from '../../flow/stats.js';
+import { StageStats } from '../../flow/stats.js';
+import { functionSchema, parseOptions } from '../../flow/options.js';
+import { lazySchema } from '../../core/zod.js';
 import { stage } from '../../operators/stage.js';
 import { asFlow } from '../../resilience/as-flow.js';
 import { guard, type Classifier } from '../stages/guard.js';
@@ -24,6 +26,16 @@ import {
   type Token,
 } from './worker.js';
 
+const guardedSchema = lazySchema((z) =>
+  z.object({
+    worker: z.object(
+      { name: z.string({ error: 'worker.name must be a string' }), generate: functionSchema(), infer: functionSchema() },
+      { error: 'must be a ModelWorker' },
+    ),
+    generateStats: z.instanceof(StageStats, { error: 'generateStats must be a StageStats' }).optional(),
+  }),
+);
+
 export interface GuardedWorkerOptions {
   /** Scores a question for prompt injection (e.g. `poolClassifier(pool, tokenizer, { model: 'guard' })`). */
   readonly classify: Classifier;
@@ -31,12 +43,15 @@ export interface GuardedWorkerOptions {
   readonly thresholds?: { readonly flag: number; readonly block: number };
   /** The guard stage's counters, shared by every request. */
   readonly stats?: StageStats;
+  /** The counters of the stage behind it that asks the model (`generate`), shared by every request. */
+  readonly generateStats?: StageStats;
 }
 
 /**
  * Wraps `worker`: each request's question (its prompt, or its last user message) goes through
- * a `guard` stage, then the request to `worker`. Everything else of the worker is kept (its
- * name, and `passthrough` for an upstream's).
+ * a `guard` stage, then a `generate` stage asks `worker`. The two count every request (the
+ * worker's `stages`), so a blocked one counts once, as the guard's failure. Everything else of
+ * the worker is kept (its name, and `passthrough` for an upstream's).
  *
  * ## Example
  * ```ts
@@ -44,13 +59,24 @@ export interface GuardedWorkerOptions {
  * ```
  */
 export function guardedWorker(worker: ModelWorker<GenerateRequest, Completion>, options: GuardedWorkerOptions): ModelWorker<GenerateRequest, Completion> {
-  const thresholds = options.thresholds ?? { flag: 0.5, block: 0.8 };
+  parseOptions(guardedSchema(), { worker, generateStats: options?.generateStats }, 'guardedWorker');
+  // Shared by every request, so an inspector sees one guard and one generate, not a pair per request.
+  const generateStats = options.generateStats ?? new StageStats();
+  // Made once: its options are checked here, not at the first request.
+  const guarding = guard({
+    name: 'guard',
+    classify: options.classify,
+    thresholds: options.thresholds ?? { flag: 0.5, block: 0.8 },
+    text: questionOf,
+    errorPolicy: 'fail',
+    stats: options.stats ?? new StageStats(),
+  });
   const generate = (request: GenerateRequest, generateOptions: GenerateOptions = {}): Flow<Token> => {
     const valid = generateRequest(request);
     const first = generateOptions.trace === undefined ? traced(valid) : new Traced(valid, generateOptions.trace);
     return asFlow(
       fromIterable([first]).pipe(
-        guard({ name: 'guard', classify: options.classify, thresholds, text: questionOf, errorPolicy: 'fail', stats: options.stats }),
+        guarding,
         stage(
           (checked: GenerateRequest, context) =>
             worker.generate(checked, {
@@ -58,7 +84,7 @@ export function guardedWorker(worker: ModelWorker<GenerateRequest, Completion>, 
               signal: generateOptions.signal === undefined ? context.signal : AbortSignal.any([context.signal, generateOptions.signal]),
               trace: context.trace,
             }),
-          { name: 'guarded' },
+          { name: 'generate', stats: generateStats },
         ),
         map((t) => t.value),
       ),
@@ -67,6 +93,7 @@ export function guardedWorker(worker: ModelWorker<GenerateRequest, Completion>, 
   return {
     name: worker.name,
     ...(worker.passthrough === true && { passthrough: true }),
+    stages: ['guard', 'generate'],
     generate,
     infer: (request: GenerateRequest, inferOptions: InferOptions = {}) => complete((onDone) => generate(request, { ...inferOptions, onDone })),
   };

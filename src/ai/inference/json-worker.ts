@@ -124,6 +124,7 @@ export function jsonWorker(worker: ModelWorker<GenerateRequest, Completion>, for
   };
   return {
     name: worker.name,
+    ...(worker.stages !== undefined && { stages: worker.stages }),
     generate,
     infer: (request: GenerateRequest, inferOptions: InferOptions = {}) => complete((onDone) => generate(request, { ...inferOptions, onDone })),
   };

@@ -13,7 +13,7 @@ import type * as ort from 'onnxruntime-node';
 import { onnxruntime } from '../../core/peers.js';
 import type { Flow } from '../../flow/demand.js';
 import { SIGNATURES, loadModel, type LoadedModel } from '../models/load.js';
-import { EmptyPromptError } from './errors.js';
+import { ContextLengthExceededError, EmptyPromptError } from './errors.js';
 import { createRandom, sampleToken } from './sampling.js';
 import {
   complete,
@@ -215,9 +215,13 @@ export class DecoderLmWorker extends LmWorker {
   protected readonly template: (request: GenerateRequest) => string;
   private model: LoadedModel | undefined;
 
+  /** `shape.maxPositions`: a prompt that leaves no room, or no room for the `max_tokens` asked, is refused before decoding. */
+  readonly contextLength: number | undefined;
+
   constructor(private readonly options: DecoderLmWorkerOptions) {
     super();
     this.name = options.name ?? 'decoder';
+    this.contextLength = options.shape.maxPositions;
     this.maxTokens = options.maxTokens ?? 256;
     this.template = options.template ?? promptText;
   }
@@ -249,6 +253,12 @@ export class DecoderLmWorker extends LmWorker {
     if (this.options.eosTokenId !== undefined) eos.add(this.options.eosTokenId);
     const ids = codec.encode(this.template(request));
     if (ids.length === 0) throw new EmptyPromptError("the prompt has no token the model's vocabulary covers");
+    const limit = this.contextLength;
+    // A prompt filling the context would end at once with `length` and no text: refused instead, as is one without room for the max_tokens asked.
+    if (limit !== undefined && (ids.length >= limit || (request.max_tokens !== undefined && ids.length + request.max_tokens > limit))) {
+      const param = request.prompt === undefined ? 'messages' : 'prompt';
+      throw new ContextLengthExceededError(this.name, limit, ids.length, ids.length >= limit ? undefined : request.max_tokens, param);
+    }
     const random = createRandom(request.seed);
     const empty = new Float32Array(0);
     let past: Record<string, ort.Tensor> = {};

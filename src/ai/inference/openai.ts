@@ -10,7 +10,8 @@ import type * as z from 'zod';
 import { lazySchema } from '../../core/zod.js';
 import type { Flow } from '../../flow/demand.js';
 import { parseOptions } from '../../flow/options.js';
-import { HttpStatusError, MalformedEventError, ProviderError, RateLimitedError } from './errors.js';
+import { HttpStatusError, MalformedEventError, RateLimitedError } from './errors.js';
+import { inStreamError } from './stream-errors.js';
 import {
   complete,
   decode,
@@ -57,8 +58,9 @@ const optionsSchema = lazySchema((z) =>
 /**
  * A `ModelWorker` over HTTP. `generate` streams (`stream: true`); `infer` asks for the
  * whole answer at once. HTTP errors become `HttpStatusError` (429: `RateLimitedError`
- * with `retryAfter` in ms), a broken stream `MalformedEventError`, an error object in
- * the stream `ProviderError`. Aborting the signal or unsubscribing closes the connection.
+ * with `retryAfter` in ms), a broken stream `MalformedEventError`, an error inside the
+ * stream `ProviderError` (an `HttpStatusError` with the status it stands for), after every
+ * token the stream carried before it. Aborting the signal or unsubscribing closes the connection.
  *
  * `top_k` and `repetition_penalty` are sent only when set: OpenAI ignores or rejects
  * them, vLLM and llama.cpp honour them. Stop sequences are sent to the server and also
@@ -176,7 +178,11 @@ class SseDecoding implements Decoding {
   private finish: EndReason | undefined;
   private usage: Partial<Usage> | undefined;
   private sawDone = false;
+  /** The stream's failure, thrown once the deltas read before it were stepped: a read may carry tokens and then an error. */
+  private failure: { error: unknown } | undefined;
   private closed = false;
+  /** Parses one event into `pending`; bound once, a read may carry many. */
+  private readonly onEvent = (data: string, type: string): void => this.accept(data, type);
 
   constructor(
     private readonly worker: OpenAIWorker,
@@ -188,6 +194,7 @@ class SseDecoding implements Decoding {
       if (this.next < this.pending.length) return this.pending[this.next++]!;
       this.pending = [];
       this.next = 0;
+      if (this.failure !== undefined) throw this.failure.error;
       if (this.sawDone) return this.end();
       if (this.reader === undefined) {
         const response = await this.worker.post(this.request, true, signal);
@@ -201,12 +208,16 @@ class SseDecoding implements Decoding {
         if (this.closed) this.release();
       }
       const { done, value } = await this.reader.read();
-      const events = done ? this.parser.end() : this.parser.push(value);
-      for (const event of events) this.accept(event);
-      if (done && !this.sawDone) {
+      try {
+        if (done) this.parser.endEvents(this.onEvent);
+        else this.parser.pushEvents(value, this.onEvent);
+      } catch (err) {
+        this.fail(err);
+      }
+      if (done && !this.sawDone && this.failure === undefined) {
         // Some servers end the body after the last chunk without `[DONE]`; a stream with no finish reason was cut off.
-        if (this.finish === undefined) throw new MalformedEventError('the stream ended before [DONE]');
-        this.sawDone = true;
+        if (this.finish === undefined) this.fail(new MalformedEventError('the stream ended before [DONE]'));
+        else this.sawDone = true;
       }
     }
   }
@@ -215,9 +226,13 @@ class SseDecoding implements Decoding {
     return this.usage === undefined ? { end: this.finish ?? 'stop' } : { end: this.finish ?? 'stop', usage: this.usage };
   }
 
-  private accept(data: string): void {
-    if (this.sawDone) return;
-    if (data === '[DONE]') {
+  private fail(error: unknown): void {
+    this.failure ??= { error };
+  }
+
+  private accept(data: string, type: string): void {
+    if (this.sawDone || this.failure !== undefined) return;
+    if (data === '[DONE]' && type !== 'error') {
       this.sawDone = true;
       return;
     }
@@ -225,12 +240,13 @@ class SseDecoding implements Decoding {
     try {
       json = JSON.parse(data);
     } catch {
-      throw new MalformedEventError('a data payload is not JSON', data);
+      json = undefined;
+      if (type !== 'error') return this.fail(new MalformedEventError('a data payload is not JSON', data));
     }
-    const error = errorSchema().safeParse(json);
-    if (error.success) throw new ProviderError(error.data.error.message ?? JSON.stringify(error.data.error), error.data.error.type ?? undefined);
+    const error = inStreamError(json, type, data);
+    if (error !== undefined) return this.fail(error);
     const chunk = chunkSchema().safeParse(json);
-    if (!chunk.success) throw new MalformedEventError(`unexpected chunk shape (${chunk.error.issues[0]?.message ?? 'invalid'})`, data);
+    if (!chunk.success) return this.fail(new MalformedEventError(`unexpected chunk shape (${chunk.error.issues[0]?.message ?? 'invalid'})`, data));
     if (chunk.data.usage) {
       this.usage = { inputTokens: chunk.data.usage.prompt_tokens, outputTokens: chunk.data.usage.completion_tokens };
       this.inputTokens = chunk.data.usage.prompt_tokens;
@@ -262,21 +278,25 @@ class SseDecoding implements Decoding {
 
 /**
  * Server-sent events, incrementally: bytes in (split anywhere, even inside a UTF-8
- * character or between CR and LF), the `data` of each complete event out. Other fields
- * (`event`, `id`, `retry`) and comments are ignored; a chat-completions stream uses
- * only `data`.
+ * character or between CR and LF), the `data` of each complete event out. `push`/`end`
+ * give the data alone; `pushEvents`/`endEvents` hand each event to a callback with its
+ * `event` type (`message` when none was given) as soon as it completes, so events completed
+ * before a failure (an event over the size bound) are handed over before the throw. `id`,
+ * `retry` and comments are ignored.
  *
  * ## Example
  * ```ts
  * const parser = new SseParser();
  * parser.push(new TextEncoder().encode('data: {"a"'));  // []
  * parser.push(new TextEncoder().encode(':1}\n\n'));     // ['{"a":1}']
+ * parser.pushEvents(new TextEncoder().encode('event: error\ndata: down\n\n'), (data, type) => console.log(type, data)); // error down
  * ```
  */
 export class SseParser {
   private readonly decoder = new TextDecoder('utf-8', { fatal: false });
   private line = '';
   private data: string[] = [];
+  private type = '';
   /** Characters of the event being read (its data lines and the line not yet ended). */
   private size = 0;
 
@@ -285,9 +305,11 @@ export class SseParser {
   private afterCarriageReturn = false;
   private started = false;
 
-  /** The events completed by `chunk`. */
+  /** The data of the events completed by `chunk`. */
   push(chunk: Uint8Array): string[] {
-    return this.feed(this.decoder.decode(chunk, { stream: true }));
+    const events: string[] = [];
+    this.pushEvents(chunk, (data) => events.push(data));
+    return events;
   }
 
   /**
@@ -295,19 +317,29 @@ export class SseParser {
    * drops it, but servers that end with a bare `data: [DONE]` are common.
    */
   end(): string[] {
-    const events = this.feed(this.decoder.decode());
-    if (this.line !== '') this.dispatchLine(this.line, events);
-    this.dispatchLine('', events);
-    this.line = '';
+    const events: string[] = [];
+    this.endEvents((data) => events.push(data));
     return events;
   }
 
-  private feed(text: string): string[] {
+  /** Hands each event completed by `chunk` to `onEvent`, with its type. */
+  pushEvents(chunk: Uint8Array, onEvent: (data: string, type: string) => void): void {
+    this.feed(this.decoder.decode(chunk, { stream: true }), onEvent);
+  }
+
+  /** `end`, each event handed to `onEvent` with its type. */
+  endEvents(onEvent: (data: string, type: string) => void): void {
+    this.feed(this.decoder.decode(), onEvent);
+    if (this.line !== '') this.dispatchLine(this.line, onEvent);
+    this.dispatchLine('', onEvent);
+    this.line = '';
+  }
+
+  private feed(text: string, onEvent: (data: string, type: string) => void): void {
     if (!this.started && text.length > 0) {
       this.started = true;
       if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
     }
-    const events: string[] = [];
     let start = 0;
     // The LF of a CRLF split across two chunks ends no second line.
     if (this.afterCarriageReturn && text.charCodeAt(0) === 10) start = 1;
@@ -315,7 +347,7 @@ export class SseParser {
     for (let i = start; i < text.length; i++) {
       const c = text.charCodeAt(i);
       if (c !== 10 && c !== 13) continue;
-      this.dispatchLine(this.line + text.slice(start, i), events);
+      this.dispatchLine(this.line + text.slice(start, i), onEvent);
       this.line = '';
       if (c === 13) {
         if (i + 1 === text.length) this.afterCarriageReturn = true;
@@ -325,22 +357,27 @@ export class SseParser {
     }
     this.line += text.slice(start);
     if (this.size + this.line.length > this.maxEventChars) throw new MalformedEventError(`an event is longer than ${this.maxEventChars} characters`);
-    return events;
   }
 
-  private dispatchLine(line: string, events: string[]): void {
+  private dispatchLine(line: string, onEvent: (data: string, type: string) => void): void {
     if (line === '') {
-      if (this.data.length > 0) events.push(this.data.join('\n'));
+      const { type, data } = this;
+      this.type = '';
       this.data = [];
       this.size = 0;
+      if (data.length > 0) onEvent(data.join('\n'), type === '' ? 'message' : type);
       return;
     }
     if (line.startsWith(':')) return;
     const colon = line.indexOf(':');
     const field = colon < 0 ? line : line.slice(0, colon);
-    if (field !== 'data') return;
+    if (field !== 'data' && field !== 'event') return;
     let value = colon < 0 ? '' : line.slice(colon + 1);
     if (value.startsWith(' ')) value = value.slice(1);
+    if (field === 'event') {
+      this.type = value;
+      return;
+    }
     this.data.push(value);
     this.size += value.length + 1;
   }
@@ -366,8 +403,6 @@ const completionSchema = lazySchema((z) =>
     usage: z.looseObject({ prompt_tokens: z.number(), completion_tokens: z.number() }).nullish(),
   }),
 );
-
-const errorSchema = lazySchema((z) => z.looseObject({ error: z.looseObject({ message: z.string().nullish(), type: z.string().nullish() }) }));
 
 function finishReason(reason: string | null | undefined): EndReason {
   if (reason === 'length' || reason === 'tool_calls' || reason === 'content_filter') return reason;

@@ -73,8 +73,8 @@ export function redactTokens(options: RedactTokensOptions = {}): MonoTypeOperato
 }
 
 /**
- * Wraps `worker` so every answer's text is redacted (`redactTokens`). Its name and
- * `passthrough` are kept; usage still reports what the model generated.
+ * Wraps `worker` so every answer's text is redacted (`redactTokens`). Its name,
+ * `passthrough` and `stages` are kept; usage still reports what the model generated.
  *
  * ## Example
  * ```ts
@@ -88,6 +88,7 @@ export function redactedWorker(worker: ModelWorker<GenerateRequest, Completion>,
   return {
     name: worker.name,
     ...(worker.passthrough === true && { passthrough: true }),
+    ...(worker.stages !== undefined && { stages: worker.stages }),
     generate,
     infer: (request: GenerateRequest, inferOptions: InferOptions = {}) => complete((onDone) => generate(request, { ...inferOptions, onDone })),
   };

@@ -115,6 +115,12 @@ export interface GenerateOptions {
   readonly stage?: string;
   /** Called once when the generation ends, however it ends (after the last token, before the terminal signal). */
   readonly onDone?: (done: GenerationDone) => void;
+  /**
+   * Whose request this is (the tenant of its token). A worker that may answer a request with
+   * another's tokens (the gateway's response cache, its single-flight) shares them only within
+   * a tenant; wrappers pass it on.
+   */
+  readonly tenant?: string;
 }
 
 export interface InferOptions {
@@ -141,6 +147,18 @@ export interface ModelWorker<Input = GenerateRequest, Output = Completion> {
    * (tools, `response_format`, vendor fields) instead of refusing them.
    */
   readonly passthrough?: boolean;
+  /**
+   * Tokens the model attends to, prompt and answer together, when it has such a limit. A request
+   * that cannot fit fails with `ContextLengthExceededError` before any token is decoded.
+   */
+  readonly contextLength?: number;
+  /**
+   * For a worker that is a pipeline of stages counting each request themselves (`sluice-rag`:
+   * guard, embed, retrieve, assemble, generate): their names. A server counts the requests of a
+   * worker without them — a plain model — in a `generate` stage of its own, and never counts a
+   * pipeline's: a request its guard blocked counts once, as the guard's.
+   */
+  readonly stages?: readonly string[];
   generate(request: GenerateRequest, options?: GenerateOptions): Flow<Token>;
   infer(input: Input, options?: InferOptions): Promise<Output>;
 }
@@ -324,6 +342,8 @@ export function decode(request: GenerateRequest, options: GenerateOptions, confi
 class ModelCounts {
   readonly stats = new StageStats();
   started = 0;
+  /** Tokens sent, all generations: what the inspector's rate reads while one streams. */
+  emitted = 0;
   completed = 0;
   aborted = 0;
   failed = 0;
@@ -355,6 +375,8 @@ class DecodeProducer implements Producer, InspectedRun {
   private failed = false;
   /** Counted as started (so its end is counted once, and only then). */
   private counted = false;
+  /** Its model's counts, shared by every generation of that model. */
+  private readonly counts: ModelCounts;
 
   constructor(
     private readonly outlet: Outlet<Token>,
@@ -364,6 +386,7 @@ class DecodeProducer implements Producer, InspectedRun {
     private readonly open: () => Decoding,
   ) {
     this.stops = request.stop && request.stop.length > 0 ? new StopMatcher(request.stop) : undefined;
+    this.counts = countsOf(config.name);
   }
 
   // ---- inspection: a node per model, its elements generations ----
@@ -382,6 +405,7 @@ class DecodeProducer implements Producer, InspectedRun {
     return {
       received: counts.started,
       delivered: counts.completed,
+      emitted: counts.emitted,
       shed: { cancelled: counts.aborted },
       failed: counts.failed,
       buffered: 0,
@@ -467,6 +491,7 @@ class DecodeProducer implements Producer, InspectedRun {
         ? { text, index: this.emitted }
         : { text, index: this.emitted, ...(logprob !== undefined && { logprob }), ...(delta !== undefined && { delta }) };
     this.emitted++;
+    this.counts.emitted++;
     this.outlet.next(token);
   }
 

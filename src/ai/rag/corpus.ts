@@ -1,7 +1,11 @@
-import { readdir, readFile } from 'node:fs/promises';
+import type { Dirent } from 'node:fs';
+import { readdir, readFile, stat } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { join, relative, sep } from 'node:path';
 import { findUp } from '../../core/package-files.js';
+import { InvalidOptionsError } from '../../core/errors.js';
+import { type CorpusSkip, type CorpusSkipReason, decodeDocument, hasText, usableVector } from './document-text.js';
+import { CorpusError } from './errors.js';
 import type { Passage, PassageMetadata } from './passage.js';
 import { VectorIndex } from './vector-index.js';
 
@@ -61,14 +65,88 @@ export function chunkMarkdown(markdown: string, file: string): Passage[] {
 /** What `loadCorpus` reads: Markdown and plain text. */
 const DOCUMENT = /\.(md|markdown|mdx|txt|text)$/i;
 
+/** Files larger than this are not read (`too-large`): a document set has no 8 MiB page of prose. */
+export const DEFAULT_MAX_FILE_BYTES = 8 * 2 ** 20;
+
+export interface LoadCorpusOptions {
+  /** Files larger than this many bytes are skipped as `too-large`. Default 8 MiB. */
+  readonly maxFileBytes?: number;
+  /** Told of every file and passage left out, and why; the rest of the corpus loads. */
+  readonly onSkip?: (skip: CorpusSkip) => void;
+}
+
 /**
  * Reads every Markdown and text file under `directory` (default: the bundled demo corpus),
  * subfolders included, in path order, as passages cited by their path relative to it.
  * Plain text is split like Markdown without headings: one passage per paragraph. Hidden
- * folders and `node_modules` are skipped. A folder with no document fails, naming it.
+ * folders and `node_modules` are skipped.
+ *
+ * A file that is not text (binary, not UTF-8), too large or unreadable, and a passage with no
+ * word in it (a `---` rule, an HTML comment), is left out and reported to `onSkip`. A folder
+ * that is missing, holds no document, or nothing with a word in it fails with `CorpusError`.
  */
-export async function loadCorpus(directory: string = BUNDLED_CORPUS): Promise<Passage[]> {
-  const entries = await readdir(directory, { recursive: true, withFileTypes: true });
+export async function loadCorpus(directory: string = BUNDLED_CORPUS, options: LoadCorpusOptions = {}): Promise<Passage[]> {
+  const maxFileBytes = options.maxFileBytes ?? DEFAULT_MAX_FILE_BYTES;
+  if (!Number.isInteger(maxFileBytes) || maxFileBytes < 1)
+    throw new InvalidOptionsError('corpus options', [
+      { path: 'maxFileBytes', message: `maxFileBytes must be a positive integer, got ${String(maxFileBytes)}` },
+    ]);
+  const skip = (reason: CorpusSkipReason, file: string, detail?: string, id?: string): void =>
+    options.onSkip?.({ reason, file, ...(id !== undefined && { id }), ...(detail !== undefined && { detail }) });
+  const files = await documentsIn(directory);
+  const passages: Passage[] = [];
+  let read = 0;
+  for (const file of files) {
+    const path = join(directory, file);
+    let bytes: Buffer;
+    try {
+      // Checked before reading, so a huge file is never held in memory; and after, in case it grew.
+      if ((await stat(path)).size > maxFileBytes) {
+        skip('too-large', file, `more than ${maxFileBytes} bytes`);
+        continue;
+      }
+      bytes = await readFile(path);
+    } catch (err) {
+      skip('unreadable', file, err instanceof Error ? err.message : String(err));
+      continue;
+    }
+    if (bytes.length > maxFileBytes) {
+      skip('too-large', file, `more than ${maxFileBytes} bytes`);
+      continue;
+    }
+    const decoded = decodeDocument(bytes);
+    if ('skip' in decoded) {
+      skip(decoded.skip, file);
+      continue;
+    }
+    read++;
+    for (const passage of chunkMarkdown(decoded.text, file)) {
+      if (hasText(passage.text)) passages.push(passage);
+      else skip('no-text', file, undefined, passage.id);
+    }
+  }
+  if (passages.length === 0)
+    throw new CorpusError(
+      directory,
+      'nothing-indexable',
+      read === 0
+        ? `none of its ${files.length} documents is readable text`
+        : `no paragraph with a word in it (${read} document${read === 1 ? '' : 's'} read: empty, or only markup)`,
+    );
+  return passages;
+}
+
+/** The documents under `directory`, relative to it, sorted; a `CorpusError` for a folder that cannot be listed or holds none. */
+export async function documentsIn(directory: string): Promise<string[]> {
+  let entries: Dirent[];
+  try {
+    entries = await readdir(directory, { recursive: true, withFileTypes: true });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') throw new CorpusError(directory, 'missing', 'no such directory', err);
+    if (code === 'ENOTDIR') throw new CorpusError(directory, 'not-a-directory', 'not a directory', err);
+    throw new CorpusError(directory, 'unreadable', `cannot be read (${code ?? (err instanceof Error ? err.message : String(err))})`, err);
+  }
   const files = entries
     .filter((e) => e.isFile() && DOCUMENT.test(e.name))
     .map((e) =>
@@ -78,37 +156,80 @@ export async function loadCorpus(directory: string = BUNDLED_CORPUS): Promise<Pa
     )
     .filter((file) => !file.split('/').some((part) => part.startsWith('.') || part === 'node_modules'))
     .sort();
-  if (files.length === 0) throw new Error(`corpus ${directory}: no Markdown or text file (.md, .markdown, .mdx, .txt) in it`);
-  const passages: Passage[] = [];
-  for (const file of files) passages.push(...chunkMarkdown(await readFile(join(directory, file), 'utf8'), file));
-  return passages;
+  if (files.length === 0) throw new CorpusError(directory, 'no-documents', 'no Markdown or text file (.md, .markdown, .mdx, .txt) in it');
+  return files;
+}
+
+export interface IndexPassagesOptions {
+  /** Passages embedded per call. Default 32. */
+  readonly batchSize?: number;
+  readonly signal?: AbortSignal;
+  /** Told of every passage left out (no word in it, or no usable vector), and why; the rest is indexed. */
+  readonly onSkip?: (skip: CorpusSkip) => void;
+  /** What the passages are, in a `CorpusError` (e.g. the corpus folder). Default `passages`. */
+  readonly corpus?: string;
 }
 
 /**
  * Embeds `passages` in batches and indexes them with their text and source, ready
- * for `retrieve`.
+ * for `retrieve`. A passage with no word in it, or whose vector is unusable (all zeros,
+ * not finite, another size than the first), or on which the embedder fails alone, is left
+ * out and reported to `onSkip`. When none is left: `CorpusError` (`nothing-indexable`).
  */
 export async function indexPassages(
   passages: readonly Passage[],
   embedder: (texts: string[], signal: AbortSignal) => Promise<Float32Array[]>,
-  options: { batchSize?: number; signal?: AbortSignal } = {},
+  options: IndexPassagesOptions = {},
 ): Promise<VectorIndex<PassageMetadata>> {
   const batchSize = options.batchSize ?? 32;
   const signal = options.signal ?? new AbortController().signal;
+  const skip = (reason: CorpusSkipReason, passage: Passage, detail?: string): void =>
+    options.onSkip?.({ reason, file: passage.source, id: passage.id, ...(detail !== undefined && { detail }) });
   let index: VectorIndex<PassageMetadata> | undefined;
-  for (let start = 0; start < passages.length; start += batchSize) {
-    const batch = passages.slice(start, start + batchSize);
-    const vectors = await embedder(
-      batch.map((p) => p.text),
-      signal,
-    );
+  let firstError: unknown;
+  const embedAlone = async (passage: Passage): Promise<Float32Array | undefined> => {
+    try {
+      const [vector] = await embedder([passage.text], signal);
+      if (vector === undefined) skip('not-embeddable', passage, 'the embedder returned no vector');
+      return vector;
+    } catch (err) {
+      signal.throwIfAborted();
+      firstError ??= err;
+      skip('not-embeddable', passage, err instanceof Error ? err.message : String(err));
+      return undefined;
+    }
+  };
+  const embeddable = passages.filter((passage) => hasText(passage.text) || (skip('no-text', passage), false));
+  for (let start = 0; start < embeddable.length; start += batchSize) {
+    const batch = embeddable.slice(start, start + batchSize);
+    let vectors: (Float32Array | undefined)[] | undefined;
+    try {
+      vectors = await embedder(
+        batch.map((p) => p.text),
+        signal,
+      );
+    } catch {
+      signal.throwIfAborted();
+    }
+    if (vectors === undefined) {
+      // One passage may fail a whole batch: each alone, so only the ones it cannot embed are left out.
+      vectors = [];
+      for (const passage of batch) vectors.push(await embedAlone(passage));
+    } else if (vectors.length !== batch.length) throw new RangeError(`the embedder returned ${vectors.length} vectors for ${batch.length} passages`);
     batch.forEach((passage, i) => {
       const vector = vectors[i];
-      if (vector === undefined) throw new RangeError(`the embedder returned ${vectors.length} vectors for ${batch.length} passages`);
-      index ??= new VectorIndex<PassageMetadata>(vector.length, { capacity: passages.length });
+      if (vector === undefined) return; // reported by embedAlone
+      if (!usableVector(vector, index?.dim)) return skip('not-embeddable', passage, 'its vector is all zeros, not finite, or of another size');
+      index ??= new VectorIndex<PassageMetadata>(vector.length, { capacity: embeddable.length });
       index.add(passage.id, vector, { text: passage.text, source: passage.source });
     });
   }
-  if (index === undefined) throw new RangeError('cannot index an empty corpus: the dimension comes from the first vector');
+  if (index === undefined)
+    throw new CorpusError(
+      options.corpus ?? 'passages',
+      'nothing-indexable',
+      passages.length === 0 ? 'no passage to index' : `none of its ${passages.length} passages could be embedded`,
+      firstError,
+    );
   return index;
 }

@@ -5,16 +5,33 @@
  *
  * Vectors are returned by reference: callers must not mutate them.
  */
+import { CacheStats } from '../../cache/stats.js';
+
 export class EmbeddingCache {
   readonly capacity: number;
-  hits = 0;
-  misses = 0;
-  evictions = 0;
+  /**
+   * Its hits, misses, evictions, entries and bytes, as every cache of sluice counts them
+   * (export with `SluiceMetrics.registerCache`). Shared with other caches when given one.
+   */
+  readonly stats: CacheStats;
   private readonly entries = new Map<string, Float32Array>();
 
-  constructor(capacity: number) {
+  constructor(capacity: number, stats: CacheStats = new CacheStats()) {
     if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`capacity must be a positive integer, got ${String(capacity)}`);
     this.capacity = capacity;
+    this.stats = stats;
+  }
+
+  get hits(): number {
+    return this.stats.hits;
+  }
+
+  get misses(): number {
+    return this.stats.misses;
+  }
+
+  get evictions(): number {
+    return this.stats.evictions;
   }
 
   get size(): number {
@@ -25,25 +42,40 @@ export class EmbeddingCache {
   get(text: string): Float32Array | undefined {
     const vector = this.entries.get(text);
     if (vector === undefined) {
-      this.misses++;
+      this.stats.misses++;
       return undefined;
     }
-    this.hits++;
+    this.stats.hits++;
     this.entries.delete(text);
     this.entries.set(text, vector);
     return vector;
   }
 
   set(text: string, vector: Float32Array): void {
-    this.entries.delete(text);
+    this.remove(text);
     this.entries.set(text, vector);
+    this.stats.entries++;
+    this.stats.bytes += sizeOf(text, vector);
     if (this.entries.size > this.capacity) {
-      this.entries.delete(this.entries.keys().next().value as string);
-      this.evictions++;
+      this.remove(this.entries.keys().next().value as string);
+      this.stats.evictions++;
     }
   }
 
   has(text: string): boolean {
     return this.entries.has(text);
   }
+
+  private remove(text: string): void {
+    const vector = this.entries.get(text);
+    if (vector === undefined) return;
+    this.entries.delete(text);
+    this.stats.entries--;
+    this.stats.bytes -= sizeOf(text, vector);
+  }
+}
+
+/** The bytes an entry holds, roughly: its vector and its key's UTF-16 characters. */
+function sizeOf(text: string, vector: Float32Array): number {
+  return vector.byteLength + text.length * 2;
 }

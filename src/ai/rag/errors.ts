@@ -73,3 +73,20 @@ export class PromptOverBudgetError extends SluiceError {
 
 /** One class for every empty prompt, wherever it is found. */
 export { EmptyPromptError } from '../../core/errors.js';
+
+/** Why a corpus cannot be served: no such folder, not a folder, unreadable, or nothing in it that can be indexed. */
+export class CorpusError extends SluiceError {
+  constructor(
+    /** The folder, or `passages` when the passages were given directly. */
+    readonly directory: string,
+    readonly reason: 'missing' | 'not-a-directory' | 'unreadable' | 'no-documents' | 'nothing-indexable',
+    /** What is wrong with it, without the folder's name or the hint. */
+    readonly problem: string,
+    cause?: unknown,
+  ) {
+    super('INVALID_CORPUS', `corpus ${directory}: ${problem}`, {
+      hint: 'Point it at a folder of Markdown or text documents (.md, .markdown, .mdx, .txt) with at least one paragraph of words.',
+      ...(cause !== undefined && { cause }),
+    });
+  }
+}

@@ -9,7 +9,8 @@
  * This is what `sluice serve` answers with; it is also the smallest complete example
  * of composing the AI stages into a worker the HTTP and WebSocket servers accept.
  */
-import { concat, defer, map, of, tap, type Observable } from 'rxjs';
+import { catchError, concat, defer, map, of, tap, throwError, type Observable } from 'rxjs';
+import { InvalidOptionsError } from '../../core/errors.js';
 import { lazySchema } from '../../core/zod.js';
 import { asFlow } from '../../resilience/as-flow.js';
 import { parseOptions } from '../../flow/options.js';
@@ -18,6 +19,7 @@ import { fromIterable } from '../../flow/sources.js';
 import type { StageStats } from '../../flow/stats.js';
 import { Traced, traced } from '../../core/trace.js';
 import { EmbeddingCache } from './embedding-cache.js';
+import { CacheStats } from '../../cache/stats.js';
 import type { VectorIndex } from './vector-index.js';
 import type { PassageMetadata } from './passage.js';
 import { stage } from '../../operators/stage.js';
@@ -26,6 +28,8 @@ import { retrieve, type Citation, type Retrieved } from '../stages/retrieve.js';
 import { answerPieces, candidatesOf, composeAnswer, type ExtractOptions, type ExtractedAnswer } from './extract.js';
 import { assemble, type AssembledPrompt, type PromptTokenizer } from '../stages/assemble.js';
 import { guard, type Classifier } from '../stages/guard.js';
+import { ContextLengthExceededError } from '../inference/errors.js';
+import { PromptOverBudgetError } from './errors.js';
 import {
   complete,
   decode,
@@ -48,9 +52,10 @@ export interface RagWorkerOptions {
   readonly name?: string;
   /**
    * Generates the answer from the assembled prompt. Without it the answer is extractive: the
-   * retrieved sentences closest to the question, each cited `[n]`, then the sources.
+   * retrieved sentences closest to the question, each cited `[n]`, then the sources. With a
+   * `contextLength`, the prompt's budget shrinks to leave `maxTokens` of it for the answer.
    */
-  readonly lm?: Pick<ModelWorker, 'generate'>;
+  readonly lm?: Pick<ModelWorker, 'generate' | 'contextLength'>;
   /** Extractive answers: sentences at most, and the least similarity to the question. Default 3 and 0.2. */
   readonly extract?: ExtractOptions;
   /** Turns texts into vectors (e.g. `embedder(pool, tokenizer)`). */
@@ -64,7 +69,7 @@ export interface RagWorkerOptions {
   readonly k?: number;
   /** Passages below this cosine similarity are left out. Default: none. */
   readonly minScore?: number;
-  /** Token budget of the assembled prompt. Default 300. */
+  /** Token budget of the assembled prompt. Default 300, or less: what `lm.contextLength` leaves beside `maxTokens`. */
   readonly budget?: number;
   /** Counts the budget as `lm` does (e.g. the `LocalModel` it runs). Default: an estimate. */
   readonly tokenizer?: PromptTokenizer;
@@ -74,6 +79,8 @@ export interface RagWorkerOptions {
   readonly maxTokens?: number;
   /** Vectors of questions kept, by text. Default 1024. */
   readonly cacheCapacity?: number;
+  /** Hits, misses and evictions of that cache, e.g. to export with `SluiceMetrics.registerCache`. */
+  readonly cacheStats?: CacheStats;
   /** Statistics per stage (shared by every request), e.g. to export with `SluiceMetrics.registerStage`. */
   readonly stats?: Partial<Record<RagStage, StageStats>>;
 }
@@ -83,9 +90,12 @@ const optionsSchema = lazySchema((z) =>
     .object({
       name: z.string().min(1, { error: 'name must not be empty' }).default('sluice-rag'),
       lm: z
-        .custom<Pick<ModelWorker, 'generate'>>((v) => typeof v === 'object' && v !== null && typeof (v as ModelWorker).generate === 'function', {
-          error: 'lm must be a ModelWorker',
-        })
+        .custom<Pick<ModelWorker, 'generate' | 'contextLength'>>(
+          (v) => typeof v === 'object' && v !== null && typeof (v as ModelWorker).generate === 'function',
+          {
+            error: 'lm must be a ModelWorker',
+          },
+        )
         .optional(),
       extract: z
         .object({ sentences: z.number().int().min(1, { error: 'sentences must be ≥ 1' }).optional(), minScore: z.number().min(-1).max(1).optional() })
@@ -111,6 +121,7 @@ const optionsSchema = lazySchema((z) =>
       system: z.string().default('Answer from the context only and cite sources as [n].'),
       maxTokens: z.number().int({ error: 'maxTokens must be an integer' }).min(1, { error: 'maxTokens must be ≥ 1' }).default(120),
       cacheCapacity: z.number().int().min(1, { error: 'cacheCapacity must be ≥ 1' }).default(1024),
+      cacheStats: z.instanceof(CacheStats, { error: 'cacheStats must be a CacheStats' }).optional(),
       stats: z
         .record(
           z.enum(RAG_STAGES),
@@ -139,7 +150,8 @@ const variables = lazySchema((z) => z.object({ question: z.string().min(1) }));
  */
 export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateRequest, Completion> {
   const config = parseOptions(optionsSchema(), options, 'ragWorker options');
-  const cache = new EmbeddingCache(config.cacheCapacity);
+  const budget = promptBudget(config.budget, config.lm?.contextLength, config.maxTokens);
+  const cache = new EmbeddingCache(config.cacheCapacity, config.cacheStats);
   const stats: Partial<Record<RagStage, StageStats>> = config.stats ?? {};
 
   const generate = (request: GenerateRequest, generateOptions: GenerateOptions = {}): Flow<Token> => {
@@ -217,7 +229,7 @@ export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateReques
           schema: variables(),
           variables: (r) => ({ question: r.input.text }),
           passages: (r) => r.passages,
-          budget: config.budget,
+          budget,
           ...(config.tokenizer !== undefined && { tokenizer: config.tokenizer }),
           stats: stats.assemble,
         }),
@@ -231,21 +243,42 @@ export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateReques
                 trace: context.trace,
                 stage: 'generate',
                 ...(generateOptions.onDone !== undefined && { onDone: generateOptions.onDone }),
+                ...(generateOptions.tenant !== undefined && { tenant: generateOptions.tenant }),
               }),
               prompt.citations,
             ),
           { name: 'generate', stats: stats.generate },
         ),
         map((t) => t.value),
+        catchError((err: unknown) => throwError(() => overLong(err, config.name, valid))),
       ),
     );
   };
 
   return {
     name: config.name,
+    stages: config.classify === undefined ? RAG_STAGES.filter((name) => name !== 'guard') : RAG_STAGES,
     generate,
     infer: (request: GenerateRequest, inferOptions: InferOptions = {}) => complete((onDone) => generate(request, { ...inferOptions, onDone })),
   };
+}
+
+/** The assembled prompt's budget: what the model's context leaves beside the answer, when it has a limit. */
+function promptBudget(budget: number, contextLength: number | undefined, maxTokens: number): number {
+  if (contextLength === undefined || budget + maxTokens <= contextLength) return budget;
+  if (contextLength - maxTokens < 16)
+    throw new InvalidOptionsError('ragWorker options', [
+      { path: 'maxTokens', message: `lm's context of ${contextLength} tokens leaves fewer than 16 for the prompt beside maxTokens ${maxTokens}` },
+    ]);
+  return contextLength - maxTokens;
+}
+
+/** A question too long for the prompt's budget, or a prompt too long for the model, as this worker's `ContextLengthExceededError`. */
+function overLong(err: unknown, name: string, request: GenerateRequest): unknown {
+  const param = request.prompt === undefined ? 'messages' : 'prompt';
+  if (err instanceof PromptOverBudgetError) return new ContextLengthExceededError(name, err.budget, err.tokens, undefined, param);
+  if (err instanceof ContextLengthExceededError) return new ContextLengthExceededError(name, err.contextLength, err.promptTokens, err.completionTokens, param);
+  return err;
 }
 
 /**

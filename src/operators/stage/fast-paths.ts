@@ -34,8 +34,8 @@ export function fastPathsOn(): boolean {
 export class FastStageRun<I, O> extends StageRun<I, O> {
   /**
    * The `async` hop: an unsampled element from settled async work (the sender checked, so the
-   * trace is not read again) reaching an idle stage with a spare task starts here, with V8
-   * feedback of its own (see `Outlet.nextSettled`), apart from the sync hop's `take`.
+   * trace is not read again) reaching an idle stage with a spare task starts here, apart from the
+   * sync hop's `take` (rule 4 in run.ts; see `Outlet.nextSettled`).
    */
   override onSettledNext(value: I, trace: TraceRef): void {
     // A spare task means a free slot: tasks are made only to start work in a free slot, so in flight plus spare never exceeds `concurrency`.
@@ -87,8 +87,8 @@ export class FastStageRun<I, O> extends StageRun<I, O> {
   }
 
   /**
-   * `call` for `async` functions, word for word: V8 keeps its feedback per call site, shared by
-   * every stage, and async work seen at the site of sync work turns every sync stage's call generic.
+   * `call` for `async` functions, word for word: a call site of their own, so the sync stages'
+   * stays specialised (rule 4 in run.ts).
    */
   private callAsync(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof FAILED {
     if (currentLink() !== undefined) return this.callUnlinked(value, context, seq, trace, merged);
@@ -122,7 +122,7 @@ export class FastStageRun<I, O> extends StageRun<I, O> {
 
   /**
    * `startTask` at its smallest: a spare task, an ordered stage without timeouts, an unsampled
-   * element. Its callers test for that inline: a shared test costs the async path measurably.
+   * element. Its callers test for that inline, not in a shared helper (rule 2 in run.ts).
    */
   private startPromise(task: Task<I, O>, value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, result: Promise<O>): void {
     this.spare = task.after;
@@ -161,7 +161,7 @@ export class FastStageRun<I, O> extends StageRun<I, O> {
     this.outlet.nextSettled(output, trace);
     this.wip = 0;
     // Nothing buffered and no task behind this one with something to deliver (a stage keeping up): the drain
-    // would only ask upstream for more. A counter, not a look at the next task, whose memory is seldom in cache.
+    // would only ask upstream for more. A counter, not a look at the next task (rule 6 in run.ts).
     if (this.buffer.length !== 0 || this.upstreamDone === true || this.readyBehind !== 0) this.drain();
     else if (this.inlet.starving === true && this.terminated === false) this.askMore(); // a slot was just freed: the room is not 0, no pause to count
   }

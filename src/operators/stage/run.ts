@@ -1,38 +1,54 @@
-/** One subscription of a stage: its buffer, its work in flight, the overflow policies, delivery, and its lifecycle. */
+/**
+ * One subscription of a stage: its intake, its buffer and overflow policies, the drain loop and
+ * the run's end; its tasks (start, settle, delivery, retirement) are in in-flight.ts.
+ *
+ * How the hot path is kept fast under V8 (written here once; figures in docs/internals/stage-hot-path.md):
+ * 1. One shape: `FastStageRun` is the only run class made, and a `Task` or `WorkContext` is always
+ *    built the same way, so field loads and calls stay monomorphic.
+ * 2. Inlining budget: V8 inlines a call chain only up to a budget of bytecode, and the sync hop
+ *    (onTracedNext → take → startNow → call → emitNow → the next stage's onTracedNext) is at it: its
+ *    methods stay small and every rarer case (a result that is not a plain value, buffering, tasks,
+ *    records, an open link scope) is a call out of line.
+ * 3. Flags on hot paths are tested `=== true` / `=== false`: V8 keeps no type for a boolean field,
+ *    so a bare `if (flag)` compiles to a full ToBoolean.
+ * 4. Feedback is kept per call site and shared by every stage: sync and `async` work are called
+ *    from sites of their own, and each fast path has its own, so one kind never turns another generic.
+ * 5. No closure is made per element (its context would be allocated on every call): a task binds its
+ *    Promise callbacks once and is reused.
+ * 6. Memory order: the fields a settle touches come first in `Task`, and counters (`readyBehind`)
+ *    are read in place of tasks whose memory is seldom in cache.
+ */
 import { monotonicNow } from '../../core/clock.js';
 import { type Observable, asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
-import { currentLink, swapLink, withLink, type DemandLink, type Outlet, type Producer } from '../../flow/demand.js';
+import { currentLink, swapLink, type DemandLink, type Outlet, type Producer } from '../../flow/demand.js';
 import { Inlet, type RoomOwner } from '../../flow/inlet.js';
 import { subscribeUpstream, type UpstreamHandler } from '../../flow/upstream.js';
-import { activeIntrospector, subscribedWithin, type InspectedRun, type RunDescription } from '../../flow/introspection.js';
+import type { InspectedRun, RunDescription } from '../../flow/introspection.js';
 import type { KillEvent } from '../../flow/kill-switch.js';
 import type { ShedReason } from '../../flow/options.js';
 import { Ring } from '../../flow/ring.js';
 import { callHook } from '../../flow/report.js';
 import type { StageStats } from '../../flow/stats.js';
-import { AbortedError, DrainTimeoutError, SluiceError, StageError, StageTimeoutError } from '../../core/errors.js';
+import { AbortedError, DrainTimeoutError, SluiceError } from '../../core/errors.js';
 import { SeqSampler, TraceContext, Traced, isSampled, settlementOf, traceOf, type Kept, type TraceRef } from '../../core/trace.js';
-import { type Settlement, forEachSettlement, giveBack } from '../../core/settlement.js';
+import { forEachSettlement, giveBack } from '../../core/settlement.js';
 import type { WorkResult, Work } from '../../flow/work.js';
-import { WorkContext, Pending, type Task } from './task.js';
+import { WorkContext, Pending } from './task.js';
 import { InFlight } from './in-flight.js';
 import type { StageConfig } from './options.js';
 import { overflow, type Overflowing } from './overflow.js';
-import { finishRecord, placeRecord, recordShed, retriesOf } from './records.js';
+import { recordShed, retriesOf } from './records.js';
 
-import { ASYNC_ITERABLE, FAILED, OBSERVABLE, PLAIN, PROMISE, kindOf, threw } from './result-kind.js';
+import { ASYNC_ITERABLE, FAILED, PLAIN, PROMISE, kindOf, threw } from './result-kind.js';
 
-/**
- * One subscription of a stage: the whole state machine, demand accounting included, on its general
- * path. Abstract: `FastStageRun` (fast-paths.ts) is the one class made, so V8 sees one shape.
- */
+/** A stage's general path, demand accounting included; abstract: `FastStageRun` is the one class made (rule 1). */
 export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<I>>, Overflowing<I>, InspectedRun {
   protected readonly inlet: Inlet;
   readonly buffer: Ring<Pending<I>>;
   /** Elements held at most (buffered plus in flight): `Infinity` unless the policy pauses. */
   private readonly limit: number;
   private readonly concurrency: number;
-  private readonly ordered: boolean;
+  protected readonly ordered: boolean;
   /** Ordered, no timeout: a Promise task needs no timer and is listed in start order (see `startPromise`). */
   protected readonly plainPromises: boolean;
   /** `async` work and `plainPromises`: an unsampled element arriving at an idle stage starts by `startSettled`. */
@@ -50,11 +66,11 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
    * be kept out by another that keeps the room just under this.
    */
   private readonly resumeAt: number;
-  private readonly name: string;
+  protected readonly name: string;
   /** The injected scheduler's clock, if any (virtual time); else `monotonicNow()` (`performance.now()`'s time line). */
   private readonly clock: SchedulerLike | undefined;
   private readonly sampler: SeqSampler;
-  private readonly scheduler: SchedulerLike;
+  protected readonly scheduler: SchedulerLike;
   private upstream: Subscription | undefined;
   protected upstreamDone = false;
   protected terminated = false;
@@ -100,7 +116,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     this.sampler = new SeqSampler(config.sampleRate);
   }
 
-  /** A method, not a closure per run: the call site stays monomorphic and inlines the clock read. */
+  /** A method, not a closure per run, so the clock read inlines (rule 1). */
   protected now(): number {
     return this.clock === undefined ? monotonicNow() : this.clock.now();
   }
@@ -222,15 +238,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     if (input instanceof Traced) giveBack(input.value, input.trace.settlement);
   }
 
-  /*
-   * The hot path is onTracedNext → take → startNow → call → emitNow → the next stage's
-   * onTracedNext. V8 inlines a call chain only up to ~920 bytes of bytecode, and the hop
-   * was at that limit, so these stay small and every rarer case (a result that is not a plain
-   * value, buffering, tasks, timing records, an open link scope) is a call out of them.
-   *
-   * Flags on these paths are tested as `flag === true` / `flag === false`, not `if (flag)`:
-   * V8 keeps no type for a boolean field, so a bare test compiles to a full ToBoolean.
-   */
+  // The sync hop starts here: rules 2 and 3 of the header hold from `accept` to `emitNow`.
   private accept(input: I | Traced<I>, asked: boolean): void {
     if (input instanceof Traced) this.take((input as Traced<I>).value, (input as Traced<I>).trace, asked);
     else this.take(input, this.sampler.at(this.seq) === true ? new TraceContext(this.seq, true) : this.seq, asked); // a bare seq: see `TraceRef`
@@ -258,8 +266,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
 
   /** Nothing is ahead of the element and downstream wants: work starts at once, and a plain result goes straight out unless ordered tasks are ahead of it. */
   private startNow(value: I, trace: TraceRef, seq: number): void {
-    // `begin` for an element straight from upstream: its own copy of the dispatch keeps V8's feedback here the direct path's
-    // (mostly plain results), apart from buffered starts (mostly Promise work).
+    // `begin`'s dispatch copied: direct starts (mostly plain results) keep feedback apart from buffered ones (rule 4).
     if (this.asyncWork === true) {
       this.startAsync(value, seq, trace);
       return;
@@ -273,13 +280,10 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     else this.startLater(value, context, seq, trace, result, kind, startedAt);
   }
 
-  /**
-   * The `async` function path (`FastStageRun`): `asyncWork` is true only with the fast paths on. A
-   * hook, not an override of `startNow`: a call more on the sync hop would cost it its inlining.
-   */
+  /** The `async` function path (`FastStageRun`, fast paths on): a hook, not an override of `startNow` (rule 2). */
   protected abstract startAsync(value: I, seq: number, trace: TraceRef): void;
 
-  /** `startNow` for a result that is not a plain value going straight out: kept out of the hop's inlined code. */
+  /** `startNow` for a result that is not a plain value going straight out (out of line, rule 2). */
   protected startLater(
     value: I,
     context: WorkContext | undefined,
@@ -445,172 +449,10 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     trace.lastExit = end;
   }
 
-  protected startTask(
-    value: I,
-    context: WorkContext | undefined,
-    seq: number,
-    trace: TraceRef,
-    result: WorkResult<O>,
-    kind: number,
-    startedAt: number,
-    enqueuedAt: number,
-    merged: number,
-  ): void {
-    // Outputs of one element share its context: work with many (an Observable, an AsyncIterable) makes it now (see `TraceRef`).
-    if (kind >= OBSERVABLE) trace = traceOf(trace);
-    const task = this.taskFor(value, context, seq, trace, merged, this.plainPromises);
-    if (isSampled(trace)) {
-      task.startedAt = startedAt;
-      task.queueWait = enqueuedAt >= 0 ? startedAt - enqueuedAt : 0;
-    }
-    this.inFlight++;
-    if (this.ordered === true) this.append(task);
-    else this.link(task);
-    if (this.config.timeout !== undefined) this.startTimer(task, this.config.timeout);
-    // No closure is made here: a function that makes one allocates its context on every call.
-    if (kind === PROMISE) {
-      // A Promise calls one callback once (a thenable may not): once retired, nothing can reach the task.
-      task.reusable = task.timer === undefined && result instanceof Promise;
-      (result as PromiseLike<O>).then(task.fulfilled, task.rejected);
-    } else {
-      this.startOther(task, result, kind);
-    }
-  }
-
-  /** `startTask` for a result that is not a Promise (out of line: Promise work is the hot path). */
-  private startOther(task: Task<I, O>, result: WorkResult<O>, kind: number): void {
-    switch (kind) {
-      case PLAIN:
-        task.reusable = task.timer === undefined;
-        task.push(result as O);
-        this.taskDone(task);
-        return;
-      case OBSERVABLE:
-        this.subscribeResult(task, result as Observable<O>);
-        return;
-      case ASYNC_ITERABLE:
-        task.iterator = (result as AsyncIterable<O>)[Symbol.asyncIterator]();
-        this.pullIterator(task);
-        return;
-    }
-  }
-
-  private startTimer(task: Task<I, O>, timeout: number): void {
-    task.timer = this.scheduler.schedule(() => {
-      task.timer = undefined;
-      const error = new StageTimeoutError(this.name, task.seq, timeout);
-      task.context?.abort(error);
-      this.taskFailed(task, error);
-    }, timeout);
-  }
-
-  /** An Observable result: the task is its demand link, so a Flow of tokens waits while its output waits. */
-  private subscribeResult(task: Task<I, O>, result: Observable<O>): void {
-    const subscribe = () =>
-      withLink(task, () =>
-        result.subscribe({
-          next: (output) => this.taskOutput(task, output),
-          error: (err: unknown) => this.taskFailed(task, err),
-          complete: () => this.streamDone(task),
-        }),
-      );
-    // An inspector learns that the Flows starting now feed this stage (their link is the task, not ours).
-    task.subscription = activeIntrospector() === undefined ? subscribe() : subscribedWithin(this, subscribe);
-    if (task.closed) task.subscription.unsubscribe();
-  }
-
-  /** A Promise result settled (called by `Task.fulfilled`). */
-  taskFulfilled(task: Task<I, O>, output: O): void {
-    if (task.closed === true) return;
-    task.push(output);
-    this.taskDone(task);
-  }
-
-  private pullIterator(task: Task<I, O>): void {
-    const iterator = task.iterator!;
-    if (task.iterating || task.done || task.closed) return;
-    task.iterating = true;
-    iterator.next().then(
-      (step) => {
-        task.iterating = false;
-        if (task.closed) return;
-        if (step.done) this.streamDone(task);
-        else this.taskOutput(task, step.value);
-      },
-      (err: unknown) => {
-        task.iterating = false;
-        this.taskFailed(task, err);
-      },
-    );
-  }
-
-  /** An output of streaming work: one more copy of its element is on its way downstream. */
-  private taskOutput(task: Task<I, O>, output: O): void {
-    if (task.closed === true) return;
-    settlementOf(task.trace)?.hold();
-    task.push(output);
-    this.ready(task);
-  }
-
-  /** Streaming work ended: its own copy of the element is done (its outputs settle downstream). */
-  private streamDone(task: Task<I, O>): void {
-    if (task.closed === true || task.done === true) return;
-    forEachSettlement(task.value, settlementOf(task.trace), settleDelivered);
-    this.taskDone(task);
-  }
-
-  private taskDone(task: Task<I, O>): void {
-    if (task.closed === true || task.done === true) return;
-    task.done = true;
-    if (task.timer !== undefined) {
-      task.timer.unsubscribe();
-      task.timer = undefined;
-    }
-    this.ready(task);
-  }
-
-  /** Work failed: thrown, rejected (`Task.rejected`), errored, or timed out. */
-  taskFailed(task: Task<I, O>, err: unknown): void {
-    if (task.closed || task.failed) return;
-    const error = err instanceof SluiceError ? err : new StageError(this.config.name, task.seq, err);
-    activeIntrospector()?.elementFailed?.(this, task.seq, error);
-    forEachSettlement(task.value, settlementOf(task.trace), (settlement) => settlement.fail(error));
-    if (this.config.errorPolicy === 'fail') {
-      this.fail(error);
-      return;
-    }
-    task.failed = true;
-    task.done = true;
-    this.closeTask(task);
-    // Counted when it leaves its slot (`retire`): ordered, it may wait for its turn, still in flight.
-    callHook(this.config.onFailure, { stage: this.config.name, error, value: task.value, seq: task.seq, trace: traceOf(task.trace) });
-    this.ready(task);
-  }
-
   protected workFailed(value: I, seq: number, trace: TraceRef, merged: number, err: unknown): void {
-    // Typed errors pass as they are, thrown or rejected alike: callers match on their code.
-    const error = err instanceof SluiceError ? err : new StageError(this.config.name, seq, err);
     this.stats.failed += 1 + merged;
-    activeIntrospector()?.elementFailed?.(this, seq, error);
-    forEachSettlement(value, settlementOf(trace), (settlement) => settlement.fail(error));
-    if (this.config.errorPolicy === 'fail') {
-      this.fail(error);
-      return;
-    }
-    callHook(this.config.onFailure, { stage: this.config.name, error, value, seq, trace: traceOf(trace) });
-  }
-
-  private ready(task: Task<I, O>): void {
-    if (this.ordered === false) {
-      if (task.queued === false) {
-        task.queued = true;
-        this.queue.push(task);
-      }
-    } else if (task.queued === false && task !== this.firstTask) {
-      task.queued = true; // ordered: marked once, until retired (see `readyBehind`)
-      this.readyBehind++;
-    }
-    this.drain();
+    const error = this.elementFailed(value, seq, trace, err);
+    if (error !== undefined) callHook(this.config.onFailure, { stage: this.config.name, error, value, seq, trace: traceOf(trace) });
   }
 
   /** The drain loop: deliver, start work, finish; then ask upstream for more. Never re-entered. */
@@ -654,120 +496,11 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     return started;
   }
 
-  /** Something to deliver: ordered, the oldest task has an output or is done; unordered, any queued task. */
-  private hasReady(): boolean {
-    if (this.ordered === false) return this.queue.length !== 0;
-    const head = this.firstTask;
-    return head !== undefined && (head.outputs > 0 || head.done === true);
-  }
-
-  private deliverOrdered(): void {
-    for (let task = this.firstTask; task !== undefined && this.terminated === false; task = this.firstTask) {
-      if (task.outputs > 0) {
-        if (this.emitFrom(task) === false) return;
-      } else if (task.done === true) {
-        this.dropOldest(task);
-        this.retire(task);
-      } else {
-        return;
-      }
-    }
-  }
-
-  private deliverUnordered(): void {
-    for (let task = this.queue.peek(); task !== undefined && !this.terminated; task = this.queue.peek()) {
-      if (task.outputs > 0) {
-        if (this.emitFrom(task) === false) return;
-      } else {
-        this.queue.shift();
-        task.queued = false;
-        if (task.done) this.retire(task);
-      }
-    }
-  }
-
-  /** Emits one output of `task` if downstream wants it; returns whether it did. */
-  private emitFrom(task: Task<I, O>): boolean {
-    if (this.outlet.wants() === false) {
-      if (isSampled(task.trace) && task.waitingSince < 0) task.waitingSince = this.now();
-      return false;
-    }
-    const output = task.shift();
-    this.stats.emittedCount++;
-    // Most tasks yield one output, unsampled: nothing more to do here (the rest is out of line, off the hop's inlined code).
-    if (isSampled(task.trace) || (task.outputs === 0 && task.done === false)) this.emittedFrom(task);
-    this.outlet.nextTraced(output, task.trace);
-    return true;
-  }
-
-  /** After `emitFrom` took an output: the time a sampled task waited for demand, and a streaming task's next output. */
-  private emittedFrom(task: Task<I, O>): void {
-    if (isSampled(task.trace)) {
-      if (task.waitingSince >= 0) {
-        task.paused += this.now() - task.waitingSince;
-        task.waitingSince = -1;
-      }
-      // An output before the last: it will collect records downstream before this task is done.
-      if (task.kept === undefined && task.recorded === false && (task.outputs > 0 || task.done === false)) placeRecord(task, this.name, this.now());
-    }
-    if (task.outputs > 0) return;
-    if (task.done === false) {
-      if (task.iterator) this.pullIterator(task);
-      else if (task.subscription) task.resumeProducers();
-    } else if (isSampled(task.trace)) {
-      this.finishRecord(task); // the last output carries the complete record downstream
-    }
-  }
-
-  /**
-   * A streaming task ended early: besides the copy its shed or failure released (its stream's;
-   * none if the stream had ended), each output still waiting here was a copy of the element.
-   */
-  private releaseOutputs(task: Task<I, O>): void {
-    const settlement = settlementOf(task.trace);
-    if (settlement === undefined || (task.subscription === undefined && task.iterator === undefined)) return;
-    for (let copy = task.done ? 1 : 0; copy < task.outputs; copy++) settlement.shed('cancelled');
-  }
-
-  /** Finished, and its last output already went downstream (the consumer may end the run while taking it). */
-  private delivered(task: Task<I, O>): boolean {
-    return task.done && task.outputs === 0;
-  }
-
-  private retire(task: Task<I, O>): void {
-    if (task.queued === true) {
-      task.queued = false; // ordered (unordered tasks leave the queue unmarked)
-      this.readyBehind--;
-    }
-    this.inFlight--;
-    if (this.ordered === false) this.unlink(task);
-    if (task.reusable === false) this.closeTask(task);
-    if (task.failed === false) this.stats.deliveredCount += 1 + task.merged;
-    else this.stats.failed += 1 + task.merged;
-    if (isSampled(task.trace)) this.finishRecord(task);
-    if (task.reusable === true) this.spareTask(task);
-  }
-
-  private finishRecord(task: Task<I, O>): void {
-    if (task.recorded === false) finishRecord(task, this.name, this.now());
-  }
-
   shed(value: I, trace: TraceRef, seq: number, reason: ShedReason, count: number, kept?: Kept): void {
     this.stats.shed[reason] += count;
     if (isSampled(trace)) recordShed(trace, this.name, reason, kept);
     forEachSettlement(value, settlementOf(trace), (settlement) => settlement.shed(reason));
     if (this.config.onShed !== undefined) callHook(this.config.onShed, { stage: this.config.name, reason, value, seq, trace: traceOf(trace), count });
-  }
-
-  protected closeTask(task: Task<I, O>): void {
-    if (task.closed) return;
-    task.closed = true;
-    task.timer?.unsubscribe();
-    task.timer = undefined;
-    task.subscription?.unsubscribe();
-    if (task.iterator && !task.done) {
-      task.iterator.return?.().then(undefined, () => {});
-    }
   }
 
   /** No more input will be taken; what is buffered and in flight still finishes. */
@@ -853,8 +586,4 @@ export function describeValue(value: unknown): string {
 
 export function describe(reason: unknown): string {
   return reason instanceof Error ? reason.message : String(reason);
-}
-
-function settleDelivered(settlement: Settlement): void {
-  settlement.deliver();
 }

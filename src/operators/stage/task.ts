@@ -12,8 +12,7 @@ export interface TaskOwner<I, O> {
 }
 
 export class WorkContext implements StageContext {
-  // Assigned in the constructor only (`declare`): with field initializers every `new` runs an
-  // initializer function too, and its bytecode counts against V8's inlining budget on the hot path.
+  // Assigned in the constructor only (`declare`): field initializers add a function to every `new` (rule 2 in run.ts).
   declare readonly stage: string;
   declare readonly seq: number;
   declare readonly trace: TraceContext;
@@ -61,14 +60,22 @@ export class Pending<I> {
  * nothing can call back into it any more: its work returned a plain value or a native
  * Promise (which settles once) and no timer was set. Reuse saves the task, its two
  * callbacks and their context on every element of Promise work.
+ *
+ * In the run's list of tasks in flight its state is one of these, kept in three flags
+ * (fields, not an enum, for the hot path); out of the list it is retired, closed, and spare if `reusable`:
+ * - working: `!done && !closed`; a streaming task may already hold outputs;
+ * - settled: `done && !failed && !closed`; its outputs wait for demand or, ordered, for its turn;
+ * - failed: `done && failed && closed`; it waits, ordered, for its turn to leave its slot;
+ * - aborted: `closed && !failed`, only while the run ends (cancel, fail).
+ * Beside the state: `queued` (marked ready to deliver), `iterating` (an AsyncIterable's `next()`
+ * is pending), `recorded` (its sampled record is complete), `quick` and `reusable` (set at start).
  */
 export class Task<I, O> implements DemandLink {
-  // Field order is memory order: what every settle reads or writes comes first (closed, quick, reusable,
-  // after, trace, merged, value), then what a start writes; at concurrency 16 a settle's task is seldom in cache.
+  // Field order is memory order: what a settle touches first, then what a start writes (rule 6 in run.ts).
   closed = false;
   /**
    * Settles by `taskFulfilled`'s shortcut when it can: an ordered stage without timeouts, an unsampled
-   * element. On the task's own cache line, so a settle touches neither the stage's options nor the trace.
+   * element. Kept on the task, so a settle reads neither the stage's options nor the trace.
    */
   quick = false;
   reusable = false;

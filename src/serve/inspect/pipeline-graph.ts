@@ -36,11 +36,13 @@ export interface NodeSnapshot extends RunDescription {
   readonly demand: number | null;
   readonly received: number;
   readonly delivered: number;
+  /** Outputs sent downstream: `delivered`, unless an element leaves as many (a generation's tokens, a stream's items). */
+  readonly emitted: number;
   readonly shed: Readonly<Record<ShedReason, number>>;
   readonly failed: number;
   /** received − (delivered + shed + failed + buffered + in flight): 0 when every element is accounted for. */
   readonly unaccounted: number;
-  /** Elements delivered per second, over the last sample. */
+  /** Outputs emitted per second, over the last sample: a streaming stage's rate while its elements stream. */
   readonly throughput: number;
   /** Throughput at each of the last samples, oldest first. */
   readonly sparkline: readonly number[];
@@ -145,7 +147,7 @@ class Node {
   /** Consumer links not known yet when its run started (a consumer that registers after): resolved when sampled. */
   readonly pending = new Set<DemandLink>();
   endedAt: number | undefined;
-  lastDelivered: number;
+  lastEmitted: number;
   lastAt: number;
   times: Histogram | undefined;
   constructor(
@@ -158,7 +160,7 @@ class Node {
   ) {
     this.states = new Ring(window);
     this.rates = new Ring(sparkline);
-    this.lastDelivered = 0;
+    this.lastEmitted = 0;
     this.lastAt = now;
   }
 }
@@ -195,6 +197,8 @@ export class PipelineGraph implements Introspector {
       deadLetters: options.deadLetters ?? 20,
     };
     this.scheduler = options.scheduler ?? asyncScheduler;
+    // Loaded here, so a missing or broken histogram library fails the construction, never a request.
+    hdrHistogram();
   }
 
   /** Sees every run started from now on, and samples on the interval. */
@@ -298,10 +302,11 @@ export class PipelineGraph implements Introspector {
         continue;
       }
       const counts = countersOf(node);
-      const delivered = counts.delivered;
+      // Outputs, not finished inputs: a stage streaming one long generation delivers nothing until it ends.
+      const emitted = counts.emitted ?? counts.delivered;
       const seconds = (now - node.lastAt) / 1000;
-      push(node.rates, seconds > 0 ? (delivered - node.lastDelivered) / seconds : 0, this.config.sparkline);
-      node.lastDelivered = delivered;
+      push(node.rates, seconds > 0 ? (emitted - node.lastEmitted) / seconds : 0, this.config.sparkline);
+      node.lastEmitted = emitted;
       node.lastAt = now;
       if (node.runs.size > 0) push(node.states, stateOf(counts.buffered, counts.inFlight, demandOf(node)), this.config.window);
     }
@@ -339,7 +344,7 @@ export class PipelineGraph implements Introspector {
   }
 
   private nodeSnapshot(node: Node): NodeSnapshot {
-    const { received, delivered, failed, buffered, inFlight, shed: shedBy } = countersOf(node);
+    const { received, delivered, emitted, failed, buffered, inFlight, shed: shedBy } = countersOf(node);
     const shed = { 'buffer-full': 0, evicted: 0, lagging: 0, cancelled: 0, ...shedBy };
     const shedTotal = Object.values(shed).reduce((a, b) => a + b, 0);
     const demand = demandOf(node);
@@ -358,6 +363,7 @@ export class PipelineGraph implements Introspector {
       demand: Number.isFinite(demand) ? demand : null,
       received,
       delivered,
+      emitted: emitted ?? delivered,
       shed,
       failed,
       unaccounted: received - (delivered + shedTotal + failed + buffered + inFlight),
@@ -414,7 +420,15 @@ function newHistogram(): Histogram {
 function countersOf(node: Node): RunCounters {
   if (node.counters !== undefined) return node.counters();
   const stats = node.stats;
-  return { received: stats.received, delivered: stats.delivered, shed: stats.shed, failed: stats.failed, buffered: stats.buffered, inFlight: stats.inFlight };
+  return {
+    received: stats.received,
+    delivered: stats.delivered,
+    emitted: stats.emitted,
+    shed: stats.shed,
+    failed: stats.failed,
+    buffered: stats.buffered,
+    inFlight: stats.inFlight,
+  };
 }
 
 /** Runs of the node's operator, not counting parts of them (a fan-out's lanes). */

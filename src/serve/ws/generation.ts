@@ -19,6 +19,8 @@ export class GenerationContext implements GenerateOptions {
   constructor(
     readonly trace: TraceContext,
     readonly stage: string,
+    /** An own property: a wrapper that spreads the options passes it on. */
+    readonly tenant?: string,
   ) {}
 
   /** Made on first read. A getter, as `StageContext.signal` is: a wrapper worker passes it on by name, not by spreading the options. */

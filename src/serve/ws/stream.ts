@@ -19,6 +19,8 @@ import { GenerationContext } from './generation.js';
 export interface StreamHost {
   readonly limits: Pick<TokenSocketLimits, 'conflateLimit' | 'maxTokens'>;
   readonly counters: Counters;
+  /** The tenant of the connection's token (`anonymous-<n>` on an open server). */
+  readonly tenant: string;
   /** True while a token frame may be sent now. */
   writable(): boolean;
   send(frame: TokenFrame | DoneFrame): void;
@@ -57,7 +59,7 @@ export class Stream {
 
   start(worker: TokenWorker, request: GenerateRequest): void {
     try {
-      const generation = (this.generation = new GenerationContext(this.telemetry.trace, worker.name));
+      const generation = (this.generation = new GenerationContext(this.telemetry.trace, worker.name, this.host.tenant));
       const flow = worker.generate(request, generation);
       this.limit = new TokenCap(request.max_tokens ?? this.host.limits.maxTokens);
       this.subscription = subscribeWithDemand<Token>(flow, this);
