@@ -95,7 +95,7 @@ describe('sluice/nats on a three-node JetStream cluster', () => {
     const random = seededRandom(seed);
     const own = await startNatsCluster();
     const connection = await connect({ servers: [...own.urls], reconnectTimeWait: 100, maxReconnectAttempts: -1 });
-    const workers = workerPool(() => [own.urls.join(','), 'any-jobs', 'any-results', '5', '--replicas=3'], 2);
+    let workers: ReturnType<typeof workerPool> | undefined;
     let subscription: { unsubscribe(): void } | undefined;
     try {
       const total = 400;
@@ -103,6 +103,8 @@ describe('sluice/nats on a three-node JetStream cluster', () => {
         openLink<number>(connection, { name: 'any-jobs', capacity: 64, ackWait: 1_500, creditInterval: 50, replicas: 3 }),
       );
       const results = await openLink<number>(connection, { name: 'any-results', capacity: 1_000, ackWait: 1_500, creditInterval: 50, replicas: 3 });
+      // Started once the links are open: a worker opening them before the cluster elected its leader would exit.
+      workers = workerPool(() => [own.urls.join(','), 'any-jobs', 'any-results', '5', '--replicas=3'], 2);
       await workers.ready;
       const leaderOf = async (stream: string) => (await jobs.jsm.streams.info(stream)).cluster?.leader;
       const stats = new LinkReceiverStats();
@@ -143,7 +145,7 @@ describe('sluice/nats on a three-node JetStream cluster', () => {
       }
     } finally {
       subscription?.unsubscribe();
-      workers.close();
+      workers?.close();
       await connection.close();
       await own.close();
     }

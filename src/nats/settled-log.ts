@@ -39,10 +39,13 @@ export class SettledLog {
     const { js, jsm, settledStream } = this.link;
     const before = (await jsm.streams.info(settledStream)).state;
     const messages = await (await js.consumers.get(settledStream)).consume();
+    this.stopFollowing?.(); // a start tried again after a passing failure
     this.stopFollowing = () => void messages.close();
-    const window = this.link.config.dedupWindow;
-    this.pruneTimer = setInterval(() => this.prune(Date.now() - window), Math.max(1_000, window / 4));
-    this.pruneTimer.unref();
+    if (this.pruneTimer === undefined) {
+      const window = this.link.config.dedupWindow;
+      this.pruneTimer = setInterval(() => this.prune(Date.now() - window), Math.max(1_000, window / 4));
+      this.pruneTimer.unref();
+    }
     let caughtUp: () => void = () => {};
     const ready = new Promise<void>((resolve) => (caughtUp = resolve));
     if (before.messages === 0) caughtUp();
@@ -57,8 +60,16 @@ export class SettledLog {
       }
     })();
     // The last record may have expired meanwhile, leaving nothing to read.
-    if ((await jsm.streams.info(settledStream)).state.messages === 0) caughtUp();
-    await ready;
+    jsm.streams.info(settledStream).then(
+      (now) => now.state.messages === 0 && caughtUp(),
+      () => {},
+    );
+    // A stream that is not read within a while (a cluster electing its leader): the caller tries again.
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error('the settled-ids stream was not read in 10 s')), 10_000);
+    });
+    await Promise.race([ready, late]).finally(() => clearTimeout(timer));
   }
 
   /** Whether `id` was settled by a receiver of the link within the window. */

@@ -269,9 +269,18 @@ class LinkProducer<T> implements Producer, InspectedRun {
     this.trials = new Trials(this.link as Link<unknown>, (seq) => this.holds(seq));
     this.ticker = setInterval(() => this.tick(), this.link.config.ackWait / 2);
     this.ticker.unref();
-    // The contract first: no message is pulled before the link's producers and this receiver agree.
+    this.begin();
+  }
+
+  /**
+   * The contract first: no message is pulled before the link's producers and this receiver agree;
+   * then every id settled before this receiver started is known before it pulls a first message.
+   * A passing failure (a timeout while a cluster elects a leader, a reconnect) is tried again
+   * every `creditInterval`; a definite one fails the flow.
+   */
+  private begin(): void {
+    if (this.done) return;
     agreeOnContract(this.link as Link<unknown>, 'receiver')
-      // Every id settled before this receiver started is known before it pulls a first message.
       .then(() =>
         this.settledLog.start().catch((error: unknown) => {
           throw refused(this.link.config.name, `its settled-ids stream ${this.link.settledStream} could not be read`, error);
@@ -283,8 +292,17 @@ class LinkProducer<T> implements Producer, InspectedRun {
           this.consumer = consumer;
           this.pull();
         },
-        (error: unknown) =>
-          this.fail(error instanceof LinkError ? error : refused(this.link.config.name, `its consumer ${this.link.durable} could not be found`, error)),
+        (error: unknown) => {
+          if (this.done) return;
+          const cause = error instanceof LinkError ? error.cause : error;
+          const passing = (!(error instanceof LinkError) || error.code === 'LINK_REFUSED') && !definite(cause) && !this.link.connection.isClosed();
+          if (!passing) {
+            this.fail(error instanceof LinkError ? error : refused(this.link.config.name, `its consumer ${this.link.durable} could not be found`, error));
+            return;
+          }
+          this.config.stats.pullRetries++;
+          setTimeout(() => this.begin(), this.link.config.creditInterval);
+        },
       );
   }
 
