@@ -31,6 +31,8 @@ import type { InferencePoolStats } from '../ai/models/pool.js';
 import { BUNDLED_CORPUS, documentsIn } from '../ai/rag/corpus.js';
 import { type Backend, type LocalModelSpec, embeddedBackend, gatewayBackend } from './backends.js';
 import { createHttpHandler } from './http.js';
+import { sendError } from './http-io.js';
+import { ApiError } from './openai-wire.js';
 import { SluiceMetrics } from './metrics.js';
 import { bearerOf, pathOf } from './protocol.js';
 import { attachTokenSocket, type TokenSocketEvent, type TokenSocketLimits, type TokenSocketStats } from './ws-server.js';
@@ -353,16 +355,9 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     const guardHost = open && !config.insecure;
     const server = createServer((req, res) => {
       if (guardHost && !loopbackHost(req.headers.host)) {
-        res.writeHead(403, { 'content-type': 'application/json' });
-        return void res.end(
-          JSON.stringify({
-            error: {
-              message: 'This open server answers only requests addressed to a loopback host.',
-              type: 'invalid_request_error',
-              param: null,
-              code: 'forbidden_host',
-            },
-          }),
+        return sendError(
+          res,
+          new ApiError(403, 'This open server answers only requests addressed to a loopback host.', 'invalid_request_error', 'forbidden_host'),
         );
       }
       const path = pathOf(req.url);
