@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import { serveOptions, workerOptions } from '../src/cli.js';
 import { type Command, FLAGS, type Flag } from '../src/cli/flags.js';
+import { SERVE_RULES } from '../src/serve/serve-rules.js';
 
 const BIN = fileURLToPath(new URL('../bin/sluice.js', import.meta.url));
 /** What the flags that need another flag are given beside it. */
@@ -77,7 +78,9 @@ describe('the flag table of the sluice command', () => {
   for (const flag of FLAGS.filter((f) => f.to !== undefined)) {
     const command: Command = flag.help.serve !== undefined ? 'serve' : 'worker';
     it(`--${flag.name} and ${flag.env?.[0]} map alike to ${flag.to}, the flag winning`, () => {
-      const base = withoutFlag(BASE[command], flag.name);
+      // Only a flag a rule ties to others is given them; the rest stand alone (--nats excludes --upstream).
+      const tied = SERVE_RULES.some((rule) => flag.to === rule.field || flag.to!.startsWith(`${rule.field}.`));
+      const base = command === 'worker' ? (flag.name === 'nats' ? [] : BASE.worker) : tied ? withoutFlag(BASE.serve, flag.name) : [];
       fc.assert(
         fc.property(values(flag), values(flag), (value, other) => {
           assert.deepEqual(at(optionsOf(command, [...base, ...asFlags(flag, value)], {}), flag.to!), value);
@@ -95,6 +98,47 @@ describe('the flag table of the sluice command', () => {
       assert.throws(() => optionsOf(command, [...BASE[command], `--${flag.name}=many`], {}), new RegExp(`--${flag.name}: expected a whole number`));
       const variable = flag.env![0]!;
       assert.throws(() => optionsOf(command, BASE[command], { [variable]: 'many' }), new RegExp(`${variable}: expected a whole number`));
+    }
+  });
+});
+
+describe('the rules across serve options', () => {
+  /** A value of each field a rule names, as an option and as the flags that set it. */
+  const FIELDS: Readonly<Record<string, { readonly option: unknown; readonly flags: readonly string[] }>> = {
+    ragModel: { option: 'm', flags: ['--rag-model', 'm'] },
+    gateway: { option: { attempts: 2 }, flags: ['--upstream-attempts', '2'] },
+    localModels: { option: ['some/dir'], flags: ['--model', 'some/dir'] },
+    languageModel: { option: { name: 'lm', generate: () => undefined, infer: () => undefined }, flags: ['--nats', 'nats://127.0.0.1:4222'] },
+    upstreams: { option: [{ baseUrl: 'http://127.0.0.1:9/v1', models: ['m'] }], flags: ['--upstream', 'http://127.0.0.1:9/v1#models=m'] },
+    corpus: { option: 'docs', flags: ['--corpus', 'docs'] },
+  };
+  /** Each way of breaking each rule: the fields set. */
+  const breaking = SERVE_RULES.flatMap((rule) => [
+    ...(rule.needs ?? []).map((missing) => ({ rule, set: [rule.field, ...rule.needs!.filter((f) => f !== missing)] })),
+    ...(rule.excludes === undefined ? [] : [{ rule, set: [rule.field, rule.excludes] }]),
+  ]);
+
+  it('are checked by the server at construction, at the field of the rule', async () => {
+    const { startServer } = await import('../src/serve/app.js');
+    const { InvalidOptionsError } = await import('../src/core/errors.js');
+    for (const { rule, set } of breaking) {
+      const options = Object.fromEntries(set.map((field) => [field, FIELDS[field]!.option]));
+      await assert.rejects(
+        startServer({ port: 0, ...options }).then((running) => running.shutdown()),
+        (err: unknown) => err instanceof InvalidOptionsError && err.issues.some((issue) => issue.path === rule.field && issue.message.includes(rule.why)),
+        `${set.join(' + ')}`,
+      );
+    }
+  });
+
+  it('are checked by the command on its flags, naming them', () => {
+    for (const { rule, set } of breaking) {
+      const argv = set.flatMap((field) => FIELDS[field]!.flags);
+      assert.throws(
+        () => serveOptions(argv, {}),
+        (err: unknown) => err instanceof Error && err.message.includes(FIELDS[rule.field]!.flags[0]!) && err.message.includes(rule.why),
+        argv.join(' '),
+      );
     }
   });
 });

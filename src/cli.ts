@@ -19,6 +19,7 @@ import { PII_KINDS, type PiiKind } from './ai/stages/redact.js';
 import { pinoPeer, requirePeers } from './core/peers.js';
 import type { PeerUser } from './core/peer-list.js';
 import type { RequestLogEntry } from './serve/request-log.js';
+import { ruleViolations } from './serve/serve-rules.js';
 import { type Command, FLAGS, type FlagValues, flagNamed, flagOf, given, helpFor, readFlags, UsageError } from './cli/flags.js';
 
 const HELP = `Usage: sluice serve [options]
@@ -35,9 +36,6 @@ Runs the language model for "sluice serve --nats": takes generation requests fro
 "charlm", streams the tokens back. Start as many as you like; they share the work.
 
 ${helpFor('worker')}`;
-
-/** Gateway tuning: these flags mean something only with upstreams. */
-const GATEWAY_FLAGS = ['cache-mb', 'upstream-timeout', 'upstream-attempts'] as const;
 
 /** `tenant:token` or `token` (tenant `default`), as a map token → tenant. */
 function tokens(entries: readonly string[] | undefined): Record<string, string> | undefined {
@@ -103,43 +101,46 @@ export function parseUpstream(spec: string, env: NodeJS.ProcessEnv): UpstreamOpt
 /** Flags and environment → `ServeOptions`, and the NATS URL generation goes to, if any. */
 export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): ServeOptions & { nats?: string } {
   const values = readFlags(argv);
-  const read = (name: string) => given(flagNamed(name), values, env);
-  const options = mapped('serve', values, env);
-  const upstreamSpecs = read('upstream')?.value as string[] | undefined;
-  const upstreams = upstreamSpecs?.map((spec) => parseUpstream(spec, env));
-  const tokenList = read('token')?.value as string[] | undefined;
-  if (tokenList !== undefined) options.tokens = tokens(tokenList);
-  const rate = read('rate')?.value as number | undefined;
-  if (rate !== undefined) setPath(options, 'limits.rate', { perSecond: rate, burst: rate * 2 });
-  if (upstreams !== undefined) options.upstreams = upstreams;
-  const models = read('model');
-  if (models !== undefined) {
-    if (upstreams !== undefined) throw new UsageError('--model serves a model in this process: give --model or --upstream, not both');
-    options.localModels = models.value;
-  }
-  for (const name of GATEWAY_FLAGS) {
-    const tuning = read(name);
-    if (tuning !== undefined && upstreams === undefined) throw new UsageError(`${tuning.source} tunes gateway mode: give --upstream too`);
-  }
-  const cacheMb = read('cache-mb')?.value as number | undefined;
-  if (cacheMb !== undefined) setPath(options, 'gateway', { cache: { maxBytes: cacheMb * 2 ** 20 }, singleFlight: true });
-  if (options.ragModel !== undefined && (upstreams === undefined || options.corpus === undefined))
-    throw new UsageError('--rag-model picks the upstream model that answers from --corpus: give --upstream and --corpus too');
-  if (read('no-inspect')?.value === true) options.inspect = false;
-  const redact = read('redact');
-  if (redact !== undefined) options.redact = redactKinds(redact.value as string, redact.source);
+  const { options, sources } = mapped('serve', values, env);
+  const flagFields = new Map<string, string>();
+  // The options parsed from their flag rather than copied; each remembers where it came from, for errors.
+  const parsed = (name: string, field: string, parse: (value: never, source: string) => unknown): void => {
+    flagFields.set(field, `--${name}`);
+    const value = given(flagNamed(name), values, env);
+    if (value === undefined) return;
+    setPath(options, field, parse(value.value as never, value.source));
+    if (!sources.has(field)) sources.set(field, value.source);
+  };
+  parsed('upstream', 'upstreams', (specs: string[]) => specs.map((spec) => parseUpstream(spec, env)));
+  parsed('token', 'tokens', (list: string[]) => tokens(list));
+  parsed('rate', 'limits.rate', (rate: number) => ({ perSecond: rate, burst: rate * 2 }));
+  parsed('model', 'localModels', (dirs: string[]) => {
+    if (dirs.some((dir) => dir.trim().length === 0)) throw new UsageError('--model: expected a directory');
+    return dirs;
+  });
+  parsed('cache-mb', 'gateway', (mb: number) => ({ cache: { maxBytes: mb * 2 ** 20 }, singleFlight: true }));
+  parsed('no-inspect', 'inspect', () => false);
+  parsed('redact', 'redact', (raw: string, source) => redactKinds(raw, source));
+  // Generation over NATS is the server's languageModel: the server's rules name it by its flag here.
+  const name = (field: string) =>
+    sources.get(field) ?? [...sources].find(([path]) => path.startsWith(`${field}.`))?.[1] ?? flagFields.get(field) ?? flagOf(field) ?? field;
+  const [broken] = ruleViolations({ ...options, languageModel: options.nats }, (field) => (field === 'languageModel' ? '--nats' : name(field)));
+  if (broken !== undefined) throw new UsageError(broken.message);
   return options as ServeOptions & { nats?: string };
 }
 
-/** The options of the flags of `command` that map straight to one (`to`), from the flags given or the environment. */
-function mapped(command: Command, values: FlagValues, env: NodeJS.ProcessEnv): Record<string, unknown> {
+/** The options of the flags of `command` that map straight to one (`to`), and the flag or variable each came from. */
+function mapped(command: Command, values: FlagValues, env: NodeJS.ProcessEnv): { options: Record<string, unknown>; sources: Map<string, string> } {
   const options: Record<string, unknown> = {};
+  const sources = new Map<string, string>();
   for (const flag of FLAGS) {
     if (flag.to === undefined || flag.help[command] === undefined) continue;
     const value = given(flag, values, env);
-    if (value !== undefined) setPath(options, flag.to, value.value);
+    if (value === undefined) continue;
+    setPath(options, flag.to, value.value);
+    sources.set(flag.to, value.source);
   }
-  return options;
+  return { options, sources };
 }
 
 /** Sets `value` at a dotted `path`, merging into the objects on the way. */
@@ -168,7 +169,7 @@ function redactKinds(raw: string, name: string): true | PiiKind[] {
 
 /** Flags and environment → what `sluice worker` runs with. */
 export function workerOptions(argv: readonly string[], env: NodeJS.ProcessEnv): { nats: string; models?: string; concurrency?: number; poolSize?: number } {
-  const options = mapped('worker', readFlags(argv), env);
+  const { options } = mapped('worker', readFlags(argv), env);
   if (options.nats === undefined) throw new UsageError('sluice worker needs --nats <url> (or SLUICE_NATS)');
   return options as { nats: string; models?: string; concurrency?: number; poolSize?: number };
 }
@@ -259,7 +260,6 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   try {
     const { startServer } = await import('./serve/app.js');
     const { nats, ...serve } = options;
-    if (nats !== undefined && serve.upstreams !== undefined) throw new UsageError('give --nats or --upstream, not both');
     if (serve.upstreams !== undefined) log(`gateway mode: upstreams ${serve.upstreams.map((u) => u.name ?? new URL(u.baseUrl).host).join(', ')}`);
     if (nats !== undefined) {
       // Loaded only with --nats: plain `sluice serve` needs no NATS package.

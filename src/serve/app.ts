@@ -40,6 +40,7 @@ import { DEFAULT_LIMITS } from './ws/options.js';
 import { TenantQuotas } from './tenant-quotas.js';
 import type { RequestLog } from './request-log.js';
 import { isLoopback, loopbackHost } from './loopback.js';
+import { ruleViolations } from './serve-rules.js';
 import { PipelineGraph } from './inspect/pipeline-graph.js';
 import { RequestRegistry } from './inspect/requests.js';
 import { INSPECT_PAGE } from './inspect/inspector.js';
@@ -149,7 +150,7 @@ const optionsSchema = lazySchema((z) =>
       insecure: z.boolean().default(false),
       origins: z.array(z.string().url({ error: 'an origin must be a URL like https://app.example.com' })).optional(),
       models: z.string().min(1).default('models'),
-      corpus: z.string().min(1).default(BUNDLED_CORPUS),
+      corpus: z.string().min(1).optional(),
       localModels: z
         .array(
           z.union([z.string().min(1), z.object({ dir: z.string().min(1), name: z.string().min(1).optional() }).strict()], {
@@ -202,17 +203,8 @@ const optionsSchema = lazySchema((z) =>
       error: 'inspectTokens open the inspector, which inspect: false turns off',
       path: ['inspectTokens'],
     })
-    .refine((o) => o.ragModel === undefined || o.upstreams !== undefined, {
-      error: 'ragModel names an upstream model: give upstreams too',
-      path: ['ragModel'],
-    })
-    .refine((o) => o.upstreams === undefined || o.localModels === undefined || o.localModels.length === 0, {
-      error: "give upstreams or localModels, not both: gateway mode serves the upstreams' models",
-      path: ['localModels'],
-    })
-    .refine((o) => o.upstreams === undefined || o.languageModel === undefined, {
-      error: 'give upstreams or languageModel, not both',
-      path: ['upstreams'],
+    .superRefine((o, ctx) => {
+      for (const { field, message } of ruleViolations(o)) ctx.addIssue({ code: 'custom', message, path: [field] });
     })
     .refine((o) => Object.keys(o.tokens).length > 0 || o.insecure || isLoopback(o.host), {
       error: 'an open server (no tokens) may only listen on a loopback host: give tokens, or set insecure',
@@ -278,12 +270,12 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
           options.upstreams,
           options.gateway ?? {},
           // The bundled corpus is the embedded models' default; a gateway retrieves only from a corpus it is given.
-          { models: config.models, poolSize: config.poolSize, corpus: options.corpus, ragModel: config.ragModel, guard: config.guard },
+          { models: config.models, poolSize: config.poolSize, corpus: config.corpus, ragModel: config.ragModel, guard: config.guard },
           log,
         )
       : await embeddedBackend({
           models: config.models,
-          corpus: config.corpus,
+          corpus: config.corpus ?? BUNDLED_CORPUS,
           poolSize: config.poolSize,
           languageModel: config.languageModel,
           ...(config.localModels !== undefined && { localModels: config.localModels }),
