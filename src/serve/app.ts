@@ -345,20 +345,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     // Host that is not a loopback name is a DNS-rebinding page relaying a browser (refused), and a
     // browser WebSocket must come from the server's own origin (any site could open one otherwise).
     const guardHost = open && !config.insecure;
-    const server = createServer((req, res) => {
-      if (guardHost && !loopbackHost(req.headers.host)) {
-        return sendError(
-          res,
-          new ApiError(403, 'This open server answers only requests addressed to a loopback host.', 'invalid_request_error', 'forbidden_host'),
-        );
-      }
-      const path = pathOf(req.url);
-      if ((path === '/' || path === '/index.html') && (req.method === 'GET' || req.method === 'HEAD') && page !== undefined)
-        return sendPage(res, page, req.method === 'HEAD');
-      if (path === '/favicon.ico') return void res.writeHead(204).end();
-      if (inspect?.handle(req, res) === true) return;
-      api(req, res);
-    });
+    const server = createServer(requestListener(guardHost, page, inspect, api));
     const sockets = attachTokenSocket(server, {
       workers,
       tenantQuotas,
@@ -376,25 +363,9 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       ...(config.limits !== undefined && { limits: config.limits as Partial<TokenSocketLimits> }),
       onEvent: (event) => logEvent(log, event),
     });
-    // Upgrades to any other path are nobody's: answer and close, never leave the socket open.
-    server.on('upgrade', (req, socket) => {
-      if (pathOf(req.url) === WS_PATH) return;
-      socket.on('error', () => {});
-      socket.end('HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
-      socket.once('finish', () => socket.destroy());
-    });
-
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(config.port, config.host, () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
+    refuseOtherUpgrades(server);
+    const url = await listen(server, config.port, config.host);
     graph?.start();
-    const address = server.address() as AddressInfo;
-    const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-    const url = `http://${host}:${address.port}`;
 
     let stopping: Promise<ShutdownReport> | undefined;
     const shutdown = (deadline = config.shutdownTimeout): Promise<ShutdownReport> =>
@@ -430,6 +401,51 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     metrics.close();
     throw err;
   }
+}
+
+/** The server's own routes before the API: the loopback guard of an open server, the chat page, the inspector. */
+function requestListener(
+  guardHost: boolean,
+  page: Buffer | undefined,
+  inspect: InspectRoutes | undefined,
+  api: (req: IncomingMessage, res: ServerResponse) => void,
+): (req: IncomingMessage, res: ServerResponse) => void {
+  return (req, res) => {
+    if (guardHost && !loopbackHost(req.headers.host))
+      return sendError(
+        res,
+        new ApiError(403, 'This open server answers only requests addressed to a loopback host.', 'invalid_request_error', 'forbidden_host'),
+      );
+    const path = pathOf(req.url);
+    if ((path === '/' || path === '/index.html') && (req.method === 'GET' || req.method === 'HEAD') && page !== undefined)
+      return sendPage(res, page, req.method === 'HEAD');
+    if (path === '/favicon.ico') return void res.writeHead(204).end();
+    if (inspect?.handle(req, res) === true) return;
+    api(req, res);
+  };
+}
+
+/** Upgrades to any other path than the WebSocket's are nobody's: answered and closed, never left open. */
+function refuseOtherUpgrades(server: Server): void {
+  server.on('upgrade', (req, socket) => {
+    if (pathOf(req.url) === WS_PATH) return;
+    socket.on('error', () => {});
+    socket.end('HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+    socket.once('finish', () => socket.destroy());
+  });
+}
+
+/** Listens; resolves with the server's URL. */
+async function listen(server: Server, port: number, host: string): Promise<string> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  return `http://${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`;
 }
 
 /** The backend's workers with the server's policies: the guard in front of those without their own, redaction behind all. */
