@@ -71,7 +71,7 @@ export interface ServeOptions {
   readonly origins?: readonly string[];
   /** Folder of the model files; missing ones are generated there. Default `models`. */
   readonly models?: string;
-  /** Folder of markdown documents to answer from. Default: the bundled corpus. */
+  /** Folder of markdown documents to answer from. Default: the bundled corpus, except in gateway mode (no retrieval without one). */
   readonly corpus?: string;
   /**
    * Decoders the user exported (`model.onnx` or `onnx/model.onnx`, `tokenizer.json`,
@@ -100,7 +100,7 @@ export interface ServeOptions {
    * first by weight) instead of the embedded ones. Nothing is generated or loaded here.
    */
   readonly upstreams?: readonly UpstreamOptions[];
-  /** Retries, timeouts and breakers of gateway mode (`Gateway.start`). */
+  /** Retries, timeouts and breakers of gateway mode (`Gateway.start`); needs `upstreams`. */
   readonly gateway?: Omit<GatewayOptions, 'upstreams'>;
   /**
    * Gateway mode with a `corpus`: the upstream model that writes `sluice-rag`'s answers from
