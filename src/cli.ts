@@ -10,8 +10,6 @@
  */
 import { readFileSync } from 'node:fs';
 import { findUp } from './core/package-files.js';
-import { delimiter } from 'node:path';
-import { parseArgs } from 'node:util';
 import { InvalidOptionsError, MissingPeerError } from './core/errors.js';
 import { SUBPROTOCOL } from './serve/protocol.js';
 // Types only: the server's modules load their peers, so they are imported once the peers are checked.
@@ -21,6 +19,8 @@ import { PII_KINDS, type PiiKind } from './ai/stages/redact.js';
 import { pinoPeer, requirePeers } from './core/peers.js';
 import type { PeerUser } from './core/peer-list.js';
 import type { RequestLogEntry } from './serve/request-log.js';
+import { ruleViolations } from './serve/serve-rules.js';
+import { type Command, FLAGS, type FlagValues, flagNamed, flagOf, given, helpFor, readFlags, UsageError } from './cli/flags.js';
 
 const HELP = `Usage: sluice serve [options]
 
@@ -29,156 +29,13 @@ OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/embeddings, /v
 the /inspect page, /metrics, /healthz and /readyz.
 
 Options (environment variable in brackets):
-  --host <host>               interface to listen on [SLUICE_HOST] (default 127.0.0.1)
-  --port <n>                  port, 0 for any free one [SLUICE_PORT, else PORT] (default 8787)
-  --token <[tenant:]token>    accept this bearer token; repeatable [SLUICE_TOKENS, comma-separated]
-                              (tenant defaults to "default"; without tokens the server is open,
-                              which is allowed on a loopback host only)
-  --insecure                  allow an open server on a non-loopback host [SLUICE_INSECURE=1]
-  --origin <url>              allow browsers from this origin; repeatable [SLUICE_ORIGINS] (default any)
-  --models <dir>              model files; missing ones are generated [SLUICE_MODELS] (default models)
-  --corpus <dir>              Markdown and text files to answer from, subfolders too; with --upstream,
-                              sluice-rag retrieves here for an upstream model [SLUICE_CORPUS] (default: bundled docs)
-  --model <dir>               serve a decoder you exported: model.onnx (or onnx/model.onnx) with its KV
-                              cache, tokenizer.json, tokenizer_config.json (chat template), optional
-                              config.json and generation_config.json; served under the directory's
-                              name as the default model, and sluice-rag answers with it; repeatable
-                              [SLUICE_MODEL, several separated by "${delimiter}"]; needs @huggingface/tokenizers
-                              and @huggingface/jinja
-  --pool-size <n>             inference worker threads [SLUICE_POOL_SIZE] (default min(cores, 2))
-  --shutdown-timeout <ms>     time running requests get after SIGTERM [SLUICE_SHUTDOWN_TIMEOUT] (default 10000)
-  --max-concurrent <n>        requests per WebSocket connection [SLUICE_MAX_CONCURRENT] (default 8)
-  --tenant-concurrent <n>     requests per tenant, all connections [SLUICE_TENANT_CONCURRENT] (default 32)
-  --max-tokens <n>            largest max_tokens a request may ask [SLUICE_MAX_TOKENS] (default 4096)
-  --rate <n>                  frames per second per connection [SLUICE_RATE] (default 20)
-  --nats <url>                generate on worker processes over NATS JetStream (run "sluice worker"
-                              beside it); needs @nats-io/jetstream and @nats-io/transport-node [SLUICE_NATS]
-  --upstream <url[#attrs]>    gateway mode: serve the models of this OpenAI-compatible server (vLLM,
-                              llama.cpp, Ollama, a hosted API, another sluice) instead of the embedded
-                              ones; repeatable, tried in the order given [SLUICE_UPSTREAMS, space-separated].
-                              Attributes after #, joined with &:
-                                key=ENV_VAR    send the key held by this environment variable
-                                name=NAME      name in logs and metrics (default: the URL's host)
-                                weight=N       share of the requests it gets first (default: order)
-                                models=a,b     its models (default: asked of it at start)
-                              e.g. --upstream 'https://api.openai.com/v1#key=OPENAI_API_KEY&models=gpt-4o-mini'
-  --upstream-timeout <ms>     gateway mode: silence from an upstream while a token is wanted (before
-                              its first token or between two) that fails the attempt [SLUICE_UPSTREAM_TIMEOUT]
-                              (default 30000)
-  --upstream-attempts <n>     gateway mode: attempts per upstream before the next one is tried, the first
-                              included; only rate limits, 5xx, silence and broken connections are retried
-                              [SLUICE_UPSTREAM_ATTEMPTS] (default 3)
-  --cache-mb <n>              gateway mode: cache the answers of deterministic requests (temperature 0
-                              or a seed) in up to n MiB, each tenant's apart, and share identical ones in
-                              flight [SLUICE_CACHE_MB]
-  --rag-model <name>          gateway mode with --corpus: the upstream model that writes sluice-rag's
-                              answers from the passages retrieved here [SLUICE_RAG_MODEL] (default: the
-                              first model listed)
-  --guard                     classify every prompt for injection with the embedded guard model, for
-                              every model, upstream ones too (sluice-rag always does) [SLUICE_GUARD=1]
-  --redact <kinds>            redact personal data from every answer as it streams: all, or some of
-                              ${PII_KINDS.join(',')} [SLUICE_REDACT]
-  --no-inspect                do not serve the pipeline inspector on /inspect [SLUICE_NO_INSPECT=1]
-  --inspect-token <token>     an operator's token: opens /inspect on every tenant's requests (a --token
-                              sees only its own tenant's); not accepted by the API; needs --token;
-                              repeatable [SLUICE_INSPECT_TOKENS, comma-separated]
-  --inspect-content           show running requests' prompts and the end of their answers on
-                              /inspect (off: figures only) [SLUICE_INSPECT_CONTENT=1]
-  -h, --help                  this text
-  -v, --version               the version
-
+${helpFor('serve')}
 Usage: sluice worker --nats <url> [options]
 
 Runs the language model for "sluice serve --nats": takes generation requests from the link
 "charlm", streams the tokens back. Start as many as you like; they share the work.
 
-  --nats <url>                NATS server URL(s), comma-separated [SLUICE_NATS] (required)
-  --models <dir>              model files; missing ones are generated [SLUICE_MODELS] (default models)
-  --concurrency <n>           requests generated at once [SLUICE_CONCURRENCY] (default 4)
-  --pool-size <n>             inference worker threads [SLUICE_POOL_SIZE] (default min(cores, 2))
-`;
-
-/** The flag of a `serve options` field, for errors found when the server starts. */
-const FLAG_OF: Readonly<Record<string, string>> = { ragModel: '--rag-model', inspectTokens: '--inspect-token', inspectContent: '--inspect-content' };
-
-/** A bad flag or environment value: printed without a stack, exit code 2. */
-class UsageError extends Error {}
-
-type Flags = ReturnType<typeof readFlags>;
-
-function readFlags(argv: readonly string[]) {
-  return parseArgs({
-    args: [...argv],
-    allowPositionals: true,
-    strict: true,
-    options: {
-      host: { type: 'string' },
-      port: { type: 'string' },
-      token: { type: 'string', multiple: true },
-      insecure: { type: 'boolean' },
-      origin: { type: 'string', multiple: true },
-      models: { type: 'string' },
-      corpus: { type: 'string' },
-      model: { type: 'string', multiple: true },
-      'pool-size': { type: 'string' },
-      'shutdown-timeout': { type: 'string' },
-      'max-concurrent': { type: 'string' },
-      'tenant-concurrent': { type: 'string' },
-      'max-tokens': { type: 'string' },
-      rate: { type: 'string' },
-      nats: { type: 'string' },
-      upstream: { type: 'string', multiple: true },
-      'cache-mb': { type: 'string' },
-      'upstream-timeout': { type: 'string' },
-      'upstream-attempts': { type: 'string' },
-      'rag-model': { type: 'string' },
-      guard: { type: 'boolean' },
-      'no-inspect': { type: 'boolean' },
-      'inspect-token': { type: 'string', multiple: true },
-      'inspect-content': { type: 'boolean' },
-      redact: { type: 'string' },
-      concurrency: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-      version: { type: 'boolean', short: 'v' },
-    },
-  });
-}
-
-/** The flags given, or a `UsageError` naming the bad one. */
-function flagValues(argv: readonly string[]): Flags['values'] {
-  try {
-    return readFlags(argv).values;
-  } catch (err) {
-    throw new UsageError(err instanceof Error ? err.message : String(err));
-  }
-}
-
-/** An integer flag or variable; `undefined` when neither is set. */
-function integer(flags: Flags['values'], env: NodeJS.ProcessEnv, flag: keyof Flags['values'], variable: string): number | undefined {
-  const fromFlag = flags[flag];
-  const raw = typeof fromFlag === 'string' ? fromFlag : env[variable];
-  if (raw === undefined || raw === '') return undefined;
-  if (!/^\d+$/.test(raw.trim())) throw new UsageError(`${typeof fromFlag === 'string' ? `--${flag}` : variable}: expected a whole number, got "${raw}"`);
-  return Number(raw.trim());
-}
-
-/** `--port`, else `SLUICE_PORT`, else `PORT` (the variable hosting platforms and most Node servers read). */
-function port(flags: Flags['values'], env: NodeJS.ProcessEnv): number | undefined {
-  const [name, raw] = flags.port !== undefined ? ['--port', flags.port] : env.SLUICE_PORT ? ['SLUICE_PORT', env.SLUICE_PORT] : ['PORT', env.PORT];
-  if (raw === undefined || raw === '') return undefined;
-  if (!/^\d+$/.test(raw.trim())) throw new UsageError(`${name}: expected a whole number, got "${raw}"`);
-  if (Number(raw) > 65535) throw new UsageError(`${name}: expected a port from 0 to 65535, got "${raw}"`);
-  return Number(raw.trim());
-}
-
-function list(fromFlags: readonly string[] | undefined, raw: string | undefined): string[] | undefined {
-  if (fromFlags !== undefined && fromFlags.length > 0) return [...fromFlags];
-  if (raw === undefined || raw.trim() === '') return undefined;
-  return raw
-    .split(',')
-    .map((s) => s.trim())
-    .filter((s) => s.length > 0);
-}
+${helpFor('worker')}`;
 
 /** `tenant:token` or `token` (tenant `default`), as a map token → tenant. */
 function tokens(entries: readonly string[] | undefined): Record<string, string> | undefined {
@@ -241,97 +98,64 @@ export function parseUpstream(spec: string, env: NodeJS.ProcessEnv): UpstreamOpt
   return options;
 }
 
-/** Gateway options from `--cache-mb`, `--upstream-timeout` and `--upstream-attempts`, which mean something only with upstreams. */
-function gatewayTuning(v: Flags['values'], env: NodeJS.ProcessEnv, upstreams: readonly UpstreamOptions[] | undefined): ServeOptions['gateway'] | undefined {
-  const tuning = [
-    ['cache-mb', 'SLUICE_CACHE_MB', integer(v, env, 'cache-mb', 'SLUICE_CACHE_MB')],
-    ['upstream-timeout', 'SLUICE_UPSTREAM_TIMEOUT', integer(v, env, 'upstream-timeout', 'SLUICE_UPSTREAM_TIMEOUT')],
-    ['upstream-attempts', 'SLUICE_UPSTREAM_ATTEMPTS', integer(v, env, 'upstream-attempts', 'SLUICE_UPSTREAM_ATTEMPTS')],
-  ] as const;
-  const given = tuning.filter(([, , value]) => value !== undefined);
-  if (given.length === 0) return undefined;
-  for (const [flag, variable, value] of given) {
-    const name = typeof v[flag] === 'string' ? `--${flag}` : variable;
-    if (upstreams === undefined) throw new UsageError(`${name} tunes gateway mode: give --upstream too`);
-    if (value === 0) throw new UsageError(`${name}: expected at least 1`);
-  }
-  const [cacheMb, timeout, attempts] = tuning.map(([, , value]) => value);
-  return {
-    ...(cacheMb !== undefined && { cache: { maxBytes: cacheMb * 2 ** 20 }, singleFlight: true }),
-    ...(timeout !== undefined && { idleTimeout: timeout }),
-    ...(attempts !== undefined && { attempts }),
-  };
-}
-
-/** `--model` directories (or `SLUICE_MODEL`, split like PATH); gateway mode runs no model here. */
-function localModels(
-  fromFlags: readonly string[] | undefined,
-  raw: string | undefined,
-  upstreams: readonly UpstreamOptions[] | undefined,
-): string[] | undefined {
-  const dirs = fromFlags !== undefined && fromFlags.length > 0 ? [...fromFlags] : raw?.split(delimiter).filter((d) => d.trim().length > 0);
-  if (dirs === undefined || dirs.length === 0) return undefined;
-  if (dirs.some((d) => d.trim().length === 0)) throw new UsageError('--model: expected a directory');
-  if (upstreams !== undefined) throw new UsageError('--model serves a model in this process: give --model or --upstream, not both');
-  return dirs;
-}
-
 /** Flags and environment → `ServeOptions`, and the NATS URL generation goes to, if any. */
 export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): ServeOptions & { nats?: string } {
-  const v = flagValues(argv);
-  const rate = integer(v, env, 'rate', 'SLUICE_RATE');
-  const limits = {
-    ...defined('maxConcurrent', integer(v, env, 'max-concurrent', 'SLUICE_MAX_CONCURRENT')),
-    ...defined('tenantConcurrent', integer(v, env, 'tenant-concurrent', 'SLUICE_TENANT_CONCURRENT')),
-    ...defined('maxTokens', integer(v, env, 'max-tokens', 'SLUICE_MAX_TOKENS')),
-    ...(rate !== undefined && { rate: { perSecond: rate, burst: rate * 2 } }),
+  const values = readFlags(argv);
+  const { options, sources } = mapped('serve', values, env);
+  const flagFields = new Map<string, string>();
+  // The options parsed from their flag rather than copied; each remembers where it came from, for errors.
+  const parsed = (name: string, field: string, parse: (value: never, source: string) => unknown): void => {
+    flagFields.set(field, `--${name}`);
+    const value = given(flagNamed(name), values, env);
+    if (value === undefined) return;
+    setPath(options, field, parse(value.value as never, value.source));
+    if (!sources.has(field)) sources.set(field, value.source);
   };
-  const upstreamSpecs = v.upstream ?? env.SLUICE_UPSTREAMS?.split(/\s+/).filter((s) => s.length > 0);
-  const upstreams = upstreamSpecs === undefined || upstreamSpecs.length === 0 ? undefined : upstreamSpecs.map((spec) => parseUpstream(spec, env));
-  return {
-    ...defined('host', v.host ?? (env.SLUICE_HOST || undefined)),
-    ...defined('port', port(v, env)),
-    ...defined('tokens', tokens(list(v.token, env.SLUICE_TOKENS))),
-    ...defined('insecure', v.insecure ?? switchedOn(env, 'SLUICE_INSECURE')),
-    ...defined('origins', list(v.origin, env.SLUICE_ORIGINS)),
-    ...defined('models', v.models ?? (env.SLUICE_MODELS || undefined)),
-    ...defined('corpus', v.corpus ?? (env.SLUICE_CORPUS || undefined)),
-    ...defined('localModels', localModels(v.model, env.SLUICE_MODEL, upstreams)),
-    ...defined('poolSize', integer(v, env, 'pool-size', 'SLUICE_POOL_SIZE')),
-    ...defined('shutdownTimeout', integer(v, env, 'shutdown-timeout', 'SLUICE_SHUTDOWN_TIMEOUT')),
-    ...(Object.keys(limits).length > 0 && { limits }),
-    ...defined('nats', v.nats ?? (env.SLUICE_NATS || undefined)),
-    ...defined('upstreams', upstreams),
-    ...defined('gateway', gatewayTuning(v, env, upstreams)),
-    ...defined('ragModel', ragModel(v['rag-model'] ?? (env.SLUICE_RAG_MODEL || undefined), upstreams, v.corpus ?? (env.SLUICE_CORPUS || undefined))),
-    ...defined('guard', v.guard ?? switchedOn(env, 'SLUICE_GUARD')),
-    ...((v['no-inspect'] ?? switchedOn(env, 'SLUICE_NO_INSPECT')) === true && { inspect: false }),
-    ...defined('inspectTokens', list(v['inspect-token'], env.SLUICE_INSPECT_TOKENS)),
-    ...((v['inspect-content'] ?? switchedOn(env, 'SLUICE_INSPECT_CONTENT')) === true && { inspectContent: true }),
-    ...defined('redact', redactKinds(v.redact, env.SLUICE_REDACT)),
-  };
+  parsed('upstream', 'upstreams', (specs: string[]) => specs.map((spec) => parseUpstream(spec, env)));
+  parsed('token', 'tokens', (list: string[]) => tokens(list));
+  parsed('rate', 'limits.rate', (rate: number) => ({ perSecond: rate, burst: rate * 2 }));
+  parsed('model', 'localModels', (dirs: string[]) => {
+    if (dirs.some((dir) => dir.trim().length === 0)) throw new UsageError('--model: expected a directory');
+    return dirs;
+  });
+  parsed('cache-mb', 'gateway', (mb: number) => ({ cache: { maxBytes: mb * 2 ** 20 }, singleFlight: true }));
+  parsed('no-inspect', 'inspect', () => false);
+  parsed('redact', 'redact', (raw: string, source) => redactKinds(raw, source));
+  // Generation over NATS is the server's languageModel: the server's rules name it by its flag here.
+  const name = (field: string) =>
+    sources.get(field) ?? [...sources].find(([path]) => path.startsWith(`${field}.`))?.[1] ?? flagFields.get(field) ?? flagOf(field) ?? field;
+  const [broken] = ruleViolations({ ...options, languageModel: options.nats }, (field) => (field === 'languageModel' ? '--nats' : name(field)));
+  if (broken !== undefined) throw new UsageError(broken.message);
+  return options as ServeOptions & { nats?: string };
 }
 
-/** A boolean environment variable: 1/true on, 0/false/empty off. */
-function switchedOn(env: NodeJS.ProcessEnv, variable: string): true | undefined {
-  const raw = env[variable];
-  if (raw !== undefined && !['', '0', '1', 'true', 'false'].includes(raw)) throw new UsageError(`${variable}: expected 1 or 0, got "${raw}"`);
-  return raw === '1' || raw === 'true' ? true : undefined;
+/** The options of the flags of `command` that map straight to one (`to`), and the flag or variable each came from. */
+function mapped(command: Command, values: FlagValues, env: NodeJS.ProcessEnv): { options: Record<string, unknown>; sources: Map<string, string> } {
+  const options: Record<string, unknown> = {};
+  const sources = new Map<string, string>();
+  for (const flag of FLAGS) {
+    if (flag.to === undefined || flag.help[command] === undefined) continue;
+    const value = given(flag, values, env);
+    if (value === undefined) continue;
+    setPath(options, flag.to, value.value);
+    sources.set(flag.to, value.source);
+  }
+  return { options, sources };
 }
 
-/** `--rag-model`, which means something only in gateway mode over a corpus. */
-function ragModel(name: string | undefined, upstreams: readonly UpstreamOptions[] | undefined, corpus: string | undefined): string | undefined {
-  if (name === undefined) return undefined;
-  if (upstreams === undefined || corpus === undefined)
-    throw new UsageError('--rag-model picks the upstream model that answers from --corpus: give --upstream and --corpus too');
-  return name;
+/** Sets `value` at a dotted `path`, merging into the objects on the way. */
+function setPath(target: Record<string, unknown>, path: string, value: unknown): void {
+  const keys = path.split('.');
+  const last = keys.pop()!;
+  let at = target;
+  for (const key of keys) at = (at[key] ??= {}) as Record<string, unknown>;
+  const current = at[last];
+  at[last] =
+    typeof current === 'object' && current !== null && typeof value === 'object' && value !== null && !Array.isArray(value) ? { ...current, ...value } : value;
 }
 
 /** `--redact all` or a comma-separated list of kinds. */
-function redactKinds(flag: string | undefined, variable: string | undefined): true | PiiKind[] | undefined {
-  const raw = flag ?? (variable || undefined);
-  if (raw === undefined) return undefined;
-  const name = flag === undefined ? 'SLUICE_REDACT' : '--redact';
+function redactKinds(raw: string, name: string): true | PiiKind[] {
   if (raw.trim() === 'all') return true;
   const kinds = raw
     .split(',')
@@ -345,21 +169,9 @@ function redactKinds(flag: string | undefined, variable: string | undefined): tr
 
 /** Flags and environment → what `sluice worker` runs with. */
 export function workerOptions(argv: readonly string[], env: NodeJS.ProcessEnv): { nats: string; models?: string; concurrency?: number; poolSize?: number } {
-  const v = flagValues(argv);
-  const nats = v.nats ?? (env.SLUICE_NATS || undefined);
-  if (nats === undefined) throw new UsageError('sluice worker needs --nats <url> (or SLUICE_NATS)');
-  const concurrency = integer(v, env, 'concurrency', 'SLUICE_CONCURRENCY');
-  if (concurrency === 0) throw new UsageError('--concurrency: expected at least 1');
-  return {
-    nats,
-    ...defined('models', v.models ?? (env.SLUICE_MODELS || undefined)),
-    ...defined('concurrency', concurrency),
-    ...defined('poolSize', integer(v, env, 'pool-size', 'SLUICE_POOL_SIZE')),
-  };
-}
-
-function defined<K extends string, V>(key: K, value: V | undefined): { [P in K]?: V } {
-  return (value === undefined ? {} : { [key]: value }) as { [P in K]?: V };
+  const { options } = mapped('worker', readFlags(argv), env);
+  if (options.nats === undefined) throw new UsageError('sluice worker needs --nats <url> (or SLUICE_NATS)');
+  return options as { nats: string; models?: string; concurrency?: number; poolSize?: number };
 }
 
 function version(): string {
@@ -448,7 +260,6 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   try {
     const { startServer } = await import('./serve/app.js');
     const { nats, ...serve } = options;
-    if (nats !== undefined && serve.upstreams !== undefined) throw new UsageError('give --nats or --upstream, not both');
     if (serve.upstreams !== undefined) log(`gateway mode: upstreams ${serve.upstreams.map((u) => u.name ?? new URL(u.baseUrl).host).join(', ')}`);
     if (nats !== undefined) {
       // Loaded only with --nats: plain `sluice serve` needs no NATS package.
@@ -473,7 +284,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     }
     if (err instanceof UsageError || err instanceof InvalidOptionsError) {
       // An option only the running server can check (an upstream's model list) is named by its flag.
-      const flag = err instanceof InvalidOptionsError && err.issues.length === 1 ? FLAG_OF[err.issues[0]!.path] : undefined;
+      const flag = err instanceof InvalidOptionsError && err.issues.length === 1 ? flagOf(err.issues[0]!.path) : undefined;
       const message = flag === undefined ? err.message : `${flag}: ${(err as InvalidOptionsError).issues[0]!.message}`;
       process.stderr.write(`sluice: ${message}\nRun "sluice serve --help" for the options.\n`);
       return 2;

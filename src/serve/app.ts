@@ -31,6 +31,8 @@ import type { InferencePoolStats } from '../ai/models/pool.js';
 import { BUNDLED_CORPUS, documentsIn } from '../ai/rag/corpus.js';
 import { type Backend, type LocalModelSpec, embeddedBackend, gatewayBackend } from './backends.js';
 import { createHttpHandler } from './http.js';
+import { sendError } from './http-io.js';
+import { ApiError } from './openai-wire.js';
 import { SluiceMetrics } from './metrics.js';
 import { bearerOf, pathOf } from './protocol.js';
 import { attachTokenSocket, type TokenSocketEvent, type TokenSocketLimits, type TokenSocketStats } from './ws-server.js';
@@ -38,6 +40,7 @@ import { DEFAULT_LIMITS } from './ws/options.js';
 import { TenantQuotas } from './tenant-quotas.js';
 import type { RequestLog } from './request-log.js';
 import { isLoopback, loopbackHost } from './loopback.js';
+import { ruleViolations } from './serve-rules.js';
 import { PipelineGraph } from './inspect/pipeline-graph.js';
 import { RequestRegistry } from './inspect/requests.js';
 import { INSPECT_PAGE } from './inspect/inspector.js';
@@ -68,7 +71,7 @@ export interface ServeOptions {
   readonly origins?: readonly string[];
   /** Folder of the model files; missing ones are generated there. Default `models`. */
   readonly models?: string;
-  /** Folder of markdown documents to answer from. Default: the bundled corpus. */
+  /** Folder of markdown documents to answer from. Default: the bundled corpus, except in gateway mode (no retrieval without one). */
   readonly corpus?: string;
   /**
    * Decoders the user exported (`model.onnx` or `onnx/model.onnx`, `tokenizer.json`,
@@ -97,7 +100,7 @@ export interface ServeOptions {
    * first by weight) instead of the embedded ones. Nothing is generated or loaded here.
    */
   readonly upstreams?: readonly UpstreamOptions[];
-  /** Retries, timeouts and breakers of gateway mode (`Gateway.start`). */
+  /** Retries, timeouts and breakers of gateway mode (`Gateway.start`); needs `upstreams`. */
   readonly gateway?: Omit<GatewayOptions, 'upstreams'>;
   /**
    * Gateway mode with a `corpus`: the upstream model that writes `sluice-rag`'s answers from
@@ -147,7 +150,7 @@ const optionsSchema = lazySchema((z) =>
       insecure: z.boolean().default(false),
       origins: z.array(z.string().url({ error: 'an origin must be a URL like https://app.example.com' })).optional(),
       models: z.string().min(1).default('models'),
-      corpus: z.string().min(1).default(BUNDLED_CORPUS),
+      corpus: z.string().min(1).optional(),
       localModels: z
         .array(
           z.union([z.string().min(1), z.object({ dir: z.string().min(1), name: z.string().min(1).optional() }).strict()], {
@@ -200,17 +203,8 @@ const optionsSchema = lazySchema((z) =>
       error: 'inspectTokens open the inspector, which inspect: false turns off',
       path: ['inspectTokens'],
     })
-    .refine((o) => o.ragModel === undefined || o.upstreams !== undefined, {
-      error: 'ragModel names an upstream model: give upstreams too',
-      path: ['ragModel'],
-    })
-    .refine((o) => o.upstreams === undefined || o.localModels === undefined || o.localModels.length === 0, {
-      error: "give upstreams or localModels, not both: gateway mode serves the upstreams' models",
-      path: ['localModels'],
-    })
-    .refine((o) => o.upstreams === undefined || o.languageModel === undefined, {
-      error: 'give upstreams or languageModel, not both',
-      path: ['upstreams'],
+    .superRefine((o, ctx) => {
+      for (const { field, message } of ruleViolations(o)) ctx.addIssue({ code: 'custom', message, path: [field] });
     })
     .refine((o) => Object.keys(o.tokens).length > 0 || o.insecure || isLoopback(o.host), {
       error: 'an open server (no tokens) may only listen on a loopback host: give tokens, or set insecure',
@@ -276,12 +270,12 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
           options.upstreams,
           options.gateway ?? {},
           // The bundled corpus is the embedded models' default; a gateway retrieves only from a corpus it is given.
-          { models: config.models, poolSize: config.poolSize, corpus: options.corpus, ragModel: config.ragModel, guard: config.guard },
+          { models: config.models, poolSize: config.poolSize, corpus: config.corpus, ragModel: config.ragModel, guard: config.guard },
           log,
         )
       : await embeddedBackend({
           models: config.models,
-          corpus: config.corpus,
+          corpus: config.corpus ?? BUNDLED_CORPUS,
           poolSize: config.poolSize,
           languageModel: config.languageModel,
           ...(config.localModels !== undefined && { localModels: config.localModels }),
@@ -351,27 +345,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     // Host that is not a loopback name is a DNS-rebinding page relaying a browser (refused), and a
     // browser WebSocket must come from the server's own origin (any site could open one otherwise).
     const guardHost = open && !config.insecure;
-    const server = createServer((req, res) => {
-      if (guardHost && !loopbackHost(req.headers.host)) {
-        res.writeHead(403, { 'content-type': 'application/json' });
-        return void res.end(
-          JSON.stringify({
-            error: {
-              message: 'This open server answers only requests addressed to a loopback host.',
-              type: 'invalid_request_error',
-              param: null,
-              code: 'forbidden_host',
-            },
-          }),
-        );
-      }
-      const path = pathOf(req.url);
-      if ((path === '/' || path === '/index.html') && (req.method === 'GET' || req.method === 'HEAD') && page !== undefined)
-        return sendPage(res, page, req.method === 'HEAD');
-      if (path === '/favicon.ico') return void res.writeHead(204).end();
-      if (inspect?.handle(req, res) === true) return;
-      api(req, res);
-    });
+    const server = createServer(requestListener(guardHost, page, inspect, api));
     const sockets = attachTokenSocket(server, {
       workers,
       tenantQuotas,
@@ -389,25 +363,9 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       ...(config.limits !== undefined && { limits: config.limits as Partial<TokenSocketLimits> }),
       onEvent: (event) => logEvent(log, event),
     });
-    // Upgrades to any other path are nobody's: answer and close, never leave the socket open.
-    server.on('upgrade', (req, socket) => {
-      if (pathOf(req.url) === WS_PATH) return;
-      socket.on('error', () => {});
-      socket.end('HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
-      socket.once('finish', () => socket.destroy());
-    });
-
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(config.port, config.host, () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
+    refuseOtherUpgrades(server);
+    const url = await listen(server, config.port, config.host);
     graph?.start();
-    const address = server.address() as AddressInfo;
-    const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-    const url = `http://${host}:${address.port}`;
 
     let stopping: Promise<ShutdownReport> | undefined;
     const shutdown = (deadline = config.shutdownTimeout): Promise<ShutdownReport> =>
@@ -443,6 +401,51 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     metrics.close();
     throw err;
   }
+}
+
+/** The server's own routes before the API: the loopback guard of an open server, the chat page, the inspector. */
+function requestListener(
+  guardHost: boolean,
+  page: Buffer | undefined,
+  inspect: InspectRoutes | undefined,
+  api: (req: IncomingMessage, res: ServerResponse) => void,
+): (req: IncomingMessage, res: ServerResponse) => void {
+  return (req, res) => {
+    if (guardHost && !loopbackHost(req.headers.host))
+      return sendError(
+        res,
+        new ApiError(403, 'This open server answers only requests addressed to a loopback host.', 'invalid_request_error', 'forbidden_host'),
+      );
+    const path = pathOf(req.url);
+    if ((path === '/' || path === '/index.html') && (req.method === 'GET' || req.method === 'HEAD') && page !== undefined)
+      return sendPage(res, page, req.method === 'HEAD');
+    if (path === '/favicon.ico') return void res.writeHead(204).end();
+    if (inspect?.handle(req, res) === true) return;
+    api(req, res);
+  };
+}
+
+/** Upgrades to any other path than the WebSocket's are nobody's: answered and closed, never left open. */
+function refuseOtherUpgrades(server: Server): void {
+  server.on('upgrade', (req, socket) => {
+    if (pathOf(req.url) === WS_PATH) return;
+    socket.on('error', () => {});
+    socket.end('HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+    socket.once('finish', () => socket.destroy());
+  });
+}
+
+/** Listens; resolves with the server's URL. */
+async function listen(server: Server, port: number, host: string): Promise<string> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  return `http://${address.family === 'IPv6' ? `[${address.address}]` : address.address}:${address.port}`;
 }
 
 /** The backend's workers with the server's policies: the guard in front of those without their own, redaction behind all. */

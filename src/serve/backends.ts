@@ -253,8 +253,6 @@ export async function gatewayBackend(
     upstreams: () => gateway.upstreams(),
     upstreamEmbeddings: (model: string, body: Readonly<Record<string, unknown>>, signal: AbortSignal) => gateway.embeddings(model, body, signal),
   };
-  if (local.corpus === undefined && local.ragModel !== undefined)
-    throw ragModelError('sluice-rag is served in gateway mode only over a corpus: give corpus too');
   if (local.corpus === undefined && !local.guard) return { ...base, workers: upstreamWorkers, release: async () => gateway.close() };
   // Checked before any model is loaded: a wrong name fails the start at once.
   const lm = local.corpus === undefined ? undefined : ragLanguageModel(gateway.models, upstreamWorkers, local.ragModel);
