@@ -8,7 +8,9 @@ import { connect } from '@nats-io/transport-node';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { lastValueFrom, take, toArray } from 'rxjs';
 import { fromIterable, untraced } from '../src/index.js';
-import { fromLink, openLink, toLink } from '../src/nats.js';
+import { LinkReceiverStats, fromLink, openLink, toLink } from '../src/nats.js';
+import { seededRandom } from '../src/core/random.js';
+import { workerPool } from './support/worker-pool.js';
 import { startNatsCluster, type NatsCluster } from './support/nats-cluster.js';
 import { startScript } from './support/child-script.js';
 
@@ -42,10 +44,10 @@ describe('sluice/nats on a three-node JetStream cluster', () => {
         await sleep(100);
       }
     }
-    const results = await openLink(nc, { name: 'results', capacity: 1_000, creditInterval: 50, replicas: 3 });
+    const results = await openLink(nc, { name: 'results', capacity: 1_000, ackWait: 1_500, creditInterval: 50, replicas: 3 });
     const urls = cluster.urls.join(',');
-    const a = await startScript('./stage-worker.ts', [urls, 'jobs', 'results', '5', '3']);
-    const b = await startScript('./stage-worker.ts', [urls, 'jobs', 'results', '5', '3']);
+    const a = await startScript('./stage-worker.ts', [urls, 'jobs', 'results', '5', '--replicas=3']);
+    const b = await startScript('./stage-worker.ts', [urls, 'jobs', 'results', '5', '--replicas=3']);
     try {
       const producing = toLink(fromIterable(Array.from({ length: total }, (_, i) => i)), jobs, { producerId: 'jobs' });
       const stored = async (): Promise<number> => {
@@ -84,4 +86,80 @@ describe('sluice/nats on a three-node JetStream cluster', () => {
       b.child.kill('SIGKILL');
     }
   });
+
+  it('replicas: 3 — any node SIGKILLed under load, counted downstream by job id: each job reaches the consumer once, both queues drain, survivors lead', {
+    timeout: 150_000,
+  }, async (t) => {
+    // Randomized (a seed to replay): which node dies — the jobs stream's leader, the results stream's, or any.
+    const seed = Number(process.env.SLUICE_CHAOS_SEED ?? Math.floor(Math.random() * 2 ** 31));
+    const random = seededRandom(seed);
+    const own = await startNatsCluster();
+    const connection = await connect({ servers: [...own.urls], reconnectTimeWait: 100, maxReconnectAttempts: -1 });
+    let workers: ReturnType<typeof workerPool> | undefined;
+    let subscription: { unsubscribe(): void } | undefined;
+    try {
+      const total = 400;
+      const jobs = await openWhenElected(() =>
+        openLink<number>(connection, { name: 'any-jobs', capacity: 64, ackWait: 1_500, creditInterval: 50, replicas: 3 }),
+      );
+      const results = await openLink<number>(connection, { name: 'any-results', capacity: 1_000, ackWait: 1_500, creditInterval: 50, replicas: 3 });
+      // Started once the links are open: a worker opening them before the cluster elected its leader would exit.
+      workers = workerPool(() => [own.urls.join(','), 'any-jobs', 'any-results', '5', '--replicas=3'], 2);
+      await workers.ready;
+      const leaderOf = async (stream: string) => (await jobs.jsm.streams.info(stream)).cluster?.leader;
+      const stats = new LinkReceiverStats();
+      const seen = new Map<number, number>();
+      let killed: Promise<string> | undefined;
+      const kill = async (): Promise<string> => {
+        const role = ['jobs leader', 'results leader', 'any'][Math.floor(random() * 3)]!;
+        const leader = role === 'jobs leader' ? await leaderOf(jobs.stream) : role === 'results leader' ? await leaderOf(results.stream) : undefined;
+        const index = leader === undefined ? Math.floor(random() * own.names.length) : own.names.indexOf(leader);
+        await own.kill(index);
+        return `${own.names[index]} (${role === 'any' ? 'drawn at random' : `the ${role}`})`;
+      };
+      subscription = fromLink<number>(results, { stats, maxBatch: 16 })
+        .pipe(untraced())
+        .subscribe((value) => {
+          seen.set(value / 2, (seen.get(value / 2) ?? 0) + 1);
+          if (seen.size === 150 && killed === undefined) killed = kill();
+        });
+      const producing = toLink(fromIterable(Array.from({ length: total }, (_, i) => i)), jobs, { producerId: 'jobs' });
+      const queued = async () => (await jobs.jsm.streams.info(jobs.stream)).state.messages + (await results.jsm.streams.info(results.stream)).state.messages;
+      const deadline = Date.now() + 60_000;
+      while (seen.size < total && Date.now() < deadline) await sleep(100);
+      const replay = `seed ${seed}: killed ${await killed} (SLUICE_CHAOS_SEED=${seed} replays it)`;
+      t.diagnostic(replay);
+      await producing;
+      const drained = Date.now() + 10_000;
+      while ((await queued().catch(() => 1)) > 0 && Date.now() < drained) await sleep(100);
+      await sleep(3_000); // past ackWait twice: a late copy would arrive by now
+      const missing = Array.from({ length: total }, (_, i) => i).filter((i) => !seen.has(i));
+      const twice = [...seen].filter(([, times]) => times > 1).map(([job]) => job);
+      assert.deepEqual(missing, [], `every job reached the consumer; ${replay}`);
+      assert.deepEqual(twice, [], `no job reached it twice; ${replay}`);
+      assert.equal(await queued(), 0, `both queues drained; ${replay}`);
+      const dead = own.names.find((name) => replay.includes(`killed ${name} `))!;
+      for (const stream of [jobs.stream, results.stream]) {
+        const info = await jobs.jsm.streams.info(stream);
+        assert.ok(info.cluster?.leader !== undefined && info.cluster.leader !== dead, `${stream} is led by a survivor (${info.cluster?.leader}); ${replay}`);
+      }
+    } finally {
+      subscription?.unsubscribe();
+      workers?.close();
+      await connection.close();
+      await own.close();
+    }
+  });
 });
+
+/** The cluster elects its JetStream leader a moment after it starts: opening a link is what waits for it. */
+async function openWhenElected<T>(open: () => Promise<T>): Promise<T> {
+  for (let tries = 0; ; tries++) {
+    try {
+      return await open();
+    } catch (error) {
+      if (tries > 100) throw error;
+      await sleep(100);
+    }
+  }
+}

@@ -470,7 +470,7 @@ describe('sluice/nats links, on a real nats-server', () => {
       // Still subscribed: a copy whose first ack was lost in the restart comes again (after ackWait) and is acknowledged then.
       assert.equal(await settledCount(link, 8_000), 0, 'every message acknowledged in the end');
       subscription?.unsubscribe();
-      assert.ok(seen.length - total <= stats.redelivered, `${seen.length - total} seen twice, ${stats.redelivered} redelivered`);
+      assert.equal(seen.length, total, `each element once: ${seen.length - total} seen twice (copies dropped: ${stats.duplicates})`);
     } finally {
       await connection.close();
       await own.close();
@@ -492,7 +492,7 @@ describe('sluice/nats links, on a real nats-server', () => {
     while (dead.length === 0 && Date.now() < deadline) await sleep(50);
     subscription.unsubscribe();
     assert.equal(dead.length, 1, 'the dropped message was dead-lettered');
-    assert.match(dead[0]!, /not settled after 2 deliveries/);
+    assert.match(dead[0]!, /not settled while worked on alone once .*plain operator/);
     assert.deepEqual(
       seen.sort((a, b) => a - b),
       [0, 1, 2, 3, 4, 5, 6, 8, 9],
@@ -563,7 +563,7 @@ describe('sluice/nats links, on a real nats-server', () => {
     const output = 'results';
     const total = 300;
     const jobs = await openLink(nc, { name: input, capacity: 64, ackWait: 1_500, creditInterval: 50 });
-    const results = await openLink(nc, { name: output, capacity: 1_000, creditInterval: 50 });
+    const results = await openLink(nc, { name: output, capacity: 1_000, ackWait: 1_500, creditInterval: 50 });
     const a = await startScript('./stage-worker.ts', [server.url, input, output, '5']);
     const b = await startScript('./stage-worker.ts', [server.url, input, output, '5']);
     try {

@@ -11,8 +11,8 @@ import { join } from 'node:path';
 export interface NatsServer {
   readonly url: string;
   readonly port: number;
-  /** Stops the server (SIGTERM) and starts it again on the same port with the same store. */
-  restart(): Promise<void>;
+  /** Stops the server (SIGTERM, or SIGKILL: a crash) and starts it again on the same port with the same store. */
+  restart(signal?: 'SIGTERM' | 'SIGKILL'): Promise<void>;
   /** Stops it; `restart` brings it back. */
   stop(): Promise<void>;
   /** Stops it and removes its store. */
@@ -52,11 +52,11 @@ function launch(port: number, storeDir: string, jetstream: boolean): Promise<{ c
   });
 }
 
-function stopped(child: ChildProcess): Promise<void> {
+function stopped(child: ChildProcess, signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((resolve) => {
     child.once('exit', () => resolve());
-    child.kill('SIGTERM');
+    child.kill(signal);
   });
 }
 
@@ -67,8 +67,8 @@ export async function startNatsServer({ jetstream = true } = {}): Promise<NatsSe
   return {
     url: `nats://127.0.0.1:${port}`,
     port,
-    async restart() {
-      await stopped(child);
+    async restart(signal = 'SIGTERM') {
+      await stopped(child, signal);
       ({ child } = await launch(port, storeDir, jetstream));
     },
     async stop() {

@@ -19,7 +19,8 @@ import type { ShedReason } from './vocabulary.js';
 
 /** How the pipeline ended with an element. */
 export type Settled =
-  | { readonly outcome: 'delivered' }
+  /** `forwarded`: every copy delivered went on to a next hop that stored it (a NATS link), none ended here. */
+  | { readonly outcome: 'delivered'; readonly forwarded?: boolean }
   | { readonly outcome: 'shed'; readonly reason: ShedReason }
   | { readonly outcome: 'failed'; readonly error: unknown };
 
@@ -29,10 +30,12 @@ export interface Settler {
 }
 
 const DELIVERED: Settled = { outcome: 'delivered' };
+const FORWARDED: Settled = { outcome: 'delivered', forwarded: true };
 
 export class Settlement {
   private copies = 1;
   private delivered = false;
+  private deliveredHere = false;
   private shedReason: ShedReason | undefined;
   private failure: { error: unknown } | undefined;
   private absorbed: Settlement[] | undefined;
@@ -50,9 +53,10 @@ export class Settlement {
     if (!this.done) this.copies++;
   }
 
-  /** A copy left the pipeline at its end, or its work finished. */
-  deliver(): void {
+  /** A copy left the pipeline at its end, or its work finished; `forwarded`: it went on to a next hop that stored it. */
+  deliver(forwarded = false): void {
     this.delivered = true;
+    if (!forwarded) this.deliveredHere = true;
     this.release();
   }
 
@@ -96,6 +100,7 @@ export class Settlement {
 
   private outcome(): Settled {
     if (this.failure !== undefined) return { outcome: 'failed', error: this.failure.error };
+    if (this.delivered && !this.deliveredHere) return FORWARDED;
     if (this.delivered || this.shedReason === undefined) return DELIVERED;
     return { outcome: 'shed', reason: this.shedReason };
   }

@@ -64,7 +64,7 @@ export interface DeadLetterRecord {
   readonly subject: string;
   /** Its sequence in the link's stream. */
   readonly seq: number;
-  /** Why, as a code: a failed element's error code (`WORK_FAILED`, `STAGE_TIMEOUT`...), `INVALID_MESSAGE`, `MAX_DELIVER`, `TERMINATED`. */
+  /** Why, as a code: a failed element's error code (`WORK_FAILED`, `STAGE_TIMEOUT`...), `INVALID_MESSAGE`, `WORKER_STOPPED`, `MAX_DELIVER`, `TERMINATED`. */
   readonly code: string;
   /** Times it was delivered before it was given up on. */
   readonly deliveries: number;

@@ -44,7 +44,7 @@ export const linkOptionsSchema = lazySchema((z) =>
       capacity: positiveInt('capacity').default(256),
       /** How long a receiver may hold a message before the server delivers it again (ms). */
       ackWait: z.number().positive({ error: 'ackWait must be > 0 ms' }).default(30_000),
-      /** Deliveries of one message before the server gives up on it. */
+      /** Deliveries of one message that ends unsettled (its worker stopped, or it was held past its time) before it is dead-lettered; after the first, each is worked on alone. */
       maxDeliver: positiveInt('maxDeliver').default(5),
       /** Publishes awaiting their acknowledgement from the server, at most. */
       publishWindow: positiveInt('publishWindow').default(32),
@@ -54,6 +54,8 @@ export const linkOptionsSchema = lazySchema((z) =>
       pullExpires: z.number().min(1000, { error: 'pullExpires must be ≥ 1000 ms (the server refuses less)' }).default(5_000),
       /** Servers of a JetStream cluster that keep a copy of the link's streams (1, 3 or 5; at most the cluster's size). */
       replicas: z.union([z.literal(1), z.literal(3), z.literal(5)], { error: 'replicas must be 1, 3 or 5' }).default(1),
+      /** How long the ids of settled messages are kept to drop copies (ms): the stream's duplicate window and the settled-ids log's age. */
+      dedupWindow: z.number().min(1_000, { error: 'dedupWindow must be ≥ 1000 ms' }).default(120_000),
       /** Dead letters the link keeps, newest first (its dead-letter stream's `max_msgs`; older ones are dropped). */
       deadLetters: positiveInt('deadLetters').default(10_000),
       /** What a message must be: receivers dead-letter one that is not, producers refuse to send one. */
@@ -77,6 +79,12 @@ export interface Link<T = unknown> {
   /** The stream that keeps messages a receiver gave up on, each with its reason. */
   readonly deadStream: string;
   readonly deadSubject: string;
+  /** The stream of trial records of messages delivered again (`trials.ts`), one per message on `<trialsSubject>.<seq>`. */
+  readonly trialsStream: string;
+  readonly trialsSubject: string;
+  /** The stream of ids of messages receivers are done with (`settled-log.ts`), and its subject. */
+  readonly settledStream: string;
+  readonly settledSubject: string;
   /** Where receivers tell producers that room was freed (core NATS, not stored). */
   readonly creditSubject: string;
   readonly durable: string;
@@ -88,6 +96,7 @@ export interface Link<T = unknown> {
 /** JetStream's API error code for a stream refusing a message over `max_msgs` with `discard: new`. */
 export const MAXIMUM_MESSAGES_EXCEEDED = 10077;
 const STREAM_NOT_FOUND = 10059;
+const TRIAL_RECORD_AGE_NS = 24 * 3_600 * 1e9;
 
 /**
  * Opens a link over `connection`, creating its stream and consumer if they do not exist and
@@ -120,6 +129,7 @@ export async function openLink<T = unknown>(connection: NatsConnection, options:
     max_msgs: config.capacity,
     discard: DiscardPolicy.New,
     num_replicas: config.replicas,
+    duplicate_window: config.dedupWindow * 1_000_000,
   };
   const existing = await jsm.streams.info(stream).catch((error: unknown) => {
     if (apiCode(error) === STREAM_NOT_FOUND) return undefined;
@@ -141,16 +151,26 @@ export async function openLink<T = unknown>(connection: NatsConnection, options:
       'Open the link with the capacity it was made with, or delete the stream (nats stream rm) to make it again.',
     );
   }
+  if (existing !== undefined && existing.config.duplicate_window !== wanted.duplicate_window) {
+    await jsm.streams.update(stream, { ...existing.config, duplicate_window: wanted.duplicate_window }).catch((error: unknown) => {
+      throw refused(name, `its stream ${stream}'s duplicate window could not be set`, error);
+    });
+  }
+  // No limit of deliveries on the server: a count that blames the messages beside one that kills its
+  // worker as much as that one. Receivers judge messages delivered again (trials.ts) and give up.
   const consumer: Partial<ConsumerConfig> = {
     durable_name: durable,
     ack_policy: AckPolicy.Explicit,
     ack_wait: config.ackWait * 1_000_000,
-    max_deliver: config.maxDeliver,
+    max_deliver: -1,
     max_ack_pending: config.capacity,
   };
-  await jsm.consumers.add(stream, consumer).catch((error: unknown) => {
-    throw refused(name, `its consumer ${durable} could not be created (it may exist with other settings)`, error);
-  });
+  await jsm.consumers
+    .add(stream, consumer)
+    .catch(() => jsm.consumers.update(stream, durable, { ack_wait: consumer.ack_wait, max_deliver: -1, max_ack_pending: config.capacity }))
+    .catch((error: unknown) => {
+      throw refused(name, `its consumer ${durable} could not be created (it may exist with other settings)`, error);
+    });
   const deadStream = `SLUICE_${name}_DEAD`;
   const deadSubject = `sluice.dead.${name}`;
   const dead: Partial<StreamConfig> & { name: string } = {
@@ -161,13 +181,35 @@ export async function openLink<T = unknown>(connection: NatsConnection, options:
     discard: DiscardPolicy.Old,
     num_replicas: config.replicas,
   };
+  // The ids of settled messages (settled-log.ts): kept as long as the server drops copies, and after its restarts.
+  const settled: Partial<StreamConfig> & { name: string } = {
+    name: `SLUICE_${name}_SETTLED`,
+    subjects: [`sluice.settled.${name}`],
+    retention: RetentionPolicy.Limits,
+    max_age: config.dedupWindow * 1_000_000,
+    num_replicas: config.replicas,
+  };
+  const trials: Partial<StreamConfig> & { name: string } = {
+    name: `SLUICE_${name}_TRIALS`,
+    subjects: [`sluice.trial.${name}.*`],
+    retention: RetentionPolicy.Limits,
+    max_msgs_per_subject: 1,
+    // Records are removed when their message is settled; one left over by a crash goes after a day.
+    max_age: TRIAL_RECORD_AGE_NS,
+    num_replicas: config.replicas,
+  };
   // add, else update: the same config twice is accepted; a changed bound is applied.
-  await jsm.streams
-    .add(dead)
-    .catch(() => jsm.streams.update(deadStream, dead))
-    .catch((error: unknown) => {
-      throw refused(name, `its dead-letter stream ${deadStream} could not be created`, error);
-    });
+  for (const [config, what] of [
+    [dead, `its dead-letter stream ${deadStream}`],
+    [trials, `its trials stream ${trials.name}`],
+    [settled, `its settled-ids stream ${settled.name}`],
+  ] as const)
+    await jsm.streams
+      .add(config)
+      .catch(() => jsm.streams.update(config.name, config))
+      .catch((error: unknown) => {
+        throw refused(name, `${what} could not be created`, error);
+      });
   return {
     config,
     schema: config.schema as z.ZodType<T> | undefined,
@@ -175,6 +217,10 @@ export async function openLink<T = unknown>(connection: NatsConnection, options:
     subject,
     deadStream,
     deadSubject,
+    trialsStream: trials.name,
+    settledStream: settled.name,
+    settledSubject: `sluice.settled.${name}`,
+    trialsSubject: `sluice.trial.${name}`,
     creditSubject: `${subject}.credit`,
     durable,
     connection,

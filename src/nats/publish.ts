@@ -3,9 +3,10 @@
  * room, and publishes each once (a `msgID` of producer id and sequence lets the server drop a
  * retried duplicate).
  *
- * Credit: room = capacity − the stream's backlog at the last look − what was published since.
- * The backlog is read from the server (the stream's message count: a work queue deletes a message
- * when a receiver acknowledges it), so credit cannot be lost for good: it is recomputed when
+ * Credit: room = capacity − the stream's backlog at the last look − this producer's messages that
+ * look may not have counted (sent and not confirmed, or confirmed with a sequence past the stream's
+ * last at that look). The backlog is read from the server (the stream's message count: a work queue
+ * deletes a message when a receiver acknowledges it), so credit cannot be lost for good: it is recomputed when
  * receivers announce freed room on the link's credit subject, and on a timer when none does. A
  * publish the server refuses for the bound (several producers raced for the same room) is kept
  * and sent again once there is room; nothing is dropped.
@@ -20,7 +21,7 @@ import { StageStats } from '../flow/stats.js';
 import { type Link, LinkError, MAXIMUM_MESSAGES_EXCEEDED, apiCode, definite, disconnected, refused } from './link.js';
 import { invalidReason, traceHeaders } from './wire.js';
 import { agreeOnContract } from './contract.js';
-import { originOf } from './source.js';
+import { sourceIdOf } from './source.js';
 
 export interface ToLinkOptions<T> {
   /** Names this producer in message ids (default: random). Reuse it after a restart to let the server drop what it already has. */
@@ -87,11 +88,16 @@ class Publisher<T> implements InspectedRun {
   /** Elements received and not yet confirmed. */
   private unconfirmed = 0;
   private sequence = 0;
-  /** The stream's message count at the last look, and what this producer had sent by then. */
+  /** The stream's message count and last sequence at the last look. */
   private backlog = 0;
-  private sentAtLook = 0;
-  private sent = 0;
+  private lookedSeq = 0;
+  /** This producer's messages the last look may not have counted: they take room it did not see taken. */
+  private uncounted = 0;
+  /** Sequences confirmed while a look was under way: it counted those at or below the last sequence it saw. */
+  private confirmedDuringLook: number[] = [];
   private looking = false;
+  /** An element taken while the link had no room: sent once a look finds room. */
+  private parked: Outgoing | undefined;
   private sourceDone = false;
   private ended = false;
   private published = 0;
@@ -153,18 +159,25 @@ class Publisher<T> implements InspectedRun {
 
   /** Room on the link for this producer now. */
   private credit(): number {
-    return this.link.config.capacity - this.backlog - (this.sent - this.sentAtLook);
+    return this.link.config.capacity - this.backlog - this.uncounted;
   }
 
   /** Asks upstream for what the room and the window allow. */
   private ask(): void {
+    if (this.ended) return;
+    const parked = this.parked;
+    if (parked !== undefined) {
+      if (this.credit() <= 0) return this.waitForRoom();
+      this.parked = undefined;
+      this.dispatch(parked);
+    }
     const subscription = this.subscription;
-    if (subscription === undefined || subscription.closed || this.ended) return;
+    if (subscription === undefined || subscription.closed) return;
     const allowed = Math.min(this.credit(), this.link.config.publishWindow - this.unconfirmed) - subscription.outstanding;
     if (allowed > 0) subscription.request(allowed);
     else if (this.credit() <= 0) {
       // A source may tell it has ended only when asked for one more (an iterator): ask, so a producer
-      // that filled the link exactly still resolves. What comes instead waits here for room (one element).
+      // that filled the link exactly still resolves. What comes instead is parked until there is room.
       if (subscription.outstanding === 0 && this.unconfirmed === 0 && !this.sourceDone) subscription.request(1);
       this.waitForRoom();
     }
@@ -182,12 +195,17 @@ class Publisher<T> implements InspectedRun {
   private look(): void {
     if (this.looking || this.ended) return;
     this.looking = true;
-    const sentBefore = this.sent;
+    this.confirmedDuringLook = [];
     this.link.jsm.streams.info(this.link.stream).then(
       (info) => {
         this.looking = false;
         this.backlog = info.state.messages;
-        this.sentAtLook = sentBefore;
+        this.lookedSeq = info.state.last_seq;
+        // Confirmed before the look was asked: counted. Sent and unconfirmed now: maybe not (their confirmation tells).
+        let uncounted = this.unconfirmed - (this.parked === undefined ? 0 : 1);
+        for (const seq of this.confirmedDuringLook) if (seq > this.lookedSeq) uncounted++;
+        this.uncounted = uncounted;
+        this.confirmedDuringLook = [];
         if (this.backlog > this.peakBacklog) this.peakBacklog = this.backlog;
         this.ask();
       },
@@ -222,7 +240,6 @@ class Publisher<T> implements InspectedRun {
       return;
     }
     this.unconfirmed++;
-    this.sent++;
     const settlement = traced?.trace.settlement;
     const outgoing: Outgoing = {
       body,
@@ -231,6 +248,17 @@ class Publisher<T> implements InspectedRun {
       value,
       settlement,
     };
+    if (this.credit() > 0) this.dispatch(outgoing);
+    else {
+      // Taken to learn whether the source ended (see `ask`): it waits for room rather than be refused.
+      this.parked = outgoing;
+      this.waitForRoom();
+    }
+  }
+
+  /** Sends a new message: it takes room the last look did not see taken. */
+  private dispatch(outgoing: Outgoing): void {
+    this.uncounted++;
     this.send(outgoing);
   }
 
@@ -252,11 +280,11 @@ class Publisher<T> implements InspectedRun {
 
   /** The message id: from the source message and the output's ordinal, or from this producer's sequence. */
   private idOf(sequence: number, settlement: Settlement | undefined): string {
-    const origin = this.sourceIds ? originOf(settlement) : undefined;
-    if (origin === undefined || settlement === undefined) return `${this.producerId}-${sequence}`;
+    const source = this.sourceIds ? sourceIdOf(settlement) : undefined;
+    if (source === undefined || settlement === undefined) return `${this.producerId}-${sequence}`;
     const ordinal = this.ordinals.get(settlement) ?? 0;
     this.ordinals.set(settlement, ordinal + 1);
-    return `${origin}.${ordinal}`;
+    return `${source}.${ordinal}`;
   }
 
   private send(outgoing: Outgoing): void {
@@ -266,8 +294,10 @@ class Publisher<T> implements InspectedRun {
         this.unconfirmed--;
         this.published++;
         if (ack.duplicate) this.duplicates++;
-        // Stored on the server: the element is delivered (a message it came from is acknowledged now).
-        forEachSettlement(outgoing.value, outgoing.settlement, deliver);
+        if (this.looking) this.confirmedDuringLook.push(ack.seq);
+        else if (ack.seq <= this.lookedSeq) this.uncounted--; // the last look counted it already
+        // Stored on the server: the element is forwarded (a message it came from is acknowledged now).
+        forEachSettlement(outgoing.value, outgoing.settlement, forward);
         if (!this.settleIfDone()) this.ask();
       },
       (error: unknown) => {
@@ -276,7 +306,6 @@ class Publisher<T> implements InspectedRun {
           // Another producer took the room first: the element waits here, not lost, until a look finds room.
           this.refusals++;
           this.backlog = this.link.config.capacity;
-          this.sentAtLook = this.sent;
           this.retryLater(outgoing);
         } else if (this.link.connection.isClosed()) {
           this.fail(
@@ -381,6 +410,6 @@ interface Outgoing {
   readonly settlement: Settlement | undefined;
 }
 
-function deliver(settlement: Settlement): void {
-  settlement.deliver();
+function forward(settlement: Settlement): void {
+  settlement.deliver(true);
 }

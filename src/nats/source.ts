@@ -11,7 +11,6 @@
 import { activeIntrospector, type InspectedRun, type RunCounters, type RunDescription } from '../flow/introspection.js';
 import { StageStats } from '../flow/stats.js';
 import type { JsMsg, Consumer, ConsumerMessages } from '@nats-io/jetstream';
-import type { Subscription as NatsSubscription } from '@nats-io/nats-core';
 import { Settlement, type Settled, type Settler } from '../core/settlement.js';
 import { TraceContext, type StageRecord, type Traced, parseTraceparent } from '../core/trace.js';
 import { Flow, type Outlet, type Producer } from '../flow/demand.js';
@@ -19,6 +18,9 @@ import { Ring } from '../flow/ring.js';
 import { type Link, LinkError, definite, disconnected, refused } from './link.js';
 import { agreeOnContract } from './contract.js';
 import { RECORDS, SEQ, TRACEPARENT, deadLetter, describe, invalidReason, letterOf, reasonCode } from './wire.js';
+import { Trials } from './trials.js';
+import { SettledLog, idOf } from './settled-log.js';
+import { StrandedMessages } from './reclaim.js';
 
 /** The message an element came from, for settling it by hand. Settle it once; later settlements change nothing. */
 export interface LinkMessage<T> {
@@ -28,6 +30,8 @@ export interface LinkMessage<T> {
   readonly seq: number;
   /** `<stream>-<seq>`: the message, for good (a redelivery has the same origin). */
   readonly origin: string;
+  /** The id its producer gave it (`Nats-Msg-Id`: the same for a copy stored again), else its origin. */
+  readonly id: string;
   /** 1 on first delivery; more after a receiver failed to settle it in time or `nak`ed it. */
   readonly deliveries: number;
   /** Done with it: the server deletes it and the link has room for one more. */
@@ -53,6 +57,10 @@ export class LinkReceiverStats {
   deadLettered = 0;
   /** Pulls tried again after a passing failure (a server restart, a reconnect). */
   pullRetries = 0;
+  /** Copies of messages settled within `dedupWindow`, or held here under another sequence: acknowledged, not handed on (also counted in `acked`). */
+  duplicates = 0;
+  /** Messages an unclean server stop left in the stream that the consumer would never deliver again: put back in the queue. */
+  requeued = 0;
   /** Deliveries not settled by a receiver: held now, or held past `ackWait` and delivered again. */
   get held(): number {
     return this.received - this.acked - this.nacked - this.deadLettered;
@@ -78,6 +86,8 @@ export interface FromLinkOptions {
   maxHold?: number;
   /** Called for each message dead-lettered, with its reason (a failed element, a message not valid for the link). */
   onDeadLetter?: (event: { readonly seq: number; readonly reason: string }) => void;
+  /** Called when messages an unclean server stop stranded in the stream were put back in the queue (see `LinkReceiverStats.requeued`). */
+  onRequeue?: (event: { readonly messages: number }) => void;
 }
 
 /** A Flow of the messages of `link`, pulled as downstream asks, each acknowledged when the pipeline is done with it. */
@@ -88,16 +98,17 @@ export function fromLink<T = unknown>(link: Link<T> | Link, options: FromLinkOpt
     shedNaks: options.onShed === 'nak',
     stats: options.stats ?? new LinkReceiverStats(),
     onDeadLetter: options.onDeadLetter,
+    onRequeue: options.onRequeue,
     keepAlive: options.keepAlive ?? true,
     maxHold: options.maxHold ?? 300_000,
   };
   return new Flow<Traced<T>>((outlet) => new LinkProducer(link, outlet, receiver));
 }
 
-/** The origin (`<stream>-<seq>`) of the link message a settlement belongs to, if it belongs to one. */
-export function originOf(settlement: Settlement | undefined): string | undefined {
+/** The id of the link message a settlement belongs to (see `LinkMessage.id`), if it belongs to one. */
+export function sourceIdOf(settlement: Settlement | undefined): string | undefined {
   const settler = settlement?.settler;
-  return settler instanceof Received ? settler.origin : undefined;
+  return settler instanceof Received ? settler.id : undefined;
 }
 
 /**
@@ -115,6 +126,7 @@ interface ReceiverConfig {
   readonly shedNaks: boolean;
   readonly stats: LinkReceiverStats;
   readonly onDeadLetter: ((event: { readonly seq: number; readonly reason: string }) => void) | undefined;
+  readonly onRequeue: ((event: { readonly messages: number }) => void) | undefined;
   readonly keepAlive: boolean;
   readonly maxHold: number;
 }
@@ -133,6 +145,9 @@ class Received<T> implements LinkMessage<T>, Settler {
   get origin(): string {
     return `${this.message.info.stream}-${this.message.seq}`;
   }
+  get id(): string {
+    return idOf(this.message);
+  }
   get deliveries(): number {
     return this.message.info.deliveryCount;
   }
@@ -141,27 +156,29 @@ class Received<T> implements LinkMessage<T>, Settler {
    * consumer left → nak; failed → moved to the dead-letter stream with the error as reason.
    */
   settle(settled: Settled): void {
-    if (settled.outcome === 'delivered') this.ack();
+    if (settled.outcome === 'delivered') this.done(settled.forwarded === true);
     else if (settled.outcome === 'failed') this.giveUp(describe(settled.error), reasonCode(settled.error));
     else if (settled.reason === 'cancelled' || this.receiver.config.shedNaks) this.nak();
     else this.ack();
   }
   ack(): void {
+    this.done(false);
+  }
+  /**
+   * Acknowledges it. Its id is recorded as settled unless every output went on to another link:
+   * that link's receivers drop copies of those outputs, and a copy of this message (a server that
+   * lost its acknowledgement) is worked on again, which restores an output the server lost with it.
+   */
+  private done(forwarded: boolean): void {
     if (!this.claim()) return;
     this.receiver.unhold(this);
-    this.message.ack();
-    this.receiver.settledAs('acked');
+    if (forwarded) this.receiver.forwarded(this.message);
+    else this.receiver.finish(this.message, 'acked');
   }
   nak(delay?: number): void {
     if (!this.claim()) return;
     this.receiver.unhold(this);
-    const deliveries = this.message.info.deliveryCount;
-    // Given back on its last delivery, the server would keep it in the work queue for good.
-    if (deliveries >= this.receiver.maxDeliver) this.receiver.deadLetter(this.message, `given back after ${deliveries} deliveries (maxDeliver)`, 'MAX_DELIVER');
-    else {
-      this.message.nak(delay);
-      this.receiver.settledAs('nacked');
-    }
+    this.receiver.giveBack(this.message, delay);
   }
   term(reason: string): void {
     this.giveUp(reason, 'TERMINATED');
@@ -198,17 +215,21 @@ class LinkProducer<T> implements Producer, InspectedRun {
   private nudgeQueued = false;
   /** Emitted and not yet settled. */
   private readonly held = new Set<Received<T>>();
-  private keepAliveTimer: ReturnType<typeof setInterval> | undefined;
-  private expiries: NatsSubscription | undefined;
+  /** By id, the held element of each message emitted and not settled: a copy of one is not handed on. */
+  private readonly heldIds = new Map<string, Received<T>>();
+  private ticker: ReturnType<typeof setInterval> | undefined;
+  private trials: Trials | undefined;
+  private readonly settledLog: SettledLog;
+  private reclaiming = false;
+  private readonly stranded: StrandedMessages;
 
   constructor(
     private readonly link: Link<T>,
     private readonly outlet: Outlet<Traced<T>>,
     readonly config: ReceiverConfig,
-  ) {}
-
-  get maxDeliver(): number {
-    return this.link.config.maxDeliver;
+  ) {
+    this.settledLog = new SettledLog(link as Link<unknown>);
+    this.stranded = new StrandedMessages(link as Link<unknown>);
   }
 
   // ---- inspection ----
@@ -245,21 +266,43 @@ class LinkProducer<T> implements Producer, InspectedRun {
   }
 
   start(): void {
-    this.watchExpiries();
-    if (this.config.keepAlive) {
-      this.keepAliveTimer = setInterval(() => this.keepAlive(), this.link.config.ackWait / 2);
-      this.keepAliveTimer.unref();
-    }
-    // The contract first: no message is pulled before the link's producers and this receiver agree.
+    this.trials = new Trials(this.link as Link<unknown>, (seq) => this.holds(seq));
+    this.ticker = setInterval(() => this.tick(), this.link.config.ackWait / 2);
+    this.ticker.unref();
+    this.begin();
+  }
+
+  /**
+   * The contract first: no message is pulled before the link's producers and this receiver agree;
+   * then every id settled before this receiver started is known before it pulls a first message.
+   * A passing failure (a timeout while a cluster elects a leader, a reconnect) is tried again
+   * every `creditInterval`; a definite one fails the flow.
+   */
+  private begin(): void {
+    if (this.done) return;
     agreeOnContract(this.link as Link<unknown>, 'receiver')
+      .then(() =>
+        this.settledLog.start().catch((error: unknown) => {
+          throw refused(this.link.config.name, `its settled-ids stream ${this.link.settledStream} could not be read`, error);
+        }),
+      )
       .then(() => this.link.js.consumers.get(this.link.stream, this.link.durable))
       .then(
         (consumer) => {
           this.consumer = consumer;
           this.pull();
         },
-        (error: unknown) =>
-          this.fail(error instanceof LinkError ? error : refused(this.link.config.name, `its consumer ${this.link.durable} could not be found`, error)),
+        (error: unknown) => {
+          if (this.done) return;
+          const cause = error instanceof LinkError ? error.cause : error;
+          const passing = (!(error instanceof LinkError) || error.code === 'LINK_REFUSED') && !definite(cause) && !this.link.connection.isClosed();
+          if (!passing) {
+            this.fail(error instanceof LinkError ? error : refused(this.link.config.name, `its consumer ${this.link.durable} could not be found`, error));
+            return;
+          }
+          this.config.stats.pullRetries++;
+          setTimeout(() => this.begin(), this.link.config.creditInterval);
+        },
       );
   }
 
@@ -293,11 +336,74 @@ class LinkProducer<T> implements Producer, InspectedRun {
     for await (const message of messages) {
       this.asked--;
       this.config.stats.received++;
-      if (message.info.deliveryCount > 1) this.config.stats.redelivered++;
       if (this.done) this.giveBack(message);
+      else if (this.isCopy(message)) {
+        this.config.stats.duplicates++;
+        this.finish(message, 'acked');
+      } else if (message.info.deliveryCount > 1) this.redelivered(message);
       else if (this.buffer.length === 0 && this.outlet.wants()) this.emit(message);
       else this.buffer.push(message);
     }
+  }
+
+  /**
+   * A message delivered again is judged before it goes on (see `trials.ts`): handed back on
+   * purpose, it goes on as any; else it becomes this receiver's one trial, or is dead-lettered if
+   * its trials failed too often. One to try while another is tried here is given back for another
+   * receiver (after `creditInterval`).
+   */
+  private redelivered(message: JsMsg): void {
+    this.config.stats.redelivered++;
+    const trials = this.trials!;
+    // Ours again: the server gave up on the delivery this receiver still holds.
+    if (trials.seq === message.seq) trials.expired(message.seq);
+    trials.judge(message.seq).then(
+      (verdict) => {
+        if (this.done) this.giveBack(message);
+        else if (verdict.kind === 'give-up') this.deadLetter(message, verdict.reason, verdict.code);
+        else if (verdict.kind === 'busy') {
+          message.nak(this.link.config.creditInterval);
+          this.settledAs('nacked');
+        } else {
+          this.buffer.push(message);
+          this.pull();
+        }
+      },
+      () => {
+        // The server is away for now: deliver it again later, here or elsewhere.
+        message.nak(this.link.config.creditInterval);
+        this.settledAs('nacked');
+      },
+    );
+  }
+
+  /** A copy of a message settled within `dedupWindow`, or of another held here now (a redone output stored again). */
+  private isCopy(message: JsMsg): boolean {
+    const id = idOf(message);
+    if (this.settledLog.has(id)) return true;
+    const held = this.heldIds.get(id);
+    return held !== undefined && held.seq !== message.seq;
+  }
+
+  /** Done with `message` for good: its id is recorded as settled, then it is acknowledged (the record goes out first) and counted. */
+  finish(message: JsMsg, as: 'acked' | 'deadLettered'): void {
+    this.settledLog.record(idOf(message), () => {
+      message.ack();
+      this.settledAs(as, message);
+    });
+  }
+
+  /** Done with `message`, whose outputs went on to another link: acknowledged, its id not recorded. */
+  forwarded(message: JsMsg): void {
+    message.ack();
+    this.settledAs('acked', message);
+  }
+
+  /** Whether this receiver has the message `seq`: fetched and not emitted, or emitted and not settled. */
+  private holds(seq: number): boolean {
+    for (let i = 0; i < this.buffer.length; i++) if (this.buffer.at(i)!.seq === seq) return true;
+    for (const received of this.held) if (received.seq === seq) return true;
+    return false;
   }
 
   /**
@@ -330,6 +436,7 @@ class LinkProducer<T> implements Producer, InspectedRun {
     }
     const received = new Received(value, message, this);
     this.held.add(received);
+    this.heldIds.set(received.id, received);
     const trace = traceFrom(message);
     trace.settlement = received.settlement;
     this.outlet.nextTraced(value, trace);
@@ -358,10 +465,9 @@ class LinkProducer<T> implements Producer, InspectedRun {
     const deliveries = message.info.deliveryCount;
     deadLetter(this.link, letterOf(message), reason).then(
       () => {
-        message.ack();
+        this.finish(message, 'deadLettered');
         this.config.onDeadLetter?.({ seq: message.seq, reason });
         activeIntrospector()?.deadLettered?.(this, { subject: message.subject, seq: message.seq, code, deliveries });
-        this.settledAs('deadLettered');
       },
       () => {
         message.nak(this.link.config.creditInterval);
@@ -371,8 +477,10 @@ class LinkProducer<T> implements Producer, InspectedRun {
   }
 
   /** A message was settled: counted, and producers waiting for room are told, once per turn of the event loop. */
-  settledAs(as: 'acked' | 'nacked' | 'deadLettered'): void {
+  settledAs(as: 'acked' | 'nacked' | 'deadLettered', message?: JsMsg): void {
     this.config.stats[as]++;
+    // Delivered more than once, it may have a trial record: settled for good, the record goes.
+    if (message !== undefined && message.info.deliveryCount > 1) this.trials?.settled(message.seq);
     if (this.nudgeQueued) return;
     this.nudgeQueued = true;
     queueMicrotask(() => {
@@ -381,56 +489,44 @@ class LinkProducer<T> implements Producer, InspectedRun {
     });
   }
 
-  private giveBack(message: JsMsg): void {
-    if (message.info.deliveryCount >= this.maxDeliver) {
-      this.deadLetter(message, `given back after ${message.info.deliveryCount} deliveries (maxDeliver)`, 'MAX_DELIVER');
-      return;
-    }
-    message.nak();
+  /** Gives a message back on purpose: delivered again (after `delay` ms), recorded as no failure of its own. */
+  giveBack(message: JsMsg, delay?: number): void {
+    this.trials?.givenBack(message.seq);
+    message.nak(delay);
     this.settledAs('nacked');
   }
 
   unhold(received: Received<T>): void {
     this.held.delete(received);
+    if (this.heldIds.get(received.id) === received) this.heldIds.delete(received.id);
   }
 
-  private keepAlive(): void {
-    const oldest = Date.now() - this.config.maxHold;
-    for (const received of this.held) if (received.receivedAt >= oldest) received.working();
+  /** Every `ackWait / 2`: stranded messages looked for; messages in the pipeline kept alive (`keepAlive`). */
+  private tick(): void {
+    this.reclaim();
+    const now = Date.now();
+    const kept = this.config.keepAlive ? this.config.maxHold : 0;
+    const trial = this.trials?.seq;
+    for (const received of this.held) {
+      if (received.receivedAt >= now - kept) received.working();
+      // Held past its time, the trial's message has been delivered again: this receiver may try another.
+      else if (received.seq === trial && received.receivedAt < now - kept - this.link.config.ackWait) this.trials!.expired(trial);
+    }
   }
 
-  /**
-   * A message the server stopped delivering (`maxDeliver` reached: held past `ackWait` each time)
-   * would stay in the work queue for good, holding a place of the link's capacity: one receiver
-   * of the link (a queue group) moves it to the dead-letter stream and deletes it.
-   */
-  private watchExpiries(): void {
-    const { stream, durable, connection, jsm } = this.link;
-    this.expiries = connection.subscribe(`$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.${stream}.${durable}`, {
-      queue: durable,
-      callback: (_error, advisory) => {
-        if (advisory === undefined || advisory === null) return;
-        let seq: number;
-        let deliveries: number;
-        try {
-          ({ stream_seq: seq, deliveries } = advisory.json<{ stream_seq: number; deliveries: number }>());
-        } catch {
-          return;
-        }
-        jsm.streams
-          .getMessage(stream, { seq })
-          .then(async (stored) => {
-            if (stored === null) return;
-            const reason = `not settled after ${deliveries} deliveries (maxDeliver); was it dropped by a plain operator?`;
-            await deadLetter(this.link, { data: stored.data, headers: stored.header, seq, deliveries }, reason);
-            await jsm.streams.deleteMessage(stream, seq, false);
-            this.config.stats.deadLettered++;
-            this.config.onDeadLetter?.({ seq, reason });
-            activeIntrospector()?.deadLettered?.(this, { subject: stored.subject, seq, code: 'MAX_DELIVER', deliveries });
-          })
-          .catch(() => {}); // already moved by another receiver (its dead letter has the same id)
-      },
-    });
+  /** Puts back what an unclean server stop left in the stream that the consumer would never deliver again (`reclaim.ts`). */
+  private reclaim(): void {
+    if (this.reclaiming || this.consumer === undefined) return;
+    this.reclaiming = true;
+    this.stranded
+      .look()
+      .then((requeued) => {
+        if (requeued === 0) return;
+        this.config.stats.requeued += requeued;
+        this.config.onRequeue?.({ messages: requeued });
+      })
+      .catch(() => {}) // the server is away: the next look
+      .finally(() => (this.reclaiming = false));
   }
 
   private fail(error: unknown): void {
@@ -442,8 +538,9 @@ class LinkProducer<T> implements Producer, InspectedRun {
   cancel(): void {
     if (this.done) return;
     this.done = true;
-    if (this.keepAliveTimer !== undefined) clearInterval(this.keepAliveTimer);
-    this.expiries?.unsubscribe();
+    if (this.ticker !== undefined) clearInterval(this.ticker);
+    this.trials?.close();
+    this.settledLog.close();
     // Fetched and never handed on: back to the link now, not after ackWait. What was handed on is
     // settled where it is: a stage torn down sheds what it held as `cancelled` (→ nak), and what
     // went past the consumer that left (`take`) goes on to be delivered.

@@ -17,6 +17,8 @@ export const RECORDS = 'sluice-records';
 export const REASON = 'sluice-reason';
 export const ORIGIN_SEQ = 'sluice-link-seq';
 export const DELIVERIES = 'sluice-deliveries';
+/** A message's id for de-duplication when it was put back on its link under a new `Nats-Msg-Id` (`reclaim.ts`). */
+export const ID = 'sluice-id';
 
 /** Headers carrying `trace` to the next process (its records only when it is sampled). */
 export function traceHeaders(trace: TraceContext): MsgHdrs {
