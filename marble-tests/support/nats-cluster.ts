@@ -3,11 +3,12 @@
  * own client port, route port and store, routes to the other two. A node can be killed (SIGKILL) and
  * started again on the same ports and store.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { launchNatsServer } from './nats-server.js';
 
 export interface NatsCluster {
   /** Client URLs of every node, for `connect({ servers })`. */
@@ -36,33 +37,8 @@ function freePort(): Promise<number> {
   });
 }
 
-function launch(args: readonly string[]): Promise<ChildProcess> {
-  const child = spawn('nats-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  return new Promise((resolve, reject) => {
-    let log = '';
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`nats-server did not start within 10 s:\n${log}`));
-    }, 10_000);
-    child.once('error', (err) => {
-      clearTimeout(timer);
-      reject(new Error(`nats-server could not be started (${err.message}); install it: apt-get install nats-server`));
-    });
-    child.stderr!.setEncoding('utf8');
-    child.stderr!.on('data', (chunk: string) => {
-      log += chunk;
-      if (log.includes('Server is ready')) {
-        clearTimeout(timer);
-        child.stderr!.removeAllListeners('data');
-        child.stderr!.resume();
-        resolve(child);
-      }
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`nats-server exited with ${code}:\n${log}`));
-    });
-  });
+async function launch(args: readonly string[]): Promise<ChildProcess> {
+  return (await launchNatsServer(args)).child;
 }
 
 function exited(child: ChildProcess, signal: NodeJS.Signals): Promise<void> {

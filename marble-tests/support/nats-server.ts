@@ -21,8 +21,8 @@ export interface NatsServer {
 
 const LISTENING = /Listening for client connections on [^:]+:(\d+)/;
 
-function launch(port: number, storeDir: string, jetstream: boolean): Promise<{ child: ChildProcess; port: number }> {
-  const args = [...(jetstream ? ['-js', '-sd', storeDir] : []), '-a', '127.0.0.1', '-p', String(port)];
+/** Starts `nats-server` with `args` and resolves once it is ready, with the client port it listens on. */
+export function launchNatsServer(args: readonly string[]): Promise<{ child: ChildProcess; port: number }> {
   const child = spawn('nats-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
   return new Promise((resolve, reject) => {
     let log = '';
@@ -50,6 +50,10 @@ function launch(port: number, storeDir: string, jetstream: boolean): Promise<{ c
       reject(new Error(`nats-server exited with ${code}:\n${log}`));
     });
   });
+}
+
+function launch(port: number, storeDir: string, jetstream: boolean): Promise<{ child: ChildProcess; port: number }> {
+  return launchNatsServer([...(jetstream ? ['-js', '-sd', storeDir] : []), '-a', '127.0.0.1', '-p', String(port)]);
 }
 
 function stopped(child: ChildProcess, signal: 'SIGTERM' | 'SIGKILL' = 'SIGTERM'): Promise<void> {
