@@ -57,6 +57,19 @@ describe('sluice/nats links, on a real nats-server', () => {
     );
   });
 
+  it('fromLink refuses bad options when it is called, naming each field, before anything is pulled', async () => {
+    // Checked before the link is touched: no server is needed.
+    const link = {} as Parameters<typeof fromLink>[0];
+    try {
+      fromLink(link, { maxBatch: 0, onShed: 'drop' as 'nak', maxHold: -1, stats: {} as LinkReceiverStats, batch: 2 } as never);
+      assert.fail('expected InvalidOptionsError');
+    } catch (error) {
+      assert.ok(error instanceof InvalidOptionsError, String(error));
+      assert.deepEqual(error.issues.map((issue) => issue.path).sort(), ['batch', 'maxBatch', 'maxHold', 'onShed', 'stats']);
+    }
+    assert.doesNotThrow(() => fromLink(link, { maxBatch: 8, onShed: 'nak', keepAlive: false }));
+  });
+
   it('refuses to reopen a link with another capacity (LINK_CONFLICT)', async () => {
     await openLink(nc, { name: 'conflict', capacity: 8 });
     await assert.rejects(

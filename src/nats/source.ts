@@ -10,6 +10,8 @@
  */
 import { activeIntrospector, type InspectedRun, type RunCounters, type RunDescription } from '../flow/introspection.js';
 import { StageStats } from '../flow/stats.js';
+import { functionSchema, parseOptions, positiveInt } from '../flow/options.js';
+import { lazySchema } from '../core/zod.js';
 import type { JsMsg, Consumer, ConsumerMessages } from '@nats-io/jetstream';
 import { Settlement, type Settled, type Settler } from '../core/settlement.js';
 import { TraceContext, type StageRecord, type Traced, parseTraceparent } from '../core/trace.js';
@@ -91,7 +93,21 @@ export interface FromLinkOptions {
 }
 
 /** A Flow of the messages of `link`, pulled as downstream asks, each acknowledged when the pipeline is done with it. */
+const fromLinkSchema = lazySchema((z) =>
+  z.strictObject({
+    maxBatch: positiveInt('maxBatch').optional(),
+    decode: functionSchema<(body: Uint8Array) => unknown>().optional(),
+    onShed: z.enum(['ack', 'nak'], { error: "onShed must be 'ack' or 'nak'" }).optional(),
+    stats: z.instanceof(LinkReceiverStats, { error: 'stats must be a LinkReceiverStats' }).optional(),
+    keepAlive: z.boolean({ error: 'keepAlive must be a boolean' }).optional(),
+    maxHold: positiveInt('maxHold').optional(),
+    onDeadLetter: functionSchema<FromLinkOptions['onDeadLetter']>().optional(),
+    onRequeue: functionSchema<FromLinkOptions['onRequeue']>().optional(),
+  }),
+);
+
 export function fromLink<T = unknown>(link: Link<T> | Link, options: FromLinkOptions = {}): Flow<Traced<T>> {
+  parseOptions(fromLinkSchema(), options, 'fromLink options');
   const receiver: ReceiverConfig = {
     maxBatch: options.maxBatch ?? 64,
     decode: options.decode ?? ((body: Uint8Array) => JSON.parse(new TextDecoder().decode(body))),
