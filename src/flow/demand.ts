@@ -85,9 +85,8 @@ export interface Outlet<T> {
    */
   nextTraced(value: TracedValue<T>, trace: TraceRef): void;
   /**
-   * `nextTraced` for an output of settled async work: the same, by a path of its own. V8
-   * keeps its feedback per function, so async hops compile apart from synchronous ones
-   * (whose whole hop must fit one inlining budget) instead of sharing every decision.
+   * `nextTraced` for an output of settled async work: the same, by a path of its own, so
+   * async hops do not share the synchronous hop's type feedback (rules atop stage/run.ts).
    * Only for an unsampled element: the receiver does not look (a sampled one goes by `nextTraced`).
    * Only right after `wants()` returned true, with no user code run since: it does not look whether
    * the consumer has left either.
@@ -147,8 +146,7 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
    * Asked before every element. Through plain operators the consumer is asked every
    * time (a `filter` may swallow what was granted). A direct consumer that lends its
    * room is asked once per room's worth: nothing but our own elements can fill it, so
-   * what it said stays true until we have emitted that many (asking had cost up to a
-   * fifth of a stage hop's instructions).
+   * what it said stays true until we have emitted that many (figures in docs/internals/).
    */
   wants(): boolean {
     // `=== true`: V8 has no type for a boolean field, and a bare test is a full ToBoolean (see stage.ts).
@@ -180,7 +178,7 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
 
   next(value: T): void {
     if (this.ended === true || this.subscriber.closed === true) return;
-    // The hot path between two stages stays small enough for V8 to inline; the rest is in `emit`.
+    // The hot path between two stages stays short (rules atop stage/run.ts); the rest is in `emit`.
     if (this.direct !== undefined) {
       if (this.credit > 0) this.credit--;
       this.direct.askedNext(value);

@@ -48,8 +48,8 @@ const MAX_FACTOR = 64;
 
 /**
  * Placeholders for the in-transit bookkeeping until an element goes in transit: most links (a
- * server's per-request consumer, a stage linked straight to its producer) never need it, and
- * a thousand running requests each held ~1 KB of empty maps and rings. Shared, so only read:
+ * server's per-request consumer, a stage linked straight to its producer) never need it, so
+ * none pays for empty maps and rings. Shared, so only read:
  * every write site swaps in an inlet's own first (`ownMissing`, `ownSent`, `ownGiven`, `sample`).
  */
 const NO_MISSING: ReadonlyMap<Resumable, number> = new Map();
@@ -178,7 +178,7 @@ export class Inlet implements DemandLink {
   /** Asked by `outlet` before each element: its own elements in transit count against the room, not other producers'. */
   wants(outlet: Resumable = ANONYMOUS): boolean {
     const room = this.owner.room();
-    // Asked before every element, so kept small enough to inline: with nothing in transit only the room counts.
+    // Asked before every element (kept small: see the rules atop stage/run.ts): with nothing in transit only the room counts.
     if (this.inTransit === 0 ? room > 0 : room - this.unconfirmed(outlet) > 0) return true;
     return this.starve(room, outlet);
   }

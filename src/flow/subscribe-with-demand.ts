@@ -66,8 +66,8 @@ function finalize(finalizer: Finalizer, errors: unknown[] | undefined): unknown[
  * `subscribeWithDemand`'s state, one object: the subscription it returns, its link's room, and
  * the subscriber its source sees. It is an RxJS subscriber by shape (`next`, `error`, `complete`,
  * `closed`, `add`, `remove`, `unsubscribe`), so `subscribe` uses it as it is, as it does a
- * `Subscriber`: RxJS's `SafeSubscriber`, its observer wrapper and its array of finalizers cost a
- * server ~200 bytes that lived as long as each request. What `SafeSubscriber` did is kept: a throw
+ * `Subscriber`: no `SafeSubscriber`, observer wrapper or finalizer array lives as long as each
+ * request (figures in docs/internals/). What `SafeSubscriber` did is kept: a throw
  * from the observer during a signal of the source is reported (`config.onUnhandledError`), never
  * thrown into the source; nothing from the source is taken after its terminal signal or after
  * `cancel`; the source's finalizers run after the observer got the terminal signal.
