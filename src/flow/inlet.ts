@@ -95,7 +95,8 @@ const GONE: Resumable = { resume: () => {} };
  *   and giving up on all leaves no dropped element behind to be taken for a slow one.
  *   Each silence waited out ages the transit times kept (the shortest is written over
  *   the oldest), so one slow transit does not set the wait for good. A wait that fires
- *   late saw a held-up event loop, not a silence: it gives the segment one more turn.
+ *   gives the segment one more turn before it gives up: timers that came due with it (a
+ *   held-up event loop fires them together) may run after it.
  *   An element that comes back after it was given up on (`onLate`) is taken, and the
  *   link never again gives up sooner than twice its transit time.
  *
@@ -420,18 +421,18 @@ export class Inlet implements DemandLink {
     this.schedule(outlet, due);
   }
 
-  /** Gives up at `due`; `stalled` once the event loop was found held up past a due time. */
-  private schedule(outlet: Resumable, due: number, stalled = false): void {
+  /** Gives up at `due`, after one more turn once the segment has shown holding (`lastTurn`). */
+  private schedule(outlet: Resumable, due: number, lastTurn = false): void {
     this.wait = this.scheduler.schedule(
       () => {
         this.wait = undefined;
-        // Held up past the wait: what the segment would have delivered meanwhile has not had its turn yet; give it one.
-        if (!stalled && this.holds && this.scheduler.now() - due > Math.max(MIN_WAIT, this.giveUpAfter())) return this.schedule(outlet, due, true);
+        // Timers due with this one may run after it (a held-up event loop fires them together): give them their turn first.
+        if (!lastTurn && this.holds) return this.schedule(outlet, due, true);
         this.giveUp(outlet);
         this.starved = true;
         this.signal();
       },
-      stalled ? 0 : Math.max(0, due - this.scheduler.now()),
+      lastTurn ? 0 : Math.max(0, due - this.scheduler.now()),
     );
   }
 
