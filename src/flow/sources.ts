@@ -149,7 +149,7 @@ export function fromReadable<T = Buffer>(readable: Readable): Flow<T> {
 /**
  * Reads before the producer lets `process.nextTick` callbacks run. Each `read()` may queue one
  * (the stream's `readable` bookkeeping), and a pipeline whose stages settle in microtasks never
- * lets the tick queue drain: 1M reads held ~150 MB of queued ticks.
+ * lets the tick queue drain: without a yield the queued ticks grow with the input.
  */
 const READS_PER_TICK = 1024;
 
