@@ -78,9 +78,22 @@ async function recorded(link: Link<unknown>, side: Side): Promise<JsonSchema | u
 }
 
 async function ensureStream(link: Link<unknown>): Promise<void> {
-  const config = { name: STREAM, subjects: ['sluice.contract.>'], max_msgs_per_subject: 1 };
-  await link.jsm.streams.add(config).catch((error: unknown) => {
-    // Made by another process meanwhile (or already there with this config): fine.
-    if (apiCode(error) !== 10058) throw refused(link.config.name, `the stream ${STREAM} could not be created`, error);
-  });
+  // As many copies as the link's own streams: a worker starting while a node is down must still read the contracts.
+  const replicas = link.config.replicas;
+  const config = { name: STREAM, subjects: ['sluice.contract.>'], max_msgs_per_subject: 1, num_replicas: replicas };
+  const made = await link.jsm.streams.add(config).then(
+    () => true,
+    (error: unknown) => {
+      // Made by another process meanwhile (or already there, perhaps with fewer copies): fine.
+      if (apiCode(error) !== 10058) throw refused(link.config.name, `the stream ${STREAM} could not be created`, error);
+      return false;
+    },
+  );
+  if (made || replicas === 1) return;
+  const info = await link.jsm.streams.info(STREAM);
+  if (info.config.num_replicas < replicas) {
+    await link.jsm.streams.update(STREAM, { ...info.config, num_replicas: replicas }).catch((error: unknown) => {
+      throw refused(link.config.name, `the stream ${STREAM} could not be given ${replicas} replicas`, error);
+    });
+  }
 }

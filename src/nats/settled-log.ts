@@ -79,9 +79,9 @@ export class SettledLog {
 
   /**
    * Records `id` as settled: known here at once, and sent to the server with the others of the
-   * same turn of the event loop (a fetched batch settles within one), then `acknowledge` is called:
-   * on one connection the record goes out ahead of the acknowledgement, without waiting for the
-   * server's answer. A record the server did not take is sent again.
+   * same turn of the event loop (a fetched batch settles within one); `acknowledge` is called once
+   * the server has stored the record, so no message is acknowledged whose id a crash could lose.
+   * A record the server did not take is sent again, and its acknowledgements wait for it.
    */
   record(id: string, acknowledge: () => void): void {
     this.learn([id]);
@@ -107,16 +107,20 @@ export class SettledLog {
     this.pending = [];
     this.acknowledgements = [];
     if (ids.length === 0) return;
-    const stored = this.link.js.publish(this.link.settledSubject, JSON.stringify(ids));
-    for (const acknowledge of acknowledgements) acknowledge();
-    stored.catch(() => {
-      // Not stored (the server is away): sent again later, for the other receivers to know.
-      if (this.link.connection.isClosed()) return;
-      setTimeout(() => {
-        this.pending.push(...ids);
-        this.flush();
-      }, this.link.config.creditInterval);
-    });
+    this.link.js.publish(this.link.settledSubject, JSON.stringify(ids)).then(
+      () => {
+        for (const acknowledge of acknowledgements) acknowledge();
+      },
+      () => {
+        // Not stored (the server is away): sent again later; unacknowledged until then.
+        if (this.link.connection.isClosed()) return;
+        setTimeout(() => {
+          this.pending.push(...ids);
+          this.acknowledgements.push(...acknowledgements);
+          this.flush();
+        }, this.link.config.creditInterval);
+      },
+    );
   }
 
   /** Known from now: moved to the end, so the map stays in the order ids were learnt. */

@@ -63,9 +63,11 @@ export class LinkReceiverStats {
   duplicates = 0;
   /** Messages an unclean server stop left in the stream that the consumer would never deliver again: put back in the queue. */
   requeued = 0;
+  /** Messages done with whose settled record the server has not confirmed yet: acknowledged once it has. */
+  settling = 0;
   /** Deliveries not settled by a receiver: held now, or held past `ackWait` and delivered again. */
   get held(): number {
-    return this.received - this.acked - this.nacked - this.deadLettered;
+    return this.received - this.acked - this.nacked - this.deadLettered - this.settling;
   }
 }
 
@@ -401,9 +403,11 @@ class LinkProducer<T> implements Producer, InspectedRun {
     return held !== undefined && held.seq !== message.seq;
   }
 
-  /** Done with `message` for good: its id is recorded as settled, then it is acknowledged (the record goes out first) and counted. */
+  /** Done with `message` for good: its id is recorded as settled, then, once the server stored the record, it is acknowledged and counted. */
   finish(message: JsMsg, as: 'acked' | 'deadLettered'): void {
+    this.config.stats.settling++;
     this.settledLog.record(idOf(message), () => {
+      this.config.stats.settling--;
       message.ack();
       this.settledAs(as, message);
     });
