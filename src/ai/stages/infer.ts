@@ -2,7 +2,7 @@ import { lazySchema } from '../../core/zod.js';
 import type { Observable } from 'rxjs';
 import type { Flow } from '../../flow/demand.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
-import { InferencePool, type Feeds, type Outputs } from '../models/pool.js';
+import { InferencePool, type Feeds, type Outputs } from '../pool/pool.js';
 import type { PoolingPlan } from '../models/pooling.js';
 import type { Traced } from '../../core/trace.js';
 import { type Batch, batch, unbatch } from '../../operators/batch.js';

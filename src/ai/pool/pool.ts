@@ -9,11 +9,11 @@ import type * as z from 'zod';
 import { lazySchema } from '../../core/zod.js';
 import { AbortedError } from '../../core/errors.js';
 import { parseOptions, positiveInt } from '../../flow/options.js';
-import { ModelCorruptError, ModelNotFoundError } from './errors.js';
-import { BorrowedOutputsError, InferenceFailedError, PoolClosedError, PoolQueueFullError, UnknownModelError, WorkerCrashedError } from './pool-errors.js';
-import { lease, release, sharedBuffers } from './leases.js';
-import type { PoolingPlan } from './pooling.js';
-import { fromArena, fromWire, toWire, type FromWorker, type ModelInfo, type ToWorker, type WireTensors, type WorkerInit } from './pool-protocol.js';
+import { ModelCorruptError, ModelNotFoundError } from '../models/errors.js';
+import { BorrowedOutputsError, InferenceFailedError, PoolClosedError, PoolQueueFullError, UnknownModelError, WorkerCrashedError } from './errors.js';
+import { lease, release, sharedBuffers } from '../models/leases.js';
+import type { PoolingPlan } from '../models/pooling.js';
+import { fromArena, fromWire, toWire, type FromWorker, type ModelInfo, type ToWorker, type WireTensors, type WorkerInit } from './protocol.js';
 
 const ortRuntime = onnxruntime();
 
@@ -23,7 +23,7 @@ export type ModelSource = string | Uint8Array;
 export type Feeds = Readonly<Record<string, ort.Tensor>>;
 /** Outputs of one run, by output name. */
 export type Outputs = Record<string, ort.Tensor>;
-export type { ModelInfo } from './pool-protocol.js';
+export type { ModelInfo } from './protocol.js';
 
 export interface InferencePoolOptions {
   /** Names the pool in errors. Default `inference-pool-N`. */
@@ -209,7 +209,7 @@ const DEFAULT_MODEL = 'default';
  * thread. Idle workers do not keep the process alive.
  *
  * From source the workers load TypeScript through tsx (as the tests and benches
- * run); from the compiled package they load `pool-worker.js` next to this file.
+ * run); from the compiled package they load `worker-thread.js` next to this file.
  *
  * ## Example
  * ```ts
@@ -675,21 +675,21 @@ export class InferencePool {
 }
 
 /**
- * A worker on `pool-worker.ts` through tsx when this module runs from source (a
- * `.ts` URL), else on the compiled `pool-worker.js`. The tsx hooks that
+ * A worker on `worker-thread.ts` through tsx when this module runs from source (a
+ * `.ts` URL), else on the compiled `worker-thread.js`. The tsx hooks that
  * `--import tsx` installs on the main thread are not ready when a worker's entry
  * module loads (Node 20), so the worker registers tsx itself before importing.
  */
 function startWorker(workerData: WorkerInit): Worker {
   const here = import.meta.url;
   if (here.endsWith('.ts')) {
-    const entry = new URL('./pool-worker.ts', here).href;
+    const entry = new URL('./worker-thread.ts', here).href;
     const tsx = import.meta.resolve('tsx/esm/api');
     const bootstrap = `import(${JSON.stringify(tsx)}).then(({ register }) => { register(); return import(${JSON.stringify(entry)}); });`;
     return new Worker(bootstrap, { eval: true, workerData });
   }
   // From dist/ this module may sit in a shared chunk: the worker entry is found from the package root.
-  const entry = findUp(here, 'dist/src/ai/models/pool-worker.js') ?? fileURLToPath(new URL('./pool-worker.js', here));
+  const entry = findUp(here, 'dist/src/ai/pool/worker-thread.js') ?? fileURLToPath(new URL('./worker-thread.js', here));
   return new Worker(entry, { workerData });
 }
 
