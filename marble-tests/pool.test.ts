@@ -16,7 +16,8 @@ import { BorrowedOutputsError, InferenceFailedError, PoolClosedError, PoolQueueF
 import { embedder, tensorRows, textFeeds } from '../src/ai/pool/embedder.js';
 import { leased } from '../src/ai/models/leases.js';
 import { until } from './support/ws-client.js';
-import { InferencePool, poolWorkers, type Feeds, type InferencePoolOptions } from '../src/ai/pool/pool.js';
+import type { Feeds, InferencePoolOptions } from '../src/ai/pool/options.js';
+import { InferencePool, poolWorkers } from '../src/ai/pool/pool.js';
 import { FeedBuffers, HashTokenizer } from '../src/ai/models/tokenizer.js';
 
 let dir: string;

@@ -101,7 +101,10 @@ export type { ChatTemplateOptions, TemplateMessage } from './ai/models/chat-temp
 export type { RunModel, TokenCodec, DecoderShape, CharLmWorkerOptions, DecoderLmWorkerOptions } from './ai/inference/onnx-lm.js';
 export { HttpStatusError, RateLimitedError, MalformedEventError, ProviderError, ContextLengthExceededError } from './ai/inference/errors.js';
 export { InferencePool } from './ai/pool/pool.js';
-export type { InferencePoolOptions, InferencePoolStats, WorkerStats, RunOptions, Feeds, Outputs, ModelSource, ModelInfo } from './ai/pool/pool.js';
+export type { InferencePoolStats } from './ai/pool/pool.js';
+export type { InferencePoolOptions, RunOptions, Feeds, Outputs, ModelSource } from './ai/pool/options.js';
+export type { WorkerStats } from './ai/pool/slot.js';
+export type { ModelInfo } from './ai/pool/protocol.js';
 export {
   BorrowedOutputsError,
   PoolClosedError,

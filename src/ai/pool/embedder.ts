@@ -1,6 +1,7 @@
 import type * as ort from 'onnxruntime-node';
 import { onnxruntime } from '../../core/peers.js';
-import type { Feeds, InferencePool } from './pool.js';
+import type { Feeds } from './options.js';
+import type { InferencePool } from './pool.js';
 import { planPooling, type PoolingOptions } from '../models/pooling.js';
 import { FeedBuffers, type Tokenizer } from '../models/tokenizer.js';
 
