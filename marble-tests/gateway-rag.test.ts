@@ -16,7 +16,7 @@ import { lastValueFrom, of, toArray } from 'rxjs';
 import { startServer, type RunningServer } from '../src/serve/app.js';
 import { loadCorpus } from '../src/ai/rag/corpus.js';
 import { redactTokens } from '../src/ai/pipelines/redacted-worker.js';
-import { redactText } from '../src/ai/stages/redact.js';
+import { redactText } from '../src/ai/stages/redactor.js';
 import type { Token } from '../src/ai/inference/worker.js';
 import { InvalidOptionsError } from '../src/core/errors.js';
 import { FakeUpstream } from './support/fake-upstream.js';

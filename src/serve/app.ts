@@ -26,7 +26,8 @@ import type { GatewayOptions, UpstreamOptions } from '../ai/inference/gateway.js
 import type { ModelWorker } from '../ai/inference/worker.js';
 import { guardedWorker } from '../ai/pipelines/guarded-worker.js';
 import { redactedWorker } from '../ai/pipelines/redacted-worker.js';
-import { PII_KINDS, RedactStats, type PiiKind } from '../ai/stages/redact.js';
+import { PII_KINDS, type PiiKind } from '../ai/stages/pii-detectors.js';
+import { RedactStats } from '../ai/stages/redact-options.js';
 import type { InferencePoolStats } from '../ai/pool/pool.js';
 import { BUNDLED_CORPUS, documentsIn } from '../ai/rag/corpus.js';
 import { type Backend, type LocalModelSpec, embeddedBackend, gatewayBackend } from './backends.js';
