@@ -14,9 +14,33 @@ const upward = layers.slice(0, -1).map((layer, index) => ({
   to: { path: `^src/(${layers.slice(index + 1).join('|')})/` },
 }));
 
+/**
+ * Inside src/ai, lowest first: models (ONNX graphs, loading, tokenizers, the contracts stages take) → pool
+ * (the worker threads that run models) → inference (model workers: local, OpenAI, gateway) → rag (corpus,
+ * vector index, embedding cache) → stages (the AI stage operators) → pipelines (workers and embedders
+ * composed from stages). The same rule, one level down.
+ */
+const aiLayers = ['models', 'pool', 'inference', 'rag', 'stages', 'pipelines'];
+
+const aiUpward = aiLayers.slice(0, -1).map((layer, index) => ({
+  name: `ai-${layer}-imports-up`,
+  comment: `src/ai/${layer} may not import an ai sub-layer above it`,
+  severity: 'error',
+  from: { path: `^src/ai/(${layer})/` },
+  to: { path: `^src/ai/(${aiLayers.slice(index + 1).join('|')})/` },
+}));
+
 module.exports = {
   forbidden: [
     ...upward,
+    ...aiUpward,
+    {
+      name: 'ai-folders-known',
+      comment: 'every folder of src/ai is one of its sub-layers, so the rules above see it',
+      severity: 'error',
+      from: { path: `^src/ai/(?!(${aiLayers.join('|')})/)[^/]+/` },
+      to: {},
+    },
     {
       name: 'no-entry-imports',
       comment: 'modules import each other, never an entry point (src/index.ts, ai.ts, serve.ts, cli.ts)',

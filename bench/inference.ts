@@ -25,8 +25,9 @@ import { infer } from '../src/ai/stages/infer.js';
 import { fromAsyncIterable, fromIterable } from '../src/flow/sources.js';
 import { buildEmbeddingModel } from '../src/ai/models/embedding.js';
 import { EMBEDDING_CONFIG } from '../src/ai/models/generate.js';
-import { tensorRows, textFeeds } from '../src/ai/models/pool-embedder.js';
-import { InferencePool, type Feeds } from '../src/ai/models/pool.js';
+import { tensorRows, textFeeds } from '../src/ai/pool/embedder.js';
+import type { Feeds } from '../src/ai/pool/options.js';
+import { InferencePool } from '../src/ai/pool/pool.js';
 import { FeedBuffers, HashTokenizer } from '../src/ai/models/tokenizer.js';
 
 const COMMAND = 'node --conditions=sluice-source --expose-gc --import tsx bench/inference.ts';

@@ -21,7 +21,7 @@ import { generateRequest, type GenerateRequest, type GenerationDone, type ModelW
 import { OpenAIWorker, SseParser } from '../src/ai/inference/openai.js';
 import { CharLmWorker, DecoderLmWorker, type RunModel } from '../src/ai/inference/onnx-lm.js';
 import { generatedModels, type GeneratedModels } from './support/models.js';
-import { guardedWorker } from '../src/ai/inference/guarded-worker.js';
+import { guardedWorker } from '../src/ai/pipelines/guarded-worker.js';
 import type { StageStats } from '../src/flow/stats.js';
 
 const texts = (tokens: readonly Token[]) => tokens.map((t) => t.text).join('');

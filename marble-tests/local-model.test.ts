@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { LocalModel, LocalModelError } from '../src/ai/inference/local-model.js';
 import { TokenTextStream } from '../src/ai/inference/detokenize.js';
 import { generateRequest, type GenerateRequest, type Token, type GenerationDone } from '../src/ai/inference/worker.js';
-import { InferencePool } from '../src/ai/models/pool.js';
+import { InferencePool } from '../src/ai/pool/pool.js';
 import { ModelNotFoundError, ModelSignatureError } from '../src/ai/models/errors.js';
 import { buildCharLmModel } from '../src/ai/models/charlm.js';
 import type { RunModel } from '../src/ai/inference/onnx-lm.js';

@@ -12,11 +12,12 @@ import { AbortedError, InvalidOptionsError, type SluiceError } from '../src/core
 import { buildEmbeddingModel } from '../src/ai/models/embedding.js';
 import { ModelCorruptError, ModelNotFoundError } from '../src/ai/models/errors.js';
 import { EMBEDDING_CONFIG } from '../src/ai/models/generate.js';
-import { BorrowedOutputsError, InferenceFailedError, PoolClosedError, PoolQueueFullError, UnknownModelError } from '../src/ai/models/pool-errors.js';
-import { embedder, tensorRows, textFeeds } from '../src/ai/models/pool-embedder.js';
+import { BorrowedOutputsError, InferenceFailedError, PoolClosedError, PoolQueueFullError, UnknownModelError } from '../src/ai/pool/errors.js';
+import { embedder, tensorRows, textFeeds } from '../src/ai/pool/embedder.js';
 import { leased } from '../src/ai/models/leases.js';
 import { until } from './support/ws-client.js';
-import { InferencePool, poolWorkers, type Feeds, type InferencePoolOptions } from '../src/ai/models/pool.js';
+import type { Feeds, InferencePoolOptions } from '../src/ai/pool/options.js';
+import { InferencePool, poolWorkers } from '../src/ai/pool/pool.js';
 import { FeedBuffers, HashTokenizer } from '../src/ai/models/tokenizer.js';
 
 let dir: string;

@@ -19,10 +19,16 @@ export { GUARD_LABELS } from './ai/models/guard.js';
 export { cosine } from './ai/models/embedding.js';
 export { planPooling, poolOutputs } from './ai/models/pooling.js';
 export type { Pooling, PoolingOptions, PoolingPlan } from './ai/models/pooling.js';
-export { redact, redactText, Redactor, RedactStats, luhnValid, PII_KINDS, DEFAULT_REPLACEMENTS } from './ai/stages/redact.js';
-export type { RedactOptions, RedactOperator, RedactPattern, PiiKind } from './ai/stages/redact.js';
+export { redact } from './ai/stages/redact.js';
+export type { RedactOperator } from './ai/stages/redact.js';
+export { redactText, Redactor } from './ai/stages/redactor.js';
+export { RedactStats } from './ai/stages/redact-options.js';
+export type { RedactOptions } from './ai/stages/redact-options.js';
+export { luhnValid, PII_KINDS, DEFAULT_REPLACEMENTS } from './ai/stages/pii-detectors.js';
+export type { RedactPattern, PiiKind } from './ai/stages/pii-detectors.js';
 export { guard, GuardBlockedError, isBlocked } from './ai/stages/guard.js';
-export type { GuardOptions, GuardVerdict, GuardAction, Classifier, Classification } from './ai/stages/guard.js';
+export type { GuardOptions, GuardVerdict, GuardAction } from './ai/stages/guard.js';
+export type { Classifier, Classification } from './ai/models/classifier.js';
 export { jsonOutput, parseJsonOutput, lightRepair, stripFence, collectText, OutputInvalidError } from './ai/stages/json-output.js';
 export type { JsonOutputOptions, ParseJsonOutputOptions, JsonOutcome, OutputProblem, Repair, ResponseText } from './ai/stages/json-output.js';
 export { VectorIndex } from './ai/rag/vector-index.js';
@@ -47,22 +53,22 @@ export type { Embedder as TextEmbedder, Embedded, EmbedOptions } from './ai/stag
 export { retrieve, withCitations } from './ai/stages/retrieve.js';
 export type { Retrieved, RetrieveOptions, Citation, CitedContext } from './ai/stages/retrieve.js';
 export { assemble, PromptTemplate } from './ai/stages/assemble.js';
+export type { PromptTokenizer } from './ai/models/prompt-tokenizer.js';
 export type {
   AssembleOptions,
   AssembledPrompt,
-  PromptTokenizer,
   FewShotExample,
   PromptTemplateOptions,
   TemplateValue,
   VariablesSchema,
 } from './ai/stages/assemble.js';
 export { generateRequest, promptText, questionOf, generation, complete, decode } from './ai/inference/worker.js';
-export { guardedWorker } from './ai/inference/guarded-worker.js';
-export type { GuardedWorkerOptions } from './ai/inference/guarded-worker.js';
-export { redactedWorker, redactTokens } from './ai/inference/redacted-worker.js';
-export type { RedactTokensOptions } from './ai/inference/redacted-worker.js';
-export { jsonWorker, formatSchema } from './ai/inference/json-worker.js';
-export type { JsonFormat } from './ai/inference/json-worker.js';
+export { guardedWorker } from './ai/pipelines/guarded-worker.js';
+export type { GuardedWorkerOptions } from './ai/pipelines/guarded-worker.js';
+export { redactedWorker, redactTokens } from './ai/pipelines/redacted-worker.js';
+export type { RedactTokensOptions } from './ai/pipelines/redacted-worker.js';
+export { jsonWorker, formatSchema } from './ai/pipelines/json-worker.js';
+export type { JsonFormat } from './ai/pipelines/json-worker.js';
 export type {
   ModelWorker,
   GenerateRequest,
@@ -83,8 +89,8 @@ export { StopMatcher, createRandom, distribution, sampleToken, applyRepetitionPe
 export type { SamplingParams, SampledToken } from './ai/inference/sampling.js';
 export { OpenAIWorker, SseParser } from './ai/inference/openai.js';
 export type { OpenAIWorkerOptions } from './ai/inference/openai.js';
-export { BatchedEmbedder } from './ai/models/batched-embedder.js';
-export type { BatchedEmbedderOptions } from './ai/models/batched-embedder.js';
+export { BatchedEmbedder } from './ai/pipelines/batched-embedder.js';
+export type { BatchedEmbedderOptions } from './ai/pipelines/batched-embedder.js';
 export { Gateway, UpstreamDiscoveryError, discoverModels, isUpstreamTransient } from './ai/inference/gateway.js';
 export { classifyUpstreamFailure, statusFailure, type UpstreamFailure } from './ai/inference/upstream-failure.js';
 export type { GatewayOptions, UpstreamOptions } from './ai/inference/gateway.js';
@@ -99,8 +105,11 @@ export { ChatTemplate } from './ai/models/chat-template.js';
 export type { ChatTemplateOptions, TemplateMessage } from './ai/models/chat-template.js';
 export type { RunModel, TokenCodec, DecoderShape, CharLmWorkerOptions, DecoderLmWorkerOptions } from './ai/inference/onnx-lm.js';
 export { HttpStatusError, RateLimitedError, MalformedEventError, ProviderError, ContextLengthExceededError } from './ai/inference/errors.js';
-export { InferencePool } from './ai/models/pool.js';
-export type { InferencePoolOptions, InferencePoolStats, WorkerStats, RunOptions, Feeds, Outputs, ModelSource, ModelInfo } from './ai/models/pool.js';
+export { InferencePool } from './ai/pool/pool.js';
+export type { InferencePoolStats } from './ai/pool/pool.js';
+export type { InferencePoolOptions, RunOptions, Feeds, Outputs, ModelSource } from './ai/pool/options.js';
+export type { WorkerStats } from './ai/pool/slot.js';
+export type { ModelInfo } from './ai/pool/protocol.js';
 export {
   BorrowedOutputsError,
   PoolClosedError,
@@ -108,12 +117,12 @@ export {
   WorkerCrashedError,
   InferenceFailedError,
   UnknownModelError,
-} from './ai/models/pool-errors.js';
-export { embedder, textFeeds, tensorRows } from './ai/models/pool-embedder.js';
-export type { PoolEmbedderOptions } from './ai/models/pool-embedder.js';
+} from './ai/pool/errors.js';
+export { embedder, textFeeds, tensorRows } from './ai/pool/embedder.js';
+export type { PoolEmbedderOptions } from './ai/pool/embedder.js';
 export { infer } from './ai/stages/infer.js';
 export type { InferOptions, InferOperator } from './ai/stages/infer.js';
-export { poolClassifier } from './ai/models/pool-classifier.js';
-export type { PoolClassifierOptions } from './ai/models/pool-classifier.js';
-export { ragWorker, RAG_STAGES } from './ai/rag/worker.js';
-export type { RagWorkerOptions, RagStage } from './ai/rag/worker.js';
+export { poolClassifier } from './ai/pool/classifier.js';
+export type { PoolClassifierOptions } from './ai/pool/classifier.js';
+export { ragWorker, RAG_STAGES } from './ai/pipelines/rag-worker.js';
+export type { RagWorkerOptions, RagStage } from './ai/pipelines/rag-worker.js';

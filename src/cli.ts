@@ -15,7 +15,7 @@ import { SUBPROTOCOL } from './serve/protocol.js';
 // Types only: the server's modules load their peers, so they are imported once the peers are checked.
 import type { RunningServer, ServeOptions } from './serve/app.js';
 import type { UpstreamOptions } from './ai/inference/gateway.js';
-import { PII_KINDS, type PiiKind } from './ai/stages/redact.js';
+import { PII_KINDS, type PiiKind } from './ai/stages/pii-detectors.js';
 import { pinoPeer, requirePeers } from './core/peers.js';
 import type { PeerUser } from './core/peer-list.js';
 import type { RequestLogEntry } from './serve/request-log.js';

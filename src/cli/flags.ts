@@ -5,7 +5,7 @@
  */
 import { delimiter } from 'node:path';
 import { parseArgs } from 'node:util';
-import { PII_KINDS } from '../ai/stages/redact.js';
+import { PII_KINDS } from '../ai/stages/pii-detectors.js';
 
 export type Command = 'serve' | 'worker';
 

@@ -10,7 +10,7 @@ import { SluiceError } from '../core/errors.js';
 import { CharLmWorker } from '../ai/inference/onnx-lm.js';
 import type { Completion, GenerateRequest, ModelWorker } from '../ai/inference/worker.js';
 import { MODEL_FILES, generateModels } from '../ai/models/generate.js';
-import { InferencePool } from '../ai/models/pool.js';
+import { InferencePool } from '../ai/pool/pool.js';
 import { BUNDLED_DATA } from '../ai/models/bundled.js';
 import { type ModelServer, serveModel } from './model-server.js';
 import { openModelLink } from './remote-protocol.js';

@@ -14,20 +14,20 @@ import type { UpstreamView } from '../ai/inference/upstream-stats.js';
 import { CharLmWorker } from '../ai/inference/onnx-lm.js';
 import { LocalModel, LocalModelError } from '../ai/inference/local-model.js';
 import { openAiEncodingOf, openAiTokenCounter } from '../ai/inference/openai-tokens.js';
-import type { PromptTokenizer } from '../ai/stages/assemble.js';
+import type { PromptTokenizer } from '../ai/models/prompt-tokenizer.js';
 import type { ModelWorker } from '../ai/inference/worker.js';
 import { BUNDLED_DATA } from '../ai/models/bundled.js';
 import { generateModels, MODEL_FILES } from '../ai/models/generate.js';
 import { loadTokenizer } from '../ai/models/load.js';
-import { poolClassifier } from '../ai/models/pool-classifier.js';
-import { embedder } from '../ai/models/pool-embedder.js';
-import { InferencePool, type InferencePoolStats } from '../ai/models/pool.js';
-import { BatchedEmbedder } from '../ai/models/batched-embedder.js';
-import type { Classifier } from '../ai/stages/guard.js';
+import { poolClassifier } from '../ai/pool/classifier.js';
+import { embedder } from '../ai/pool/embedder.js';
+import { InferencePool, type InferencePoolStats } from '../ai/pool/pool.js';
+import { BatchedEmbedder } from '../ai/pipelines/batched-embedder.js';
+import type { Classifier } from '../ai/models/classifier.js';
 import { indexPassages, loadCorpus } from '../ai/rag/corpus.js';
 import { CorpusSkips } from '../ai/rag/corpus-skips.js';
 import type { Passage } from '../ai/rag/passage.js';
-import { RAG_STAGES, ragWorker, type RagStage } from '../ai/rag/worker.js';
+import { RAG_STAGES, ragWorker, type RagStage } from '../ai/pipelines/rag-worker.js';
 
 /** The name `/v1/embeddings` serves the generated embedding model under. */
 export const EMBEDDING_MODEL = 'sluice-embed';

@@ -6,7 +6,7 @@
  */
 import type { Tiktoken } from 'js-tiktoken/lite';
 import { jsTiktoken, tiktokenRanks } from '../../core/peers.js';
-import type { PromptTokenizer } from '../stages/assemble.js';
+import type { PromptTokenizer } from '../models/prompt-tokenizer.js';
 import type { ChatMessage } from './worker.js';
 
 /** Tokens OpenAI's chat format adds per message (`<|start|>role…<|end|>`) and to prime the reply. */

@@ -225,7 +225,7 @@ export function generateRequest(input: GenerateRequest): GenerateRequest {
       parsed.prompt !== undefined ? 'the prompt is empty' : parsed.messages!.length === 0 ? 'there are no messages' : 'every message is empty',
     );
   }
-  // `Object.assign({}, …)`, not a spread: V8 gives each frozen spread result a hidden class of its own (~150 bytes per request).
+  // `Object.assign({}, …)`, not a spread: each frozen spread result would get a hidden class of its own (docs/internals/ai-figures.md).
   const request = Object.freeze(
     Object.assign(
       {},

@@ -27,8 +27,8 @@ export interface Tokenizer {
  * Reusable int64 buffers for the `[batch, seq]` tensors of text feeds, in shared memory:
  * a batch built into them allocates nothing, and `InferencePool.run` hands them to its
  * worker without a copy. Fresh feeds per batch are what make an inference-heavy event
- * loop pause: typed-array memory lives outside the JS heap, and V8 answers a fast
- * stream of it with a full mark-compact (2–9 ms measured here) about every second.
+ * loop pause: typed-array memory lives outside the JS heap, and a fast stream of it
+ * brings full collections (docs/internals/ai-figures.md).
  *
  * The pool leases a shared buffer until its worker is done with it; `take` never hands
  * out a leased one (it makes another, keeping a few spare). They are for `InferencePool`:

@@ -1,8 +1,7 @@
 /**
  * The scoring kernel of `VectorIndex`: dot products of one query with every row,
- * in WebAssembly SIMD (f32x4). A plain JavaScript loop does about 30 ms per query
- * over 100k × 384 floats here; the whole pass is bound by memory bandwidth once it
- * runs four lanes at a time with two accumulators.
+ * in WebAssembly SIMD (f32x4): four lanes at a time with two accumulators, the pass
+ * is bound by memory bandwidth, not by the loop (docs/internals/ai-figures.md).
  *
  * The module is assembled from bytes below (no toolchain at build time). It
  * imports its memory, so the index owns the buffer and can grow it.

@@ -35,8 +35,8 @@ const NORM_TOLERANCE = 1e-3;
  * Exact cosine top-k search over vectors kept in one contiguous `Float32Array`.
  *
  * Rows are normalised on insert, so cosine similarity is a dot product; a query is
- * scored against every row by a WebAssembly SIMD kernel (memory-bandwidth bound:
- * about 5 ms for 100k × 384 here) and the top k are kept in a bounded min-heap,
+ * scored against every row by a WebAssembly SIMD kernel (memory-bandwidth bound;
+ * figures in docs/ai.md) and the top k are kept in a bounded min-heap,
  * O(n log k) instead of sorting n scores. Ties are broken by id (ascending), so a
  * search returns the same hits whatever order the rows were added or removed in.
  *

@@ -6,22 +6,12 @@ import { EmptyPromptError, PromptOverBudgetError, TemplateVariablesError } from 
 import type { RetrievedPassage } from '../rag/passage.js';
 import { countTokens as defaultCountTokens, tokenEnds } from '../rag/tokens.js';
 import { withCitations, type Citation } from './retrieve.js';
+import type { PromptTokenizer } from '../models/prompt-tokenizer.js';
 import { stage, type StageOperator, type StageOptions } from '../../operators/stage.js';
 
 export interface ChatMessage {
   readonly role: 'system' | 'user' | 'assistant';
   readonly content: string;
-}
-
-/**
- * Counts tokens as a model's own tokenizer does, for budgets that mean what the model sees:
- * `LocalModel` (sluice/ai) and `openAiTokenCounter` are ones.
- */
-export interface PromptTokenizer {
-  /** Tokens of a text. */
-  countTokens(text: string): number;
-  /** Tokens of the whole prompt the model is sent (its chat template or per-message overhead included); preferred when given. */
-  countPromptTokens?(messages: readonly ChatMessage[]): number;
 }
 
 /** A few-shot example: a user turn and the answer the model should imitate. Inserted verbatim. */

@@ -3,15 +3,7 @@ import { stage, type FailureEvent, type StageOperator, type StageOptions } from 
 import { functionSchema, parseOptions } from '../../flow/options.js';
 import { SluiceError } from '../../core/errors.js';
 import type { TraceContext } from '../../core/trace.js';
-
-/** What a classifier says about one text: its label and how sure it is (0–1). */
-export interface Classification {
-  readonly label: string;
-  readonly score: number;
-}
-
-/** A content classifier: a keyword list, a moderation API, an ONNX model in a worker... */
-export type Classifier = (text: string, signal: AbortSignal) => Classification | PromiseLike<Classification>;
+import type { Classification, Classifier } from '../models/classifier.js';
 
 /** `pass`: delivered as is. `flag`: delivered, marked in the trace. `block`: not delivered, reported. */
 export type GuardAction = 'pass' | 'flag' | 'block';

@@ -45,9 +45,9 @@ const retrieveOptionsSchema = lazySchema((z) =>
  * output:  --R1--R2--|          R = { input: q, passages: [{ id, score, text, source }, ...] }, best first
  * ```
  *
- * Search is exact (every passage is scored) and synchronous: about 5 ms per query
- * for 100k × 384 here, so a large index is best given its own stage with a small
- * capacity. Each trace notes `retrieve.hits` (passages returned) and
+ * Search is exact (every passage is scored) and synchronous, its time growing with
+ * the index (figures in docs/ai.md), so a large index is best given its own stage
+ * with a small capacity. Each trace notes `retrieve.hits` (passages returned) and
  * `retrieve.top` (the best score). A query vector of the wrong dimension fails the
  * element with `InvalidVectorError`; one of all zeros (an embedder found nothing it
  * knows in the question, e.g. punctuation only) retrieves no passages.

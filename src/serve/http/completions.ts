@@ -1,7 +1,7 @@
 /** `POST /v1/chat/completions` and `POST /v1/completions`: the body checked against the model it names, then generated. */
 import type * as z from 'zod';
 import type { ModelWorker } from '../../ai/inference/worker.js';
-import { jsonWorker, type JsonFormat } from '../../ai/inference/json-worker.js';
+import { jsonWorker, type JsonFormat } from '../../ai/pipelines/json-worker.js';
 import { ApiError, bodyError, type ChatWorker, chatSchema, passthroughChatSchema, toApiError, toGenerateRequest } from '../openai-wire.js';
 import { chatFraming } from '../framing.js';
 import { completionsSchema, passthroughCompletionsSchema, promptOf, textFraming, toCompletionRequest } from '../completions-wire.js';

@@ -24,7 +24,7 @@ import {
   type InferOptions,
   type ModelWorker,
   type Token,
-} from './worker.js';
+} from '../inference/worker.js';
 
 /** What an answer must be: OpenAI's `response_format` (`json_object`, or `json_schema` with its schema). */
 export type JsonFormat =

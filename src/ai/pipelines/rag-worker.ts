@@ -18,18 +18,20 @@ import type { Flow } from '../../flow/demand.js';
 import { fromIterable } from '../../flow/sources.js';
 import type { StageStats } from '../../flow/stats.js';
 import { Traced, traced } from '../../core/trace.js';
-import { EmbeddingCache } from './embedding-cache.js';
+import { EmbeddingCache } from '../rag/embedding-cache.js';
 import { CacheStats } from '../../cache/stats.js';
-import type { VectorIndex } from './vector-index.js';
-import type { PassageMetadata } from './passage.js';
+import type { VectorIndex } from '../rag/vector-index.js';
+import type { PassageMetadata } from '../rag/passage.js';
 import { stage } from '../../operators/stage.js';
 import { embed, type Embedded, type Embedder } from '../stages/embed.js';
 import { retrieve, type Citation, type Retrieved } from '../stages/retrieve.js';
-import { answerPieces, candidatesOf, composeAnswer, type ExtractOptions, type ExtractedAnswer } from './extract.js';
-import { assemble, type AssembledPrompt, type PromptTokenizer } from '../stages/assemble.js';
-import { guard, type Classifier } from '../stages/guard.js';
+import { answerPieces, candidatesOf, composeAnswer, type ExtractOptions, type ExtractedAnswer } from '../rag/extract.js';
+import { assemble, type AssembledPrompt } from '../stages/assemble.js';
+import { guard } from '../stages/guard.js';
+import type { Classifier } from '../models/classifier.js';
+import type { PromptTokenizer } from '../models/prompt-tokenizer.js';
 import { ContextLengthExceededError } from '../inference/errors.js';
-import { PromptOverBudgetError } from './errors.js';
+import { PromptOverBudgetError } from '../rag/errors.js';
 import {
   complete,
   decode,

@@ -1,85 +1,16 @@
-import { stat } from 'node:fs/promises';
-import { fileURLToPath } from 'node:url';
-import { findUp } from '../../core/package-files.js';
-import { availableParallelism } from 'node:os';
-import { Worker } from 'node:worker_threads';
-import type * as ort from 'onnxruntime-node';
+import type { Worker } from 'node:worker_threads';
 import { onnxruntime } from '../../core/peers.js';
-import type * as z from 'zod';
-import { lazySchema } from '../../core/zod.js';
 import { AbortedError } from '../../core/errors.js';
-import { parseOptions, positiveInt } from '../../flow/options.js';
-import { ModelCorruptError, ModelNotFoundError } from './errors.js';
-import { BorrowedOutputsError, InferenceFailedError, PoolClosedError, PoolQueueFullError, UnknownModelError, WorkerCrashedError } from './pool-errors.js';
-import { lease, release, sharedBuffers } from './leases.js';
-import type { PoolingPlan } from './pooling.js';
-import { fromArena, fromWire, toWire, type FromWorker, type ModelInfo, type ToWorker, type WireTensors, type WorkerInit } from './pool-protocol.js';
+import { ModelCorruptError } from '../models/errors.js';
+import { lease, release, sharedBuffers } from '../models/leases.js';
+import { borrowedResultError } from './borrowed.js';
+import { InferenceFailedError, PoolClosedError, PoolQueueFullError, UnknownModelError, WorkerCrashedError } from './errors.js';
+import { type Job, JobQueue } from './job-queue.js';
+import { poolConfig, type Feeds, type InferencePoolOptions, type Outputs, type PoolConfig, type RunOptions } from './options.js';
+import { fromArena, fromWire, toWire, type FromWorker, type ModelInfo, type ToWorker, type WorkerInit } from './protocol.js';
+import { Slot, startWorker, type WorkerStats } from './slot.js';
 
 const ortRuntime = onnxruntime();
-
-/** A model file path, or the model's bytes. */
-export type ModelSource = string | Uint8Array;
-/** Inputs of one run, by input name. */
-export type Feeds = Readonly<Record<string, ort.Tensor>>;
-/** Outputs of one run, by output name. */
-export type Outputs = Record<string, ort.Tensor>;
-export type { ModelInfo } from './pool-protocol.js';
-
-export interface InferencePoolOptions {
-  /** Names the pool in errors. Default `inference-pool-N`. */
-  name?: string;
-  /** The pool's only model, named `"default"`. Give this or `models`. */
-  model?: ModelSource;
-  /** Several models by name: every worker holds one session of each. */
-  models?: Readonly<Record<string, ModelSource>>;
-  /** Worker threads. Default `min(os.availableParallelism(), 4)`: each holds its own copy of every model. */
-  size?: number;
-  /** Jobs that may wait for a busy pool; one more rejects with `PoolQueueFullError`. Default 1024. */
-  maxQueue?: number;
-  /** onnxruntime intra-op threads per session. Default 1, so `size` workers use `size` cores. */
-  intraOpNumThreads?: number;
-  /** onnxruntime inter-op threads per session. Default 1. */
-  interOpNumThreads?: number;
-  /** Default `'all'`. */
-  graphOptimizationLevel?: 'disabled' | 'basic' | 'extended' | 'all';
-  /**
-   * Transfer the feeds' buffers to the worker instead of copying them (default `true`):
-   * once passed to `run`, a feed's typed array is detached and must not be reused. With
-   * `false` they are copied, by the time `run` returns. Feeds in shared memory (built
-   * into `FeedBuffers`) are neither: the worker reads them in place, and they are leased
-   * until it is done, which costs the event loop neither a copy nor garbage.
-   */
-  transferFeeds?: boolean;
-  /**
-   * Bytes of shared memory per worker that `runBorrowed` outputs are written into, so
-   * they cost this thread no allocation (default 4 MiB, allocated at a worker's first
-   * borrowed run; `0`: never). Outputs that do not fit come back in fresh buffers.
-   */
-  outputArenaBytes?: number;
-  /** How long `close()` waits for a worker to finish its job and exit before terminating it (ms). Default 10 000. */
-  closeTimeout?: number;
-}
-
-export interface RunOptions {
-  /** Aborting removes a queued job (it never runs) or discards a running job's result; either way the run rejects with `AbortedError`. */
-  signal?: AbortSignal;
-  /** Which model to run; may be omitted when the pool holds one. */
-  model?: string;
-  /**
-   * Pool an embedding model's output in the worker, right after `session.run` (see
-   * `planPooling`): the run then resolves to `{ embeddings }` [batch, dim] alone, and a
-   * `last_hidden_state` [batch, seq, dim] never crosses back to this thread.
-   */
-  pooling?: PoolingPlan;
-}
-
-/** What one worker thread is doing. */
-export interface WorkerStats {
-  readonly threadId: number;
-  readonly state: 'starting' | 'idle' | 'busy' | 'closing';
-  /** `session.run` calls the worker itself reports having started. */
-  readonly runs: number;
-}
 
 /** A snapshot of the pool, for tests, metrics and health checks. */
 export interface InferencePoolStats {
@@ -105,92 +36,8 @@ export interface InferencePoolStats {
   readonly closed: boolean;
 }
 
-const modelSource = lazySchema((z) =>
-  z.union([z.string().min(1, { error: 'a model path must not be empty' }), z.instanceof(Uint8Array)], {
-    error: 'a model is a file path or a Uint8Array of its bytes',
-  }),
-);
-
-const poolOptionsSchema = lazySchema((z) =>
-  z
-    .object({
-      name: z.string().min(1, { error: 'name must not be empty' }).optional(),
-      model: modelSource().optional(),
-      models: z.record(z.string().min(1), modelSource()).optional(),
-      size: positiveInt('size').optional(),
-      maxQueue: z.number().int({ error: 'maxQueue must be an integer' }).min(0, { error: 'maxQueue must be ≥ 0' }).default(1024),
-      intraOpNumThreads: positiveInt('intraOpNumThreads').default(1),
-      interOpNumThreads: positiveInt('interOpNumThreads').default(1),
-      graphOptimizationLevel: z.enum(['disabled', 'basic', 'extended', 'all']).default('all'),
-      transferFeeds: z.boolean().default(true),
-      outputArenaBytes: z
-        .number()
-        .int({ error: 'outputArenaBytes must be an integer' })
-        .min(0, { error: 'outputArenaBytes must be ≥ 0' })
-        .default(4 << 20),
-      closeTimeout: z.number().positive({ error: 'closeTimeout must be > 0 ms' }).default(10_000),
-    })
-    .strict()
-    .refine((o) => (o.model === undefined) !== (o.models === undefined), { error: 'give exactly one of model and models', path: ['model'] })
-    .refine((o) => o.models === undefined || Object.keys(o.models).length > 0, { error: 'models must name at least one model', path: ['models'] }),
-);
-
-type PoolConfig = Omit<z.output<ReturnType<typeof poolOptionsSchema>>, 'model' | 'models' | 'size' | 'name'> & {
-  readonly name: string;
-  readonly size: number;
-  readonly models: Readonly<Record<string, ModelSource>>;
-};
-
-interface Job {
-  readonly id: number;
-  readonly model: string;
-  readonly feeds: WireTensors;
-  readonly pooling: PoolingPlan | undefined;
-  readonly transfer: ArrayBuffer[];
-  /** Shared feed buffers leased to this job until the worker can no longer read them. */
-  leases: readonly SharedArrayBuffer[];
-  /** `runBorrowed`'s reader: called on the outputs before the worker runs anything else; the run resolves to what it returns. */
-  readonly use: ((outputs: Outputs) => unknown) | undefined;
-  readonly resolve: (value: unknown) => void;
-  readonly reject: (error: unknown) => void;
-  readonly signal: AbortSignal | undefined;
-  onAbort: (() => void) | undefined;
-  /** `discarded`: aborted while running; the worker's answer is dropped when it comes. */
-  state: 'queued' | 'running' | 'discarded' | 'settled';
-  prev: Job | undefined;
-  next: Job | undefined;
-}
-
-/** One worker thread and the job it runs; the pool never gives a worker a second job before the first is answered. */
-class Slot {
-  state: WorkerStats['state'] = 'starting';
-  runs = 0;
-  job: Job | undefined;
-  /** Shared memory this worker writes borrowed outputs into; created with its first borrowed job, and sent with it. */
-  arena: SharedArrayBuffer | undefined;
-  /** Set by an `error` event, reported when the thread exits. */
-  lastError: unknown;
-  readonly exited: Promise<void>;
-  private markExited!: () => void;
-
-  /** Kept: `worker.threadId` reads -1 once the thread has exited, and crash reports need it after that. */
-  readonly threadId: number;
-
-  constructor(readonly worker: Worker) {
-    this.threadId = worker.threadId;
-    this.exited = new Promise((resolve) => (this.markExited = resolve));
-  }
-
-  onExit(): void {
-    this.markExited();
-  }
-}
-
-let unnamedPool = 0;
-
 /** @internal Tests reach the worker threads through this key (e.g. to kill one); not part of the public API. */
 export const poolWorkers: unique symbol = Symbol('sluice.pool.workers');
-const DEFAULT_MODEL = 'default';
 
 /**
  * onnxruntime sessions in a pool of worker threads, so inference never blocks the
@@ -209,7 +56,7 @@ const DEFAULT_MODEL = 'default';
  * thread. Idle workers do not keep the process alive.
  *
  * From source the workers load TypeScript through tsx (as the tests and benches
- * run); from the compiled package they load `pool-worker.js` next to this file.
+ * run); from the compiled package they load `worker-thread.js` next to this file.
  *
  * ## Example
  * ```ts
@@ -232,9 +79,7 @@ export class InferencePool {
   private readonly config: PoolConfig;
   private readonly slots = new Set<Slot>();
   private info: Record<string, ModelInfo> = {};
-  private head: Job | undefined;
-  private tail: Job | undefined;
-  private queueLength = 0;
+  private readonly queue = new JobQueue();
   private nextId = 0;
   private closing: Promise<void> | undefined;
   private counts = { submitted: 0, completed: 0, failed: 0, aborted: 0, discarded: 0, rejected: 0, crashed: 0, exited: 0 };
@@ -247,15 +92,7 @@ export class InferencePool {
 
   /** Starts `size` workers and resolves once every one has loaded every model. */
   static async create(options: InferencePoolOptions): Promise<InferencePool> {
-    const parsed = parseOptions(poolOptionsSchema(), options, `InferencePool${options?.name ? ` "${options.name}"` : ''} options`);
-    const { model, models, size, name, ...rest } = parsed;
-    const config: PoolConfig = {
-      ...rest,
-      name: name ?? `inference-pool-${++unnamedPool}`,
-      size: size ?? Math.max(1, Math.min(availableParallelism(), 4)),
-      models: models ?? { [DEFAULT_MODEL]: model! },
-    };
-    for (const source of Object.values(config.models)) await checkSource(source);
+    const config = await poolConfig(options);
     const pool = new InferencePool(config);
     const starts = Array.from({ length: config.size }, () => pool.spawn());
     try {
@@ -289,7 +126,7 @@ export class InferencePool {
     return {
       size: this.size,
       workers,
-      queued: this.queueLength,
+      queued: this.queue.length,
       running: workers.filter((w) => w.state === 'busy').length,
       ...this.counts,
       closed: this.closing !== undefined,
@@ -346,7 +183,7 @@ export class InferencePool {
       return Promise.reject(this.abortError(signal, 'before it was queued'));
     }
     const idle = this.idleSlot();
-    if (idle === undefined && this.queueLength >= this.config.maxQueue) {
+    if (idle === undefined && this.queue.length >= this.config.maxQueue) {
       this.counts.rejected++;
       return Promise.reject(new PoolQueueFullError(this.name, this.config.maxQueue));
     }
@@ -377,7 +214,7 @@ export class InferencePool {
         signal.addEventListener('abort', job.onAbort, { once: true });
       }
       if (idle !== undefined) this.start(idle, job);
-      else this.enqueue(job);
+      else this.queue.push(job);
     });
   }
 
@@ -391,9 +228,7 @@ export class InferencePool {
   }
 
   private async shutdown(): Promise<void> {
-    for (let job = this.head; job !== undefined; job = job.next) this.settle(job, 'failed', new PoolClosedError(this.name, true));
-    this.head = this.tail = undefined;
-    this.queueLength = 0;
+    for (const job of this.queue.drain()) this.settle(job, 'failed', new PoolClosedError(this.name, true));
     const slots = [...this.slots];
     for (const slot of slots) if (slot.state === 'idle') this.retire(slot);
     // Busy and starting workers retire when they answer (see onMessage).
@@ -516,15 +351,13 @@ export class InferencePool {
     this.spawn().catch((error: unknown) => {
       // The replacement could not load models its predecessor loaded: with no worker left, queued jobs would wait forever.
       if (this.slots.size > 0) return;
-      for (let queued = this.head; queued !== undefined; queued = queued.next) this.settle(queued, 'failed', error);
-      this.head = this.tail = undefined;
-      this.queueLength = 0;
+      for (const queued of this.queue.drain()) this.settle(queued, 'failed', error);
     });
   }
 
   private becomeIdle(slot: Slot): void {
     slot.state = 'idle';
-    const job = this.dequeue();
+    const job = this.queue.shift();
     if (job !== undefined) this.start(slot, job);
     else slot.worker.unref(); // an idle pool must not keep the process alive
   }
@@ -562,20 +395,14 @@ export class InferencePool {
 
   // ---- jobs ----
 
-  /**
-   * A job's abort listener, made out here so that it captures the pool and the job
-   * alone. Made inside `submit`, it would share that scope's closure context (the feeds,
-   * their wire form, the executor), and measured at 6,100 elements/s every batch then
-   * survived minor GCs: 2.7 MB promoted per scavenge and 2–6 ms scavenges, against
-   * 0.26 MB and 0.3–1.8 ms this way.
-   */
+  /** Made out here so the listener captures the pool and the job alone, not `submit`'s feeds and executor (a GC cost: docs/internals/ai-figures.md). */
   private static abortListener(pool: InferencePool, job: Job): () => void {
     return () => pool.abort(job);
   }
 
   private abort(job: Job): void {
     if (job.state === 'queued') {
-      this.unlink(job);
+      this.queue.remove(job);
       this.counts.aborted++;
       this.releaseFeeds(job); // never sent
       job.state = 'settled';
@@ -620,47 +447,9 @@ export class InferencePool {
       job.reject(error);
       return;
     }
-    if (typeof (result as PromiseLike<unknown> | undefined)?.then === 'function') {
-      job.reject(
-        new BorrowedOutputsError(
-          this.name,
-          `the reader of a borrowed run (runBorrowed's use, infer's fromOutputs) returned a Promise: it must read the outputs synchronously, they are reused once it returns`,
-        ),
-      );
-    } else if (holdsBorrowed(result, outputs)) {
-      job.reject(
-        new BorrowedOutputsError(
-          this.name,
-          `the reader of a borrowed run (runBorrowed's use, infer's fromOutputs) returned a view into the borrowed outputs: copy what you keep (e.g. row.slice())`,
-        ),
-      );
-    } else {
-      job.resolve(result);
-    }
-  }
-
-  private enqueue(job: Job): void {
-    job.prev = this.tail;
-    if (this.tail !== undefined) this.tail.next = job;
-    else this.head = job;
-    this.tail = job;
-    this.queueLength++;
-  }
-
-  private dequeue(): Job | undefined {
-    const job = this.head;
-    if (job !== undefined) this.unlink(job);
-    return job;
-  }
-
-  /** O(1) removal from anywhere in the queue: what makes aborting a queued job cheap. */
-  private unlink(job: Job): void {
-    if (job.prev !== undefined) job.prev.next = job.next;
-    else this.head = job.next;
-    if (job.next !== undefined) job.next.prev = job.prev;
-    else this.tail = job.prev;
-    job.prev = job.next = undefined;
-    this.queueLength--;
+    const refused = borrowedResultError(this.name, result, outputs);
+    if (refused !== undefined) job.reject(refused);
+    else job.resolve(result);
   }
 
   private resolveModel(model: string | undefined): string {
@@ -672,46 +461,4 @@ export class InferencePool {
     if (!Object.hasOwn(this.config.models, model)) throw new UnknownModelError(this.name, model, names);
     return model;
   }
-}
-
-/**
- * A worker on `pool-worker.ts` through tsx when this module runs from source (a
- * `.ts` URL), else on the compiled `pool-worker.js`. The tsx hooks that
- * `--import tsx` installs on the main thread are not ready when a worker's entry
- * module loads (Node 20), so the worker registers tsx itself before importing.
- */
-function startWorker(workerData: WorkerInit): Worker {
-  const here = import.meta.url;
-  if (here.endsWith('.ts')) {
-    const entry = new URL('./pool-worker.ts', here).href;
-    const tsx = import.meta.resolve('tsx/esm/api');
-    const bootstrap = `import(${JSON.stringify(tsx)}).then(({ register }) => { register(); return import(${JSON.stringify(entry)}); });`;
-    return new Worker(bootstrap, { eval: true, workerData });
-  }
-  // From dist/ this module may sit in a shared chunk: the worker entry is found from the package root.
-  const entry = findUp(here, 'dist/src/ai/models/pool-worker.js') ?? fileURLToPath(new URL('./pool-worker.js', here));
-  return new Worker(entry, { workerData });
-}
-
-/** Whether `result`, or an element of it when it is an array, is a view into the memory of `outputs` held in shared memory (the arena). */
-function holdsBorrowed(result: unknown, outputs: Outputs): boolean {
-  const borrowed = new Set<ArrayBufferLike>();
-  for (const tensor of Object.values(outputs)) {
-    const data = tensor.data;
-    if (ArrayBuffer.isView(data) && data.buffer instanceof SharedArrayBuffer) borrowed.add(data.buffer);
-  }
-  if (borrowed.size === 0) return false;
-  const isBorrowed = (value: unknown) => ArrayBuffer.isView(value) && borrowed.has(value.buffer);
-  return isBorrowed(result) || (Array.isArray(result) && result.some(isBorrowed));
-}
-
-/** Fails early, on the main thread, with the error `loadModel` would give. */
-async function checkSource(source: ModelSource): Promise<void> {
-  if (typeof source !== 'string') {
-    if (source.length === 0) throw new ModelCorruptError('<bytes>', 'the model bytes are empty.');
-    return;
-  }
-  const info = await stat(source).catch(() => undefined);
-  if (info === undefined || !info.isFile()) throw new ModelNotFoundError(source);
-  if (info.size === 0) throw new ModelCorruptError(source, 'the file is empty.');
 }

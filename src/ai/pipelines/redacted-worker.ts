@@ -7,8 +7,9 @@
 import { EMPTY, concat, defer, filter, map, of, type MonoTypeOperatorFunction, type Observable } from 'rxjs';
 import type { Flow } from '../../flow/demand.js';
 import { asFlow } from '../../resilience/as-flow.js';
-import { Redactor, type RedactOptions, type RedactStats } from '../stages/redact.js';
-import { complete, type Completion, type GenerateOptions, type GenerateRequest, type InferOptions, type ModelWorker, type Token } from './worker.js';
+import type { RedactOptions, RedactStats } from '../stages/redact-options.js';
+import { Redactor } from '../stages/redactor.js';
+import { complete, type Completion, type GenerateOptions, type GenerateRequest, type InferOptions, type ModelWorker, type Token } from '../inference/worker.js';
 
 /** What `redactTokens` and `redactedWorker` take: `redact`'s detectors and bound, and counters to share. */
 export type RedactTokensOptions = Pick<RedactOptions, 'detect' | 'replacements' | 'patterns' | 'maxHold'> & {

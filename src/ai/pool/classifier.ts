@@ -1,8 +1,8 @@
-import type { Classification, Classifier } from '../stages/guard.js';
+import type { Classification, Classifier } from '../models/classifier.js';
 import type { InferencePool } from './pool.js';
-import { textFeeds, tensorRows } from './pool-embedder.js';
-import { GUARD_LABELS } from './guard.js';
-import { FeedBuffers, type Tokenizer } from './tokenizer.js';
+import { textFeeds, tensorRows } from './embedder.js';
+import { GUARD_LABELS } from '../models/guard.js';
+import { FeedBuffers, type Tokenizer } from '../models/tokenizer.js';
 
 export interface PoolClassifierOptions {
   /** The pool's model to run. Default: the pool's only model. */

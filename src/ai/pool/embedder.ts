@@ -1,8 +1,9 @@
 import type * as ort from 'onnxruntime-node';
 import { onnxruntime } from '../../core/peers.js';
-import type { Feeds, InferencePool } from './pool.js';
-import { planPooling, type PoolingOptions } from './pooling.js';
-import { FeedBuffers, type Tokenizer } from './tokenizer.js';
+import type { Feeds } from './options.js';
+import type { InferencePool } from './pool.js';
+import { planPooling, type PoolingOptions } from '../models/pooling.js';
+import { FeedBuffers, type Tokenizer } from '../models/tokenizer.js';
 
 const ortRuntime = onnxruntime();
 

@@ -13,7 +13,8 @@ import { functionSchema, parseOptions } from '../../flow/options.js';
 import { lazySchema } from '../../core/zod.js';
 import { stage } from '../../operators/stage.js';
 import { asFlow } from '../../resilience/as-flow.js';
-import { guard, type Classifier } from '../stages/guard.js';
+import type { Classifier } from '../models/classifier.js';
+import { guard } from '../stages/guard.js';
 import {
   complete,
   generateRequest,
@@ -24,7 +25,7 @@ import {
   type InferOptions,
   type ModelWorker,
   type Token,
-} from './worker.js';
+} from '../inference/worker.js';
 
 const guardedSchema = lazySchema((z) =>
   z.object({

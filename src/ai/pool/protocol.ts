@@ -1,5 +1,5 @@
 import type { Tensor } from 'onnxruntime-node';
-import type { PoolingPlan } from './pooling.js';
+import type { PoolingPlan } from '../models/pooling.js';
 
 /**
  * The messages an `InferencePool` and its worker threads exchange, and the plain

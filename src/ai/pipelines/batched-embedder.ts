@@ -12,10 +12,10 @@ import { fromPush } from '../../flow/push.js';
 import { StageStats } from '../../flow/stats.js';
 import { untraced } from '../../flow/sinks.js';
 import { infer } from '../stages/infer.js';
-import { planPooling } from './pooling.js';
-import type { InferencePool } from './pool.js';
-import { tensorRows, textFeeds } from './pool-embedder.js';
-import { FeedBuffers, type Tokenizer } from './tokenizer.js';
+import { planPooling } from '../models/pooling.js';
+import type { InferencePool } from '../pool/pool.js';
+import { tensorRows, textFeeds } from '../pool/embedder.js';
+import { FeedBuffers, type Tokenizer } from '../models/tokenizer.js';
 
 export interface BatchedEmbedderOptions {
   /** The pool model. Default: the pool's only model. */

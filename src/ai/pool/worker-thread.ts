@@ -6,7 +6,7 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
-import { poolOutputs } from './pooling.js';
+import { poolOutputs } from '../models/pooling.js';
 import {
   firstLine,
   fromWire,
@@ -18,9 +18,9 @@ import {
   type WireTensor,
   type WireTensors,
   type WorkerInit,
-} from './pool-protocol.js';
+} from './protocol.js';
 
-if (parentPort === null) throw new Error('pool-worker must be started as a worker thread by InferencePool');
+if (parentPort === null) throw new Error('worker-thread must be started as a worker thread by InferencePool');
 const port = parentPort;
 
 const init = workerData as WorkerInit;
