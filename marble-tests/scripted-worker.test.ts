@@ -65,11 +65,16 @@ describe('ScriptedWorker: what it says', () => {
 
   it('caps a request without max_tokens at maxTokens, and ignores max_tokens when told to (a buggy worker)', async () => {
     assert.equal((await collect(new ScriptedWorker({ maxTokens: 2 }), { prompt: 'x' })).tokens.length, 2);
-    const unruly = new ScriptedWorker({ honourMaxTokens: false });
+    const unruly = new ScriptedWorker({ tokens: { repeat: 'x' }, honourMaxTokens: false });
     const controller = new AbortController();
     const sink = TestSink.subscribe(unruly.generate(generateRequest({ prompt: 'x', max_tokens: 1 }), { signal: controller.signal }));
     sink.request(5);
-    await eventually(() => assert.equal(sink.received.length, 5));
+    await eventually(() =>
+      assert.deepEqual(
+        sink.received.map((t) => t.text),
+        ['x', 'x', 'x', 'x', 'x'],
+      ),
+    );
     sink.cancel();
   });
 

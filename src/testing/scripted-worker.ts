@@ -24,10 +24,11 @@ import {
 
 /**
  * What a generation says: `'count'` (`t0 `, `t1 `... until `max_tokens` or abort), `'echo'` (the
- * prompt, word by word), a list of tokens, or a function giving the tokens of each generation
- * (any iterable, endless ones too; `generation` counts from 0).
+ * prompt, word by word), a list of tokens, one token over and over (`{ repeat: 'x' }`), or a
+ * function giving the tokens of each generation (any iterable, endless ones too; `generation`
+ * counts from 0).
  */
-export type Script = 'count' | 'echo' | readonly string[] | ((request: GenerateRequest, generation: number) => Iterable<string>);
+export type Script = 'count' | 'echo' | readonly string[] | { readonly repeat: string } | ((request: GenerateRequest, generation: number) => Iterable<string>);
 
 /** How long before each token: milliseconds on the scheduler, or `'turn'` (one `setImmediate`). */
 export type ScriptedDelay = number | 'turn' | ((token: number) => number | 'turn');
@@ -74,8 +75,8 @@ const optionsSchema = lazySchema((z) => {
       .number({ error: `${what} must be a number` })
       .int({ error: `${what} must be an integer` })
       .min(0, { error: `${what} must be ≥ 0` });
-  const script = z.union([z.literal(['count', 'echo']), z.array(z.string()), functionSchema()], {
-    error: "tokens must be 'count', 'echo', an array of strings or a function",
+  const script = z.union([z.literal(['count', 'echo']), z.array(z.string()), z.object({ repeat: z.string() }).strict(), functionSchema()], {
+    error: "tokens must be 'count', 'echo', an array of strings, { repeat } or a function",
   });
   const delay = z.union([z.number().min(0), z.literal('turn'), functionSchema()], {
     error: "delay must be a number of milliseconds ≥ 0, 'turn' or a function",
@@ -109,6 +110,10 @@ const optionsSchema = lazySchema((z) => {
 
 function* counting(): Generator<string> {
   for (let n = 0; ; n++) yield `t${n} `;
+}
+
+function* repeating(text: string): Generator<string> {
+  for (;;) yield text;
 }
 
 const words = (text: string): string[] => text.match(/\S+\s*/g) ?? [];
@@ -194,6 +199,7 @@ export class ScriptedWorker implements ModelWorker<GenerateRequest, Completion> 
     if (script === 'count') return counting();
     if (script === 'echo') return words(promptText(request));
     if (typeof script === 'function') return script(request, generation);
+    if ('repeat' in script) return repeating(script.repeat);
     return script;
   }
 
