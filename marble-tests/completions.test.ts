@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import OpenAI, { type APIError } from 'openai';
-import { ScriptedWorker } from 'sluice/testing';
+import { ScriptedWorker } from 'sluice/testing/ai';
 import { createHttpHandler } from '../src/serve/http.js';
 import type { RequestLogEntry } from '../src/serve/request-log.js';
 import { startServer, type RunningServer } from '../src/serve/app.js';

@@ -14,7 +14,7 @@ import { fromIterable } from '../src/flow/sources.js';
 import { stage } from '../src/operators/stage.js';
 import { activeIntrospector } from '../src/flow/introspection.js';
 import { InvalidOptionsError } from '../src/core/errors.js';
-import { ScriptedWorker } from 'sluice/testing';
+import { ScriptedWorker } from 'sluice/testing/ai';
 import { createHttpHandler } from '../src/serve/http.js';
 import { attachTokenSocket, type TokenSocket } from '../src/serve/ws-server.js';
 import { inspector, type Inspector } from '../src/serve/inspect/inspector.js';

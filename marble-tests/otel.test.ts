@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { TraceContext } from '../src/core/trace.js';
-import { ScriptedWorker } from 'sluice/testing';
+import { ScriptedWorker } from 'sluice/testing/ai';
 import { createHttpHandler, type HttpHandlerOptions } from '../src/serve/http.js';
 import { genAiSpan, recordStageSpans, traceparentOf } from '../src/serve/otel.js';
 import { WebSocket } from 'ws';

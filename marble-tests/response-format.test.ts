@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import { createHttpHandler } from '../src/serve/http.js';
 import { startServer, type RunningServer } from '../src/serve/app.js';
-import { ScriptedWorker } from 'sluice/testing';
+import { ScriptedWorker } from 'sluice/testing/ai';
 
 /** Answers each request with the next scripted text, word by word; remembers the requests. */
 const answering = (answers: string[]) =>

@@ -2,7 +2,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { VirtualTimeScheduler } from 'rxjs';
-import { ScriptedWorker, TestSink, eventually, verify } from 'sluice/testing';
+import { TestSink, eventually, verify } from 'sluice/testing';
+import { ScriptedWorker } from 'sluice/testing/ai';
 import { AbortedError, InvalidOptionsError } from '../src/core/errors.js';
 import { generateRequest, type GenerationDone, type Token } from '../src/ai/inference/worker.js';
 

@@ -12,7 +12,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createHttpHandler } from '../src/serve/http.js';
 import { TenantQuotas } from '../src/serve/tenant-quotas.js';
-import { ScriptedWorker } from 'sluice/testing';
+import { ScriptedWorker } from 'sluice/testing/ai';
 import { FakeUpstream } from './support/fake-upstream.js';
 import { WsClient, until } from './support/ws-client.js';
 

@@ -6,7 +6,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { ScriptedWorker } from 'sluice/testing';
+import { ScriptedWorker } from 'sluice/testing/ai';
 import { attachTokenSocket, type TokenSocket, type TokenSocketEvent, type TokenSocketOptions } from '../src/serve/ws-server.js';
 import { CLOSE_CODES } from '../src/serve/protocol.js';
 import { SluiceMetrics } from '../src/serve/metrics.js';

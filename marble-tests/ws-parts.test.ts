@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { traced } from '../src/core/trace.js';
-import { ScriptedWorker } from 'sluice/testing';
+import { ScriptedWorker } from 'sluice/testing/ai';
 import { generateRequest } from '../src/ai/inference/worker.js';
 import { createHttpHandler } from '../src/serve/http.js';
 import { SluiceMetrics } from '../src/serve/metrics.js';

@@ -10,7 +10,7 @@ import { WebSocket } from 'ws';
 import { MODEL_FILES } from '../src/ai/models/generate.js';
 import { CharLmWorker } from '../src/ai/inference/onnx-lm.js';
 import { generateRequest } from '../src/ai/inference/worker.js';
-import { ScriptedWorker } from 'sluice/testing';
+import { ScriptedWorker } from 'sluice/testing/ai';
 import { unrulyWorker } from './support/unruly-worker.js';
 import { InvalidOptionsError } from '../src/core/errors.js';
 import { attachTokenSocket, type TokenSocket, type TokenSocketEvent, type TokenSocketLimits, type TokenSocketOptions } from '../src/serve/ws-server.js';

@@ -24,4 +24,3 @@ export { TestSink, type TestSinkOptions, type SinkSignal, type Unwrapped, type E
 export { verify, Verifier, type VerifyOptions } from './verify.js';
 export { expectAccounted, type ExpectedAccounting } from './accounting.js';
 export { eventually, type WaitOptions } from './assert.js';
-export { ScriptedWorker, type ScriptedWorkerOptions, type ScriptedGeneration, type Script, type ScriptedDelay } from './scripted-worker.js';
