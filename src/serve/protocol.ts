@@ -132,8 +132,8 @@ export type CancelMessage = z.output<ReturnType<typeof cancelMessageSchema>>;
 export type ClientMessage = GenerateMessage | CancelMessage;
 
 /**
- * The limits a client must stay within, under the names `TokenSocketLimits` gives them;
- * going past one is answered with the error frame or close code named here.
+ * The limits a client must stay within (the part of `TokenSocketLimits` the `hello` frame
+ * announces); going past one is answered with the error frame or close code named here.
  */
 export interface HelloLimits {
   /** The largest `parameters.max_tokens` a request may ask for (`INVALID_OPTIONS` beyond). */
