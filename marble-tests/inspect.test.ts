@@ -18,28 +18,19 @@ import { PipelineGraph, bottleneckOf, stateOf } from '../src/serve/inspect/pipel
 import { RequestRegistry } from '../src/serve/inspect/requests.js';
 import { buildSnapshot } from '../src/serve/inspect/snapshot.js';
 import type { Traced } from '../src/core/trace.js';
-import { InvalidOptionsError } from '../src/core/errors.js';
+import { invalidPaths } from './support/invalid-options.js';
 import { decode, generateRequest, type Token } from '../src/ai/inference/worker.js';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 describe('PipelineGraph and RequestRegistry options', () => {
-  const paths = (make: () => unknown): string[] => {
-    try {
-      make();
-    } catch (error) {
-      assert.ok(error instanceof InvalidOptionsError, String(error));
-      return error.issues.map((issue) => issue.path).sort();
-    }
-    return assert.fail('expected InvalidOptionsError');
-  };
   it('bad options fail at construction, naming each field', () => {
     assert.deepEqual(
-      paths(() => new PipelineGraph({ interval: 0, maxNodes: 2.5, retain: -1, scheduler: {}, windw: 4 } as never)),
+      invalidPaths(() => new PipelineGraph({ interval: 0, maxNodes: 2.5, retain: -1, scheduler: {}, windw: 4 } as never)),
       ['interval', 'maxNodes', 'retain', 'scheduler', 'windw'],
     );
     assert.deepEqual(
-      paths(() => new RequestRegistry({ content: 'yes', contents: true } as never)),
+      invalidPaths(() => new RequestRegistry({ content: 'yes', contents: true } as never)),
       ['content', 'contents'],
     );
   });

@@ -5,7 +5,8 @@ import { after, before, describe, it } from 'node:test';
 import { connect } from '@nats-io/transport-node';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { lastValueFrom, take, toArray } from 'rxjs';
-import { Flow, InvalidOptionsError, subscribeWithDemand } from '../src/index.js';
+import { Flow, subscribeWithDemand } from '../src/index.js';
+import { invalidPaths } from './support/invalid-options.js';
 import { MODEL_FILES } from '../src/ai/models/generate.js';
 import { CharLmWorker } from '../src/ai/inference/onnx-lm.js';
 import { generateRequest, type ModelWorker, type Token } from '../src/ai/inference/worker.js';
@@ -27,28 +28,17 @@ async function startWorker(url: string, name: string, models: string, events: { 
   return child;
 }
 
-/** The paths of the `InvalidOptionsError` that `call` throws, sorted. */
-function badPaths(call: () => unknown): string[] {
-  try {
-    call();
-  } catch (error) {
-    assert.ok(error instanceof InvalidOptionsError, String(error));
-    return error.issues.map((issue) => issue.path).sort();
-  }
-  return assert.fail('expected InvalidOptionsError');
-}
-
 describe('remote generation: options checked when called, before the link is touched (no server needed)', () => {
   const link = {} as Parameters<typeof remoteModel>[0];
   it('remoteModel names each bad field', () => {
     assert.deepEqual(
-      badPaths(() => remoteModel(link, { name: '', window: 0, idleTimeout: 1.5, windw: 4 } as never)),
+      invalidPaths(() => remoteModel(link, { name: '', window: 0, idleTimeout: 1.5, windw: 4 } as never)),
       ['idleTimeout', 'name', 'window', 'windw'],
     );
   });
   it('serveModel names each bad field', () => {
     assert.deepEqual(
-      badPaths(() =>
+      invalidPaths(() =>
         serveModel(link, {} as ModelWorker, { concurrency: 0, idleTimeout: -1, stats: {} as LinkReceiverStats, onRequest: 'log', concurency: 2 } as never),
       ),
       ['concurency', 'concurrency', 'idleTimeout', 'onRequest', 'stats'],

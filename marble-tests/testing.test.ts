@@ -5,7 +5,8 @@ import { VirtualTimeScheduler, filter, merge } from 'rxjs';
 import { TestSink, TestSource, eventually, expectAccounted, verify } from 'sluice/testing';
 import { stage, type ShedEvent, type StageOptions } from '../src/operators/stage.js';
 import { StageStats } from '../src/flow/stats.js';
-import { IllegalDemandError, InvalidOptionsError, OverflowError, StageError, StageTimeoutError } from '../src/core/errors.js';
+import { IllegalDemandError, OverflowError, StageError, StageTimeoutError } from '../src/core/errors.js';
+import { pathsOf } from './support/invalid-options.js';
 import { Traced } from '../src/core/trace.js';
 
 const times10 = (x: number): number => x * 10;
@@ -33,23 +34,19 @@ function failureOf(fn: () => unknown): string {
 }
 
 describe('the test kit checks its options', () => {
-  const paths = (error: unknown): string[] => {
-    assert.ok(error instanceof InvalidOptionsError, String(error));
-    return error.issues.map((issue) => issue.path).sort();
-  };
   it('TestSink.subscribe, verify and eventually name each bad field', async () => {
     const source = new TestSource<number>();
     assert.throws(
       () => TestSink.subscribe(source, { request: -1, unwarp: false } as never),
-      (error: unknown) => paths(error).join() === 'request,unwarp',
+      (error: unknown) => pathsOf(error).join() === 'request,unwarp',
     );
     assert.throws(
       () => verify(source, { scheduler: {}, maxTicks: 1.5, requst: 1 } as never),
-      (error: unknown) => paths(error).join() === 'maxTicks,requst,scheduler',
+      (error: unknown) => pathsOf(error).join() === 'maxTicks,requst,scheduler',
     );
     await assert.rejects(
       eventually(() => {}, { maxTick: 3, tick: 1 } as never),
-      (error: unknown) => paths(error).join() === 'maxTick,tick',
+      (error: unknown) => pathsOf(error).join() === 'maxTick,tick',
     );
   });
 });
