@@ -18,6 +18,7 @@ import {
   type EndReason,
   type GenerateOptions,
   type GenerateRequest,
+  type InferOptions,
   type ModelWorker,
   type Token,
 } from '../ai/inference/worker.js';
@@ -124,7 +125,7 @@ const words = (text: string): string[] => text.match(/\S+\s*/g) ?? [];
  *
  * ## Example
  * ```ts
- * import { ScriptedWorker } from 'sluice/testing';
+ * import { ScriptedWorker } from 'sluice/testing/ai';
  *
  * const worker = new ScriptedWorker({ tokens: ['Hello', ', ', 'world'], delay: 'turn' });
  * const { text, finishReason } = await worker.infer({ prompt: 'Say hello' }); // 'Hello, world', 'stop'
@@ -190,8 +191,8 @@ export class ScriptedWorker implements ModelWorker<GenerateRequest, Completion> 
     });
   }
 
-  infer(input: GenerateRequest, options: { signal?: AbortSignal } = {}): Promise<Completion> {
-    return complete((onDone) => this.generate(input, { signal: options.signal, onDone }));
+  infer(input: GenerateRequest, options: InferOptions = {}): Promise<Completion> {
+    return complete((onDone) => this.generate(input, { ...options, onDone }));
   }
 
   private script(request: GenerateRequest, generation: number): Iterable<string> {
