@@ -2,14 +2,15 @@
 import type { IncomingMessage } from 'node:http';
 import type * as z from 'zod';
 import { lazySchema } from '../../core/zod.js';
-import { TenantQuotas } from '../tenant-quotas.js';
+import type { TenantQuotas } from '../tenant-quotas.js';
 import type { RequestLog } from '../request-log.js';
 import type { Tracer } from '@opentelemetry/api';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import type { ModelWorker } from '../../ai/inference/worker.js';
 import type { SluiceMetrics } from '../metrics.js';
 import type { TokenSocketEvent } from './events.js';
-import { RequestRegistry } from '../inspect/requests.js';
+import type { RequestRegistry } from '../inspect/requests.js';
+import { transportFields } from '../transport-options.js';
 import type { TraceObserver } from '../telemetry.js';
 import type { HelloLimits } from '../protocol.js';
 
@@ -134,6 +135,7 @@ const limitsSchema = lazySchema((z) =>
 const optionsSchema = lazySchema((z) =>
   z
     .object({
+      ...transportFields(z),
       worker: workerSchema().optional(),
       workers: z.record(z.string(), workerSchema()).optional(),
       authenticate: functionSchema<Authenticate>().optional(),
@@ -148,28 +150,7 @@ const optionsSchema = lazySchema((z) =>
       path: z.string().startsWith('/', { error: 'path must start with "/"' }).optional(),
       limits: z.unknown().optional(),
       onEvent: functionSchema<(event: TokenSocketEvent) => void>().optional(),
-      metrics: z
-        .custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).registerSocket === 'function', {
-          error: 'metrics must be a SluiceMetrics',
-        })
-        .optional(),
       name: z.string().min(1, { error: 'name must not be empty' }).default('ws'),
-      sampleRate: z
-        .number({ error: 'sampleRate must be a number' })
-        .min(0, { error: 'sampleRate must be in [0, 1]' })
-        .max(1, { error: 'sampleRate must be in [0, 1]' })
-        .default(1),
-      tracer: z
-        .custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', {
-          error: 'tracer must be an OpenTelemetry Tracer',
-        })
-        .optional(),
-      tenantQuotas: z.instanceof(TenantQuotas, { error: 'tenantQuotas must be a TenantQuotas' }).optional(),
-      requestLog: functionSchema<RequestLog>().optional(),
-      requests: z.instanceof(RequestRegistry, { error: 'requests must be a RequestRegistry' }).optional(),
-      graph: z
-        .custom<TraceObserver>((v) => typeof (v as TraceObserver | undefined)?.observeTrace === 'function', { error: 'graph must have observeTrace(trace)' })
-        .optional(),
     })
     .strict()
     .refine((o) => (o.worker === undefined) !== (o.workers === undefined || Object.keys(o.workers).length === 0), {
