@@ -36,3 +36,14 @@ export const transportFields = (z: ZodModule) => ({
     .custom<TraceObserver>((v) => typeof (v as TraceObserver | undefined)?.observeTrace === 'function', { error: 'graph must have observeTrace(trace)' })
     .optional(),
 });
+
+/** Where a server listens: `host` (default loopback) and `port` (0: any free one). */
+export const listenFields = (z: ZodModule, defaultPort: number) => ({
+  host: z.string().min(1, { error: 'host must not be empty' }).default('127.0.0.1'),
+  port: z
+    .number({ error: 'port must be a number' })
+    .int({ error: 'port must be an integer' })
+    .min(0, { error: 'port must be in [0, 65535]' })
+    .max(65535, { error: 'port must be in [0, 65535]' })
+    .default(defaultPort),
+});
