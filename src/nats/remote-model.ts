@@ -21,6 +21,7 @@ import {
   type GenerationDone,
   type ModelWorker,
   type Token,
+  complete,
   generateRequest,
 } from '../ai/inference/worker.js';
 import { type Link, MAXIMUM_MESSAGES_EXCEEDED, apiCode, definite, refused } from './link.js';
@@ -77,16 +78,7 @@ export function remoteModel(link: Link<RemoteRequest>, options: RemoteModelOptio
   return {
     name,
     generate,
-    infer: (request, inferOptions = {}) =>
-      new Promise<Completion>((resolve, reject) => {
-        let text = '';
-        let done: GenerationDone | undefined;
-        generate(request, { ...inferOptions, onDone: (d) => (done = d) }).subscribe({
-          next: (token) => (text += token.text),
-          error: reject,
-          complete: () => resolve({ text, finishReason: done?.finishReason ?? 'stop', usage: done?.usage ?? { inputTokens: 0, outputTokens: 0 } }),
-        });
-      }),
+    infer: (request, inferOptions = {}) => complete((onDone) => generate(request, { ...inferOptions, onDone })),
   };
 }
 
