@@ -7,30 +7,14 @@ import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import OpenAI, { type APIError } from 'openai';
-import { decode, generateRequest, type GenerateOptions, type GenerateRequest, type Token } from '../src/ai/inference/worker.js';
-import type { Flow } from '../src/flow/demand.js';
+import { ScriptedWorker } from 'sluice/testing/ai';
 import { createHttpHandler } from '../src/serve/http.js';
 import type { RequestLogEntry } from '../src/serve/request-log.js';
 import { startServer, type RunningServer } from '../src/serve/app.js';
 
-/** Tokens `t0 `, `t1 `... and the requests it was given. */
-class RecordingWorker {
-  readonly requests: GenerateRequest[] = [];
-  constructor(readonly name: string) {}
-  generate(request: GenerateRequest, options: GenerateOptions = {}): Flow<Token> {
-    const valid = generateRequest(request);
-    this.requests.push(valid);
-    let i = 0;
-    return decode(valid, options, { name: this.name, maxTokens: valid.max_tokens ?? 1_000_000 }, () => ({
-      inputTokens: 2,
-      step: () => new Promise((resolve) => setImmediate(() => resolve({ text: `t${i++} ` }))),
-      close: () => {},
-    }));
-  }
-}
-
 describe('POST /v1/completions', () => {
-  const worker = new RecordingWorker('counter');
+  // Tokens `t0 `, `t1 `..., one an event-loop turn; remembers the requests it was given.
+  const worker = new ScriptedWorker({ name: 'counter', delay: 'turn', inputTokens: 2 });
   const log: RequestLogEntry[] = [];
   let server: Server;
   let base: string;

@@ -20,6 +20,7 @@ import type { CorpusSkip, CorpusSkipReason } from '../src/ai/rag/document-text.j
 import { CorpusError } from '../src/ai/rag/errors.js';
 import type { Passage } from '../src/ai/rag/passage.js';
 import { CliProcess } from './support/cli-process.js';
+import { pathsOf } from './support/invalid-options.js';
 import { generatedModels, type GeneratedModels } from './support/models.js';
 
 type Embed = (texts: string[], signal: AbortSignal) => Promise<Float32Array[]>;
@@ -109,6 +110,17 @@ function counted(skips: readonly CorpusSkip[]): Map<CorpusSkipReason, number> {
   for (const skip of skips) counts.set(skip.reason, (counts.get(skip.reason) ?? 0) + 1);
   return counts;
 }
+
+describe('loadCorpus and indexPassages options', () => {
+  it('are checked before a file is read or a passage embedded, naming each bad field', async () => {
+    await assert.rejects(loadCorpus('no/such/dir', { maxFileBytes: 0, onskip: () => {} } as never), (error) => pathsOf(error).join() === 'maxFileBytes,onskip');
+    const embed = async () => assert.fail('nothing is embedded');
+    await assert.rejects(
+      indexPassages([], embed, { batchSize: 1.5, signal: 'stop', corpus: 7, batch: 2 } as never),
+      (error) => pathsOf(error).join() === 'batch,batchSize,corpus,signal',
+    );
+  });
+});
 
 describe('a corpus folder with passages and files that cannot be indexed', () => {
   let models: GeneratedModels;

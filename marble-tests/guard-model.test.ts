@@ -11,6 +11,7 @@ import { poolClassifier } from '../src/ai/pool/classifier.js';
 import { guard, isBlocked } from '../src/ai/stages/guard.js';
 import { fromIterable } from '../src/flow/sources.js';
 import type { FailureEvent } from '../src/operators/stage.js';
+import { invalidPaths } from './support/invalid-options.js';
 
 let dir: string;
 let pool: InferencePool;
@@ -25,6 +26,21 @@ before(async () => {
 after(async () => {
   await pool.close();
   await rm(dir, { recursive: true, force: true });
+});
+
+describe('poolClassifier options', () => {
+  it('are checked before the pool is asked, naming each bad field (a positive label that is not a label too)', () => {
+    const pool = {} as InferencePool;
+    const tokenizer = {} as Parameters<typeof poolClassifier>[1];
+    assert.deepEqual(
+      invalidPaths(() => poolClassifier(pool, tokenizer, { labels: [], modle: 'guard' } as never)),
+      ['labels', 'modle'],
+    );
+    assert.deepEqual(
+      invalidPaths(() => poolClassifier(pool, tokenizer, { labels: ['ok', 'bad'], positive: 'injection' })),
+      ['positive'],
+    );
+  });
 });
 
 describe('guard on the generated ONNX classifier, in the worker pool', () => {

@@ -12,22 +12,14 @@ import { fromIterable } from '../src/flow/sources.js';
 import { CacheStats } from '../src/cache/stats.js';
 import { CircuitBreaker } from '../src/resilience/breaker.js';
 import { stage } from '../src/operators/stage.js';
-import { eventually } from '../src/testing/index.js';
+import { eventually } from 'sluice/testing';
+import { ScriptedWorker } from 'sluice/testing/ai';
 import { MODEL_FILES } from '../src/ai/models/generate.js';
-import {
-  decode,
-  generateRequest,
-  type GenerateOptions,
-  type GenerateRequest,
-  type ModelWorker,
-  type Completion,
-  type Token,
-} from '../src/ai/inference/worker.js';
+import { generateRequest } from '../src/ai/inference/worker.js';
+import { unrulyWorker } from './support/unruly-worker.js';
 import { OpenAIWorker, SseParser } from '../src/ai/inference/openai.js';
-import { UnrulyWorker } from './support/unruly-worker.js';
 import { CharLmWorker } from '../src/ai/inference/onnx-lm.js';
 import { HttpStatusError } from '../src/ai/inference/errors.js';
-import type { Flow } from '../src/flow/demand.js';
 import { createHttpHandler, type HttpHandler, type HttpHandlerOptions } from '../src/serve/http.js';
 import { SluiceMetrics } from '../src/serve/metrics.js';
 import { generatedModels, type GeneratedModels } from './support/models.js';
@@ -45,39 +37,9 @@ async function quiescent(read: () => number, still = 5, everyMs = 40): Promise<n
   return last;
 }
 
-/**
- * A deterministic worker: token i is `t<i> ` padded to `tokenBytes`, one per decode step,
- * each step a macrotask away. Counts steps and remembers the signals it was given.
- */
-class CountingWorker implements ModelWorker<GenerateRequest, Completion> {
-  steps = 0;
-  readonly signals: AbortSignal[] = [];
-  readonly traces: GenerateOptions['trace'][] = [];
-  constructor(
-    readonly name: string,
-    private readonly tokenBytes = 0,
-  ) {}
-  generate(request: GenerateRequest, options: GenerateOptions = {}): Flow<Token> {
-    const valid = generateRequest(request);
-    if (options.signal) this.signals.push(options.signal);
-    this.traces.push(options.trace);
-    let i = 0;
-    return decode(valid, options, { name: this.name, maxTokens: valid.max_tokens ?? 1_000_000 }, () => ({
-      inputTokens: 3,
-      step: () =>
-        new Promise((resolve) =>
-          setImmediate(() => {
-            this.steps++;
-            resolve({ text: `t${i++} `.padEnd(this.tokenBytes, '.') });
-          }),
-        ),
-      close: () => {},
-    }));
-  }
-  infer(): Promise<Completion> {
-    return Promise.reject(new Error('not used'));
-  }
-}
+/** A deterministic worker: token i is `t<i> ` padded to `tokenBytes`, one per decode step, each step a macrotask away. */
+const countingWorker = (name: string, tokenBytes?: number) =>
+  new ScriptedWorker({ name, padTo: tokenBytes, delay: 'turn', inputTokens: 3, maxTokens: 1_000_000 });
 
 interface Running {
   readonly server: Server;
@@ -125,7 +87,7 @@ function sample(text: string, name: string, labels = ''): number | undefined {
 }
 
 describe('POST /v1/chat/completions with a deterministic worker', () => {
-  const worker = new CountingWorker('counter');
+  const worker = countingWorker('counter');
   const metrics = new SluiceMetrics();
   let running: Running;
   before(async () => {
@@ -319,7 +281,7 @@ describe('POST /v1/chat/completions with a deterministic worker', () => {
   });
 
   it('aborts the generation when the client disconnects mid-stream: the signal fires and no more steps run', async () => {
-    const before = worker.signals.length;
+    const before = worker.generations.length;
     const controller = new AbortController();
     const response = await fetch(`${running.base}/v1/chat/completions`, {
       method: 'POST',
@@ -336,7 +298,7 @@ describe('POST /v1/chat/completions with a deterministic worker', () => {
     }
     controller.abort();
     await reader.cancel().catch(() => {});
-    const signal = worker.signals[before]!;
+    const signal = worker.generations[before]!.signal!;
     await quiescent(() => worker.steps);
     assert.equal(signal.aborted, true, 'the worker saw the abort');
     const stepsAfterAbort = worker.steps;
@@ -366,7 +328,7 @@ describe('POST /v1/chat/completions with a deterministic worker', () => {
 });
 
 describe('max_tokens is enforced by the server, whatever the worker does', () => {
-  const unruly = new UnrulyWorker();
+  const unruly = unrulyWorker();
   let running: Running;
   before(async () => {
     running = await start({ workers: { unruly } });
@@ -386,12 +348,12 @@ describe('max_tokens is enforced by the server, whatever the worker does', () =>
       .map((d) => JSON.parse(d) as { choices: { delta: { content?: string }; finish_reason: string | null }[] });
     assert.equal(chunks.map((c) => c.choices[0]?.delta.content ?? '').join(''), 'x'.repeat(50));
     assert.equal(chunks.at(-1)!.choices[0]!.finish_reason, 'length');
-    assert.ok(unruly.produced <= 2 * 51, `the worker was stepped ${unruly.produced} times for two requests of 50`);
+    assert.ok(unruly.steps <= 2 * 51, `the worker was stepped ${unruly.steps} times for two requests of 50`);
   });
 });
 
 describe('backpressure on a slow SSE reader', () => {
-  const worker = new CountingWorker('wide', 1024);
+  const worker = countingWorker('wide', 1024);
   const metrics = new SluiceMetrics({ defaultMetrics: false });
   let running: Running;
   before(async () => {
@@ -487,7 +449,7 @@ describe('GET /metrics', () => {
   let running: Running;
   before(async () => {
     metrics.registerStage('embed', stats).registerCache('responses', cache).registerBreaker(breaker);
-    running = await start({ worker: new CountingWorker('counter'), metrics });
+    running = await start({ worker: countingWorker('counter'), metrics });
   });
   after(async () => {
     await stop(running);
@@ -581,7 +543,7 @@ describe('GET /metrics', () => {
 describe('health and readiness', () => {
   it('/healthz answers while up; /readyz follows ready() and turns 503 when draining, after which completions are refused', async () => {
     let loaded = false;
-    const worker = new CountingWorker('counter');
+    const worker = countingWorker('counter');
     const running = await start({ worker, ready: () => loaded });
     try {
       assert.equal((await fetch(`${running.base}/healthz`)).status, 200);
@@ -611,8 +573,8 @@ describe('health and readiness', () => {
 
   it('validates its options, naming the bad field', () => {
     assert.throws(() => createHttpHandler({}), /workers/);
-    assert.throws(() => createHttpHandler({ worker: new CountingWorker('x'), maxBodyBytes: 0 }), /maxBodyBytes/);
-    assert.throws(() => createHttpHandler({ worker: new CountingWorker('x'), maxTokens: 0 }), /maxTokens/);
+    assert.throws(() => createHttpHandler({ worker: countingWorker('x'), maxBodyBytes: 0 }), /maxBodyBytes/);
+    assert.throws(() => createHttpHandler({ worker: countingWorker('x'), maxTokens: 0 }), /maxTokens/);
     assert.throws(() => new SluiceMetrics({ prefix: 'bad-prefix' }), /prefix/);
   });
 });

@@ -116,6 +116,34 @@ describe('guardedWorker options', () => {
   });
 });
 
+describe('ONNX language-model worker options', () => {
+  const run: RunModel = async () => ({});
+  it('are checked when a worker is made or loaded, naming each bad field', async () => {
+    assert.deepEqual(issuesOf(() => new CharLmWorker({ vocab: 'abc', run: 1, maxTokens: 0, windw: 4 } as never)).sort(), [
+      'maxTokens',
+      'run',
+      'vocab',
+      'windw',
+    ]);
+    assert.doesNotThrow(() => new CharLmWorker({ vocab: ['a', 'b'], run, window: 4 }));
+    const shape = { layers: 2, heads: 2, headDim: 8 };
+    assert.deepEqual(
+      issuesOf(() => new DecoderLmWorker({ shape: { ...shape, layers: 0 }, run, eosTokenId: -1, eosTokenIds: [1.5], codec: {}, vocabSze: 9 } as never)).sort(),
+      ['codec', 'eosTokenId', 'eosTokenIds.0', 'shape.layers', 'vocabSze'],
+    );
+    assert.doesNotThrow(() => new DecoderLmWorker({ shape, run, eosTokenIds: [0], vocabSize: 128 }));
+    // load checks before it reads a file: the path need not exist.
+    await assert.rejects(
+      CharLmWorker.load('no/such.onnx', { window: 0 }),
+      (error: unknown) => error instanceof InvalidOptionsError && error.issues[0]?.path === 'window',
+    );
+    await assert.rejects(
+      DecoderLmWorker.load('no/such.onnx', { maxTokens: -1 }),
+      (error: unknown) => error instanceof InvalidOptionsError && error.issues[0]?.path === 'maxTokens',
+    );
+  });
+});
+
 describe('sampling', () => {
   const logits = Float32Array.from([1.5, 3, -1, 2.2, 0.3, 2.9]);
 

@@ -10,12 +10,11 @@ import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import { lastValueFrom } from 'rxjs';
-import { fromAsyncIterable, fromIterable } from '../src/flow/sources.js';
+import { fromIterable } from '../src/flow/sources.js';
 import { stage } from '../src/operators/stage.js';
 import { activeIntrospector } from '../src/flow/introspection.js';
 import { InvalidOptionsError } from '../src/core/errors.js';
-import type { GenerateOptions, GenerateRequest, Token } from '../src/ai/inference/worker.js';
-import type { Flow } from '../src/flow/demand.js';
+import { ScriptedWorker } from 'sluice/testing/ai';
 import { createHttpHandler } from '../src/serve/http.js';
 import { attachTokenSocket, type TokenSocket } from '../src/serve/ws-server.js';
 import { inspector, type Inspector } from '../src/serve/inspect/inspector.js';
@@ -28,19 +27,7 @@ const TOKEN = 'inspect-secret-1';
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** A model that writes one token every few ms until it is stopped: a long generation. */
-class TrickleWorker {
-  readonly name = 'trickle';
-  generate(_request: GenerateRequest, options: GenerateOptions = {}): Flow<Token> {
-    const signal = options.signal;
-    async function* tokens(): AsyncGenerator<Token> {
-      for (let index = 0; !signal?.aborted; index++) {
-        await sleep(3);
-        yield { text: 'x', index };
-      }
-    }
-    return fromAsyncIterable(tokens());
-  }
-}
+const trickleWorker = () => new ScriptedWorker({ name: 'trickle', tokens: { repeat: 'x' }, delay: 3 });
 
 /** GET/POST with headers; the status and body (the body not read for a stream: the caller gets the response). */
 function call(url: string, init: { method?: string; headers?: Record<string, string> } = {}): Promise<{ status: number; headers: Headers; body: string }> {
@@ -287,7 +274,7 @@ describe('cancelling a running request from the inspector', () => {
   const requests = new RequestRegistry();
 
   before(async () => {
-    const worker = new TrickleWorker();
+    const worker = trickleWorker();
     const handler = createHttpHandler({ worker, requests });
     server = createServer(handler);
     sockets = attachTokenSocket(server, { worker, requests, path: '/v1/ws' });

@@ -18,9 +18,23 @@ import { PipelineGraph, bottleneckOf, stateOf } from '../src/serve/inspect/pipel
 import { RequestRegistry } from '../src/serve/inspect/requests.js';
 import { buildSnapshot } from '../src/serve/inspect/snapshot.js';
 import type { Traced } from '../src/core/trace.js';
+import { invalidPaths } from './support/invalid-options.js';
 import { decode, generateRequest, type Token } from '../src/ai/inference/worker.js';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+describe('PipelineGraph and RequestRegistry options', () => {
+  it('bad options fail at construction, naming each field', () => {
+    assert.deepEqual(
+      invalidPaths(() => new PipelineGraph({ interval: 0, maxNodes: 2.5, retain: -1, scheduler: {}, windw: 4 } as never)),
+      ['interval', 'maxNodes', 'retain', 'scheduler', 'windw'],
+    );
+    assert.deepEqual(
+      invalidPaths(() => new RequestRegistry({ content: 'yes', contents: true } as never)),
+      ['content', 'contents'],
+    );
+  });
+});
 
 describe('PipelineGraph', () => {
   it('draws a pipeline as its stages, each feeding the next, while it runs; accounts for every element', async () => {

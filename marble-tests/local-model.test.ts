@@ -142,6 +142,27 @@ describe('a local model directory (Qwen3 tokenizer, generated decoder)', () => {
     }
   });
 
+  it('bad options of load and worker fail naming the field, load before it reads the directory', async () => {
+    await assert.rejects(
+      LocalModel.load('no/such/dir', { modelFile: '', nam: 'x' } as never),
+      (error: unknown) =>
+        error instanceof InvalidOptionsError &&
+        error.issues
+          .map((i) => i.path)
+          .sort()
+          .join() === 'modelFile,nam',
+    );
+    assert.throws(
+      () => local.worker({ run: 'pool', maxTokens: 0 } as never),
+      (error: unknown) =>
+        error instanceof InvalidOptionsError &&
+        error.issues
+          .map((i) => i.path)
+          .sort()
+          .join() === 'maxTokens,run',
+    );
+  });
+
   it('a chat the template refuses (its raise_exception) is INVALID_OPTIONS on messages', () => {
     const strict = new ChatTemplate(
       "{% if messages[0].role != 'user' %}{{ raise_exception('Conversations must start with a user turn') }}{% endif %}{{ messages[0].content }}",

@@ -18,6 +18,9 @@ import { GraphBuilder, ModelBuilder } from '../src/ai/models/onnx/index.js';
 import { fnv1a, seededRandom } from '../src/core/random.js';
 import { DEFAULT_HASH_TOKENIZER, FeedBuffers, HashTokenizer } from '../src/ai/models/tokenizer.js';
 import type { EncodedBatch, Tokenizer } from '../src/ai/models/tokenizer.js';
+import { HfTokenizer } from '../src/ai/models/hf-tokenizer.js';
+import { ChatTemplate } from '../src/ai/models/chat-template.js';
+import { invalidPaths, pathsOf } from './support/invalid-options.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const dataDir = join(root, 'data');
@@ -377,6 +380,23 @@ describe('tiny transformer decoder', () => {
     };
     const [a, b] = [await run(11), await run(99)];
     assert.ok(a.every((v, i) => Math.abs(v - b[i]!) < 1e-5));
+  });
+});
+
+describe('model builders and loaders check their options, naming each bad field', () => {
+  it('generateModels, before it writes anything; HfTokenizer and ChatTemplate when made', async () => {
+    await assert.rejects(
+      generateModels({ outDir: '', force: 'yes', verfy: true } as never),
+      (error) => assert.deepEqual(pathsOf(error), ['dataDir', 'force', 'outDir', 'verfy']) ?? true,
+    );
+    assert.deepEqual(
+      invalidPaths(() => HfTokenizer.fromJson({}, { maxLength: 0, confg: {} } as never)),
+      ['confg', 'maxLength'],
+    );
+    assert.deepEqual(
+      invalidPaths(() => new ChatTemplate('{{ messages }}', { variables: 'x', vars: {} } as never)),
+      ['variables', 'vars'],
+    );
   });
 });
 

@@ -6,6 +6,7 @@ import { connect } from '@nats-io/transport-node';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { lastValueFrom, take, toArray } from 'rxjs';
 import { Flow, subscribeWithDemand } from '../src/index.js';
+import { invalidPaths } from './support/invalid-options.js';
 import { MODEL_FILES } from '../src/ai/models/generate.js';
 import { CharLmWorker } from '../src/ai/inference/onnx-lm.js';
 import { generateRequest, type ModelWorker, type Token } from '../src/ai/inference/worker.js';
@@ -26,6 +27,24 @@ async function startWorker(url: string, name: string, models: string, events: { 
   collect.unref();
   return child;
 }
+
+describe('remote generation: options checked when called, before the link is touched (no server needed)', () => {
+  const link = {} as Parameters<typeof remoteModel>[0];
+  it('remoteModel names each bad field', () => {
+    assert.deepEqual(
+      invalidPaths(() => remoteModel(link, { name: '', window: 0, idleTimeout: 1.5, windw: 4 } as never)),
+      ['idleTimeout', 'name', 'window', 'windw'],
+    );
+  });
+  it('serveModel names each bad field', () => {
+    assert.deepEqual(
+      invalidPaths(() =>
+        serveModel(link, {} as ModelWorker, { concurrency: 0, idleTimeout: -1, stats: {} as LinkReceiverStats, onRequest: 'log', concurency: 2 } as never),
+      ),
+      ['concurency', 'concurrency', 'idleTimeout', 'onRequest', 'stats'],
+    );
+  });
+});
 
 describe('remote generation over a link, on a real nats-server and the real character LM', () => {
   let server: NatsServer;

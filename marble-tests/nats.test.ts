@@ -70,6 +70,18 @@ describe('sluice/nats links, on a real nats-server', () => {
     assert.doesNotThrow(() => fromLink(link, { maxBatch: 8, onShed: 'nak', keepAlive: false }));
   });
 
+  it('toLink refuses bad options when it is called, naming each field, before anything is published', () => {
+    // Checked before the link is touched: no server is needed.
+    const link = {} as Parameters<typeof toLink>[1];
+    try {
+      void toLink(fromIterable([1]), link, { producerId: '', ids: 'random', onInvalid: 'drop', encode: 'json', producer: 'p' } as never);
+      assert.fail('expected InvalidOptionsError');
+    } catch (error) {
+      assert.ok(error instanceof InvalidOptionsError, String(error));
+      assert.deepEqual(error.issues.map((issue) => issue.path).sort(), ['encode', 'ids', 'onInvalid', 'producer', 'producerId']);
+    }
+  });
+
   it('refuses to reopen a link with another capacity (LINK_CONFLICT)', async () => {
     await openLink(nc, { name: 'conflict', capacity: 8 });
     await assert.rejects(

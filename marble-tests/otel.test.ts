@@ -5,47 +5,23 @@ import type { AddressInfo } from 'node:net';
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { TraceContext } from '../src/core/trace.js';
-import {
-  decode,
-  generateRequest,
-  type Completion,
-  type GenerateOptions,
-  type GenerateRequest,
-  type ModelWorker,
-  type Token,
-} from '../src/ai/inference/worker.js';
-import type { Flow } from '../src/flow/demand.js';
+import { ScriptedWorker } from 'sluice/testing/ai';
 import { createHttpHandler, type HttpHandlerOptions } from '../src/serve/http.js';
 import { genAiSpan, recordStageSpans, traceparentOf } from '../src/serve/otel.js';
 import { WebSocket } from 'ws';
 import { attachTokenSocket } from '../src/serve/ws-server.js';
 import { SUBPROTOCOL } from '../src/serve/protocol.js';
 
-/** Emits `tokens` tokens, or fails after `failAfter` of them; remembers the trace it was given. */
-class ScriptedWorker implements ModelWorker<GenerateRequest, Completion> {
-  readonly traces: TraceContext[] = [];
-  constructor(
-    readonly name: string,
-    private readonly failAfter = Infinity,
-  ) {}
-  generate(request: GenerateRequest, options: GenerateOptions = {}): Flow<Token> {
-    const valid = generateRequest(request);
-    if (options.trace) this.traces.push(options.trace);
-    let i = 0;
-    return decode(valid, options, { name: this.name, maxTokens: valid.max_tokens ?? 8 }, () => ({
-      inputTokens: 2,
-      step: async () => {
-        await new Promise((resolve) => setImmediate(resolve));
-        if (i >= this.failAfter) throw Object.assign(new Error('the accelerator fell over'), { code: 'DEVICE_LOST' });
-        return { text: `w${i++} ` };
-      },
-      close: () => {},
-    }));
-  }
-  infer(): Promise<Completion> {
-    return Promise.reject(new Error('not used'));
-  }
-}
+/** Emits 8 tokens, one an event-loop turn, or fails after `failAfter` of them; remembers the trace it was given. */
+const scripted = (name: string, failAfter?: number) =>
+  new ScriptedWorker({
+    name,
+    delay: 'turn',
+    maxTokens: 8,
+    inputTokens: 2,
+    ...(failAfter !== undefined && { fail: { after: failAfter, error: Object.assign(new Error('the accelerator fell over'), { code: 'DEVICE_LOST' }) } }),
+  });
+const traces = (worker: ScriptedWorker) => worker.generations.flatMap((g) => (g.trace === undefined ? [] : [g.trace]));
 
 async function serve(options: HttpHandlerOptions): Promise<{ base: string; server: Server }> {
   const server = createServer(createHttpHandler(options));
@@ -69,14 +45,14 @@ const INCOMING = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
 
 describe('without an SDK (the API alone is a no-op)', () => {
   it('still carries an incoming traceparent into the element trace and back in the response', async () => {
-    const worker = new ScriptedWorker('scripted');
+    const worker = scripted('scripted');
     const { base, server } = await serve({ worker });
     try {
       const response = await chat(base, { model: 'scripted', max_tokens: 2 }, { traceparent: INCOMING });
       assert.equal(response.status, 200);
       await response.json();
-      assert.equal(worker.traces[0]!.traceId, '4bf92f3577b34da6a3ce929d0e0e4736');
-      assert.equal(worker.traces[0]!.parentSpan, '00f067aa0ba902b7');
+      assert.equal(traces(worker)[0]!.traceId, '4bf92f3577b34da6a3ce929d0e0e4736');
+      assert.equal(traces(worker)[0]!.parentSpan, '00f067aa0ba902b7');
       const back = response.headers.get('traceparent') ?? '';
       assert.match(back, /^00-4bf92f3577b34da6a3ce929d0e0e4736-[0-9a-f]{16}-01$/);
       assert.notEqual(back, INCOMING, 'the response names the server side span, not the caller');
@@ -91,8 +67,8 @@ describe('with the SDK as the global tracer provider', () => {
   const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
   let base: string;
   let server: Server;
-  const worker = new ScriptedWorker('scripted');
-  const failing = new ScriptedWorker('failing', 2);
+  const worker = scripted('scripted');
+  const failing = scripted('failing', 2);
   before(async () => {
     trace.setGlobalTracerProvider(provider);
     ({ base, server } = await serve({ workers: { scripted: worker, failing } }));
@@ -138,7 +114,7 @@ describe('with the SDK as the global tracer provider', () => {
     );
     assert.equal(response.headers.get('traceparent'), `00-${span.spanContext().traceId}-${span.spanContext().spanId}-01`);
     // sluice's element trace and the OTel span share the trace id; the element continues the span.
-    const elementTrace = worker.traces.at(-1)!;
+    const elementTrace = traces(worker).at(-1)!;
     assert.equal(elementTrace.traceId, span.spanContext().traceId);
     assert.equal(elementTrace.parentSpan, span.spanContext().spanId);
   });
@@ -175,7 +151,7 @@ describe('a tracer passed as an option', () => {
   it('is used instead of the global provider', async () => {
     const exporter = new InMemorySpanExporter();
     const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
-    const { base, server } = await serve({ worker: new ScriptedWorker('scripted'), tracer: provider.getTracer('test') });
+    const { base, server } = await serve({ worker: scripted('scripted'), tracer: provider.getTracer('test') });
     try {
       await (await chat(base, { model: 'scripted', max_tokens: 1 })).json();
       assert.deepEqual(
@@ -196,7 +172,7 @@ describe('WebSocket requests', () => {
   it('get a GenAI span continuing the message traceparent, and the done frame names it', async () => {
     const exporter = new InMemorySpanExporter();
     const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
-    const worker = new ScriptedWorker('scripted');
+    const worker = scripted('scripted');
     const server = createServer();
     const sockets = attachTokenSocket(server, { worker, tracer: provider.getTracer('test') });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -222,7 +198,7 @@ describe('WebSocket requests', () => {
       assert.equal(span.attributes['gen_ai.usage.output_tokens'], 3);
       assert.deepEqual(span.attributes['gen_ai.response.finish_reasons'], ['length']);
       assert.equal(done.traceparent, `00-4bf92f3577b34da6a3ce929d0e0e4736-${span.spanContext().spanId}-01`);
-      assert.equal(worker.traces[0]!.traceId, '4bf92f3577b34da6a3ce929d0e0e4736');
+      assert.equal(traces(worker)[0]!.traceId, '4bf92f3577b34da6a3ce929d0e0e4736');
     } finally {
       sockets.close();
       server.closeAllConnections();

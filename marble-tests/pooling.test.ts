@@ -15,6 +15,7 @@ import { InferencePool } from '../src/ai/pool/pool.js';
 import { planPooling, poolOutputs } from '../src/ai/models/pooling.js';
 import { seededRandom } from '../src/core/random.js';
 import { DEFAULT_HASH_TOKENIZER, HashTokenizer } from '../src/ai/models/tokenizer.js';
+import { invalidPaths } from './support/invalid-options.js';
 
 // A stand-in for a Hugging Face sentence-transformer export: token vectors out, no pooling in the graph.
 const tokenizer = new HashTokenizer({ ...DEFAULT_HASH_TOKENIZER, buckets: 97 });
@@ -68,6 +69,15 @@ before(async () => {
 
 after(async () => {
   await rm(dir, { recursive: true, force: true });
+});
+
+describe('embedder options', () => {
+  it('are checked before the pool is asked, naming each bad field', () => {
+    assert.deepEqual(
+      invalidPaths(() => embedder({} as InferencePool, {} as Parameters<typeof embedder>[1], { pooling: 'max', normalise: true } as never)),
+      ['normalise', 'pooling'],
+    );
+  });
 });
 
 describe('pooling a sentence-transformer export that outputs last_hidden_state', () => {

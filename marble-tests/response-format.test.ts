@@ -10,39 +10,11 @@ import type { AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import { createHttpHandler } from '../src/serve/http.js';
 import { startServer, type RunningServer } from '../src/serve/app.js';
-import {
-  decode,
-  generateRequest,
-  type Completion,
-  type GenerateOptions,
-  type GenerateRequest,
-  type ModelWorker,
-  type Token,
-} from '../src/ai/inference/worker.js';
-import type { Flow } from '../src/flow/demand.js';
+import { ScriptedWorker } from 'sluice/testing/ai';
 
 /** Answers each request with the next scripted text, word by word; remembers the requests. */
-class ScriptedWorker implements ModelWorker<GenerateRequest, Completion> {
-  readonly requests: GenerateRequest[] = [];
-  constructor(
-    readonly name: string,
-    private readonly answers: string[],
-  ) {}
-  generate(request: GenerateRequest, options: GenerateOptions = {}): Flow<Token> {
-    const valid = generateRequest(request);
-    this.requests.push(valid);
-    const pieces = (this.answers.shift() ?? '').match(/\S+\s*/g) ?? [];
-    let i = 0;
-    return decode(valid, options, { name: this.name, maxTokens: valid.max_tokens ?? 1000 }, () => ({
-      inputTokens: 5,
-      step: () => Promise.resolve(i < pieces.length ? { text: pieces[i++]! } : { end: 'stop' as const }),
-      close: () => {},
-    }));
-  }
-  infer(): Promise<Completion> {
-    return Promise.reject(new Error('not used'));
-  }
-}
+const answering = (answers: string[]) =>
+  new ScriptedWorker({ name: 'scripted', tokens: () => (answers.shift() ?? '').match(/\S+\s*/g) ?? [], inputTokens: 5, maxTokens: 1000 });
 
 const CITY = {
   type: 'json_schema',
@@ -57,7 +29,7 @@ describe('response_format json_object / json_schema for a model served here', ()
   let client: OpenAI;
   const workers = new Map<string, ScriptedWorker>();
   const worker = (answers: string[]) => {
-    const w = new ScriptedWorker('scripted', answers);
+    const w = answering(answers);
     workers.set('scripted', w);
     return w;
   };

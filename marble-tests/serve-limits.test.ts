@@ -12,7 +12,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createHttpHandler } from '../src/serve/http.js';
 import { TenantQuotas } from '../src/serve/tenant-quotas.js';
-import { fromIterable } from '../src/flow/sources.js';
+import { ScriptedWorker } from 'sluice/testing/ai';
 import { FakeUpstream } from './support/fake-upstream.js';
 import { WsClient, until } from './support/ws-client.js';
 
@@ -331,7 +331,7 @@ describe('tenant limits on /v1/embeddings', () => {
     const gate = new Promise<void>((resolve) => (release = resolve));
     const entries: RequestLogEntry[] = [];
     const handler = createHttpHandler({
-      worker: { name: 'unused', generate: () => fromIterable([]) },
+      worker: new ScriptedWorker({ name: 'unused', tokens: [] }),
       embeddings: { slow: { embed: async (texts) => (await gate, { vectors: texts.map(() => Float32Array.of(1, 0)), tokens: texts.length }) } },
       tenant: () => 'acme',
       tenantQuotas: new TenantQuotas({ tenantConcurrent: 1, tenantRate: { perSecond: 100, burst: 100 } }),
@@ -368,14 +368,7 @@ describe('x-request-id', () => {
   it('every API answer carries one, a completion its own id, and it is the id of the request’s log line (refusals too)', async () => {
     const entries: RequestLogEntry[] = [];
     const handler = createHttpHandler({
-      worker: {
-        name: 'echo',
-        generate: () =>
-          fromIterable([
-            { text: 'a', index: 0 },
-            { text: 'b', index: 1 },
-          ]),
-      },
+      worker: new ScriptedWorker({ name: 'echo', tokens: ['a', 'b'] }),
       requestLog: (e) => entries.push(e),
     });
     const server = createServer(handler);

@@ -6,6 +6,7 @@ import { TestSink, TestSource, eventually, expectAccounted, verify } from 'sluic
 import { stage, type ShedEvent, type StageOptions } from '../src/operators/stage.js';
 import { StageStats } from '../src/flow/stats.js';
 import { IllegalDemandError, OverflowError, StageError, StageTimeoutError } from '../src/core/errors.js';
+import { pathsOf } from './support/invalid-options.js';
 import { Traced } from '../src/core/trace.js';
 
 const times10 = (x: number): number => x * 10;
@@ -31,6 +32,24 @@ function failureOf(fn: () => unknown): string {
   }
   assert.fail('expected the call to throw');
 }
+
+describe('the test kit checks its options', () => {
+  it('TestSink.subscribe, verify and eventually name each bad field', async () => {
+    const source = new TestSource<number>();
+    assert.throws(
+      () => TestSink.subscribe(source, { request: -1, unwarp: false } as never),
+      (error: unknown) => pathsOf(error).join() === 'request,unwarp',
+    );
+    assert.throws(
+      () => verify(source, { scheduler: {}, maxTicks: 1.5, requst: 1 } as never),
+      (error: unknown) => pathsOf(error).join() === 'maxTicks,requst,scheduler',
+    );
+    await assert.rejects(
+      eventually(() => {}, { maxTick: 3, tick: 1 } as never),
+      (error: unknown) => pathsOf(error).join() === 'maxTick,tick',
+    );
+  });
+});
 
 describe('stage demand, driven by TestSource and TestSink', () => {
   it('asks upstream for capacity + concurrency before the sink requests anything', () => {

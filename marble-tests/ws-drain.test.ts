@@ -6,16 +6,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import {
-  decode,
-  generateRequest,
-  type Completion,
-  type GenerateOptions,
-  type GenerateRequest,
-  type ModelWorker,
-  type Token,
-} from '../src/ai/inference/worker.js';
-import type { Flow } from '../src/flow/demand.js';
+import { ScriptedWorker } from 'sluice/testing/ai';
 import { attachTokenSocket, type TokenSocket, type TokenSocketEvent, type TokenSocketOptions } from '../src/serve/ws-server.js';
 import { CLOSE_CODES } from '../src/serve/protocol.js';
 import { SluiceMetrics } from '../src/serve/metrics.js';
@@ -25,30 +16,8 @@ import { WsClient, until } from './support/ws-client.js';
  * Generates `max_tokens` tokens, except that a prompt starting with `hang` stops after
  * 3 tokens and waits until its signal aborts: a request that cannot finish by itself.
  */
-class HangingWorker implements ModelWorker {
-  readonly name = 'hanging';
-  readonly signals: AbortSignal[] = [];
-
-  generate(request: GenerateRequest, options: GenerateOptions = {}): Flow<Token> {
-    const valid = generateRequest(request);
-    const signal = options.signal!;
-    this.signals.push(signal);
-    const hangs = valid.prompt?.startsWith('hang') === true;
-    let n = 0;
-    return decode(valid, options, { name: this.name, maxTokens: valid.max_tokens }, () => ({
-      inputTokens: 1,
-      step: () =>
-        hangs && n >= 3
-          ? new Promise<{ text: string }>((_, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true }))
-          : Promise.resolve({ text: `t${n++} ` }),
-      close() {},
-    }));
-  }
-
-  infer(): Promise<Completion> {
-    return Promise.reject(new Error('not used'));
-  }
-}
+const hangingWorker = () =>
+  new ScriptedWorker({ name: 'hanging', inputTokens: 1, hang: { after: 3, when: (request) => request.prompt?.startsWith('hang') === true } });
 
 interface Served {
   readonly server: Server;
@@ -78,7 +47,7 @@ const open = (port: number, headers: Record<string, string> = {}) => WsClient.op
 
 describe('WebSocket drain (graceful shutdown)', () => {
   it('refuses new work, lets running requests finish, ends the rest with SHUTDOWN and closes with 1001', async () => {
-    const worker = new HangingWorker();
+    const worker = hangingWorker();
     const served = await serve({ worker });
     try {
       const client = await open(served.port);
@@ -110,7 +79,7 @@ describe('WebSocket drain (graceful shutdown)', () => {
       // Every request that started ended with exactly one terminal frame.
       for (const id of ['hang-1', 'hang-2', 'short', 'late'])
         assert.equal(client.frames.filter((f) => 'id' in f && f.id === id && f.type !== 'token').length, 1, id);
-      assert.ok(worker.signals[0]!.aborted && worker.signals[1]!.aborted, 'the interrupted generations were aborted');
+      assert.ok(worker.generations[0]!.signal!.aborted && worker.generations[1]!.signal!.aborted, 'the interrupted generations were aborted');
       const stats = served.tokens.stats();
       assert.equal(stats.interrupted, 2);
       assert.equal(stats.activeRequests, 0);
@@ -122,7 +91,7 @@ describe('WebSocket drain (graceful shutdown)', () => {
 
   it('refuses a browser during the drain with close 1013 (try again later) it can read, and other clients with HTTP 503', async () => {
     const events: TokenSocketEvent[] = [];
-    const served = await serve({ worker: new HangingWorker(), onEvent: (e) => events.push(e) });
+    const served = await serve({ worker: hangingWorker(), onEvent: (e) => events.push(e) });
     try {
       const client = await open(served.port);
       client.send({ type: 'generate', id: 'hang', prompt: 'hang on', parameters: { max_tokens: 100 } });
@@ -157,7 +126,7 @@ describe('WebSocket drain (graceful shutdown)', () => {
   });
 
   it('with nothing running, resolves at once and closes the idle connections', async () => {
-    const served = await serve({ worker: new HangingWorker() });
+    const served = await serve({ worker: hangingWorker() });
     try {
       const client = await open(served.port);
       assert.deepEqual(await served.tokens.drain(60_000), { running: 0, finished: 0, interrupted: 0 });
@@ -170,7 +139,7 @@ describe('WebSocket drain (graceful shutdown)', () => {
 
 describe('WebSocket server without authenticate', () => {
   it('admits every connection as a tenant of its own ("anonymous-<n>"), ignoring any token: one cannot spend another\'s quota', async () => {
-    const served = await serve({ worker: new HangingWorker(), limits: { tenantConcurrent: 1 } });
+    const served = await serve({ worker: hangingWorker(), limits: { tenantConcurrent: 1 } });
     try {
       const a = await open(served.port);
       const b = await open(served.port, { authorization: 'Bearer whatever-token' });
@@ -195,7 +164,7 @@ describe('WebSocket server without authenticate', () => {
 describe('WebSocket tenant request rate', () => {
   it("is one bucket across the tenant's connections; over it, TENANT_QUOTA says when to retry", async () => {
     const served = await serve({
-      worker: new HangingWorker(),
+      worker: hangingWorker(),
       limits: { tenantRate: { perSecond: 0.01, burst: 2 } },
       authenticate: () => ({ tenant: 'acme' }),
     });
@@ -222,7 +191,7 @@ describe('WebSocket tenant request rate', () => {
 describe('WebSocket counters on /metrics', () => {
   it('exports connections, requests by outcome and bad frames, read at scrape time', async () => {
     const metrics = new SluiceMetrics({ defaultMetrics: false });
-    const served = await serve({ worker: new HangingWorker(), metrics, name: 'chat' });
+    const served = await serve({ worker: hangingWorker(), metrics, name: 'chat' });
     try {
       const client = await open(served.port);
       client.send({ type: 'generate', id: 'a', prompt: 'ok', parameters: { max_tokens: 4 } });

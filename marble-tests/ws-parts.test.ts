@@ -3,17 +3,9 @@ import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { traced, type TraceContext } from '../src/core/trace.js';
-import {
-  decode,
-  generateRequest,
-  type Completion,
-  type GenerateOptions,
-  type GenerateRequest,
-  type ModelWorker,
-  type Token,
-} from '../src/ai/inference/worker.js';
-import type { Flow } from '../src/flow/demand.js';
+import { traced } from '../src/core/trace.js';
+import { ScriptedWorker } from 'sluice/testing/ai';
+import { generateRequest } from '../src/ai/inference/worker.js';
 import { createHttpHandler } from '../src/serve/http.js';
 import { SluiceMetrics } from '../src/serve/metrics.js';
 import { RequestTelemetry } from '../src/serve/telemetry.js';
@@ -24,27 +16,9 @@ import { GenerationContext } from '../src/serve/ws/generation.js';
 import { StreamTable } from '../src/serve/ws/stream-table.js';
 import { WsClient, until } from './support/ws-client.js';
 
-/** Emits `w0 w1 ...` one step per macrotask (slow enough to cancel midway); remembers each trace it was given. */
-class SteppingWorker implements ModelWorker<GenerateRequest, Completion> {
-  readonly traces: TraceContext[] = [];
-  constructor(readonly name: string) {}
-  generate(request: GenerateRequest, options: GenerateOptions = {}): Flow<Token> {
-    const valid = generateRequest(request);
-    if (options.trace) this.traces.push(options.trace);
-    let i = 0;
-    return decode(valid, options, { name: this.name, maxTokens: valid.max_tokens ?? 8 }, () => ({
-      inputTokens: 2,
-      step: async () => {
-        await new Promise((resolve) => setImmediate(resolve));
-        return { text: `w${i++} ` };
-      },
-      close: () => {},
-    }));
-  }
-  infer(): Promise<Completion> {
-    return Promise.reject(new Error('not used'));
-  }
-}
+/** Emits `t0 t1 ...` one step per macrotask (slow enough to cancel midway); remembers each trace it was given. */
+const stepping = () => new ScriptedWorker({ name: 'stepping', delay: 'turn', maxTokens: 8, inputTokens: 2 });
+const traces = (worker: ScriptedWorker) => worker.generations.flatMap((g) => (g.trace === undefined ? [] : [g.trace]));
 
 async function listen(server: Server): Promise<number> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -58,8 +32,8 @@ async function stop(server: Server): Promise<void> {
 
 describe('requests on HTTP and WebSocket, through one telemetry module', () => {
   it('numbers request traces from 0 in arrival order, the numbers the sampler counts, on HTTP as on WebSocket', async () => {
-    const httpWorker = new SteppingWorker('stepping');
-    const wsWorker = new SteppingWorker('stepping');
+    const httpWorker = stepping();
+    const wsWorker = stepping();
     const server = createServer(createHttpHandler({ worker: httpWorker }));
     const sockets = attachTokenSocket(server, { worker: wsWorker });
     const port = await listen(server);
@@ -79,11 +53,11 @@ describe('requests on HTTP and WebSocket, through one telemetry module', () => {
       }
       client.ws.close();
       assert.deepEqual(
-        wsWorker.traces.map((t) => t.seq),
+        traces(wsWorker).map((t) => t.seq),
         [0, 1],
       );
       assert.deepEqual(
-        httpWorker.traces.map((t) => t.seq),
+        traces(httpWorker).map((t) => t.seq),
         [0, 1],
       );
     } finally {
@@ -96,7 +70,7 @@ describe('requests on HTTP and WebSocket, through one telemetry module', () => {
     const exporter = new InMemorySpanExporter();
     const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
     const server = createServer();
-    const sockets = attachTokenSocket(server, { worker: new SteppingWorker('stepping'), tracer: provider.getTracer('test') });
+    const sockets = attachTokenSocket(server, { worker: stepping(), tracer: provider.getTracer('test') });
     const port = await listen(server);
     try {
       const client = await WsClient.open(`ws://127.0.0.1:${port}/`);
@@ -167,7 +141,7 @@ describe('a handshake ws finds malformed', () => {
   it('is refused with 400 and a JSON body, counted in upgradesRejected and reported as upgrade-rejected', async () => {
     const events: TokenSocketEvent[] = [];
     const server = createServer();
-    const sockets = attachTokenSocket(server, { worker: new SteppingWorker('stepping'), onEvent: (e) => events.push(e) });
+    const sockets = attachTokenSocket(server, { worker: stepping(), onEvent: (e) => events.push(e) });
     const port = await listen(server);
     try {
       const reply = await new Promise<string>((resolve, reject) => {

@@ -9,17 +9,9 @@ import fc from 'fast-check';
 import { WebSocket } from 'ws';
 import { MODEL_FILES } from '../src/ai/models/generate.js';
 import { CharLmWorker } from '../src/ai/inference/onnx-lm.js';
-import {
-  decode,
-  generateRequest,
-  type GenerateOptions,
-  type GenerateRequest,
-  type ModelWorker,
-  type Completion,
-  type Token,
-} from '../src/ai/inference/worker.js';
-import type { Flow } from '../src/flow/demand.js';
-import { UnrulyWorker } from './support/unruly-worker.js';
+import { generateRequest } from '../src/ai/inference/worker.js';
+import { ScriptedWorker } from 'sluice/testing/ai';
+import { unrulyWorker } from './support/unruly-worker.js';
 import { InvalidOptionsError } from '../src/core/errors.js';
 import { attachTokenSocket, type TokenSocket, type TokenSocketEvent, type TokenSocketLimits, type TokenSocketOptions } from '../src/serve/ws-server.js';
 import { CLOSE_CODES, PROTOCOL_ERRORS, SUBPROTOCOL, serverFrameSchema, type ServerFrame } from '../src/serve/protocol.js';
@@ -35,38 +27,10 @@ const authenticate = (token: string) => (token === SECRET ? { tenant: 'acme' } :
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /**
- * A deterministic worker: token n is `t<n> ` padded to `size` characters, produced on
- * demand by `decode` (so it honours demand exactly like the ONNX workers). Each
- * generation's steps and signal are recorded.
+ * A deterministic worker: token n is `t<n> ` padded to `size` characters, produced on demand by
+ * `decode` (so it honours demand exactly like the ONNX workers); it records each generation's steps and signal.
  */
-class CountingWorker implements ModelWorker {
-  readonly name = 'counter';
-  readonly generations: { steps: number; signal: AbortSignal; request: GenerateRequest }[] = [];
-  constructor(private readonly size = 8) {}
-
-  generate(request: GenerateRequest, options: GenerateOptions = {}): Flow<Token> {
-    const valid = generateRequest(request);
-    const record = { steps: 0, signal: options.signal!, request: valid };
-    this.generations.push(record);
-    const size = this.size;
-    return decode(valid, options, { name: this.name, maxTokens: valid.max_tokens }, () => ({
-      inputTokens: 3,
-      async step() {
-        const n = record.steps++;
-        return { text: `t${n} `.padEnd(size, '.') };
-      },
-      close() {},
-    }));
-  }
-
-  infer(): Promise<Completion> {
-    return Promise.reject(new Error('not used'));
-  }
-
-  last() {
-    return this.generations[this.generations.length - 1]!;
-  }
-}
+const countingWorker = (size = 8) => new ScriptedWorker({ name: 'counter', padTo: size, inputTokens: 3 });
 
 interface Served {
   readonly url: string;
@@ -198,7 +162,7 @@ describe('WebSocket token server', () => {
 
   describe('protocol and multiplexing', () => {
     it('streams several requests on one socket from the real char LM, in order, with done, usage and the trace', async () => {
-      const served = await serve({ workers: { charlm: charLm, counter: new CountingWorker() } });
+      const served = await serve({ workers: { charlm: charLm, counter: countingWorker() } });
       try {
         const client = await Client.open(served.url);
         assert.equal(client.ws.protocol, SUBPROTOCOL);
@@ -242,7 +206,7 @@ describe('WebSocket token server', () => {
     });
 
     it('enforces max_tokens whatever the worker does: 50 token frames, finish_reason length; without max_tokens, the server limit', async () => {
-      const unruly = new UnrulyWorker();
+      const unruly = unrulyWorker();
       const served = await serve({ worker: unruly, limits: { maxTokens: 80 } });
       try {
         const client = await Client.open(served.url);
@@ -269,7 +233,7 @@ describe('WebSocket token server', () => {
     });
 
     it('answers a duplicate live id, bad parameters and unknown models with typed errors, and keeps the first request', async () => {
-      const counter = new CountingWorker();
+      const counter = countingWorker();
       const served = await serve({ worker: counter, limits: { maxTokens: 1000 } });
       try {
         const client = await Client.open(served.url);
@@ -315,7 +279,7 @@ describe('WebSocket token server', () => {
         heartbeatInterval: 45_000,
       };
       // Server-side limits a client cannot act on stay out of the greeting.
-      const counter = new CountingWorker();
+      const counter = countingWorker();
       const served = await serve({
         workers: { counter, charlm: charLm },
         limits: { ...limits, highWaterMark: 8192, stallTimeout: 5000, maxBadFrames: 4, conflateLimit: 1000 },
@@ -368,7 +332,7 @@ describe('WebSocket token server', () => {
     });
 
     it('names the single worker of a one-model server, and the default limits', async () => {
-      const served = await serve({ worker: new CountingWorker() });
+      const served = await serve({ worker: countingWorker() });
       try {
         const client = await Client.open(served.url);
         await until(() => client.frames.length > 0, 'the hello');
@@ -394,7 +358,7 @@ describe('WebSocket token server', () => {
 
   describe('cancellation', () => {
     it('a cancel stops the tokens, aborts the signal and confirms with done (abort)', async () => {
-      const counter = new CountingWorker();
+      const counter = countingWorker();
       const served = await serve({ worker: counter });
       try {
         const client = await Client.open(served.url);
@@ -406,7 +370,7 @@ describe('WebSocket token server', () => {
         assert.ok(done.type === 'done');
         assert.equal(done.finish_reason, 'abort');
         const generation = counter.generations[0]!;
-        assert.equal(generation.signal.aborted, true);
+        assert.equal(generation.signal!.aborted, true);
         const steps = generation.steps;
         const received = client.tokens('c').length;
         assert.ok(done.usage.output_tokens >= received);
@@ -414,7 +378,7 @@ describe('WebSocket token server', () => {
         for (let i = 0; i < 50; i++) await turn();
         assert.equal(generation.steps, steps, 'no step after the cancel');
         assert.equal(client.tokens('c').length, received, 'no token after done');
-        assert.equal(counter.generations[1]!.signal.aborted, false, 'a completed request is not aborted');
+        assert.equal(counter.generations[1]!.signal!.aborted, false, 'a completed request is not aborted');
         await settledToZero(served);
         assert.equal(served.tokens.stats().connections, 1, 'the connection stays');
         client.ws.close();
@@ -424,7 +388,7 @@ describe('WebSocket token server', () => {
     });
 
     it('closing the socket aborts every request on it and leaves nothing behind', async () => {
-      const counter = new CountingWorker();
+      const counter = countingWorker();
       const served = await serve({ worker: counter });
       try {
         const client = await Client.open(served.url);
@@ -434,7 +398,7 @@ describe('WebSocket token server', () => {
         assert.deepEqual(served.tokens.stats().tenants, { acme: 3 });
         client.ws.terminate();
         await until(() => served.tokens.stats().connections === 0, 'the server saw the close');
-        assert.ok(counter.generations.every((g) => g.signal.aborted));
+        assert.ok(counter.generations.every((g) => g.signal!.aborted));
         const steps = counter.generations.map((g) => g.steps);
         for (let i = 0; i < 50; i++) await turn();
         assert.deepEqual(
@@ -451,7 +415,7 @@ describe('WebSocket token server', () => {
 
   describe('backpressure', () => {
     it('a client that stops reading stops its model (pause) while another client keeps streaming, with the buffer bounded', async () => {
-      const counter = new CountingWorker(1024);
+      const counter = countingWorker(1024);
       const highWaterMark = 32 * 1024;
       // Without max_tokens a request gets the server's limit: this one must outlast the test.
       const served = await serve({ worker: counter, limits: { highWaterMark, stallTimeout: 60_000, maxTokens: 10_000_000 } });
@@ -500,7 +464,7 @@ describe('WebSocket token server', () => {
     });
 
     it('conflate merges pending tokens into larger frames, losing none, and pauses at its limit', async () => {
-      const counter = new CountingWorker(8);
+      const counter = countingWorker(8);
       const served = await serve({ worker: counter, limits: { highWaterMark: 16 * 1024, conflateLimit: 4096, stallTimeout: 60_000 } });
       try {
         const client = await Client.open(served.url);
@@ -535,13 +499,13 @@ describe('WebSocket token server', () => {
     });
 
     it('a client stuck beyond stallTimeout is closed with 4008 and its requests are aborted', async () => {
-      const counter = new CountingWorker(1024);
+      const counter = countingWorker(1024);
       const served = await serve({ worker: counter, limits: { highWaterMark: 16 * 1024, stallTimeout: 200 } });
       try {
         const client = await Client.open(served.url);
         client.pause();
         client.send({ type: 'generate', id: 's', prompt: 'go' });
-        await until(() => counter.generations[0]?.signal.aborted === true, 'the stall aborts the request');
+        await until(() => counter.generations[0]?.signal?.aborted === true, 'the stall aborts the request');
         client.resume();
         const { code } = await client.closed;
         assert.equal(code, 4008);
@@ -558,14 +522,14 @@ describe('WebSocket token server', () => {
     });
 
     it('a client that reads nothing is cut about stallTimeout after it stalled, not twice that: its close frame cannot get out', async () => {
-      const counter = new CountingWorker(1024);
+      const counter = countingWorker(1024);
       const stallTimeout = 3000;
       const served = await serve({ worker: counter, limits: { highWaterMark: 16 * 1024, stallTimeout } });
       try {
         const client = await Client.open(served.url);
         client.pause();
         client.send({ type: 'generate', id: 's', prompt: 'go' });
-        await until(() => counter.generations[0]?.signal.aborted === true, 'the stall to be found', 30_000);
+        await until(() => counter.generations[0]?.signal?.aborted === true, 'the stall to be found', 30_000);
         const foundAt = performance.now();
         await until(() => served.events.some((e) => e.kind === 'closed' && e.cause === 'stalled'), 'the connection to be cut', 30_000);
         const cutAfter = performance.now() - foundAt;
@@ -581,7 +545,7 @@ describe('WebSocket token server', () => {
 
   describe('security', () => {
     it('refuses a missing or wrong token with 401, a foreign origin with 403, a missing subprotocol with 400 — and never echoes secrets', async () => {
-      const served = await serve({ worker: new CountingWorker(), origins: ['https://app.example.com'] });
+      const served = await serve({ worker: countingWorker(), origins: ['https://app.example.com'] });
       try {
         const status = (p: Promise<Client>) =>
           p.then(
@@ -610,7 +574,7 @@ describe('WebSocket token server', () => {
     });
 
     it('closes a browser (allowed Origin) whose token is missing or wrong with 4401 and a reason, acts on none of its frames, and leaves nothing behind', async () => {
-      const counter = new CountingWorker();
+      const counter = countingWorker();
       const metrics = new SluiceMetrics({ defaultMetrics: false });
       const origin = 'https://app.example.com';
       const served = await serve({ worker: counter, origins: [origin], metrics });
@@ -662,7 +626,7 @@ describe('WebSocket token server', () => {
     });
 
     it('keeps the HTTP refusal where a close cannot help: no Origin (401, WWW-Authenticate: Bearer), a foreign Origin (403), no sluice.v1 offered (401)', async () => {
-      const served = await serve({ worker: new CountingWorker(), origins: ['https://app.example.com'] });
+      const served = await serve({ worker: countingWorker(), origins: ['https://app.example.com'] });
       try {
         const refusal = (p: Promise<Client>) =>
           p.then(
@@ -695,7 +659,7 @@ describe('WebSocket token server', () => {
 
     it('terminates a refused browser that does not answer the 4401 close within a second', async () => {
       const origin = 'https://app.example.com';
-      const served = await serve({ worker: new CountingWorker(), origins: [origin] });
+      const served = await serve({ worker: countingWorker(), origins: [origin] });
       const { port } = new URL(served.url);
       // A raw TCP peer: it reads the 101 and the close frame, and never answers.
       const socket = connect(Number(port), '127.0.0.1');
@@ -735,7 +699,7 @@ describe('WebSocket token server', () => {
     it('validates its options with InvalidOptionsError naming the field', () => {
       const server = createServer();
       assert.throws(
-        () => attachTokenSocket(server, { authenticate, worker: new CountingWorker(), limits: { maxPayload: 0 } }),
+        () => attachTokenSocket(server, { authenticate, worker: countingWorker(), limits: { maxPayload: 0 } }),
         (err: unknown) => err instanceof InvalidOptionsError && err.issues.some((i) => i.path === 'maxPayload'),
       );
       assert.throws(
@@ -746,7 +710,7 @@ describe('WebSocket token server', () => {
     });
 
     it('limits concurrent requests per connection, frames per second, and requests per tenant — with typed errors, the connection kept', async () => {
-      const counter = new CountingWorker();
+      const counter = countingWorker();
       const served = await serve({ worker: counter, limits: { maxConcurrent: 2, tenantConcurrent: 3, rate: { perSecond: 0.001, burst: 6 } } });
       try {
         const one = await Client.open(served.url);
@@ -791,7 +755,7 @@ describe('WebSocket token server', () => {
     });
 
     it('terminates a client that misses a heartbeat and aborts its work; one that answers pings stays', async () => {
-      const counter = new CountingWorker();
+      const counter = countingWorker();
       const served = await serve({ worker: counter, limits: { heartbeatInterval: 30, maxTokens: 10_000_000 } });
       try {
         const deaf = await Client.open(served.url, { autoPong: false });
@@ -802,7 +766,7 @@ describe('WebSocket token server', () => {
         await until(() => counter.generations.length === 1, 'generation started');
         const { code } = await deaf.closed;
         assert.equal(code, 1006, 'terminated without a close frame');
-        assert.equal(counter.generations[0]!.signal.aborted, true);
+        assert.equal(counter.generations[0]!.signal!.aborted, true);
         await until(() => pings >= 4, 'several pings to the healthy client');
         assert.equal(healthy.ws.readyState, WebSocket.OPEN);
         assert.ok(served.events.some((e) => e.kind === 'closed' && e.cause === 'heartbeat'));
@@ -814,7 +778,7 @@ describe('WebSocket token server', () => {
     });
 
     it('closes with 1009 on an oversized frame and with 1008 after maxBadFrames bad frames in a row', async () => {
-      const served = await serve({ worker: new CountingWorker(), limits: { maxPayload: 1024, maxBadFrames: 3 } });
+      const served = await serve({ worker: countingWorker(), limits: { maxPayload: 1024, maxBadFrames: 3 } });
       try {
         const big = await Client.open(served.url);
         big.send({ type: 'generate', id: 'big', prompt: 'x'.repeat(2000) });
@@ -844,7 +808,7 @@ describe('WebSocket token server', () => {
     it('fuzz: ≥ 10,000 random and mutated frames get typed errors, connections close only per the rule, a streaming client is unaffected', async () => {
       const maxBadFrames = 6;
       const maxPayload = 4096;
-      const counter = new CountingWorker();
+      const counter = countingWorker();
       const served = await serve({ worker: counter, limits: { maxPayload, maxBadFrames, rate: { perSecond: 1e6, burst: 1e6 }, maxConcurrent: 4 } });
       const healthy = await Client.open(served.url);
       healthy.send({ type: 'generate', id: 'stream', prompt: 'go' });

@@ -9,7 +9,16 @@ import { build } from 'esbuild';
 process.chdir(new URL('..', import.meta.url).pathname);
 
 // Every module a user or a thread loads by path: the package's exports, the CLI, the pool's worker.
-const ENTRY_POINTS = ['src/index.ts', 'src/ai.ts', 'src/serve.ts', 'src/nats.ts', 'src/testing/index.ts', 'src/cli.ts', 'src/ai/pool/worker-thread.ts'];
+const ENTRY_POINTS = [
+  'src/index.ts',
+  'src/ai.ts',
+  'src/serve.ts',
+  'src/nats.ts',
+  'src/testing/index.ts',
+  'src/testing/ai.ts',
+  'src/cli.ts',
+  'src/ai/pool/worker-thread.ts',
+];
 
 rmSync('dist', { recursive: true, force: true });
 const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');

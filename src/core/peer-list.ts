@@ -48,6 +48,7 @@ export interface PeerNeed {
 export const PEER_NEEDS = [
   { user: 'sluice', packages: [] },
   { user: 'sluice/testing', packages: [] },
+  { user: 'sluice/testing/ai', packages: [] },
   { user: 'sluice/ai', packages: ['onnxruntime-node'] },
   { user: 'sluice/serve', packages: ['onnxruntime-node', 'ws', 'prom-client', '@opentelemetry/api', 'hdr-histogram-js'] },
   { user: 'sluice/nats', packages: ['@nats-io/jetstream', '@nats-io/transport-node'] },

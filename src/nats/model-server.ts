@@ -15,6 +15,8 @@ import { type GenerateRequest, type GenerationDone, type ModelWorker, generateRe
 import type { Link } from './link.js';
 import { type ControlMessage, type RemoteRequest, type WorkerMessage, controlMessageSchema, controlSubject, parseMessage } from './remote-protocol.js';
 import { LinkReceiverStats, fromLink, linkMessageOf } from './source.js';
+import { functionSchema, parseOptions, positiveInt } from '../flow/options.js';
+import { lazySchema } from '../core/zod.js';
 
 export interface ServeModelOptions {
   /** Requests this process generates at once (default 1). */
@@ -40,10 +42,20 @@ export interface ModelServer {
   readonly done: Promise<void>;
 }
 
+const serveModelSchema = lazySchema((z) =>
+  z.strictObject({
+    concurrency: positiveInt('concurrency').optional(),
+    idleTimeout: positiveInt('idleTimeout').optional(),
+    stats: z.instanceof(LinkReceiverStats, { error: 'stats must be a LinkReceiverStats' }).optional(),
+    onRequest: functionSchema<ServeModelOptions['onRequest']>().optional(),
+  }),
+);
+
 const encoder = new TextEncoder();
 
-/** Serves `model` to the requesters of `link` (`remoteModel`), `concurrency` requests at a time. */
+/** Serves `model` to the requesters of `link` (`remoteModel`), `concurrency` requests at a time. Bad options throw `InvalidOptionsError` naming the field. */
 export function serveModel(link: Link<RemoteRequest>, model: ModelWorker, options: ServeModelOptions = {}): ModelServer {
+  parseOptions(serveModelSchema(), options, 'serveModel options');
   const stats = options.stats ?? new LinkReceiverStats();
   const idleTimeout = options.idleTimeout ?? 30_000;
   let stopped: () => void = () => {};

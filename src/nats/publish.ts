@@ -22,6 +22,8 @@ import { type Link, LinkError, MAXIMUM_MESSAGES_EXCEEDED, apiCode, definite, dis
 import { invalidReason, traceHeaders } from './wire.js';
 import { agreeOnContract } from './contract.js';
 import { sourceIdOf } from './source.js';
+import { functionSchema, parseOptions } from '../flow/options.js';
+import { lazySchema } from '../core/zod.js';
 
 export interface ToLinkOptions<T> {
   /** Names this producer in message ids (default: random). Reuse it after a restart to let the server drop what it already has. */
@@ -43,6 +45,15 @@ export interface ToLinkOptions<T> {
    */
   onInvalid?: 'fail' | 'skip';
 }
+
+const toLinkSchema = lazySchema((z) =>
+  z.strictObject({
+    producerId: z.string({ error: 'producerId must be a string' }).min(1, { error: 'producerId must not be empty' }).optional(),
+    ids: z.enum(['source', 'producer'], { error: "ids must be 'source' or 'producer'" }).optional(),
+    encode: functionSchema<(value: unknown) => Uint8Array | string>().optional(),
+    onInvalid: z.enum(['fail', 'skip'], { error: "onInvalid must be 'fail' or 'skip'" }).optional(),
+  }),
+);
 
 /** What a finished `toLink` sent. */
 export interface PublishSummary {
@@ -66,9 +77,10 @@ export interface PublishSummary {
  * message headers, and the element counts as delivered (its own link message, if it came from
  * one, is acknowledged) once the server confirmed it. Resolves when the source completed and
  * every publish was confirmed; rejects with the source's error, or a `LinkError` (upstream is
- * cancelled).
+ * cancelled). Bad options throw `InvalidOptionsError` at the call, naming the field.
  */
 export function toLink<T>(source: Observable<T | Traced<T>>, link: Link<T>, options: ToLinkOptions<T> = {}): Promise<PublishSummary> {
+  parseOptions(toLinkSchema(), options, 'toLink options');
   return new Promise((resolve, reject) => new Publisher(source, link, options, resolve, reject).start());
 }
 

@@ -21,11 +21,14 @@ import {
   type GenerationDone,
   type ModelWorker,
   type Token,
+  complete,
   generateRequest,
 } from '../ai/inference/worker.js';
 import { type Link, MAXIMUM_MESSAGES_EXCEEDED, apiCode, definite, refused } from './link.js';
 import { type ControlMessage, type RemoteRequest, type WorkerMessage, controlSubject, parseMessage, workerMessageSchema } from './remote-protocol.js';
 import { traceHeaders } from './wire.js';
+import { parseOptions, positiveInt } from '../flow/options.js';
+import { lazySchema } from '../core/zod.js';
 
 /** A remote generation ended without its tokens: the worker reported an error, or none answered in time. */
 export class RemoteGenerationError extends SluiceError {
@@ -50,10 +53,19 @@ export interface RemoteModelOptions {
   idleTimeout?: number;
 }
 
+const remoteModelSchema = lazySchema((z) =>
+  z.strictObject({
+    name: z.string({ error: 'name must be a string' }).min(1, { error: 'name must not be empty' }).optional(),
+    window: positiveInt('window').optional(),
+    idleTimeout: positiveInt('idleTimeout').optional(),
+  }),
+);
+
 const encoder = new TextEncoder();
 
-/** A `ModelWorker` whose generations run on the workers of `link`. */
+/** A `ModelWorker` whose generations run on the workers of `link`. Bad options throw `InvalidOptionsError` naming the field. */
 export function remoteModel(link: Link<RemoteRequest>, options: RemoteModelOptions = {}): ModelWorker<GenerateRequest, Completion> {
+  parseOptions(remoteModelSchema(), options, 'remoteModel options');
   const name = options.name ?? link.config.name;
   const window = options.window ?? 32;
   const idleTimeout = options.idleTimeout ?? 60_000;
@@ -66,16 +78,7 @@ export function remoteModel(link: Link<RemoteRequest>, options: RemoteModelOptio
   return {
     name,
     generate,
-    infer: (request, inferOptions = {}) =>
-      new Promise<Completion>((resolve, reject) => {
-        let text = '';
-        let done: GenerationDone | undefined;
-        generate(request, { ...inferOptions, onDone: (d) => (done = d) }).subscribe({
-          next: (token) => (text += token.text),
-          error: reject,
-          complete: () => resolve({ text, finishReason: done?.finishReason ?? 'stop', usage: done?.usage ?? { inputTokens: 0, outputTokens: 0 } }),
-        });
-      }),
+    infer: (request, inferOptions = {}) => complete((onDone) => generate(request, { ...inferOptions, onDone })),
   };
 }
 

@@ -1,19 +1,7 @@
-import { lazySchema } from '../core/zod.js';
 import type { Observable, Subscriber } from 'rxjs';
-import { functionSchema, parseOptions, positiveInt } from '../flow/options.js';
-import {
-  LaneRun,
-  capacitySchema,
-  defaultName,
-  fanOut,
-  laneOptionsShape,
-  type FanOutOperator,
-  type Lane,
-  type LaneConfig,
-  type LaneFactory,
-  type LaneOptions,
-  type Pending,
-} from './lanes.js';
+import { functionSchema, positiveInt } from '../flow/options.js';
+import { LaneRun, fanOut, type FanOutOperator, type Lane, type LaneConfig, type LaneFactory, type Pending } from './lanes.js';
+import { capacitySchema, fanOutSchema, laneConfig, parseFanOutOptions, type LaneOptions } from './fan-out-options.js';
 import type { StageStats } from '../flow/stats.js';
 import type { Traced } from '../core/trace.js';
 
@@ -30,16 +18,11 @@ export interface BalanceOptions<T, R> extends LaneOptions<T> {
   capacity?: number;
 }
 
-const balanceOptionsSchema = lazySchema((z) =>
-  z
-    .object({
-      ...laneOptionsShape(),
-      workers: positiveInt('workers'),
-      worker: functionSchema<LaneFactory<unknown, unknown>>(),
-      capacity: capacitySchema().default(1),
-    })
-    .strict(),
-);
+const balanceOptionsSchema = fanOutSchema(() => ({
+  workers: positiveInt('workers'),
+  worker: functionSchema<LaneFactory<unknown, unknown>>(),
+  capacity: capacitySchema().default(1),
+}));
 
 /**
  * Spreads a stream over `workers` interchangeable worker lanes: each element goes to
@@ -83,15 +66,13 @@ const balanceOptionsSchema = lazySchema((z) =>
  * @see partition for key affinity; broadcast to copy every element to every lane.
  */
 export function balance<T, R>(options: BalanceOptions<T, R>): FanOutOperator<T, R> {
-  const parsed = parseOptions(balanceOptionsSchema(), options, `balance${options?.name ? ` "${options.name}"` : ''} options`);
-  const config: LaneConfig<T, R> = {
-    name: parsed.name ?? defaultName('balance'),
-    capacity: parsed.capacity,
-    factories: Array.from({ length: parsed.workers }, () => parsed.worker as LaneFactory<T, R>),
-    onShed: parsed.onShed,
-    scheduler: parsed.scheduler,
-    transitTimeout: parsed.transitTimeout,
-  };
+  const parsed = parseFanOutOptions('balance', balanceOptionsSchema(), options);
+  const config = laneConfig(
+    'balance',
+    parsed,
+    parsed.capacity,
+    Array.from({ length: parsed.workers }, () => parsed.worker as LaneFactory<T, R>),
+  );
   return fanOut(config, parsed.stats, (source, config, stats, subscriber) => new BalanceRun(source, config, stats, subscriber));
 }
 

@@ -1,18 +1,8 @@
 import { lazySchema } from '../core/zod.js';
 import type { Observable, Subscriber } from 'rxjs';
-import { functionSchema, parseOptions } from '../flow/options.js';
-import {
-  LaneRun,
-  capacitySchema,
-  defaultName,
-  fanOut,
-  laneOptionsShape,
-  type FanOutOperator,
-  type LaneConfig,
-  type LaneFactory,
-  type LaneOptions,
-  type Pending,
-} from './lanes.js';
+import { functionSchema } from '../flow/options.js';
+import { LaneRun, fanOut, type FanOutOperator, type LaneConfig, type LaneFactory, type Pending } from './lanes.js';
+import { capacitySchema, fanOutSchema, laneConfig, parseFanOutOptions, type LaneOptions } from './fan-out-options.js';
 import type { StageStats } from '../flow/stats.js';
 import type { Traced } from '../core/trace.js';
 
@@ -48,33 +38,31 @@ const branchesSchema = lazySchema((z) =>
   ),
 );
 
-const broadcastOptionsSchema = lazySchema((z) =>
-  z
-    .object({
-      ...laneOptionsShape(),
-      branches: branchesSchema(),
-      branch: functionSchema<LaneFactory<unknown, unknown>>().optional(),
-      maxLag: z.number({ error: 'maxLag must be a number' }).int({ error: 'maxLag must be an integer' }).min(0, { error: 'maxLag must be ≥ 0' }).optional(),
-      capacity: capacitySchema().optional(),
-    })
-    .strict()
-    .check((ctx) => {
-      const o = ctx.value;
-      if (typeof o.branches === 'number' && o.branch === undefined) {
-        ctx.issues.push({ code: 'custom', input: o.branch, path: ['branch'], message: 'branch is required when branches is a count' });
-      }
-      if (Array.isArray(o.branches) && o.branch !== undefined) {
-        ctx.issues.push({ code: 'custom', input: o.branch, path: ['branch'], message: 'branch is only used when branches is a count' });
-      }
-      if (o.maxLag !== undefined && o.capacity !== undefined && o.maxLag >= o.capacity) {
-        ctx.issues.push({
-          code: 'custom',
-          input: o.maxLag,
-          path: ['maxLag'],
-          message: `maxLag must be < capacity (${o.capacity}): a branch's lag is held in its buffer`,
-        });
-      }
-    }),
+const broadcastFields = fanOutSchema((z) => ({
+  branches: branchesSchema(),
+  branch: functionSchema<LaneFactory<unknown, unknown>>().optional(),
+  maxLag: z.number({ error: 'maxLag must be a number' }).int({ error: 'maxLag must be an integer' }).min(0, { error: 'maxLag must be ≥ 0' }).optional(),
+  capacity: capacitySchema().optional(),
+}));
+
+const broadcastOptionsSchema = lazySchema(() =>
+  broadcastFields().check((ctx) => {
+    const o = ctx.value;
+    if (typeof o.branches === 'number' && o.branch === undefined) {
+      ctx.issues.push({ code: 'custom', input: o.branch, path: ['branch'], message: 'branch is required when branches is a count' });
+    }
+    if (Array.isArray(o.branches) && o.branch !== undefined) {
+      ctx.issues.push({ code: 'custom', input: o.branch, path: ['branch'], message: 'branch is only used when branches is a count' });
+    }
+    if (o.maxLag !== undefined && o.capacity !== undefined && o.maxLag >= o.capacity) {
+      ctx.issues.push({
+        code: 'custom',
+        input: o.maxLag,
+        path: ['maxLag'],
+        message: `maxLag must be < capacity (${o.capacity}): a branch's lag is held in its buffer`,
+      });
+    }
+  }),
 );
 
 interface BroadcastConfig<T, R> extends LaneConfig<T, R> {
@@ -125,18 +113,11 @@ interface BroadcastConfig<T, R> extends LaneConfig<T, R> {
  * @see balance to send each element to one lane; partition for key affinity.
  */
 export function broadcast<T, R>(options: BroadcastOptions<T, R>): FanOutOperator<T, R> {
-  const parsed = parseOptions(broadcastOptionsSchema(), options, `broadcast${options?.name ? ` "${options.name}"` : ''} options`);
+  const parsed = parseFanOutOptions('broadcast', broadcastOptionsSchema(), options);
   const branches = parsed.branches;
   const factories = (typeof branches === 'number' ? Array.from({ length: branches }, () => parsed.branch!) : [...branches]) as LaneFactory<T, R>[];
-  const config: BroadcastConfig<T, R> = {
-    name: parsed.name ?? defaultName('broadcast'),
-    capacity: parsed.capacity ?? Math.max(16, (parsed.maxLag ?? 0) + 1),
-    factories,
-    maxLag: parsed.maxLag,
-    onShed: parsed.onShed,
-    scheduler: parsed.scheduler,
-    transitTimeout: parsed.transitTimeout,
-  };
+  const capacity = parsed.capacity ?? Math.max(16, (parsed.maxLag ?? 0) + 1);
+  const config: BroadcastConfig<T, R> = { ...laneConfig('broadcast', parsed, capacity, factories), maxLag: parsed.maxLag };
   return fanOut(config, parsed.stats, (source, config, stats, subscriber) => new BroadcastRun(source, config, stats, subscriber));
 }
 

@@ -18,12 +18,11 @@
  * makes one copy per lane): handed to its lane's consumer (`delivered`), `shed` with
  * a reason, or `failed` when the run errors.
  */
-import { lazySchema, zod } from '../core/zod.js';
 import { Observable, type SchedulerLike, type Subscriber, type Subscription } from 'rxjs';
 import { Flow, currentLink, withLink, type DemandLink, type Outlet, type Producer } from '../flow/demand.js';
 import { Inlet, type RoomOwner } from '../flow/inlet.js';
 import { subscribeUpstream, type UpstreamHandler } from '../flow/upstream.js';
-import { functionSchema, positiveInt, schedulerSchema, type ShedReason } from '../flow/options.js';
+import type { ShedReason } from '../flow/options.js';
 import { Ring } from '../flow/ring.js';
 import { callHook } from '../flow/report.js';
 import { StageStats } from '../flow/stats.js';
@@ -43,35 +42,6 @@ export type FanOutOperator<T, R> = (source: Observable<T | Traced<T>>) => Observ
 export interface LaneShedEvent<T> extends ShedEvent<T> {
   readonly lane: number;
 }
-
-/** Options every fan-out operator takes. */
-export interface LaneOptions<T> {
-  /** Names the operator in errors, shed events and metrics. */
-  name?: string;
-  /** Elements each lane may buffer for its consumer. */
-  capacity?: number;
-  onShed?: (event: LaneShedEvent<T>) => void;
-  /** Counters shared by every subscription (broadcast counts one copy per branch). */
-  stats?: StageStats;
-  /** Timers of the upstream link's in-transit wait. Default `asyncScheduler`. */
-  scheduler?: SchedulerLike;
-  /** How long the upstream link waits for an element a deferring plain operator may have dropped (ms). Default 1000. */
-  transitTimeout?: number;
-}
-
-/** The zod shape of `LaneOptions`; each operator extends it with its own fields. */
-export const laneOptionsShape = () => {
-  const z = zod();
-  return {
-    name: z.string().min(1, { error: 'name must not be empty' }).optional(),
-    onShed: functionSchema<(event: LaneShedEvent<unknown>) => void>().optional(),
-    stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
-    scheduler: schedulerSchema().optional(),
-    transitTimeout: z.number({ error: 'transitTimeout must be a number of ms' }).positive({ error: 'transitTimeout must be > 0 ms' }).default(1000),
-  };
-};
-
-export const capacitySchema = lazySchema(() => positiveInt('capacity'));
 
 /** Settings a run needs once options are parsed. */
 export interface LaneConfig<T, R> {
@@ -181,13 +151,6 @@ class LaneProducer<T> implements Producer, InspectedRun {
     const index = this.lane.outlets.indexOf(this.outlet);
     if (index >= 0) this.lane.outlets.splice(index, 1);
   }
-}
-
-let unnamed = 0;
-
-/** A default operator name: `partition-1`, `balance-2`... */
-export function defaultName(kind: string): string {
-  return `${kind}-${++unnamed}`;
 }
 
 /**

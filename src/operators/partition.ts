@@ -1,19 +1,8 @@
-import { lazySchema } from '../core/zod.js';
 import type { Observable, Subscriber } from 'rxjs';
-import { functionSchema, parseOptions, positiveInt } from '../flow/options.js';
+import { functionSchema, positiveInt } from '../flow/options.js';
 import { StageError } from '../core/errors.js';
-import {
-  LaneRun,
-  capacitySchema,
-  defaultName,
-  fanOut,
-  laneOptionsShape,
-  type FanOutOperator,
-  type LaneConfig,
-  type LaneFactory,
-  type LaneOptions,
-  type Pending,
-} from './lanes.js';
+import { LaneRun, fanOut, type FanOutOperator, type LaneConfig, type LaneFactory, type Pending } from './lanes.js';
+import { capacitySchema, fanOutSchema, laneConfig, parseFanOutOptions, type LaneOptions } from './fan-out-options.js';
 import type { StageStats } from '../flow/stats.js';
 import type { Traced } from '../core/trace.js';
 
@@ -28,17 +17,12 @@ export interface PartitionOptions<T, R> extends LaneOptions<T> {
   capacity?: number;
 }
 
-const partitionOptionsSchema = lazySchema((z) =>
-  z
-    .object({
-      ...laneOptionsShape(),
-      lanes: positiveInt('lanes'),
-      key: functionSchema<(value: unknown) => string>(),
-      lane: functionSchema<LaneFactory<unknown, unknown>>(),
-      capacity: capacitySchema().default(16),
-    })
-    .strict(),
-);
+const partitionOptionsSchema = fanOutSchema(() => ({
+  lanes: positiveInt('lanes'),
+  key: functionSchema<(value: unknown) => string>(),
+  lane: functionSchema<LaneFactory<unknown, unknown>>(),
+  capacity: capacitySchema().default(16),
+}));
 
 /**
  * FNV-1a (32-bit) over the UTF-8 bytes of `key`: a fixed function of the key alone,
@@ -136,16 +120,9 @@ interface PartitionConfig<T, R> extends LaneConfig<T, R> {
  * @see balance to route to whichever lane has room; broadcast to copy to every lane.
  */
 export function partition<T, R>(options: PartitionOptions<T, R>): FanOutOperator<T, R> {
-  const parsed = parseOptions(partitionOptionsSchema(), options, `partition${options?.name ? ` "${options.name}"` : ''} options`);
-  const config: PartitionConfig<T, R> = {
-    name: parsed.name ?? defaultName('partition'),
-    capacity: parsed.capacity,
-    factories: Array.from({ length: parsed.lanes }, () => parsed.lane as LaneFactory<T, R>),
-    key: parsed.key as (value: T) => string,
-    onShed: parsed.onShed,
-    scheduler: parsed.scheduler,
-    transitTimeout: parsed.transitTimeout,
-  };
+  const parsed = parseFanOutOptions('partition', partitionOptionsSchema(), options);
+  const factories = Array.from({ length: parsed.lanes }, () => parsed.lane as LaneFactory<T, R>);
+  const config: PartitionConfig<T, R> = { ...laneConfig('partition', parsed, parsed.capacity, factories), key: parsed.key as (value: T) => string };
   return fanOut(config, parsed.stats, (source, config, stats, subscriber) => new PartitionRun(source, config, stats, subscriber));
 }
 

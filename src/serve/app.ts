@@ -21,6 +21,7 @@ import { availableParallelism } from 'node:os';
 import { findUp } from '../core/package-files.js';
 import { lazySchema } from '../core/zod.js';
 import { parseOptions, positiveInt } from '../flow/options.js';
+import { listenFields } from './transport-options.js';
 import { StageStats } from '../flow/stats.js';
 import type { GatewayOptions, UpstreamOptions } from '../ai/inference/gateway.js';
 import type { ModelWorker } from '../ai/inference/worker.js';
@@ -133,13 +134,7 @@ export interface ServeOptions {
 const optionsSchema = lazySchema((z) =>
   z
     .object({
-      host: z.string().min(1, { error: 'host must not be empty' }).default('127.0.0.1'),
-      port: z
-        .number({ error: 'port must be a number' })
-        .int({ error: 'port must be an integer' })
-        .min(0, { error: 'port must be in [0, 65535]' })
-        .max(65535, { error: 'port must be in [0, 65535]' })
-        .default(8787),
+      ...listenFields(z, 8787),
       // Checked as a whole, so an error never names a token (a record key would be in its path).
       tokens: z
         .custom<Record<string, string>>((v) => typeof v === 'object' && v !== null && Object.values(v).every((t) => typeof t === 'string'), {

@@ -6,9 +6,10 @@ import { functionSchema } from '../flow/options.js';
 import { StageStats } from '../flow/stats.js';
 import type { SluiceMetrics } from './metrics.js';
 import type { ChatWorker, EmbeddingModel } from './openai-wire.js';
-import { TenantQuotas } from './tenant-quotas.js';
+import type { TenantQuotas } from './tenant-quotas.js';
 import type { RequestLog } from './request-log.js';
-import { RequestRegistry } from './inspect/requests.js';
+import type { RequestRegistry } from './inspect/requests.js';
+import { transportFields } from './transport-options.js';
 import type { TraceObserver } from './telemetry.js';
 
 export interface HttpHandlerOptions {
@@ -72,6 +73,7 @@ const workerSchema = lazySchema((z) =>
 export const optionsSchema = lazySchema((z) =>
   z
     .object({
+      ...transportFields(z),
       workers: z.record(z.string().min(1, { error: 'a model name must not be empty' }), workerSchema()).optional(),
       embeddings: z
         .record(
@@ -80,11 +82,6 @@ export const optionsSchema = lazySchema((z) =>
         )
         .optional(),
       worker: workerSchema().optional(),
-      metrics: z
-        .custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).scrape === 'function', {
-          error: 'metrics must be a SluiceMetrics',
-        })
-        .optional(),
       auth: functionSchema<(req: IncomingMessage) => boolean | Promise<boolean>>().optional(),
       maxBodyBytes: z
         .number({ error: 'maxBodyBytes must be a number' })
@@ -97,29 +94,13 @@ export const optionsSchema = lazySchema((z) =>
         .positive({ error: 'maxTokens must be ≥ 1' })
         .default(4096),
       ready: functionSchema<() => boolean>().optional(),
-      tracer: z
-        .custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', {
-          error: 'tracer must be an OpenTelemetry Tracer',
-        })
-        .optional(),
-      sampleRate: z
-        .number({ error: 'sampleRate must be a number' })
-        .min(0, { error: 'sampleRate must be in [0, 1]' })
-        .max(1, { error: 'sampleRate must be in [0, 1]' })
-        .default(1),
       stage: z.string().min(1, { error: 'stage must not be empty' }).default('generate'),
       tenant: functionSchema<(req: IncomingMessage) => string | undefined>().optional(),
-      tenantQuotas: z.instanceof(TenantQuotas, { error: 'tenantQuotas must be a TenantQuotas' }).optional(),
       stageStats: z.instanceof(StageStats, { error: 'stageStats must be a StageStats' }).optional(),
-      requestLog: functionSchema<RequestLog>().optional(),
       upstreamEmbeddings:
         functionSchema<(model: string, body: Readonly<Record<string, unknown>>, signal: AbortSignal) => Promise<unknown> | undefined>().optional(),
       passages: functionSchema<(source: string) => readonly { id: string; source: string; text: string }[]>().optional(),
       cors: z.array(z.string().url({ error: 'a CORS origin must be a URL like https://app.example.com' })).optional(),
-      requests: z.instanceof(RequestRegistry, { error: 'requests must be a RequestRegistry' }).optional(),
-      graph: z
-        .custom<TraceObserver>((v) => typeof (v as TraceObserver | undefined)?.observeTrace === 'function', { error: 'graph must have observeTrace(trace)' })
-        .optional(),
     })
     .strict()
     .refine((o) => o.worker !== undefined || (o.workers !== undefined && Object.keys(o.workers).length > 0), {

@@ -1,10 +1,11 @@
 /** The OpenAI chat-completions wire format: the request body sluice accepts, how it becomes a generation, and OpenAI-style errors. */
 import type * as z from 'zod';
-import { lazySchema, zod } from '../core/zod.js';
+import { lazySchema } from '../core/zod.js';
 import { InvalidOptionsError, SluiceError, StageError } from '../core/errors.js';
 import { generateRequest, type GenerateRequest, type GenerationDone, type GenerationParams, type ModelWorker } from '../ai/inference/worker.js';
 import { ContextLengthExceededError, EmptyPromptError, HttpStatusError, MalformedEventError, ProviderError } from '../ai/inference/errors.js';
 import { classifyUpstreamFailure } from '../ai/inference/upstream-failure.js';
+import { samplingRules } from '../ai/inference/sampling-rules.js';
 import { retryAfterOf } from '../resilience/retry.js';
 import { OutputInvalidError } from '../ai/stages/json-output.js';
 import { CircuitOpenError, FallbackExhaustedError, StreamTimeoutError } from '../resilience/errors.js';
@@ -21,15 +22,6 @@ export const messageSchema = lazySchema((z) =>
   }),
 );
 
-/** OpenAI's presence and frequency penalties: in [-2, 2], 0 (the default many clients send) changes nothing. */
-function penalty(name: string) {
-  return zod()
-    .number({ error: `${name} must be a number` })
-    .min(-2, { error: `${name} must be in [-2, 2]` })
-    .max(2, { error: `${name} must be in [-2, 2]` })
-    .nullish();
-}
-
 /** A body's `model`. */
 export const modelField = lazySchema((z) =>
   z.string({ error: (issue) => (issue.input === undefined ? 'model is required' : 'model must be a string') }).min(1, { error: 'model must not be empty' }),
@@ -37,18 +29,10 @@ export const modelField = lazySchema((z) =>
 
 /** The fields the chat and the text completions share: the length, sampling and stopping (vLLM's `top_k` and `repetition_penalty` too). */
 export const samplingFields = lazySchema((z) => ({
-  max_tokens: z
-    .number({ error: 'max_tokens must be a number' })
-    .int({ error: 'max_tokens must be an integer' })
-    .min(1, { error: 'max_tokens must be ≥ 1' })
-    .nullish(),
-  temperature: z
-    .number({ error: 'temperature must be a number' })
-    .min(0, { error: 'temperature must be in [0, 2]' })
-    .max(2, { error: 'temperature must be in [0, 2]' })
-    .nullish(),
-  top_p: z.number({ error: 'top_p must be a number' }).gt(0, { error: 'top_p must be in (0, 1]' }).max(1, { error: 'top_p must be in (0, 1]' }).nullish(),
-  top_k: z.number({ error: 'top_k must be a number' }).int({ error: 'top_k must be an integer' }).min(0, { error: 'top_k must be ≥ 0' }).nullish(),
+  max_tokens: samplingRules().max_tokens.nullish(),
+  temperature: samplingRules().temperature.max(2, { error: 'temperature must be in [0, 2]' }).nullish(),
+  top_p: samplingRules().top_p.nullish(),
+  top_k: samplingRules().top_k.nullish(),
   stop: z
     .union([z.string().min(1), z.array(z.string().min(1)).max(4, { error: 'stop takes at most 4 sequences' })], {
       error: 'stop must be a string or an array of up to 4 non-empty strings',
@@ -56,10 +40,10 @@ export const samplingFields = lazySchema((z) => ({
     .nullish(),
   stream: z.boolean({ error: 'stream must be a boolean' }).nullish(),
   stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
-  seed: z.number({ error: 'seed must be a number' }).int({ error: 'seed must be an integer' }).nullish(),
-  repetition_penalty: z.number({ error: 'repetition_penalty must be a number' }).gt(0, { error: 'repetition_penalty must be > 0' }).nullish(),
-  presence_penalty: penalty('presence_penalty'),
-  frequency_penalty: penalty('frequency_penalty'),
+  seed: samplingRules().seed.nullish(),
+  repetition_penalty: samplingRules().repetition_penalty.nullish(),
+  presence_penalty: samplingRules().presence_penalty.nullish(),
+  frequency_penalty: samplingRules().frequency_penalty.nullish(),
   // Token ids differ between tokenizers: a bias meant for OpenAI's would land on other tokens here.
   logit_bias: z
     .record(z.string(), z.number(), { error: 'logit_bias must map token ids to numbers' })

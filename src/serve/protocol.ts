@@ -27,6 +27,7 @@
 import type * as z from 'zod';
 import { lazySchema, zod } from '../core/zod.js';
 import type { FinishReason } from '../ai/inference/worker.js';
+import type { TenantLimits } from './tenant-quotas.js';
 
 /** The subprotocol a client must offer; a future incompatible protocol gets a new version. */
 export const SUBPROTOCOL = 'sluice.v1';
@@ -132,20 +133,17 @@ export type CancelMessage = z.output<ReturnType<typeof cancelMessageSchema>>;
 export type ClientMessage = GenerateMessage | CancelMessage;
 
 /**
- * The limits a client must stay within, under the names `TokenSocketLimits` gives them;
- * going past one is answered with the error frame or close code named here.
+ * The limits a client must stay within (the part of `TokenSocketLimits` the `hello` frame
+ * announces); going past one is answered with the error frame or close code named here, past
+ * a tenant's (`tenantConcurrent`, `tenantRate`, across its connections) with `TENANT_QUOTA`.
  */
-export interface HelloLimits {
+export interface HelloLimits extends TenantLimits {
   /** The largest `parameters.max_tokens` a request may ask for (`INVALID_OPTIONS` beyond). */
   readonly maxTokens: number;
   /** Requests one connection may run at once (`TOO_MANY_REQUESTS` beyond). */
   readonly maxConcurrent: number;
   /** Frames (of any type) one connection may send: `perSecond` on average, `burst` at once (`RATE_LIMITED` beyond). */
   readonly rate: { readonly perSecond: number; readonly burst: number };
-  /** Requests the tenant may run at once, across its connections (`TENANT_QUOTA` beyond). */
-  readonly tenantConcurrent: number;
-  /** Requests the tenant may start, across its connections: `perSecond` on average, `burst` at once (`TENANT_QUOTA` beyond). */
-  readonly tenantRate: { readonly perSecond: number; readonly burst: number };
   /** The largest frame a client may send, bytes (close 1009 beyond). */
   readonly maxPayload: number;
   /** The server pings every this many ms; a peer that did not answer the previous ping is cut off. */

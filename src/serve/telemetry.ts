@@ -36,6 +36,12 @@ export interface RequestTelemetryOptions {
   readonly graph?: TraceObserver | undefined;
 }
 
+/** The telemetry fields of a transport's options: HTTP and WebSocket take the same ones. */
+export function telemetryOptionsOf(options: RequestTelemetryOptions): RequestTelemetryOptions {
+  const { tracer, metrics, sampleRate, requestLog, requests, graph } = options;
+  return { tracer, metrics, sampleRate, requestLog, requests, graph };
+}
+
 /** What a request is when it starts. */
 export interface RequestStart {
   /** The model as the client named it: the span's and the metrics' model. */

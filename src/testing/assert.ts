@@ -6,6 +6,7 @@
  */
 import { AssertionError } from 'node:assert';
 import { inspect } from 'node:util';
+import { checkWaitOptions } from './options.js';
 
 /**
  * How long an asynchronous expectation may wait, counted in event-loop turns rather
@@ -133,5 +134,6 @@ export async function retryUntil(check: () => void, options: WaitOptions, retry:
  * be retried from its start against signals it already consumed).
  */
 export async function eventually(assertion: () => void, options: WaitOptions = {}): Promise<void> {
+  checkWaitOptions(options);
   await retryUntil(assertion, options, () => true);
 }

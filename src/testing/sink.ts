@@ -3,6 +3,7 @@ import type { Observable } from 'rxjs';
 import { subscribeWithDemand, type DemandSubscription } from '../flow/demand.js';
 import { Traced } from '../core/trace.js';
 import { fail, failNotYet, show, showList } from './assert.js';
+import { checkSinkOptions } from './options.js';
 
 /**
  * The payload type of `T` once a `Traced` envelope is opened; other types stay as
@@ -102,6 +103,7 @@ export class TestSink<V, T = V> {
   /** Subscribes to `source` with explicit demand; `unwrap` decided at run time. */
   static subscribe<T>(source: Observable<T>, options?: TestSinkOptions): TestSink<T | Unwrapped<T>, T>;
   static subscribe<T>(source: Observable<T>, options: TestSinkOptions = {}): TestSink<T | Unwrapped<T>, T> {
+    checkSinkOptions(options);
     const sink = new TestSink<T | Unwrapped<T>, T>(source, options.unwrap ?? true);
     if (options.request !== undefined && options.request !== 0) sink.request(options.request);
     return sink;

@@ -2,6 +2,7 @@ import { AssertionError } from 'node:assert';
 import type { Observable, VirtualTimeScheduler } from 'rxjs';
 import { assertionError, fail, isNotYet, retryUntil, show, showList, immediateTick, DEFAULT_MAX_TICKS, type WaitOptions } from './assert.js';
 import { TestSink, type ErrorMatcher, type TestSinkOptions, type Unwrapped } from './sink.js';
+import { checkVerifyOptions } from './options.js';
 
 /**
  * Options of `verify`: those of `TestSink.subscribe`, the wait budget of
@@ -128,7 +129,9 @@ export class Verifier<V, T = V> {
    * A subscription still open at the end is cancelled, so nothing leaks between tests.
    */
   async run(): Promise<TestSink<V, T>> {
-    const sink = TestSink.subscribe(this.source, this.options) as unknown as TestSink<V, T>;
+    const { unwrap, request } = this.options;
+    const sinkOptions: TestSinkOptions = { ...(unwrap !== undefined && { unwrap }), ...(request !== undefined && { request }) };
+    const sink = TestSink.subscribe(this.source, sinkOptions) as unknown as TestSink<V, T>;
     try {
       for (const [index, step] of this.steps.entries()) {
         try {
@@ -214,5 +217,6 @@ export function verify<T>(source: Observable<T>, options: VerifyOptions & { unwr
 export function verify<T>(source: Observable<T>, options?: VerifyOptions & { unwrap?: true }): Verifier<Unwrapped<T>, T>;
 export function verify<T>(source: Observable<T>, options?: VerifyOptions): Verifier<T | Unwrapped<T>, T>;
 export function verify<T>(source: Observable<T>, options: VerifyOptions = {}): Verifier<T | Unwrapped<T>, T> {
+  checkVerifyOptions(options);
   return new Verifier<T | Unwrapped<T>, T>(source, options);
 }

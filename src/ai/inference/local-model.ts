@@ -9,6 +9,8 @@ import { stat } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import type * as ort from 'onnxruntime-node';
 import { SluiceError } from '../../core/errors.js';
+import { lazySchema } from '../../core/zod.js';
+import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import { onnxruntime } from '../../core/peers.js';
 import { ChatTemplate, specialToken } from '../models/chat-template.js';
 import { ModelCorruptError, ModelNotFoundError, ModelSignatureError } from '../models/errors.js';
@@ -45,6 +47,14 @@ export interface LocalWorkerOptions {
   /** Tokens generated when a request does not say. Default 256. */
   readonly maxTokens?: number;
 }
+
+const loadSchema = lazySchema((z) =>
+  z.strictObject({
+    name: z.string({ error: 'name must be a string' }).min(1, { error: 'name must not be empty' }).optional(),
+    modelFile: z.string({ error: 'modelFile must be a string' }).min(1, { error: 'modelFile must not be empty' }).optional(),
+  }),
+);
+const workerSchema = lazySchema((z) => z.strictObject({ run: functionSchema<RunModel>(), maxTokens: positiveInt('maxTokens').optional() }));
 
 /** The model files looked for, in order, when `modelFile` is not given. */
 const MODEL_FILES = ['model.onnx', join('onnx', 'model.onnx')];
@@ -85,6 +95,7 @@ export class LocalModel {
    * `UnsupportedTokenizerError`, or `MissingPeerError` for `@huggingface/tokenizers` / `@huggingface/jinja`.
    */
   static async load(dir: string, options: LocalModelOptions = {}): Promise<LocalModel> {
+    parseOptions(loadSchema(), options, 'LocalModel.load options');
     const root = resolve(dir);
     const info = await stat(root).catch(() => undefined);
     if (info === undefined || !info.isDirectory()) throw new LocalModelError(dir, 'is not a directory.');
@@ -150,6 +161,7 @@ export class LocalModel {
 
   /** A worker generating with this model through `run`; streams text whole characters at a time. */
   worker(options: LocalWorkerOptions): DecoderLmWorker {
+    parseOptions(workerSchema(), options, 'LocalModel worker options');
     const tokenizer = this.tokenizer;
     const codec: TokenCodec = {
       encode: (text) => tokenizer.encodePlain(text),

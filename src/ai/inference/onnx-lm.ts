@@ -14,6 +14,8 @@ import { onnxruntime } from '../../core/peers.js';
 import type { Flow } from '../../flow/demand.js';
 import { SIGNATURES, loadModel, type LoadedModel } from '../models/load.js';
 import { ContextLengthExceededError, EmptyPromptError } from './errors.js';
+import { lazySchema, type ZodModule } from '../../core/zod.js';
+import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import { createRandom, sampleToken } from './sampling.js';
 import {
   complete,
@@ -55,6 +57,14 @@ interface LmWorkerOptions {
   /** How a chat becomes text to continue. Default: the contents, one per line. */
   readonly template?: (request: GenerateRequest) => string;
 }
+
+/** The fields of `LmWorkerOptions`, for the workers' strict schemas. */
+const lmFields = (z: ZodModule) => ({
+  name: z.string({ error: 'name must be a string' }).min(1, { error: 'name must not be empty' }).optional(),
+  maxTokens: positiveInt('maxTokens').optional(),
+  template: functionSchema<(request: GenerateRequest) => string>().optional(),
+  run: functionSchema<RunModel>(),
+});
 
 /** A session's run as a `RunModel`: on the main thread, blocking it for the step. */
 function sessionRunner(model: LoadedModel): RunModel {
@@ -112,14 +122,29 @@ export interface CharLmWorkerOptions extends LmWorkerOptions {
  * lm.generate(generateRequest({ prompt: 'The stage', max_tokens: 80, temperature: 0.8, seed: 1 })).subscribe((t) => process.stdout.write(t.text));
  * ```
  */
+const charLmSchema = lazySchema((z) =>
+  z.strictObject({
+    ...lmFields(z),
+    vocab: z.array(z.string(), { error: 'vocab must be an array of strings' }),
+    window: positiveInt('window').optional(),
+  }),
+);
+const charLmLoadSchema = lazySchema((z) =>
+  charLmSchema()
+    .partial()
+    .extend({ vocabPath: z.string({ error: 'vocabPath must be a string' }).optional() }),
+);
+
 export class CharLmWorker extends LmWorker {
   readonly name: string;
   protected readonly maxTokens: number;
   protected readonly template: (request: GenerateRequest) => string;
   private readonly index: Map<string, number>;
 
+  /** Bad options throw `InvalidOptionsError` naming the field. */
   constructor(private readonly options: CharLmWorkerOptions) {
     super();
+    parseOptions(charLmSchema(), options, 'CharLmWorker options');
     this.name = options.name ?? 'charlm';
     this.maxTokens = options.maxTokens ?? 256;
     this.template = options.template ?? promptText;
@@ -128,9 +153,11 @@ export class CharLmWorker extends LmWorker {
 
   /** Loads `path` (checked against `SIGNATURES.causalLm`) and its vocabulary (`vocabPath`, default `<name>.vocab.json` beside it). */
   static async load(path: string, options: Partial<CharLmWorkerOptions> & { readonly vocabPath?: string } = {}): Promise<CharLmWorker> {
+    parseOptions(charLmLoadSchema(), options, 'CharLmWorker.load options');
+    const { vocabPath: _, ...workerOptions } = options;
     const vocab = options.vocab ?? (JSON.parse(await readFile(options.vocabPath ?? `${path.replace(/\.onnx$/, '')}.vocab.json`, 'utf8')) as string[]);
     const model = options.run === undefined ? await loadModel(path, { signature: SIGNATURES.causalLm }) : undefined;
-    const worker = new CharLmWorker({ ...options, vocab, run: options.run ?? sessionRunner(model!) });
+    const worker = new CharLmWorker({ ...workerOptions, vocab, run: options.run ?? sessionRunner(model!) });
     worker.model = model;
     return worker;
   }
@@ -209,6 +236,37 @@ export const ASCII_CODEC: TokenCodec = {
  * const { text } = await decoder.infer(generateRequest({ prompt: 'Hello, ', max_tokens: 16, temperature: 0 }));
  * ```
  */
+const decoderLmSchema = lazySchema((z) => {
+  const tokenId = (what: string) =>
+    z
+      .number({ error: `${what} must be a number` })
+      .int({ error: `${what} must be an integer` })
+      .min(0, { error: `${what} must be ≥ 0` });
+  return z.strictObject({
+    ...lmFields(z),
+    shape: z.object(
+      {
+        layers: positiveInt('shape.layers'),
+        heads: positiveInt('shape.heads'),
+        headDim: positiveInt('shape.headDim'),
+        maxPositions: positiveInt('shape.maxPositions').optional(),
+      },
+      { error: 'shape must be { layers, heads, headDim, maxPositions? }' },
+    ),
+    codec: z
+      .custom<TokenCodec>(
+        (v) => typeof v === 'object' && v !== null && typeof (v as TokenCodec).encode === 'function' && typeof (v as TokenCodec).decode === 'function',
+        {
+          error: 'codec must have encode() and decode()',
+        },
+      )
+      .optional(),
+    eosTokenId: tokenId('eosTokenId').optional(),
+    eosTokenIds: z.array(tokenId('eosTokenIds[]'), { error: 'eosTokenIds must be an array of token ids' }).optional(),
+    vocabSize: positiveInt('vocabSize').optional(),
+  });
+});
+
 export class DecoderLmWorker extends LmWorker {
   readonly name: string;
   protected readonly maxTokens: number;
@@ -218,8 +276,10 @@ export class DecoderLmWorker extends LmWorker {
   /** `shape.maxPositions`: a prompt that leaves no room, or no room for the `max_tokens` asked, is refused before decoding. */
   readonly contextLength: number | undefined;
 
+  /** Bad options throw `InvalidOptionsError` naming the field. */
   constructor(private readonly options: DecoderLmWorkerOptions) {
     super();
+    parseOptions(decoderLmSchema(), options, 'DecoderLmWorker options');
     this.name = options.name ?? 'decoder';
     this.contextLength = options.shape.maxPositions;
     this.maxTokens = options.maxTokens ?? 256;
@@ -232,6 +292,7 @@ export class DecoderLmWorker extends LmWorker {
    * With an injected `run`, the session is still opened here to read the shape, then released.
    */
   static async load(path: string, options: Partial<DecoderLmWorkerOptions> = {}): Promise<DecoderLmWorker> {
+    parseOptions(decoderLmSchema().partial(), options, 'DecoderLmWorker.load options');
     const model = await loadModel(path, { signature: SIGNATURES.decoderWithPast });
     const shape = options.shape ?? (await readShape(model, path));
     if (options.run !== undefined) await model.release();

@@ -20,6 +20,7 @@ import type { NamedWorker, StreamWork } from '../../resilience/relay.js';
 import type { TraceContext } from '../../core/trace.js';
 import { EmptyPromptError } from './errors.js';
 import { StopMatcher } from './sampling.js';
+import { samplingRules } from './sampling-rules.js';
 
 export type { ChatMessage } from '../../cache/key.js';
 
@@ -165,8 +166,9 @@ export interface ModelWorker<Input = GenerateRequest, Output = Completion> {
 
 const validated = new WeakSet<object>();
 
-const requestSchema = lazySchema((z) =>
-  z
+const requestSchema = lazySchema((z) => {
+  const rules = samplingRules();
+  return z
     .object({
       prompt: z.string({ error: 'prompt must be a string' }).optional(),
       messages: z
@@ -174,36 +176,20 @@ const requestSchema = lazySchema((z) =>
           error: 'messages must be an array of { role, content }',
         })
         .optional(),
-      temperature: z.number({ error: 'temperature must be a finite number' }).min(0, { error: 'temperature must be ≥ 0' }).optional(),
-      top_p: z
-        .number({ error: 'top_p must be a finite number' })
-        .gt(0, { error: 'top_p must be in (0, 1]' })
-        .max(1, { error: 'top_p must be in (0, 1]' })
-        .optional(),
-      top_k: z.number({ error: 'top_k must be a number' }).int({ error: 'top_k must be an integer' }).min(0, { error: 'top_k must be ≥ 0' }).optional(),
-      max_tokens: z
-        .number({ error: 'max_tokens must be a number' })
-        .int({ error: 'max_tokens must be an integer' })
-        .min(1, { error: 'max_tokens must be ≥ 1' })
-        .optional(),
+      temperature: rules.temperature.optional(),
+      top_p: rules.top_p.optional(),
+      top_k: rules.top_k.optional(),
+      max_tokens: rules.max_tokens.optional(),
       stop: z.array(z.string().min(1, { error: 'a stop sequence must not be empty' }), { error: 'stop must be an array of strings' }).optional(),
-      repetition_penalty: z.number({ error: 'repetition_penalty must be a finite number' }).gt(0, { error: 'repetition_penalty must be > 0' }).optional(),
-      seed: z.number({ error: 'seed must be a number' }).int({ error: 'seed must be an integer' }).optional(),
-      presence_penalty: z
-        .number({ error: 'presence_penalty must be a number' })
-        .min(-2, { error: 'presence_penalty must be in [-2, 2]' })
-        .max(2, { error: 'presence_penalty must be in [-2, 2]' })
-        .optional(),
-      frequency_penalty: z
-        .number({ error: 'frequency_penalty must be a number' })
-        .min(-2, { error: 'frequency_penalty must be in [-2, 2]' })
-        .max(2, { error: 'frequency_penalty must be in [-2, 2]' })
-        .optional(),
+      repetition_penalty: rules.repetition_penalty.optional(),
+      seed: rules.seed.optional(),
+      presence_penalty: rules.presence_penalty.optional(),
+      frequency_penalty: rules.frequency_penalty.optional(),
       passthrough: z.record(z.string(), z.unknown(), { error: 'passthrough must be an object (an OpenAI chat or completions body)' }).optional(),
     })
     .strict()
-    .refine((r) => (r.prompt === undefined) !== (r.messages === undefined), { error: 'give exactly one of prompt or messages', path: ['prompt'] }),
-);
+    .refine((r) => (r.prompt === undefined) !== (r.messages === undefined), { error: 'give exactly one of prompt or messages', path: ['prompt'] });
+});
 
 /**
  * Builds a validated, frozen `GenerateRequest`. Invalid parameters throw

@@ -6,6 +6,8 @@
 import type { Template } from '@huggingface/jinja';
 import { InvalidOptionsError } from '../../core/errors.js';
 import { hfJinja } from '../../core/peers.js';
+import { lazySchema } from '../../core/zod.js';
+import { parseOptions } from '../../flow/options.js';
 
 /** A chat message as templates read it. */
 export interface TemplateMessage {
@@ -17,6 +19,8 @@ export interface ChatTemplateOptions {
   /** Variables every render sees: `bos_token`, `eos_token` and the other special tokens of the config. */
   readonly variables?: Readonly<Record<string, unknown>>;
 }
+
+const optionsSchema = lazySchema((z) => z.strictObject({ variables: z.record(z.string(), z.unknown(), { error: 'variables must be an object' }).optional() }));
 
 /**
  * Renders chats with a Jinja chat template, `add_generation_prompt` set so the text ends
@@ -36,6 +40,7 @@ export class ChatTemplate {
     readonly source: string,
     private readonly options: ChatTemplateOptions = {},
   ) {
+    parseOptions(optionsSchema(), options, 'ChatTemplate options');
     const { Template } = hfJinja();
     this.template = new Template(source);
   }

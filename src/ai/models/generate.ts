@@ -7,6 +7,8 @@ import { buildEmbeddingModel, embeddingTable, type EmbeddingModelConfig } from '
 import { GUARD_LABELS, buildGuardModel, parseGuardExamples, trainGuard } from './guard.js';
 import { SIGNATURES, loadModel, type ModelSignature } from './load.js';
 import { DEFAULT_HASH_TOKENIZER } from './tokenizer.js';
+import { lazySchema } from '../../core/zod.js';
+import { functionSchema, parseOptions } from '../../flow/options.js';
 
 export const EMBEDDING_CONFIG: EmbeddingModelConfig = { tokenizer: DEFAULT_HASH_TOKENIZER, dim: 384, seed: 0x5eed };
 /** Seed of the guard's train/held-out split. */
@@ -47,6 +49,20 @@ export interface GenerateOptions {
   readonly log?: (line: string) => void;
 }
 
+const generateSchema = lazySchema((z) => {
+  const folder = (what: string) =>
+    z
+      .string({ error: (issue) => (issue.input === undefined ? `${what} is required` : `${what} must be a string`) })
+      .min(1, { error: `${what} must not be empty` });
+  return z.strictObject({
+    outDir: folder('outDir'),
+    dataDir: folder('dataDir'),
+    force: z.boolean({ error: 'force must be a boolean' }).optional(),
+    verify: z.boolean({ error: 'verify must be a boolean' }).optional(),
+    log: functionSchema<(line: string) => void>().optional(),
+  });
+});
+
 export interface GeneratedFile {
   readonly path: string;
   readonly written: boolean;
@@ -58,6 +74,7 @@ export interface GeneratedFile {
  * A group of files is skipped when all of them exist, unless `force`.
  */
 export async function generateModels(options: GenerateOptions): Promise<GeneratedFile[]> {
+  parseOptions(generateSchema(), options, 'generateModels options');
   const log = options.log ?? (() => {});
   await mkdir(options.outDir, { recursive: true });
   const files: GeneratedFile[] = [];

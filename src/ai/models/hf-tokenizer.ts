@@ -6,6 +6,8 @@
  */
 import type * as HfTokenizers from '@huggingface/tokenizers';
 import { hfTokenizers } from '../../core/peers.js';
+import { lazySchema } from '../../core/zod.js';
+import { parseOptions, positiveInt } from '../../flow/options.js';
 import { padBatch, type EncodedBatch, type FeedBuffers, type Tokenizer } from './tokenizer.js';
 
 export interface HfTokenizerOptions {
@@ -14,6 +16,13 @@ export interface HfTokenizerOptions {
   /** Longest `encode` result, special tokens included. Default: the file's truncation length, else 512. */
   readonly maxLength?: number;
 }
+
+const optionsSchema = lazySchema((z) =>
+  z.strictObject({
+    config: z.record(z.string(), z.unknown(), { error: 'config must be an object (tokenizer_config.json, parsed)' }).optional(),
+    maxLength: positiveInt('maxLength').optional(),
+  }),
+);
 
 /**
  * A Hugging Face tokenizer behind sluice's `Tokenizer` interface (embedding and classifier
@@ -33,6 +42,7 @@ export class HfTokenizer implements Tokenizer {
     json: { readonly truncation?: { readonly max_length?: number } | null; readonly padding?: { readonly pad_id?: number } | null },
     options: HfTokenizerOptions = {},
   ) {
+    parseOptions(optionsSchema(), options, 'HfTokenizer options');
     const vocab = inner.get_vocab(true);
     let highest = -1;
     for (const id of vocab.values()) if (id > highest) highest = id;
@@ -94,6 +104,7 @@ export class HfTokenizer implements Tokenizer {
    * `UnsupportedTokenizerError` naming the file.
    */
   static fromJson(json: Readonly<Record<string, unknown>>, options: HfTokenizerOptions = {}): HfTokenizer {
+    parseOptions(optionsSchema(), options, 'HfTokenizer options');
     const { Tokenizer } = hfTokenizers();
     return new HfTokenizer(new Tokenizer(json, options.config ?? {}), json as ConstructorParameters<typeof HfTokenizer>[1], options);
   }

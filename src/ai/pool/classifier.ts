@@ -1,4 +1,6 @@
 import type { Classification, Classifier } from '../models/classifier.js';
+import { lazySchema } from '../../core/zod.js';
+import { parseOptions } from '../../flow/options.js';
 import type { InferencePool } from './pool.js';
 import { textFeeds, tensorRows } from './embedder.js';
 import { GUARD_LABELS } from '../models/guard.js';
@@ -12,6 +14,20 @@ export interface PoolClassifierOptions {
   /** The label whose probability is reported as the score. Default: the last label (`injection`). */
   positive?: string;
 }
+
+const classifierSchema = lazySchema((z) =>
+  z
+    .strictObject({
+      model: z.string({ error: 'model must be a string' }).min(1, { error: 'model must not be empty' }).optional(),
+      labels: z.array(z.string(), { error: 'labels must be an array of strings' }).min(1, { error: 'labels must not be empty' }).optional(),
+      positive: z.string({ error: 'positive must be a string' }).optional(),
+    })
+    .check((ctx) => {
+      const { labels = GUARD_LABELS as readonly string[], positive } = ctx.value;
+      if (positive !== undefined && !labels.includes(positive))
+        ctx.issues.push({ code: 'custom', input: positive, path: ['positive'], message: `positive must be one of the labels (${labels.join(', ')})` });
+    }),
+);
 
 /**
  * A `guard` classifier running an ONNX text classifier (`input_ids`, `attention_mask` →
@@ -27,10 +43,10 @@ export interface PoolClassifierOptions {
  * ```
  */
 export function poolClassifier(pool: InferencePool, tokenizer: Tokenizer, options: PoolClassifierOptions = {}): Classifier {
+  parseOptions(classifierSchema(), options, 'poolClassifier options');
   const labels = options.labels ?? GUARD_LABELS;
   const positive = options.positive ?? labels[labels.length - 1]!;
   const column = labels.indexOf(positive);
-  if (column < 0) throw new TypeError(`positive label "${positive}" is not one of ${labels.join(', ')}`);
   const info = pool.describe(options.model);
   const output = info.outputNames[0]!;
   const buffers = new FeedBuffers(); // refilled per call: `pool.run` has copied them when it returns

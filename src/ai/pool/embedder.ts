@@ -1,5 +1,7 @@
 import type * as ort from 'onnxruntime-node';
 import { onnxruntime } from '../../core/peers.js';
+import { lazySchema } from '../../core/zod.js';
+import { parseOptions } from '../../flow/options.js';
 import type { Feeds } from './options.js';
 import type { InferencePool } from './pool.js';
 import { planPooling, type PoolingOptions } from '../models/pooling.js';
@@ -59,6 +61,15 @@ export interface PoolEmbedderOptions extends PoolingOptions {
   model?: string;
 }
 
+const embedderSchema = lazySchema((z) =>
+  z.strictObject({
+    model: z.string({ error: 'model must be a string' }).min(1, { error: 'model must not be empty' }).optional(),
+    output: z.string({ error: 'output must be a string' }).min(1, { error: 'output must not be empty' }).optional(),
+    pooling: z.enum(['none', 'mean', 'cls'], { error: "pooling must be 'none', 'mean' or 'cls'" }).optional(),
+    normalize: z.boolean({ error: 'normalize must be a boolean' }).optional(),
+  }),
+);
+
 /**
  * An embedder over an `InferencePool` for a text embedding model (such as the
  * generated `embed.onnx`, or an all-MiniLM-L6-v2 export): one pool run per call,
@@ -98,6 +109,7 @@ export function embedder(
   tokenizer: Tokenizer,
   options: PoolEmbedderOptions = {},
 ): (texts: readonly string[], signal?: AbortSignal) => Promise<Float32Array[]> {
+  parseOptions(embedderSchema(), options, 'embedder options');
   const { model, ...poolingOptions } = options;
   const info = pool.describe(model);
   const plan = planPooling(info.outputNames, poolingOptions, `model "${model ?? pool.models[0]}" of inference pool "${pool.name}"`);

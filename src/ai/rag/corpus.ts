@@ -3,7 +3,8 @@ import { readdir, readFile, stat } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { join, relative, sep } from 'node:path';
 import { findUp } from '../../core/package-files.js';
-import { InvalidOptionsError } from '../../core/errors.js';
+import { lazySchema } from '../../core/zod.js';
+import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import { type CorpusSkip, type CorpusSkipReason, decodeDocument, hasText, usableVector } from './document-text.js';
 import { CorpusError } from './errors.js';
 import type { Passage, PassageMetadata } from './passage.js';
@@ -75,6 +76,9 @@ export interface LoadCorpusOptions {
   readonly onSkip?: (skip: CorpusSkip) => void;
 }
 
+const onSkipSchema = () => functionSchema<(skip: CorpusSkip) => void>();
+const loadCorpusSchema = lazySchema((z) => z.strictObject({ maxFileBytes: positiveInt('maxFileBytes').optional(), onSkip: onSkipSchema().optional() }));
+
 /**
  * Reads every Markdown and text file under `directory` (default: the bundled demo corpus),
  * subfolders included, in path order, as passages cited by their path relative to it.
@@ -86,11 +90,8 @@ export interface LoadCorpusOptions {
  * that is missing, holds no document, or nothing with a word in it fails with `CorpusError`.
  */
 export async function loadCorpus(directory: string = BUNDLED_CORPUS, options: LoadCorpusOptions = {}): Promise<Passage[]> {
+  parseOptions(loadCorpusSchema(), options, 'corpus options');
   const maxFileBytes = options.maxFileBytes ?? DEFAULT_MAX_FILE_BYTES;
-  if (!Number.isInteger(maxFileBytes) || maxFileBytes < 1)
-    throw new InvalidOptionsError('corpus options', [
-      { path: 'maxFileBytes', message: `maxFileBytes must be a positive integer, got ${String(maxFileBytes)}` },
-    ]);
   const skip = (reason: CorpusSkipReason, file: string, detail?: string, id?: string): void =>
     options.onSkip?.({ reason, file, ...(id !== undefined && { id }), ...(detail !== undefined && { detail }) });
   const files = await documentsIn(directory);
@@ -170,6 +171,15 @@ export interface IndexPassagesOptions {
   readonly corpus?: string;
 }
 
+const indexPassagesSchema = lazySchema((z) =>
+  z.strictObject({
+    batchSize: positiveInt('batchSize').optional(),
+    signal: z.instanceof(AbortSignal, { error: 'signal must be an AbortSignal' }).optional(),
+    onSkip: onSkipSchema().optional(),
+    corpus: z.string({ error: 'corpus must be a string' }).optional(),
+  }),
+);
+
 /**
  * Embeds `passages` in batches and indexes them with their text and source, ready
  * for `retrieve`. A passage with no word in it, or whose vector is unusable (all zeros,
@@ -181,6 +191,7 @@ export async function indexPassages(
   embedder: (texts: string[], signal: AbortSignal) => Promise<Float32Array[]>,
   options: IndexPassagesOptions = {},
 ): Promise<VectorIndex<PassageMetadata>> {
+  parseOptions(indexPassagesSchema(), options, 'indexPassages options');
   const batchSize = options.batchSize ?? 32;
   const signal = options.signal ?? new AbortController().signal;
   const skip = (reason: CorpusSkipReason, passage: Passage, detail?: string): void =>

@@ -7,7 +7,7 @@ import type * as z from 'zod';
 import type { IncomingMessage } from 'node:http';
 import { ApiError, type ChatWorker, type EmbeddingModel } from '../openai-wire.js';
 import { readJson } from '../http-io.js';
-import { RequestTelemetry } from '../telemetry.js';
+import { RequestTelemetry, telemetryOptionsOf } from '../telemetry.js';
 import type { optionsSchema } from '../http-options.js';
 import type { RequestContext } from './context.js';
 
@@ -40,14 +40,7 @@ export class HttpEdge {
     if (config.worker !== undefined && !workers.has(config.worker.name)) workers.set(config.worker.name, config.worker);
     this.workers = workers;
     this.embedders = new Map<string, EmbeddingModel>(Object.entries(config.embeddings ?? {}));
-    this.telemetry = new RequestTelemetry({
-      tracer: config.tracer,
-      metrics: config.metrics,
-      sampleRate: config.sampleRate,
-      requestLog: config.requestLog,
-      requests: config.requests,
-      graph: config.graph,
-    });
+    this.telemetry = new RequestTelemetry(telemetryOptionsOf(config));
   }
 
   /** A POST's JSON body: 415 for another content type (what a cross-site form can send), 503 while draining. */

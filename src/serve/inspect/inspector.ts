@@ -19,6 +19,7 @@ import { PipelineGraph } from './pipeline-graph.js';
 import { RequestRegistry } from './requests.js';
 import { INSPECT_PATH, inspectRoutes } from './routes.js';
 import { OPERATOR, type InspectViewer } from './snapshot.js';
+import { listenFields } from '../transport-options.js';
 
 /** The inspector page, from source or from `dist/`. */
 export const INSPECT_PAGE = findUp(import.meta.url, 'examples/inspect.html');
@@ -68,13 +69,7 @@ export interface Inspector {
 const optionsSchema = lazySchema((z) =>
   z
     .object({
-      port: z
-        .number({ error: 'port must be a number' })
-        .int({ error: 'port must be an integer' })
-        .min(0, { error: 'port must be in [0, 65535]' })
-        .max(65535, { error: 'port must be in [0, 65535]' })
-        .default(0),
-      host: z.string().min(1, { error: 'host must not be empty' }).default('127.0.0.1'),
+      ...listenFields(z, 0),
       token: z.string({ error: 'token must be a string' }).min(8, { error: 'token must have at least 8 characters' }).optional(),
       // Checked as a whole, so an error never quotes a token (a record's key would be in the issue's path).
       tenantTokens: z

@@ -8,6 +8,8 @@
  * an HDR histogram per node. Bounded: a node count limit, fixed windows, fixed sparklines.
  */
 import { asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
+import { lazySchema } from '../../core/zod.js';
+import { parseOptions, positiveInt, schedulerSchema } from '../../flow/options.js';
 import type { DemandLink } from '../../flow/protocol.js';
 import {
   attachIntrospector,
@@ -133,6 +135,20 @@ interface Histogram {
   reset(): void;
 }
 
+const optionsSchema = lazySchema((z) =>
+  z.strictObject({
+    interval: positiveInt('interval').optional(),
+    window: positiveInt('window').optional(),
+    sparkline: positiveInt('sparkline').optional(),
+    retain: z.number({ error: 'retain must be a number of ms' }).min(0, { error: 'retain must be ≥ 0' }).optional(),
+    maxNodes: positiveInt('maxNodes').optional(),
+    waterfall: positiveInt('waterfall').optional(),
+    failures: positiveInt('failures').optional(),
+    deadLetters: positiveInt('deadLetters').optional(),
+    scheduler: schedulerSchema().optional(),
+  }),
+);
+
 /** Unresolved consumer links kept per node (a plain subscriber's never resolve): bounded. */
 const MAX_PENDING = 64;
 
@@ -186,6 +202,7 @@ export class PipelineGraph implements Introspector {
   private omitted = 0;
 
   constructor(options: PipelineGraphOptions = {}) {
+    parseOptions(optionsSchema(), options, 'PipelineGraph options');
     this.config = {
       interval: options.interval ?? 250,
       window: options.window ?? 40,

@@ -5,6 +5,8 @@
  * unless it was made with `content: true` (an operator's explicit choice, `--inspect-content`).
  */
 import { performance } from 'node:perf_hooks';
+import { lazySchema } from '../../core/zod.js';
+import { parseOptions } from '../../flow/options.js';
 
 /** What a transport tells the registry about a request when it starts. */
 export interface RequestInfo {
@@ -24,6 +26,8 @@ export interface RequestRegistryOptions {
    */
   readonly content?: boolean;
 }
+
+const optionsSchema = lazySchema((z) => z.strictObject({ content: z.boolean({ error: 'content must be a boolean' }).optional() }));
 
 /** How much of a prompt (its start) and of an answer (its end) the registry keeps, in characters. */
 export const CONTENT_CHARS = 400;
@@ -95,6 +99,7 @@ export class RequestRegistry {
   readonly content: boolean;
 
   constructor(options: RequestRegistryOptions = {}) {
+    parseOptions(optionsSchema(), options, 'RequestRegistry options');
     this.content = options.content === true;
   }
 

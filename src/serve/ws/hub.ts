@@ -9,7 +9,7 @@ import type { Duplex } from 'node:stream';
 import type { WebSocket } from 'ws';
 import { CLOSE_CODES, SUBPROTOCOL, type HelloLimits } from '../protocol.js';
 import type { SocketClient, TokenSocketStats } from '../socket-stats.js';
-import { RequestTelemetry } from '../telemetry.js';
+import { RequestTelemetry, telemetryOptionsOf } from '../telemetry.js';
 import { eventSink, type Counters, type TokenSocketEvent } from './events.js';
 import type { TokenSocketConfig, TokenSocketLimits, TokenWorker } from './options.js';
 import { Admission } from './admission.js';
@@ -65,14 +65,7 @@ export class Hub implements ConnectionHub {
     this.clientLimits = { maxTokens, maxConcurrent, rate, tenantConcurrent, tenantRate, maxPayload, heartbeatInterval };
     this.requestLog = config.requestLog;
     this.namesRequests = config.requestLog !== undefined || config.requests !== undefined;
-    this.telemetry = new RequestTelemetry({
-      tracer: config.tracer,
-      metrics: config.metrics,
-      sampleRate: config.sampleRate,
-      requestLog: config.requestLog,
-      requests: config.requests,
-      graph: config.graph,
-    });
+    this.telemetry = new RequestTelemetry(telemetryOptionsOf(config));
     this.emit = eventSink(config.onEvent);
     this.admission = new Admission(server, config, maxPayload, {
       // 503 from the drain's start on, even once closed; a server closed without a drain drops upgrades instead.

@@ -2,15 +2,17 @@
 import type { IncomingMessage } from 'node:http';
 import type * as z from 'zod';
 import { lazySchema } from '../../core/zod.js';
-import { TenantQuotas } from '../tenant-quotas.js';
+import type { TenantQuotas } from '../tenant-quotas.js';
 import type { RequestLog } from '../request-log.js';
 import type { Tracer } from '@opentelemetry/api';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import type { ModelWorker } from '../../ai/inference/worker.js';
 import type { SluiceMetrics } from '../metrics.js';
 import type { TokenSocketEvent } from './events.js';
-import { RequestRegistry } from '../inspect/requests.js';
+import type { RequestRegistry } from '../inspect/requests.js';
+import { transportFields } from '../transport-options.js';
 import type { TraceObserver } from '../telemetry.js';
+import type { HelloLimits } from '../protocol.js';
 
 /** What the server needs of a model: its name and a token Flow. Every `ModelWorker` fits. */
 export type TokenWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate'>;
@@ -24,21 +26,12 @@ export interface Principal {
 export type Authenticate = (token: string, request: IncomingMessage) => Principal | undefined | Promise<Principal | undefined>;
 
 /**
- * The server's limits. The ones a client must stay within (`maxTokens`, `maxConcurrent`,
- * `rate`, `tenantConcurrent`, `tenantRate`, `maxPayload`, `heartbeatInterval`) are
- * announced to each connection in its `hello` frame.
+ * The server's limits: those a client must stay within (`HelloLimits`, announced to each
+ * connection in its `hello` frame) and the server's own. Defaults: `maxPayload` 64 KiB,
+ * `maxConcurrent` 8, `rate` 20/s burst 40, `tenantConcurrent` 32, `tenantRate` 50/s burst 100,
+ * `heartbeatInterval` 30 s, `maxTokens` 4096.
  */
-export interface TokenSocketLimits {
-  /** Largest frame a client may send, bytes; larger ones close the connection with 1009. Default 64 KiB. */
-  readonly maxPayload: number;
-  /** Requests one connection may run at once. Default 8. */
-  readonly maxConcurrent: number;
-  /** Frames a connection may send: `perSecond` on average, `burst` at once. Default 20/s, burst 40. */
-  readonly rate: { readonly perSecond: number; readonly burst: number };
-  /** Requests one tenant may run at once, across its connections. Default 32. */
-  readonly tenantConcurrent: number;
-  /** Requests one tenant may start, across its connections: `perSecond` on average, `burst` at once. Default 50/s, burst 100. */
-  readonly tenantRate: { readonly perSecond: number; readonly burst: number };
+export interface TokenSocketLimits extends HelloLimits {
   /** Bytes buffered for a socket above which no more tokens are decoded for it. Default 64 KiB. */
   readonly highWaterMark: number;
   /** Bytes buffered for a socket beyond which it is closed at once with 4008 (error frames are not paced by demand). Default 1 MiB. */
@@ -47,10 +40,6 @@ export interface TokenSocketLimits {
   readonly stallTimeout: number;
   /** Protocol errors in a row that close the connection with 1008. Default 5. */
   readonly maxBadFrames: number;
-  /** Ping every this many ms; a connection that did not answer the previous ping is terminated. Default 30 s. */
-  readonly heartbeatInterval: number;
-  /** The largest `max_tokens` a request may ask for. Default 4096. */
-  readonly maxTokens: number;
   /** Characters a `conflate` request may hold while its client is slow; decoding pauses beyond. Default 16 Ki. */
   readonly conflateLimit: number;
 }
@@ -146,6 +135,7 @@ const limitsSchema = lazySchema((z) =>
 const optionsSchema = lazySchema((z) =>
   z
     .object({
+      ...transportFields(z),
       worker: workerSchema().optional(),
       workers: z.record(z.string(), workerSchema()).optional(),
       authenticate: functionSchema<Authenticate>().optional(),
@@ -160,28 +150,7 @@ const optionsSchema = lazySchema((z) =>
       path: z.string().startsWith('/', { error: 'path must start with "/"' }).optional(),
       limits: z.unknown().optional(),
       onEvent: functionSchema<(event: TokenSocketEvent) => void>().optional(),
-      metrics: z
-        .custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).registerSocket === 'function', {
-          error: 'metrics must be a SluiceMetrics',
-        })
-        .optional(),
       name: z.string().min(1, { error: 'name must not be empty' }).default('ws'),
-      sampleRate: z
-        .number({ error: 'sampleRate must be a number' })
-        .min(0, { error: 'sampleRate must be in [0, 1]' })
-        .max(1, { error: 'sampleRate must be in [0, 1]' })
-        .default(1),
-      tracer: z
-        .custom<Tracer>((v) => typeof v === 'object' && v !== null && typeof (v as Tracer).startSpan === 'function', {
-          error: 'tracer must be an OpenTelemetry Tracer',
-        })
-        .optional(),
-      tenantQuotas: z.instanceof(TenantQuotas, { error: 'tenantQuotas must be a TenantQuotas' }).optional(),
-      requestLog: functionSchema<RequestLog>().optional(),
-      requests: z.instanceof(RequestRegistry, { error: 'requests must be a RequestRegistry' }).optional(),
-      graph: z
-        .custom<TraceObserver>((v) => typeof (v as TraceObserver | undefined)?.observeTrace === 'function', { error: 'graph must have observeTrace(trace)' })
-        .optional(),
     })
     .strict()
     .refine((o) => (o.worker === undefined) !== (o.workers === undefined || Object.keys(o.workers).length === 0), {
