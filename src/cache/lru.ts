@@ -49,7 +49,7 @@ interface Entry<V> {
  * Expired entries are removed when read (`stats.expirations`) or evicted as the
  * least recent ones.
  *
- * An entry costs {@link ENTRY_OVERHEAD} + 2 bytes per character of its key +
+ * An entry costs 96 bytes of overhead + 2 bytes per character of its key +
  * `sizeOf(value)`.
  *
  * ## Example

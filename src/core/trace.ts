@@ -81,7 +81,7 @@ export class TraceContext {
    * → value, e.g. `{ "cache.hit": true, "route.variant": "b" }`. Allocated on first note.
    */
   notes: Record<string, string | number | boolean> | undefined;
-  /** What the element's source is owed when the pipeline is done with it (a link message's acknowledgement), if anything. */
+  /** What the element's source is owed when the pipeline is done with it (a link message's acknowledgement), if anything. @internal */
   settlement: Settlement | undefined = undefined;
 
   constructor(seq: number, sampled: boolean, parent?: { traceId: string; spanId: string }) {

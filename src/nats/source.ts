@@ -15,7 +15,7 @@ import { lazySchema } from '../core/zod.js';
 import type { JsMsg, Consumer, ConsumerMessages } from '@nats-io/jetstream';
 import { Settlement, type Settled, type Settler } from '../core/settlement.js';
 import { TraceContext, type StageRecord, type Traced, parseTraceparent } from '../core/trace.js';
-import { Flow, type Outlet, type Producer } from '../flow/demand.js';
+import { Flow, type CoreOutlet, type Producer } from '../flow/demand.js';
 import { Ring } from '../flow/ring.js';
 import { type Link, LinkError, definite, disconnected, refused } from './link.js';
 import { agreeOnContract } from './contract.js';
@@ -241,7 +241,7 @@ class LinkProducer<T> implements Producer, InspectedRun {
 
   constructor(
     private readonly link: Link<T>,
-    private readonly outlet: Outlet<Traced<T>>,
+    private readonly outlet: CoreOutlet<Traced<T>>,
     readonly config: ReceiverConfig,
   ) {
     this.settledLog = new SettledLog(link as Link<unknown>);

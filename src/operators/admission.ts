@@ -1,7 +1,7 @@
 import type * as z from 'zod';
 import { lazySchema } from '../core/zod.js';
 import { asyncScheduler, type Observable, type SchedulerLike, type Subscription } from 'rxjs';
-import { Flow, type Outlet } from '../flow/demand.js';
+import { Flow, type CoreOutlet } from '../flow/demand.js';
 import { Inlet } from '../flow/inlet.js';
 import { LinkedRun } from '../flow/linked-run.js';
 import { functionSchema, parseOptions, schedulerSchema } from '../flow/options.js';
@@ -146,7 +146,7 @@ class AdmissionRun<T> extends LinkedRun<T | Traced<T>> implements InspectedRun {
     protected readonly source: Observable<T | Traced<T>>,
     private readonly config: AdmissionConfig,
     readonly stats: StageStats,
-    protected readonly outlet: Outlet<Traced<T>>,
+    protected readonly outlet: CoreOutlet<Traced<T>>,
   ) {
     super();
     const scheduler = (this.scheduler = config.scheduler ?? asyncScheduler);

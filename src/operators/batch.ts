@@ -1,6 +1,6 @@
 import { lazySchema } from '../core/zod.js';
 import { asyncScheduler, type Observable, type SchedulerLike, type Subscription } from 'rxjs';
-import { Flow, type Outlet } from '../flow/demand.js';
+import { Flow, type CoreOutlet } from '../flow/demand.js';
 import { Inlet } from '../flow/inlet.js';
 import { LinkedRun } from '../flow/linked-run.js';
 import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../flow/options.js';
@@ -192,7 +192,7 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> implements InspectedRun {
     protected readonly source: Observable<T | Traced<T>>,
     private readonly config: BatchConfig,
     readonly stats: StageStats,
-    protected readonly outlet: Outlet<Traced<Batch<T>>>,
+    protected readonly outlet: CoreOutlet<Traced<Batch<T>>>,
   ) {
     super();
     const scheduler = config.scheduler;
@@ -469,7 +469,7 @@ class UnbatchRun<T> extends LinkedRun<Batch<T> | Traced<Batch<T>>> {
     private readonly capacity: number,
     scheduler: SchedulerLike,
     private readonly stats: StageStats,
-    protected readonly outlet: Outlet<Traced<T>>,
+    protected readonly outlet: CoreOutlet<Traced<T>>,
   ) {
     super();
     this.inlet = new Inlet(this, { scheduler });

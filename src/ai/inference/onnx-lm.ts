@@ -14,7 +14,8 @@ import { onnxruntime } from '../../core/peers.js';
 import type { Flow } from '../../flow/demand.js';
 import { SIGNATURES, loadModel, type LoadedModel } from '../models/load.js';
 import { ContextLengthExceededError, EmptyPromptError } from './errors.js';
-import { createRandom, sampleToken } from './sampling.js';
+import { seededRandom } from '../../resilience/random.js';
+import { sampleToken } from './sampling.js';
 import {
   complete,
   decode,
@@ -150,7 +151,7 @@ export class CharLmWorker extends LmWorker {
     });
     const { vocab, run } = this.options;
     const window = this.options.window ?? 8;
-    const random = createRandom(request.seed);
+    const random = request.seed === undefined ? Math.random : seededRandom(request.seed);
     const inputTokens = ids.length;
     return {
       inputTokens,
@@ -259,7 +260,7 @@ export class DecoderLmWorker extends LmWorker {
       const param = request.prompt === undefined ? 'messages' : 'prompt';
       throw new ContextLengthExceededError(this.name, limit, ids.length, ids.length >= limit ? undefined : request.max_tokens, param);
     }
-    const random = createRandom(request.seed);
+    const random = request.seed === undefined ? Math.random : seededRandom(request.seed);
     const empty = new Float32Array(0);
     let past: Record<string, ort.Tensor> = {};
     for (let l = 0; l < shape.layers; l++) {

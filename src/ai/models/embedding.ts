@@ -73,15 +73,3 @@ export function embedIds(ids: readonly number[], table: Float32Array, dim: numbe
   for (let d = 0; d < dim; d++) out[d]! /= norm;
   return out;
 }
-
-export function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let dot = 0;
-  let na = 0;
-  let nb = 0;
-  for (let i = 0; i < a.length; i++) {
-    dot += a[i]! * b[i]!;
-    na += a[i]! * a[i]!;
-    nb += b[i]! * b[i]!;
-  }
-  return dot / Math.sqrt(na * nb || 1);
-}

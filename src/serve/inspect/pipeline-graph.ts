@@ -228,6 +228,7 @@ export class PipelineGraph implements Introspector {
     return this.detach !== undefined;
   }
 
+  /** Called by the flow while this graph is attached (its introspection hook), not by users. */
   runStarted(run: InspectedRun, own: DemandLink | undefined, feeds: DemandLink | undefined, within?: InspectedRun): void {
     let node = this.nodes.get(run.stats);
     if (node === undefined) {
@@ -250,12 +251,14 @@ export class PipelineGraph implements Introspector {
     } else if (feeds !== undefined) this.link(node, feeds);
   }
 
+  /** Called by the flow while this graph is attached (its introspection hook), not by users. */
   runEnded(run: InspectedRun): void {
     const node = this.nodes.get(run.stats);
     if (node === undefined || !node.runs.delete(run)) return;
     if (node.runs.size === 0) node.endedAt = this.scheduler.now();
   }
 
+  /** Called by the flow while this graph is attached (its introspection hook), not by users. */
   elementFailed(run: InspectedRun, seq: number, error: unknown): void {
     const node = this.nodes.get(run.stats);
     if (node === undefined) return;
@@ -265,6 +268,7 @@ export class PipelineGraph implements Introspector {
     if (this.failures.length > this.config.failures) this.failures.shift();
   }
 
+  /** Called by the flow while this graph is attached (its introspection hook), not by users. */
   deadLettered(run: InspectedRun, letter: DeadLetterRecord): void {
     const node = this.nodes.get(run.stats);
     if (node === undefined) return;
