@@ -2,6 +2,8 @@
  * `sluice/ai` — models (generated from code or loaded by path), the inference pool in
  * worker threads, model workers, RAG (embed, retrieve, assemble), inference and
  * post-processing stages. Needs the optional peer `onnxruntime-node`.
+ *
+ * @module
  */
 import './peers-ai.js'; // first: without onnxruntime-node, the import fails here, naming it
 export { HashTokenizer, DEFAULT_HASH_TOKENIZER, FeedBuffers } from './ai/models/tokenizer.js';

@@ -3,6 +3,8 @@
  * operators (batching, fan-out, admission), resilience wrappers and caches. Its runtime
  * imports are rxjs and zod: importing it loads no native library and no server.
  * Models, inference and RAG are in `sluice/ai`; serving in `sluice/serve`.
+ *
+ * @module
  */
 export { Flow, subscribeWithDemand, isFlow } from './flow/demand.js';
 export type { DemandSubscription, Outlet, Producer } from './flow/demand.js';

@@ -3,6 +3,8 @@
  * with demand carried across: a producer publishes only as the link has room, a receiver pulls
  * only what its pipeline asked for. Needs the optional peer `@nats-io/jetstream` (and a
  * connection, e.g. from `@nats-io/transport-node`).
+ *
+ * @module
  */
 import './peers-nats.js'; // first: without @nats-io/jetstream, the import fails here, naming it
 export { openLink, LinkError } from './nats/link.js';

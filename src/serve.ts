@@ -2,6 +2,8 @@
  * `sluice/serve` — WebSocket token streams, the OpenAI-compatible HTTP handler, the
  * server behind `sluice serve`, Prometheus metrics, OpenTelemetry spans and the inspector. Needs
  * the optional peers `src/core/peer-list.ts` declares for it (the README's install table).
+ *
+ * @module
  */
 import './peers-serve.js'; // first: a missing peer fails the import here, naming it
 export { createHttpHandler } from './serve/http.js';

@@ -4,6 +4,7 @@ import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../f
 import { CacheStats } from './stats.js';
 import { ENTRY_OVERHEAD, estimateSize } from './size.js';
 
+/** Options of `LruCache`: its bounds in entries and bytes, and the time to live. */
 export interface LruCacheOptions<V> {
   /** Upper bound of the estimated bytes held (entries, keys and overhead). Required: a cache is bounded. */
   maxBytes: number;
@@ -134,6 +135,7 @@ export class LruCache<V> {
     return true;
   }
 
+  /** Removes `key`; true when it was there. */
   delete(key: string): boolean {
     const entry = this.entries.get(key);
     if (entry === undefined) return false;
@@ -141,6 +143,7 @@ export class LruCache<V> {
     return true;
   }
 
+  /** Removes every entry. */
   clear(): void {
     for (const [key, entry] of this.entries) this.remove(key, entry);
   }

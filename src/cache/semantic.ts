@@ -7,6 +7,7 @@ import { ENTRY_OVERHEAD, estimateSize } from './size.js';
 /** Turns text into a vector. Must honour `signal`: it fires when nobody waits for the answer any more. */
 export type Embedder = (text: string, signal: AbortSignal) => Promise<Float32Array>;
 
+/** Options of `SemanticCache`: the embedder, the similarity threshold and the bounds. */
 export interface SemanticCacheOptions<V> {
   embed: Embedder;
   /** Cosine similarity (-1..1) from which a cached answer is served. Pick it per embedder: 0.95 is a common start. */
@@ -186,6 +187,7 @@ export class SemanticCache<V> {
     }
   }
 
+  /** Removes every entry. */
   clear(): void {
     for (const [id, entry] of this.entries) this.remove(id, entry);
   }

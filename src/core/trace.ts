@@ -57,6 +57,7 @@ function noteKey(stage: string, key: string): string {
   return full;
 }
 
+/** The trace of one element through a pipeline: its id, the stage records when sampled, and the notes stages made about it. */
 export class TraceContext {
   /** Sequence number of the element at the point its trace began. */
   readonly seq: number;

@@ -14,7 +14,9 @@ import { swapLink } from './link-scope.js';
 
 /** A subscription with Reactive Streams demand. */
 export interface DemandSubscription {
+  /** Asks for `n` more elements (additive; a non-positive or non-integer `n` errors the stream). */
   request(n: number): void;
+  /** Stops the stream: nothing is delivered after it, and the producer is released. */
   cancel(): void;
   readonly closed: boolean;
   /** Demand granted and not yet used. */

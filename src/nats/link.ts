@@ -21,6 +21,7 @@ export class LinkError extends SluiceError {
   }
 }
 
+/** The `code` of a `LinkError`. */
 export type LinkErrorCode =
   /** The server has JetStream off, or the account has none. */
   | 'JETSTREAM_UNAVAILABLE'
@@ -64,10 +65,12 @@ export const linkOptionsSchema = lazySchema((z) =>
     .strict(),
 );
 
+/** Options of `openLink`: the link's name, its capacity, delivery settings and the element schema. */
 export type LinkOptions<T = unknown> = Omit<z.input<ReturnType<typeof linkOptionsSchema>>, 'schema'> & {
   /** What a message must be: receivers dead-letter one that is not, producers refuse to send one. */
   schema?: z.ZodType<T>;
 };
+/** A link's options after validation, defaults filled in. */
 export type LinkConfig = z.output<ReturnType<typeof linkOptionsSchema>>;
 
 /** An opened link: where its messages go, and the clients to reach them. `T` is what its schema admits. */

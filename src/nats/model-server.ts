@@ -16,6 +16,7 @@ import type { Link } from './link.js';
 import { type ControlMessage, type RemoteRequest, type WorkerMessage, controlMessageSchema, controlSubject, parseMessage } from './remote-protocol.js';
 import { LinkReceiverStats, fromLink, linkMessageOf } from './source.js';
 
+/** Options of `serveModel`: how many requests run at once, the idle timeout and a report per request. */
 export interface ServeModelOptions {
   /** Requests this process generates at once (default 1). */
   concurrency?: number;
@@ -32,6 +33,7 @@ export interface ServeModelOptions {
   }) => void;
 }
 
+/** A running model server: its stats and how to stop it. */
 export interface ModelServer {
   readonly stats: LinkReceiverStats;
   /** Stops taking requests; those in flight are handed back to the link at once (another worker resumes them). */

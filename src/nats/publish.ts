@@ -23,6 +23,7 @@ import { invalidReason, traceHeaders } from './wire.js';
 import { agreeOnContract } from './contract.js';
 import { sourceIdOf } from './source.js';
 
+/** Options of `toLink`. */
 export interface ToLinkOptions<T> {
   /** Names this producer in message ids (default: random). Reuse it after a restart to let the server drop what it already has. */
   producerId?: string;

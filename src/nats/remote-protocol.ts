@@ -28,6 +28,7 @@ export const remoteRequestSchema = lazySchema((z) =>
     request: z.record(z.string(), z.unknown()),
   }),
 );
+/** A generation request as it crosses a NATS link. */
 export type RemoteRequest = z.infer<ReturnType<typeof remoteRequestSchema>>;
 
 export const workerMessageSchema = lazySchema((z) =>

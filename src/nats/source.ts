@@ -69,6 +69,7 @@ export class LinkReceiverStats {
   }
 }
 
+/** Options of `fromLink`. */
 export interface FromLinkOptions {
   /** Messages one pull asks for at most (default 64). */
   maxBatch?: number;
@@ -106,6 +107,7 @@ const fromLinkSchema = lazySchema((z) =>
   }),
 );
 
+/** A Flow of the elements of `link`: messages are pulled only as the pipeline asks, and each is acknowledged when its element settles. */
 export function fromLink<T = unknown>(link: Link<T> | Link, options: FromLinkOptions = {}): Flow<Traced<T>> {
   parseOptions(fromLinkSchema(), options, 'fromLink options');
   const receiver: ReceiverConfig = {

@@ -24,6 +24,7 @@ export interface RejectEvent<T> {
   readonly trace: TraceContext;
 }
 
+/** Options of `admission`: the rate, tenants and priorities, the queue bound and a report of what is refused. */
 export interface AdmissionOptions<T> {
   /** Names the operator in errors, traces and metrics. Default `admission-N`. */
   name?: string;
@@ -35,6 +36,7 @@ export interface AdmissionOptions<T> {
   priority?: (value: T) => number;
   /** Requests that may wait (for a token or for downstream demand), across tenants; 0 = none wait. */
   maxQueue: number;
+  /** Called with every element refused, and why. */
   onReject?: (event: RejectEvent<T>) => void;
   /** Timers (refills) and the clock. Default `asyncScheduler`. */
   scheduler?: SchedulerLike;

@@ -52,6 +52,7 @@ export class Batch<T> {
   }
 }
 
+/** Options of `batch`: how many elements make a batch and how long a partial one may wait. */
 export interface BatchOptions<T> {
   /** Names the operator in errors, traces and metrics. Default `batch-N`. */
   name?: string;
@@ -395,6 +396,7 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> implements InspectedRun {
   }
 }
 
+/** Options of `unbatch`. */
 export interface UnbatchOptions {
   /** Names the operator in errors and metrics. Default `unbatch-N`. */
   name?: string;

@@ -11,6 +11,7 @@ import type { RequestLog } from './request-log.js';
 import { RequestRegistry } from './inspect/requests.js';
 import type { TraceObserver } from './telemetry.js';
 
+/** Options of `createHttpHandler`: the models, the limits, the log, quotas and telemetry. */
 export interface HttpHandlerOptions {
   /** Models served, by the name clients put in `model`. */
   readonly workers?: Readonly<Record<string, ChatWorker>>;

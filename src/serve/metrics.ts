@@ -32,6 +32,7 @@ import type { TokenSocketStats } from './socket-stats.js';
 
 const prom = promClient();
 
+/** Options of `SluiceMetrics`: the metric name prefix, the default Node metrics and the event-loop sampling resolution. */
 export interface SluiceMetricsOptions {
   /** Prepended to every sluice metric name (not to `gen_ai_*` nor the default Node metrics). Default `sluice_`. */
   readonly prefix?: string;

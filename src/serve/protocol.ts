@@ -68,6 +68,7 @@ export const CLOSE_CODES = {
  * frame; `maxBadFrames` of them in a row close the connection with 1008.
  */
 export const PROTOCOL_ERRORS = ['BINARY_FRAME', 'INVALID_JSON', 'INVALID_MESSAGE', 'UNKNOWN_TYPE'] as const;
+/** An error about a frame itself (one of `PROTOCOL_ERRORS`). */
 export type ProtocolErrorCode = (typeof PROTOCOL_ERRORS)[number];
 
 /**
@@ -88,6 +89,7 @@ export const REQUEST_ERRORS = [
   'SHUTTING_DOWN',
   'SHUTDOWN',
 ] as const;
+/** An error about a request (one of `REQUEST_ERRORS`). */
 export type RequestErrorCode = (typeof REQUEST_ERRORS)[number];
 
 /** A code an `error` frame carries: a protocol or request code, or the `code` of a `SluiceError` a worker raised. */
@@ -127,8 +129,11 @@ export const generateMessageSchema = lazySchema((z) =>
 
 export const cancelMessageSchema = lazySchema((z) => z.object({ type: z.literal('cancel'), id: idSchema() }).strict());
 
+/** A client frame asking for a generation. */
 export type GenerateMessage = z.output<ReturnType<typeof generateMessageSchema>>;
+/** A client frame cancelling a generation it asked for. */
 export type CancelMessage = z.output<ReturnType<typeof cancelMessageSchema>>;
+/** A frame a client sends on the token socket. */
 export type ClientMessage = GenerateMessage | CancelMessage;
 
 /**
@@ -177,6 +182,7 @@ export interface HelloFrame {
   readonly limits: HelloLimits;
 }
 
+/** One generated token of a request. */
 export interface TokenFrame {
   readonly type: 'token';
   readonly id: string;
@@ -185,6 +191,7 @@ export interface TokenFrame {
   readonly tokens: number;
 }
 
+/** The end of a request's generation: why it finished and the usage. */
 export interface DoneFrame {
   readonly type: 'done';
   readonly id: string;
@@ -193,6 +200,7 @@ export interface DoneFrame {
   readonly traceparent: string;
 }
 
+/** A request failed, or a frame could not be understood: a code and a message. */
 export interface ErrorFrame {
   readonly type: 'error';
   readonly id?: string;
@@ -200,6 +208,7 @@ export interface ErrorFrame {
   readonly message: string;
 }
 
+/** A frame the server sends on the token socket. */
 export type ServerFrame = HelloFrame | TokenFrame | DoneFrame | ErrorFrame;
 
 const count = () => zod().number().int().min(1);

@@ -41,6 +41,7 @@ import {
   type Token,
 } from './worker.js';
 
+/** One upstream of a `Gateway`: an OpenAI-compatible server and its models. */
 export interface UpstreamOptions {
   /** Up to and including the version, e.g. `http://127.0.0.1:8000/v1`. */
   readonly baseUrl: string;
@@ -56,6 +57,7 @@ export interface UpstreamOptions {
   readonly models?: readonly string[];
 }
 
+/** Options of `Gateway`: the upstreams, retries, circuit breakers and caching. */
 export interface GatewayOptions {
   /** Tried in this order when one fails before its first token (after its retries). */
   readonly upstreams: readonly UpstreamOptions[];
@@ -96,6 +98,7 @@ export interface GatewayOptions {
   readonly cacheScope?: 'tenant' | 'global';
   /** Hits, misses and joins of the cache and single-flight. */
   readonly cacheStats?: CacheStats;
+  /** Called when an upstream's circuit breaker changes state. */
   readonly onBreakerChange?: (upstream: string, change: CircuitStateChange) => void;
   /** Numbers in [0, 1) for weights and jitter. Default `Math.random`. */
   readonly random?: () => number;

@@ -38,14 +38,21 @@ export type RunModel = (feeds: Record<string, ort.Tensor>, signal: AbortSignal) 
 
 /** Text to token ids and back, one token at a time. */
 export interface TokenCodec {
+  /** The token ids of `text`. */
   encode(text: string): number[];
+  /** The text of one token id. */
   decode(id: number): string;
   /**
    * A decoder for one generation, when a token's text depends on its neighbours (byte-level
    * BPE splitting a character, SentencePiece spaces): `push` gives the text each id adds,
    * `end` what is still held. `context` is the prompt's ids. Without it, `decode` per id.
    */
-  stream?(context: readonly number[]): { push(id: number): string; end(): string };
+  stream?(context: readonly number[]): {
+    /** The text `id` adds (may be empty while a character is incomplete). */
+    push(id: number): string;
+    /** The text still held back, at the end of the stream. */
+    end(): string;
+  };
 }
 
 interface LmWorkerOptions {
@@ -93,6 +100,7 @@ function lastRow(logits: ort.Tensor): Float32Array {
   return (logits.data as Float32Array).subarray((seq - 1) * vocab, seq * vocab);
 }
 
+/** Options of `CharLmWorker`. */
 export interface CharLmWorkerOptions extends LmWorkerOptions {
   /** The model's characters by id; id 0 is beginning-of-text (`charlm.vocab.json`). */
   readonly vocab: readonly string[];
@@ -179,6 +187,7 @@ export interface DecoderShape {
   readonly maxPositions?: number;
 }
 
+/** Options of `DecoderLmWorker`: the model's shape, its codec and its end-of-sequence tokens. */
 export interface DecoderLmWorkerOptions extends LmWorkerOptions {
   readonly shape: DecoderShape;
   readonly run: RunModel;

@@ -2,6 +2,7 @@ import { GraphBuilder, ModelBuilder } from './onnx/index.js';
 import { seededRandom } from '../../core/random.js';
 import type { HashTokenizerConfig } from './tokenizer.js';
 
+/** How the generated embedding model is made: its tokenizer, its width and the seed of its table. */
 export interface EmbeddingModelConfig {
   readonly tokenizer: HashTokenizerConfig;
   /** 384 mirrors all-MiniLM-L6-v2, so code written against this model runs unchanged against the real one. */

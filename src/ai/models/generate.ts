@@ -8,6 +8,7 @@ import { GUARD_LABELS, buildGuardModel, parseGuardExamples, trainGuard } from '.
 import { SIGNATURES, loadModel, type ModelSignature } from './load.js';
 import { DEFAULT_HASH_TOKENIZER } from './tokenizer.js';
 
+/** The configuration of the generated embedding model (`embed.onnx`): its tokenizer, width and seed. */
 export const EMBEDDING_CONFIG: EmbeddingModelConfig = { tokenizer: DEFAULT_HASH_TOKENIZER, dim: 384, seed: 0x5eed };
 /** Seed of the guard's train/held-out split. */
 export const GUARD_SPLIT_SEED = 1;
@@ -36,6 +37,7 @@ export interface GuardMetadata {
   readonly tokenizer: string;
 }
 
+/** Options of `generateModels`: where to write the models, and whether to overwrite. */
 export interface GenerateOptions {
   readonly outDir: string;
   /** Holds `guard.jsonl` and `corpus.txt`. */
@@ -44,9 +46,11 @@ export interface GenerateOptions {
   readonly force?: boolean;
   /** Load every model written in onnxruntime and check its signature. */
   readonly verify?: boolean;
+  /** Receives one line per file written or skipped. */
   readonly log?: (line: string) => void;
 }
 
+/** A model file `generateModels` wrote or found. */
 export interface GeneratedFile {
   readonly path: string;
   readonly written: boolean;

@@ -8,6 +8,7 @@ import type * as HfTokenizers from '@huggingface/tokenizers';
 import { hfTokenizers } from '../../core/peers.js';
 import { padBatch, type EncodedBatch, type FeedBuffers, type Tokenizer } from './tokenizer.js';
 
+/** Options of `HfTokenizer`. */
 export interface HfTokenizerOptions {
   /** `tokenizer_config.json`, parsed (special tokens, `clean_up_tokenization_spaces`...). Default `{}`. */
   readonly config?: Readonly<Record<string, unknown>>;

@@ -4,6 +4,7 @@ import { textFeeds, tensorRows } from './pool-embedder.js';
 import { GUARD_LABELS } from './guard.js';
 import { FeedBuffers, type Tokenizer } from './tokenizer.js';
 
+/** Options of `poolClassifier`: the model to run, the labels and which label is the positive one. */
 export interface PoolClassifierOptions {
   /** The pool's model to run. Default: the pool's only model. */
   model?: string;

@@ -7,6 +7,7 @@
  */
 import { CacheStats } from '../../cache/stats.js';
 
+/** A bounded cache of text embeddings, so a repeated passage or question is embedded once. */
 export class EmbeddingCache {
   readonly capacity: number;
   /**
@@ -51,6 +52,7 @@ export class EmbeddingCache {
     return vector;
   }
 
+  /** Stores the vector of `text`. */
   set(text: string, vector: Float32Array): void {
     this.remove(text);
     this.entries.set(text, vector);
@@ -62,6 +64,7 @@ export class EmbeddingCache {
     }
   }
 
+  /** True when the vector of `text` is cached. */
   has(text: string): boolean {
     return this.entries.has(text);
   }

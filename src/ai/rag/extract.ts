@@ -6,6 +6,7 @@
 import { cosineSimilarity } from '../../cache/semantic.js';
 import type { RetrievedPassage } from './passage.js';
 
+/** Options of the extractive answer a `ragWorker` gives without a generator. */
 export interface ExtractOptions {
   /** Sentences in an answer at most. Default 3. */
   readonly sentences?: number;

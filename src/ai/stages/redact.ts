@@ -13,6 +13,7 @@ import { TraceContext, Traced } from '../../core/trace.js';
 
 /** The built-in detectors. `ip` covers IPv4 and IPv6. */
 export const PII_KINDS = ['card', 'ip', 'email', 'phone'] as const;
+/** A kind of personal data `redact` finds (one of `PII_KINDS`). */
 export type PiiKind = (typeof PII_KINDS)[number];
 
 /** What each built-in kind is replaced with unless `replacements` says otherwise. */
@@ -58,6 +59,7 @@ export class RedactStats extends StageStats {
   dropped = 0;
 }
 
+/** Options of `redact`: the kinds of PII to detect, extra patterns, the replacements and how long a possible match is held. */
 export interface RedactOptions {
   /** Names the operator in errors, trace notes and stats. Default `redact`. */
   name?: string;
@@ -394,6 +396,7 @@ export class Redactor {
     return this.held.length;
   }
 
+  /** Takes the next chunk of a stream and returns what can be released redacted; a match that may continue is held back. */
   push(chunk: string): string {
     const text = this.context + this.held + chunk;
     const { out, stop } = scan(this.detectors, text, this.context.length, false, this.counts);
@@ -408,6 +411,7 @@ export class Redactor {
     return out + head.out;
   }
 
+  /** Releases what was held back, redacted: call it at the end of the stream. */
   flush(): string {
     if (this.held.length === 0) return '';
     const text = this.context + this.held;

@@ -26,6 +26,7 @@ import { hdrHistogram } from '../../core/peers.js';
 /** What a node was doing at one sample. */
 export type NodeState = 'working' | 'starved' | 'backpressured' | 'idle';
 
+/** One stage in a graph snapshot: its queue, demand, latency, sheds and state. */
 export interface NodeSnapshot extends RunDescription {
   readonly id: string;
   /** Runs going now (a per-request pipeline has one per request). */
@@ -54,11 +55,13 @@ export interface NodeSnapshot extends RunDescription {
   readonly endedAt: number | undefined;
 }
 
+/** A link in a graph snapshot: which stage feeds which. */
 export interface EdgeSnapshot {
   readonly from: string;
   readonly to: string;
 }
 
+/** One element's passage through the stages, for the waterfall view. */
 export interface WaterfallEntry {
   readonly traceId: string;
   /** The tenant whose request it was, when a server said (a tenant's inspector sees only its own). */
@@ -88,6 +91,7 @@ export interface DeadLetterEntry extends DeadLetterRecord {
   readonly link: string;
 }
 
+/** A `PipelineGraph` at one moment. */
 export interface GraphSnapshot {
   /** The scheduler's clock, ms. */
   readonly at: number;
@@ -105,6 +109,7 @@ export interface GraphSnapshot {
   readonly deadLetters: readonly DeadLetterEntry[];
 }
 
+/** Options of `PipelineGraph`: its sampling interval and window, and its bounds on nodes, failures and dead letters. */
 export interface PipelineGraphOptions {
   /** Sample interval, ms. Default 250. */
   readonly interval?: number;
@@ -171,6 +176,7 @@ function push<T>(ring: Ring<T>, value: T, size: number): void {
   ring.push(value);
 }
 
+/** The live graph of a pipeline's stages and links, with the state of each: what the inspector shows. */
 export class PipelineGraph implements Introspector {
   private readonly nodes = new Map<StageStats, Node>();
   /** Whose link each is: how a run finds the node it feeds. */
@@ -323,6 +329,7 @@ export class PipelineGraph implements Introspector {
     }
   }
 
+  /** The graph as it is now: nodes, edges, the bottleneck and recent failures. */
   snapshot(): GraphSnapshot {
     const nodes = [...this.nodes.values()].map((node) => this.nodeSnapshot(node));
     const edges: EdgeSnapshot[] = [];

@@ -17,6 +17,7 @@ export interface RequestInfo {
   readonly prompt?: string | undefined;
 }
 
+/** Options of `RequestRegistry`: whether it keeps what each request asked (`content`). */
 export interface RequestRegistryOptions {
   /**
    * Keep each request's prompt and the end of its answer so far, for the inspector. Off by
@@ -87,6 +88,7 @@ interface Entry {
 
 const TOP_TENANTS = 20;
 
+/** The requests a server is running, for the inspector: each added when it starts and removed when it ends. */
 export class RequestRegistry {
   /** Insertion order is start order: the first entries are the oldest. */
   private readonly running = new Map<string, Entry>();
@@ -102,6 +104,7 @@ export class RequestRegistry {
     return this.running.size;
   }
 
+  /** Registers a running request; the handle updates and ends it. */
   add(info: RequestInfo): RequestHandle {
     const entry: Entry = {
       id: `r${++this.seq}`,
