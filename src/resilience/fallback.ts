@@ -14,6 +14,7 @@ export interface FallbackOptions {
   scheduler?: SchedulerLike;
 }
 
+/** @internal */
 export const workerSchema = lazySchema((z) =>
   z.union(
     [

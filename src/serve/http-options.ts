@@ -70,6 +70,7 @@ const workerSchema = lazySchema((z) =>
   ),
 );
 
+/** @internal */
 export const optionsSchema = lazySchema((z) =>
   z
     .object({

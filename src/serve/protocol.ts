@@ -25,7 +25,7 @@
  * ```
  */
 import type * as z from 'zod';
-import { lazySchema, zod } from '../core/zod.js';
+import { lazySchema, zod, type Holds, type SchemaMatches } from '../core/zod.js';
 import type { FinishReason } from '../ai/inference/worker.js';
 
 /** The subprotocol a client must offer; a future incompatible protocol gets a new version. */
@@ -101,6 +101,7 @@ const idSchema = lazySchema((z) =>
 
 const TRACEPARENT = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 
+/** @internal The check of a `generate` frame. */
 export const generateMessageSchema = lazySchema((z) =>
   z
     .object({
@@ -127,12 +128,38 @@ export const generateMessageSchema = lazySchema((z) =>
     .refine((m) => (m.prompt === undefined) !== (m.messages === undefined), { error: 'give exactly one of prompt or messages', path: ['prompt'] }),
 );
 
+/** @internal The check of a `cancel` frame. */
 export const cancelMessageSchema = lazySchema((z) => z.object({ type: z.literal('cancel'), id: idSchema() }).strict());
 
-/** A client frame asking for a generation. */
-export type GenerateMessage = z.output<ReturnType<typeof generateMessageSchema>>;
+/** A client frame asking for a generation: exactly one of `prompt` or `messages`. */
+export interface GenerateMessage {
+  type: 'generate';
+  /** The client's id of the request (1–128 characters): every frame about it carries it. */
+  id: string;
+  /** The prompt, for a plain completion. */
+  prompt?: string;
+  /** The conversation, for a chat completion. */
+  messages?: { role: string; content: string }[];
+  /** Generation parameters (`temperature`, `top_p`, `max_tokens`...), validated by `generateRequest`. */
+  parameters?: Record<string, unknown>;
+  /** A W3C traceparent to continue the client's trace. */
+  traceparent?: string;
+  /** What happens to tokens while the client reads slowly: `pause` decoding (default) or `conflate` them into larger frames. */
+  policy?: 'pause' | 'conflate';
+  /** Which of the server's workers generates, when it has several. */
+  model?: string;
+}
 /** A client frame cancelling a generation it asked for. */
-export type CancelMessage = z.output<ReturnType<typeof cancelMessageSchema>>;
+export interface CancelMessage {
+  type: 'cancel';
+  /** The id of the request to cancel. */
+  id: string;
+}
+/** @internal Fails to compile when the frame types and their schemas part ways. */
+export type ClientFramesInStep = [
+  Holds<SchemaMatches<GenerateMessage, z.output<ReturnType<typeof generateMessageSchema>>>>,
+  Holds<SchemaMatches<CancelMessage, z.output<ReturnType<typeof cancelMessageSchema>>>>,
+];
 /** A frame a client sends on the token socket. */
 export type ClientMessage = GenerateMessage | CancelMessage;
 
@@ -214,7 +241,7 @@ export type ServerFrame = HelloFrame | TokenFrame | DoneFrame | ErrorFrame;
 const count = () => zod().number().int().min(1);
 const rateSchema = lazySchema((z) => z.object({ perSecond: z.number().positive(), burst: z.number().min(1) }).strict());
 
-/** Schema of server frames, for clients (and tests) that validate what they receive. */
+/** Schema of server frames, for clients (and tests) that validate what they receive. @internal */
 export const serverFrameSchema = lazySchema((z) =>
   z.discriminatedUnion('type', [
     z
@@ -288,7 +315,7 @@ export function parseClientFrame(data: string, isBinary: boolean): ParsedFrame {
   return bad('INVALID_MESSAGE', `invalid ${String(record.type)} message: ${describeIssues(result.error.issues)}`, requestId);
 }
 
-/** `path: message` for each issue, like `InvalidOptionsError`, so a client sees which field is wrong. */
+/** `path: message` for each issue, like `InvalidOptionsError`, so a client sees which field is wrong. @internal */
 export function describeIssues(issues: readonly z.core.$ZodIssue[]): string {
   return issues
     .flatMap((issue) => {

@@ -184,7 +184,7 @@ export class UpstreamDiscoveryError extends SluiceError {
  * errors, timeouts, broken streams and the network, whether an HTTP status or an error inside
  * the stream said so. See `classifyUpstreamFailure` for the whole judgement.
  */
-export function isUpstreamTransient(error: unknown): boolean {
+function isUpstreamTransient(error: unknown): boolean {
   return classifyUpstreamFailure(error) === 'transient';
 }
 
@@ -471,7 +471,7 @@ function upstreamName(upstream: { readonly name?: string | undefined; readonly b
 }
 
 /** `GET {baseUrl}/models`: the ids of an OpenAI-compatible server's models. */
-export async function discoverModels(upstream: UpstreamConfig, doFetch: typeof fetch, timeout: number): Promise<string[]> {
+async function discoverModels(upstream: UpstreamConfig, doFetch: typeof fetch, timeout: number): Promise<string[]> {
   const name = upstreamName(upstream);
   let response: Response;
   try {
