@@ -14,7 +14,7 @@ export { StageStats } from './flow/stats.js';
 export { POLICIES } from './flow/options.js';
 export type { Policy, ShedReason, Outcome } from './flow/options.js';
 export * from './core/errors.js';
-export { Traced, TraceContext, traced, parseTraceparent, sampler } from './core/trace.js';
+export { Traced, TraceContext, traced, parseTraceparent } from './core/trace.js';
 export type { StageRecord } from './core/trace.js';
 export { stage } from './operators/stage.js';
 export type { StageContext, StageOperator, StageOptions, Work, WorkResult, ShedEvent, FailureEvent } from './operators/stage.js';
@@ -63,5 +63,4 @@ export type { RouteOptions, RouteVariant, RunReport, ShadowReport } from './resi
 export { StreamTimeoutError, CircuitOpenError, FallbackExhaustedError } from './resilience/errors.js';
 export type { StreamTimeoutKind } from './resilience/errors.js';
 export { seededRandom } from './resilience/random.js';
-export type { BackoffOptions } from './resilience/random.js';
 export type { StreamWork, Worker as StreamWorker, NamedWorker } from './resilience/relay.js';
