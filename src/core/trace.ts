@@ -75,7 +75,7 @@ export class TraceContext {
   private parentSpanId: string | undefined;
   /** This context's span number once `spanId` was read (a small integer; the id string is made on each read). */
   private span: number | undefined;
-  /** Clock reading when the element last left a stage: lets the next stage read the clock once per hop. */
+  /** Clock reading when the element last left a stage: lets the next stage read the clock once per hop. @internal */
   lastExit = 0;
   /**
    * Decisions stages made about this element, always on (not sampled): `"<stage>.<key>"`
@@ -258,6 +258,7 @@ export function traced<T>(value: T, options: { seq?: number; sampled?: boolean; 
 /**
  * `sampler(rate)` for a caller whose `seq` only grows (a stage's arrival order): the
  * same decisions, `seq % n === 0`, without a division and a closure call per element.
+ * @internal
  */
 export class SeqSampler {
   /** 0: never. */
@@ -278,7 +279,7 @@ export class SeqSampler {
   }
 }
 
-/** Every `n`-th element is sampled, deterministically (rate 1 = all, 0 = none). */
+/** Every `n`-th element is sampled, deterministically (rate 1 = all, 0 = none). @internal */
 export function sampler(rate: number): (seq: number) => boolean {
   if (rate >= 1) return () => true;
   if (rate <= 0) return () => false;
