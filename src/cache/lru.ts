@@ -86,6 +86,7 @@ export class LruCache<V> {
     return this.held;
   }
 
+  /** Entries held now. */
   get size(): number {
     return this.entries.size;
   }

@@ -138,6 +138,7 @@ export class SemanticCache<V> {
     this.stats = parsed.stats ?? new CacheStats();
   }
 
+  /** Entries held now. */
   get size(): number {
     return this.entries.size;
   }

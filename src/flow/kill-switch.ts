@@ -15,6 +15,7 @@ export class KillSwitch {
   private readonly listeners = new Set<(event: KillEvent) => void>();
   private fired: KillEvent | undefined;
 
+  /** `armed` until told, then `shutdown` or `aborted`. */
   get state(): 'armed' | 'shutdown' | 'aborted' {
     return this.fired === undefined ? 'armed' : this.fired.kind === 'shutdown' ? 'shutdown' : 'aborted';
   }

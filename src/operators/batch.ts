@@ -32,6 +32,7 @@ export class Batch<T> {
     this.traces = traces;
   }
 
+  /** Elements in the batch. */
   get size(): number {
     return this.items.length;
   }

@@ -140,6 +140,7 @@ export class CircuitBreaker {
     if (this.options.onStateChange) this.listeners.add(this.options.onStateChange);
   }
 
+  /** `closed`, `open` or `half-open`, as of now. */
   get state(): CircuitState {
     return this.subject.value;
   }

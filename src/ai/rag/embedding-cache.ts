@@ -23,18 +23,22 @@ export class EmbeddingCache {
     this.stats = stats;
   }
 
+  /** Lookups that found a vector. */
   get hits(): number {
     return this.stats.hits;
   }
 
+  /** Lookups that found none. */
   get misses(): number {
     return this.stats.misses;
   }
 
+  /** Vectors dropped to stay within `capacity`. */
   get evictions(): number {
     return this.stats.evictions;
   }
 
+  /** Vectors held now. */
   get size(): number {
     return this.entries.size;
   }

@@ -230,6 +230,7 @@ export class PipelineGraph implements Introspector {
     this.timer = undefined;
   }
 
+  /** True while the graph is attached and sampling. */
   get running(): boolean {
     return this.detach !== undefined;
   }

@@ -100,6 +100,7 @@ export class RequestRegistry {
     this.content = options.content === true;
   }
 
+  /** Requests running now. */
   get size(): number {
     return this.running.size;
   }
