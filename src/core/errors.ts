@@ -105,7 +105,7 @@ export class StageTimeoutError extends SluiceError {
   }
 }
 
-/** A drain did not finish within its deadline: what was still in flight is abandoned. */
+/** A stage did not drain within `drainTimeout` after upstream completed: the elements still buffered or in flight are failed. */
 export class DrainTimeoutError extends SluiceError {
   constructor(
     stage: string,

@@ -83,7 +83,7 @@ export type FinishReason = 'stop' | 'length' | 'abort' | 'tool_calls' | 'content
 /** How a backend may end a generation: every `FinishReason` but `abort`, which only the consumer causes. */
 export type EndReason = Exclude<FinishReason, 'abort'>;
 
-/** Token counts of one generation, as OpenAI reports them. */
+/** Token counts of one generation: the prompt's (`inputTokens`) and the generated ones (`outputTokens`). */
 export interface Usage {
   readonly inputTokens: number;
   readonly outputTokens: number;

@@ -37,7 +37,7 @@ export interface GuardMetadata {
   readonly tokenizer: string;
 }
 
-/** Options of `generateModels`: where to write the models, and whether to overwrite. */
+/** Options of `generateModels`: where to write the models, where the training data is, and whether to overwrite and verify. */
 export interface GenerateOptions {
   readonly outDir: string;
   /** Holds `guard.jsonl` and `corpus.txt`. */
