@@ -16,7 +16,8 @@ import { stage } from '../src/operators/stage.js';
 import { MODEL_FILES } from '../src/ai/models/generate.js';
 import { SIGNATURES, loadModel, type LoadedModel } from '../src/ai/models/load.js';
 import { EmptyPromptError, HttpStatusError, MalformedEventError, ProviderError, RateLimitedError } from '../src/ai/inference/errors.js';
-import { StopMatcher, applyOccurrencePenalties, applyRepetitionPenalty, createRandom, distribution, sampleToken } from '../src/ai/inference/sampling.js';
+import { StopMatcher, applyOccurrencePenalties, applyRepetitionPenalty, distribution, sampleToken } from '../src/ai/inference/sampling.js';
+import { seededRandom } from '../src/resilience/random.js';
 import { generateRequest, type GenerateRequest, type GenerationDone, type ModelWorker, type Token } from '../src/ai/inference/worker.js';
 import { OpenAIWorker, SseParser } from '../src/ai/inference/openai.js';
 import { CharLmWorker, DecoderLmWorker, type RunModel } from '../src/ai/inference/onnx-lm.js';
@@ -149,7 +150,7 @@ describe('sampling', () => {
 
   it('is reproducible with a seed', () => {
     const draw = (seed: number) => {
-      const random = createRandom(seed);
+      const random = seededRandom(seed);
       return Array.from({ length: 50 }, () => sampleToken(logits, { temperature: 1.3 }, random).id);
     };
     assert.deepEqual(draw(7), draw(7));
@@ -184,7 +185,7 @@ describe('sampling', () => {
         },
       ),
     );
-    const random = createRandom(1);
+    const random = seededRandom(1);
     for (let i = 0; i < 200; i++) assert.ok([1, 5].includes(sampleToken(logits, { top_k: 2 }, random).id));
   });
 

@@ -2,21 +2,21 @@
  * `sluice/ai` — models (generated from code or loaded by path), the inference pool in
  * worker threads, model workers, RAG (embed, retrieve, assemble), inference and
  * post-processing stages. Needs the optional peer `onnxruntime-node`.
+ *
+ * @module
  */
 import './peers-ai.js'; // first: without onnxruntime-node, the import fails here, naming it
-export { GraphBuilder, ModelBuilder, float } from './ai/models/onnx/index.js';
-export type { AttributeValue, Dim, ElementType, FloatAttribute, ModelOptions, TensorData } from './ai/models/onnx/index.js';
-export { HashTokenizer, DEFAULT_HASH_TOKENIZER, FeedBuffers, padBatch } from './ai/models/tokenizer.js';
+export { HashTokenizer, DEFAULT_HASH_TOKENIZER, FeedBuffers } from './ai/models/tokenizer.js';
 export type { Tokenizer, EncodedBatch, HashTokenizerConfig } from './ai/models/tokenizer.js';
 export { HfTokenizer } from './ai/models/hf-tokenizer.js';
 export type { HfTokenizerOptions } from './ai/models/hf-tokenizer.js';
-export { loadModel, loadTokenizer, signatureProblems, SIGNATURES, LoadedModel } from './ai/models/load.js';
+export { loadModel, loadTokenizer, SIGNATURES, LoadedModel } from './ai/models/load.js';
 export type { LoadModelOptions, LoadTokenizerOptions, ModelSignature, TensorSpec } from './ai/models/load.js';
 export { ModelNotFoundError, ModelCorruptError, ModelSignatureError, UnsupportedTokenizerError } from './ai/models/errors.js';
 export { generateModels, MODEL_FILES, EMBEDDING_CONFIG } from './ai/models/generate.js';
 export type { GenerateOptions as GenerateModelsOptions, GeneratedFile, GuardMetadata } from './ai/models/generate.js';
+export type { EmbeddingModelConfig } from './ai/models/embedding.js';
 export { GUARD_LABELS } from './ai/models/guard.js';
-export { cosine } from './ai/models/embedding.js';
 export { planPooling, poolOutputs } from './ai/models/pooling.js';
 export type { Pooling, PoolingOptions, PoolingPlan } from './ai/models/pooling.js';
 export { redact } from './ai/stages/redact.js';
@@ -24,12 +24,12 @@ export type { RedactOperator } from './ai/stages/redact.js';
 export { redactText, Redactor } from './ai/stages/redactor.js';
 export { RedactStats } from './ai/stages/redact-options.js';
 export type { RedactOptions } from './ai/stages/redact-options.js';
-export { luhnValid, PII_KINDS, DEFAULT_REPLACEMENTS } from './ai/stages/pii-detectors.js';
+export { PII_KINDS, DEFAULT_REPLACEMENTS } from './ai/stages/pii-detectors.js';
 export type { RedactPattern, PiiKind } from './ai/stages/pii-detectors.js';
 export { guard, GuardBlockedError, isBlocked } from './ai/stages/guard.js';
 export type { GuardOptions, GuardVerdict, GuardAction } from './ai/stages/guard.js';
 export type { Classifier, Classification } from './ai/models/classifier.js';
-export { jsonOutput, parseJsonOutput, lightRepair, stripFence, collectText, OutputInvalidError } from './ai/stages/json-output.js';
+export { jsonOutput, parseJsonOutput, OutputInvalidError } from './ai/stages/json-output.js';
 export type { JsonOutputOptions, ParseJsonOutputOptions, JsonOutcome, OutputProblem, Repair, ResponseText } from './ai/stages/json-output.js';
 export { VectorIndex } from './ai/rag/vector-index.js';
 export type { SearchOptions, SearchHit } from './ai/rag/vector-index.js';
@@ -38,7 +38,7 @@ export { chunkMarkdown, loadCorpus, indexPassages, BUNDLED_CORPUS, DEFAULT_MAX_F
 export type { LoadCorpusOptions, IndexPassagesOptions } from './ai/rag/corpus.js';
 export type { CorpusSkip, CorpusSkipReason } from './ai/rag/document-text.js';
 export type { Passage, PassageMetadata, RetrievedPassage } from './ai/rag/passage.js';
-export { countTokens, tokenize, tokenEnds } from './ai/rag/tokens.js';
+export { countTokens, tokenize } from './ai/rag/tokens.js';
 export {
   InvalidVectorError,
   DuplicateIdError,
@@ -57,17 +57,18 @@ export type { PromptTokenizer } from './ai/models/prompt-tokenizer.js';
 export type {
   AssembleOptions,
   AssembledPrompt,
+  ChatMessage as PromptMessage,
   FewShotExample,
   PromptTemplateOptions,
   TemplateValue,
   VariablesSchema,
 } from './ai/stages/assemble.js';
-export { generateRequest, promptText, questionOf, generation, complete, decode } from './ai/inference/worker.js';
+export { generateRequest, promptText, generation, complete, decode } from './ai/inference/worker.js';
 export { guardedWorker } from './ai/pipelines/guarded-worker.js';
 export type { GuardedWorkerOptions } from './ai/pipelines/guarded-worker.js';
 export { redactedWorker, redactTokens } from './ai/pipelines/redacted-worker.js';
 export type { RedactTokensOptions } from './ai/pipelines/redacted-worker.js';
-export { jsonWorker, formatSchema } from './ai/pipelines/json-worker.js';
+export { jsonWorker } from './ai/pipelines/json-worker.js';
 export type { JsonFormat } from './ai/pipelines/json-worker.js';
 export type {
   ModelWorker,
@@ -85,14 +86,13 @@ export type {
   Decoding,
   DecodeConfig,
 } from './ai/inference/worker.js';
-export { StopMatcher, createRandom, distribution, sampleToken, applyRepetitionPenalty } from './ai/inference/sampling.js';
+export { StopMatcher, sampleToken } from './ai/inference/sampling.js';
 export type { SamplingParams, SampledToken } from './ai/inference/sampling.js';
-export { OpenAIWorker, SseParser } from './ai/inference/openai.js';
+export { OpenAIWorker } from './ai/inference/openai.js';
 export type { OpenAIWorkerOptions } from './ai/inference/openai.js';
 export { BatchedEmbedder } from './ai/pipelines/batched-embedder.js';
 export type { BatchedEmbedderOptions } from './ai/pipelines/batched-embedder.js';
-export { Gateway, UpstreamDiscoveryError, discoverModels, isUpstreamTransient } from './ai/inference/gateway.js';
-export { classifyUpstreamFailure, statusFailure, type UpstreamFailure } from './ai/inference/upstream-failure.js';
+export { Gateway, UpstreamDiscoveryError } from './ai/inference/gateway.js';
 export type { GatewayOptions, UpstreamOptions } from './ai/inference/gateway.js';
 export type { UpstreamView } from './ai/inference/upstream-stats.js';
 export { CharLmWorker, DecoderLmWorker, ASCII_CODEC } from './ai/inference/onnx-lm.js';
@@ -126,3 +126,4 @@ export { poolClassifier } from './ai/pool/classifier.js';
 export type { PoolClassifierOptions } from './ai/pool/classifier.js';
 export { ragWorker, RAG_STAGES } from './ai/pipelines/rag-worker.js';
 export type { RagWorkerOptions, RagStage } from './ai/pipelines/rag-worker.js';
+export type { ExtractOptions } from './ai/rag/extract.js';

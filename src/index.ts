@@ -3,16 +3,18 @@
  * operators (batching, fan-out, admission), resilience wrappers and caches. Its runtime
  * imports are rxjs and zod: importing it loads no native library and no server.
  * Models, inference and RAG are in `sluice/ai`; serving in `sluice/serve`.
+ *
+ * @module
  */
 export { Flow, subscribeWithDemand, isFlow } from './flow/demand.js';
-export type { DemandLink, DemandSubscription, Outlet, Producer, Resumable } from './flow/demand.js';
+export type { DemandSubscription, Outlet, Producer } from './flow/demand.js';
 export { KillSwitch } from './flow/kill-switch.js';
 export type { KillEvent } from './flow/kill-switch.js';
 export { StageStats } from './flow/stats.js';
 export { POLICIES } from './flow/options.js';
 export type { Policy, ShedReason, Outcome } from './flow/options.js';
 export * from './core/errors.js';
-export { Traced, TraceContext, traced, parseTraceparent, sampler } from './core/trace.js';
+export { Traced, TraceContext, traced, parseTraceparent } from './core/trace.js';
 export type { StageRecord } from './core/trace.js';
 export { stage } from './operators/stage.js';
 export type { StageContext, StageOperator, StageOptions, Work, WorkResult, ShedEvent, FailureEvent } from './operators/stage.js';
@@ -35,20 +37,20 @@ export type { FanOutOperator, LaneFactory, LaneShedEvent } from './operators/lan
 export type { LaneOptions } from './operators/fan-out-options.js';
 export { CacheStats } from './cache/stats.js';
 export type { CacheMetric } from './cache/stats.js';
-export { canonicalJson, hashKey, cacheKey, isCacheRequest } from './cache/key.js';
+export { cacheKey } from './cache/key.js';
 export type { CacheRequest, ChatMessage } from './cache/key.js';
-export { estimateSize, ENTRY_OVERHEAD } from './cache/size.js';
+export { estimateSize } from './cache/size.js';
 export { LruCache } from './cache/lru.js';
 export type { LruCacheOptions } from './cache/lru.js';
 export { SemanticCache, normalize, cosineSimilarity } from './cache/semantic.js';
 export type { SemanticCacheOptions, SemanticLookup, Embedder } from './cache/semantic.js';
-export { Flight, SingleFlight } from './cache/flight.js';
+export { SingleFlight } from './cache/flight.js';
 export type { FlightOutcome, FlightWork } from './cache/flight.js';
 export { cached } from './cache/cached.js';
 export type { CachedOptions, CachedAnswer, CacheOutcome, ResponseCacheOptions, SemanticOptions } from './cache/cached.js';
 export { withTimeouts } from './resilience/timeouts.js';
 export type { TimeoutOptions } from './resilience/timeouts.js';
-export { retrying, retryAfterOf } from './resilience/retry.js';
+export { retrying } from './resilience/retry.js';
 export type { RetryOptions } from './resilience/retry.js';
 export { withCircuitBreaker } from './resilience/breaker.js';
 export { CircuitBreaker } from './resilience/breaker.js';
@@ -61,6 +63,5 @@ export { route } from './resilience/route.js';
 export type { RouteOptions, RouteVariant, RunReport, ShadowReport } from './resilience/route.js';
 export { StreamTimeoutError, CircuitOpenError, FallbackExhaustedError } from './resilience/errors.js';
 export type { StreamTimeoutKind } from './resilience/errors.js';
-export { seededRandom, backoffDelay } from './resilience/random.js';
-export type { BackoffOptions } from './resilience/random.js';
+export { seededRandom } from './resilience/random.js';
 export type { StreamWork, Worker as StreamWorker, NamedWorker } from './resilience/relay.js';

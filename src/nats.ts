@@ -3,9 +3,11 @@
  * with demand carried across: a producer publishes only as the link has room, a receiver pulls
  * only what its pipeline asked for. Needs the optional peer `@nats-io/jetstream` (and a
  * connection, e.g. from `@nats-io/transport-node`).
+ *
+ * @module
  */
 import './peers-nats.js'; // first: without @nats-io/jetstream, the import fails here, naming it
-export { openLink, linkOptionsSchema, LinkError } from './nats/link.js';
+export { openLink, LinkError } from './nats/link.js';
 export type { Link, LinkConfig, LinkErrorCode, LinkOptions } from './nats/link.js';
 export { toLink } from './nats/publish.js';
 export type { PublishSummary, ToLinkOptions } from './nats/publish.js';
@@ -15,8 +17,8 @@ export { remoteModel, RemoteGenerationError } from './nats/remote-model.js';
 export type { RemoteModelOptions } from './nats/remote-model.js';
 export { serveModel } from './nats/model-server.js';
 export type { ModelServer, ServeModelOptions } from './nats/model-server.js';
-export { openModelLink, remoteRequestSchema } from './nats/remote-protocol.js';
+export { openModelLink } from './nats/remote-protocol.js';
 export type { RemoteRequest } from './nats/remote-protocol.js';
 export { checkLink, jsonSchemaOf } from './nats/contract.js';
-export type { LinkContract } from './nats/contract.js';
+export type { LinkContract, Side } from './nats/contract.js';
 export type { JsonSchema } from './nats/schema-subset.js';

@@ -22,14 +22,21 @@ export interface CachedAnswer<O> {
 }
 
 /** Response-cache options of {@link cached}; `sizeOf` measures one output (one token, one answer). */
-export type ResponseCacheOptions<O> = Omit<LruCacheOptions<CachedAnswer<O>>, 'sizeOf' | 'stats'> & { sizeOf?: (output: O) => number };
+export type ResponseCacheOptions<O> = Omit<LruCacheOptions<CachedAnswer<O>>, 'sizeOf' | 'stats'> & {
+  /** Measures one output in bytes (default `estimateSize`). */
+  sizeOf?: (output: O) => number;
+};
 
 /** Semantic-cache options of {@link cached}; `sizeOf` measures one output. */
-export type SemanticOptions<O> = Omit<SemanticCacheOptions<CachedAnswer<O>>, 'sizeOf' | 'stats'> & { sizeOf?: (output: O) => number };
+export type SemanticOptions<O> = Omit<SemanticCacheOptions<CachedAnswer<O>>, 'sizeOf' | 'stats'> & {
+  /** Measures one output in bytes (default `estimateSize`). */
+  sizeOf?: (output: O) => number;
+};
 
 /** What a cache decided for one request, noted in its trace as `"<stage>.cache"`. */
 export type CacheOutcome = 'hit' | 'semantic-hit' | 'miss' | 'joined';
 
+/** Options of `cached`: the response cache, the semantic cache and single flight, each optional. */
 export interface CachedOptions<I, O> {
   /** Exact-match cache (LRU, bounded in bytes, optional TTL): options, or an `LruCache` to share between works. */
   response?: ResponseCacheOptions<O> | LruCache<CachedAnswer<O>>;

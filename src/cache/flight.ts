@@ -123,7 +123,7 @@ export class Flight<T> {
 }
 
 /**
- * Single-flight: concurrent requests with the same key share one {@link Flight}.
+ * Single-flight: concurrent requests with the same key share one flight of work.
  * The first request's subscription starts the work; requests arriving while it runs
  * join it (late joiners get every item from the start); when it ends — completes,
  * fails, or is cancelled by all its participants — it is forgotten, and the next

@@ -4,6 +4,7 @@ import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../f
 import { CacheStats } from './stats.js';
 import { ENTRY_OVERHEAD, estimateSize } from './size.js';
 
+/** Options of `LruCache`: its bounds in entries and bytes, and the time to live. */
 export interface LruCacheOptions<V> {
   /** Upper bound of the estimated bytes held (entries, keys and overhead). Required: a cache is bounded. */
   maxBytes: number;
@@ -49,7 +50,7 @@ interface Entry<V> {
  * Expired entries are removed when read (`stats.expirations`) or evicted as the
  * least recent ones.
  *
- * An entry costs {@link ENTRY_OVERHEAD} + 2 bytes per character of its key +
+ * An entry costs 96 bytes of overhead + 2 bytes per character of its key +
  * `sizeOf(value)`.
  *
  * ## Example
@@ -85,6 +86,7 @@ export class LruCache<V> {
     return this.held;
   }
 
+  /** Entries held now. */
   get size(): number {
     return this.entries.size;
   }
@@ -134,6 +136,7 @@ export class LruCache<V> {
     return true;
   }
 
+  /** Removes `key`; true when it was there. */
   delete(key: string): boolean {
     const entry = this.entries.get(key);
     if (entry === undefined) return false;
@@ -141,6 +144,7 @@ export class LruCache<V> {
     return true;
   }
 
+  /** Removes every entry. */
   clear(): void {
     for (const [key, entry] of this.entries) this.remove(key, entry);
   }

@@ -7,6 +7,7 @@ import { ENTRY_OVERHEAD, estimateSize } from './size.js';
 /** Turns text into a vector. Must honour `signal`: it fires when nobody waits for the answer any more. */
 export type Embedder = (text: string, signal: AbortSignal) => Promise<Float32Array>;
 
+/** Options of `SemanticCache`: the embedder, the similarity threshold and the bounds. */
 export interface SemanticCacheOptions<V> {
   embed: Embedder;
   /** Cosine similarity (-1..1) from which a cached answer is served. Pick it per embedder: 0.95 is a common start. */
@@ -69,14 +70,28 @@ export function normalize(vector: Float32Array): Float32Array {
 }
 
 /**
- * Cosine similarity of two normalised vectors of the same length (their dot product).
+ * Cosine similarity of two vectors of the same length: 1 for the same direction, 0 for orthogonal,
+ * 0 when either is all zeros.
  *
  * ## Example
  * ```ts
- * cosineSimilarity(normalize(a), normalize(b)); // 1 for the same direction, 0 for orthogonal
+ * cosineSimilarity([1, 0], [2, 0]); // 1
  * ```
  */
-export function cosineSimilarity(a: Float32Array, b: Float32Array): number {
+export function cosineSimilarity(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let dot = 0;
+  let na = 0;
+  let nb = 0;
+  for (let i = 0; i < a.length; i++) {
+    dot += a[i]! * b[i]!;
+    na += a[i]! * a[i]!;
+    nb += b[i]! * b[i]!;
+  }
+  return dot / Math.sqrt(na * nb || 1);
+}
+
+/** The cosine of two unit vectors: the cache normalises every vector once, so its scan needs only this. */
+function dotProduct(a: Float32Array, b: Float32Array): number {
   let dot = 0;
   for (let i = 0; i < a.length; i++) dot += a[i]! * b[i]!;
   return dot;
@@ -123,6 +138,7 @@ export class SemanticCache<V> {
     this.stats = parsed.stats ?? new CacheStats();
   }
 
+  /** Entries held now. */
   get size(): number {
     return this.entries.size;
   }
@@ -146,7 +162,7 @@ export class SemanticCache<V> {
       }
       // A vector of another length comes from another embedder: it is comparable to nothing here.
       if (entry.scope !== scope || entry.vector.length !== vector.length) continue;
-      const similarity = cosineSimilarity(vector, entry.vector);
+      const similarity = dotProduct(vector, entry.vector);
       if (similarity > bestSimilarity) {
         bestSimilarity = similarity;
         best = [id, entry];
@@ -172,6 +188,7 @@ export class SemanticCache<V> {
     }
   }
 
+  /** Removes every entry. */
   clear(): void {
     for (const [id, entry] of this.entries) this.remove(id, entry);
   }

@@ -4,6 +4,7 @@
  */
 import { installCommand } from './peer-list.js';
 
+/** The `code` of every sluice error: stable strings to branch on, logged and counted as they are. */
 export type SluiceErrorCode =
   | 'INVALID_OPTIONS'
   | 'ILLEGAL_DEMAND'
@@ -17,6 +18,7 @@ export type SluiceErrorCode =
   // Operators define their own codes (e.g. 'CIRCUIT_OPEN'); the union keeps the core ones autocompleted.
   | (string & {});
 
+/** The base of every error sluice throws: a stable `code`, the stage it came from and a hint on what to do. */
 export class SluiceError extends Error {
   readonly code: SluiceErrorCode;
   readonly stage: string | undefined;
@@ -89,6 +91,7 @@ export class StageError extends SluiceError {
   }
 }
 
+/** A stage's work ran past its `timeout`: the element fails (or is handled by the stage's `errorPolicy`). */
 export class StageTimeoutError extends SluiceError {
   constructor(
     stage: string,
@@ -102,6 +105,7 @@ export class StageTimeoutError extends SluiceError {
   }
 }
 
+/** A stage did not drain within `drainTimeout` after upstream completed: the elements still buffered or in flight are failed. */
 export class DrainTimeoutError extends SluiceError {
   constructor(
     stage: string,

@@ -57,6 +57,7 @@ function noteKey(stage: string, key: string): string {
   return full;
 }
 
+/** The trace of one element through a pipeline: its id, the stage records when sampled, and the notes stages made about it. */
 export class TraceContext {
   /** Sequence number of the element at the point its trace began. */
   readonly seq: number;
@@ -74,14 +75,14 @@ export class TraceContext {
   private parentSpanId: string | undefined;
   /** This context's span number once `spanId` was read (a small integer; the id string is made on each read). */
   private span: number | undefined;
-  /** Clock reading when the element last left a stage: lets the next stage read the clock once per hop. */
+  /** Clock reading when the element last left a stage: lets the next stage read the clock once per hop. @internal */
   lastExit = 0;
   /**
    * Decisions stages made about this element, always on (not sampled): `"<stage>.<key>"`
    * → value, e.g. `{ "cache.hit": true, "route.variant": "b" }`. Allocated on first note.
    */
   notes: Record<string, string | number | boolean> | undefined;
-  /** What the element's source is owed when the pipeline is done with it (a link message's acknowledgement), if anything. */
+  /** What the element's source is owed when the pipeline is done with it (a link message's acknowledgement), if anything. @internal */
   settlement: Settlement | undefined = undefined;
 
   constructor(seq: number, sampled: boolean, parent?: { traceId: string; spanId: string }) {
@@ -257,6 +258,7 @@ export function traced<T>(value: T, options: { seq?: number; sampled?: boolean; 
 /**
  * `sampler(rate)` for a caller whose `seq` only grows (a stage's arrival order): the
  * same decisions, `seq % n === 0`, without a division and a closure call per element.
+ * @internal
  */
 export class SeqSampler {
   /** 0: never. */
@@ -277,7 +279,7 @@ export class SeqSampler {
   }
 }
 
-/** Every `n`-th element is sampled, deterministically (rate 1 = all, 0 = none). */
+/** Every `n`-th element is sampled, deterministically (rate 1 = all, 0 = none). @internal */
 export function sampler(rate: number): (seq: number) => boolean {
   if (rate >= 1) return () => true;
   if (rate <= 0) return () => false;

@@ -10,6 +10,7 @@
  * | `conflate`      | the arriving element is merged into the newest buffered one    | content  |
  */
 export const POLICIES = ['pause', 'shed-incoming', 'shed-oldest', 'fail', 'conflate'] as const;
+/** What a stage does when it is full: one of `POLICIES` (wait for demand, or shed by a named rule). */
 export type Policy = (typeof POLICIES)[number];
 
 /** Why an element was shed. */

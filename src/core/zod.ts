@@ -44,3 +44,19 @@ export function isZodSchema(value: unknown): value is import('zod').ZodType {
 export function isObjectSchema(value: unknown): value is import('zod').ZodObject {
   return isZodSchema(value) && value._zod.def.type === 'object' && 'shape' in value;
 }
+
+/**
+ * `true` only when interface `I` and schema input `S` have the same fields and each is assignable to
+ * the other: an option type written by hand stays provably in step with the schema that checks it.
+ * @internal
+ */
+export type SchemaMatches<I, S> = [Exclude<keyof I, keyof S> | Exclude<keyof S, keyof I>] extends [never]
+  ? [I] extends [S]
+    ? [S] extends [I]
+      ? true
+      : false
+    : false
+  : false;
+
+/** Compiles only for `true`: `type Check = Holds<SchemaMatches<Options, z.input<Schema>>>`. @internal */
+export type Holds<T extends true> = T;

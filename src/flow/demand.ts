@@ -52,19 +52,45 @@
 import { Observable, type Observer, type Subscriber } from 'rxjs';
 import { Traced, traceOf, type TraceRef } from '../core/trace.js';
 
-export type { DemandLink, DirectConsumer, Resumable, TracedSink } from './protocol.js';
+export type { DemandLink, Resumable } from './protocol.js';
+/** @internal */
+export type { DirectConsumer, TracedSink } from './protocol.js';
 import { FLOW, type DemandLink, type DirectConsumer, type Resumable, type TracedSink } from './protocol.js';
 import { subscribeWithDemand, type DemandSubscription } from './subscribe-with-demand.js';
 export { subscribeWithDemand, type DemandSubscription } from './subscribe-with-demand.js';
 import { currentLink, swapLink } from './link-scope.js';
+/** @internal */
 export { currentLink, swapLink, withLink } from './link-scope.js';
 import { activeIntrospector, currentWithin, isInspectedRun } from './introspection.js';
 
-/** A producer's view of its consumer. */
+/**
+ * A producer's view of its consumer: what a `Flow` producer calls to emit. Every method checks
+ * the consumer's state itself, so a producer may call them at any time; emit only while `wants()`.
+ */
 export interface Outlet<T> {
+  /** True once the Flow has ended or its consumer has left: emit nothing more. */
   readonly closed: boolean;
   /** True while the consumer can take one more element now (§1.1: emit only then). */
   wants(): boolean;
+  /**
+   * How many elements the consumer would take now: 0 when closed, `Infinity` for a consumer that
+   * does not speak demand. For producers that fetch in batches (a remote queue); others ask `wants()`.
+   */
+  demand(): number;
+  /** Emits one element (ignored once `closed`). */
+  next(value: T): void;
+  /** Ends the Flow with an error; the producer is cancelled first. */
+  error(err: unknown): void;
+  /** Ends the Flow; the producer is cancelled first. */
+  complete(): void;
+}
+
+/**
+ * The outlet sluice's own operators get: the public `Outlet` plus the hot-path methods that skip
+ * checks their callers have already made.
+ * @internal
+ */
+export interface CoreOutlet<T> extends Outlet<T> {
   /**
    * `wants()` for an output of settled async work, asked from the work's callback (a microtask) once
    * its task was found open: it does not look whether the subscriber has left. A subscriber closes
@@ -73,12 +99,6 @@ export interface Outlet<T> {
    * as it was registered, before any microtask.
    */
   wantsSettled(): boolean;
-  /**
-   * How many elements the consumer would take now: 0 when closed, `Infinity` for a consumer that
-   * does not speak demand. For producers that fetch in batches (a remote queue); others ask `wants()`.
-   */
-  demand(): number;
-  next(value: T): void;
   /**
    * Emits the traced element `new Traced(value, trace)` (Flows of traced elements only).
    * A sluice operator linked directly gets the parts: no envelope is made for the hop.
@@ -92,8 +112,6 @@ export interface Outlet<T> {
    * the consumer has left either.
    */
   nextSettled(value: TracedValue<T>, trace: TraceRef): void;
-  error(err: unknown): void;
-  complete(): void;
 }
 
 /** The payload type of a Flow of traced elements. */
@@ -109,7 +127,7 @@ export interface Producer {
   cancel(): void;
 }
 
-class FlowOutlet<T> implements Outlet<T>, Resumable {
+class FlowOutlet<T> implements CoreOutlet<T>, Resumable {
   private ended = false;
   private producer: Producer | undefined;
   private pulling = false;
@@ -146,7 +164,7 @@ class FlowOutlet<T> implements Outlet<T>, Resumable {
    * Asked before every element. Through plain operators the consumer is asked every
    * time (a `filter` may swallow what was granted). A direct consumer that lends its
    * room is asked once per room's worth: nothing but our own elements can fill it, so
-   * what it said stays true until we have emitted that many (figures in docs/internals/).
+   * what it said stays true until we have emitted that many (figures in `docs/internals/`).
    */
   wants(): boolean {
     // `=== true`: V8 has no type for a boolean field, and a bare test is a full ToBoolean (see stage.ts).
@@ -327,9 +345,13 @@ function subscribeFlow<T>(this: Observable<T>, subscriber: Subscriber<T>): void 
  */
 export class Flow<T> extends Observable<T> {
   /** @internal Makes the producer of one subscription. */
-  readonly produce: (outlet: Outlet<T>) => Producer;
+  readonly produce: (outlet: CoreOutlet<T>) => Producer;
 
-  constructor(produce: (outlet: Outlet<T>) => Producer) {
+  /** @internal sluice's own operators get the outlet with its unchecked hot-path methods. */
+  constructor(produce: (outlet: CoreOutlet<T>) => Producer);
+  /** A Flow whose `produce` makes the producer of each subscription, given that subscription's outlet. */
+  constructor(produce: (outlet: Outlet<T>) => Producer);
+  constructor(produce: (outlet: CoreOutlet<T>) => Producer) {
     // One shared subscribe function (RxJS calls it with the Flow as `this`): a closure per Flow lived as long as the Flow.
     super(subscribeFlow);
     this.produce = produce;

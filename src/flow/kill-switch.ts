@@ -15,14 +15,17 @@ export class KillSwitch {
   private readonly listeners = new Set<(event: KillEvent) => void>();
   private fired: KillEvent | undefined;
 
+  /** `armed` until told, then `shutdown` or `aborted`. */
   get state(): 'armed' | 'shutdown' | 'aborted' {
     return this.fired === undefined ? 'armed' : this.fired.kind === 'shutdown' ? 'shutdown' : 'aborted';
   }
 
+  /** Completes every flow the switch controls: sources stop, what is in flight drains. */
   shutdown(): void {
     this.fire({ kind: 'shutdown' });
   }
 
+  /** Errors every flow the switch controls with `reason`, at once: in-flight work is cancelled. */
   abort(reason: unknown = new Error('aborted by kill switch')): void {
     this.fire({ kind: 'abort', reason });
   }
@@ -50,4 +53,5 @@ export class KillSwitch {
   }
 }
 
+/** What a `KillSwitch` was told: a graceful `shutdown` or an `abort` with its reason. */
 export type KillEvent = { kind: 'shutdown' } | { kind: 'abort'; reason: unknown };

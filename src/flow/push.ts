@@ -15,6 +15,7 @@ import { callHook } from './report.js';
  */
 export type PushPolicy = 'shed-incoming' | 'shed-oldest' | 'conflate' | 'fail';
 
+/** Options of `fromPush`: the buffer between a push source and the pipeline's demand. */
 export interface PushOptions<T> {
   name?: string;
   /** Elements held while the consumer has no demand. */
@@ -22,6 +23,7 @@ export interface PushOptions<T> {
   policy: PushPolicy;
   /** `conflate`: merges an arriving element into the newest held one. */
   conflate?: (pending: T, incoming: T) => T;
+  /** Called with every element the buffer sheds, and why. */
   onShed?: (event: { stage: string; reason: ShedReason; value: T }) => void;
   stats?: StageStats;
 }

@@ -82,6 +82,7 @@ function deliver(settlement: Settlement): void {
   settlement.deliver();
 }
 
+/** Options of `toWritable`. */
 export interface ToWritableOptions {
   /**
    * Elements asked of the source ahead of the writable. Default: the writable's
@@ -99,6 +100,7 @@ export interface ToWritableOptions {
   signal?: AbortSignal;
 }
 
+/** Options of `toAsyncIterable`. */
 export interface ToAsyncIterableOptions {
   /** Elements held for the loop, asked for and buffered together (default 16). */
   highWaterMark?: number;
@@ -273,6 +275,7 @@ export function toAsyncIterable<T>(source: Observable<T>, options: ToAsyncIterab
 
 /** What `toAsyncIterable` returns: an async iterator that is its own iterable, with `return` and `throw` always there. */
 export interface FlowIterator<T> extends AsyncIterableIterator<T> {
+  /** The next element, pulled from the flow only when asked for. */
   next(): Promise<IteratorResult<T, undefined>>;
   /** `break` in a `for await`: the source is cancelled and what was buffered is dropped. */
   return(): Promise<IteratorResult<T, undefined>>;

@@ -23,11 +23,15 @@ export class StageStats {
    * docs/internals/stage-hot-path.md). Operators other than `stage` add here. @internal
    */
   receivedCount = 0;
+  /** `delivered` beyond what live runs count (see `receivedCount`). @internal */
   deliveredCount = 0;
+  /** `emitted` beyond what live runs count (see `receivedCount`). @internal */
   emittedCount = 0;
   /** Inputs merged into another by `conflate`; they count as delivered too. */
   conflated = 0;
+  /** Elements shed, by reason. */
   readonly shed: Record<ShedReason, number> = { 'buffer-full': 0, evicted: 0, lagging: 0, cancelled: 0 };
+  /** Elements whose work failed. */
   failed = 0;
   /** Elements waiting in buffers now. */
   buffered = 0;
@@ -55,6 +59,7 @@ export class StageStats {
     for (const run of this.runs) total += run.receivedNow();
     return total;
   }
+  /** Operators other than `stage` count here. @internal */
   set received(value: number) {
     this.receivedCount += value - this.received;
   }
@@ -63,6 +68,7 @@ export class StageStats {
   get delivered(): number {
     return this.deliveredCount + this.passed();
   }
+  /** Operators other than `stage` count here. @internal */
   set delivered(value: number) {
     this.deliveredCount += value - this.delivered;
   }
@@ -71,6 +77,7 @@ export class StageStats {
   get emitted(): number {
     return this.emittedCount + this.passed();
   }
+  /** Operators other than `stage` count here. @internal */
   set emitted(value: number) {
     this.emittedCount += value - this.emitted;
   }
@@ -107,6 +114,7 @@ export class StageStats {
     this.emittedCount += passed;
   }
 
+  /** Elements shed, every reason together. */
   get shedTotal(): number {
     let total = 0;
     for (const reason in this.shed) total += this.shed[reason as ShedReason];

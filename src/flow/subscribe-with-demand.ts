@@ -14,7 +14,9 @@ import { swapLink } from './link-scope.js';
 
 /** A subscription with Reactive Streams demand. */
 export interface DemandSubscription {
+  /** Asks for `n` more elements (additive; a non-positive or non-integer `n` errors the stream). */
   request(n: number): void;
+  /** Stops the stream: nothing is delivered after it, and the producer is released. */
   cancel(): void;
   readonly closed: boolean;
   /** Demand granted and not yet used. */
@@ -67,7 +69,7 @@ function finalize(finalizer: Finalizer, errors: unknown[] | undefined): unknown[
  * the subscriber its source sees. It is an RxJS subscriber by shape (`next`, `error`, `complete`,
  * `closed`, `add`, `remove`, `unsubscribe`), so `subscribe` uses it as it is, as it does a
  * `Subscriber`: no `SafeSubscriber`, observer wrapper or finalizer array lives as long as each
- * request (figures in docs/internals/). What `SafeSubscriber` did is kept: a throw
+ * request (figures in `docs/internals/`). What `SafeSubscriber` did is kept: a throw
  * from the observer during a signal of the source is reported (`config.onUnhandledError`), never
  * thrown into the source; nothing from the source is taken after its terminal signal or after
  * `cancel`; the source's finalizers run after the observer got the terminal signal.

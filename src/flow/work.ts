@@ -21,8 +21,10 @@ export interface StageContext {
 
 /** One value, a Promise of one, or many: an Observable or an AsyncIterable (a token stream). */
 export type WorkResult<O> = O | PromiseLike<O> | Observable<O> | AsyncIterable<O>;
+/** A stage's work: a function of one element and its context that returns a value, a Promise, an Observable or an async iterable. */
 export type Work<I, O> = (value: I, context: StageContext) => WorkResult<O>;
 
+/** Reported to `onShed` for an element a stage dropped: the element, the stage and the reason. */
 export interface ShedEvent<T> {
   readonly stage: string;
   readonly reason: ShedReason;
@@ -37,6 +39,7 @@ export interface ShedEvent<T> {
   readonly count: number;
 }
 
+/** Reported to `onFailure` for an element whose work failed: the element, the stage and the error. */
 export interface FailureEvent<T> {
   readonly stage: string;
   readonly error: SluiceError;

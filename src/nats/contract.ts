@@ -13,6 +13,7 @@ import { zod } from '../core/zod.js';
 import { type Link, LinkError, apiCode, refused } from './link.js';
 import { type JsonSchema, unadmitted } from './schema-subset.js';
 
+/** Which end of a link is asking: the producer or the receiver. */
 export type Side = 'producer' | 'receiver';
 
 const STREAM = 'SLUICE_CONTRACTS';

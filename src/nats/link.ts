@@ -5,7 +5,7 @@
  * the receivers split the work.
  */
 import type * as z from 'zod';
-import { isZodSchema, lazySchema } from '../core/zod.js';
+import { isZodSchema, lazySchema, type Holds, type SchemaMatches } from '../core/zod.js';
 import type { NatsConnection } from '@nats-io/nats-core';
 import type { JetStreamClient, JetStreamManager, StreamConfig, ConsumerConfig } from '@nats-io/jetstream';
 import { natsJetstream } from '../core/peers.js';
@@ -21,6 +21,7 @@ export class LinkError extends SluiceError {
   }
 }
 
+/** The `code` of a `LinkError`. */
 export type LinkErrorCode =
   /** The server has JetStream off, or the account has none. */
   | 'JETSTREAM_UNAVAILABLE'
@@ -35,6 +36,7 @@ export type LinkErrorCode =
   /** A producer's schema admits values the link's receivers refuse (or a receiver's refuses what producers send). */
   | 'SCHEMA_MISMATCH';
 
+/** @internal The one check of a link's options; `LinkOptions` is its input, written out. */
 export const linkOptionsSchema = lazySchema((z) =>
   z
     .object({
@@ -64,11 +66,63 @@ export const linkOptionsSchema = lazySchema((z) =>
     .strict(),
 );
 
-export type LinkOptions<T = unknown> = Omit<z.input<ReturnType<typeof linkOptionsSchema>>, 'schema'> & {
+/** Options of `openLink`: the link's name, its capacity, delivery settings and the element schema. */
+export interface LinkOptions<T = unknown> {
+  /** The link's name: its stream is `SLUICE_<name>`, its subject `sluice.link.<name>`. */
+  name: string;
+  /** Messages the link holds at most, sent and not yet acknowledged (enforced by the server too). Default 256. */
+  capacity?: number;
+  /** How long a receiver may hold a message before the server delivers it again (ms). Default 30 000. */
+  ackWait?: number;
+  /** Deliveries of one message that ends unsettled before it is dead-lettered; after the first, each is worked on alone. Default 5. */
+  maxDeliver?: number;
+  /** Publishes awaiting their acknowledgement from the server, at most. Default 32. */
+  publishWindow?: number;
+  /** How often a producer without credit asks the server for the link's backlog (ms). Default 250. */
+  creditInterval?: number;
+  /** How long a receiver's pull waits for messages before it is renewed (ms, at least 1000). Default 5000. */
+  pullExpires?: number;
+  /** Servers of a JetStream cluster that keep a copy of the link's streams (at most the cluster's size). Default 1. */
+  replicas?: 1 | 3 | 5;
+  /** How long the ids of settled messages are kept to drop copies (ms): the stream's duplicate window. Default 120 000. */
+  dedupWindow?: number;
+  /** Dead letters the link keeps, newest first; older ones are dropped. Default 10 000. */
+  deadLetters?: number;
   /** What a message must be: receivers dead-letter one that is not, producers refuse to send one. */
   schema?: z.ZodType<T>;
-};
-export type LinkConfig = z.output<ReturnType<typeof linkOptionsSchema>>;
+}
+
+/** A link's options after validation, defaults filled in. */
+export interface LinkConfig {
+  /** The link's name: its stream is `SLUICE_<name>`, its subject `sluice.link.<name>`. */
+  name: string;
+  /** Messages the link holds at most, sent and not yet acknowledged (enforced by the server too). */
+  capacity: number;
+  /** How long a receiver may hold a message before the server delivers it again (ms). */
+  ackWait: number;
+  /** Deliveries of one message that ends unsettled before it is dead-lettered; after the first, each is worked on alone. */
+  maxDeliver: number;
+  /** Publishes awaiting their acknowledgement from the server, at most. */
+  publishWindow: number;
+  /** How often a producer without credit asks the server for the link's backlog (ms). */
+  creditInterval: number;
+  /** How long a receiver's pull waits for messages before it is renewed (ms, at least 1000). */
+  pullExpires: number;
+  /** Servers of a JetStream cluster that keep a copy of the link's streams (at most the cluster's size). */
+  replicas: 1 | 3 | 5;
+  /** How long the ids of settled messages are kept to drop copies (ms): the stream's duplicate window. */
+  dedupWindow: number;
+  /** Dead letters the link keeps, newest first; older ones are dropped. */
+  deadLetters: number;
+  /** What a message must be, if the link checks its messages. */
+  schema?: z.ZodType;
+}
+
+/** @internal Fails to compile when the option types and the schema part ways. */
+export type LinkOptionsInStep = [
+  Holds<SchemaMatches<LinkOptions, z.input<ReturnType<typeof linkOptionsSchema>>>>,
+  Holds<SchemaMatches<LinkConfig, z.output<ReturnType<typeof linkOptionsSchema>>>>,
+];
 
 /** An opened link: where its messages go, and the clients to reach them. `T` is what its schema admits. */
 export interface Link<T = unknown> {

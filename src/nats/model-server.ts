@@ -18,6 +18,7 @@ import { LinkReceiverStats, fromLink, linkMessageOf } from './source.js';
 import { functionSchema, parseOptions, positiveInt } from '../flow/options.js';
 import { lazySchema } from '../core/zod.js';
 
+/** Options of `serveModel`: how many requests run at once, the idle timeout and a report per request. */
 export interface ServeModelOptions {
   /** Requests this process generates at once (default 1). */
   concurrency?: number;
@@ -34,6 +35,7 @@ export interface ServeModelOptions {
   }) => void;
 }
 
+/** A running model server: its stats and how to stop it. */
 export interface ModelServer {
   readonly stats: LinkReceiverStats;
   /** Stops taking requests; those in flight are handed back to the link at once (another worker resumes them). */

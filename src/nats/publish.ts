@@ -25,6 +25,7 @@ import { sourceIdOf } from './source.js';
 import { functionSchema, parseOptions } from '../flow/options.js';
 import { lazySchema } from '../core/zod.js';
 
+/** Options of `toLink`. */
 export interface ToLinkOptions<T> {
   /** Names this producer in message ids (default: random). Reuse it after a restart to let the server drop what it already has. */
   producerId?: string;

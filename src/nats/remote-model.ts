@@ -44,6 +44,7 @@ export class RemoteGenerationError extends SluiceError {
   }
 }
 
+/** Options of `remoteModel`: its name, the request window and the idle timeout. */
 export interface RemoteModelOptions {
   /** The model's name (what clients ask for). Default: the link's name. */
   name?: string;

@@ -14,10 +14,11 @@
  * Credit is cumulative and re-sent on a timer, so a lost control message delays, never stalls.
  */
 import type * as z from 'zod';
-import { lazySchema } from '../core/zod.js';
+import { lazySchema, type Holds, type SchemaMatches } from '../core/zod.js';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { type Link, type LinkOptions, openLink } from './link.js';
 
+/** @internal The check of a `RemoteRequest`. */
 export const remoteRequestSchema = lazySchema((z) =>
   z.object({
     /** Unique per request: names its subjects and dedups its publish. */
@@ -28,8 +29,19 @@ export const remoteRequestSchema = lazySchema((z) =>
     request: z.record(z.string(), z.unknown()),
   }),
 );
-export type RemoteRequest = z.infer<ReturnType<typeof remoteRequestSchema>>;
+/** A generation request as it crosses a NATS link. */
+export interface RemoteRequest {
+  /** Unique per request: names its subjects and dedups its publish. */
+  id: string;
+  /** Where the worker sends tokens; `reply + ".control"` is where it listens. */
+  reply: string;
+  /** A `GenerateRequest` (the worker validates it). Always with a seed, so a restart regenerates the same tokens. */
+  request: Record<string, unknown>;
+}
+/** @internal Fails to compile when `RemoteRequest` and its schema part ways. */
+export type RemoteRequestInStep = Holds<SchemaMatches<RemoteRequest, z.infer<ReturnType<typeof remoteRequestSchema>>>>;
 
+/** @internal */
 export const workerMessageSchema = lazySchema((z) =>
   z.discriminatedUnion('type', [
     z.object({ type: z.literal('hello'), attempt: z.number().int().min(1) }),
@@ -55,21 +67,24 @@ export const workerMessageSchema = lazySchema((z) =>
     }),
   ]),
 );
+/** @internal */
 export type WorkerMessage = z.infer<ReturnType<typeof workerMessageSchema>>;
 
+/** @internal */
 export const controlMessageSchema = lazySchema((z) =>
   z.discriminatedUnion('type', [
     z.object({ type: z.literal('credit'), granted: z.number().int().min(0), have: z.number().int().min(0) }),
     z.object({ type: z.literal('cancel') }),
   ]),
 );
+/** @internal */
 export type ControlMessage = z.infer<ReturnType<typeof controlMessageSchema>>;
 
 export const controlSubject = (reply: string): string => `${reply}.control`;
 
 const decoder = new TextDecoder();
 
-/** Parses a JSON message against `schema`; undefined if it is not one (the caller reports it). */
+/** Parses a JSON message against `schema`; undefined if it is not one (the caller reports it). @internal */
 export function parseMessage<T>(schema: z.ZodType<T>, data: Uint8Array): T | undefined {
   try {
     const result = schema.safeParse(JSON.parse(decoder.decode(data)));

@@ -15,7 +15,7 @@ import { lazySchema } from '../core/zod.js';
 import type { JsMsg, Consumer, ConsumerMessages } from '@nats-io/jetstream';
 import { Settlement, type Settled, type Settler } from '../core/settlement.js';
 import { TraceContext, type StageRecord, type Traced, parseTraceparent } from '../core/trace.js';
-import { Flow, type Outlet, type Producer } from '../flow/demand.js';
+import { Flow, type CoreOutlet, type Producer } from '../flow/demand.js';
 import { Ring } from '../flow/ring.js';
 import { type Link, LinkError, definite, disconnected, refused } from './link.js';
 import { agreeOnContract } from './contract.js';
@@ -71,6 +71,7 @@ export class LinkReceiverStats {
   }
 }
 
+/** Options of `fromLink`. */
 export interface FromLinkOptions {
   /** Messages one pull asks for at most (default 64). */
   maxBatch?: number;
@@ -108,6 +109,7 @@ const fromLinkSchema = lazySchema((z) =>
   }),
 );
 
+/** A Flow of the elements of `link`: messages are pulled only as the pipeline asks, and each is acknowledged when its element settles. */
 export function fromLink<T = unknown>(link: Link<T> | Link, options: FromLinkOptions = {}): Flow<Traced<T>> {
   parseOptions(fromLinkSchema(), options, 'fromLink options');
   const receiver: ReceiverConfig = {
@@ -243,7 +245,7 @@ class LinkProducer<T> implements Producer, InspectedRun {
 
   constructor(
     private readonly link: Link<T>,
-    private readonly outlet: Outlet<Traced<T>>,
+    private readonly outlet: CoreOutlet<Traced<T>>,
     readonly config: ReceiverConfig,
   ) {
     this.settledLog = new SettledLog(link as Link<unknown>);

@@ -1,7 +1,7 @@
 import type * as z from 'zod';
 import { lazySchema } from '../core/zod.js';
 import { asyncScheduler, type Observable, type SchedulerLike, type Subscription } from 'rxjs';
-import { Flow, type Outlet } from '../flow/demand.js';
+import { Flow, type CoreOutlet } from '../flow/demand.js';
 import { Inlet } from '../flow/inlet.js';
 import { LinkedRun } from '../flow/linked-run.js';
 import { functionSchema, parseOptions, schedulerSchema } from '../flow/options.js';
@@ -24,6 +24,7 @@ export interface RejectEvent<T> {
   readonly trace: TraceContext;
 }
 
+/** Options of `admission`: the rate, tenants and priorities, the queue bound and a report of what is refused. */
 export interface AdmissionOptions<T> {
   /** Names the operator in errors, traces and metrics. Default `admission-N`. */
   name?: string;
@@ -35,6 +36,7 @@ export interface AdmissionOptions<T> {
   priority?: (value: T) => number;
   /** Requests that may wait (for a token or for downstream demand), across tenants; 0 = none wait. */
   maxQueue: number;
+  /** Called with every element refused, and why. */
   onReject?: (event: RejectEvent<T>) => void;
   /** Timers (refills) and the clock. Default `asyncScheduler`. */
   scheduler?: SchedulerLike;
@@ -146,7 +148,7 @@ class AdmissionRun<T> extends LinkedRun<T | Traced<T>> implements InspectedRun {
     protected readonly source: Observable<T | Traced<T>>,
     private readonly config: AdmissionConfig,
     readonly stats: StageStats,
-    protected readonly outlet: Outlet<Traced<T>>,
+    protected readonly outlet: CoreOutlet<Traced<T>>,
   ) {
     super();
     const scheduler = (this.scheduler = config.scheduler ?? asyncScheduler);

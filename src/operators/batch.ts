@@ -1,6 +1,6 @@
 import { lazySchema } from '../core/zod.js';
 import { asyncScheduler, type Observable, type SchedulerLike, type Subscription } from 'rxjs';
-import { Flow, type Outlet } from '../flow/demand.js';
+import { Flow, type CoreOutlet } from '../flow/demand.js';
 import { Inlet } from '../flow/inlet.js';
 import { LinkedRun } from '../flow/linked-run.js';
 import { functionSchema, parseOptions, positiveInt, schedulerSchema } from '../flow/options.js';
@@ -32,6 +32,7 @@ export class Batch<T> {
     this.traces = traces;
   }
 
+  /** Elements in the batch. */
   get size(): number {
     return this.items.length;
   }
@@ -52,6 +53,7 @@ export class Batch<T> {
   }
 }
 
+/** Options of `batch`: how many elements make a batch and how long a partial one may wait. */
 export interface BatchOptions<T> {
   /** Names the operator in errors, traces and metrics. Default `batch-N`. */
   name?: string;
@@ -192,7 +194,7 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> implements InspectedRun {
     protected readonly source: Observable<T | Traced<T>>,
     private readonly config: BatchConfig,
     readonly stats: StageStats,
-    protected readonly outlet: Outlet<Traced<Batch<T>>>,
+    protected readonly outlet: CoreOutlet<Traced<Batch<T>>>,
   ) {
     super();
     const scheduler = config.scheduler;
@@ -395,6 +397,7 @@ class BatchRun<T> extends LinkedRun<T | Traced<T>> implements InspectedRun {
   }
 }
 
+/** Options of `unbatch`. */
 export interface UnbatchOptions {
   /** Names the operator in errors and metrics. Default `unbatch-N`. */
   name?: string;
@@ -469,7 +472,7 @@ class UnbatchRun<T> extends LinkedRun<Batch<T> | Traced<Batch<T>>> {
     private readonly capacity: number,
     scheduler: SchedulerLike,
     private readonly stats: StageStats,
-    protected readonly outlet: Outlet<Traced<T>>,
+    protected readonly outlet: CoreOutlet<Traced<T>>,
   ) {
     super();
     this.inlet = new Inlet(this, { scheduler });

@@ -29,6 +29,7 @@ export interface BroadcastCountOptions<T, R> extends BroadcastCommon<T> {
   branch: LaneFactory<T, R>;
 }
 
+/** Options of `broadcast`: either one function per branch, or a branch count with one factory. */
 export type BroadcastOptions<T, R> = BroadcastBranchesOptions<T, R> | BroadcastCountOptions<T, R>;
 
 const branchesSchema = lazySchema((z) =>

@@ -19,6 +19,7 @@ export interface CircuitStateChange {
   readonly at: number;
 }
 
+/** Options of `CircuitBreaker`: how many failures in a window open it, how long it cools down and how many probes close it. */
 export interface CircuitBreakerOptions {
   /** Names the breaker in errors and state changes. Default `breaker-N`. */
   name?: string;
@@ -36,6 +37,7 @@ export interface CircuitBreakerOptions {
   isFailure?: (error: unknown) => boolean;
   /** Timers (the cooldown) and the clock. Default `asyncScheduler`. */
   scheduler?: SchedulerLike;
+  /** Called on every change of state (closed, open, half-open). */
   onStateChange?: (change: CircuitStateChange) => void;
 }
 
@@ -67,7 +69,9 @@ export interface CircuitCounts {
 
 /** Leave to make one call; settle it exactly once. A permit from a state that has since changed counts for nothing. */
 export interface CircuitPermit {
+  /** Reports the call a success (it may close the circuit). */
   success(): void;
+  /** Reports the call a failure (it counts towards opening the circuit). */
   failure(error: unknown): void;
   /** The call was abandoned (cancelled): frees a probe slot, counts as neither. */
   release(): void;
@@ -136,6 +140,7 @@ export class CircuitBreaker {
     if (this.options.onStateChange) this.listeners.add(this.options.onStateChange);
   }
 
+  /** `closed`, `open` or `half-open`, as of now. */
   get state(): CircuitState {
     return this.subject.value;
   }

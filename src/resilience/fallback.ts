@@ -6,6 +6,7 @@ import { FallbackExhaustedError } from './errors.js';
 import { named, type StreamWork, type Worker } from './relay.js';
 import type { Work } from '../flow/work.js';
 
+/** Options of `fallback`: which errors move on to the next worker. */
 export interface FallbackOptions {
   /** Whether a failure of `worker` should move on to the next worker. Default: every failure. */
   when?: (error: unknown, worker: string) => boolean;
@@ -13,6 +14,7 @@ export interface FallbackOptions {
   scheduler?: SchedulerLike;
 }
 
+/** @internal */
 export const workerSchema = lazySchema((z) =>
   z.union(
     [

@@ -7,6 +7,7 @@
 /** A reproducible generator of numbers in [0, 1) (mulberry32): the same seed gives the same sequence. */
 export { seededRandom } from '../core/random.js';
 
+/** Exponential backoff: the base delay, the cap and the jitter. */
 export interface BackoffOptions {
   /** Delay before the first retry (ms). */
   readonly baseDelay: number;

@@ -6,6 +6,7 @@ import { backoffDelay } from './random.js';
 import type { StreamWork } from './relay.js';
 import type { Work } from '../flow/work.js';
 
+/** Options of `retrying`: how many attempts, the backoff between them, and which errors are retried. */
 export interface RetryOptions {
   /** Attempts in all, the first included (3 = up to 2 retries). */
   attempts: number;

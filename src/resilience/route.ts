@@ -10,6 +10,7 @@ import { stableHash } from '../operators/partition.js';
 import { fmix32 } from '../core/random.js';
 import type { StageContext, Work } from '../flow/work.js';
 
+/** One variant of a `route`: a named worker and its weight. */
 export interface RouteVariant<I, O> {
   readonly name: string;
   /** Relative share of traffic (weights need not sum to 1). */
@@ -27,6 +28,7 @@ export interface RunReport<O> {
   readonly error?: unknown;
 }
 
+/** What a shadow run produced beside the primary, for comparison. */
 export interface ShadowReport<I, O> {
   readonly value: I;
   readonly trace: TraceContext;
@@ -34,6 +36,7 @@ export interface ShadowReport<I, O> {
   readonly shadow: RunReport<O>;
 }
 
+/** Options of `route`: the variants, how a request picks one, and the shadow traffic. */
 export interface RouteOptions<I, O> {
   /** The weighted split. */
   variants: readonly RouteVariant<I, O>[];

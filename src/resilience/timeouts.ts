@@ -7,6 +7,7 @@ import { StreamTimeoutError, type StreamTimeoutKind } from './errors.js';
 import { AttemptContext, Relay, type StreamWork } from './relay.js';
 import type { StageContext, Work } from '../flow/work.js';
 
+/** Options of `withTimeouts`: how long a stream may take in all and between two elements. */
 export interface TimeoutOptions {
   /** The whole stream must complete within this (ms), from subscription. */
   total?: number;

@@ -57,6 +57,7 @@ export const WS_PATH = '/v1/ws';
 /** The chat page, from source or from `dist/`. */
 const CHAT_PAGE = findUp(import.meta.url, 'examples/chat.html');
 
+/** Options of `startServer`: the models, the port, the limits and the optional features. */
 export interface ServeOptions {
   /** Interface to listen on. Default `127.0.0.1`. */
   readonly host?: string;
@@ -208,6 +209,7 @@ const optionsSchema = lazySchema((z) =>
     }),
 );
 
+/** Counters of a running server. */
 export interface ServerStats {
   /** The inference pool; undefined in gateway mode, where no model runs here. */
   readonly pool: InferencePoolStats | undefined;
@@ -225,6 +227,7 @@ export interface ShutdownReport {
   readonly http: { readonly running: number; readonly interrupted: number };
 }
 
+/** A started server: its URLs, models, metrics and stats, and how to shut it down. */
 export interface RunningServer {
   /** `http://host:port` */
   readonly url: string;

@@ -12,6 +12,7 @@ import type { RequestRegistry } from './inspect/requests.js';
 import { transportFields } from './transport-options.js';
 import type { TraceObserver } from './telemetry.js';
 
+/** Options of `createHttpHandler`: the models, the limits, the log, quotas and telemetry. */
 export interface HttpHandlerOptions {
   /** Models served, by the name clients put in `model`. */
   readonly workers?: Readonly<Record<string, ChatWorker>>;
@@ -70,6 +71,7 @@ const workerSchema = lazySchema((z) =>
   ),
 );
 
+/** @internal */
 export const optionsSchema = lazySchema((z) =>
   z
     .object({

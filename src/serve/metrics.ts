@@ -41,6 +41,7 @@ export { prefersOpenMetrics } from './metrics/exposition.js';
 
 const prom = promClient();
 
+/** Options of `SluiceMetrics`: the metric name prefix, the default Node metrics and the event-loop sampling resolution. */
 export interface SluiceMetricsOptions {
   /** Prepended to every sluice metric name (not to `gen_ai_*` nor the default Node metrics). Default `sluice_`. */
   readonly prefix?: string;

@@ -211,6 +211,7 @@ export type EmbeddingsBody = z.output<ReturnType<typeof embeddingsSchema>>;
 
 /** A model `/v1/embeddings` serves. */
 export interface EmbeddingModel {
+  /** Embeds `texts`, returning one vector per text and the tokens used. */
   embed(texts: readonly string[]): Promise<{ readonly vectors: readonly Float32Array[]; readonly tokens: number }>;
 }
 

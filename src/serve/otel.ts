@@ -51,6 +51,7 @@ export function traceparentOf(span: Span): string | undefined {
   return `00-${spanContext.traceId}-${spanContext.spanId}-${flags}`;
 }
 
+/** Options of `genAiSpan`: the tracer, the operation, the model and the parent context. */
 export interface GenAiSpanOptions {
   readonly tracer?: Tracer;
   /** `gen_ai.operation.name`. Default `chat`. */
@@ -180,6 +181,7 @@ export function endGenAiSpan(span: Span, outcome: GenAiOutcome): void {
   span.end(outcome.endTime);
 }
 
+/** Options of `recordStageSpans`. */
 export interface StageSpanOptions {
   readonly tracer?: Tracer;
   /** When the element entered its first stage (epoch ms). Default: so that the last stage ends now. */

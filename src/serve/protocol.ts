@@ -25,7 +25,7 @@
  * ```
  */
 import type * as z from 'zod';
-import { lazySchema, zod } from '../core/zod.js';
+import { lazySchema, zod, type Holds, type SchemaMatches } from '../core/zod.js';
 import type { FinishReason } from '../ai/inference/worker.js';
 import type { TenantLimits } from './tenant-quotas.js';
 
@@ -69,6 +69,7 @@ export const CLOSE_CODES = {
  * frame; `maxBadFrames` of them in a row close the connection with 1008.
  */
 export const PROTOCOL_ERRORS = ['BINARY_FRAME', 'INVALID_JSON', 'INVALID_MESSAGE', 'UNKNOWN_TYPE'] as const;
+/** An error about a frame itself (one of `PROTOCOL_ERRORS`). */
 export type ProtocolErrorCode = (typeof PROTOCOL_ERRORS)[number];
 
 /**
@@ -89,6 +90,7 @@ export const REQUEST_ERRORS = [
   'SHUTTING_DOWN',
   'SHUTDOWN',
 ] as const;
+/** An error about a request (one of `REQUEST_ERRORS`). */
 export type RequestErrorCode = (typeof REQUEST_ERRORS)[number];
 
 /** A code an `error` frame carries: a protocol or request code, or the `code` of a `SluiceError` a worker raised. */
@@ -100,6 +102,7 @@ const idSchema = lazySchema((z) =>
 
 const TRACEPARENT = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 
+/** @internal The check of a `generate` frame. */
 export const generateMessageSchema = lazySchema((z) =>
   z
     .object({
@@ -126,10 +129,39 @@ export const generateMessageSchema = lazySchema((z) =>
     .refine((m) => (m.prompt === undefined) !== (m.messages === undefined), { error: 'give exactly one of prompt or messages', path: ['prompt'] }),
 );
 
+/** @internal The check of a `cancel` frame. */
 export const cancelMessageSchema = lazySchema((z) => z.object({ type: z.literal('cancel'), id: idSchema() }).strict());
 
-export type GenerateMessage = z.output<ReturnType<typeof generateMessageSchema>>;
-export type CancelMessage = z.output<ReturnType<typeof cancelMessageSchema>>;
+/** A client frame asking for a generation: exactly one of `prompt` or `messages`. */
+export interface GenerateMessage {
+  type: 'generate';
+  /** The client's id of the request (1–128 characters): every frame about it carries it. */
+  id: string;
+  /** The prompt, for a plain completion. */
+  prompt?: string;
+  /** The conversation, for a chat completion. */
+  messages?: { role: string; content: string }[];
+  /** Generation parameters (`temperature`, `top_p`, `max_tokens`...), validated by `generateRequest`. */
+  parameters?: Record<string, unknown>;
+  /** A W3C traceparent to continue the client's trace. */
+  traceparent?: string;
+  /** What happens to tokens while the client reads slowly: `pause` decoding (default) or `conflate` them into larger frames. */
+  policy?: 'pause' | 'conflate';
+  /** Which of the server's workers generates, when it has several. */
+  model?: string;
+}
+/** A client frame cancelling a generation it asked for. */
+export interface CancelMessage {
+  type: 'cancel';
+  /** The id of the request to cancel. */
+  id: string;
+}
+/** @internal Fails to compile when the frame types and their schemas part ways. */
+export type ClientFramesInStep = [
+  Holds<SchemaMatches<GenerateMessage, z.output<ReturnType<typeof generateMessageSchema>>>>,
+  Holds<SchemaMatches<CancelMessage, z.output<ReturnType<typeof cancelMessageSchema>>>>,
+];
+/** A frame a client sends on the token socket. */
 export type ClientMessage = GenerateMessage | CancelMessage;
 
 /**
@@ -175,6 +207,7 @@ export interface HelloFrame {
   readonly limits: HelloLimits;
 }
 
+/** One generated token of a request. */
 export interface TokenFrame {
   readonly type: 'token';
   readonly id: string;
@@ -183,6 +216,7 @@ export interface TokenFrame {
   readonly tokens: number;
 }
 
+/** The end of a request's generation: why it finished and the usage. */
 export interface DoneFrame {
   readonly type: 'done';
   readonly id: string;
@@ -191,6 +225,7 @@ export interface DoneFrame {
   readonly traceparent: string;
 }
 
+/** A request failed, or a frame could not be understood: a code and a message. */
 export interface ErrorFrame {
   readonly type: 'error';
   readonly id?: string;
@@ -198,12 +233,13 @@ export interface ErrorFrame {
   readonly message: string;
 }
 
+/** A frame the server sends on the token socket. */
 export type ServerFrame = HelloFrame | TokenFrame | DoneFrame | ErrorFrame;
 
 const count = () => zod().number().int().min(1);
 const rateSchema = lazySchema((z) => z.object({ perSecond: z.number().positive(), burst: z.number().min(1) }).strict());
 
-/** Schema of server frames, for clients (and tests) that validate what they receive. */
+/** Schema of server frames, for clients (and tests) that validate what they receive. @internal */
 export const serverFrameSchema = lazySchema((z) =>
   z.discriminatedUnion('type', [
     z
@@ -277,7 +313,7 @@ export function parseClientFrame(data: string, isBinary: boolean): ParsedFrame {
   return bad('INVALID_MESSAGE', `invalid ${String(record.type)} message: ${describeIssues(result.error.issues)}`, requestId);
 }
 
-/** `path: message` for each issue, like `InvalidOptionsError`, so a client sees which field is wrong. */
+/** `path: message` for each issue, like `InvalidOptionsError`, so a client sees which field is wrong. @internal */
 export function describeIssues(issues: readonly z.core.$ZodIssue[]): string {
   return issues
     .flatMap((issue) => {

@@ -5,6 +5,7 @@
  */
 import { AbortedError, SluiceError } from '../core/errors.js';
 
+/** One finished request as the request log records it. */
 export interface RequestLogEntry {
   readonly transport: 'http' | 'ws';
   /** Over HTTP the response's `x-request-id` (a completion's own id, `chatcmpl-…`, else `req-…`); `<connection>:<request id>` over WebSocket. */
@@ -24,6 +25,7 @@ export interface RequestLogEntry {
   readonly error?: { readonly code: string; readonly message: string; readonly cause?: string };
 }
 
+/** Receives one structured entry per finished request (for pino or any logger). */
 export type RequestLog = (entry: RequestLogEntry) => void;
 
 /** How a request that ended with `error` reads in the log. */

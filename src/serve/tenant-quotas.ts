@@ -5,6 +5,7 @@
  */
 import { TokenBuckets } from '../core/token-bucket.js';
 
+/** The limits of one tenant. */
 export interface TenantLimits {
   /** Requests a tenant may have running at once. */
   readonly tenantConcurrent: number;
@@ -18,6 +19,7 @@ export interface QuotaRefusal {
   readonly retryAfter?: number;
 }
 
+/** Per-tenant limits on concurrent requests and on the request rate, shared by the HTTP and WebSocket edges. */
 export class TenantQuotas {
   /** Requests running per tenant; a tenant with none has no entry. */
   private readonly running = new Map<string, number>();

@@ -41,6 +41,7 @@ export type { DrainReport } from './ws/hub.js';
 
 /** The handle `attachTokenSocket` returns. */
 export interface TokenSocket {
+  /** Counters of the socket server: connections, requests, refusals. */
   stats(): TokenSocketStats;
   /** Every connection now: buffered bytes and stall state (the inspector's list). */
   clients(): SocketClient[];

@@ -18,6 +18,8 @@
  * source.expectDemand(3).emit(1, 2, 3);
  * sink.request(1).expectNext(2);
  * ```
+ *
+ * @module
  */
 export { TestSource, type TestSourceState } from './source.js';
 export { TestSink, type TestSinkOptions, type SinkSignal, type Unwrapped, type ErrorMatcher } from './sink.js';

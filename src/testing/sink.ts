@@ -172,10 +172,12 @@ export class TestSink<V, T = V> {
     return this.signalLog.slice(this.cursor);
   }
 
+  /** True once the flow completed. */
   get completed(): boolean {
     return this.signalLog.some((s) => s.kind === 'complete');
   }
 
+  /** True once the flow errored. */
   get errored(): boolean {
     return this.signalLog.some((s) => s.kind === 'error');
   }

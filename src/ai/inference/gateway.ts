@@ -41,6 +41,7 @@ import {
   type Token,
 } from './worker.js';
 
+/** One upstream of a `Gateway`: an OpenAI-compatible server and its models. */
 export interface UpstreamOptions {
   /** Up to and including the version, e.g. `http://127.0.0.1:8000/v1`. */
   readonly baseUrl: string;
@@ -56,6 +57,7 @@ export interface UpstreamOptions {
   readonly models?: readonly string[];
 }
 
+/** Options of `Gateway`: the upstreams, retries, circuit breakers and caching. */
 export interface GatewayOptions {
   /** Tried in this order when one fails before its first token (after its retries). */
   readonly upstreams: readonly UpstreamOptions[];
@@ -96,6 +98,7 @@ export interface GatewayOptions {
   readonly cacheScope?: 'tenant' | 'global';
   /** Hits, misses and joins of the cache and single-flight. */
   readonly cacheStats?: CacheStats;
+  /** Called when an upstream's circuit breaker changes state. */
   readonly onBreakerChange?: (upstream: string, change: CircuitStateChange) => void;
   /** Numbers in [0, 1) for weights and jitter. Default `Math.random`. */
   readonly random?: () => number;
@@ -181,7 +184,7 @@ export class UpstreamDiscoveryError extends SluiceError {
  * errors, timeouts, broken streams and the network, whether an HTTP status or an error inside
  * the stream said so. See `classifyUpstreamFailure` for the whole judgement.
  */
-export function isUpstreamTransient(error: unknown): boolean {
+function isUpstreamTransient(error: unknown): boolean {
   return classifyUpstreamFailure(error) === 'transient';
 }
 
@@ -468,7 +471,7 @@ function upstreamName(upstream: { readonly name?: string | undefined; readonly b
 }
 
 /** `GET {baseUrl}/models`: the ids of an OpenAI-compatible server's models. */
-export async function discoverModels(upstream: UpstreamConfig, doFetch: typeof fetch, timeout: number): Promise<string[]> {
+async function discoverModels(upstream: UpstreamConfig, doFetch: typeof fetch, timeout: number): Promise<string[]> {
   const name = upstreamName(upstream);
   let response: Response;
   try {

@@ -34,6 +34,7 @@ export class LocalModelError extends SluiceError {
   }
 }
 
+/** Options of `LocalModel`: its name and its model file. */
 export interface LocalModelOptions {
   /** The name clients ask for (`model`). Default: the directory's name. */
   readonly name?: string;
@@ -41,6 +42,7 @@ export interface LocalModelOptions {
   readonly modelFile?: string;
 }
 
+/** Options of the worker a `LocalModel` makes: how to run the model and the token limit. */
 export interface LocalWorkerOptions {
   /** Runs the model once (e.g. on an `InferencePool`). Default: a session on the main thread, opened by `worker()`. */
   readonly run: RunModel;

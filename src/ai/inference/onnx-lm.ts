@@ -16,7 +16,8 @@ import { SIGNATURES, loadModel, type LoadedModel } from '../models/load.js';
 import { ContextLengthExceededError, EmptyPromptError } from './errors.js';
 import { lazySchema, type ZodModule } from '../../core/zod.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
-import { createRandom, sampleToken } from './sampling.js';
+import { seededRandom } from '../../resilience/random.js';
+import { sampleToken } from './sampling.js';
 import {
   complete,
   decode,
@@ -39,14 +40,21 @@ export type RunModel = (feeds: Record<string, ort.Tensor>, signal: AbortSignal) 
 
 /** Text to token ids and back, one token at a time. */
 export interface TokenCodec {
+  /** The token ids of `text`. */
   encode(text: string): number[];
+  /** The text of one token id. */
   decode(id: number): string;
   /**
    * A decoder for one generation, when a token's text depends on its neighbours (byte-level
    * BPE splitting a character, SentencePiece spaces): `push` gives the text each id adds,
    * `end` what is still held. `context` is the prompt's ids. Without it, `decode` per id.
    */
-  stream?(context: readonly number[]): { push(id: number): string; end(): string };
+  stream?(context: readonly number[]): {
+    /** The text `id` adds (may be empty while a character is incomplete). */
+    push(id: number): string;
+    /** The text still held back, at the end of the stream. */
+    end(): string;
+  };
 }
 
 interface LmWorkerOptions {
@@ -102,6 +110,7 @@ function lastRow(logits: ort.Tensor): Float32Array {
   return (logits.data as Float32Array).subarray((seq - 1) * vocab, seq * vocab);
 }
 
+/** Options of `CharLmWorker`. */
 export interface CharLmWorkerOptions extends LmWorkerOptions {
   /** The model's characters by id; id 0 is beginning-of-text (`charlm.vocab.json`). */
   readonly vocab: readonly string[];
@@ -177,7 +186,7 @@ export class CharLmWorker extends LmWorker {
     });
     const { vocab, run } = this.options;
     const window = this.options.window ?? 8;
-    const random = createRandom(request.seed);
+    const random = request.seed === undefined ? Math.random : seededRandom(request.seed);
     const inputTokens = ids.length;
     return {
       inputTokens,
@@ -205,6 +214,7 @@ export interface DecoderShape {
   readonly maxPositions?: number;
 }
 
+/** Options of `DecoderLmWorker`: the model's shape, its codec and its end-of-sequence tokens. */
 export interface DecoderLmWorkerOptions extends LmWorkerOptions {
   readonly shape: DecoderShape;
   readonly run: RunModel;
@@ -320,7 +330,7 @@ export class DecoderLmWorker extends LmWorker {
       const param = request.prompt === undefined ? 'messages' : 'prompt';
       throw new ContextLengthExceededError(this.name, limit, ids.length, ids.length >= limit ? undefined : request.max_tokens, param);
     }
-    const random = createRandom(request.seed);
+    const random = request.seed === undefined ? Math.random : seededRandom(request.seed);
     const empty = new Float32Array(0);
     let past: Record<string, ort.Tensor> = {};
     for (let l = 0; l < shape.layers; l++) {

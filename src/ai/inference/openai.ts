@@ -28,6 +28,7 @@ import {
   type Usage,
 } from './worker.js';
 
+/** Options of `OpenAIWorker`: the upstream's base URL, model, key and headers. */
 export interface OpenAIWorkerOptions {
   /** Up to and including the version, e.g. `https://api.openai.com/v1` or `http://127.0.0.1:8000/v1`. */
   readonly baseUrl: string;
@@ -82,6 +83,7 @@ export class OpenAIWorker implements ModelWorker<GenerateRequest, Completion> {
     this.name = this.options.name ?? `openai:${this.options.model}`;
   }
 
+  /** Streams the completion of `request` from the upstream server; unsubscribing aborts the HTTP request. */
   generate(request: GenerateRequest, options: GenerateOptions = {}): Flow<Token> {
     const valid = generateRequest(request);
     return decode(valid, options, { name: this.name, maxTokens: undefined }, () => new SseDecoding(this, valid));

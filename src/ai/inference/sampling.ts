@@ -6,7 +6,6 @@
  * history; OpenAI's presence and frequency over the generated part), then temperature, then
  * top-k, then top-p over what is left, then one draw.
  */
-import { seededRandom } from '../../resilience/random.js';
 
 /** The parameters that shape the distribution (a subset of `GenerationParams`). */
 export interface SamplingParams {
@@ -22,19 +21,6 @@ export interface SamplingParams {
 export interface SampledToken {
   readonly id: number;
   readonly logprob: number;
-}
-
-/**
- * A generator of numbers in [0, 1): reproducible with a `seed`, `Math.random` without one.
- *
- * ## Example
- * ```ts
- * const a = createRandom(7), b = createRandom(7);
- * a() === b(); // true
- * ```
- */
-export function createRandom(seed?: number): () => number {
-  return seed === undefined ? Math.random : seededRandom(seed);
 }
 
 /**
@@ -140,7 +126,7 @@ export function distribution(logits: ArrayLike<number>, params: SamplingParams =
  *
  * ## Example
  * ```ts
- * const random = createRandom(42);
+ * const random = seededRandom(42);
  * const { id, logprob } = sampleToken(logits, { temperature: 0.8, top_p: 0.95 }, random, previousIds);
  * ```
  */

@@ -84,6 +84,7 @@ export type FinishReason = 'stop' | 'length' | 'abort' | 'tool_calls' | 'content
 /** How a backend may end a generation: every `FinishReason` but `abort`, which only the consumer causes. */
 export type EndReason = Exclude<FinishReason, 'abort'>;
 
+/** Token counts of one generation: the prompt's (`inputTokens`) and the generated ones (`outputTokens`). */
 export interface Usage {
   readonly inputTokens: number;
   readonly outputTokens: number;
@@ -124,6 +125,7 @@ export interface GenerateOptions {
   readonly tenant?: string;
 }
 
+/** Options of `ModelWorker.infer`: its abort signal. */
 export interface InferOptions {
   readonly signal?: AbortSignal;
 }
@@ -160,7 +162,9 @@ export interface ModelWorker<Input = GenerateRequest, Output = Completion> {
    * pipeline's: a request its guard blocked counts once, as the guard's.
    */
   readonly stages?: readonly string[];
+  /** Streams the tokens generated for `request`; unsubscribing cancels the generation. */
   generate(request: GenerateRequest, options?: GenerateOptions): Flow<Token>;
+  /** Runs the model once on `input` (embeddings, scores...). */
   infer(input: Input, options?: InferOptions): Promise<Output>;
 }
 
@@ -302,6 +306,7 @@ export interface Decoding {
   close(): void;
 }
 
+/** What `decode` needs to know about the worker: its name and its token limit. */
 export interface DecodeConfig {
   /** The worker's name: the default stage for trace notes. */
   readonly name: string;

@@ -15,6 +15,7 @@ export interface TemplateMessage {
   readonly content: string;
 }
 
+/** Options of `ChatTemplate`: variables passed to every render. */
 export interface ChatTemplateOptions {
   /** Variables every render sees: `bos_token`, `eos_token` and the other special tokens of the config. */
   readonly variables?: Readonly<Record<string, unknown>>;
@@ -45,6 +46,7 @@ export class ChatTemplate {
     this.template = new Template(source);
   }
 
+  /** Renders `messages` to the prompt text the model was trained on. */
   render(messages: readonly TemplateMessage[], variables: Readonly<Record<string, unknown>> = {}): string {
     try {
       return this.template.render({

@@ -2,6 +2,7 @@ import { GraphBuilder, ModelBuilder } from './onnx/index.js';
 import { seededRandom } from '../../core/random.js';
 import type { HashTokenizerConfig } from './tokenizer.js';
 
+/** How the generated embedding model is made: its tokenizer, its width and the seed of its table. */
 export interface EmbeddingModelConfig {
   readonly tokenizer: HashTokenizerConfig;
   /** 384 mirrors all-MiniLM-L6-v2, so code written against this model runs unchanged against the real one. */
@@ -72,16 +73,4 @@ export function embedIds(ids: readonly number[], table: Float32Array, dim: numbe
   norm = Math.sqrt(Math.max(norm, 1e-12));
   for (let d = 0; d < dim; d++) out[d]! /= norm;
   return out;
-}
-
-export function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let dot = 0;
-  let na = 0;
-  let nb = 0;
-  for (let i = 0; i < a.length; i++) {
-    dot += a[i]! * b[i]!;
-    na += a[i]! * a[i]!;
-    nb += b[i]! * b[i]!;
-  }
-  return dot / Math.sqrt(na * nb || 1);
 }

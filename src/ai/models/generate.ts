@@ -10,6 +10,7 @@ import { DEFAULT_HASH_TOKENIZER } from './tokenizer.js';
 import { lazySchema } from '../../core/zod.js';
 import { functionSchema, parseOptions } from '../../flow/options.js';
 
+/** The configuration of the generated embedding model (`embed.onnx`): its tokenizer, width and seed. */
 export const EMBEDDING_CONFIG: EmbeddingModelConfig = { tokenizer: DEFAULT_HASH_TOKENIZER, dim: 384, seed: 0x5eed };
 /** Seed of the guard's train/held-out split. */
 export const GUARD_SPLIT_SEED = 1;
@@ -38,6 +39,7 @@ export interface GuardMetadata {
   readonly tokenizer: string;
 }
 
+/** Options of `generateModels`: where to write the models, where the training data is, and whether to overwrite and verify. */
 export interface GenerateOptions {
   readonly outDir: string;
   /** Holds `guard.jsonl` and `corpus.txt`. */
@@ -46,6 +48,7 @@ export interface GenerateOptions {
   readonly force?: boolean;
   /** Load every model written in onnxruntime and check its signature. */
   readonly verify?: boolean;
+  /** Receives one line per file written or skipped. */
   readonly log?: (line: string) => void;
 }
 
@@ -63,6 +66,7 @@ const generateSchema = lazySchema((z) => {
   });
 });
 
+/** A model file `generateModels` wrote or found. */
 export interface GeneratedFile {
   readonly path: string;
   readonly written: boolean;

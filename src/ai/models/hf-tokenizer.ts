@@ -10,6 +10,7 @@ import { lazySchema } from '../../core/zod.js';
 import { parseOptions, positiveInt } from '../../flow/options.js';
 import { padBatch, type EncodedBatch, type FeedBuffers, type Tokenizer } from './tokenizer.js';
 
+/** Options of `HfTokenizer`. */
 export interface HfTokenizerOptions {
   /** `tokenizer_config.json`, parsed (special tokens, `clean_up_tokenization_spaces`...). Default `{}`. */
   readonly config?: Readonly<Record<string, unknown>>;

@@ -50,6 +50,7 @@ export const SIGNATURES = {
       last_hidden_state: { type: 'float32', dims: [null, null, null], optional: true },
       token_embeddings: { type: 'float32', dims: [null, null, null], optional: true },
     },
+    /** Lists what is wrong with the session's inputs and outputs (empty when it fits). */
     check: (_, outputs) => {
       const problem = embeddingOutputProblem(outputs);
       return problem === undefined ? [] : [problem];
@@ -71,6 +72,7 @@ export const SIGNATURES = {
     outputs: { logits: { type: 'float32', dims: [null, null, null] } },
     extraInputs: { pattern: /^past_key_values\.\d+\.(key|value)$/, spec: kvCache },
     extraOutputs: { pattern: /^present\.\d+\.(key|value)$/, spec: kvCache },
+    /** Lists what is wrong with the session's inputs and outputs (empty when it fits). */
     check: (inputs, outputs) => {
       const past = inputs.filter((n) => n.startsWith('past_key_values.')).map((n) => n.slice('past_key_values.'.length));
       const present = new Set(outputs.filter((n) => n.startsWith('present.')).map((n) => n.slice('present.'.length)));
@@ -81,6 +83,7 @@ export const SIGNATURES = {
   },
 } as const satisfies Record<string, ModelSignature>;
 
+/** Options of `loadModel`: the signature to check and the onnxruntime session options. */
 export interface LoadModelOptions {
   /** Checked against the model's inputs and outputs; a mismatch throws `ModelSignatureError` listing every problem. */
   readonly signature?: ModelSignature;
@@ -101,10 +104,12 @@ export class LoadedModel {
     this.outputNames = session.outputNames;
   }
 
+  /** Runs the model once on `feeds`, on the main thread (use `InferencePool` to keep the event loop free). */
   run(feeds: Readonly<Record<string, ort.Tensor>>): Promise<Record<string, ort.Tensor>> {
     return this.session.run(feeds) as Promise<Record<string, ort.Tensor>>;
   }
 
+  /** Frees the onnxruntime session. */
   release(): Promise<void> {
     return this.session.release();
   }
@@ -224,6 +229,7 @@ const hashSchema = lazySchema((z) =>
   }),
 );
 
+/** Options of `loadTokenizer`. */
 export interface LoadTokenizerOptions {
   /** The model's `tokenizer_config.json`, parsed (special tokens, `model_max_length`...). */
   readonly config?: Readonly<Record<string, unknown>>;

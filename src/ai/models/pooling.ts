@@ -17,6 +17,7 @@ const ortRuntime = onnxruntime();
  */
 export type Pooling = 'none' | 'mean' | 'cls';
 
+/** How token vectors become one vector per text: the output to read, the pooling and whether to normalise. */
 export interface PoolingOptions {
   /**
    * The output to read. Default: the first of `embeddings`, `sentence_embedding` (one

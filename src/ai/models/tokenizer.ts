@@ -154,6 +154,7 @@ export interface HashTokenizerConfig {
   readonly charNgram: number;
 }
 
+/** The hashed tokenizer the generated embedding model is built with. */
 export const DEFAULT_HASH_TOKENIZER: HashTokenizerConfig = { type: 'sluice-hash', buckets: 4096, seed: 0x51c3, maxLength: 256, charNgram: 3 };
 
 /**
@@ -182,6 +183,7 @@ export class HashTokenizer implements Tokenizer {
     );
   }
 
+  /** The feature strings of `text` (words, word pairs, character n-grams) before hashing: for inspection and tests. */
   features(text: string): string[] {
     const words = HashTokenizer.words(text);
     const features: string[] = [];

@@ -17,6 +17,7 @@ import type { InferencePool } from '../pool/pool.js';
 import { tensorRows, textFeeds } from '../pool/embedder.js';
 import { FeedBuffers, type Tokenizer } from '../models/tokenizer.js';
 
+/** Options of `BatchedEmbedder`: the batch size and how long a partial batch waits. */
 export interface BatchedEmbedderOptions {
   /** The pool model. Default: the pool's only model. */
   readonly model?: string;
@@ -124,6 +125,7 @@ export class BatchedEmbedder {
     return { vectors, tokens };
   }
 
+  /** Stops the embedder and releases its pipeline; texts still waiting are not embedded. */
   close(): void {
     this.asked.complete();
     this.subscription.unsubscribe();

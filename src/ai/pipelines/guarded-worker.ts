@@ -37,6 +37,7 @@ const guardedSchema = lazySchema((z) =>
   }),
 );
 
+/** Options of `guardedWorker`: the classifier and thresholds a prompt is checked with before generation. */
 export interface GuardedWorkerOptions {
   /** Scores a question for prompt injection (e.g. `poolClassifier(pool, tokenizer, { model: 'guard' })`). */
   readonly classify: Classifier;

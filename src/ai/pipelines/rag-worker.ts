@@ -47,8 +47,10 @@ import {
 
 /** The stages of a RAG worker, as named in traces, stats and metrics. */
 export const RAG_STAGES = ['guard', 'embed', 'retrieve', 'assemble', 'generate'] as const;
+/** One stage of a `ragWorker` (one of `RAG_STAGES`), as named in traces and metrics. */
 export type RagStage = (typeof RAG_STAGES)[number];
 
+/** Options of `ragWorker`: the index, the embedder, the generator and the prompt budget. */
 export interface RagWorkerOptions {
   /** The worker's name (the `model` clients ask for). Default `sluice-rag`. */
   readonly name?: string;

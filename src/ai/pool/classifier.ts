@@ -6,6 +6,7 @@ import { textFeeds, tensorRows } from './embedder.js';
 import { GUARD_LABELS } from '../models/guard.js';
 import { FeedBuffers, type Tokenizer } from '../models/tokenizer.js';
 
+/** Options of `poolClassifier`: the model to run, the labels and which label is the positive one. */
 export interface PoolClassifierOptions {
   /** The pool's model to run. Default: the pool's only model. */
   model?: string;

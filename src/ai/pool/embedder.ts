@@ -56,6 +56,7 @@ export function tensorRows(tensor: ort.Tensor): Float32Array[] {
   return Array.from({ length: rows }, (_, i) => data.subarray(i * width, (i + 1) * width));
 }
 
+/** Options of `embedder`: the model to run (in a pool of several) and the pooling. */
 export interface PoolEmbedderOptions extends PoolingOptions {
   /** The pool's model to run. Default: the pool's only model. */
   model?: string;

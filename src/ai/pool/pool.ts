@@ -121,6 +121,7 @@ export class InferencePool {
     return this.info[this.resolveModel(model)]!;
   }
 
+  /** The pool now: its workers, their states and runs, and the queue. */
   get stats(): InferencePoolStats {
     const workers = [...this.slots].map((slot): WorkerStats => ({ threadId: slot.threadId, state: slot.state, runs: slot.runs }));
     return {

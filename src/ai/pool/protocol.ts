@@ -54,6 +54,7 @@ export interface WorkerInit {
   readonly sessionOptions: WireSessionOptions;
 }
 
+/** What a pool's model declares: its input and output names. */
 export interface ModelInfo {
   readonly inputNames: readonly string[];
   readonly outputNames: readonly string[];

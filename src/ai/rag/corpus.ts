@@ -69,6 +69,7 @@ const DOCUMENT = /\.(md|markdown|mdx|txt|text)$/i;
 /** Files larger than this are not read (`too-large`): a document set has no 8 MiB page of prose. */
 export const DEFAULT_MAX_FILE_BYTES = 8 * 2 ** 20;
 
+/** Options of `loadCorpus`: the file size limit and a report of skipped files. */
 export interface LoadCorpusOptions {
   /** Files larger than this many bytes are skipped as `too-large`. Default 8 MiB. */
   readonly maxFileBytes?: number;
@@ -161,6 +162,7 @@ export async function documentsIn(directory: string): Promise<string[]> {
   return files;
 }
 
+/** Options of `indexPassages`: the batch size, the abort signal and a report of skipped passages. */
 export interface IndexPassagesOptions {
   /** Passages embedded per call. Default 32. */
   readonly batchSize?: number;

@@ -7,6 +7,7 @@
  */
 import { CacheStats } from '../../cache/stats.js';
 
+/** A bounded cache of text embeddings, so a repeated passage or question is embedded once. */
 export class EmbeddingCache {
   readonly capacity: number;
   /**
@@ -22,18 +23,22 @@ export class EmbeddingCache {
     this.stats = stats;
   }
 
+  /** Lookups that found a vector. */
   get hits(): number {
     return this.stats.hits;
   }
 
+  /** Lookups that found none. */
   get misses(): number {
     return this.stats.misses;
   }
 
+  /** Vectors dropped to stay within `capacity`. */
   get evictions(): number {
     return this.stats.evictions;
   }
 
+  /** Vectors held now. */
   get size(): number {
     return this.entries.size;
   }
@@ -51,6 +56,7 @@ export class EmbeddingCache {
     return vector;
   }
 
+  /** Stores the vector of `text`. */
   set(text: string, vector: Float32Array): void {
     this.remove(text);
     this.entries.set(text, vector);
@@ -62,6 +68,7 @@ export class EmbeddingCache {
     }
   }
 
+  /** True when the vector of `text` is cached. */
   has(text: string): boolean {
     return this.entries.has(text);
   }

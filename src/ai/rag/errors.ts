@@ -66,6 +66,7 @@ export class PromptOverBudgetError extends SluiceError {
     });
   }
 
+  /** Tokens beyond the budget. */
   get over(): number {
     return this.tokens - this.budget;
   }

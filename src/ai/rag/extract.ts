@@ -3,9 +3,10 @@
  * the question (ranked with the embedding model), in reading order, each followed by the
  * `[n]` of its source, then the list of sources. It never says more than the sources say.
  */
-import { cosine } from '../models/embedding.js';
+import { cosineSimilarity } from '../../cache/semantic.js';
 import type { RetrievedPassage } from './passage.js';
 
+/** Options of the extractive answer a `ragWorker` gives without a generator. */
 export interface ExtractOptions {
   /** Sentences in an answer at most. Default 3. */
   readonly sentences?: number;
@@ -78,7 +79,7 @@ export function composeAnswer(
   const limit = options.sentences ?? 3;
   const minScore = options.minScore ?? 0.2;
   const picked = candidates
-    .map((candidate, i) => ({ ...candidate, score: cosine(question, vectors[i]!) }))
+    .map((candidate, i) => ({ ...candidate, score: cosineSimilarity(question, vectors[i]!) }))
     .filter((c) => c.score >= minScore)
     .sort((a, b) => b.score - a.score)
     .slice(0, limit)

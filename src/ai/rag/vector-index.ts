@@ -4,6 +4,7 @@ import { InvalidOptionsError } from '../../core/errors.js';
 import { DuplicateIdError, IndexFormatError, InvalidVectorError } from './errors.js';
 import { LANES, createMemory, scalarKernel, simdKernel, type ScoreKernel, type WasmMemory } from './kernel.js';
 
+/** Options of a `VectorIndex` search: how many hits, the minimum score and a metadata filter. */
 export interface SearchOptions<M> {
   /** How many hits at most. A positive integer. */
   k: number;
@@ -16,6 +17,7 @@ export interface SearchOptions<M> {
   filter?: (metadata: M, id: string) => boolean;
 }
 
+/** One search result: the id, its score and its metadata. */
 export interface SearchHit<M> {
   readonly id: string;
   /** Cosine similarity with the query, in [-1, 1] up to float32 rounding. */
@@ -92,6 +94,7 @@ export class VectorIndex<M = unknown> {
     return this.count;
   }
 
+  /** True when a vector with this id is indexed. */
   has(id: string): boolean {
     return this.rowOf.has(id);
   }

@@ -9,6 +9,7 @@ import { withCitations, type Citation } from './retrieve.js';
 import type { PromptTokenizer } from '../models/prompt-tokenizer.js';
 import { stage, type StageOperator, type StageOptions } from '../../operators/stage.js';
 
+/** One message of an assembled chat prompt. */
 export interface ChatMessage {
   readonly role: 'system' | 'user' | 'assistant';
   readonly content: string;
@@ -38,6 +39,7 @@ export type TemplateValue = string | number | boolean;
 /** A zod schema of the variables a template uses. */
 export type VariablesSchema = z.ZodType<Record<string, TemplateValue>>;
 
+/** Options of `PromptTemplate`: the template text and the schema of its variables. */
 export interface PromptTemplateOptions<S extends VariablesSchema> {
   /** The user message. `{{name}}` is replaced by a variable, `{{context}}` by the cited passages. */
   template: string;

@@ -26,6 +26,7 @@ export class GuardBlockedError extends SluiceError {
   }
 }
 
+/** Options of `guard`: the classifier, the thresholds per label and a report of each verdict. */
 export interface GuardOptions<T> extends Omit<StageOptions<T>, 'errorPolicy'> {
   /** Scores each element's text. Its signal aborts on unsubscribe, kill switch or `timeout`. */
   classify: Classifier;

@@ -9,6 +9,7 @@ import type { Traced } from '../../core/trace.js';
 import { type Batch, batch, unbatch } from '../../operators/batch.js';
 import { stage, type StageContext, type StageOptions } from '../../operators/stage.js';
 
+/** Options of `infer`: the pool, how elements become feeds and outputs become results, and the batching. */
 export interface InferOptions<I, R> extends Omit<StageOptions<Batch<I>>, 'conflate'> {
   /** Where the model runs: off the main thread, one session per worker. */
   pool: InferencePool;
@@ -28,7 +29,12 @@ export interface InferOptions<I, R> extends Omit<StageOptions<Batch<I>>, 'confla
    * Batches only elements whose lengths fall in the same bucket (`⌈length / bucket⌉`,
    * `bucket` default 16), so a short input is never padded to a long one's length.
    */
-  groupBySequenceLength?: { length: (value: I) => number; bucket?: number };
+  groupBySequenceLength?: {
+    /** The sequence length of an element (its token count). */
+    length: (value: I) => number;
+    /** The bucket width (default 16). */
+    bucket?: number;
+  };
   /** Elements the batcher holds across open batches before it stops asking upstream. Default `maxBatch × 2`. */
   batchCapacity?: number;
   /**

@@ -42,6 +42,7 @@ export class OutputInvalidError extends SluiceError {
   }
 }
 
+/** Options of `parseJsonOutput`. */
 export interface ParseJsonOutputOptions {
   /** Names the stage in errors. */
   name?: string;
@@ -166,6 +167,7 @@ export async function parseJsonOutput<S extends z.ZodType>(
   throw new OutputInvalidError(options.name, second.problem, repairedText);
 }
 
+/** Options of `jsonOutput`: the schema the answer must meet and the repair attempt. */
 export interface JsonOutputOptions extends Omit<StageOptions<ResponseText>, 'conflate'> {
   /** The one repair attempt: `'light'` (default, `lightRepair`) or your own, e.g. asking the model again. */
   repair?: 'light' | Repair;

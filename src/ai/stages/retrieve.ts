@@ -103,6 +103,7 @@ export interface Citation {
   readonly ids: readonly string[];
 }
 
+/** The retrieved passages as prompt context, with the citation of each. */
 export interface CitedContext {
   /** The passages, each after its `[n]` marker, then a `Sources:` list. Empty when there are no passages. */
   readonly text: string;

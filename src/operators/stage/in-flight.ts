@@ -5,7 +5,7 @@
  * the intake, the buffer, the drain loop and the run's end.
  */
 import type { Observable, SchedulerLike } from 'rxjs';
-import { withLink, type DemandLink, type Outlet } from '../../flow/demand.js';
+import { withLink, type DemandLink, type CoreOutlet } from '../../flow/demand.js';
 import { activeIntrospector, subscribedWithin, type InspectedRun, type RunDescription } from '../../flow/introspection.js';
 import { Ring } from '../../flow/ring.js';
 import { callHook } from '../../flow/report.js';
@@ -22,7 +22,7 @@ import { Task, type TaskOwner, type WorkContext } from './task.js';
 export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
   abstract readonly config: StageConfig;
   abstract readonly stats: StageStats;
-  protected abstract readonly outlet: Outlet<Traced<O>>;
+  protected abstract readonly outlet: CoreOutlet<Traced<O>>;
   protected abstract readonly name: string;
   protected abstract readonly scheduler: SchedulerLike;
   protected abstract readonly ordered: boolean;

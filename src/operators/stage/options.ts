@@ -1,10 +1,11 @@
 /** The stage's options: one zod schema, the option types, and the fixed-shape config a run reads. */
 import type * as z from 'zod';
-import { lazySchema } from '../../core/zod.js';
+import { lazySchema, type Holds, type SchemaMatches } from '../../core/zod.js';
+import type { SchedulerLike } from 'rxjs';
 import type { Observable } from 'rxjs';
 import type { Flow } from '../../flow/demand.js';
 import { KillSwitch } from '../../flow/kill-switch.js';
-import { POLICIES, functionSchema, positiveInt, schedulerSchema } from '../../flow/options.js';
+import { POLICIES, functionSchema, positiveInt, schedulerSchema, type Policy } from '../../flow/options.js';
 import { StageStats } from '../../flow/stats.js';
 import type { Traced } from '../../core/trace.js';
 import type { ShedEvent, FailureEvent } from '../../flow/work.js';
@@ -12,6 +13,7 @@ import type { ShedEvent, FailureEvent } from '../../flow/work.js';
 /** The operator a stage is: any source of `I` (plain or traced) in, a Flow of traced outputs out. */
 export type StageOperator<I, O> = (source: Observable<I | Traced<I>>) => Flow<Traced<O>>;
 
+/** @internal The one check of a stage's options; `StageOptions` is its input, written out. */
 export const stageOptionsSchema = lazySchema((z) =>
   z
     .object({
@@ -55,22 +57,53 @@ export const stageOptionsSchema = lazySchema((z) =>
     }),
 );
 
+/** @internal */
 export type ParsedOptions = z.output<ReturnType<typeof stageOptionsSchema>>;
 
 /**
- * A stage's options: the schema's input, with the callbacks typed by the stage's input `I`.
- * Invalid options throw `InvalidOptionsError` naming each bad field.
+ * A stage's options. Invalid options throw `InvalidOptionsError` naming each bad field.
+ * `I` is the stage's input: it types the callbacks.
  */
-export type StageOptions<I> = Omit<z.input<ReturnType<typeof stageOptionsSchema>>, 'conflate' | 'onShed' | 'onFailure'> & {
+export interface StageOptions<I> {
+  /** Names the stage in errors, traces and metrics. Default: the work function's name, else `stage-N`. */
+  name?: string;
+  /** Elements the stage may buffer before work starts. Default 16. */
+  capacity?: number;
+  /** Work running at once (including results waiting for downstream demand). Default 1. */
+  concurrency?: number;
+  /** What happens when the buffer is full. Default `pause`. */
+  policy?: Policy;
   /** `conflate` policy: merges an arriving element into the newest buffered one. */
   conflate?: (pending: I, incoming: I) => I;
+  /** Emit results in arrival order (default) or as they complete. */
+  ordered?: boolean;
+  /** Per-element deadline in ms: the signal aborts and the element fails with `StageTimeoutError`. */
+  timeout?: number;
+  /** A failing element ends the stream (`fail`, default) or is reported to `onFailure` and skipped (`skip`). */
+  errorPolicy?: 'fail' | 'skip';
+  /** After upstream completes, how long buffered and in-flight work may take before it is failed (ms). */
+  drainTimeout?: number;
+  /** Stops the stage from outside: a shutdown drains it, an abort fails it. */
+  killSwitch?: KillSwitch;
+  /** Timers (timeout, drain deadline) and the clock. Inject `TestScheduler` for virtual time. */
+  scheduler?: SchedulerLike;
+  /** Fraction of elements whose per-stage timing is recorded, when this stage starts their trace. Default 0. */
+  sampleRate?: number;
+  /** How long a link waits for an element a deferring plain operator may have dropped (ms). Default 1000. */
+  transitTimeout?: number;
   /** Called for every element shed, with the reason. */
   onShed?: (event: ShedEvent<I>) => void;
   /** Called for every element that failed under `errorPolicy: 'skip'`. */
   onFailure?: (event: FailureEvent<I>) => void;
-};
+  /** Counters shared by every subscription of this stage. */
+  stats?: StageStats;
+}
+
+/** @internal Fails to compile when `StageOptions` and the schema's input part ways. */
+export type StageOptionsInStep = Holds<SchemaMatches<StageOptions<unknown>, z.input<ReturnType<typeof stageOptionsSchema>>>>;
 
 /**
+ * @internal
  * Options normalised into one fixed shape. zod's outputs differ in shape with the
  * options given, and reading them on the hot path made V8 deoptimise at every
  * `config.x` (figures: docs/internals/stage-hot-path.md).

@@ -20,7 +20,7 @@
  */
 import { monotonicNow } from '../../core/clock.js';
 import { type Observable, asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
-import { currentLink, swapLink, type DemandLink, type Outlet, type Producer } from '../../flow/demand.js';
+import { currentLink, swapLink, type DemandLink, type CoreOutlet, type Producer } from '../../flow/demand.js';
 import { Inlet, type RoomOwner } from '../../flow/inlet.js';
 import { subscribeUpstream, type UpstreamHandler } from '../../flow/upstream.js';
 import type { InspectedRun, RunDescription } from '../../flow/introspection.js';
@@ -89,7 +89,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     protected readonly work: Work<I, O>,
     readonly config: StageConfig,
     readonly stats: StageStats,
-    protected readonly outlet: Outlet<Traced<O>>,
+    protected readonly outlet: CoreOutlet<Traced<O>>,
   ) {
     super();
     this.buffer = new Ring(Math.min(config.capacity, 1024));

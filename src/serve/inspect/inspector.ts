@@ -24,6 +24,7 @@ import { listenFields } from '../transport-options.js';
 /** The inspector page, from source or from `dist/`. */
 export const INSPECT_PAGE = findUp(import.meta.url, 'examples/inspect.html');
 
+/** Options of `inspector`: where it listens, who may look and what it shows. */
 export interface InspectorOptions {
   /** Port; 0 picks a free one (see `url`). Default 0. */
   readonly port?: number;
@@ -55,6 +56,7 @@ export interface InspectorOptions {
   readonly maxRows?: number;
 }
 
+/** A running inspector: its URL, the graph it shows and how to close it. */
 export interface Inspector {
   /** `http://host:port/inspect`: open it in a browser. */
   readonly url: string;

@@ -28,6 +28,7 @@ import { hdrHistogram } from '../../core/peers.js';
 /** What a node was doing at one sample. */
 export type NodeState = 'working' | 'starved' | 'backpressured' | 'idle';
 
+/** One stage in a graph snapshot: its queue, demand, latency, sheds and state. */
 export interface NodeSnapshot extends RunDescription {
   readonly id: string;
   /** Runs going now (a per-request pipeline has one per request). */
@@ -56,11 +57,13 @@ export interface NodeSnapshot extends RunDescription {
   readonly endedAt: number | undefined;
 }
 
+/** A link in a graph snapshot: which stage feeds which. */
 export interface EdgeSnapshot {
   readonly from: string;
   readonly to: string;
 }
 
+/** One element's passage through the stages, for the waterfall view. */
 export interface WaterfallEntry {
   readonly traceId: string;
   /** The tenant whose request it was, when a server said (a tenant's inspector sees only its own). */
@@ -90,6 +93,7 @@ export interface DeadLetterEntry extends DeadLetterRecord {
   readonly link: string;
 }
 
+/** A `PipelineGraph` at one moment. */
 export interface GraphSnapshot {
   /** The scheduler's clock, ms. */
   readonly at: number;
@@ -107,6 +111,7 @@ export interface GraphSnapshot {
   readonly deadLetters: readonly DeadLetterEntry[];
 }
 
+/** Options of `PipelineGraph`: its sampling interval and window, and its bounds on nodes, failures and dead letters. */
 export interface PipelineGraphOptions {
   /** Sample interval, ms. Default 250. */
   readonly interval?: number;
@@ -187,6 +192,7 @@ function push<T>(ring: Ring<T>, value: T, size: number): void {
   ring.push(value);
 }
 
+/** The live graph of a pipeline's stages and links, with the state of each: what the inspector shows. */
 export class PipelineGraph implements Introspector {
   private readonly nodes = new Map<StageStats, Node>();
   /** Whose link each is: how a run finds the node it feeds. */
@@ -241,10 +247,12 @@ export class PipelineGraph implements Introspector {
     this.timer = undefined;
   }
 
+  /** True while the graph is attached and sampling. */
   get running(): boolean {
     return this.detach !== undefined;
   }
 
+  /** Called by the flow while this graph is attached (its introspection hook), not by users. */
   runStarted(run: InspectedRun, own: DemandLink | undefined, feeds: DemandLink | undefined, within?: InspectedRun): void {
     let node = this.nodes.get(run.stats);
     if (node === undefined) {
@@ -267,12 +275,14 @@ export class PipelineGraph implements Introspector {
     } else if (feeds !== undefined) this.link(node, feeds);
   }
 
+  /** Called by the flow while this graph is attached (its introspection hook), not by users. */
   runEnded(run: InspectedRun): void {
     const node = this.nodes.get(run.stats);
     if (node === undefined || !node.runs.delete(run)) return;
     if (node.runs.size === 0) node.endedAt = this.scheduler.now();
   }
 
+  /** Called by the flow while this graph is attached (its introspection hook), not by users. */
   elementFailed(run: InspectedRun, seq: number, error: unknown): void {
     const node = this.nodes.get(run.stats);
     if (node === undefined) return;
@@ -282,6 +292,7 @@ export class PipelineGraph implements Introspector {
     if (this.failures.length > this.config.failures) this.failures.shift();
   }
 
+  /** Called by the flow while this graph is attached (its introspection hook), not by users. */
   deadLettered(run: InspectedRun, letter: DeadLetterRecord): void {
     const node = this.nodes.get(run.stats);
     if (node === undefined) return;
@@ -336,6 +347,7 @@ export class PipelineGraph implements Introspector {
     }
   }
 
+  /** The graph as it is now: nodes, edges, the bottleneck and recent failures. */
   snapshot(): GraphSnapshot {
     const nodes = [...this.nodes.values()].map((node) => this.nodeSnapshot(node));
     const edges: EdgeSnapshot[] = [];

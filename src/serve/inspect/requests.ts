@@ -19,6 +19,7 @@ export interface RequestInfo {
   readonly prompt?: string | undefined;
 }
 
+/** Options of `RequestRegistry`: whether it keeps what each request asked (`content`). */
 export interface RequestRegistryOptions {
   /**
    * Keep each request's prompt and the end of its answer so far, for the inspector. Off by
@@ -91,6 +92,7 @@ interface Entry {
 
 const TOP_TENANTS = 20;
 
+/** The requests a server is running, for the inspector: each added when it starts and removed when it ends. */
 export class RequestRegistry {
   /** Insertion order is start order: the first entries are the oldest. */
   private readonly running = new Map<string, Entry>();
@@ -103,10 +105,12 @@ export class RequestRegistry {
     this.content = options.content === true;
   }
 
+  /** Requests running now. */
   get size(): number {
     return this.running.size;
   }
 
+  /** Registers a running request; the handle updates and ends it. */
   add(info: RequestInfo): RequestHandle {
     const entry: Entry = {
       id: `r${++this.seq}`,

@@ -49,6 +49,7 @@ export function viewerOf(scope: string): InspectViewer {
   return scope.startsWith('tenant:') ? { role: 'tenant', tenant: scope.slice('tenant:'.length) } : OPERATOR;
 }
 
+/** Everything the inspector shows at one moment: the graph, requests, sockets and server stats. */
 export interface InspectSnapshot {
   /** Counts the feed's messages: a page sees a gap when it was sent fewer (it read slowly). */
   readonly seq: number;

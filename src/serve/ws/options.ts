@@ -44,6 +44,7 @@ export interface TokenSocketLimits extends HelloLimits {
   readonly conflateLimit: number;
 }
 
+/** Options of `attachTokenSocket`: the worker, authentication, limits and quotas. */
 export interface TokenSocketOptions {
   /** The model that generates. Give this or `workers`. */
   readonly worker?: TokenWorker;
@@ -62,6 +63,7 @@ export interface TokenSocketOptions {
   /** Only upgrades to this path are handled; others are left to other `upgrade` listeners. Default: every path. */
   readonly path?: string;
   readonly limits?: Partial<TokenSocketLimits>;
+  /** Called with every connection and request event, for logs and metrics. */
   readonly onEvent?: (event: TokenSocketEvent) => void;
   /** Exports connection and request counters (`sluice_ws_*`) and observes each request's trace and generation. */
   readonly metrics?: SluiceMetrics;
