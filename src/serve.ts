@@ -10,6 +10,7 @@ export { createHttpHandler } from './serve/http.js';
 export type { HttpHandler, HttpHandlerOptions, HttpDrainReport, ChatWorker } from './serve/http.js';
 export { SluiceMetrics } from './serve/metrics.js';
 export type { SluiceMetricsOptions, RequestObservation, SocketCounters } from './serve/metrics.js';
+export type { Exposition } from './serve/metrics/exposition.js';
 export { genAiSpan, endGenAiSpan, recordStageSpans, contextFromTraceparent, traceparentOf, sluiceTracer } from './serve/otel.js';
 export type { GenAiSpan, GenAiSpanOptions, GenAiOutcome, StageSpanOptions } from './serve/otel.js';
 export { attachTokenSocket } from './serve/ws-server.js';

@@ -16,6 +16,7 @@ export interface LaneOptions<T> {
   name?: string;
   /** Elements each lane may buffer for its consumer. */
   capacity?: number;
+  /** Called with every element a lane sheds, and why. */
   onShed?: (event: LaneShedEvent<T>) => void;
   /** Counters shared by every subscription (broadcast counts one copy per branch). */
   stats?: StageStats;

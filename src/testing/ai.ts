@@ -11,5 +11,6 @@
  * const worker = new ScriptedWorker({ tokens: 'echo', delay: 'turn' });
  * const { text } = await worker.infer({ prompt: 'hello there' }); // 'hello there'
  * ```
+ * @module
  */
 export { ScriptedWorker, type ScriptedWorkerOptions, type ScriptedGeneration, type Script, type ScriptedDelay } from './scripted-worker.js';

@@ -34,6 +34,7 @@ export type Script = 'count' | 'echo' | readonly string[] | { readonly repeat: s
 /** How long before each token: milliseconds on the scheduler, or `'turn'` (one `setImmediate`). */
 export type ScriptedDelay = number | 'turn' | ((token: number) => number | 'turn');
 
+/** Options of `ScriptedWorker`: what it says, how fast, and where it fails or hangs. */
 export interface ScriptedWorkerOptions {
   /** The worker's name (its model name on a server). Default `'scripted'`. */
   readonly name?: string;
@@ -46,9 +47,21 @@ export interface ScriptedWorkerOptions {
   /** Where millisecond delays are scheduled (an RxJS `TestScheduler` for virtual time). Default `asyncScheduler`. */
   readonly scheduler?: SchedulerLike;
   /** Fails the generation instead of its token number `after` (0: before the first), with `error`; only requests `when` picks (default all). */
-  readonly fail?: { readonly after: number; readonly error?: unknown; readonly when?: (request: GenerateRequest) => boolean };
+  readonly fail?: {
+    /** Tokens given before the failure. */
+    readonly after: number;
+    /** What the generation fails with. */
+    readonly error?: unknown;
+    /** Picks the requests that fail (default all). */
+    readonly when?: (request: GenerateRequest) => boolean;
+  };
   /** Waits, before token number `after`, until the generation is aborted (a request that cannot finish by itself); only requests `when` picks. */
-  readonly hang?: { readonly after: number; readonly when?: (request: GenerateRequest) => boolean };
+  readonly hang?: {
+    /** Tokens given before the hang. */
+    readonly after: number;
+    /** Picks the requests that hang (default all). */
+    readonly when?: (request: GenerateRequest) => boolean;
+  };
   /** Prompt tokens reported in usage. Default: the prompt's words. */
   readonly inputTokens?: number;
   /** Tokens after which a request without `max_tokens` ends with `length`. Default: none. */

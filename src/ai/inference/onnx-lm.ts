@@ -119,18 +119,6 @@ export interface CharLmWorkerOptions extends LmWorkerOptions {
   readonly window?: number;
 }
 
-/**
- * The character language model (`charlm.onnx`: `input_ids` → `logits`). It has no
- * cache: each step feeds the last `window` characters and reads the last position's
- * logits. It has no end-of-text either, so a generation ends at `max_tokens` or a stop
- * sequence. Characters outside its vocabulary are dropped from the prompt.
- *
- * ## Example
- * ```ts
- * const lm = await CharLmWorker.load('models/charlm.onnx');   // reads models/charlm.vocab.json
- * lm.generate(generateRequest({ prompt: 'The stage', max_tokens: 80, temperature: 0.8, seed: 1 })).subscribe((t) => process.stdout.write(t.text));
- * ```
- */
 const charLmSchema = lazySchema((z) =>
   z.strictObject({
     ...lmFields(z),
@@ -144,6 +132,18 @@ const charLmLoadSchema = lazySchema((z) =>
     .extend({ vocabPath: z.string({ error: 'vocabPath must be a string' }).optional() }),
 );
 
+/**
+ * The character language model (`charlm.onnx`: `input_ids` → `logits`). It has no
+ * cache: each step feeds the last `window` characters and reads the last position's
+ * logits. It has no end-of-text either, so a generation ends at `max_tokens` or a stop
+ * sequence. Characters outside its vocabulary are dropped from the prompt.
+ *
+ * ## Example
+ * ```ts
+ * const lm = await CharLmWorker.load('models/charlm.onnx');   // reads models/charlm.vocab.json
+ * lm.generate(generateRequest({ prompt: 'The stage', max_tokens: 80, temperature: 0.8, seed: 1 })).subscribe((t) => process.stdout.write(t.text));
+ * ```
+ */
 export class CharLmWorker extends LmWorker {
   readonly name: string;
   protected readonly maxTokens: number;
@@ -234,18 +234,6 @@ export const ASCII_CODEC: TokenCodec = {
   decode: (id) => String.fromCharCode(id),
 };
 
-/**
- * A decoder with a KV cache (`decoder.onnx`). The first step feeds the whole prompt
- * with an empty cache; every later step feeds only the new token, its position and the
- * `present.N.*` tensors of the step before as `past_key_values.N.*`, so a step costs
- * one position, not the whole text.
- *
- * ## Example
- * ```ts
- * const decoder = await DecoderLmWorker.load('models/decoder.onnx');
- * const { text } = await decoder.infer(generateRequest({ prompt: 'Hello, ', max_tokens: 16, temperature: 0 }));
- * ```
- */
 const decoderLmSchema = lazySchema((z) => {
   const tokenId = (what: string) =>
     z
@@ -277,6 +265,18 @@ const decoderLmSchema = lazySchema((z) => {
   });
 });
 
+/**
+ * A decoder with a KV cache (`decoder.onnx`). The first step feeds the whole prompt
+ * with an empty cache; every later step feeds only the new token, its position and the
+ * `present.N.*` tensors of the step before as `past_key_values.N.*`, so a step costs
+ * one position, not the whole text.
+ *
+ * ## Example
+ * ```ts
+ * const decoder = await DecoderLmWorker.load('models/decoder.onnx');
+ * const { text } = await decoder.infer(generateRequest({ prompt: 'Hello, ', max_tokens: 16, temperature: 0 }));
+ * ```
+ */
 export class DecoderLmWorker extends LmWorker {
   readonly name: string;
   protected readonly maxTokens: number;

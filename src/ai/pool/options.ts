@@ -14,6 +14,7 @@ export type Feeds = Readonly<Record<string, ort.Tensor>>;
 /** Outputs of one run, by output name. */
 export type Outputs = Record<string, ort.Tensor>;
 
+/** Options of `InferencePool`: the model, the number of worker threads and the queue bound. */
 export interface InferencePoolOptions {
   /** Names the pool in errors. Default `inference-pool-N`. */
   name?: string;
@@ -49,6 +50,7 @@ export interface InferencePoolOptions {
   closeTimeout?: number;
 }
 
+/** Options of one pool run: its abort signal, the model to run (in a pool of several) and the pooling. */
 export interface RunOptions {
   /** Aborting removes a queued job (it never runs) or discards a running job's result; either way the run rejects with `AbortedError`. */
   signal?: AbortSignal;

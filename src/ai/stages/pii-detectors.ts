@@ -6,6 +6,7 @@
 
 /** The built-in detectors. `ip` covers IPv4 and IPv6. */
 export const PII_KINDS = ['card', 'ip', 'email', 'phone'] as const;
+/** A kind of personal data `redact` finds (one of `PII_KINDS`). */
 export type PiiKind = (typeof PII_KINDS)[number];
 
 /** What each built-in kind is replaced with unless `replacements` says otherwise. */

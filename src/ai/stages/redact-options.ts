@@ -19,6 +19,7 @@ export class RedactStats extends StageStats {
   dropped = 0;
 }
 
+/** Options of `redact`: the kinds of PII to detect, extra patterns, the replacements and how long a possible match is held. */
 export interface RedactOptions {
   /** Names the operator in errors, trace notes and stats. Default `redact`. */
   name?: string;

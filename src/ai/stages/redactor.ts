@@ -111,6 +111,7 @@ export class Redactor {
     return this.held.length;
   }
 
+  /** Takes the next chunk of a stream and returns what can be released redacted; a match that may continue is held back. */
   push(chunk: string): string {
     const text = this.context + this.held + chunk;
     const { out, stop } = scan(this.detectors, text, this.context.length, false, this.counts);
@@ -125,6 +126,7 @@ export class Redactor {
     return out + head.out;
   }
 
+  /** Releases what was held back, redacted: call it at the end of the stream. */
   flush(): string {
     if (this.held.length === 0) return '';
     const text = this.context + this.held;

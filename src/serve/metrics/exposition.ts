@@ -10,7 +10,9 @@ const prom = promClient();
 
 /** A `/metrics` response: the exposition text and its content type. */
 export interface Exposition {
+  /** The `Content-Type` to answer with. */
   readonly contentType: string;
+  /** The exposition text. */
   readonly body: string;
 }
 
