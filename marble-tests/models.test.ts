@@ -96,7 +96,7 @@ describe('ONNX writer', () => {
     );
   });
 
-  it('is deterministic and keeps existing files unless forced', async () => {
+  it('is deterministic, keeps existing files unless forced, and reads the bundled data by default', async () => {
     const again = await mkdtemp(join(tmpdir(), 'sluice-models-'));
     try {
       const first = await generateModels({ outDir: again, dataDir });
@@ -107,8 +107,10 @@ describe('ONNX writer', () => {
       const second = await generateModels({ outDir: again, dataDir });
       assert.ok(second.every((f) => !f.written));
       assert.equal(await readFile(join(again, MODEL_FILES.decoder), 'utf8'), 'kept');
-      await generateModels({ outDir: again, dataDir, force: true });
-      assert.deepEqual(await readFile(join(again, MODEL_FILES.decoder)), await readFile(join(dir, MODEL_FILES.decoder)));
+      // Without dataDir: the data/ folder the package ships, the same as the repository's.
+      await generateModels({ outDir: again, force: true });
+      for (const name of Object.values(MODEL_FILES))
+        assert.deepEqual(await readFile(join(again, name)), await readFile(join(dir, name)), `${name} differs from the bundled data's`);
     } finally {
       await rm(again, { recursive: true, force: true });
     }
@@ -387,7 +389,7 @@ describe('tiny transformer decoder', () => {
 describe('model builders and loaders check their options, naming each bad field', () => {
   it('generateModels, before it writes anything; HfTokenizer and ChatTemplate when made', async () => {
     await assert.rejects(
-      generateModels({ outDir: '', force: 'yes', verfy: true } as never),
+      generateModels({ outDir: '', dataDir: 5, force: 'yes', verfy: true } as never),
       (error) => assert.deepEqual(pathsOf(error), ['dataDir', 'force', 'outDir', 'verfy']) ?? true,
     );
     assert.deepEqual(

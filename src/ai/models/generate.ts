@@ -8,6 +8,8 @@ import { GUARD_LABELS, buildGuardModel, parseGuardExamples, trainGuard } from '.
 import { SIGNATURES, loadModel, type ModelSignature } from './load.js';
 import { DEFAULT_HASH_TOKENIZER } from './tokenizer.js';
 import { lazySchema } from '../../core/zod.js';
+import { InvalidOptionsError } from '../../core/errors.js';
+import { BUNDLED_DATA } from './bundled.js';
 import { functionSchema, parseOptions } from '../../flow/options.js';
 
 /** The configuration of the generated embedding model (`embed.onnx`): its tokenizer, width and seed. */
@@ -41,9 +43,10 @@ export interface GuardMetadata {
 
 /** Options of `generateModels`: where to write the models, where the training data is, and whether to overwrite and verify. */
 export interface GenerateOptions {
+  /** Where the models are written (made if missing). */
   readonly outDir: string;
-  /** Holds `guard.jsonl` and `corpus.txt`. */
-  readonly dataDir: string;
+  /** Holds `guard.jsonl` and `corpus.txt`. Default: the `data/` folder the package ships. */
+  readonly dataDir?: string;
   /** Rewrite files that exist. */
   readonly force?: boolean;
   /** Load every model written in onnxruntime and check its signature. */
@@ -59,7 +62,7 @@ const generateSchema = lazySchema((z) => {
       .min(1, { error: `${what} must not be empty` });
   return z.strictObject({
     outDir: folder('outDir'),
-    dataDir: folder('dataDir'),
+    dataDir: folder('dataDir').optional(),
     force: z.boolean({ error: 'force must be a boolean' }).optional(),
     verify: z.boolean({ error: 'verify must be a boolean' }).optional(),
     log: functionSchema<(line: string) => void>().optional(),
@@ -77,8 +80,12 @@ export interface GeneratedFile {
  * machine (weights come from seeded integer generators and float64 TypeScript, never from onnxruntime).
  * A group of files is skipped when all of them exist, unless `force`.
  */
-export async function generateModels(options: GenerateOptions): Promise<GeneratedFile[]> {
-  parseOptions(generateSchema(), options, 'generateModels options');
+export async function generateModels(given: GenerateOptions): Promise<GeneratedFile[]> {
+  parseOptions(generateSchema(), given, 'generateModels options');
+  const dataDir = given.dataDir ?? BUNDLED_DATA;
+  if (dataDir === undefined)
+    throw new InvalidOptionsError('generateModels options', [{ path: 'dataDir', message: "required: the package's data/ folder is missing" }]);
+  const options = { ...given, dataDir };
   const log = options.log ?? (() => {});
   await mkdir(options.outDir, { recursive: true });
   const files: GeneratedFile[] = [];
