@@ -1,17 +1,27 @@
 /**
- * The layering of src/ (docs/ARCHITECTURE.md), lowest first:
+ * The layering (docs/ARCHITECTURE.md), lowest first:
  *   core → flow → operators → resilience, cache → ai → serve → nats;  testing and the entry points on top.
+ * The operator layer lives at the top of the repository (`operators/`), the others under `src/`.
  * A module may import its own layer and the ones below, never one above, and no import may close a
  * cycle. Type-only imports count: a type that runs up a layer is a dependency that runs up a layer.
  */
-const layers = ['core', 'flow', 'operators', 'resilience|cache', 'ai', 'serve', 'nats', 'testing'];
+const layers = [
+  { name: 'core', path: '^src/core/' },
+  { name: 'flow', path: '^src/flow/' },
+  { name: 'operators', path: '^operators/' },
+  { name: 'resilience-cache', path: '^src/(resilience|cache)/' },
+  { name: 'ai', path: '^src/ai/' },
+  { name: 'serve', path: '^src/serve/' },
+  { name: 'nats', path: '^src/nats/' },
+  { name: 'testing', path: '^src/testing/' },
+];
 
 const upward = layers.slice(0, -1).map((layer, index) => ({
-  name: `${layer.replace('|', '-')}-imports-up`,
-  comment: `src/${layer} may not import a layer above it`,
+  name: `${layer.name}-imports-up`,
+  comment: `${layer.path.slice(1)} may not import a layer above it`,
   severity: 'error',
-  from: { path: `^src/(${layer})/` },
-  to: { path: `^src/(${layers.slice(index + 1).join('|')})/` },
+  from: { path: layer.path },
+  to: { path: layers.slice(index + 1).map((above) => `(${above.path})`).join('|') },
 }));
 
 /**
@@ -45,14 +55,14 @@ module.exports = {
       name: 'no-entry-imports',
       comment: 'modules import each other, never an entry point (src/index.ts, ai.ts, serve.ts, cli.ts)',
       severity: 'error',
-      from: { path: '^src/[^/]+/' },
+      from: { path: '^(src/[^/]+/|operators/)' },
       to: { path: '^src/(index|ai|serve|nats|cli|peers-ai|peers-serve|peers-nats)\\.ts$' },
     },
     {
       name: 'no-circular',
       comment: 'an import that closes a cycle',
       severity: 'error',
-      from: { path: '^src/' },
+      from: { path: '^(src|operators)/' },
       to: { circular: true },
     },
   ],

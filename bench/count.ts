@@ -16,7 +16,7 @@
  * that the GC's freed maps deoptimised (see bench/throughput.ts).
  */
 import { map, range, type Observable, type OperatorFunction } from 'rxjs';
-import { stage } from '../src/operators/stage.js';
+import { stage } from '../operators/stage.js';
 import { fromIterable } from '../src/flow/sources.js';
 import type { Traced } from '../src/core/trace.js';
 import { promiseHops } from './floor.js';

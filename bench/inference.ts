@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import * as ort from 'onnxruntime-node';
 import { firstValueFrom, lastValueFrom, reduce } from 'rxjs';
-import type { Batch } from '../src/operators/batch.js';
+import type { Batch } from '../operators/batch.js';
 import { infer } from '../src/ai/stages/infer.js';
 import { fromAsyncIterable, fromIterable } from '../src/flow/sources.js';
 import { buildEmbeddingModel } from '../src/ai/models/embedding.js';

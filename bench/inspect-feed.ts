@@ -20,7 +20,7 @@ import { pathToFileURL } from 'node:url';
 import { map } from 'rxjs';
 import { asFlow } from '../src/resilience/as-flow.js';
 import { fromIterable } from '../src/flow/sources.js';
-import { stage } from '../src/operators/stage.js';
+import { stage } from '../operators/stage.js';
 import type { Token } from '../src/ai/inference/worker.js';
 import { createHttpHandler } from '../src/serve/http.js';
 import { PipelineGraph } from '../src/serve/inspect/pipeline-graph.js';

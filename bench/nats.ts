@@ -122,7 +122,7 @@ export interface NatsResults {
 type Progress = (message: string) => void;
 
 const WORKER = fileURLToPath(new URL('./nats-worker.ts', import.meta.url));
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 function* naturals(n: number): Generator<number> {

@@ -149,7 +149,7 @@ function gitRevision(): string | undefined {
     const dirty = execSync('git status --porcelain -- src operators', { stdio: ['ignore', 'pipe', 'ignore'] })
       .toString()
       .trim();
-    return dirty === '' ? head : `${head} (src/operators modified)`;
+    return dirty === '' ? head : `${head} (src or operators modified)`;
   } catch {
     return undefined;
   }

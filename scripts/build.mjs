@@ -6,7 +6,7 @@ import { rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { build } from 'esbuild';
 
-process.chdir(new URL('..', import.meta.url).pathname);
+process.chdir(new URL('../', import.meta.url).pathname);
 
 // Every module a user or a thread loads by path: the package's exports, the CLI, the pool's worker.
 const ENTRY_POINTS = [
@@ -25,8 +25,8 @@ const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
 execFileSync(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--emitDeclarationOnly'], { stdio: 'inherit' });
 await build({
   entryPoints: ENTRY_POINTS,
-  outbase: 'src',
-  outdir: 'dist/src',
+  outbase: '.',
+  outdir: 'dist',
   bundle: true,
   splitting: true,
   format: 'esm',

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { generateModels } from '../src/ai/models/generate.js';
 
-const root = fileURLToPath(new URL('..', import.meta.url));
+const root = fileURLToPath(new URL('../', import.meta.url));
 const { values } = parseArgs({ options: { force: { type: 'boolean', default: false }, out: { type: 'string', default: `${root}models` } } });
 
 await generateModels({ outDir: values.out, dataDir: `${root}data`, force: values.force, verify: true, log: (line) => console.log(line) });

@@ -1,7 +1,7 @@
 /**
  * The optional peers each entry point and command needs, declared once. The import-time checks
  * (src/peers-*.ts), the command's start-up check (src/cli.ts), the README's install table and the
- * consumer test all follow this list; marble-tests/peers.test.ts fails when the README differs.
+ * consumer test all follow this list; marble-tests/package/peers.test.ts fails when the README differs.
  */
 
 /** Every optional peer a need may name. */

@@ -10,7 +10,7 @@ import { ContextLengthExceededError } from '../ai/inference/errors.js';
 import { subscribeWithDemand, type DemandSubscription } from '../flow/demand.js';
 import { untraced } from '../flow/sinks.js';
 import type { StageContext } from '../flow/work.js';
-import { stage } from '../operators/stage.js';
+import { stage } from '../../operators/stage.js';
 import { type GenerateRequest, type GenerationDone, type ModelWorker, generateRequest } from '../ai/inference/worker.js';
 import type { Link } from './link.js';
 import { type ControlMessage, type RemoteRequest, type WorkerMessage, controlMessageSchema, controlSubject, parseMessage } from './remote-protocol.js';

@@ -6,7 +6,7 @@ import { AbortedError } from '../core/errors.js';
 import { AttemptContext, Relay, named, toObservable, type NamedWorker, type StreamWork, type Worker } from './relay.js';
 import type { TraceContext } from '../core/trace.js';
 import { workerSchema } from './fallback.js';
-import { stableHash } from '../operators/partition.js';
+import { stableHash } from '../../operators/partition.js';
 import { fmix32 } from '../core/random.js';
 import type { StageContext, Work } from '../flow/work.js';
 

@@ -19,7 +19,7 @@ import { SingleFlight } from '../../cache/flight.js';
 import { hashKey } from '../../cache/key.js';
 import { LruCache } from '../../cache/lru.js';
 import { CacheStats } from '../../cache/stats.js';
-import { stage } from '../../operators/stage.js';
+import { stage } from '../../../operators/stage.js';
 import { asFlow } from '../../resilience/as-flow.js';
 import { CircuitBreaker, type CircuitStateChange } from '../../resilience/breaker.js';
 import { CircuitOpenError } from '../../resilience/errors.js';

@@ -6,7 +6,7 @@
 import { Subject } from 'rxjs';
 import { lazySchema } from '../../core/zod.js';
 import { SluiceError } from '../../core/errors.js';
-import type { Batch } from '../../operators/batch.js';
+import type { Batch } from '../../../operators/batch.js';
 import { parseOptions, positiveInt } from '../../flow/options.js';
 import { fromPush } from '../../flow/push.js';
 import { StageStats } from '../../flow/stats.js';

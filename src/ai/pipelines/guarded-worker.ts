@@ -11,7 +11,7 @@ import { fromIterable } from '../../flow/sources.js';
 import { StageStats } from '../../flow/stats.js';
 import { functionSchema, parseOptions } from '../../flow/options.js';
 import { lazySchema } from '../../core/zod.js';
-import { stage } from '../../operators/stage.js';
+import { stage } from '../../../operators/stage.js';
 import { asFlow } from '../../resilience/as-flow.js';
 import type { Classifier } from '../models/classifier.js';
 import { guard } from '../stages/guard.js';

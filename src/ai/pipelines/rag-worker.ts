@@ -22,7 +22,7 @@ import { EmbeddingCache } from '../rag/embedding-cache.js';
 import { CacheStats } from '../../cache/stats.js';
 import type { VectorIndex } from '../rag/vector-index.js';
 import type { PassageMetadata } from '../rag/passage.js';
-import { stage } from '../../operators/stage.js';
+import { stage } from '../../../operators/stage.js';
 import { embed, type Embedded, type Embedder } from '../stages/embed.js';
 import { retrieve, type Citation, type Retrieved } from '../stages/retrieve.js';
 import { answerPieces, candidatesOf, composeAnswer, type ExtractOptions, type ExtractedAnswer } from '../rag/extract.js';

@@ -7,7 +7,7 @@ import type { RetrievedPassage } from '../rag/passage.js';
 import { countTokens as defaultCountTokens, tokenEnds } from '../rag/tokens.js';
 import { withCitations, type Citation } from './retrieve.js';
 import type { PromptTokenizer } from '../models/prompt-tokenizer.js';
-import { stage, type StageOperator, type StageOptions } from '../../operators/stage.js';
+import { stage, type StageOperator, type StageOptions } from '../../../operators/stage.js';
 
 /** One message of an assembled chat prompt. */
 export interface ChatMessage {

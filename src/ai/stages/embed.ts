@@ -2,7 +2,7 @@ import { lazySchema } from '../../core/zod.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import { EmbeddingCache } from '../rag/embedding-cache.js';
 import { EmbedderOutputError } from '../rag/errors.js';
-import { stage, type StageOperator, type StageOptions, type WorkResult } from '../../operators/stage.js';
+import { stage, type StageOperator, type StageOptions, type WorkResult } from '../../../operators/stage.js';
 
 /** Turns texts into vectors, one per text, in order. Must honour `signal` (unsubscribe, timeout). */
 export type Embedder = (texts: string[], signal: AbortSignal) => Promise<Float32Array[]>;

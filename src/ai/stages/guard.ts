@@ -1,5 +1,5 @@
 import { lazySchema, zod } from '../../core/zod.js';
-import { stage, type FailureEvent, type StageOperator, type StageOptions } from '../../operators/stage.js';
+import { stage, type FailureEvent, type StageOperator, type StageOptions } from '../../../operators/stage.js';
 import { functionSchema, parseOptions } from '../../flow/options.js';
 import { SluiceError } from '../../core/errors.js';
 import type { TraceContext } from '../../core/trace.js';

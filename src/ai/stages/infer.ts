@@ -6,8 +6,8 @@ import type { Feeds, Outputs } from '../pool/options.js';
 import { InferencePool } from '../pool/pool.js';
 import type { PoolingPlan } from '../models/pooling.js';
 import type { Traced } from '../../core/trace.js';
-import { type Batch, batch, unbatch } from '../../operators/batch.js';
-import { stage, type StageContext, type StageOptions } from '../../operators/stage.js';
+import { type Batch, batch, unbatch } from '../../../operators/batch.js';
+import { stage, type StageContext, type StageOptions } from '../../../operators/stage.js';
 
 /** Options of `infer`: the pool, how elements become feeds and outputs become results, and the batching. */
 export interface InferOptions<I, R> extends Omit<StageOptions<Batch<I>>, 'conflate'> {

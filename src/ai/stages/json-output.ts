@@ -1,7 +1,7 @@
 import type * as z from 'zod';
 import { lazySchema } from '../../core/zod.js';
 import { isObservable, lastValueFrom, reduce, type Observable } from 'rxjs';
-import { stage, type StageOperator, type StageOptions } from '../../operators/stage.js';
+import { stage, type StageOperator, type StageOptions } from '../../../operators/stage.js';
 import { functionSchema, parseOptions } from '../../flow/options.js';
 import { SluiceError } from '../../core/errors.js';
 import { Traced } from '../../core/trace.js';

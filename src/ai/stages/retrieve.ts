@@ -2,7 +2,7 @@ import { lazySchema } from '../../core/zod.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import { VectorIndex } from '../rag/vector-index.js';
 import type { PassageMetadata, RetrievedPassage } from '../rag/passage.js';
-import { stage, type StageOperator, type StageOptions } from '../../operators/stage.js';
+import { stage, type StageOperator, type StageOptions } from '../../../operators/stage.js';
 
 /** What `retrieve` emits: the input and the passages found for it, best first. */
 export interface Retrieved<I> {

@@ -1,0 +1,52 @@
+/** Extractive answers (src/ai/rag/extract.ts): sentences out of passages, ranked, cited, in reading order. */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { NO_ANSWER, answerPieces, candidatesOf, composeAnswer, sentencesOf } from '../../src/ai/rag/extract.js';
+import type { RetrievedPassage } from '../../src/ai/rag/passage.js';
+
+const v = (...xs: number[]) => Float32Array.from(xs);
+
+describe('extractive answers', () => {
+  it('splits prose into sentences, leaving out headings, code fences, table rows and fragments', () => {
+    const text =
+      '# Title\nA stage asks for more only with room. `fail` errors with `OverflowError`. `conflate` merges them into one.\n```ts\ncode();\n```\n| a | b |\n- A list item that is long enough.\nToo short.';
+    assert.deepEqual(sentencesOf(text), [
+      'A stage asks for more only with room.',
+      '`fail` errors with `OverflowError`.',
+      '`conflate` merges them into one.',
+      'A list item that is long enough.',
+    ]);
+  });
+
+  it('picks the closest sentences above the threshold, writes them in reading order with their source numbers, then the sources', () => {
+    const passages: RetrievedPassage[] = [
+      { id: 'a', text: 'First one here now. Second one here now.', source: 'a.md › A', score: 0.9 },
+      { id: 'b', text: 'Third one here now.', source: 'b.md › B', score: 0.8 },
+    ];
+    const candidates = candidatesOf(passages);
+    assert.deepEqual(
+      candidates.map((c) => [c.passage, c.position]),
+      [
+        [0, 0],
+        [0, 1],
+        [1, 0],
+      ],
+    );
+    const question = v(1, 0);
+    // Third closest, then second; first below the threshold.
+    const answer = composeAnswer(question, passages, candidates, [v(0, 1), v(0.6, 0.8), v(1, 0.1)], { sentences: 3, minScore: 0.5 });
+    assert.equal(answer.text, 'Second one here now. [1] Third one here now. [2]\n\nSources:\n[1] a.md › A\n[2] b.md › B');
+    assert.deepEqual(
+      answer.sources.map((s) => s.id),
+      ['a', 'b'],
+    );
+    assert.deepEqual(composeAnswer(question, passages, candidates, [v(0, 1), v(0, 1), v(0, 1)]), { text: NO_ANSWER, sources: [] });
+    assert.deepEqual(composeAnswer(question, [], [], []), { text: NO_ANSWER, sources: [] });
+  });
+
+  it('streams an answer as words with their following space, losing nothing', () => {
+    const text = 'One two [1]\n\nSources:\n[1] a.md';
+    assert.equal(answerPieces(text).join(''), text);
+    assert.deepEqual(answerPieces('a b'), ['a ', 'b']);
+  });
+});
