@@ -18,3 +18,8 @@ export type ShedReason = 'buffer-full' | 'evicted' | 'lagging' | 'cancelled';
 
 /** How an element left a stage: every element that enters leaves exactly once. */
 export type Outcome = 'delivered' | 'shed' | 'failed';
+
+/** Priority classes of requests at a server's door, lowest first: `low` is shed before `default`, `default` before `high`. */
+export const PRIORITY_CLASSES = ['low', 'default', 'high'] as const;
+/** A request's priority class (one of `PRIORITY_CLASSES`). */
+export type PriorityClass = (typeof PRIORITY_CLASSES)[number];

@@ -18,6 +18,7 @@ import { AbortedError } from '../../core/errors.js';
 import type { ChatMessage } from '../../cache/key.js';
 import type { NamedWorker, StreamWork } from '../../resilience/relay.js';
 import type { TraceContext } from '../../core/trace.js';
+import type { PriorityClass } from '../../core/vocabulary.js';
 import { EmptyPromptError } from './errors.js';
 import { StopMatcher } from './sampling.js';
 import { samplingRules } from './sampling-rules.js';
@@ -123,6 +124,8 @@ export interface GenerateOptions {
    * a tenant; wrappers pass it on.
    */
   readonly tenant?: string;
+  /** Its class at a shared pipeline's door (`Intake`): `low` is shed first. Default `default`. */
+  readonly priority?: PriorityClass;
 }
 
 /** Options of `ModelWorker.infer`: its abort signal. */

@@ -9,15 +9,13 @@
  * This is what `sluice serve` answers with; it is also the smallest complete example
  * of composing the AI stages into a worker the HTTP and WebSocket servers accept.
  */
-import { catchError, concat, defer, map, of, tap, throwError, type Observable } from 'rxjs';
+import { catchError, concat, defer, of, tap, throwError, type Observable } from 'rxjs';
 import { InvalidOptionsError } from '../../core/errors.js';
 import { lazySchema } from '../../core/zod.js';
-import { asFlow } from '../../resilience/as-flow.js';
-import { parseOptions } from '../../flow/options.js';
+import { parseOptions, positiveInt } from '../../flow/options.js';
 import type { Flow } from '../../flow/demand.js';
-import { fromIterable } from '../../flow/sources.js';
 import type { StageStats } from '../../flow/stats.js';
-import { Traced, traced } from '../../core/trace.js';
+import type { Traced } from '../../core/trace.js';
 import { EmbeddingCache } from '../rag/embedding-cache.js';
 import { CacheStats } from '../../cache/stats.js';
 import type { VectorIndex } from '../rag/vector-index.js';
@@ -26,24 +24,15 @@ import { stage } from '../../../operators/stage.js';
 import { embed, type Embedded, type Embedder } from '../stages/embed.js';
 import { retrieve, type Citation, type Retrieved } from '../stages/retrieve.js';
 import { answerPieces, candidatesOf, composeAnswer, type ExtractOptions, type ExtractedAnswer } from '../rag/extract.js';
-import { assemble, type AssembledPrompt } from '../stages/assemble.js';
+import { PromptTemplate, type AssembledPrompt } from '../stages/assemble.js';
+import { Intake } from './intake.js';
+import { generation, pipelineWorker, type PipelineJob, type PipelineWorker } from './pipeline-worker.js';
 import { guard } from '../stages/guard.js';
 import type { Classifier } from '../models/classifier.js';
 import type { PromptTokenizer } from '../models/prompt-tokenizer.js';
 import { ContextLengthExceededError } from '../inference/errors.js';
 import { PromptOverBudgetError } from '../rag/errors.js';
-import {
-  complete,
-  decode,
-  generateRequest,
-  questionOf,
-  type Completion,
-  type GenerateOptions,
-  type GenerateRequest,
-  type InferOptions,
-  type ModelWorker,
-  type Token,
-} from '../inference/worker.js';
+import { decode, generateRequest, questionOf, type GenerateRequest, type ModelWorker, type Token } from '../inference/worker.js';
 
 /** The stages of a RAG worker, as named in traces, stats and metrics. */
 export const RAG_STAGES = ['guard', 'embed', 'retrieve', 'assemble', 'generate'] as const;
@@ -87,6 +76,14 @@ export interface RagWorkerOptions {
   readonly cacheStats?: CacheStats;
   /** Statistics per stage (shared by every request), e.g. to export with `SluiceMetrics.registerStage`. */
   readonly stats?: Partial<Record<RagStage, StageStats>>;
+  /** The door of its pipeline, shared with a server's other models. Default: its own, 256 requests deep. */
+  readonly intake?: Intake;
+  /** Questions guarded, embedded and assembled at once (a batched embedder runs them together). Default 16. */
+  readonly batch?: number;
+  /** Answers streaming at once. Default 16. */
+  readonly streams?: number;
+  /** Requests each stage buffers. Default 16. */
+  readonly capacity?: number;
 }
 
 const optionsSchema = lazySchema((z) =>
@@ -132,6 +129,10 @@ const optionsSchema = lazySchema((z) =>
           z.custom<StageStats>((v) => typeof v === 'object' && v !== null),
         )
         .optional(),
+      intake: z.instanceof(Intake, { error: 'intake must be an Intake' }).optional(),
+      batch: positiveInt('batch').default(16),
+      streams: positiveInt('streams').default(16),
+      capacity: positiveInt('capacity').default(16),
     })
     .strict(),
 );
@@ -152,119 +153,129 @@ const variables = lazySchema((z) => z.object({ question: z.string().min(1) }));
  * rag.generate(generateRequest({ prompt: 'How does a stage pause a fast producer?' })).subscribe((t) => process.stdout.write(t.text));
  * ```
  */
-export function ragWorker(options: RagWorkerOptions): ModelWorker<GenerateRequest, Completion> {
+export function ragWorker(options: RagWorkerOptions): PipelineWorker {
   const config = parseOptions(optionsSchema(), options, 'ragWorker options');
   const budget = promptBudget(config.budget, config.lm?.contextLength, config.maxTokens);
   const cache = new EmbeddingCache(config.cacheCapacity, config.cacheStats);
   const stats: Partial<Record<RagStage, StageStats>> = config.stats ?? {};
+  const { batch, streams } = config;
+  // A request that fails in a stage ends alone; the pipeline every request shares goes on.
+  const shared = {
+    capacity: config.capacity,
+    errorPolicy: 'skip' as const,
+    onFailure: ({ value, error }: { value: PipelineJob; error: unknown }) => value.fail(error),
+  };
+  const template = new PromptTemplate({
+    template: 'Context:\n{{context}}\n\nQuestion: {{question}}',
+    schema: variables(),
+    budget,
+    system: config.system,
+    ...(config.tokenizer !== undefined && { tokenizer: config.tokenizer }),
+  });
+  const questionText = (job: PipelineJob) => questionOf(job.request);
 
-  const generate = (request: GenerateRequest, generateOptions: GenerateOptions = {}): Flow<Token> => {
-    const valid = generateRequest(request);
-    const question = questionOf(valid);
-    const { prompt: _prompt, messages: _messages, ...params } = valid;
-    const first = generateOptions.trace === undefined ? traced(question) : new Traced(question, generateOptions.trace);
-    const guarded: Observable<Traced<string>> =
+  const pipeline = (jobs: Flow<Traced<PipelineJob>>): Observable<unknown> => {
+    const guarded: Observable<Traced<PipelineJob>> =
       config.classify === undefined
-        ? fromIterable([first])
-        : fromIterable([first]).pipe(
-            guard({ name: 'guard', classify: config.classify, thresholds: config.thresholds, errorPolicy: 'fail', stats: stats.guard }),
+        ? jobs
+        : jobs.pipe(
+            guard<PipelineJob>({
+              name: 'guard',
+              classify: config.classify,
+              thresholds: config.thresholds,
+              text: questionText,
+              concurrency: batch,
+              ...shared,
+              stats: stats.guard,
+            }),
           );
     const retrieved = guarded.pipe(
-      embed({ name: 'embed', embedder: config.embedder, cache, stats: stats.embed }),
-      retrieve({
+      embed<PipelineJob>({ name: 'embed', embedder: config.embedder, cache, text: questionText, concurrency: batch, ...shared, stats: stats.embed }),
+      retrieve<Embedded<PipelineJob>>({
         name: 'retrieve',
         index: config.index,
         k: config.k,
         ...(config.minScore !== undefined && { minScore: config.minScore }),
+        ...shared,
+        onFailure: ({ value, error }) => value.input.fail(error),
         stats: stats.retrieve,
       }),
     );
     const lm = config.lm;
     if (lm === undefined) {
       // Extractive: rank the retrieved sentences with the embedding model, then stream the answer they make.
-      return asFlow(
-        retrieved.pipe(
-          stage(
-            async (r: Retrieved<Embedded<string>>, context) => {
-              const candidates = candidatesOf(r.passages);
-              const vectors =
-                candidates.length === 0
-                  ? []
-                  : await config.embedder(
-                      candidates.map((c) => c.text),
-                      context.signal,
-                    );
-              return composeAnswer(r.input.vector, r.passages, candidates, vectors, config.extract);
-            },
-            { name: 'assemble', stats: stats.assemble },
-          ),
-          stage(
-            (answer: ExtractedAnswer, context) => {
-              const pieces = answerPieces(answer.text);
-              let next = 0;
-              return decode(
-                generateRequest({ ...params, prompt: question }),
-                {
-                  signal: generateOptions.signal === undefined ? context.signal : AbortSignal.any([context.signal, generateOptions.signal]),
-                  trace: context.trace,
-                  stage: 'generate',
-                  ...(generateOptions.onDone !== undefined && { onDone: generateOptions.onDone }),
-                },
-                { name: config.name, maxTokens: valid.max_tokens },
-                () => ({
-                  inputTokens: answerPieces(question).length,
-                  step: () => Promise.resolve(next < pieces.length ? { text: pieces[next++]! } : { end: 'stop' as const }),
-                  close() {},
-                }),
-              );
-            },
-            { name: 'generate', stats: stats.generate },
-          ),
-          map((t) => t.value),
+      return retrieved.pipe(
+        stage(
+          async (r: Retrieved<Embedded<PipelineJob>>, context) => {
+            const candidates = candidatesOf(r.passages);
+            const vectors =
+              candidates.length === 0
+                ? []
+                : await config.embedder(
+                    candidates.map((c) => c.text),
+                    context.signal,
+                  );
+            return { job: r.input.input, answer: composeAnswer(r.input.vector, r.passages, candidates, vectors, config.extract) };
+          },
+          { name: 'assemble', concurrency: batch, ...shared, onFailure: ({ value, error }) => value.input.input.fail(error), stats: stats.assemble },
+        ),
+        generation<{ readonly job: PipelineJob; readonly answer: ExtractedAnswer }>(
+          ({ job, answer }) => {
+            const question = questionOf(job.request);
+            const pieces = answerPieces(answer.text);
+            let next = 0;
+            const { prompt: _prompt, messages: _messages, ...params } = job.request;
+            return decode(
+              generateRequest({ ...params, prompt: question }),
+              { ...job.options, stage: 'generate' },
+              { name: config.name, maxTokens: job.request.max_tokens },
+              () => ({
+                inputTokens: answerPieces(question).length,
+                step: () => Promise.resolve(next < pieces.length ? { text: pieces[next++]! } : { end: 'stop' as const }),
+                close() {},
+              }),
+            );
+          },
+          { concurrency: streams, capacity: config.capacity, ...(stats.generate !== undefined && { stats: stats.generate }) },
         ),
       );
     }
-    return asFlow(
-      retrieved.pipe(
-        assemble({
+    return retrieved.pipe(
+      stage(
+        (r: Retrieved<Embedded<PipelineJob>>, context) => {
+          const prompt = template.render({ question: r.input.text }, r.passages);
+          context.note('tokens', prompt.tokens);
+          if (prompt.dropped.length > 0) context.note('dropped', prompt.dropped.join(','));
+          if (prompt.truncated !== undefined) context.note('truncated', prompt.truncated);
+          return { job: r.input.input, prompt };
+        },
+        {
           name: 'assemble',
-          system: config.system,
-          template: 'Context:\n{{context}}\n\nQuestion: {{question}}',
-          schema: variables(),
-          variables: (r) => ({ question: r.input.text }),
-          passages: (r) => r.passages,
-          budget,
-          ...(config.tokenizer !== undefined && { tokenizer: config.tokenizer }),
+          ...shared,
+          onFailure: ({ value, error }) => value.input.input.fail(overLong(error, config.name, value.input.input.request)),
           stats: stats.assemble,
-        }),
-        stage(
-          (prompt: AssembledPrompt, context) =>
-            withSources(
-              // A chat model gets the system prompt and the question as their own messages.
-              lm.generate(generateRequest({ max_tokens: config.maxTokens, ...params, messages: prompt.messages }), {
-                // The caller's signal too (an HTTP client that left): the model stops between steps.
-                signal: generateOptions.signal === undefined ? context.signal : AbortSignal.any([context.signal, generateOptions.signal]),
-                trace: context.trace,
-                stage: 'generate',
-                ...(generateOptions.onDone !== undefined && { onDone: generateOptions.onDone }),
-                ...(generateOptions.tenant !== undefined && { tenant: generateOptions.tenant }),
-              }),
-              prompt.citations,
-            ),
-          { name: 'generate', stats: stats.generate },
-        ),
-        map((t) => t.value),
-        catchError((err: unknown) => throwError(() => overLong(err, config.name, valid))),
+        },
+      ),
+      generation<{ readonly job: PipelineJob; readonly prompt: AssembledPrompt }>(
+        ({ job, prompt }) => {
+          const { prompt: _prompt, messages: _messages, ...params } = job.request;
+          return withSources(
+            // A chat model gets the system prompt and the question as their own messages.
+            lm.generate(generateRequest({ max_tokens: config.maxTokens, ...params, messages: prompt.messages }), { ...job.options, stage: 'generate' }),
+            prompt.citations,
+          ).pipe(catchError((err: unknown) => throwError(() => overLong(err, config.name, job.request))));
+        },
+        { concurrency: streams, capacity: config.capacity, ...(stats.generate !== undefined && { stats: stats.generate }) },
       ),
     );
   };
 
-  return {
+  return pipelineWorker({
     name: config.name,
+    intake: config.intake ?? new Intake({ name: `${config.name}-intake`, maxQueue: 256 }),
+    pipeline,
     stages: config.classify === undefined ? RAG_STAGES.filter((name) => name !== 'guard') : RAG_STAGES,
-    generate,
-    infer: (request: GenerateRequest, inferOptions: InferOptions = {}) => complete((onDone) => generate(request, { ...inferOptions, onDone })),
-  };
+  });
 }
 
 /** The assembled prompt's budget: what the model's context leaves beside the answer, when it has a limit. */

@@ -1,0 +1,163 @@
+/** `Intake`: the shared door — priority order, bounded queue, shedding the lowest class, retry hints, and every request accounted. */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { VirtualTimeScheduler } from 'rxjs';
+import { TestSink } from 'sluice/testing';
+import { AdmissionRejectedError, InvalidOptionsError, type SluiceError } from '../../src/core/errors.js';
+import { traced } from '../../src/core/trace.js';
+import { Intake, PRIORITY_CLASSES, type PriorityClass } from '../../src/ai/pipelines/intake.js';
+
+interface Offered {
+  readonly id: number;
+  refused?: SluiceError;
+  withdraw?: () => void;
+}
+
+function offer(intake: Intake, lane: string, id: number, priority: PriorityClass = 'default', tenant = 't'): Offered {
+  const offered: Offered = { id };
+  offered.withdraw = intake.offer<number>(lane, { job: id, tenant, priority, trace: traced(id).trace, refuse: (err) => (offered.refused = err) });
+  return offered;
+}
+
+describe('Intake', () => {
+  it('hands requests to its pipeline highest class first, then in arrival order, only as demanded', () => {
+    const intake = new Intake({ maxQueue: 10 });
+    const sink = TestSink.subscribe(intake.lane<number>('a'));
+    offer(intake, 'a', 1, 'low');
+    offer(intake, 'a', 2, 'default');
+    offer(intake, 'a', 3, 'high');
+    offer(intake, 'a', 4, 'default');
+    assert.equal(sink.received.length, 0);
+    sink.request(3);
+    assert.deepEqual(sink.received, [3, 2, 4]);
+    assert.equal(intake.waiting, 1);
+    sink.request(1);
+    assert.equal(sink.received.at(-1), 1);
+    assert.equal(intake.stats.delivered, 4);
+  });
+
+  it('when full, refuses the arriving request of the lowest class, or evicts the newest waiting one below it', () => {
+    const intake = new Intake({ maxQueue: 2 });
+    TestSink.subscribe(intake.lane<number>('a'));
+    const a = offer(intake, 'a', 1);
+    const b = offer(intake, 'a', 2);
+    const c = offer(intake, 'a', 3, 'low');
+    assert.ok(c.refused instanceof AdmissionRejectedError);
+    assert.equal((c.refused as AdmissionRejectedError).reason, 'queue-full');
+    const d = offer(intake, 'a', 4, 'high');
+    assert.equal(d.refused, undefined);
+    assert.equal((b.refused as AdmissionRejectedError).reason, 'evicted');
+    assert.equal(a.refused, undefined);
+    assert.equal(intake.stats.shed['buffer-full'], 1);
+    assert.equal(intake.stats.shed.evicted, 1);
+    assert.equal(intake.waiting, 2);
+  });
+
+  it('bounds the queue across lanes: a full lane sheds the lowest class of any lane', () => {
+    const intake = new Intake({ maxQueue: 2 });
+    TestSink.subscribe(intake.lane<number>('a'));
+    TestSink.subscribe(intake.lane<number>('b'));
+    const low = offer(intake, 'a', 1, 'low');
+    offer(intake, 'b', 2);
+    offer(intake, 'b', 3);
+    assert.equal((low.refused as AdmissionRejectedError).reason, 'evicted');
+  });
+
+  it('a withdrawn request leaves the queue, counted cancelled, and frees its place', () => {
+    const intake = new Intake({ maxQueue: 1 });
+    TestSink.subscribe(intake.lane<number>('a'));
+    const a = offer(intake, 'a', 1);
+    a.withdraw!();
+    a.withdraw!();
+    assert.equal(intake.stats.shed.cancelled, 1);
+    const b = offer(intake, 'a', 2);
+    assert.equal(b.refused, undefined);
+  });
+
+  it('draining refuses every new request with SHUTDOWN; waiting ones still go through', () => {
+    const intake = new Intake({ maxQueue: 4 });
+    const sink = TestSink.subscribe(intake.lane<number>('a'));
+    offer(intake, 'a', 1);
+    intake.drain();
+    const late = offer(intake, 'a', 2);
+    assert.equal(late.refused?.code, 'SHUTDOWN');
+    sink.request(5);
+    assert.deepEqual(sink.received, [1]);
+  });
+
+  it('computes Retry-After from the drain rate: the queue ahead at the recent departures per second', () => {
+    const scheduler = new VirtualTimeScheduler();
+    const intake = new Intake({ maxQueue: 4, scheduler });
+    const sink = TestSink.subscribe(intake.lane<number>('a'));
+    assert.equal(intake.retryAfter(), 1000, 'nothing left yet: 1 s');
+    for (let i = 0; i < 10; i++) {
+      offer(intake, 'a', i);
+      sink.request(1);
+      scheduler.schedule(() => {}, 500);
+      scheduler.flush();
+    }
+    // 10 departures 500 ms apart: 2 per second. 4 waiting + this one: 2.5 s.
+    for (let i = 0; i < 4; i++) offer(intake, 'a', 100 + i);
+    const refused = offer(intake, 'a', 200, 'low').refused as AdmissionRejectedError;
+    assert.ok(Math.abs(refused.retryAfter - 2500) <= 300, `retryAfter ${refused.retryAfter}`);
+  });
+
+  it('fails at construction naming the bad field', () => {
+    assert.throws(
+      () => new Intake({ maxQueue: -1 }),
+      (err: unknown) => err instanceof InvalidOptionsError && err.issues[0]?.path === 'maxQueue',
+    );
+  });
+
+  it('property: every request ends exactly once (delivered, refused or withdrawn), the queue never passes its bound, and no waiting request outranks a delivered one', () => {
+    const op = fc.oneof(
+      fc.record({ kind: fc.constant('offer' as const), lane: fc.constantFrom('a', 'b'), priority: fc.constantFrom(...PRIORITY_CLASSES) }),
+      fc.record({ kind: fc.constant('request' as const), lane: fc.constantFrom('a', 'b'), n: fc.integer({ min: 1, max: 3 }) }),
+      fc.record({ kind: fc.constant('withdraw' as const), pick: fc.nat() }),
+    );
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 5 }), fc.array(op, { maxLength: 80 }), (maxQueue, ops) => {
+        const intake = new Intake({ maxQueue });
+        const sinks = { a: TestSink.subscribe(intake.lane<number>('a')), b: TestSink.subscribe(intake.lane<number>('b')) };
+        const offered: (Offered & { lane: 'a' | 'b'; priority: PriorityClass })[] = [];
+        const outcomes = new Map<number, string[]>();
+        const seen = { a: 0, b: 0 };
+        const end = (id: number, how: string) => outcomes.set(id, [...(outcomes.get(id) ?? []), how]);
+        for (const o of ops) {
+          if (o.kind === 'offer') {
+            const id = offered.length;
+            const entry = Object.assign(offer(intake, o.lane, id, o.priority), { lane: o.lane as 'a' | 'b', priority: o.priority });
+            offered.push(entry);
+          } else if (o.kind === 'request') {
+            sinks[o.lane as 'a' | 'b'].request(o.n);
+          } else if (offered.length > 0) {
+            const victim = offered[o.pick % offered.length]!;
+            const waitingBefore = intake.waiting;
+            victim.withdraw!();
+            if (intake.waiting < waitingBefore) end(victim.id, 'withdrawn');
+          }
+          for (const lane of ['a', 'b'] as const) {
+            const got = sinks[lane].received;
+            for (; seen[lane] < got.length; seen[lane]++) {
+              const id = got[seen[lane]]!;
+              end(id, 'delivered');
+              const rank = PRIORITY_CLASSES.indexOf(offered[id]!.priority);
+              // Nothing still waiting in that lane is of a higher class than what was handed over.
+              for (const other of offered)
+                if (other.lane === lane && !outcomes.has(other.id) && other.refused === undefined) assert.ok(PRIORITY_CLASSES.indexOf(other.priority) <= rank);
+            }
+          }
+          assert.ok(intake.waiting <= maxQueue);
+        }
+        for (const entry of offered) if (entry.refused !== undefined) end(entry.id, 'refused');
+        const waiting = offered.filter((e) => !outcomes.has(e.id)).length;
+        assert.equal(waiting, intake.waiting);
+        for (const [id, hows] of outcomes) assert.equal(hows.length, 1, `request ${id} ended ${hows.join(', ')}`);
+        const s = intake.stats;
+        assert.equal(s.received, s.delivered + s.shed['buffer-full'] + s.shed.evicted + s.shed.cancelled + s.buffered);
+      }),
+      { numRuns: 300 },
+    );
+  });
+});

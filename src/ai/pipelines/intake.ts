@@ -1,0 +1,256 @@
+/**
+ * The door of a server's shared pipelines: one bounded queue, by priority class, that every
+ * transport's requests enter before any stage. Each served model's pipeline pulls its own
+ * requests from it as its first stage has room; when the queue is full the lowest class goes
+ * first (the arriving request, or the newest waiting one of a lower class), refused at once
+ * with a `retryAfter` computed from how fast the queue has been draining.
+ */
+import { asyncScheduler, type SchedulerLike } from 'rxjs';
+import { AdmissionRejectedError, SluiceError } from '../../core/errors.js';
+import { lazySchema } from '../../core/zod.js';
+import { Traced, type TraceContext } from '../../core/trace.js';
+import { Flow, type Outlet, type Producer } from '../../flow/demand.js';
+import type { InspectedRun, RunDescription } from '../../flow/introspection.js';
+import type { DemandLink } from '../../flow/protocol.js';
+import { parseOptions, schedulerSchema } from '../../flow/options.js';
+import { StageStats } from '../../flow/stats.js';
+import { PRIORITY_CLASSES, type PriorityClass } from '../../core/vocabulary.js';
+
+export { PRIORITY_CLASSES, type PriorityClass };
+
+/** Options of `Intake`. */
+export interface IntakeOptions {
+  /** Names it in errors, metrics and the inspector. Default `intake`. */
+  readonly name?: string;
+  /** Requests that may wait, across every pipeline and class. */
+  readonly maxQueue: number;
+  /** Counters (`received`, `delivered`, `shed` by reason, `buffered`). */
+  readonly stats?: StageStats;
+  /** The clock of the drain rate. Default `asyncScheduler`. */
+  readonly scheduler?: SchedulerLike;
+}
+
+const optionsSchema = lazySchema((z) =>
+  z.strictObject({
+    name: z.string({ error: 'name must be a string' }).min(1, { error: 'name must not be empty' }).default('intake'),
+    maxQueue: z.number({ error: 'maxQueue must be a number' }).int({ error: 'maxQueue must be an integer' }).min(0, { error: 'maxQueue must be ≥ 0' }),
+    stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
+    scheduler: schedulerSchema().optional(),
+  }),
+);
+
+/** A request offered to the intake. */
+export interface IntakeEntry<J> {
+  readonly job: J;
+  readonly tenant: string;
+  readonly priority: PriorityClass;
+  readonly trace: TraceContext;
+  /** Told when the request is turned away (queue full, evicted, draining): answer it with `err`. */
+  readonly refuse: (err: SluiceError) => void;
+}
+
+interface Waiting<J> extends IntakeEntry<J> {
+  readonly rank: number;
+  readonly seq: number;
+  readonly lane: Lane<J>;
+  readonly arrivedAt: number;
+}
+
+/** Departures remembered for the drain rate. */
+const RATE_WINDOW = 64;
+
+/** The shared queue; `lane(name)` is one pipeline's source. */
+export class Intake {
+  readonly name: string;
+  readonly maxQueue: number;
+  readonly stats: StageStats;
+  private readonly scheduler: SchedulerLike;
+  private readonly lanes = new Map<string, Lane<unknown>>();
+  private waitingCount = 0;
+  private seq = 0;
+  private draining = false;
+  /** When the last `RATE_WINDOW` requests left, oldest first (a ring). */
+  private readonly departures: number[] = [];
+  private departed = 0;
+
+  /** Bad options throw `InvalidOptionsError` naming the field. */
+  constructor(options: IntakeOptions) {
+    const config = parseOptions(optionsSchema(), options, 'Intake options');
+    this.name = config.name;
+    this.maxQueue = config.maxQueue;
+    this.stats = config.stats ?? new StageStats();
+    this.scheduler = config.scheduler ?? asyncScheduler;
+  }
+
+  /** Requests waiting now, in every lane. */
+  get waiting(): number {
+    return this.waitingCount;
+  }
+
+  /** The source of one pipeline: its requests, highest class first, as its first stage wants them. */
+  lane<J>(name: string): Flow<Traced<J>> {
+    let lane = this.lanes.get(name) as Lane<J> | undefined;
+    if (lane === undefined) {
+      lane = new Lane<J>(this, name);
+      this.lanes.set(name, lane as Lane<unknown>);
+    }
+    const chosen = lane;
+    return new Flow<Traced<J>>((outlet) => chosen.bind(outlet));
+  }
+
+  /**
+   * Queues `entry` for the pipeline `lane`; when the queue is over its bound, the newest request
+   * of the lowest class waiting is refused (`ADMISSION_REJECTED`, maybe this one). Returns the
+   * function that withdraws it (a client that left), a no-op once it left the queue.
+   */
+  offer<J>(lane: string, entry: IntakeEntry<J>): () => void {
+    const target = this.lanes.get(lane) as Lane<J> | undefined;
+    if (target === undefined) throw new TypeError(`intake "${this.name}" has no lane "${lane}"`);
+    this.stats.receivedCount++;
+    if (this.draining) {
+      this.stats.shed['buffer-full']++;
+      entry.refuse(new SluiceError('SHUTDOWN', 'The server is shutting down; retry on another instance.'));
+      return () => {};
+    }
+    const waiting: Waiting<J> = { ...entry, rank: PRIORITY_CLASSES.indexOf(entry.priority), seq: this.seq++, lane: target, arrivedAt: this.scheduler.now() };
+    target.insert(waiting);
+    this.waitingCount++;
+    this.stats.buffered++;
+    target.serve();
+    while (this.waitingCount > this.maxQueue) this.shedLowest(waiting);
+    return () => {
+      if (!target.remove(waiting)) return;
+      this.left();
+      this.stats.shed.cancelled++;
+    };
+  }
+
+  /** From now on every request is refused with `SHUTDOWN` (503); those waiting still go through. */
+  drain(): void {
+    this.draining = true;
+  }
+
+  /** How long, ms, a request refused now should wait: the queue ahead of it at the recent drain rate, 1 s to 60 s. */
+  retryAfter(ahead = this.waitingCount): number {
+    const now = this.scheduler.now();
+    const n = this.departures.length;
+    if (n < 2) return 1000;
+    const oldest = this.departed >= RATE_WINDOW ? this.departures[this.departed % RATE_WINDOW]! : this.departures[0]!;
+    const perMs = (n - 1) / Math.max(1, now - oldest);
+    return Math.min(60_000, Math.max(1000, Math.ceil((ahead + 1) / perMs)));
+  }
+
+  /** @internal A lane handed `entry` to its pipeline. */
+  delivered(entry: Waiting<unknown>): void {
+    this.left();
+    this.stats.deliveredCount++;
+    this.stats.emittedCount++;
+    const now = this.scheduler.now();
+    if (this.departures.length < RATE_WINDOW) this.departures.push(now);
+    else this.departures[this.departed % RATE_WINDOW] = now;
+    this.departed++;
+    entry.trace.note(this.name, 'wait', now - entry.arrivedAt);
+  }
+
+  private left(): void {
+    this.waitingCount--;
+    this.stats.buffered--;
+  }
+
+  private shedLowest(arriving: Waiting<unknown>): void {
+    let victim: Waiting<unknown> | undefined;
+    for (const lane of this.lanes.values()) {
+      const last = lane.last();
+      if (last !== undefined && (victim === undefined || last.rank < victim.rank || (last.rank === victim.rank && last.seq > victim.seq))) victim = last;
+    }
+    if (victim === undefined) return;
+    victim.lane.remove(victim);
+    this.left();
+    const reason = victim === arriving ? 'queue-full' : 'evicted';
+    this.stats.shed[reason === 'queue-full' ? 'buffer-full' : 'evicted']++;
+    victim.refuse(new AdmissionRejectedError(this.name, victim.tenant, this.retryAfter(), reason));
+  }
+}
+
+/** One pipeline's requests in the shared queue, and the producer its pipeline pulls them through. */
+class Lane<J> implements Producer, InspectedRun {
+  /** Highest class first, then arrival order. */
+  private readonly queue: Waiting<J>[] = [];
+  private outlet: Outlet<Traced<J>> | undefined;
+  private pulling = false;
+  private again = false;
+
+  constructor(
+    private readonly intake: Intake,
+    readonly name: string,
+  ) {}
+
+  get stats(): StageStats {
+    return this.intake.stats;
+  }
+
+  bind(outlet: Outlet<Traced<J>>): this {
+    if (this.outlet !== undefined && !this.outlet.closed) throw new TypeError(`lane "${this.name}" of intake "${this.intake.name}" already has a pipeline`);
+    this.outlet = outlet;
+    return this;
+  }
+
+  insert(entry: Waiting<J>): void {
+    let i = this.queue.length;
+    while (i > 0 && this.queue[i - 1]!.rank < entry.rank) i--;
+    this.queue.splice(i, 0, entry);
+  }
+
+  remove(entry: Waiting<J>): boolean {
+    const i = this.queue.indexOf(entry);
+    if (i < 0) return false;
+    this.queue.splice(i, 1);
+    return true;
+  }
+
+  last(): Waiting<J> | undefined {
+    return this.queue[this.queue.length - 1];
+  }
+
+  serve(): void {
+    if (this.outlet !== undefined) this.pull();
+  }
+
+  /** Never re-entered: demand signalled while emitting (or an offer made by a consumer) loops again. */
+  pull(): void {
+    if (this.pulling) {
+      this.again = true;
+      return;
+    }
+    this.pulling = true;
+    try {
+      do {
+        this.again = false;
+        const outlet = this.outlet;
+        while (outlet !== undefined && !outlet.closed && this.queue.length > 0 && outlet.wants()) {
+          const entry = this.queue.shift()!;
+          this.intake.delivered(entry as Waiting<unknown>);
+          outlet.next(new Traced(entry.job, entry.trace));
+        }
+      } while (this.again);
+    } finally {
+      this.pulling = false;
+    }
+  }
+
+  cancel(): void {
+    this.outlet = undefined;
+  }
+
+  describe(): RunDescription {
+    return { name: this.intake.name, kind: 'intake', capacity: this.intake.maxQueue, concurrency: 1, policy: 'shed-incoming' };
+  }
+
+  demandNow(): number {
+    return this.outlet?.demand() ?? 0;
+  }
+
+  ownLink(): DemandLink | undefined {
+    return undefined;
+  }
+}
