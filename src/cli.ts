@@ -11,6 +11,7 @@
 import { readFileSync } from 'node:fs';
 import { findUp } from './core/package-files.js';
 import { InvalidOptionsError, MissingPeerError } from './core/errors.js';
+import { PRIORITY_CLASSES, type PriorityClass } from './core/vocabulary.js';
 import { SUBPROTOCOL } from './serve/protocol.js';
 // Types only: the server's modules load their peers, so they are imported once the peers are checked.
 import type { RunningServer, ServeOptions } from './serve/app.js';
@@ -46,6 +47,19 @@ function tokens(entries: readonly string[] | undefined): Record<string, string> 
     const [tenant, token] = colon === -1 ? ['default', entry] : [entry.slice(0, colon), entry.slice(colon + 1)];
     if (tenant.length === 0 || token.length === 0) throw new UsageError('--token: expected "token" or "tenant:token"');
     map[token] = tenant;
+  }
+  return map;
+}
+
+/** `--tenant-priority tenant:class`, repeatable. */
+function tenantPriorities(entries: readonly string[]): Record<string, PriorityClass> {
+  const map: Record<string, PriorityClass> = {};
+  for (const entry of entries) {
+    const colon = entry.lastIndexOf(':');
+    const [tenant, level] = [entry.slice(0, colon), entry.slice(colon + 1)];
+    if (colon <= 0 || !(PRIORITY_CLASSES as readonly string[]).includes(level))
+      throw new UsageError(`--tenant-priority: expected "tenant:class" with a class of ${PRIORITY_CLASSES.join(', ')}, got "${entry}"`);
+    map[tenant] = level as PriorityClass;
   }
   return map;
 }
@@ -113,6 +127,7 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
   };
   parsed('upstream', 'upstreams', (specs: string[]) => specs.map((spec) => parseUpstream(spec, env)));
   parsed('token', 'tokens', (list: string[]) => tokens(list));
+  parsed('tenant-priority', 'tenantPriorities', (list: string[]) => tenantPriorities(list));
   parsed('rate', 'limits.rate', (rate: number) => ({ perSecond: rate, burst: rate * 2 }));
   parsed('model', 'localModels', (dirs: string[]) => {
     if (dirs.some((dir) => dir.trim().length === 0)) throw new UsageError('--model: expected a directory');

@@ -22,6 +22,8 @@ export { fromIterable, fromAsyncIterable, fromReadable } from './flow/sources.js
 export { toWritable, toAsyncIterable, untraced, WritableClosedError, AlreadyIteratedError } from './flow/sinks.js';
 export type { ToWritableOptions, ToAsyncIterableOptions, FlowIterator } from './flow/sinks.js';
 export { fromPush } from './flow/push.js';
+export { handoff } from './flow/handoff.js';
+export type { HandoffHandle } from './flow/handoff.js';
 export { asFlow } from './resilience/as-flow.js';
 export type { PushOptions, PushPolicy } from './flow/push.js';
 export { Batch, batch, unbatch } from '../operators/batch.js';

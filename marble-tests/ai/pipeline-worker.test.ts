@@ -1,4 +1,4 @@
-/** `pipelineWorker` and `generation`: one long-lived pipeline shared by every request, each with its own token stream. */
+/** `pipelineWorker` and `streamStage`: one long-lived pipeline shared by every request, each with its own token stream. */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { TestSink, eventually } from 'sluice/testing';
@@ -8,7 +8,7 @@ import { StageStats } from '../../src/flow/stats.js';
 import { stage } from '../../operators/stage.js';
 import { generateRequest, type GenerateRequest, type Token } from '../../src/ai/inference/worker.js';
 import { Intake } from '../../src/ai/pipelines/intake.js';
-import { generation, pipelineWorker, type PipelineJob, type PipelineWorker } from '../../src/ai/pipelines/pipeline-worker.js';
+import { streamStage, pipelineWorker, type PipelineJob, type PipelineWorker } from '../../src/ai/pipelines/pipeline-worker.js';
 
 /** The worker's tokens and terminal for one request. */
 function run(worker: PipelineWorker, request: GenerateRequest, signal?: AbortSignal) {
@@ -38,7 +38,7 @@ function shared(model: ScriptedWorker, options: { maxQueue?: number; concurrency
     intake,
     pipeline: (jobs) =>
       jobs.pipe(
-        generation((job: PipelineJob) => model.generate(job.request, job.options), {
+        streamStage((job: PipelineJob) => model.generate(job.request, job.options), {
           concurrency: options.concurrency ?? 2,
           capacity: options.capacity ?? 2,
           stats,
@@ -137,7 +137,7 @@ describe('pipelineWorker', () => {
             },
             { name: 'check', errorPolicy: 'skip', onFailure: ({ value, error }) => value.fail(error) },
           ),
-          generation((job: PipelineJob) => model.generate(job.request, job.options)),
+          streamStage((job: PipelineJob) => model.generate(job.request, job.options)),
         ),
     });
     const runs = ['good one', 'bad', 'good two'].map((prompt) => run(worker, { prompt }));
@@ -162,7 +162,7 @@ describe('pipelineWorker', () => {
             if (job.request.prompt === 'crash') throw new Error('the pipeline broke');
             return job;
           }),
-          generation((job: PipelineJob) => model.generate(job.request, job.options)),
+          streamStage((job: PipelineJob) => model.generate(job.request, job.options)),
         );
       },
     });

@@ -40,6 +40,9 @@ import { bearerOf, pathOf } from './protocol.js';
 import { attachTokenSocket, type TokenSocketEvent, type TokenSocketLimits, type TokenSocketStats } from './ws-server.js';
 import { DEFAULT_LIMITS } from './ws/options.js';
 import { TenantQuotas } from './tenant-quotas.js';
+import { Intake } from '../ai/pipelines/intake.js';
+import { PRIORITY_CLASSES, type PriorityClass } from '../core/vocabulary.js';
+import { defaultMaxQueue, servedPipelines, type ServedPipelines } from './served-pipelines.js';
 import type { RequestLog } from './request-log.js';
 import { isLoopback, loopbackHost } from './loopback.js';
 import { ruleViolations } from './serve-rules.js';
@@ -130,6 +133,17 @@ export interface ServeOptions {
    * (its tenant, an operator). Default false: the inspector shows figures, never users' text.
    */
   readonly inspectContent?: boolean;
+  /**
+   * Requests waiting at the server's door, across models and transports; past it the lowest class
+   * is refused at once (429 with `Retry-After`). Default 64 per core, at least 64.
+   */
+  readonly maxQueue?: number;
+  /** Generations streaming at once, per model. Default 64. */
+  readonly streams?: number;
+  /** Requests each shared stage buffers. Default 16. */
+  readonly stageCapacity?: number;
+  /** Each tenant's priority class (`low`, `default`, `high`) when a request names none (`service_tier`). */
+  readonly tenantPriorities?: Readonly<Record<string, PriorityClass>>;
 }
 
 const optionsSchema = lazySchema((z) =>
@@ -182,6 +196,14 @@ const optionsSchema = lazySchema((z) =>
         .refine((t) => t.every((token) => token.length >= 8), { error: 'an inspect token must have at least 8 characters' })
         .default([]),
       inspectContent: z.boolean({ error: 'inspectContent must be true or false' }).default(false),
+      maxQueue: z
+        .number({ error: 'maxQueue must be a number' })
+        .int({ error: 'maxQueue must be an integer' })
+        .min(0, { error: 'maxQueue must be ≥ 0' })
+        .default(defaultMaxQueue(availableParallelism())),
+      streams: positiveInt('streams').default(64),
+      stageCapacity: positiveInt('stageCapacity').default(16),
+      tenantPriorities: z.record(z.string(), z.enum(PRIORITY_CLASSES, { error: `a priority is one of ${PRIORITY_CLASSES.join(', ')}` })).optional(),
     })
     .strict()
     .refine((o) => !o.inspectContent || o.inspect, {
@@ -263,13 +285,15 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
   const log = config.log ?? (() => {});
   // A missing or empty corpus folder fails the start before any model is generated.
   if (options.corpus !== undefined) await documentsIn(options.corpus);
+  const intake = new Intake({ maxQueue: config.maxQueue, ...(config.tenantPriorities !== undefined && { tenants: config.tenantPriorities }) });
+  const shared = { intake, streams: config.streams, capacity: config.stageCapacity };
   const backend: Backend =
     options.upstreams !== undefined
       ? await gatewayBackend(
           options.upstreams,
           options.gateway ?? {},
           // The bundled corpus is the embedded models' default; a gateway retrieves only from a corpus it is given.
-          { models: config.models, poolSize: config.poolSize, corpus: config.corpus, ragModel: config.ragModel, guard: config.guard },
+          { models: config.models, poolSize: config.poolSize, corpus: config.corpus, ragModel: config.ragModel, guard: config.guard, shared },
           log,
         )
       : await embeddedBackend({
@@ -277,6 +301,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
           corpus: config.corpus ?? BUNDLED_CORPUS,
           poolSize: config.poolSize,
           languageModel: config.languageModel,
+          shared,
           ...(config.localModels !== undefined && { localModels: config.localModels }),
           log,
         });
@@ -285,8 +310,13 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
   const graph = config.inspect ? new PipelineGraph() : undefined;
   const requests = config.inspect ? new RequestRegistry({ content: config.inspectContent }) : undefined;
   let inspect: InspectRoutes | undefined;
+  let piped: ServedPipelines | undefined;
   try {
-    const { workers, stages } = withPolicies(backend, config.guard, config.redact);
+    const policed = withPolicies(backend, config.guard, config.redact);
+    // Every model behind the one door: sluice-rag's own stages, a `stream` stage for the others.
+    piped = servedPipelines(policed.workers, { maxQueue: config.maxQueue, streams: config.streams, capacity: config.stageCapacity }, backend.guarded, intake);
+    const workers = piped.workers;
+    const stages = { ...piped.stages, ...policed.stages };
     // The HTTP edge counts requests to plain models in the generate stage, beside a pipeline's own generate stage.
     const generateStats = stages.generate ?? new StageStats();
     for (const [name, s] of Object.entries({ ...stages, generate: generateStats })) metrics.registerStage(name, s);
@@ -370,6 +400,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     const shutdown = (deadline = config.shutdownTimeout): Promise<ShutdownReport> =>
       (stopping ??= (async () => {
         log(`shutting down: running requests have ${deadline} ms to finish`);
+        intake.drain();
         // Keep listening while draining, so a load balancer sees /readyz 503 and late clients a 503 with Retry-After, not a refused connection.
         const [ws, http] = await Promise.all([sockets.drain(deadline), api.drain(deadline)]);
         // The inspector's feeds are long-lived responses: ended here, with its sampler, so nothing outlives the server.
@@ -378,6 +409,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         server.closeAllConnections();
         await closed;
+        piped?.close();
         await backend.release();
         metrics.close();
         log(
@@ -396,6 +428,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
   } catch (err) {
     inspect?.close();
     graph?.stop();
+    piped?.close();
     await backend.release();
     metrics.close();
     throw err;

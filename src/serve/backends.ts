@@ -28,6 +28,7 @@ import { indexPassages, loadCorpus } from '../ai/rag/corpus.js';
 import { CorpusSkips } from '../ai/rag/corpus-skips.js';
 import type { Passage } from '../ai/rag/passage.js';
 import { RAG_STAGES, ragWorker, type RagStage } from '../ai/pipelines/rag-worker.js';
+import type { Intake } from '../ai/pipelines/intake.js';
 
 /** The name `/v1/embeddings` serves the generated embedding model under. */
 export const EMBEDDING_MODEL = 'sluice-embed';
@@ -74,6 +75,7 @@ export interface EmbeddedOptions {
   readonly poolSize: number;
   readonly languageModel: ModelWorker | undefined;
   readonly log: (line: string) => void;
+  readonly shared: SharedPipeline;
 }
 
 /**
@@ -133,7 +135,14 @@ async function localModels(options: {
 type LocalModels = Awaited<ReturnType<typeof localModels>>;
 
 /** The corpus indexed, and `sluice-rag` over it: extractive without `lm`, else written by `lm`. */
-async function ragOver(local: LocalModels, corpus: string, lm: ModelWorker | undefined, log: (line: string) => void, tokenizer?: PromptTokenizer) {
+async function ragOver(
+  local: LocalModels,
+  corpus: string,
+  lm: ModelWorker | undefined,
+  log: (line: string) => void,
+  shared: SharedPipeline,
+  tokenizer?: PromptTokenizer,
+) {
   const skipped = new CorpusSkips();
   const loaded = await loadCorpus(corpus, { onSkip: (skip) => skipped.add(skip) });
   const index = await indexPassages(loaded, (texts, signal) => local.embed(texts, signal), { onSkip: (skip) => skipped.add(skip), corpus });
@@ -143,7 +152,11 @@ async function ragOver(local: LocalModels, corpus: string, lm: ModelWorker | und
   const cache = new CacheStats();
   const rag = ragWorker({
     name: RAG_MODEL,
-    embedder: local.embed,
+    // Questions embedded at once share one pool run.
+    embedder: (texts) => local.embeddings.embed(texts).then((embedded) => embedded.vectors),
+    intake: shared.intake,
+    streams: shared.streams,
+    capacity: shared.capacity,
     index,
     classify: local.classify,
     stats: stages,
@@ -158,6 +171,15 @@ async function ragOver(local: LocalModels, corpus: string, lm: ModelWorker | und
   return { rag, stages, caches: { embed: cache }, passages: (source: string) => bySource.get(source) ?? [] };
 }
 
+/** The server's door and the sizes of the pipelines behind it. */
+export interface SharedPipeline {
+  readonly intake: Intake;
+  /** Generations streaming at once, per model. */
+  readonly streams: number;
+  /** Requests each stage buffers. */
+  readonly capacity: number;
+}
+
 /** The generated models (written into `models` when missing), the corpus indexed, `sluice-rag` and its language model. */
 export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend> {
   const local = await localModels({
@@ -170,7 +192,7 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
   try {
     // sluice-rag answers with the retrieved sentences themselves (cited); the character LM is served on its own, as the toy it is.
     // With a model of the user's, sluice-rag answers with it, the prompt's budget counted by its tokenizer and template.
-    const { rag, stages, caches, passages } = await ragOver(local, options.corpus, local.userWorkers[0], options.log, local.users[0]);
+    const { rag, stages, caches, passages } = await ragOver(local, options.corpus, local.userWorkers[0], options.log, options.shared, local.users[0]);
     const lm = options.languageModel ?? local.charLm!;
     return {
       workers: { ...Object.fromEntries(local.userWorkers.map((w) => [w.name, w])), [rag.name]: rag, [lm.name]: lm },
@@ -182,6 +204,7 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
       guarded: new Set([rag.name]),
       passages,
       release: async () => {
+        rag.close();
         local.embeddings.close();
         await local.charLm?.release();
         await local.pool.close();
@@ -226,6 +249,7 @@ export interface GatewayLocal {
   readonly ragModel?: string | undefined;
   /** Load the guard model (to classify every prompt). */
   readonly guard: boolean;
+  readonly shared: SharedPipeline;
 }
 
 /** Upstream servers' models, through the gateway's `upstream` stage; the embedded models too when `local` needs them. */
@@ -271,7 +295,7 @@ export async function gatewayBackend(
       };
     }
     if (gateway.models.includes(RAG_MODEL)) log(`gateway: the upstream's ${RAG_MODEL} is not served; this server's ${RAG_MODEL} answers from ${local.corpus}`);
-    const { rag, stages, caches, passages } = await ragOver(models, local.corpus, lm, log, openAiCounter(lm.name, log));
+    const { rag, stages, caches, passages } = await ragOver(models, local.corpus, lm, log, local.shared, openAiCounter(lm.name, log));
     const { [RAG_MODEL]: _shadowed, ...others } = upstreamWorkers;
     return {
       ...base,
@@ -282,6 +306,10 @@ export async function gatewayBackend(
       classify: models.classify,
       guarded: new Set([rag.name]),
       passages,
+      release: async () => {
+        rag.close();
+        await servedLocally(models, gateway).release();
+      },
     };
   } catch (err) {
     gateway.close();

@@ -1,7 +1,7 @@
 /** The OpenAI chat-completions wire format: the request body sluice accepts, how it becomes a generation, and OpenAI-style errors. */
 import type * as z from 'zod';
 import { lazySchema } from '../core/zod.js';
-import { InvalidOptionsError, SluiceError, StageError } from '../core/errors.js';
+import { AdmissionRejectedError, InvalidOptionsError, SluiceError, StageError } from '../core/errors.js';
 import { generateRequest, type GenerateRequest, type GenerationDone, type GenerationParams, type ModelWorker } from '../ai/inference/worker.js';
 import { ContextLengthExceededError, EmptyPromptError, HttpStatusError, MalformedEventError, ProviderError } from '../ai/inference/errors.js';
 import { classifyUpstreamFailure } from '../ai/inference/upstream-failure.js';
@@ -328,6 +328,15 @@ export function toApiError(err: unknown): ApiError {
   if (err instanceof EmptyPromptError) return new ApiError(400, err.message, 'invalid_request_error', 'empty_prompt', 'messages');
   if (err instanceof ContextLengthExceededError) return new ApiError(400, err.message, 'invalid_request_error', 'context_length_exceeded', err.param);
   if (err instanceof InvalidOptionsError) return new ApiError(400, err.message, 'invalid_request_error', 'invalid_value', err.issues[0]?.path ?? null);
+  if (err instanceof AdmissionRejectedError)
+    return new ApiError(
+      429,
+      `The server is busy: ${err.reason === 'evicted' ? "a request of a higher priority took this one's place" : 'its queue is full'}. Retry after ${Math.ceil(err.retryAfter / 1000)} s.`,
+      'requests',
+      'server_busy',
+      null,
+      { 'retry-after': String(Math.max(1, Math.ceil(err.retryAfter / 1000))) },
+    );
   if (err instanceof SluiceError) {
     if (err instanceof OutputInvalidError)
       return new ApiError(

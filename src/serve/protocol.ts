@@ -231,6 +231,8 @@ export interface ErrorFrame {
   readonly id?: string;
   readonly code: ErrorCode;
   readonly message: string;
+  /** When the server is busy (`ADMISSION_REJECTED`): how long to wait before asking again, ms. */
+  readonly retry_after_ms?: number;
 }
 
 /** A frame the server sends on the token socket. */
@@ -272,7 +274,15 @@ export const serverFrameSchema = lazySchema((z) =>
         traceparent: z.string().regex(TRACEPARENT),
       })
       .strict(),
-    z.object({ type: z.literal('error'), id: idSchema().optional(), code: z.string().min(1), message: z.string() }).strict(),
+    z
+      .object({
+        type: z.literal('error'),
+        id: idSchema().optional(),
+        code: z.string().min(1),
+        message: z.string(),
+        retry_after_ms: z.number().int().min(0).optional(),
+      })
+      .strict(),
   ]),
 );
 

@@ -28,6 +28,8 @@ export interface IntakeOptions {
   readonly stats?: StageStats;
   /** The clock of the drain rate. Default `asyncScheduler`. */
   readonly scheduler?: SchedulerLike;
+  /** Each tenant's class when its request names none. Default `default` for all. */
+  readonly tenants?: Readonly<Record<string, PriorityClass>>;
 }
 
 const optionsSchema = lazySchema((z) =>
@@ -36,6 +38,7 @@ const optionsSchema = lazySchema((z) =>
     maxQueue: z.number({ error: 'maxQueue must be a number' }).int({ error: 'maxQueue must be an integer' }).min(0, { error: 'maxQueue must be ≥ 0' }),
     stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
     scheduler: schedulerSchema().optional(),
+    tenants: z.record(z.string(), z.enum(PRIORITY_CLASSES, { error: `a tenant's class must be one of ${PRIORITY_CLASSES.join(', ')}` })).optional(),
   }),
 );
 
@@ -43,7 +46,8 @@ const optionsSchema = lazySchema((z) =>
 export interface IntakeEntry<J> {
   readonly job: J;
   readonly tenant: string;
-  readonly priority: PriorityClass;
+  /** Its class; default the tenant's (`tenants`), else `default`. */
+  readonly priority?: PriorityClass | undefined;
   readonly trace: TraceContext;
   /** Told when the request is turned away (queue full, evicted, draining): answer it with `err`. */
   readonly refuse: (err: SluiceError) => void;
@@ -65,6 +69,7 @@ export class Intake {
   readonly maxQueue: number;
   readonly stats: StageStats;
   private readonly scheduler: SchedulerLike;
+  private readonly tenants: Readonly<Record<string, PriorityClass>>;
   private readonly lanes = new Map<string, Lane<unknown>>();
   private waitingCount = 0;
   private seq = 0;
@@ -80,6 +85,7 @@ export class Intake {
     this.maxQueue = config.maxQueue;
     this.stats = config.stats ?? new StageStats();
     this.scheduler = config.scheduler ?? asyncScheduler;
+    this.tenants = config.tenants ?? {};
   }
 
   /** Requests waiting now, in every lane. */
@@ -112,7 +118,13 @@ export class Intake {
       entry.refuse(new SluiceError('SHUTDOWN', 'The server is shutting down; retry on another instance.'));
       return () => {};
     }
-    const waiting: Waiting<J> = { ...entry, rank: PRIORITY_CLASSES.indexOf(entry.priority), seq: this.seq++, lane: target, arrivedAt: this.scheduler.now() };
+    const waiting: Waiting<J> = {
+      ...entry,
+      rank: PRIORITY_CLASSES.indexOf(entry.priority ?? (Object.hasOwn(this.tenants, entry.tenant) ? this.tenants[entry.tenant]! : 'default')),
+      seq: this.seq++,
+      lane: target,
+      arrivedAt: this.scheduler.now(),
+    };
     target.insert(waiting);
     this.waitingCount++;
     this.stats.buffered++;

@@ -5,7 +5,7 @@
  * the client reads at its own pace. Queues, batches and sheds are then the server's, not one
  * request's: what the inspector and `/metrics` show is the load.
  */
-import { finalize, type Observable, type Subscription } from 'rxjs';
+import { Observable, type MonoTypeOperatorFunction, type Subscription } from 'rxjs';
 import { AbortedError, SluiceError } from '../../core/errors.js';
 import { lazySchema } from '../../core/zod.js';
 import { traced, type Traced } from '../../core/trace.js';
@@ -45,7 +45,7 @@ export interface PipelineWorkerOptions {
   readonly intake: Intake;
   /**
    * Builds the pipeline once: requests in (traced, each with its caller's trace), and every
-   * request must end in `job.stream(...)` or `job.fail(...)` — `generation()` does the first.
+   * request must end in `job.stream(...)` or `job.fail(...)` — `streamStage` does the first.
    * What it emits is drained and dropped.
    */
   readonly pipeline: (jobs: Flow<Traced<PipelineJob>>) => Observable<unknown>;
@@ -87,7 +87,7 @@ export interface PipelineWorker extends ModelWorker<GenerateRequest, Completion>
  * const shared = pipelineWorker({
  *   name: 'charlm',
  *   intake,
- *   pipeline: (jobs) => jobs.pipe(generation((job) => lm.generate(job.request, job.options), { concurrency: 16 })),
+ *   pipeline: (jobs) => jobs.pipe(streamStage((job) => lm.generate(job.request, job.options), { concurrency: 16 })),
  * });
  * shared.generate(generateRequest({ prompt: 'The stage', max_tokens: 40 })).subscribe((t) => process.stdout.write(t.text));
  * ```
@@ -133,7 +133,7 @@ export function pipelineWorker(options: PipelineWorkerOptions): PipelineWorker {
               resolve();
             };
             if (handle.closed) return ended();
-            handle.attach(tokens.pipe(finalize(ended)));
+            handle.attach(tokens.pipe(endsAfter(ended)));
             if (handle.closed) ended();
           }),
         fail: (err) => {
@@ -145,7 +145,7 @@ export function pipelineWorker(options: PipelineWorkerOptions): PipelineWorker {
       const withdraw = intake.offer<PipelineJob>(name, {
         job,
         tenant: generateOptions.tenant ?? 'anonymous',
-        priority: generateOptions.priority ?? 'default',
+        priority: generateOptions.priority,
         trace,
         refuse: (err) => job.fail(err),
       });
@@ -186,8 +186,8 @@ export function pipelineWorker(options: PipelineWorkerOptions): PipelineWorker {
   };
 }
 
-/** Options of `generation`: the stage's name, its concurrent streams, its buffer and counters. */
-export interface GenerationOptions {
+/** Options of `streamStage`: the stage's name, its concurrent streams, its buffer and counters. */
+export interface StreamStageOptions {
   /** Default `generate`. */
   readonly name?: string;
   /** Streams running at once. Default 16. */
@@ -202,9 +202,9 @@ export interface GenerationOptions {
  * `concurrency` slots until the client has read it to its end (or left). A stage failing a
  * request here (the model refused it) ends that request alone.
  */
-export function generation<T extends { readonly job: PipelineJob } | PipelineJob>(
+export function streamStage<T extends { readonly job: PipelineJob } | PipelineJob>(
   tokens: (value: T) => Observable<Token>,
-  options: GenerationOptions = {},
+  options: StreamStageOptions = {},
 ): StageOperator<T, T> {
   return stage(
     async (value: T) => {
@@ -223,6 +223,31 @@ export function generation<T extends { readonly job: PipelineJob } | PipelineJob
       ...(options.stats !== undefined && { stats: options.stats }),
     },
   );
+}
+
+/**
+ * Calls `ended` when the stream ends however it ends, and passes its terminal on a turn later:
+ * the stage holding the request records it (its trace, its counts) before the client hears the end.
+ */
+function endsAfter<T>(ended: () => void): MonoTypeOperatorFunction<T> {
+  return (source) =>
+    new Observable<T>((subscriber) => {
+      const inner = source.subscribe({
+        next: (value) => subscriber.next(value),
+        error: (err: unknown) => {
+          ended();
+          setImmediate(() => subscriber.error(err));
+        },
+        complete: () => {
+          ended();
+          setImmediate(() => subscriber.complete());
+        },
+      });
+      return () => {
+        inner.unsubscribe();
+        ended();
+      };
+    });
 }
 
 /** The error an aborted request ends with: the signal's own `AbortedError`, else one naming the worker. */

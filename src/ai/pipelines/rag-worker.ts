@@ -1,10 +1,10 @@
 /**
  * A RAG pipeline as a `ModelWorker`: `generate(request)` runs the question through
  * guard → embed → retrieve → assemble → the language model, and streams the model's
- * tokens. Each request is its own `pipe()` chain of stages over shared parts (the
- * inference pool, the index, the caches, the stage statistics), so unsubscribing a
- * request unsubscribes its whole pipeline, and the `AbortSignal` of each stage reaches
- * the pool's queue.
+ * tokens. Every request goes through one long-lived pipeline (`pipelineWorker`): it waits
+ * at the door (`Intake`), then the stages take it with the other requests in flight, so
+ * their queues, batches and sheds are the load's; the last stage hands it its own token
+ * stream. Unsubscribing a request withdraws it wherever it is and stops its model.
  *
  * This is what `sluice serve` answers with; it is also the smallest complete example
  * of composing the AI stages into a worker the HTTP and WebSocket servers accept.
@@ -26,7 +26,7 @@ import { retrieve, type Citation, type Retrieved } from '../stages/retrieve.js';
 import { answerPieces, candidatesOf, composeAnswer, type ExtractOptions, type ExtractedAnswer } from '../rag/extract.js';
 import { PromptTemplate, type AssembledPrompt } from '../stages/assemble.js';
 import { Intake } from './intake.js';
-import { generation, pipelineWorker, type PipelineJob, type PipelineWorker } from './pipeline-worker.js';
+import { streamStage, pipelineWorker, type PipelineJob, type PipelineWorker } from './pipeline-worker.js';
 import { guard } from '../stages/guard.js';
 import type { Classifier } from '../models/classifier.js';
 import type { PromptTokenizer } from '../models/prompt-tokenizer.js';
@@ -219,7 +219,7 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
           },
           { name: 'assemble', concurrency: batch, ...shared, onFailure: ({ value, error }) => value.input.input.fail(error), stats: stats.assemble },
         ),
-        generation<{ readonly job: PipelineJob; readonly answer: ExtractedAnswer }>(
+        streamStage<{ readonly job: PipelineJob; readonly answer: ExtractedAnswer }>(
           ({ job, answer }) => {
             const question = questionOf(job.request);
             const pieces = answerPieces(answer.text);
@@ -256,7 +256,7 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
           stats: stats.assemble,
         },
       ),
-      generation<{ readonly job: PipelineJob; readonly prompt: AssembledPrompt }>(
+      streamStage<{ readonly job: PipelineJob; readonly prompt: AssembledPrompt }>(
         ({ job, prompt }) => {
           const { prompt: _prompt, messages: _messages, ...params } = job.request;
           return withSources(

@@ -11,6 +11,7 @@ import { performance } from 'node:perf_hooks';
 import { AbortedError, SluiceError } from '../../core/errors.js';
 import type { StageStats } from '../../flow/stats.js';
 import type { GenerateRequest, GenerationDone } from '../../ai/inference/worker.js';
+import type { PriorityClass } from '../../core/vocabulary.js';
 import { ApiError, type ChatWorker, mergeDelta, openAiFinish, toApiError } from '../openai-wire.js';
 import { headerValue, sendError, sendJson } from '../http-io.js';
 import { streamCompletion } from '../sse.js';
@@ -25,6 +26,13 @@ export interface AnswerShape {
   readonly model: string;
   readonly stream?: boolean | null | undefined;
   readonly stream_options?: { readonly include_usage?: boolean | undefined } | null | undefined;
+  /** OpenAI's tier: `priority` goes first at the server's door, `flex` is shed first. */
+  readonly service_tier?: string | null | undefined;
+}
+
+/** A request's class at the server's door from its `service_tier`; none for `auto`/`default` (the tenant's class then). */
+export function tierClass(tier: string | null | undefined): PriorityClass | undefined {
+  return tier === 'priority' ? 'high' : tier === 'flex' ? 'low' : undefined;
 }
 
 /** A completion to answer: the body it was asked with, the worker that generates it, and how its answer is framed. */
@@ -119,6 +127,7 @@ export function generate(edge: HttpEdge, ctx: RequestContext, job: Generation): 
         stage: config.stage,
         onDone: (d) => (done = d),
         ...(ctx.tenant !== undefined && { tenant: ctx.tenant }),
+        ...(tierClass(job.body.service_tier) !== undefined && { priority: tierClass(job.body.service_tier) }),
       });
       limit = limitTokens(generated, job.request.max_tokens ?? config.maxTokens);
     } catch (err) {

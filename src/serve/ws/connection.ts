@@ -290,7 +290,7 @@ export class Connection implements StreamHost {
     return streams.length;
   }
 
-  refuse(id: string | undefined, code: RequestErrorCode | (string & {}), message: string): void {
+  refuse(id: string | undefined, code: RequestErrorCode | (string & {}), message: string, retryAfter?: number): void {
     this.hub.emit({ kind: 'refused', connection: this.number, code });
     this.hub.requestLog?.({
       transport: 'ws',
@@ -300,7 +300,7 @@ export class Connection implements StreamHost {
       durationMs: 0,
       error: { code, message },
     });
-    this.send(errorFrame(id, code, message));
+    this.send(errorFrame(id, code, message, retryAfter));
   }
 
   private stalled(): void {

@@ -1,9 +1,15 @@
 /** What a client is told when a request is refused or fails: a code, and a message that leaks nothing. */
-import { SluiceError } from '../../core/errors.js';
+import { AdmissionRejectedError, SluiceError } from '../../core/errors.js';
 import type { ErrorFrame } from '../protocol.js';
 
-export function errorFrame(id: string | undefined, code: string, message: string): ErrorFrame {
-  return id === undefined ? { type: 'error', code, message } : { type: 'error', id, code, message };
+export function errorFrame(id: string | undefined, code: string, message: string, retryAfter?: number): ErrorFrame {
+  const frame: ErrorFrame = id === undefined ? { type: 'error', code, message } : { type: 'error', id, code, message };
+  return retryAfter === undefined ? frame : { ...frame, retry_after_ms: retryAfter };
+}
+
+/** How long a refused request should wait (the server was busy), ms; else undefined. */
+export function retryAfterOf(err: unknown): number | undefined {
+  return err instanceof AdmissionRejectedError ? err.retryAfter : undefined;
 }
 
 /** A `SluiceError`'s code, else `fallback`. */

@@ -11,7 +11,7 @@ import type { RequestTrace } from '../telemetry.js';
 import type { DoneFrame, RequestErrorCode, TokenFrame } from '../protocol.js';
 import type { Counters } from './events.js';
 import type { TokenSocketLimits, TokenWorker } from './options.js';
-import { codeOf, messageOf } from './errors.js';
+import { codeOf, messageOf, retryAfterOf } from './errors.js';
 import { TokenCap } from '../token-limit.js';
 import { GenerationContext } from './generation.js';
 
@@ -24,7 +24,7 @@ export interface StreamHost {
   /** True while a token frame may be sent now. */
   writable(): boolean;
   send(frame: TokenFrame | DoneFrame): void;
-  refuse(id: string, code: RequestErrorCode | (string & {}), message: string): void;
+  refuse(id: string, code: RequestErrorCode | (string & {}), message: string, retryAfter?: number): void;
   /** The stream ended, however it ended: its id and its tenant's slot are free again. */
   release(stream: Stream): void;
 }
@@ -129,7 +129,7 @@ export class Stream {
     if (this.finished) return;
     this.end();
     this.host.counters.failed++;
-    this.host.refuse(this.id, codeOf(err, 'GENERATION_FAILED'), messageOf(err));
+    this.host.refuse(this.id, codeOf(err, 'GENERATION_FAILED'), messageOf(err), retryAfterOf(err));
     this.observe(err);
   }
 
