@@ -92,6 +92,8 @@ export { OpenAIWorker } from './ai/inference/openai.js';
 export type { OpenAIWorkerOptions } from './ai/inference/openai.js';
 export { BatchedEmbedder } from './ai/pipelines/batched-embedder.js';
 export type { BatchedEmbedderOptions } from './ai/pipelines/batched-embedder.js';
+export { BatchedClassifier } from './ai/pipelines/batched-classifier.js';
+export type { BatchedClassifierOptions } from './ai/pipelines/batched-classifier.js';
 export { Gateway, UpstreamDiscoveryError } from './ai/inference/gateway.js';
 export type { GatewayOptions, UpstreamOptions } from './ai/inference/gateway.js';
 export type { UpstreamView } from './ai/inference/upstream-stats.js';

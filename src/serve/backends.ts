@@ -19,7 +19,7 @@ import type { ModelWorker } from '../ai/inference/worker.js';
 import { BUNDLED_DATA } from '../ai/models/bundled.js';
 import { generateModels, MODEL_FILES } from '../ai/models/generate.js';
 import { loadTokenizer } from '../ai/models/load.js';
-import { poolClassifier } from '../ai/pool/classifier.js';
+import { BatchedClassifier } from '../ai/pipelines/batched-classifier.js';
 import { embedder } from '../ai/pool/embedder.js';
 import { InferencePool, type InferencePoolStats } from '../ai/pool/pool.js';
 import { BatchedEmbedder } from '../ai/pipelines/batched-embedder.js';
@@ -114,10 +114,13 @@ async function localModels(options: {
   });
   try {
     const tokenizer = await loadTokenizer(`${dir}/${MODEL_FILES.embeddingTokenizer}`);
+    // Prompts classified at once (sluice-rag's questions in flight, --guard's) share runs of the guard model.
+    const guardModel = new BatchedClassifier(pool, tokenizer, { model: 'guard' });
     return {
       pool,
       embed: embedder(pool, tokenizer, { model: 'embed' }),
-      classify: poolClassifier(pool, tokenizer, { model: 'guard' }),
+      guardModel,
+      classify: guardModel.classify,
       // The embedding model also answers /v1/embeddings, its requests micro-batched together.
       embeddings: new BatchedEmbedder(pool, tokenizer, { model: 'embed' }),
       charLm: options.charLm
@@ -206,6 +209,7 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
       release: async () => {
         rag.close();
         local.embeddings.close();
+        local.guardModel.close();
         await local.charLm?.release();
         await local.pool.close();
       },
@@ -355,6 +359,7 @@ function servedLocally(models: LocalModels, gateway: Gateway) {
     release: async () => {
       gateway.close();
       models.embeddings.close();
+      models.guardModel.close();
       await models.pool.close();
     },
   };
