@@ -24,6 +24,8 @@
  *   8. inspector feed — streamed completions through a served per-request pipeline with the inspector's SSE feed read
  *      by nobody, one reader, one reader that never reads; tokens/s and CPU per token, ratios over none, the bytes
  *      queued for the slow reader (bench/inspect-feed.ts, ids `inspect-feed-*`, sizes `BENCH_FEED_*`)
+ *   9. the RAG path — ragWorker's shared pipeline at 64 questions in flight, guard and embedder batched across them or
+ *      one pool run per call: questions/s and pool runs per question (bench/shared-rag.ts, ids `rag-shared-*`)
  *
  * Environment (all optional):
  *   BENCH_N=1000000              elements per throughput run
@@ -77,6 +79,7 @@ import { TRANSIT_CAPACITY, TRANSIT_ROOM, TRANSIT_SLACK, meanTransitDelay, measur
 import { measureWsLoad, wsLoadConfig, wsLoadReport, wsScenarios, type WsLoadResult } from './ws-load.js';
 import { measureSseLoad, sseLoadReport, sseScenarios, type SseLoadResult } from './sse-load.js';
 import { ensureBuilt, importCases, measureImportCost, type ImportResult } from './import-cost.js';
+import { measureSharedRag, RAG_SCENARIOS, sharedRagReport, type SharedRagResult } from './shared-rag.js';
 import { FEED_SCENARIOS, inspectFeedConfig, inspectFeedReport, measureInspectFeed, type InspectFeedResult } from './inspect-feed.js';
 import { NATS_WORK_MS, REDELIVERY, measureNats, natsConfig, natsScenarioIds, natsServerVersion, type NatsResults } from './nats.js';
 
@@ -671,6 +674,19 @@ if (FEED_SCENARIOS.some((s) => selected(s.id))) {
   console.log(textTable(inspectFeedTable.header, inspectFeedTable.rows));
 }
 
+// ---------------------------------------------------------------- 9. the RAG path, shared
+
+let sharedRag: SharedRagResult[] = [];
+if (RAG_SCENARIOS.some((s) => selected(s.id))) {
+  process.stderr.write('\n[9] the RAG path at many questions in flight: guard and embedder batched across them, or a pool run per call\n');
+  await settle();
+  const measured = await measureSharedRag(progress);
+  sharedRag = measured.results;
+  checks.push(...measured.checks);
+  console.log('\n## 9. The RAG path at many questions in flight (ragWorker, generated models)\n');
+  console.log(sharedRagReport(measured.results, measured.checks));
+}
+
 // ---------------------------------------------------------------- targets, markdown, json
 
 const targetHeader = ['target', 'measured', 'limit', 'result'];
@@ -747,6 +763,7 @@ const results = {
   importCost: importCost.map((r) => ({ ...r, ratioToRxjs: r.id === 'import-core' ? importRatio : undefined })),
   nats: nats === undefined ? (natsSkipped === undefined ? undefined : { skipped: natsSkipped }) : { ...nats, workersSpeedup: natsSpeedup },
   inspectFeed: inspectFeed.length === 0 ? undefined : { config: feedConfig, results: inspectFeed },
+  sharedRag: sharedRag.length === 0 ? undefined : sharedRag,
   checks,
 };
 // A filtered run must not overwrite the full results: it writes only where BENCH_OUT says.

@@ -1,0 +1,151 @@
+/**
+ * The RAG path at many concurrent questions: `ragWorker`'s shared pipeline with the guard and the
+ * embedder batched across the questions in flight (`BatchedClassifier`, `BatchedEmbedder`, as
+ * `sluice serve` runs it), beside the same pipeline whose guard and embedder run one pool job per
+ * call (what every request cost when each ran its own chain). Same pool, models, corpus and
+ * questions, in turns within one run: questions per second and pool runs per question.
+ *
+ *     node --conditions=sluice-source --import tsx bench/shared-rag.ts
+ *
+ * Environment: BENCH_RAG_CLIENTS=64 (questions in flight), BENCH_RAG_QUESTIONS=1280 (per round),
+ * BENCH_RAG_ROUNDS=3 (per configuration).
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { generateModels, MODEL_FILES } from '../src/ai/models/generate.js';
+import { loadTokenizer } from '../src/ai/models/load.js';
+import { InferencePool } from '../src/ai/pool/pool.js';
+import { embedder } from '../src/ai/pool/embedder.js';
+import { poolClassifier } from '../src/ai/pool/classifier.js';
+import { BatchedEmbedder } from '../src/ai/pipelines/batched-embedder.js';
+import { BatchedClassifier } from '../src/ai/pipelines/batched-classifier.js';
+import { ragWorker } from '../src/ai/pipelines/rag-worker.js';
+import { Intake } from '../src/ai/pipelines/intake.js';
+import { indexPassages, loadCorpus } from '../src/ai/rag/corpus.js';
+import { BUNDLED_DATA } from '../src/ai/models/bundled.js';
+import { envInt, formatRatio, median, monotonicMs, selected, target, textTable, type TargetCheck } from './harness.js';
+
+export interface SharedRagResult {
+  readonly id: string;
+  readonly questionsPerSecond: number;
+  readonly poolRunsPerQuestion: number;
+}
+
+export const RAG_SCENARIOS = [
+  { id: 'rag-shared-batched', batched: true },
+  { id: 'rag-shared-unbatched', batched: false },
+] as const;
+
+const QUESTIONS = [
+  'How does a stage pause a fast producer?',
+  'What happens when the buffer is full?',
+  'How are tokens streamed over WebSocket?',
+  'What does the inspector show?',
+  'How is a request cancelled?',
+  'What does shed-oldest do?',
+  'How are embeddings cached?',
+  'What is the transit timeout?',
+];
+
+export async function measureSharedRag(onProgress: (message: string) => void = () => {}): Promise<{ results: SharedRagResult[]; checks: TargetCheck[] }> {
+  const clients = envInt('BENCH_RAG_CLIENTS', 64);
+  const questions = envInt('BENCH_RAG_QUESTIONS', 1280);
+  const rounds = envInt('BENCH_RAG_ROUNDS', 3);
+  const dir = await mkdtemp(join(tmpdir(), 'sluice-bench-rag-'));
+  await generateModels({ outDir: dir, dataDir: BUNDLED_DATA! });
+  const pool = await InferencePool.create({ name: 'bench', models: { embed: join(dir, MODEL_FILES.embedding), guard: join(dir, MODEL_FILES.guard) }, size: 2 });
+  try {
+    const tokenizer = await loadTokenizer(join(dir, MODEL_FILES.embeddingTokenizer));
+    const plainEmbed = embedder(pool, tokenizer, { model: 'embed' });
+    const index = await indexPassages(await loadCorpus(), plainEmbed);
+    const batchedEmbed = new BatchedEmbedder(pool, tokenizer, { model: 'embed' });
+    const batchedGuard = new BatchedClassifier(pool, tokenizer, { model: 'guard' });
+    const workers = {
+      'rag-shared-batched': ragWorker({
+        index,
+        embedder: (texts) => batchedEmbed.embed(texts).then((e) => e.vectors),
+        classify: batchedGuard.classify,
+        intake: new Intake({ maxQueue: clients }),
+        batch: clients,
+        streams: clients,
+      }),
+      'rag-shared-unbatched': ragWorker({
+        index,
+        embedder: plainEmbed,
+        classify: poolClassifier(pool, tokenizer, { model: 'guard' }),
+        intake: new Intake({ maxQueue: clients }),
+        batch: clients,
+        streams: clients,
+      }),
+    };
+    const scenarios = RAG_SCENARIOS.filter((s) => selected(s.id));
+    const perScenario = new Map(scenarios.map((s) => [s.id, { rates: [] as number[], runs: [] as number[] }]));
+    const round = async (id: keyof typeof workers, n: number) => {
+      const worker = workers[id];
+      let next = 0;
+      const before = pool.stats.submitted;
+      const started = monotonicMs();
+      await Promise.all(
+        Array.from({ length: clients }, async () => {
+          while (next < n) {
+            // Numbered: each question is new to the embedding cache, as distinct users' questions are.
+            const n_ = next++;
+            const question = `${QUESTIONS[n_ % QUESTIONS.length]!} (${n_})`;
+            await worker.infer({ prompt: question, max_tokens: 40 });
+          }
+        }),
+      );
+      return { rate: n / ((monotonicMs() - started) / 1000), runs: (pool.stats.submitted - before) / n };
+    };
+    for (const s of scenarios) await round(s.id, Math.min(questions, 200)); // warm-up
+    for (let r = 0; r < rounds; r++) {
+      for (let i = 0; i < scenarios.length; i++) {
+        const s = scenarios[(i + r) % scenarios.length]!;
+        const { rate, runs } = await round(s.id, questions);
+        perScenario.get(s.id)!.rates.push(rate);
+        perScenario.get(s.id)!.runs.push(runs);
+        onProgress(`${s.id} round ${r + 1}: ${rate.toFixed(0)} questions/s, ${runs.toFixed(2)} pool runs per question`);
+      }
+    }
+    for (const worker of Object.values(workers)) worker.close();
+    batchedEmbed.close();
+    batchedGuard.close();
+    const results = scenarios.map((s) => ({
+      id: s.id,
+      questionsPerSecond: median(perScenario.get(s.id)!.rates),
+      poolRunsPerQuestion: median(perScenario.get(s.id)!.runs),
+    }));
+    const shared = results.find((r) => r.id === 'rag-shared-batched');
+    const alone = results.find((r) => r.id === 'rag-shared-unbatched');
+    const checks =
+      shared === undefined || alone === undefined
+        ? []
+        : [
+            target(
+              `RAG at ${clients} in flight: questions/s, batched ÷ a pool run per call`,
+              shared.questionsPerSecond / alone.questionsPerSecond,
+              '×',
+              'ge',
+              2,
+            ),
+            target('pool runs per question, batched ÷ a pool run per call', shared.poolRunsPerQuestion / alone.poolRunsPerQuestion, '×', 'le', 0.25),
+          ];
+    return { results, checks };
+  } finally {
+    await pool.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+export function sharedRagReport(results: readonly SharedRagResult[], checks: readonly TargetCheck[]): string {
+  const rows = results.map((r) => [r.id, r.questionsPerSecond.toFixed(0), r.poolRunsPerQuestion.toFixed(2)]);
+  const judged = checks.map((c) => [c.what, formatRatio(c.measured), `${c.comparison === 'ge' ? '≥' : '≤'} ${c.limit}×`, c.pass ? 'PASS' : 'MISS']);
+  return `${textTable(['scenario', 'questions/s', 'pool runs per question'], rows)}\n${textTable(['ratio', 'measured', 'target', ''], judged)}\nload average ${loadavg()[0]!.toFixed(1)}`;
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const { results, checks } = await measureSharedRag((m) => process.stderr.write(`${m}\n`));
+  console.log(sharedRagReport(results, checks));
+}
