@@ -26,6 +26,8 @@
  *      queued for the slow reader (bench/inspect-feed.ts, ids `inspect-feed-*`, sizes `BENCH_FEED_*`)
  *   9. the RAG path — ragWorker's shared pipeline at 64 questions in flight, guard and embedder batched across them or
  *      one pool run per call: questions/s and pool runs per question (bench/shared-rag.ts, ids `rag-shared-*`)
+ *  10. overload — `sluice serve` in a child process offered 10× its measured capacity: refusal p99, admitted time to first
+ *      token against unloaded, RSS, refusals counted (bench/overload.ts, id `overload-serve`)
  *
  * Environment (all optional):
  *   BENCH_N=1000000              elements per throughput run
@@ -79,6 +81,7 @@ import { TRANSIT_CAPACITY, TRANSIT_ROOM, TRANSIT_SLACK, meanTransitDelay, measur
 import { measureWsLoad, wsLoadConfig, wsLoadReport, wsScenarios, type WsLoadResult } from './ws-load.js';
 import { measureSseLoad, sseLoadReport, sseScenarios, type SseLoadResult } from './sse-load.js';
 import { ensureBuilt, importCases, measureImportCost, type ImportResult } from './import-cost.js';
+import { measureOverload, OVERLOAD_ID, overloadReport, type OverloadResult } from './overload.js';
 import { measureSharedRag, RAG_SCENARIOS, sharedRagReport, type SharedRagResult } from './shared-rag.js';
 import { FEED_SCENARIOS, inspectFeedConfig, inspectFeedReport, measureInspectFeed, type InspectFeedResult } from './inspect-feed.js';
 import { NATS_WORK_MS, REDELIVERY, measureNats, natsConfig, natsScenarioIds, natsServerVersion, type NatsResults } from './nats.js';
@@ -687,6 +690,19 @@ if (RAG_SCENARIOS.some((s) => selected(s.id))) {
   console.log(sharedRagReport(measured.results, measured.checks));
 }
 
+// ---------------------------------------------------------------- 10. overload at the door
+
+let overload: OverloadResult | undefined;
+if (selected(OVERLOAD_ID)) {
+  process.stderr.write('\n[10] overload: sluice serve offered 10x its capacity\n');
+  await settle();
+  const measured = await measureOverload(progress);
+  overload = measured.result;
+  checks.push(...measured.checks);
+  console.log('\n## 10. Overload: sluice serve (charlm) offered 10× its measured capacity\n');
+  console.log(overloadReport(measured.result, measured.checks));
+}
+
 // ---------------------------------------------------------------- targets, markdown, json
 
 const targetHeader = ['target', 'measured', 'limit', 'result'];
@@ -764,6 +780,7 @@ const results = {
   nats: nats === undefined ? (natsSkipped === undefined ? undefined : { skipped: natsSkipped }) : { ...nats, workersSpeedup: natsSpeedup },
   inspectFeed: inspectFeed.length === 0 ? undefined : { config: feedConfig, results: inspectFeed },
   sharedRag: sharedRag.length === 0 ? undefined : sharedRag,
+  overload,
   checks,
 };
 // A filtered run must not overwrite the full results: it writes only where BENCH_OUT says.

@@ -129,6 +129,7 @@ export function serveOptions(argv: readonly string[], env: NodeJS.ProcessEnv): S
   parsed('token', 'tokens', (list: string[]) => tokens(list));
   parsed('tenant-priority', 'tenantPriorities', (list: string[]) => tenantPriorities(list));
   parsed('rate', 'limits.rate', (rate: number) => ({ perSecond: rate, burst: rate * 2 }));
+  parsed('tenant-rate', 'limits.tenantRate', (rate: number) => ({ perSecond: rate, burst: rate * 2 }));
   parsed('model', 'localModels', (dirs: string[]) => {
     if (dirs.some((dir) => dir.trim().length === 0)) throw new UsageError('--model: expected a directory');
     return dirs;

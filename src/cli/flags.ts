@@ -166,6 +166,14 @@ export const FLAGS: readonly Flag[] = [
   },
   { name: 'rate', type: 'integer', arg: '<n>', env: ['SLUICE_RATE'], default: '20', help: { serve: 'frames per second per connection' } },
   {
+    name: 'tenant-rate',
+    type: 'integer',
+    arg: '<n>',
+    env: ['SLUICE_TENANT_RATE'],
+    default: '50',
+    help: { serve: 'requests per second per tenant, all connections (burst 2x)' },
+  },
+  {
     name: 'nats',
     type: 'string',
     arg: '<url>',

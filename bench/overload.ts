@@ -1,0 +1,221 @@
+/**
+ * Overload: `sluice serve` in a child process (charlm, the generated models) first unloaded, then
+ * its capacity measured with closed-loop clients, then offered 10× that rate open-loop. Reported:
+ * the server's RSS before and after the overload, how fast refusals come back (429 at the door),
+ * admitted requests' time to first token against the unloaded one, refusals the server counted
+ * against those the clients saw, and whether it stayed up.
+ *
+ *     node --conditions=sluice-source --import tsx bench/overload.ts
+ *
+ * Environment: BENCH_OVERLOAD_SECONDS=20 (the issue's figure is for 60), BENCH_OVERLOAD_FACTOR=10,
+ * BENCH_OVERLOAD_STREAMS=8 (--max-streams), BENCH_OVERLOAD_QUEUE=32 (--max-queue), BENCH_OVERLOAD_TOKENS=32.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { Agent, request as httpRequest } from 'node:http';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { envInt, formatMB, monotonicMs, percentile, target, textTable, type TargetCheck } from './harness.js';
+
+export const OVERLOAD_ID = 'overload-serve';
+
+interface Outcome {
+  readonly status: number;
+  /** ms to the response's head. */
+  readonly head: number;
+  /** ms to the first token (admitted requests). */
+  readonly firstToken: number | undefined;
+}
+
+export interface OverloadResult {
+  readonly id: string;
+  readonly capacity: number;
+  readonly offered: number;
+  readonly seconds: number;
+  readonly admitted: number;
+  readonly refused: number;
+  readonly failed: number;
+  readonly refusalP99: number;
+  readonly ttftUnloadedP99: number;
+  readonly ttftLoadedP99: number;
+  readonly rssBefore: number;
+  readonly rssAfter: number;
+  readonly rssPeak: number;
+  readonly shedCounted: number;
+  readonly alive: boolean;
+}
+
+const root = fileURLToPath(new URL('../', import.meta.url));
+
+async function startServe(models: string, streams: number, queue: number): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(
+    process.execPath,
+    [
+      join(root, 'bin', 'sluice.js'),
+      'serve',
+      '--port',
+      '0',
+      '--models',
+      models,
+      '--max-streams',
+      String(streams),
+      '--max-queue',
+      String(queue),
+      '--no-inspect',
+    ],
+    // The door is what is measured: the tenant's own limits are set out of the way.
+    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, SLUICE_TENANT_CONCURRENT: '100000', SLUICE_TENANT_RATE: '1000000' } },
+  );
+  let out = '';
+  child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  child.stderr!.on('data', () => {});
+  const deadline = Date.now() + 120_000;
+  while (!/listening on (http:\/\/\S+)/.test(out)) {
+    if (child.exitCode !== null || Date.now() > deadline) throw new Error(`sluice serve did not start: ${out}`);
+    await sleep(50);
+  }
+  return { child, url: /listening on (http:\/\/\S+)/.exec(out)![1]! };
+}
+
+async function rssOf(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
+}
+
+/** One streamed completion of charlm, read to its end. */
+function complete(url: URL, agent: Agent, tokens: number): Promise<Outcome> {
+  const body = JSON.stringify({ model: 'charlm', stream: true, max_tokens: tokens, messages: [{ role: 'user', content: 'The stage' }] });
+  const started = monotonicMs();
+  return new Promise((resolve) => {
+    const req = httpRequest(
+      { host: url.hostname, port: url.port, path: '/v1/chat/completions', method: 'POST', agent, headers: { 'content-type': 'application/json' } },
+      (res) => {
+        const head = monotonicMs() - started;
+        let firstToken: number | undefined;
+        res.on('data', (chunk: Buffer) => {
+          if (firstToken === undefined && chunk.includes('"content"')) firstToken = monotonicMs() - started;
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, head, firstToken }));
+        res.on('error', () => resolve({ status: -1, head, firstToken }));
+      },
+    );
+    req.on('error', () => resolve({ status: -1, head: monotonicMs() - started, firstToken: undefined }));
+    req.end(body);
+  });
+}
+
+async function shedCounted(url: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  let total = 0;
+  for (const line of text.split('\n')) if (line.startsWith('sluice_stage_shed_total{stage="intake"')) total += Number(line.split(' ').at(-1));
+  return total;
+}
+
+export async function measureOverload(onProgress: (message: string) => void = () => {}): Promise<{ result: OverloadResult; checks: TargetCheck[] }> {
+  const seconds = envInt('BENCH_OVERLOAD_SECONDS', 20);
+  const factor = envInt('BENCH_OVERLOAD_FACTOR', 10);
+  const streams = envInt('BENCH_OVERLOAD_STREAMS', 8);
+  const queue = envInt('BENCH_OVERLOAD_QUEUE', 32);
+  const tokens = envInt('BENCH_OVERLOAD_TOKENS', 32);
+  const models = await mkdtemp(join(tmpdir(), 'sluice-bench-overload-'));
+  const { child, url } = await startServe(models, streams, queue);
+  const target_ = new URL(url);
+  const agent = new Agent({ keepAlive: true, maxSockets: 1024 });
+  try {
+    // Unloaded: one client at a time.
+    const unloaded: Outcome[] = [];
+    for (let i = 0; i < 60; i++) unloaded.push(await complete(target_, agent, tokens));
+    // Capacity: as many closed-loop clients as streams, for a few seconds.
+    let done = 0;
+    const until = monotonicMs() + 4000;
+    await Promise.all(
+      Array.from({ length: streams }, async () => {
+        while (monotonicMs() < until) if ((await complete(target_, agent, tokens)).status === 200) done++;
+      }),
+    );
+    const capacity = done / 4;
+    const offered = capacity * factor;
+    onProgress(`overload: capacity ${capacity.toFixed(0)} requests/s; offering ${offered.toFixed(0)}/s for ${seconds} s`);
+    const shedBefore = await shedCounted(url);
+    const rssBefore = await rssOf(child.pid!);
+    let rssPeak = rssBefore;
+    const sampler = setInterval(
+      () =>
+        void rssOf(child.pid!)
+          .then((rss) => (rssPeak = Math.max(rssPeak, rss)))
+          .catch(() => {}),
+      250,
+    );
+    const outcomes: Promise<Outcome>[] = [];
+    const start = monotonicMs();
+    const interval = 1000 / offered;
+    for (let n = 0; monotonicMs() - start < seconds * 1000; n++) {
+      const due = start + n * interval;
+      const wait = due - monotonicMs();
+      if (wait > 1) await sleep(wait);
+      outcomes.push(complete(target_, agent, tokens));
+    }
+    const loaded = await Promise.all(outcomes);
+    clearInterval(sampler);
+    await sleep(500);
+    const rssAfter = await rssOf(child.pid!);
+    const alive =
+      child.exitCode === null &&
+      (await fetch(`${url}/healthz`)
+        .then((r) => r.ok)
+        .catch(() => false));
+    const refusedOnes = loaded.filter((o) => o.status === 429 || o.status === 503);
+    const admitted = loaded.filter((o) => o.status === 200);
+    const sorted = (values: number[]) => Float64Array.from(values).sort();
+    const result: OverloadResult = {
+      id: OVERLOAD_ID,
+      capacity,
+      offered,
+      seconds,
+      admitted: admitted.length,
+      refused: refusedOnes.length,
+      failed: loaded.length - admitted.length - refusedOnes.length,
+      refusalP99: percentile(sorted(refusedOnes.map((o) => o.head)), 99),
+      ttftUnloadedP99: percentile(sorted(unloaded.map((o) => o.firstToken ?? o.head)), 99),
+      ttftLoadedP99: percentile(sorted(admitted.map((o) => o.firstToken ?? o.head)), 99),
+      rssBefore,
+      rssAfter,
+      rssPeak,
+      shedCounted: (await shedCounted(url)) - shedBefore,
+      alive,
+    };
+    const checks = [
+      target('overload: refusals answered, p99', result.refusalP99, 'ms', 'le', 5),
+      target("overload: admitted requests' time to first token p99 ÷ unloaded", result.ttftLoadedP99 / result.ttftUnloadedP99, '×', 'le', 2),
+      target('overload: refusals the server counted ÷ those the clients saw', result.refused === 0 ? 1 : result.shedCounted / result.refused, '×', 'ge', 1),
+    ];
+    return { result, checks };
+  } finally {
+    agent.destroy();
+    child.kill('SIGTERM');
+    await new Promise((resolve) => child.once('exit', resolve));
+    await rm(models, { recursive: true, force: true });
+  }
+}
+
+export function overloadReport(result: OverloadResult, checks: readonly TargetCheck[]): string {
+  const rows = [
+    ['capacity (closed loop)', `${result.capacity.toFixed(0)} requests/s`],
+    ['offered', `${result.offered.toFixed(0)} requests/s for ${result.seconds} s`],
+    ['admitted / refused / failed', `${result.admitted} / ${result.refused} / ${result.failed}`],
+    ['refusal p99', `${result.refusalP99.toFixed(1)} ms`],
+    ['time to first token p99, unloaded / admitted under overload', `${result.ttftUnloadedP99.toFixed(1)} / ${result.ttftLoadedP99.toFixed(1)} ms`],
+    ['server RSS before / after / peak', `${formatMB(result.rssBefore)} / ${formatMB(result.rssAfter)} / ${formatMB(result.rssPeak)}`],
+    ['refusals counted by the server (intake sheds)', String(result.shedCounted)],
+    ['server alive after', result.alive ? 'yes' : 'NO'],
+  ];
+  const judged = checks.map((c) => [c.what, c.measured.toFixed(2), `${c.comparison === 'ge' ? '≥' : '≤'} ${c.limit}`, c.pass ? 'PASS' : 'MISS']);
+  return `${textTable(['', ''], rows)}\n${textTable(['target', 'measured', 'limit', ''], judged)}\nload average ${loadavg()[0]!.toFixed(1)}`;
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const { result, checks } = await measureOverload((m) => process.stderr.write(`${m}\n`));
+  console.log(overloadReport(result, checks));
+}
