@@ -49,7 +49,7 @@ export interface OverloadResult {
 
 const root = fileURLToPath(new URL('../', import.meta.url));
 
-async function startServe(models: string, streams: number, queue: number): Promise<{ child: ChildProcess; url: string }> {
+export async function startServe(models: string, streams: number, queue: number, extra: readonly string[] = []): Promise<{ child: ChildProcess; url: string }> {
   const child = spawn(
     process.execPath,
     [
@@ -64,6 +64,7 @@ async function startServe(models: string, streams: number, queue: number): Promi
       '--max-queue',
       String(queue),
       '--no-inspect',
+      ...extra,
     ],
     // The door is what is measured: the tenant's own limits are set out of the way.
     { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, SLUICE_TENANT_CONCURRENT: '100000', SLUICE_TENANT_RATE: '1000000' } },

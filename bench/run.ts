@@ -28,6 +28,8 @@
  *      one pool run per call: questions/s and pool runs per question (bench/shared-rag.ts, ids `rag-shared-*`)
  *  10. overload — `sluice serve` in a child process offered 10× its measured capacity: refusal p99, admitted time to first
  *      token against unloaded, RSS, refusals counted (bench/overload.ts, id `overload-serve`)
+ *  11. continuous batching — charlm through `sluice serve`'s HTTP API at 1, 4 and 16 streams, decode steps batched
+ *      (`--max-batch 16`) or alone: tokens/s and ratios (bench/batching.ts, ids `batching-charlm-*`)
  *
  * Environment (all optional):
  *   BENCH_N=1000000              elements per throughput run
@@ -81,6 +83,7 @@ import { TRANSIT_CAPACITY, TRANSIT_ROOM, TRANSIT_SLACK, meanTransitDelay, measur
 import { measureWsLoad, wsLoadConfig, wsLoadReport, wsScenarios, type WsLoadResult } from './ws-load.js';
 import { measureSseLoad, sseLoadReport, sseScenarios, type SseLoadResult } from './sse-load.js';
 import { ensureBuilt, importCases, measureImportCost, type ImportResult } from './import-cost.js';
+import { BATCHING_IDS, batchingReport, measureBatching, type BatchingResult } from './batching.js';
 import { measureOverload, OVERLOAD_ID, overloadReport, type OverloadResult } from './overload.js';
 import { measureSharedRag, RAG_SCENARIOS, sharedRagReport, type SharedRagResult } from './shared-rag.js';
 import { FEED_SCENARIOS, inspectFeedConfig, inspectFeedReport, measureInspectFeed, type InspectFeedResult } from './inspect-feed.js';
@@ -703,6 +706,19 @@ if (selected(OVERLOAD_ID)) {
   console.log(overloadReport(measured.result, measured.checks));
 }
 
+// ---------------------------------------------------------------- 11. continuous batching over HTTP
+
+let batching: BatchingResult[] = [];
+if (BATCHING_IDS.some((id) => selected(id))) {
+  process.stderr.write('\n[11] continuous batching: charlm over HTTP at 1, 4, 16 streams, steps batched or alone\n');
+  await settle();
+  const measured = await measureBatching(progress);
+  batching = measured.results;
+  checks.push(...measured.checks);
+  console.log('\n## 11. Continuous batching: charlm through the HTTP API\n');
+  console.log(batchingReport(measured.results, measured.checks));
+}
+
 // ---------------------------------------------------------------- targets, markdown, json
 
 const targetHeader = ['target', 'measured', 'limit', 'result'];
@@ -781,6 +797,7 @@ const results = {
   inspectFeed: inspectFeed.length === 0 ? undefined : { config: feedConfig, results: inspectFeed },
   sharedRag: sharedRag.length === 0 ? undefined : sharedRag,
   overload,
+  batching: batching.length === 0 ? undefined : batching,
   checks,
 };
 // A filtered run must not overwrite the full results: it writes only where BENCH_OUT says.

@@ -128,6 +128,8 @@ export { poolClassifier } from './ai/pool/classifier.js';
 export type { PoolClassifierOptions } from './ai/pool/classifier.js';
 export { ragWorker, RAG_STAGES } from './ai/pipelines/rag-worker.js';
 export { Intake, PRIORITY_CLASSES } from './ai/pipelines/intake.js';
+export { StepBatcher } from './ai/inference/step-batcher.js';
+export type { StepBatcherOptions, StepBatcherStats } from './ai/inference/step-batcher.js';
 export type { IntakeOptions, IntakeEntry, PriorityClass } from './ai/pipelines/intake.js';
 export { pipelineWorker, streamStage, jobOf } from './ai/pipelines/pipeline-worker.js';
 export type { PipelineWorker, PipelineWorkerOptions, PipelineJob, StreamStageOptions } from './ai/pipelines/pipeline-worker.js';

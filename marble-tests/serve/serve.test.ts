@@ -29,7 +29,8 @@ describe('startServer (in process)', () => {
 
   before(async () => {
     models = await mkdtemp(join(tmpdir(), 'sluice-serve-'));
-    running = await startServer({ port: 0, models, poolSize: 1 });
+    // Each charlm step its own pool job (no continuous batching): the pool's queue and its cancels are what some tests watch.
+    running = await startServer({ port: 0, models, poolSize: 1, maxBatch: 1 });
   });
   after(async () => {
     await running.shutdown(1000);

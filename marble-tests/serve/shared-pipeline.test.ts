@@ -100,7 +100,10 @@ describe('the shared door of sluice serve', () => {
   });
 
   it('takes the door and stream sizes and tenant classes from flags, naming a bad one', () => {
-    const options = serveOptions(['--max-queue', '9', '--max-streams', '3', '--stage-capacity', '5', '--tenant-priority', 'acme:high', '--tenant-rate', '7'], {});
+    const options = serveOptions(
+      ['--max-queue', '9', '--max-streams', '3', '--stage-capacity', '5', '--tenant-priority', 'acme:high', '--tenant-rate', '7'],
+      {},
+    );
     assert.deepEqual((options.limits as { tenantRate?: unknown } | undefined)?.tenantRate, { perSecond: 7, burst: 14 });
     assert.equal(options.maxQueue, 9);
     assert.equal(options.streams, 3);

@@ -140,6 +140,15 @@ export const FLAGS: readonly Flag[] = [
     to: 'streams',
   },
   {
+    name: 'max-batch',
+    type: 'integer',
+    arg: '<n>',
+    env: ['SLUICE_MAX_BATCH'],
+    default: '16',
+    help: { serve: 'decode steps of concurrent generations run as one model call (continuous batching; charlm); 1 runs each alone' },
+    to: 'maxBatch',
+  },
+  {
     name: 'stage-capacity',
     type: 'integer',
     arg: '<n>',

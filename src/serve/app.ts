@@ -142,6 +142,8 @@ export interface ServeOptions {
   readonly streams?: number;
   /** Requests each shared stage buffers. Default 16. */
   readonly stageCapacity?: number;
+  /** Decode steps of concurrent generations run as one model call (continuous batching), at most. 1 runs each alone. Default 16. */
+  readonly maxBatch?: number;
   /** Each tenant's priority class (`low`, `default`, `high`) when a request names none (`service_tier`). */
   readonly tenantPriorities?: Readonly<Record<string, PriorityClass>>;
 }
@@ -203,6 +205,7 @@ const optionsSchema = lazySchema((z) =>
         .default(defaultMaxQueue(availableParallelism())),
       streams: positiveInt('streams').default(64),
       stageCapacity: positiveInt('stageCapacity').default(16),
+      maxBatch: positiveInt('maxBatch').default(16),
       tenantPriorities: z.record(z.string(), z.enum(PRIORITY_CLASSES, { error: `a priority is one of ${PRIORITY_CLASSES.join(', ')}` })).optional(),
     })
     .strict()
@@ -286,7 +289,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
   // A missing or empty corpus folder fails the start before any model is generated.
   if (options.corpus !== undefined) await documentsIn(options.corpus);
   const intake = new Intake({ maxQueue: config.maxQueue, ...(config.tenantPriorities !== undefined && { tenants: config.tenantPriorities }) });
-  const shared = { intake, streams: config.streams, capacity: config.stageCapacity };
+  const shared = { intake, streams: config.streams, capacity: config.stageCapacity, maxBatch: config.maxBatch };
   const backend: Backend =
     options.upstreams !== undefined
       ? await gatewayBackend(

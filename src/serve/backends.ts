@@ -86,6 +86,8 @@ async function localModels(options: {
   readonly models: string;
   readonly poolSize: number;
   readonly charLm: boolean;
+  /** The character LM's decode steps per batched call; 1 runs each step alone. */
+  readonly maxBatch?: number;
   readonly users?: readonly LocalModelSpec[] | undefined;
   readonly log: (line: string) => void;
 }) {
@@ -124,7 +126,11 @@ async function localModels(options: {
       // The embedding model also answers /v1/embeddings, its requests micro-batched together.
       embeddings: new BatchedEmbedder(pool, tokenizer, { model: 'embed' }),
       charLm: options.charLm
-        ? await CharLmWorker.load(`${dir}/${MODEL_FILES.charLm}`, { run: (feeds, signal) => pool.run(feeds, { model: 'charlm', signal }) })
+        ? await CharLmWorker.load(`${dir}/${MODEL_FILES.charLm}`, {
+            run: (feeds, signal) => pool.run(feeds, { model: 'charlm', signal }),
+            // Concurrent generations' steps share model calls, as many at once as the pool has threads.
+            ...((options.maxBatch ?? 1) > 1 && { batch: { maxBatch: options.maxBatch!, concurrency: options.poolSize } }),
+          })
         : undefined,
       users,
       userWorkers: users.map((user) => user.worker({ run: (feeds, signal) => pool.run(feeds, { model: `local:${user.name}`, signal }) })),
@@ -181,6 +187,8 @@ export interface SharedPipeline {
   readonly streams: number;
   /** Requests each stage buffers. */
   readonly capacity: number;
+  /** Decode steps of concurrent generations per model call (the character LM's). */
+  readonly maxBatch: number;
 }
 
 /** The generated models (written into `models` when missing), the corpus indexed, `sluice-rag` and its language model. */
@@ -189,6 +197,7 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
     models: options.models,
     poolSize: options.poolSize,
     charLm: options.languageModel === undefined,
+    maxBatch: options.shared.maxBatch,
     users: options.localModels,
     log: options.log,
   });

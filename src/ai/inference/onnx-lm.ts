@@ -18,6 +18,7 @@ import { lazySchema, type ZodModule } from '../../core/zod.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import { seededRandom } from '../../resilience/random.js';
 import { sampleToken } from './sampling.js';
+import { StepBatcher, type StepBatcherOptions, type StepBatcherStats } from './step-batcher.js';
 import {
   complete,
   decode,
@@ -117,6 +118,11 @@ export interface CharLmWorkerOptions extends LmWorkerOptions {
   readonly run: RunModel;
   /** Characters of context fed per step. The trigram model reads two; more costs only time. Default 8. */
   readonly window?: number;
+  /**
+   * Batch the steps of concurrent generations (`StepBatcher`): the steps asked together run as
+   * one model call, by context length, each row as it would alone. Default: each step its own call.
+   */
+  readonly batch?: StepBatcherOptions;
 }
 
 const charLmSchema = lazySchema((z) =>
@@ -124,6 +130,7 @@ const charLmSchema = lazySchema((z) =>
     ...lmFields(z),
     vocab: z.array(z.string(), { error: 'vocab must be an array of strings' }),
     window: positiveInt('window').optional(),
+    batch: z.strictObject({ maxBatch: positiveInt('batch.maxBatch').optional(), concurrency: positiveInt('batch.concurrency').optional() }).optional(),
   }),
 );
 const charLmLoadSchema = lazySchema((z) =>
@@ -158,6 +165,30 @@ export class CharLmWorker extends LmWorker {
     this.maxTokens = options.maxTokens ?? 256;
     this.template = options.template ?? promptText;
     this.index = new Map(options.vocab.map((ch, id) => [ch, id]));
+    const run = options.run;
+    // A batch is shared: no one generation's signal may abort it (a cancelled one leaves before its call).
+    const never = new AbortController().signal;
+    this.batcher =
+      options.batch === undefined
+        ? undefined
+        : new StepBatcher<readonly number[], Float32Array>(
+            async (contexts) => {
+              const length = contexts[0]!.length;
+              const { logits } = await run({ input_ids: int64(contexts.flat(), [contexts.length, length]) }, never);
+              const vocab = logits!.dims[2]!;
+              const data = logits!.data as Float32Array;
+              return contexts.map((_, b) => data.slice(((b + 1) * length - 1) * vocab, (b + 1) * length * vocab));
+            },
+            (context) => String(context.length),
+            options.batch,
+          );
+  }
+
+  private readonly batcher: StepBatcher<readonly number[], Float32Array> | undefined;
+
+  /** Model calls and steps of the batched steps (`batch`), when on. */
+  get batchStats(): StepBatcherStats | undefined {
+    return this.batcher?.stats;
   }
 
   /** Loads `path` (checked against `SIGNATURES.causalLm`) and its vocabulary (`vocabPath`, default `<name>.vocab.json` beside it). */
@@ -185,6 +216,7 @@ export class CharLmWorker extends LmWorker {
       return id === undefined || id === 0 ? [] : [id];
     });
     const { vocab, run } = this.options;
+    const batcher = this.batcher;
     const window = this.options.window ?? 8;
     const random = request.seed === undefined ? Math.random : seededRandom(request.seed);
     const inputTokens = ids.length;
@@ -193,8 +225,10 @@ export class CharLmWorker extends LmWorker {
       async step(signal): Promise<DecodeStep> {
         // An empty context is the start of a text: the model reads id 0 as beginning-of-text.
         const context = ids.length === 0 ? [0] : ids.slice(-window);
-        const { logits } = await run({ input_ids: int64(context, [1, context.length]) }, signal);
-        const scores = Float32Array.from(lastRow(logits!));
+        const scores =
+          batcher === undefined
+            ? Float32Array.from(lastRow((await run({ input_ids: int64(context, [1, context.length]) }, signal)).logits!))
+            : await batcher.step(context, signal);
         scores[0] = -Infinity; // beginning-of-text is context, never a prediction
         const { id, logprob } = sampleToken(scores, request, random, ids, inputTokens);
         ids.push(id);

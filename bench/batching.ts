@@ -1,0 +1,113 @@
+/**
+ * Continuous batching through the HTTP API: `sluice serve` in a child process streaming `charlm`
+ * to 1, 4 and 16 concurrent clients (closed loop), with its decode steps batched (`--max-batch 16`)
+ * and each step alone (`--max-batch 1`, how it served before). Tokens per second, and the ratios
+ * that matter: 16 streams ÷ 1 stream batched (target ≥ 4×) and batched ÷ alone at 16 streams.
+ *
+ *     node --conditions=sluice-source --import tsx bench/batching.ts
+ *
+ * Environment: BENCH_BATCH_SECONDS=4 (per point), BENCH_BATCH_TOKENS=64 (per request).
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { Agent, request as httpRequest } from 'node:http';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { envInt, monotonicMs, selected, target, textTable, type TargetCheck } from './harness.js';
+import { startServe } from './overload.js';
+
+export const BATCHING_IDS = ['batching-charlm-batched', 'batching-charlm-alone'] as const;
+const STREAMS = [1, 4, 16] as const;
+
+export interface BatchingResult {
+  readonly id: string;
+  /** Tokens per second by concurrent streams. */
+  readonly tokensPerSecond: Readonly<Record<number, number>>;
+}
+
+/** Tokens of one streamed completion. */
+function stream(url: URL, agent: Agent, tokens: number): Promise<number> {
+  const body = JSON.stringify({ model: 'charlm', stream: true, max_tokens: tokens, messages: [{ role: 'user', content: 'The stage' }] });
+  return new Promise((resolve) => {
+    const req = httpRequest(
+      { host: url.hostname, port: url.port, path: '/v1/chat/completions', method: 'POST', agent, headers: { 'content-type': 'application/json' } },
+      (res) => {
+        let count = 0;
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          for (let at = chunk.indexOf('"content"'); at >= 0; at = chunk.indexOf('"content"', at + 1)) count++;
+        });
+        res.on('end', () => resolve(res.statusCode === 200 ? count : 0));
+      },
+    );
+    req.on('error', () => resolve(0));
+    req.end(body);
+  });
+}
+
+async function measure(url: URL, streams: number, seconds: number, tokens: number): Promise<number> {
+  const agent = new Agent({ keepAlive: true, maxSockets: streams });
+  let total = 0;
+  const until = monotonicMs() + seconds * 1000;
+  const started = monotonicMs();
+  await Promise.all(
+    Array.from({ length: streams }, async () => {
+      while (monotonicMs() < until) {
+        // Read before adding: `total += await ...` would read `total` before the await and lose the other clients' counts.
+        const seen = await stream(url, agent, tokens);
+        total += seen;
+      }
+    }),
+  );
+  agent.destroy();
+  return total / ((monotonicMs() - started) / 1000);
+}
+
+export async function measureBatching(onProgress: (message: string) => void = () => {}): Promise<{ results: BatchingResult[]; checks: TargetCheck[] }> {
+  const seconds = envInt('BENCH_BATCH_SECONDS', 4);
+  const tokens = envInt('BENCH_BATCH_TOKENS', 64);
+  const models = await mkdtemp(join(tmpdir(), 'sluice-bench-batching-'));
+  const results: BatchingResult[] = [];
+  try {
+    for (const id of BATCHING_IDS.filter((i) => selected(i))) {
+      const { child, url } = await startServe(models, 64, 256, ['--max-batch', id === 'batching-charlm-batched' ? '16' : '1']);
+      try {
+        const base = new URL(url);
+        await measure(base, 4, 1, tokens); // warm-up
+        const perStreams: Record<number, number> = {};
+        for (const n of STREAMS) {
+          perStreams[n] = await measure(base, n, seconds, tokens);
+          onProgress(`${id}: ${n} streams, ${perStreams[n]!.toFixed(0)} tokens/s`);
+        }
+        results.push({ id, tokensPerSecond: perStreams });
+      } finally {
+        child.kill('SIGTERM');
+        await new Promise((resolve) => child.once('exit', resolve));
+      }
+    }
+  } finally {
+    await rm(models, { recursive: true, force: true });
+  }
+  const batched = results.find((r) => r.id === 'batching-charlm-batched');
+  const alone = results.find((r) => r.id === 'batching-charlm-alone');
+  const checks: TargetCheck[] = [];
+  if (batched !== undefined)
+    checks.push(target('charlm over HTTP: 16 streams ÷ 1 stream, tokens/s, batched', batched.tokensPerSecond[16]! / batched.tokensPerSecond[1]!, '×', 'ge', 4));
+  if (batched !== undefined && alone !== undefined)
+    // Batching must not cost: 0.95 leaves room for run-to-run noise on a shared 2-core machine.
+    checks.push(
+      target('charlm over HTTP at 16 streams: batched ÷ each step alone, tokens/s', batched.tokensPerSecond[16]! / alone.tokensPerSecond[16]!, '×', 'ge', 0.95),
+    );
+  return { results, checks };
+}
+
+export function batchingReport(results: readonly BatchingResult[], checks: readonly TargetCheck[]): string {
+  const rows = results.map((r) => [r.id, ...STREAMS.map((n) => (r.tokensPerSecond[n] ?? 0).toFixed(0))]);
+  const judged = checks.map((c) => [c.what, c.measured.toFixed(2), `≥ ${c.limit}`, c.pass ? 'PASS' : 'MISS']);
+  return `${textTable(['server', ...STREAMS.map((n) => `${n} streams tokens/s`)], rows)}\n${textTable(['ratio', 'measured', 'target', ''], judged)}\nload average ${loadavg()[0]!.toFixed(1)}`;
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const { results, checks } = await measureBatching((m) => process.stderr.write(`${m}\n`));
+  console.log(batchingReport(results, checks));
+}

@@ -1,0 +1,140 @@
+/**
+ * Continuous batching of decode steps (`StepBatcher`, `CharLmWorker({ batch })`): generations joining
+ * and leaving at random steps get exactly the tokens they get alone; steps asked together share a
+ * model call; a generation whose reader wants nothing asks no step; a cancel leaves before its call.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import fc from 'fast-check';
+import { TestSink, eventually } from 'sluice/testing';
+import { InvalidOptionsError } from '../../src/core/errors.js';
+import { MODEL_FILES } from '../../src/ai/models/generate.js';
+import { loadModel } from '../../src/ai/models/load.js';
+import { CharLmWorker } from '../../src/ai/inference/onnx-lm.js';
+import { StepBatcher } from '../../src/ai/inference/step-batcher.js';
+import { generateRequest, type Token } from '../../src/ai/inference/worker.js';
+import { generatedModels, type GeneratedModels } from '../support/models.js';
+
+let generated: GeneratedModels;
+let alone: CharLmWorker;
+let batched: CharLmWorker;
+let vocab: string[];
+
+before(async () => {
+  generated = await generatedModels('step-batcher');
+  const path = join(generated.dir, MODEL_FILES.charLm);
+  alone = await CharLmWorker.load(path);
+  const model = await loadModel(path);
+  batched = await CharLmWorker.load(path, { run: (feeds) => model.run(feeds), batch: { maxBatch: 8 } });
+  vocab = JSON.parse(await (await import('node:fs/promises')).readFile(join(generated.dir, MODEL_FILES.charLmVocab), 'utf8')) as string[];
+});
+after(async () => {
+  await alone.release();
+  await generated.remove();
+});
+
+/** All of a generation's tokens, read one at a time with a pause of `gaps[i]` turns before asking the i-th. */
+async function read(worker: CharLmWorker, request: Parameters<typeof generateRequest>[0], gaps: readonly number[] = []): Promise<string[]> {
+  const sink = TestSink.subscribe(worker.generate(generateRequest(request)));
+  const texts: string[] = [];
+  for (let i = 0; ; i++) {
+    for (let g = 0; g < (gaps[i] ?? 0); g++) await new Promise((resolve) => setImmediate(resolve));
+    sink.request(1);
+    await eventually(() => assert.ok(sink.received.length > i || sink.completed || sink.error !== undefined));
+    if (sink.received.length <= i) break;
+    texts.push((sink.received[i] as Token).text);
+  }
+  assert.equal(sink.error, undefined);
+  return texts;
+}
+
+describe('StepBatcher on the character LM', () => {
+  it('property: a generation that joins and leaves a batch at random steps gets the tokens it gets alone (greedy and sampled)', async () => {
+    const prompts = ['The stage', 'A', 'Back', 'pressure is', 'Tokens flow', 'x'];
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(
+          fc.record({
+            prompt: fc.constantFrom(...prompts),
+            maxTokens: fc.integer({ min: 1, max: 12 }),
+            temperature: fc.constantFrom(0, 0.8, 1.2),
+            seed: fc.integer({ min: 0, max: 1000 }),
+            start: fc.integer({ min: 0, max: 4 }),
+            gaps: fc.array(fc.integer({ min: 0, max: 3 }), { maxLength: 12 }),
+          }),
+          { minLength: 1, maxLength: 6 },
+        ),
+        async (runs) => {
+          const expected = await Promise.all(
+            runs.map((r) => read(alone, { prompt: r.prompt, max_tokens: r.maxTokens, temperature: r.temperature, seed: r.seed })),
+          );
+          const got = await Promise.all(
+            runs.map(async (r) => {
+              for (let g = 0; g < r.start; g++) await new Promise((resolve) => setImmediate(resolve));
+              return read(batched, { prompt: r.prompt, max_tokens: r.maxTokens, temperature: r.temperature, seed: r.seed }, r.gaps);
+            }),
+          );
+          assert.deepEqual(got, expected);
+        },
+      ),
+      { numRuns: 25 },
+    );
+    const { calls, steps, largest } = batched.batchStats!;
+    assert.ok(largest > 1, `steps shared a call (largest ${largest})`);
+    assert.ok(calls < steps, `${calls} calls for ${steps} steps`);
+  });
+
+  it('sixteen generations at once take far fewer model calls than steps', async () => {
+    const path = join(generated.dir, MODEL_FILES.charLm);
+    const model = await loadModel(path);
+    const worker = await CharLmWorker.load(path, { run: (feeds) => model.run(feeds), batch: { maxBatch: 16 } });
+    const texts = await Promise.all(Array.from({ length: 16 }, (_, i) => worker.infer(generateRequest({ prompt: `The stage ${i}`, max_tokens: 20, seed: i }))));
+    assert.equal(texts.length, 16);
+    const { calls, steps } = worker.batchStats!;
+    assert.equal(steps, 16 * 20);
+    assert.ok(calls <= steps / 4, `${calls} calls for ${steps} steps`);
+    await model.release();
+  });
+
+  it('asks no step for a reader that wants nothing, and drops a cancelled step before its call', async () => {
+    const runs: number[] = [];
+    const batcher = new StepBatcher<number, number>(
+      async (inputs) => {
+        runs.push(inputs.length);
+        return inputs.map((x) => x * 2);
+      },
+      () => 'all',
+    );
+    const controller = new AbortController();
+    const cancelled = batcher.step(1, controller.signal);
+    const kept = batcher.step(2, new AbortController().signal);
+    controller.abort();
+    await assert.rejects(cancelled, /cancelled/);
+    assert.equal(await kept, 4);
+    assert.deepEqual(runs, [1]);
+    // A paused reader: a generation stepped only on demand asks nothing while none is wanted.
+    const sink = TestSink.subscribe(batched.generate(generateRequest({ prompt: 'The stage', max_tokens: 50 })));
+    const before = batched.batchStats!.steps;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal(batched.batchStats!.steps, before);
+    sink.request(2);
+    await eventually(() => assert.equal(sink.received.length, 2));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.ok(batched.batchStats!.steps - before <= 3, `${batched.batchStats!.steps - before} steps for 2 tokens`);
+    sink.cancel();
+    assert.ok(vocab.length > 0);
+  });
+
+  it('checks its options, naming the bad field', () => {
+    assert.throws(
+      () =>
+        new StepBatcher(
+          async () => [],
+          () => '',
+          { maxBatch: 0 },
+        ),
+      (err: unknown) => err instanceof InvalidOptionsError && err.issues[0]?.path === 'maxBatch',
+    );
+  });
+});

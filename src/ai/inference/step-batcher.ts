@@ -1,0 +1,142 @@
+/**
+ * Iteration-level ("continuous") batching of decode steps: every generation of a model asks its
+ * next step here, and the steps asked together — in the same run of microtasks, as the generations
+ * a call just answered ask their next ones — run as one model call (grouped by `key`, e.g. the
+ * context length, up to `maxBatch` each); steps asked while every call slot is busy wait for one. A sequence joins the next
+ * call when it asks and leaves when it stops asking, so it follows its reader: a generation whose
+ * client wants no token asks nothing and costs nothing; a cancelled one is dropped before its call.
+ */
+import { AbortedError } from '../../core/errors.js';
+import { lazySchema } from '../../core/zod.js';
+import { parseOptions, positiveInt } from '../../flow/options.js';
+
+/** Options of `StepBatcher`. */
+export interface StepBatcherOptions {
+  /** Steps per model call at most. Default 16. */
+  readonly maxBatch?: number;
+  /** Model calls running at once (e.g. the pool's threads). Default 1. */
+  readonly concurrency?: number;
+}
+
+const optionsSchema = lazySchema((z) =>
+  z.strictObject({
+    maxBatch: positiveInt('maxBatch').default(16),
+    concurrency: positiveInt('concurrency').default(1),
+  }),
+);
+
+interface Asked<Q, R> {
+  readonly input: Q;
+  readonly signal: AbortSignal;
+  resolve(result: R): void;
+  reject(error: unknown): void;
+}
+
+/** Counters of a `StepBatcher`. */
+export interface StepBatcherStats {
+  /** Model calls made. */
+  readonly calls: number;
+  /** Steps run, all calls together. */
+  readonly steps: number;
+  /** The most steps one call ran. */
+  readonly largest: number;
+}
+
+/**
+ * Batches `step(input)` calls into `run(inputs)` calls. `run` gets inputs of one `key` and must
+ * give one result per input, in order. Bad options throw `InvalidOptionsError` naming the field.
+ */
+export class StepBatcher<Q, R> {
+  private readonly maxBatch: number;
+  private readonly concurrency: number;
+  private readonly waiting = new Map<string, Asked<Q, R>[]>();
+  private scheduled = false;
+  private running = 0;
+  private calls = 0;
+  private steps = 0;
+  private largest = 0;
+
+  constructor(
+    private readonly run: (inputs: readonly Q[]) => Promise<readonly R[]>,
+    private readonly key: (input: Q) => string,
+    options: StepBatcherOptions = {},
+  ) {
+    const config = parseOptions(optionsSchema(), options, 'StepBatcher options');
+    this.maxBatch = config.maxBatch;
+    this.concurrency = config.concurrency;
+  }
+
+  get stats(): StepBatcherStats {
+    return { calls: this.calls, steps: this.steps, largest: this.largest };
+  }
+
+  /** The result of one step, once the call it joined ran; rejects with `AbortedError` if `signal` aborts first. */
+  step(input: Q, signal: AbortSignal): Promise<R> {
+    if (signal.aborted) return Promise.reject(new AbortedError(undefined, 'the generation was cancelled'));
+    return new Promise<R>((resolve, reject) => {
+      const k = this.key(input);
+      const group = this.waiting.get(k);
+      const asked = { input, signal, resolve, reject };
+      if (group === undefined) this.waiting.set(k, [asked]);
+      else group.push(asked);
+      this.schedule();
+    });
+  }
+
+  /** The steps asked in this run of microtasks join one call; a later turn would cost a lone stream a loop turn per token. */
+  private schedule(): void {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    queueMicrotask(() => {
+      this.scheduled = false;
+      this.flush();
+    });
+  }
+
+  private flush(): void {
+    while (this.running < this.concurrency && this.waiting.size > 0) {
+      const batch = this.take();
+      if (batch.length === 0) continue;
+      this.running++;
+      this.calls++;
+      this.steps += batch.length;
+      this.largest = Math.max(this.largest, batch.length);
+      this.run(batch.map((a) => a.input))
+        .then(
+          (results) => {
+            if (results.length === batch.length) return batch.forEach((a, i) => a.resolve(results[i]!));
+            const error = new TypeError(`a batched step gave ${results.length} results for ${batch.length} inputs`);
+            for (const a of batch) a.reject(error);
+          },
+          (error: unknown) => {
+            for (const a of batch) a.reject(error);
+          },
+        )
+        .finally(() => {
+          this.running--;
+          if (this.waiting.size > 0) this.schedule();
+        });
+    }
+  }
+
+  /** Up to `maxBatch` live steps of the largest group; cancelled ones are dropped here. */
+  private take(): Asked<Q, R>[] {
+    let chosen: string | undefined;
+    let size = -1;
+    for (const [k, group] of this.waiting) {
+      if (group.length > size) {
+        chosen = k;
+        size = group.length;
+      }
+    }
+    const group = this.waiting.get(chosen!)!;
+    const batch: Asked<Q, R>[] = [];
+    while (group.length > 0 && batch.length < this.maxBatch) {
+      const asked = group.shift()!;
+      if (asked.signal.aborted) asked.reject(new AbortedError(undefined, 'the generation was cancelled'));
+      else batch.push(asked);
+    }
+    if (group.length === 0) this.waiting.delete(chosen!);
+    return batch;
+  }
+}
