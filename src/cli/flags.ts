@@ -145,7 +145,10 @@ export const FLAGS: readonly Flag[] = [
     arg: '<n>',
     env: ['SLUICE_MAX_BATCH'],
     default: '16',
-    help: { serve: 'decode steps of concurrent generations run as one model call (continuous batching; charlm); 1 runs each alone' },
+    help: {
+      serve: 'decode steps of concurrent generations run as one model call (continuous batching; charlm); 1 runs each alone',
+      worker: 'decode steps of the generations it runs at once, as one model call; 1 runs each alone',
+    },
     to: 'maxBatch',
   },
   {

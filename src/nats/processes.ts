@@ -30,6 +30,8 @@ export interface ModelWorkerOptions {
   readonly concurrency?: number;
   /** Inference worker threads. Default `min(cores, 2)`. */
   readonly poolSize?: number;
+  /** Decode steps of its concurrent generations run as one model call, at most; 1 runs each alone. Default 16. */
+  readonly maxBatch?: number;
   readonly log?: (line: string) => void;
 }
 
@@ -46,13 +48,15 @@ export async function startModelWorker(options: ModelWorkerOptions): Promise<Run
   if (BUNDLED_DATA === undefined) throw new Error('the bundled data/ folder is missing from the package');
   const connection = await connectTo(options.nats, 'worker');
   await generateModels({ outDir: dir, dataDir: BUNDLED_DATA });
-  const pool = await InferencePool.create({
-    name: 'worker',
-    models: { charlm: `${dir}/${MODEL_FILES.charLm}` },
-    size: options.poolSize ?? Math.min(availableParallelism(), 2),
-  });
+  const size = options.poolSize ?? Math.min(availableParallelism(), 2);
+  const pool = await InferencePool.create({ name: 'worker', models: { charlm: `${dir}/${MODEL_FILES.charLm}` }, size });
   const link = await openModelLink(connection, LINK);
-  const lm = await CharLmWorker.load(`${dir}/${MODEL_FILES.charLm}`, { run: (feeds, signal) => pool.run(feeds, { model: 'charlm', signal }) });
+  const maxBatch = options.maxBatch ?? 16;
+  const lm = await CharLmWorker.load(`${dir}/${MODEL_FILES.charLm}`, {
+    run: (feeds, signal) => pool.run(feeds, { model: 'charlm', signal }),
+    // The generations this worker runs at once share model calls, as the server's do.
+    ...(maxBatch > 1 && { batch: { maxBatch, concurrency: size } }),
+  });
   const server = serveModel(link, lm, {
     concurrency: options.concurrency ?? 4,
     onRequest: (event) => log(`request ${event.id}: ${event.outcome} after ${event.sent} tokens (delivery ${event.attempt})`),
