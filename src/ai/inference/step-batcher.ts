@@ -66,6 +66,7 @@ export class StepBatcher<Q, R> {
     this.concurrency = config.concurrency;
   }
 
+  /** Calls made and steps run so far. */
   get stats(): StepBatcherStats {
     return { calls: this.calls, steps: this.steps, largest: this.largest };
   }
