@@ -184,7 +184,10 @@ function redactKinds(raw: string, name: string): true | PiiKind[] {
 }
 
 /** Flags and environment → what `sluice worker` runs with. */
-export function workerOptions(argv: readonly string[], env: NodeJS.ProcessEnv): { nats: string; models?: string; concurrency?: number; poolSize?: number; maxBatch?: number } {
+export function workerOptions(
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv,
+): { nats: string; models?: string; concurrency?: number; poolSize?: number; maxBatch?: number } {
   const { options } = mapped('worker', readFlags(argv), env);
   if (options.nats === undefined) throw new UsageError('sluice worker needs --nats <url> (or SLUICE_NATS)');
   return options as { nats: string; models?: string; concurrency?: number; poolSize?: number; maxBatch?: number };
