@@ -11,7 +11,7 @@ import { TestSink, eventually } from 'sluice/testing';
 import { InvalidOptionsError } from '../../src/core/errors.js';
 import { MODEL_FILES } from '../../src/ai/models/generate.js';
 import { loadModel } from '../../src/ai/models/load.js';
-import { CharLmWorker } from '../../src/ai/inference/onnx-lm.js';
+import { CharLmWorker, DecoderLmWorker } from '../../src/ai/inference/onnx-lm.js';
 import { StepBatcher } from '../../src/ai/inference/step-batcher.js';
 import { generateRequest, type Token } from '../../src/ai/inference/worker.js';
 import { generatedModels, type GeneratedModels } from '../support/models.js';
@@ -36,6 +36,14 @@ after(async () => {
 
 /** All of a generation's tokens, read one at a time with a pause of `gaps[i]` turns before asking the i-th. */
 async function read(worker: CharLmWorker, request: Parameters<typeof generateRequest>[0], gaps: readonly number[] = []): Promise<string[]> {
+  return readFrom(worker, request, gaps);
+}
+
+async function readFrom(
+  worker: CharLmWorker | DecoderLmWorker,
+  request: Parameters<typeof generateRequest>[0],
+  gaps: readonly number[] = [],
+): Promise<string[]> {
   const sink = TestSink.subscribe(worker.generate(generateRequest(request)));
   const texts: string[] = [];
   for (let i = 0; ; i++) {
@@ -124,6 +132,45 @@ describe('StepBatcher on the character LM', () => {
     assert.ok(batched.batchStats!.steps - before <= 3, `${batched.batchStats!.steps - before} steps for 2 tokens`);
     sink.cancel();
     assert.ok(vocab.length > 0);
+  });
+
+  it('property: the KV-cache decoder too — batched steps, stacked caches, the tokens each gets alone', async () => {
+    const path = join(generated.dir, MODEL_FILES.decoder);
+    const single = await DecoderLmWorker.load(path);
+    const session = await loadModel(path);
+    const decoder = await DecoderLmWorker.load(path, { run: (feeds) => session.run(feeds), batch: { maxBatch: 8 } });
+    // Prompts of one length and of others: steps batch when their caches have the same length.
+    const prompts = ['abcd', 'wxyz', 'Hello', 'Hi', 'stage'];
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(
+          fc.record({
+            prompt: fc.constantFrom(...prompts),
+            maxTokens: fc.integer({ min: 1, max: 10 }),
+            temperature: fc.constantFrom(0, 0.9),
+            seed: fc.integer({ min: 0, max: 1000 }),
+            start: fc.integer({ min: 0, max: 3 }),
+            gaps: fc.array(fc.integer({ min: 0, max: 2 }), { maxLength: 10 }),
+          }),
+          { minLength: 1, maxLength: 5 },
+        ),
+        async (runs) => {
+          const request = (r: (typeof runs)[number]) => ({ prompt: r.prompt, max_tokens: r.maxTokens, temperature: r.temperature, seed: r.seed });
+          const expected = await Promise.all(runs.map((r) => readFrom(single, request(r))));
+          const got = await Promise.all(
+            runs.map(async (r) => {
+              for (let g = 0; g < r.start; g++) await new Promise((resolve) => setImmediate(resolve));
+              return readFrom(decoder, request(r), r.gaps);
+            }),
+          );
+          assert.deepEqual(got, expected);
+        },
+      ),
+      { numRuns: 20 },
+    );
+    assert.ok(decoder.batchStats!.largest > 1, `steps shared a call (largest ${decoder.batchStats!.largest})`);
+    await single.release();
+    await session.release();
   });
 
   it('checks its options, naming the bad field', () => {

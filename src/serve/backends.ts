@@ -133,7 +133,12 @@ async function localModels(options: {
           })
         : undefined,
       users,
-      userWorkers: users.map((user) => user.worker({ run: (feeds, signal) => pool.run(feeds, { model: `local:${user.name}`, signal }) })),
+      userWorkers: users.map((user) =>
+        user.worker({
+          run: (feeds, signal) => pool.run(feeds, { model: `local:${user.name}`, signal }),
+          ...((options.maxBatch ?? 1) > 1 && { batch: { maxBatch: options.maxBatch!, concurrency: options.poolSize } }),
+        }),
+      ),
     };
   } catch (err) {
     await pool.close();
@@ -209,7 +214,7 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
     return {
       workers: { ...Object.fromEntries(local.userWorkers.map((w) => [w.name, w])), [rag.name]: rag, [lm.name]: lm },
       embeddings: { [EMBEDDING_MODEL]: local.embeddings },
-      stages: { ...stages, embeddings: local.embeddings.stats },
+      stages: { ...stages, embeddings: local.embeddings.stats, classifier: local.guardModel.stats },
       caches,
       pool: local.pool,
       classify: local.classify,
@@ -303,7 +308,7 @@ export async function gatewayBackend(
         ...base,
         ...servedLocally(models, gateway),
         workers: upstreamWorkers,
-        stages: { ...base.stages, embeddings: models.embeddings.stats },
+        stages: { ...base.stages, embeddings: models.embeddings.stats, classifier: models.guardModel.stats },
         classify: models.classify,
       };
     }
@@ -314,7 +319,7 @@ export async function gatewayBackend(
       ...base,
       ...servedLocally(models, gateway),
       workers: { [rag.name]: rag, ...others },
-      stages: { ...base.stages, ...stages, embeddings: models.embeddings.stats },
+      stages: { ...base.stages, ...stages, embeddings: models.embeddings.stats, classifier: models.guardModel.stats },
       caches: { ...base.caches, ...caches },
       classify: models.classify,
       guarded: new Set([rag.name]),

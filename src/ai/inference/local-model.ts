@@ -19,6 +19,7 @@ import { SIGNATURES, hfTokenizerFrom, readJson, signatureProblems } from '../mod
 import { TokenTextStream } from './detokenize.js';
 import { DecoderLmWorker, type DecoderShape, type RunModel, type TokenCodec } from './onnx-lm.js';
 import type { ChatMessage, GenerateRequest } from './worker.js';
+import type { StepBatcherOptions } from './step-batcher.js';
 
 /** A model directory that cannot be served as it is; the message names the file. */
 export class LocalModelError extends SluiceError {
@@ -48,6 +49,8 @@ export interface LocalWorkerOptions {
   readonly run: RunModel;
   /** Tokens generated when a request does not say. Default 256. */
   readonly maxTokens?: number;
+  /** Batch the decode steps of concurrent generations (see `DecoderLmWorkerOptions.batch`). Default: each step alone. */
+  readonly batch?: StepBatcherOptions;
 }
 
 const loadSchema = lazySchema((z) =>
@@ -56,7 +59,13 @@ const loadSchema = lazySchema((z) =>
     modelFile: z.string({ error: 'modelFile must be a string' }).min(1, { error: 'modelFile must not be empty' }).optional(),
   }),
 );
-const workerSchema = lazySchema((z) => z.strictObject({ run: functionSchema<RunModel>(), maxTokens: positiveInt('maxTokens').optional() }));
+const workerSchema = lazySchema((z) =>
+  z.strictObject({
+    run: functionSchema<RunModel>(),
+    maxTokens: positiveInt('maxTokens').optional(),
+    batch: z.strictObject({ maxBatch: positiveInt('batch.maxBatch').optional(), concurrency: positiveInt('batch.concurrency').optional() }).optional(),
+  }),
+);
 
 /** The model files looked for, in order, when `modelFile` is not given. */
 const MODEL_FILES = ['model.onnx', join('onnx', 'model.onnx')];
@@ -179,6 +188,7 @@ export class LocalModel {
       vocabSize: tokenizer.vocabSize,
       template: (request) => this.promptText(request),
       ...(options.maxTokens !== undefined && { maxTokens: options.maxTokens }),
+      ...(options.batch !== undefined && { batch: options.batch }),
     });
   }
 }

@@ -260,6 +260,12 @@ export interface DecoderLmWorkerOptions extends LmWorkerOptions {
   readonly eosTokenIds?: readonly number[];
   /** Ids the codec can decode, `[0, vocabSize)`: a model whose logits are padded past its tokenizer never samples the rest. */
   readonly vocabSize?: number;
+  /**
+   * Batch the decode steps of concurrent generations (`StepBatcher`): steps asked together whose
+   * caches have the same length run as one model call, their caches stacked, each row as it would
+   * alone. A prompt's first step runs alone. Default: each step its own call.
+   */
+  readonly batch?: StepBatcherOptions;
 }
 
 /** Characters with codes below 128, one token each; others are dropped. */
@@ -296,6 +302,7 @@ const decoderLmSchema = lazySchema((z) => {
     eosTokenId: tokenId('eosTokenId').optional(),
     eosTokenIds: z.array(tokenId('eosTokenIds[]'), { error: 'eosTokenIds must be an array of token ids' }).optional(),
     vocabSize: positiveInt('vocabSize').optional(),
+    batch: z.strictObject({ maxBatch: positiveInt('batch.maxBatch').optional(), concurrency: positiveInt('batch.concurrency').optional() }).optional(),
   });
 });
 
@@ -328,6 +335,14 @@ export class DecoderLmWorker extends LmWorker {
     this.contextLength = options.shape.maxPositions;
     this.maxTokens = options.maxTokens ?? 256;
     this.template = options.template ?? promptText;
+    this.batcher = options.batch === undefined ? undefined : cacheBatcher(options.shape, options.run, options.batch);
+  }
+
+  private readonly batcher: StepBatcher<CachedStep, CachedResult> | undefined;
+
+  /** Model calls and steps of the batched decode steps (`batch`), when on. */
+  get batchStats(): StepBatcherStats | undefined {
+    return this.batcher?.stats;
   }
 
   /**
@@ -353,6 +368,7 @@ export class DecoderLmWorker extends LmWorker {
 
   protected open(request: GenerateRequest): Decoding {
     const { shape, run, vocabSize } = this.options;
+    const batcher = this.batcher;
     const codec = this.options.codec ?? ASCII_CODEC;
     const eos = new Set(this.options.eosTokenIds ?? []);
     if (this.options.eosTokenId !== undefined) eos.add(this.options.eosTokenId);
@@ -387,26 +403,28 @@ export class DecoderLmWorker extends LmWorker {
       async step(signal): Promise<DecodeStep> {
         if (ending !== undefined) return { end: ending };
         if (shape.maxPositions !== undefined && ids.length >= shape.maxPositions) return end('length');
-        const start = ids.length - input.length;
-        const out = await run(
-          {
-            ...past,
-            input_ids: int64(input, [1, input.length]),
-            attention_mask: int64(new Array<number>(ids.length).fill(1), [1, ids.length]),
-            position_ids: int64(
-              input.map((_, i) => start + i),
-              [1, input.length],
-            ),
-          },
-          signal,
-        );
-        const next: Record<string, ort.Tensor> = {};
-        for (let l = 0; l < shape.layers; l++) {
-          next[`past_key_values.${l}.key`] = out[`present.${l}.key`]!;
-          next[`past_key_values.${l}.value`] = out[`present.${l}.value`]!;
+        let scores: Float32Array;
+        if (batcher !== undefined && input.length === 1) {
+          const result = await batcher.step({ past, id: input[0]!, position: ids.length - 1 }, signal);
+          past = result.past;
+          scores = result.logits;
+        } else {
+          const start = ids.length - input.length;
+          const out = await run(
+            {
+              ...past,
+              input_ids: int64(input, [1, input.length]),
+              attention_mask: int64(new Array<number>(ids.length).fill(1), [1, ids.length]),
+              position_ids: int64(
+                input.map((_, i) => start + i),
+                [1, input.length],
+              ),
+            },
+            signal,
+          );
+          past = presentAsPast(out, shape.layers);
+          scores = lastRow(out.logits!);
         }
-        past = next;
-        const scores = lastRow(out.logits!);
         // Padding rows of the embedding table (no token of the tokenizer) are never sampled.
         if (vocabSize !== undefined && vocabSize < scores.length) scores.fill(-Infinity, vocabSize);
         const { id, logprob } = sampleToken(scores, request, random, ids, inputTokens);
@@ -420,6 +438,81 @@ export class DecoderLmWorker extends LmWorker {
       },
     };
   }
+}
+
+/** One single-token decode step of a cached generation, for a batch. */
+interface CachedStep {
+  readonly past: Record<string, ort.Tensor>;
+  readonly id: number;
+  /** The token's position: the cache's length. */
+  readonly position: number;
+}
+
+interface CachedResult {
+  readonly past: Record<string, ort.Tensor>;
+  readonly logits: Float32Array;
+}
+
+/** A step's `present.N.*` as the next step's `past_key_values.N.*`. */
+function presentAsPast(out: Record<string, ort.Tensor>, layers: number): Record<string, ort.Tensor> {
+  const next: Record<string, ort.Tensor> = {};
+  for (let l = 0; l < layers; l++) {
+    next[`past_key_values.${l}.key`] = out[`present.${l}.key`]!;
+    next[`past_key_values.${l}.value`] = out[`present.${l}.value`]!;
+  }
+  return next;
+}
+
+/** Steps whose caches have one length run as one call: caches stacked on the batch axis, results split back (copied: a pool may transfer buffers). */
+function cacheBatcher(shape: DecoderShape, run: RunModel, options: StepBatcherOptions): StepBatcher<CachedStep, CachedResult> {
+  const never = new AbortController().signal;
+  const names = Array.from({ length: shape.layers }, (_, l) => [`past_key_values.${l}.key`, `past_key_values.${l}.value`]).flat();
+  return new StepBatcher<CachedStep, CachedResult>(
+    async (steps) => {
+      const b = steps.length;
+      const length = steps[0]!.position;
+      const feeds: Record<string, ort.Tensor> = {
+        input_ids: int64(
+          steps.map((s) => s.id),
+          [b, 1],
+        ),
+        attention_mask: int64(new Array<number>(b * (length + 1)).fill(1), [b, length + 1]),
+        position_ids: int64(
+          steps.map((s) => s.position),
+          [b, 1],
+        ),
+      };
+      for (const name of names) {
+        const size = shape.heads * length * shape.headDim;
+        const stacked = new Float32Array(b * size);
+        steps.forEach((s, i) => stacked.set(s.past[name]!.data as Float32Array, i * size));
+        feeds[name] = new ortRuntime.Tensor('float32', stacked, [b, shape.heads, length, shape.headDim]);
+      }
+      const out = await run(feeds, never);
+      const logits = out.logits!;
+      const vocab = logits.dims[2]!;
+      const size = shape.heads * (length + 1) * shape.headDim;
+      return steps.map((_, i) => {
+        const past: Record<string, ort.Tensor> = {};
+        for (let l = 0; l < shape.layers; l++) {
+          for (const part of ['key', 'value'] as const) {
+            const present = out[`present.${l}.${part}`]!.data as Float32Array;
+            past[`past_key_values.${l}.${part}`] = new ortRuntime.Tensor('float32', present.slice(i * size, (i + 1) * size), [
+              1,
+              shape.heads,
+              length + 1,
+              shape.headDim,
+            ]);
+          }
+        }
+        const seq = logits.dims[1]!;
+        const row = (logits.data as Float32Array).slice(((i + 1) * seq - 1) * vocab, (i + 1) * seq * vocab);
+        return { past, logits: row };
+      });
+    },
+    (step) => String(step.position),
+    options,
+  );
 }
 
 async function readShape(model: LoadedModel, path: string): Promise<DecoderShape> {

@@ -42,13 +42,18 @@ export interface BatchedTextsConfig<R> {
 /** The shared pipeline; `ask` one text, `close()` ends it. */
 export class BatchedTexts<R> {
   private readonly asked = new Subject<Asked<R>>();
-  private readonly subscription: { unsubscribe(): void };
+  private subscription: { unsubscribe(): void } | undefined;
   private failure: unknown;
+  private closed = false;
 
   constructor(
-    pool: InferencePool,
+    private readonly pool: InferencePool,
     private readonly config: BatchedTextsConfig<R>,
-  ) {
+  ) {}
+
+  /** Subscribed at the first text, so an inspector attached after construction sees its stages. */
+  private start(): void {
+    const { pool, config } = this;
     const fail = (batch: Batch<Asked<R>>, error: unknown) => {
       for (const item of batch.items) item.reject(error);
     };
@@ -87,6 +92,8 @@ export class BatchedTexts<R> {
 
   /** The row of one text, once its batch ran. */
   ask(text: string): Promise<R> {
+    if (this.closed) return Promise.reject(new SluiceError(`${this.config.code}_FAILED`, `the ${this.config.name} pipeline is closed`));
+    if (this.subscription === undefined) this.start();
     if (this.failure !== undefined)
       return Promise.reject(new SluiceError(`${this.config.code}_FAILED`, `the ${this.config.name} pipeline stopped`, { cause: this.failure }));
     return new Promise<R>((resolve, reject) => this.asked.next({ text, resolve, reject }));
@@ -94,7 +101,8 @@ export class BatchedTexts<R> {
 
   /** Stops the pipeline; texts still waiting are not run. */
   close(): void {
+    this.closed = true;
     this.asked.complete();
-    this.subscription.unsubscribe();
+    this.subscription?.unsubscribe();
   }
 }
