@@ -107,7 +107,74 @@ export function batchingReport(results: readonly BatchingResult[], checks: reado
   return `${textTable(['server', ...STREAMS.map((n) => `${n} streams tokens/s`)], rows)}\n${textTable(['ratio', 'measured', 'target', ''], judged)}\nload average ${loadavg()[0]!.toFixed(1)}`;
 }
 
+/** The decoder the issue measured one step of: 6 layers, hidden 512, FFN 2,048, vocabulary 8,192 (about 110 MB). */
+export const BENCH_DECODER = { vocabSize: 8192, hidden: 512, heads: 8, layers: 6, ffn: 2048, maxPositions: 512, seed: 7 } as const;
+export const DECODER_IDS = ['batching-decoder-batched', 'batching-decoder-alone'] as const;
+
+/** Tokens/s of `streams` concurrent generations on a KV-cache decoder in a 2-thread pool, steps batched or alone. */
+export async function measureDecoderBatching(onProgress: (message: string) => void = () => {}): Promise<{ results: BatchingResult[]; checks: TargetCheck[] }> {
+  const { buildDecoderModel } = await import('../src/ai/models/decoder.js');
+  const { InferencePool } = await import('../src/ai/pool/pool.js');
+  const { DecoderLmWorker } = await import('../src/ai/inference/onnx-lm.js');
+  const { generateRequest } = await import('../src/ai/inference/worker.js');
+  const { writeFile } = await import('node:fs/promises');
+  const tokens = envInt('BENCH_DECODER_TOKENS', 48);
+  const dir = await mkdtemp(join(tmpdir(), 'sluice-bench-decoder-'));
+  const path = join(dir, 'decoder.onnx');
+  await writeFile(path, buildDecoderModel(BENCH_DECODER));
+  const pool = await InferencePool.create({ name: 'bench-decoder', models: { decoder: path }, size: 2 });
+  const results: BatchingResult[] = [];
+  try {
+    const shape = {
+      layers: BENCH_DECODER.layers,
+      heads: BENCH_DECODER.heads,
+      headDim: BENCH_DECODER.hidden / BENCH_DECODER.heads,
+      maxPositions: BENCH_DECODER.maxPositions,
+    };
+    const codec = {
+      encode: (text: string) => Array.from(text, (ch) => ch.charCodeAt(0) % BENCH_DECODER.vocabSize),
+      decode: (id: number) => String.fromCharCode(32 + (id % 90)),
+    };
+    for (const id of DECODER_IDS.filter((i) => selected(i))) {
+      const worker = new DecoderLmWorker({
+        shape,
+        codec,
+        run: (feeds, signal) => pool.run(feeds, { model: 'decoder', signal }),
+        ...(id === 'batching-decoder-batched' && { batch: { maxBatch: 16, concurrency: 2 } }),
+      });
+      const perStreams: Record<number, number> = {};
+      for (const n of STREAMS) {
+        // One prompt length: every generation's cache has the same length at each step, so they batch.
+        const started = monotonicMs();
+        const answers = await Promise.all(
+          Array.from({ length: n }, (_, i) =>
+            worker.infer(generateRequest({ prompt: `Prompt number ${String(i).padStart(2, '0')} `, max_tokens: tokens, temperature: 0 })),
+          ),
+        );
+        const made = answers.reduce((sum, a) => sum + a.usage.outputTokens, 0);
+        perStreams[n] = made / ((monotonicMs() - started) / 1000);
+        onProgress(`${id}: ${n} streams, ${perStreams[n]!.toFixed(0)} tokens/s`);
+      }
+      results.push({ id, tokensPerSecond: perStreams });
+    }
+  } finally {
+    await pool.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+  const batched = results.find((r) => r.id === 'batching-decoder-batched');
+  const alone = results.find((r) => r.id === 'batching-decoder-alone');
+  const checks: TargetCheck[] = [];
+  if (batched !== undefined)
+    checks.push(target('decoder (6x512): 16 streams ÷ 1 stream, tokens/s, batched', batched.tokensPerSecond[16]! / batched.tokensPerSecond[1]!, '×', 'ge', 5));
+  if (batched !== undefined && alone !== undefined)
+    checks.push(
+      target('decoder (6x512) at 16 streams: batched ÷ each step alone, tokens/s', batched.tokensPerSecond[16]! / alone.tokensPerSecond[16]!, '×', 'ge', 3),
+    );
+  return { results, checks };
+}
+
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { results, checks } = await measureBatching((m) => process.stderr.write(`${m}\n`));
-  console.log(batchingReport(results, checks));
+  const http = await measureBatching((m) => process.stderr.write(`${m}\n`));
+  const decoder = await measureDecoderBatching((m) => process.stderr.write(`${m}\n`));
+  console.log(batchingReport([...http.results, ...decoder.results], [...http.checks, ...decoder.checks]));
 }

@@ -29,7 +29,8 @@
  *  10. overload — `sluice serve` in a child process offered 10× its measured capacity: refusal p99, admitted time to first
  *      token against unloaded, RSS, refusals counted (bench/overload.ts, id `overload-serve`)
  *  11. continuous batching — charlm through `sluice serve`'s HTTP API at 1, 4 and 16 streams, decode steps batched
- *      (`--max-batch 16`) or alone: tokens/s and ratios (bench/batching.ts, ids `batching-charlm-*`)
+ *      (`--max-batch 16`) or alone; the issue's 6-layer, 512-wide decoder (110 MB) in a 2-thread pool, same prompt length:
+ *      tokens/s and ratios (bench/batching.ts, ids `batching-charlm-*`, `batching-decoder-*`)
  *
  * Environment (all optional):
  *   BENCH_N=1000000              elements per throughput run
@@ -83,7 +84,7 @@ import { TRANSIT_CAPACITY, TRANSIT_ROOM, TRANSIT_SLACK, meanTransitDelay, measur
 import { measureWsLoad, wsLoadConfig, wsLoadReport, wsScenarios, type WsLoadResult } from './ws-load.js';
 import { measureSseLoad, sseLoadReport, sseScenarios, type SseLoadResult } from './sse-load.js';
 import { ensureBuilt, importCases, measureImportCost, type ImportResult } from './import-cost.js';
-import { BATCHING_IDS, batchingReport, measureBatching, type BatchingResult } from './batching.js';
+import { BATCHING_IDS, DECODER_IDS, batchingReport, measureBatching, measureDecoderBatching, type BatchingResult } from './batching.js';
 import { measureOverload, OVERLOAD_ID, overloadReport, type OverloadResult } from './overload.js';
 import { measureSharedRag, RAG_SCENARIOS, sharedRagReport, type SharedRagResult } from './shared-rag.js';
 import { FEED_SCENARIOS, inspectFeedConfig, inspectFeedReport, measureInspectFeed, type InspectFeedResult } from './inspect-feed.js';
@@ -709,14 +710,15 @@ if (selected(OVERLOAD_ID)) {
 // ---------------------------------------------------------------- 11. continuous batching over HTTP
 
 let batching: BatchingResult[] = [];
-if (BATCHING_IDS.some((id) => selected(id))) {
-  process.stderr.write('\n[11] continuous batching: charlm over HTTP at 1, 4, 16 streams, steps batched or alone\n');
+if ([...BATCHING_IDS, ...DECODER_IDS].some((id) => selected(id))) {
+  process.stderr.write('\n[11] continuous batching: charlm over HTTP, and a 6x512 KV-cache decoder, at 1, 4, 16 streams, steps batched or alone\n');
   await settle();
-  const measured = await measureBatching(progress);
-  batching = measured.results;
-  checks.push(...measured.checks);
-  console.log('\n## 11. Continuous batching: charlm through the HTTP API\n');
-  console.log(batchingReport(measured.results, measured.checks));
+  const http = await measureBatching(progress);
+  const decoder = await measureDecoderBatching(progress);
+  batching = [...http.results, ...decoder.results];
+  checks.push(...http.checks, ...decoder.checks);
+  console.log('\n## 11. Continuous batching: charlm through the HTTP API; a 6-layer, 512-wide KV-cache decoder in a 2-thread pool\n');
+  console.log(batchingReport(batching, [...http.checks, ...decoder.checks]));
 }
 
 // ---------------------------------------------------------------- targets, markdown, json

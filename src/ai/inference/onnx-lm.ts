@@ -471,6 +471,20 @@ function cacheBatcher(shape: DecoderShape, run: RunModel, options: StepBatcherOp
     async (steps) => {
       const b = steps.length;
       const length = steps[0]!.position;
+      // Alone in its call: its cache goes in and comes out as it is, no stacking or splitting.
+      if (b === 1) {
+        const step = steps[0]!;
+        const out = await run(
+          {
+            ...step.past,
+            input_ids: int64([step.id], [1, 1]),
+            attention_mask: int64(new Array<number>(length + 1).fill(1), [1, length + 1]),
+            position_ids: int64([length], [1, 1]),
+          },
+          never,
+        );
+        return [{ past: presentAsPast(out, shape.layers), logits: lastRow(out.logits!) }];
+      }
       const feeds: Record<string, ort.Tensor> = {
         input_ids: int64(
           steps.map((s) => s.id),
