@@ -152,6 +152,18 @@ export const FLAGS: readonly Flag[] = [
     to: 'maxBatch',
   },
   {
+    name: 'kv-cache-mb',
+    type: 'integer',
+    arg: '<n>',
+    env: ['SLUICE_KV_CACHE_MB'],
+    default: '1024',
+    help: {
+      serve:
+        "MiB a --model decoder's KV caches may hold between steps; past it the caches of generations whose readers paused longest are dropped and rebuilt on resume",
+    },
+    to: 'kvCacheMb',
+  },
+  {
     name: 'stage-capacity',
     type: 'integer',
     arg: '<n>',

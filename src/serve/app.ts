@@ -144,6 +144,8 @@ export interface ServeOptions {
   readonly stageCapacity?: number;
   /** Decode steps of concurrent generations run as one model call (continuous batching), at most. 1 runs each alone. Default 16. */
   readonly maxBatch?: number;
+  /** MiB the KV caches of a `--model` decoder's generations may hold together between steps; past it the idlest are dropped and rebuilt when they resume. Default 1024. */
+  readonly kvCacheMb?: number;
   /** Each tenant's priority class (`low`, `default`, `high`) when a request names none (`service_tier`). */
   readonly tenantPriorities?: Readonly<Record<string, PriorityClass>>;
 }
@@ -206,6 +208,7 @@ const optionsSchema = lazySchema((z) =>
       streams: positiveInt('streams').default(64),
       stageCapacity: positiveInt('stageCapacity').default(16),
       maxBatch: positiveInt('maxBatch').default(16),
+      kvCacheMb: positiveInt('kvCacheMb').default(1024),
       tenantPriorities: z.record(z.string(), z.enum(PRIORITY_CLASSES, { error: `a priority is one of ${PRIORITY_CLASSES.join(', ')}` })).optional(),
     })
     .strict()
@@ -289,7 +292,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
   // A missing or empty corpus folder fails the start before any model is generated.
   if (options.corpus !== undefined) await documentsIn(options.corpus);
   const intake = new Intake({ maxQueue: config.maxQueue, ...(config.tenantPriorities !== undefined && { tenants: config.tenantPriorities }) });
-  const shared = { intake, streams: config.streams, capacity: config.stageCapacity, maxBatch: config.maxBatch };
+  const shared = { intake, streams: config.streams, capacity: config.stageCapacity, maxBatch: config.maxBatch, kvCacheBytes: config.kvCacheMb * 2 ** 20 };
   const backend: Backend =
     options.upstreams !== undefined
       ? await gatewayBackend(

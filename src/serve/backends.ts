@@ -88,6 +88,8 @@ async function localModels(options: {
   readonly charLm: boolean;
   /** The character LM's decode steps per batched call; 1 runs each step alone. */
   readonly maxBatch?: number;
+  /** Bytes each user decoder's KV caches may hold together. */
+  readonly kvCacheBytes?: number;
   readonly users?: readonly LocalModelSpec[] | undefined;
   readonly log: (line: string) => void;
 }) {
@@ -137,6 +139,7 @@ async function localModels(options: {
         user.worker({
           run: (feeds, signal) => pool.run(feeds, { model: `local:${user.name}`, signal }),
           ...((options.maxBatch ?? 1) > 1 && { batch: { maxBatch: options.maxBatch!, concurrency: options.poolSize } }),
+          ...(options.kvCacheBytes !== undefined && { cacheBytes: options.kvCacheBytes }),
         }),
       ),
     };
@@ -194,6 +197,8 @@ export interface SharedPipeline {
   readonly capacity: number;
   /** Decode steps of concurrent generations per model call (the character LM's). */
   readonly maxBatch: number;
+  /** Bytes the KV caches of a decoder's generations may hold together between steps. */
+  readonly kvCacheBytes: number;
 }
 
 /** The generated models (written into `models` when missing), the corpus indexed, `sluice-rag` and its language model. */
@@ -203,6 +208,7 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
     poolSize: options.poolSize,
     charLm: options.languageModel === undefined,
     maxBatch: options.shared.maxBatch,
+    kvCacheBytes: options.shared.kvCacheBytes,
     users: options.localModels,
     log: options.log,
   });

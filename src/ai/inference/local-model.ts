@@ -51,6 +51,8 @@ export interface LocalWorkerOptions {
   readonly maxTokens?: number;
   /** Batch the decode steps of concurrent generations (see `DecoderLmWorkerOptions.batch`). Default: each step alone. */
   readonly batch?: StepBatcherOptions;
+  /** Bytes its generations' KV caches may hold together (see `DecoderLmWorkerOptions.cacheBytes`). Default: no bound. */
+  readonly cacheBytes?: number;
 }
 
 const loadSchema = lazySchema((z) =>
@@ -63,6 +65,7 @@ const workerSchema = lazySchema((z) =>
   z.strictObject({
     run: functionSchema<RunModel>(),
     maxTokens: positiveInt('maxTokens').optional(),
+    cacheBytes: positiveInt('cacheBytes').optional(),
     batch: z.strictObject({ maxBatch: positiveInt('batch.maxBatch').optional(), concurrency: positiveInt('batch.concurrency').optional() }).optional(),
   }),
 );
@@ -189,6 +192,7 @@ export class LocalModel {
       template: (request) => this.promptText(request),
       ...(options.maxTokens !== undefined && { maxTokens: options.maxTokens }),
       ...(options.batch !== undefined && { batch: options.batch }),
+      ...(options.cacheBytes !== undefined && { cacheBytes: options.cacheBytes }),
     });
   }
 }

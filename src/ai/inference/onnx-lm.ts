@@ -19,6 +19,7 @@ import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js
 import { seededRandom } from '../../resilience/random.js';
 import { sampleToken } from './sampling.js';
 import { StepBatcher, type StepBatcherOptions, type StepBatcherStats } from './step-batcher.js';
+import { CacheBudget, type CacheBudgetStats } from './cache-budget.js';
 import {
   complete,
   decode,
@@ -266,6 +267,12 @@ export interface DecoderLmWorkerOptions extends LmWorkerOptions {
    * alone. A prompt's first step runs alone. Default: each step its own call.
    */
   readonly batch?: StepBatcherOptions;
+  /**
+   * Bytes the KV caches of its generations may hold together between steps. Past it, the caches of
+   * the generations stepped least recently (a reader that stopped reading) are dropped, and each
+   * recomputes its cache from its tokens at its next step. Default: no bound.
+   */
+  readonly cacheBytes?: number;
 }
 
 /** Characters with codes below 128, one token each; others are dropped. */
@@ -302,6 +309,7 @@ const decoderLmSchema = lazySchema((z) => {
     eosTokenId: tokenId('eosTokenId').optional(),
     eosTokenIds: z.array(tokenId('eosTokenIds[]'), { error: 'eosTokenIds must be an array of token ids' }).optional(),
     vocabSize: positiveInt('vocabSize').optional(),
+    cacheBytes: positiveInt('cacheBytes').optional(),
     batch: z.strictObject({ maxBatch: positiveInt('batch.maxBatch').optional(), concurrency: positiveInt('batch.concurrency').optional() }).optional(),
   });
 });
@@ -336,6 +344,14 @@ export class DecoderLmWorker extends LmWorker {
     this.maxTokens = options.maxTokens ?? 256;
     this.template = options.template ?? promptText;
     this.batcher = options.batch === undefined ? undefined : cacheBatcher(options.shape, options.run, options.batch);
+    this.budget = options.cacheBytes === undefined ? undefined : new CacheBudget(options.cacheBytes);
+  }
+
+  private readonly budget: CacheBudget | undefined;
+
+  /** The caches' bytes now and how many were dropped (`cacheBytes`), when bounded. */
+  get cacheStats(): CacheBudgetStats | undefined {
+    return this.budget?.stats;
   }
 
   private readonly batcher: StepBatcher<CachedStep, CachedResult> | undefined;
@@ -382,12 +398,21 @@ export class DecoderLmWorker extends LmWorker {
     }
     const random = request.seed === undefined ? Math.random : seededRandom(request.seed);
     const empty = new Float32Array(0);
-    let past: Record<string, ort.Tensor> = {};
-    for (let l = 0; l < shape.layers; l++) {
-      past[`past_key_values.${l}.key`] = new ortRuntime.Tensor('float32', empty, [1, shape.heads, 0, shape.headDim]);
-      past[`past_key_values.${l}.value`] = new ortRuntime.Tensor('float32', empty, [1, shape.heads, 0, shape.headDim]);
-    }
+    const emptyPast = () => {
+      const none: Record<string, ort.Tensor> = {};
+      for (let l = 0; l < shape.layers; l++) {
+        none[`past_key_values.${l}.key`] = new ortRuntime.Tensor('float32', empty, [1, shape.heads, 0, shape.headDim]);
+        none[`past_key_values.${l}.value`] = new ortRuntime.Tensor('float32', empty, [1, shape.heads, 0, shape.headDim]);
+      }
+      return none;
+    };
+    let past = emptyPast();
     let input = [...ids];
+    // Dropped to fit the budget: the next step feeds every token again (a prefill) to rebuild it.
+    const hold = this.budget?.hold(() => {
+      past = emptyPast();
+      input = [...ids];
+    });
     const inputTokens = ids.length;
     const text = codec.stream?.(ids);
     /** Set once the model ended while `text` still held an incomplete character: it is emitted first. */
@@ -406,6 +431,7 @@ export class DecoderLmWorker extends LmWorker {
         let scores: Float32Array;
         if (batcher !== undefined && input.length === 1) {
           const result = await batcher.step({ past, id: input[0]!, position: ids.length - 1 }, signal);
+          hold?.used(cacheBytesOf(result.past));
           past = result.past;
           scores = result.logits;
         } else {
@@ -423,6 +449,7 @@ export class DecoderLmWorker extends LmWorker {
             signal,
           );
           past = presentAsPast(out, shape.layers);
+          hold?.used(cacheBytesOf(past));
           scores = lastRow(out.logits!);
         }
         // Padding rows of the embedding table (no token of the tokenizer) are never sampled.
@@ -435,9 +462,16 @@ export class DecoderLmWorker extends LmWorker {
       },
       close() {
         past = {};
+        hold?.release();
       },
     };
   }
+}
+
+function cacheBytesOf(past: Record<string, ort.Tensor>): number {
+  let bytes = 0;
+  for (const tensor of Object.values(past)) bytes += (tensor.data as Float32Array).byteLength;
+  return bytes;
 }
 
 /** One single-token decode step of a cached generation, for a batch. */
