@@ -173,6 +173,51 @@ describe('StepBatcher on the character LM', () => {
     await session.release();
   });
 
+  // Padded rows' logits differ from their lone ones by reduction rounding (≤ 1e-6 here, cache-steps.test.ts bounds it):
+  // a token could differ only where a draw or an argmax falls that close to a boundary.
+  it('property: caches of different lengths in one call (left-padded, masked) give the tokens each gets alone', async () => {
+    const path = join(generated.dir, MODEL_FILES.decoder);
+    const single = await DecoderLmWorker.load(path);
+    const session = await loadModel(path);
+    let padded = 0;
+    const run = (feeds: Parameters<typeof session.run>[0]) => {
+      if ((feeds.attention_mask!.data as BigInt64Array).includes(0n)) padded++;
+      return session.run(feeds);
+    };
+    const decoder = await DecoderLmWorker.load(path, { run, batch: { maxBatch: 8, lengthBucket: 64 } });
+    const prompts = ['a', 'Hi', 'abcd', 'Hello', 'a longer prompt of words'];
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(
+          fc.record({
+            prompt: fc.constantFrom(...prompts),
+            maxTokens: fc.integer({ min: 1, max: 12 }),
+            temperature: fc.constantFrom(0, 0.9),
+            seed: fc.integer({ min: 0, max: 1000 }),
+            start: fc.integer({ min: 0, max: 3 }),
+            gaps: fc.array(fc.integer({ min: 0, max: 2 }), { maxLength: 12 }),
+          }),
+          { minLength: 2, maxLength: 6 },
+        ),
+        async (runs) => {
+          const request = (r: (typeof runs)[number]) => ({ prompt: r.prompt, max_tokens: r.maxTokens, temperature: r.temperature, seed: r.seed });
+          const expected = await Promise.all(runs.map((r) => readFrom(single, request(r))));
+          const got = await Promise.all(
+            runs.map(async (r) => {
+              for (let g = 0; g < r.start; g++) await new Promise((resolve) => setImmediate(resolve));
+              return readFrom(decoder, request(r), r.gaps);
+            }),
+          );
+          assert.deepEqual(got, expected);
+        },
+      ),
+      { numRuns: 30 },
+    );
+    assert.ok(padded > 0, 'steps of different cache lengths shared a call');
+    await single.release();
+    await session.release();
+  });
+
   it('checks its options, naming the bad field', () => {
     assert.throws(
       () =>

@@ -19,6 +19,7 @@ import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js
 import { seededRandom } from '../../resilience/random.js';
 import { sampleToken } from './sampling.js';
 import { StepBatcher, type StepBatcherOptions, type StepBatcherStats } from './step-batcher.js';
+import { cacheBatcher, int64, lastRow, presentAsPast, type CachedResult, type CachedStep, type DecoderBatchOptions } from './cache-steps.js';
 import { CacheBudget, type CacheBudgetStats } from './cache-budget.js';
 import {
   complete,
@@ -39,6 +40,7 @@ const ortRuntime = onnxruntime();
 
 /** Runs the model once. `signal` is for runners that can drop queued work (a pool); a running session ignores it. */
 export type RunModel = (feeds: Record<string, ort.Tensor>, signal: AbortSignal) => Promise<Record<string, ort.Tensor>>;
+export type { DecoderBatchOptions } from './cache-steps.js';
 
 /** Text to token ids and back, one token at a time. */
 export interface TokenCodec {
@@ -96,20 +98,6 @@ abstract class LmWorker implements ModelWorker<GenerateRequest, Completion> {
   infer(request: GenerateRequest, options: InferOptions = {}): Promise<Completion> {
     return complete((onDone) => this.generate(request, { ...options, onDone }));
   }
-}
-
-const int64 = (values: readonly number[], dims: readonly number[]) =>
-  new ortRuntime.Tensor(
-    'int64',
-    BigInt64Array.from(values, (v) => BigInt(v)),
-    [...dims],
-  );
-
-function lastRow(logits: ort.Tensor): Float32Array {
-  const dims = logits.dims;
-  const seq = dims[1]!;
-  const vocab = dims[2]!;
-  return (logits.data as Float32Array).subarray((seq - 1) * vocab, seq * vocab);
 }
 
 /** Options of `CharLmWorker`. */
@@ -263,10 +251,10 @@ export interface DecoderLmWorkerOptions extends LmWorkerOptions {
   readonly vocabSize?: number;
   /**
    * Batch the decode steps of concurrent generations (`StepBatcher`): steps asked together whose
-   * caches have the same length run as one model call, their caches stacked, each row as it would
-   * alone. A prompt's first step runs alone. Default: each step its own call.
+   * caches have lengths in one `lengthBucket` run as one model call, their caches stacked (shorter
+   * ones left-padded, masked by `attention_mask`). A prompt's first step runs alone. Default: each step its own call.
    */
-  readonly batch?: StepBatcherOptions;
+  readonly batch?: DecoderBatchOptions;
   /**
    * Bytes the KV caches of its generations may hold together between steps. Past it, the caches of
    * the generations stepped least recently (a reader that stopped reading) are dropped, and each
@@ -310,7 +298,13 @@ const decoderLmSchema = lazySchema((z) => {
     eosTokenIds: z.array(tokenId('eosTokenIds[]'), { error: 'eosTokenIds must be an array of token ids' }).optional(),
     vocabSize: positiveInt('vocabSize').optional(),
     cacheBytes: positiveInt('cacheBytes').optional(),
-    batch: z.strictObject({ maxBatch: positiveInt('batch.maxBatch').optional(), concurrency: positiveInt('batch.concurrency').optional() }).optional(),
+    batch: z
+      .strictObject({
+        maxBatch: positiveInt('batch.maxBatch').optional(),
+        concurrency: positiveInt('batch.concurrency').optional(),
+        lengthBucket: positiveInt('batch.lengthBucket').optional(),
+      })
+      .optional(),
   });
 });
 
@@ -472,95 +466,6 @@ function cacheBytesOf(past: Record<string, ort.Tensor>): number {
   let bytes = 0;
   for (const tensor of Object.values(past)) bytes += (tensor.data as Float32Array).byteLength;
   return bytes;
-}
-
-/** One single-token decode step of a cached generation, for a batch. */
-interface CachedStep {
-  readonly past: Record<string, ort.Tensor>;
-  readonly id: number;
-  /** The token's position: the cache's length. */
-  readonly position: number;
-}
-
-interface CachedResult {
-  readonly past: Record<string, ort.Tensor>;
-  readonly logits: Float32Array;
-}
-
-/** A step's `present.N.*` as the next step's `past_key_values.N.*`. */
-function presentAsPast(out: Record<string, ort.Tensor>, layers: number): Record<string, ort.Tensor> {
-  const next: Record<string, ort.Tensor> = {};
-  for (let l = 0; l < layers; l++) {
-    next[`past_key_values.${l}.key`] = out[`present.${l}.key`]!;
-    next[`past_key_values.${l}.value`] = out[`present.${l}.value`]!;
-  }
-  return next;
-}
-
-/** Steps whose caches have one length run as one call: caches stacked on the batch axis, results split back (copied: a pool may transfer buffers). */
-function cacheBatcher(shape: DecoderShape, run: RunModel, options: StepBatcherOptions): StepBatcher<CachedStep, CachedResult> {
-  const never = new AbortController().signal;
-  const names = Array.from({ length: shape.layers }, (_, l) => [`past_key_values.${l}.key`, `past_key_values.${l}.value`]).flat();
-  return new StepBatcher<CachedStep, CachedResult>(
-    async (steps) => {
-      const b = steps.length;
-      const length = steps[0]!.position;
-      // Alone in its call: its cache goes in and comes out as it is, no stacking or splitting.
-      if (b === 1) {
-        const step = steps[0]!;
-        const out = await run(
-          {
-            ...step.past,
-            input_ids: int64([step.id], [1, 1]),
-            attention_mask: int64(new Array<number>(length + 1).fill(1), [1, length + 1]),
-            position_ids: int64([length], [1, 1]),
-          },
-          never,
-        );
-        return [{ past: presentAsPast(out, shape.layers), logits: lastRow(out.logits!) }];
-      }
-      const feeds: Record<string, ort.Tensor> = {
-        input_ids: int64(
-          steps.map((s) => s.id),
-          [b, 1],
-        ),
-        attention_mask: int64(new Array<number>(b * (length + 1)).fill(1), [b, length + 1]),
-        position_ids: int64(
-          steps.map((s) => s.position),
-          [b, 1],
-        ),
-      };
-      for (const name of names) {
-        const size = shape.heads * length * shape.headDim;
-        const stacked = new Float32Array(b * size);
-        steps.forEach((s, i) => stacked.set(s.past[name]!.data as Float32Array, i * size));
-        feeds[name] = new ortRuntime.Tensor('float32', stacked, [b, shape.heads, length, shape.headDim]);
-      }
-      const out = await run(feeds, never);
-      const logits = out.logits!;
-      const vocab = logits.dims[2]!;
-      const size = shape.heads * (length + 1) * shape.headDim;
-      return steps.map((_, i) => {
-        const past: Record<string, ort.Tensor> = {};
-        for (let l = 0; l < shape.layers; l++) {
-          for (const part of ['key', 'value'] as const) {
-            const present = out[`present.${l}.${part}`]!.data as Float32Array;
-            past[`past_key_values.${l}.${part}`] = new ortRuntime.Tensor('float32', present.slice(i * size, (i + 1) * size), [
-              1,
-              shape.heads,
-              length + 1,
-              shape.headDim,
-            ]);
-          }
-        }
-        const seq = logits.dims[1]!;
-        const row = (logits.data as Float32Array).slice(((i + 1) * seq - 1) * vocab, (i + 1) * seq * vocab);
-        return { past, logits: row };
-      });
-    },
-    (step) => String(step.position),
-    options,
-  );
 }
 
 async function readShape(model: LoadedModel, path: string): Promise<DecoderShape> {
