@@ -51,7 +51,7 @@ describe('cacheBatcher with a lengthBucket', () => {
         }),
         async (rows) => {
           const steps = await Promise.all(rows.map(async (r) => ({ past: await prefill(r.ids), id: r.next, position: r.ids.length })));
-          const expected = [];
+          const expected: Awaited<ReturnType<typeof alone.step>>[] = [];
           for (const step of steps) expected.push(await alone.step(step, never));
           const calls = padded.stats.calls;
           const got = await Promise.all(steps.map((step) => padded.step(step, never)));
