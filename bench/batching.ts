@@ -109,7 +109,17 @@ export function batchingReport(results: readonly BatchingResult[], checks: reado
 
 /** The decoder the issue measured one step of: 6 layers, hidden 512, FFN 2,048, vocabulary 8,192 (about 110 MB). */
 export const BENCH_DECODER = { vocabSize: 8192, hidden: 512, heads: 8, layers: 6, ffn: 2048, maxPositions: 512, seed: 7 } as const;
-export const DECODER_IDS = ['batching-decoder-batched', 'batching-decoder-alone'] as const;
+export const DECODER_IDS = ['batching-decoder-batched', 'batching-decoder-alone', 'batching-decoder-mixed-exact', 'batching-decoder-mixed-padded'] as const;
+
+/** How each decoder id batches, and whether its prompts have mixed lengths (0–7 extra characters). */
+const DECODER_RUNS: Readonly<
+  Record<(typeof DECODER_IDS)[number], { readonly batch?: { maxBatch: number; concurrency: number; lengthBucket?: number }; readonly mixed: boolean }>
+> = {
+  'batching-decoder-batched': { batch: { maxBatch: 16, concurrency: 2 }, mixed: false },
+  'batching-decoder-alone': { mixed: false },
+  'batching-decoder-mixed-exact': { batch: { maxBatch: 16, concurrency: 2 }, mixed: true },
+  'batching-decoder-mixed-padded': { batch: { maxBatch: 16, concurrency: 2, lengthBucket: 64 }, mixed: true },
+};
 
 /** Tokens/s of `streams` concurrent generations on a KV-cache decoder in a 2-thread pool, steps batched or alone. */
 export async function measureDecoderBatching(onProgress: (message: string) => void = () => {}): Promise<{ results: BatchingResult[]; checks: TargetCheck[] }> {
@@ -140,15 +150,21 @@ export async function measureDecoderBatching(onProgress: (message: string) => vo
         shape,
         codec,
         run: (feeds, signal) => pool.run(feeds, { model: 'decoder', signal }),
-        ...(id === 'batching-decoder-batched' && { batch: { maxBatch: 16, concurrency: 2 } }),
+        ...(DECODER_RUNS[id].batch !== undefined && { batch: DECODER_RUNS[id].batch }),
       });
       const perStreams: Record<number, number> = {};
       for (const n of STREAMS) {
-        // One prompt length: every generation's cache has the same length at each step, so they batch.
+        // One prompt length: every generation's cache has the same length at each step, so they batch; mixed: only when padded.
         const started = monotonicMs();
         const answers = await Promise.all(
           Array.from({ length: n }, (_, i) =>
-            worker.infer(generateRequest({ prompt: `Prompt number ${String(i).padStart(2, '0')} `, max_tokens: tokens, temperature: 0 })),
+            worker.infer(
+              generateRequest({
+                prompt: `Prompt number ${String(i).padStart(2, '0')} ${DECODER_RUNS[id].mixed ? '#'.repeat(i % 8) : ''}`,
+                max_tokens: tokens,
+                temperature: 0,
+              }),
+            ),
           ),
         );
         const made = answers.reduce((sum, a) => sum + a.usage.outputTokens, 0);
@@ -169,6 +185,18 @@ export async function measureDecoderBatching(onProgress: (message: string) => vo
   if (batched !== undefined && alone !== undefined)
     checks.push(
       target('decoder (6x512) at 16 streams: batched ÷ each step alone, tokens/s', batched.tokensPerSecond[16]! / alone.tokensPerSecond[16]!, '×', 'ge', 3),
+    );
+  const exact = results.find((r) => r.id === 'batching-decoder-mixed-exact');
+  const padded = results.find((r) => r.id === 'batching-decoder-mixed-padded');
+  if (exact !== undefined && padded !== undefined)
+    checks.push(
+      target(
+        'decoder (6x512), 16 streams of mixed lengths: padded ÷ one length per call',
+        padded.tokensPerSecond[16]! / exact.tokensPerSecond[16]!,
+        '×',
+        'ge',
+        1.5,
+      ),
     );
   return { results, checks };
 }
