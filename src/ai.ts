@@ -130,6 +130,7 @@ export { ragWorker, RAG_STAGES } from './ai/pipelines/rag-worker.js';
 export { Intake, PRIORITY_CLASSES } from './ai/pipelines/intake.js';
 export { StepBatcher } from './ai/inference/step-batcher.js';
 export type { StepBatcherOptions, StepBatcherStats } from './ai/inference/step-batcher.js';
+export type { DecoderBatchOptions } from './ai/inference/cache-steps.js';
 export { CacheBudget } from './ai/inference/cache-budget.js';
 export type { CacheHold, CacheBudgetStats } from './ai/inference/cache-budget.js';
 export type { IntakeOptions, IntakeEntry, PriorityClass } from './ai/pipelines/intake.js';

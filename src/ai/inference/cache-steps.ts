@@ -49,6 +49,7 @@ export interface CachedStep {
   readonly position: number;
 }
 
+/** A batched step's result for one generation: its next cache and its last position's logits. */
 export interface CachedResult {
   readonly past: Record<string, ort.Tensor>;
   readonly logits: Float32Array;
