@@ -68,7 +68,7 @@ export function reasonCode(error: unknown): string {
   return error instanceof Error ? error.name : 'Error';
 }
 
-/** Why a value is not valid for a link's schema: each issue's path and message. */
+/** @internal Why a value is not valid for a link's schema: each issue's path and message. */
 export function invalidReason(error: ZodError): string {
   return `invalid for the link's schema: ${error.issues.map((issue) => `${issue.path.join('.') || '(root)'}: ${issue.message}`).join('; ')}`;
 }
