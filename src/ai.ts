@@ -57,7 +57,6 @@ export type { PromptTokenizer } from './ai/models/prompt-tokenizer.js';
 export type {
   AssembleOptions,
   AssembledPrompt,
-  ChatMessage as PromptMessage,
   FewShotExample,
   PromptTemplateOptions,
   TemplateValue,
