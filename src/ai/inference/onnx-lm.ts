@@ -19,6 +19,8 @@ import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js
 import { seededRandom } from '../../resilience/random.js';
 import { sampleToken } from './sampling.js';
 import { StepBatcher, type StepBatcherOptions, type StepBatcherStats } from './step-batcher.js';
+import { kvBatcher, kvBytes, ownCache, presentAsPast, type CachedResult, type CachedStep, type KvCache } from './kv-batch.js';
+import { int64, lastRow } from './lm-tensors.js';
 import { CacheBudget, type CacheBudgetStats } from './cache-budget.js';
 import {
   complete,
@@ -96,20 +98,6 @@ abstract class LmWorker implements ModelWorker<GenerateRequest, Completion> {
   infer(request: GenerateRequest, options: InferOptions = {}): Promise<Completion> {
     return complete((onDone) => this.generate(request, { ...options, onDone }));
   }
-}
-
-const int64 = (values: readonly number[], dims: readonly number[]) =>
-  new ortRuntime.Tensor(
-    'int64',
-    BigInt64Array.from(values, (v) => BigInt(v)),
-    [...dims],
-  );
-
-function lastRow(logits: ort.Tensor): Float32Array {
-  const dims = logits.dims;
-  const seq = dims[1]!;
-  const vocab = dims[2]!;
-  return (logits.data as Float32Array).subarray((seq - 1) * vocab, seq * vocab);
 }
 
 /** Options of `CharLmWorker`. */
@@ -343,7 +331,7 @@ export class DecoderLmWorker extends LmWorker {
     this.contextLength = options.shape.maxPositions;
     this.maxTokens = options.maxTokens ?? 256;
     this.template = options.template ?? promptText;
-    this.batcher = options.batch === undefined ? undefined : cacheBatcher(options.shape, options.run, options.batch);
+    this.batcher = options.batch === undefined ? undefined : kvBatcher(options.shape, options.run, options.batch);
     this.budget = options.cacheBytes === undefined ? undefined : new CacheBudget(options.cacheBytes);
   }
 
@@ -406,7 +394,7 @@ export class DecoderLmWorker extends LmWorker {
       }
       return none;
     };
-    let past = emptyPast();
+    let past: KvCache = emptyPast();
     let input = [...ids];
     // Dropped to fit the budget: the next step feeds every token again (a prefill) to rebuild it.
     const hold = this.budget?.hold(() => {
@@ -431,14 +419,14 @@ export class DecoderLmWorker extends LmWorker {
         let scores: Float32Array;
         if (batcher !== undefined && input.length === 1) {
           const result = await batcher.step({ past, id: input[0]!, position: ids.length - 1 }, signal);
-          hold?.used(cacheBytesOf(result.past));
+          hold?.used(kvBytes(result.past));
           past = result.past;
           scores = result.logits;
         } else {
           const start = ids.length - input.length;
           const out = await run(
             {
-              ...past,
+              ...ownCache(past, shape),
               input_ids: int64(input, [1, input.length]),
               attention_mask: int64(new Array<number>(ids.length).fill(1), [1, ids.length]),
               position_ids: int64(
@@ -449,7 +437,7 @@ export class DecoderLmWorker extends LmWorker {
             signal,
           );
           past = presentAsPast(out, shape.layers);
-          hold?.used(cacheBytesOf(past));
+          hold?.used(kvBytes(past));
           scores = lastRow(out.logits!);
         }
         // Padding rows of the embedding table (no token of the tokenizer) are never sampled.
@@ -466,101 +454,6 @@ export class DecoderLmWorker extends LmWorker {
       },
     };
   }
-}
-
-function cacheBytesOf(past: Record<string, ort.Tensor>): number {
-  let bytes = 0;
-  for (const tensor of Object.values(past)) bytes += (tensor.data as Float32Array).byteLength;
-  return bytes;
-}
-
-/** One single-token decode step of a cached generation, for a batch. */
-interface CachedStep {
-  readonly past: Record<string, ort.Tensor>;
-  readonly id: number;
-  /** The token's position: the cache's length. */
-  readonly position: number;
-}
-
-interface CachedResult {
-  readonly past: Record<string, ort.Tensor>;
-  readonly logits: Float32Array;
-}
-
-/** A step's `present.N.*` as the next step's `past_key_values.N.*`. */
-function presentAsPast(out: Record<string, ort.Tensor>, layers: number): Record<string, ort.Tensor> {
-  const next: Record<string, ort.Tensor> = {};
-  for (let l = 0; l < layers; l++) {
-    next[`past_key_values.${l}.key`] = out[`present.${l}.key`]!;
-    next[`past_key_values.${l}.value`] = out[`present.${l}.value`]!;
-  }
-  return next;
-}
-
-/** Steps whose caches have one length run as one call: caches stacked on the batch axis, results split back (copied: a pool may transfer buffers). */
-function cacheBatcher(shape: DecoderShape, run: RunModel, options: StepBatcherOptions): StepBatcher<CachedStep, CachedResult> {
-  const never = new AbortController().signal;
-  const names = Array.from({ length: shape.layers }, (_, l) => [`past_key_values.${l}.key`, `past_key_values.${l}.value`]).flat();
-  return new StepBatcher<CachedStep, CachedResult>(
-    async (steps) => {
-      const b = steps.length;
-      const length = steps[0]!.position;
-      // Alone in its call: its cache goes in and comes out as it is, no stacking or splitting.
-      if (b === 1) {
-        const step = steps[0]!;
-        const out = await run(
-          {
-            ...step.past,
-            input_ids: int64([step.id], [1, 1]),
-            attention_mask: int64(new Array<number>(length + 1).fill(1), [1, length + 1]),
-            position_ids: int64([length], [1, 1]),
-          },
-          never,
-        );
-        return [{ past: presentAsPast(out, shape.layers), logits: lastRow(out.logits!) }];
-      }
-      const feeds: Record<string, ort.Tensor> = {
-        input_ids: int64(
-          steps.map((s) => s.id),
-          [b, 1],
-        ),
-        attention_mask: int64(new Array<number>(b * (length + 1)).fill(1), [b, length + 1]),
-        position_ids: int64(
-          steps.map((s) => s.position),
-          [b, 1],
-        ),
-      };
-      for (const name of names) {
-        const size = shape.heads * length * shape.headDim;
-        const stacked = new Float32Array(b * size);
-        steps.forEach((s, i) => stacked.set(s.past[name]!.data as Float32Array, i * size));
-        feeds[name] = new ortRuntime.Tensor('float32', stacked, [b, shape.heads, length, shape.headDim]);
-      }
-      const out = await run(feeds, never);
-      const logits = out.logits!;
-      const vocab = logits.dims[2]!;
-      const size = shape.heads * (length + 1) * shape.headDim;
-      return steps.map((_, i) => {
-        const past: Record<string, ort.Tensor> = {};
-        for (let l = 0; l < shape.layers; l++) {
-          for (const part of ['key', 'value'] as const) {
-            const present = out[`present.${l}.${part}`]!.data as Float32Array;
-            past[`past_key_values.${l}.${part}`] = new ortRuntime.Tensor('float32', present.slice(i * size, (i + 1) * size), [
-              1,
-              shape.heads,
-              length + 1,
-              shape.headDim,
-            ]);
-          }
-        }
-        const seq = logits.dims[1]!;
-        const row = (logits.data as Float32Array).slice(((i + 1) * seq - 1) * vocab, (i + 1) * seq * vocab);
-        return { past, logits: row };
-      });
-    },
-    (step) => String(step.position),
-    options,
-  );
 }
 
 async function readShape(model: LoadedModel, path: string): Promise<DecoderShape> {
