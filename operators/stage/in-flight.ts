@@ -17,7 +17,7 @@ import type { WorkResult } from '../../src/flow/work.js';
 import type { StageConfig } from './options.js';
 import { finishRecord, placeRecord } from './records.js';
 import { ASYNC_ITERABLE, OBSERVABLE, PLAIN, PROMISE } from './result-kind.js';
-import { Task, type TaskOwner, type WorkContext } from './task.js';
+import { CLOSED, FAILED, SETTLED, Task, WORKING, type TaskOwner, type TaskState, type WorkContext } from './task.js';
 
 export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
   abstract readonly config: StageConfig;
@@ -64,7 +64,7 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
 
   /** A retired reusable task waits for a later element (closing it is the flag alone: it never had a timer, subscription or iterator). */
   protected spareTask(task: Task<I, O>): void {
-    task.closed = true;
+    task.state = CLOSED;
     task.value = undefined as I; // the element's data is not held while the task waits
     task.after = this.spare;
     this.spare = task;
@@ -164,14 +164,14 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
   protected hasReady(): boolean {
     if (this.ordered === false) return this.queue.length !== 0;
     const head = this.firstTask;
-    return head !== undefined && (head.outputs > 0 || head.done === true);
+    return head !== undefined && (head.outputs > 0 || head.state !== WORKING);
   }
 
   protected deliverOrdered(): void {
     for (let task = this.firstTask; task !== undefined && this.terminated === false; task = this.firstTask) {
       if (task.outputs > 0) {
         if (this.emitFrom(task) === false) return;
-      } else if (task.done === true) {
+      } else if (task.state !== WORKING) {
         this.dropOldest(task);
         this.retire(task);
       } else {
@@ -187,7 +187,7 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
       } else {
         this.queue.shift();
         task.queued = false;
-        if (task.done) this.retire(task);
+        if (task.state !== WORKING) this.retire(task);
       }
     }
   }
@@ -201,7 +201,7 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
     const output = task.shift();
     this.stats.emittedCount++;
     // Most tasks yield one output, unsampled: nothing more to do here (the rest is out of line, rule 2 in run.ts).
-    if (isSampled(task.trace) || (task.outputs === 0 && task.done === false)) this.emittedFrom(task);
+    if (isSampled(task.trace) || (task.outputs === 0 && task.state === WORKING)) this.emittedFrom(task);
     this.outlet.nextTraced(output, task.trace);
     return true;
   }
@@ -214,10 +214,10 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
         task.waitingSince = -1;
       }
       // An output before the last: it will collect records downstream before this task is done.
-      if (task.kept === undefined && task.recorded === false && (task.outputs > 0 || task.done === false)) placeRecord(task, this.name, this.now());
+      if (task.kept === undefined && task.recorded === false && (task.outputs > 0 || task.state === WORKING)) placeRecord(task, this.name, this.now());
     }
     if (task.outputs > 0) return;
-    if (task.done === false) {
+    if (task.state === WORKING) {
       if (task.iterator) this.pullIterator(task);
       else if (task.subscription) task.resumeProducers();
     } else if (isSampled(task.trace)) {
@@ -232,9 +232,9 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
     }
     this.inFlight--;
     if (this.ordered === false) this.unlink(task);
-    if (task.reusable === false) this.closeTask(task);
-    if (task.failed === false) this.stats.deliveredCount += 1 + task.merged;
+    if (task.state !== FAILED) this.stats.deliveredCount += 1 + task.merged;
     else this.stats.failed += 1 + task.merged;
+    if (task.reusable === false) this.closeTask(task);
     if (isSampled(task.trace)) this.finishRecord(task);
     if (task.reusable === true) this.spareTask(task);
   }
@@ -281,24 +281,24 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
       );
     // An inspector learns that the Flows starting now feed this stage (their link is the task, not ours).
     task.subscription = activeIntrospector() === undefined ? subscribe() : subscribedWithin(this, subscribe);
-    if (task.closed) task.subscription.unsubscribe();
+    if (task.state >= FAILED) task.subscription.unsubscribe();
   }
 
   /** A Promise result settled (called by `Task.fulfilled`). */
   taskFulfilled(task: Task<I, O>, output: O): void {
-    if (task.closed === true) return;
+    if (task.state >= FAILED) return;
     task.push(output);
     this.taskDone(task);
   }
 
   private pullIterator(task: Task<I, O>): void {
     const iterator = task.iterator!;
-    if (task.iterating || task.done || task.closed) return;
+    if (task.iterating || task.state !== WORKING) return;
     task.iterating = true;
     iterator.next().then(
       (step) => {
         task.iterating = false;
-        if (task.closed) return;
+        if (task.state >= FAILED) return;
         if (step.done) this.streamDone(task);
         else this.taskOutput(task, step.value);
       },
@@ -311,7 +311,7 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
 
   /** An output of streaming work: one more copy of its element is on its way downstream. */
   private taskOutput(task: Task<I, O>, output: O): void {
-    if (task.closed === true) return;
+    if (task.state >= FAILED) return;
     settlementOf(task.trace)?.hold();
     task.push(output);
     this.ready(task);
@@ -319,14 +319,14 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
 
   /** Streaming work ended: its own copy of the element is done (its outputs settle downstream). */
   private streamDone(task: Task<I, O>): void {
-    if (task.closed === true || task.done === true) return;
+    if (task.state !== WORKING) return;
     forEachSettlement(task.value, settlementOf(task.trace), settleDelivered);
     this.taskDone(task);
   }
 
   private taskDone(task: Task<I, O>): void {
-    if (task.closed === true || task.done === true) return;
-    task.done = true;
+    if (task.state !== WORKING) return;
+    task.state = SETTLED;
     if (task.timer !== undefined) {
       task.timer.unsubscribe();
       task.timer = undefined;
@@ -351,12 +351,10 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
 
   /** Work failed: thrown, rejected (`Task.rejected`), errored, or timed out. */
   taskFailed(task: Task<I, O>, err: unknown): void {
-    if (task.closed || task.failed) return;
+    if (task.state >= FAILED) return;
     const error = this.elementFailed(task.value, task.seq, task.trace, err);
     if (error === undefined) return;
-    task.failed = true;
-    task.done = true;
-    this.closeTask(task);
+    this.closeTask(task, FAILED);
     // Counted when it leaves its slot (`retire`): ordered, it may wait for its turn, still in flight.
     callHook(this.config.onFailure, { stage: this.config.name, error, value: task.value, seq: task.seq, trace: traceOf(task.trace) });
     this.ready(task);
@@ -366,24 +364,37 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
    * A streaming task ended early: besides the copy its shed or failure released (its stream's;
    * none if the stream had ended), each output still waiting here was a copy of the element.
    */
-  protected releaseOutputs(task: Task<I, O>): void {
+  protected releaseOutputs(task: Task<I, O>, settled: boolean): void {
     const settlement = settlementOf(task.trace);
     if (settlement === undefined || (task.subscription === undefined && task.iterator === undefined)) return;
-    for (let copy = task.done ? 1 : 0; copy < task.outputs; copy++) settlement.shed('cancelled');
+    for (let copy = settled ? 1 : 0; copy < task.outputs; copy++) settlement.shed('cancelled');
+  }
+
+  /** The run ends: `task` is aborted and closed; returns its state before, which says how it is counted. */
+  protected abortTask(task: Task<I, O>, reason: unknown): TaskState {
+    task.context?.abort(reason);
+    const state = task.state; // after the abort: its listeners may have ended the work
+    this.closeTask(task);
+    return state;
   }
 
   /** Finished, and its last output already went downstream (the consumer may end the run while taking it). */
-  protected delivered(task: Task<I, O>): boolean {
-    return task.done && task.outputs === 0;
+  protected delivered(task: Task<I, O>, state: TaskState): boolean {
+    return state === SETTLED && task.outputs === 0;
   }
 
-  protected closeTask(task: Task<I, O>): void {
-    if (task.closed) return;
-    task.closed = true;
+  /**
+   * Lets go of what the task holds (timer, subscription) and moves it to `next`, `CLOSED` or
+   * `FAILED`; an iterator still working is told to return only when it is aborted.
+   */
+  protected closeTask(task: Task<I, O>, next: typeof CLOSED | typeof FAILED = CLOSED): void {
+    const state = task.state;
+    if (state >= FAILED) return;
+    task.state = next;
     task.timer?.unsubscribe();
     task.timer = undefined;
     task.subscription?.unsubscribe();
-    if (task.iterator && !task.done) {
+    if (task.iterator && state === WORKING && next === CLOSED) {
       task.iterator.return?.().then(undefined, () => {});
     }
   }

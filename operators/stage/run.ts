@@ -33,13 +33,13 @@ import { AbortedError, DrainTimeoutError, SluiceError } from '../../src/core/err
 import { SeqSampler, TraceContext, Traced, isSampled, settlementOf, traceOf, type Kept, type TraceRef } from '../../src/core/trace.js';
 import { forEachSettlement, giveBack } from '../../src/core/settlement.js';
 import type { WorkResult, Work } from '../../src/flow/work.js';
-import { WorkContext, Pending } from './task.js';
+import { FAILED, SETTLED, WorkContext, Pending } from './task.js';
 import { InFlight } from './in-flight.js';
 import type { StageConfig } from './options.js';
 import { overflow, type Overflowing } from './overflow.js';
 import { recordShed, retriesOf } from './records.js';
 
-import { ASYNC_ITERABLE, FAILED, PLAIN, PROMISE, kindOf, threw } from './result-kind.js';
+import { ASYNC_ITERABLE, THREW, PLAIN, PROMISE, kindOf, threw } from './result-kind.js';
 
 /** A stage's general path, demand accounting included; abstract: `FastStageRun` is the one class made (rule 1). */
 export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<I>>, Overflowing<I>, InspectedRun {
@@ -174,19 +174,18 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     const reason = new AbortedError(this.config.name, 'the consumer unsubscribed');
     for (const pending of this.takeBuffered()) this.shed(pending.value, pending.trace, pending.seq, 'cancelled', 1 + pending.merged);
     for (const task of this.tasksInFlight()) {
-      task.context?.abort(reason);
-      this.closeTask(task);
-      if (task.failed) {
+      const state = this.abortTask(task, reason);
+      if (state === FAILED) {
         this.stats.failed += 1 + task.merged;
         continue;
       }
-      if (this.delivered(task)) this.stats.deliveredCount += 1 + task.merged;
+      if (this.delivered(task, state)) this.stats.deliveredCount += 1 + task.merged;
       else {
         const kept = task.kept; // a streaming task whose first outputs left: its record is marked shed
         task.kept = undefined;
         task.recorded = true;
         this.shed(task.value, task.trace, task.seq, 'cancelled', 1 + task.merged, kept);
-        this.releaseOutputs(task);
+        this.releaseOutputs(task, state === SETTLED);
       }
     }
     this.releaseAll();
@@ -289,7 +288,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     context: WorkContext | undefined,
     seq: number,
     trace: TraceRef,
-    result: WorkResult<O> | typeof FAILED,
+    result: WorkResult<O> | typeof THREW,
     kind: number,
     startedAt: number,
   ): void {
@@ -354,7 +353,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     return this.passContext === true ? this.contextFor(pending.seq, (pending.trace = traceOf(pending.trace))) : undefined;
   }
 
-  protected beginWith(pending: Pending<I>, context: WorkContext | undefined, startedAt: number, result: WorkResult<O> | typeof FAILED): void {
+  protected beginWith(pending: Pending<I>, context: WorkContext | undefined, startedAt: number, result: WorkResult<O> | typeof THREW): void {
     const trace = pending.trace;
     if (threw(result)) return;
     const kind = kindOf(result);
@@ -373,8 +372,8 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     return new WorkContext(this.name, seq, trace);
   }
 
-  /** Runs the work; a throw is reported and yields FAILED. */
-  private call(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof FAILED {
+  /** Runs the work; a throw is reported and yields THREW. */
+  private call(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof THREW {
     // Between two linked stages no link scope is open (the emit is direct), so the hot path swaps nothing.
     if (currentLink() !== undefined) return this.callUnlinked(value, context, seq, trace, merged);
     let result: WorkResult<O>;
@@ -382,13 +381,13 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
       result = this.work(value, context as WorkContext); // undefined only for work that cannot see it
     } catch (err) {
       this.workFailed(value, seq, trace, merged, err);
-      return FAILED;
+      return THREW;
     }
     return this.terminated === true ? this.abandon(value, trace, seq, merged, result) : result;
   }
 
   /** Flows the work subscribes for itself must not link to whoever is emitting to us (a plain operator upstream opened a scope). */
-  protected callUnlinked(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof FAILED {
+  protected callUnlinked(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof THREW {
     const scope = swapLink(undefined);
     let result: WorkResult<O>;
     try {
@@ -396,7 +395,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     } catch (err) {
       swapLink(scope);
       this.workFailed(value, seq, trace, merged, err);
-      return FAILED;
+      return THREW;
     }
     swapLink(scope);
     return this.terminated === true ? this.abandon(value, trace, seq, merged, result) : result;
@@ -406,7 +405,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
    * The run ended while the work ran (the consumer left, or a kill switch aborted, from inside it):
    * the element is accounted for as its buffered peers were, and a result still to come is let go.
    */
-  protected abandon(value: I, trace: TraceRef, seq: number, merged: number, result: WorkResult<O>): typeof FAILED {
+  protected abandon(value: I, trace: TraceRef, seq: number, merged: number, result: WorkResult<O>): typeof THREW {
     if (this.cancelled === true) this.shed(value, trace, seq, 'cancelled', 1 + merged);
     else {
       this.stats.failed += 1 + merged;
@@ -420,7 +419,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
         [Symbol.asyncIterator]()
         .return?.()
         ?.then(undefined, () => {});
-    return FAILED;
+    return THREW;
   }
 
   /** When work on a sampled element straight from upstream starts: the upstream stage's exit time (one clock read per hop). */
@@ -538,14 +537,13 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
       giveBack(pending.value, settlementOf(pending.trace));
     }
     for (const task of this.tasksInFlight()) {
-      task.context?.abort(error);
-      this.closeTask(task);
-      if (task.failed) lost += 1 + task.merged;
-      else if (this.delivered(task)) this.stats.deliveredCount += 1 + task.merged;
+      const state = this.abortTask(task, error);
+      if (state === FAILED) lost += 1 + task.merged;
+      else if (this.delivered(task, state)) this.stats.deliveredCount += 1 + task.merged;
       else {
         lost += 1 + task.merged;
         giveBack(task.value, settlementOf(task.trace));
-        this.releaseOutputs(task);
+        this.releaseOutputs(task, state === SETTLED);
       }
     }
     this.stats.failed += lost;
