@@ -13,10 +13,9 @@
  * element; a property test runs random pipelines with it off and on and compares the runs.
  */
 import { isSampled, traceOf, type TraceRef } from '../../src/core/trace.js';
-import { currentLink } from '../../src/flow/demand.js';
 import type { WorkResult } from '../../src/flow/work.js';
-import { THREW, PROMISE, kindOf } from './result-kind.js';
-import { StageRun } from './run.js';
+import { PROMISE, kindOf } from './result-kind.js';
+import { OrderedRun } from './ordered.js';
 import { FAILED, SETTLED, type Pending, type Task, type WorkContext } from './task.js';
 
 let enabled = true;
@@ -30,8 +29,8 @@ export function fastPathsOn(): boolean {
   return enabled;
 }
 
-/** The run every stage makes: `StageRun` with the fast paths its configuration allows. */
-export class FastStageRun<I, O> extends StageRun<I, O> {
+/** The run every ordered stage makes: `OrderedRun` with the fast paths its configuration allows. */
+export class FastStageRun<I, O> extends OrderedRun<I, O> {
   /**
    * The `async` hop: an unsampled element from settled async work (the sender checked, so the
    * trace is not read again) reaching an idle stage with a spare task starts here, apart from the
@@ -61,7 +60,7 @@ export class FastStageRun<I, O> extends StageRun<I, O> {
   }
 
   /** `startNow` for an `async` function: its result is a native Promise (anything else, from a Proxy say, takes the general path). */
-  protected startAsync(value: I, seq: number, trace: TraceRef): void {
+  protected override startAsync(value: I, seq: number, trace: TraceRef): void {
     const context = this.passContext === true ? this.contextFor(seq, (trace = traceOf(trace))) : undefined;
     const startedAt = isSampled(trace) ? this.startTime(trace) : 0;
     const result = this.callAsync(value, context, seq, trace, 0);
@@ -84,22 +83,6 @@ export class FastStageRun<I, O> extends StageRun<I, O> {
     } else {
       this.beginWith(pending, context, startedAt, result);
     }
-  }
-
-  /**
-   * `call` for `async` functions, word for word: a call site of their own, so the sync stages'
-   * stays specialised (rule 4 in run.ts).
-   */
-  private callAsync(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof THREW {
-    if (currentLink() !== undefined) return this.callUnlinked(value, context, seq, trace, merged);
-    let result: WorkResult<O>;
-    try {
-      result = this.work(value, context as WorkContext);
-    } catch (err) {
-      this.workFailed(value, seq, trace, merged, err);
-      return THREW;
-    }
-    return this.terminated === true ? this.abandon(value, trace, seq, merged, result) : result;
   }
 
   protected override startTask(
@@ -128,7 +111,7 @@ export class FastStageRun<I, O> extends StageRun<I, O> {
     this.spare = task.after;
     task.restart(value, context, seq, trace);
     this.inFlight++;
-    this.append(task);
+    this.enlist(task);
     result.then(task.fulfilled, task.rejected);
   }
 

@@ -1,13 +1,12 @@
 /**
- * A stage run's work in flight: its tasks, oldest first, the retired tasks kept for reuse and,
- * unordered, the queue of tasks with something to deliver; and each task's course: started,
- * settled or streaming, delivered, retired. `StageRun` (run.ts) is its only subclass and owns
- * the intake, the buffer, the drain loop and the run's end.
+ * A stage run's work in flight: its tasks, oldest first, and the retired tasks kept for reuse;
+ * and each task's course: started, settled or streaming, delivered, retired. `StageRun` (run.ts)
+ * owns the intake, the buffer, the drain loop and the run's end; `OrderedRun` (ordered.ts) and
+ * `UnorderedRun` (unordered.ts) decide which ready task delivers next.
  */
 import type { Observable, SchedulerLike } from 'rxjs';
 import { withLink, type DemandLink, type CoreOutlet } from '../../src/flow/demand.js';
 import { activeIntrospector, subscribedWithin, type InspectedRun, type RunDescription } from '../../src/flow/introspection.js';
-import { Ring } from '../../src/flow/ring.js';
 import { callHook } from '../../src/flow/report.js';
 import type { StageStats } from '../../src/flow/stats.js';
 import { SluiceError, StageError, StageTimeoutError } from '../../src/core/errors.js';
@@ -25,7 +24,6 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
   protected abstract readonly outlet: CoreOutlet<Traced<O>>;
   protected abstract readonly name: string;
   protected abstract readonly scheduler: SchedulerLike;
-  protected abstract readonly ordered: boolean;
   /** Ordered, no timeout: a Promise task needs no timer and is listed in start order. */
   protected abstract readonly plainPromises: boolean;
   protected abstract terminated: boolean;
@@ -38,8 +36,6 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
   protected abstract drain(): void;
   abstract fail(error: unknown): void;
 
-  /** Unordered: tasks with something to deliver (ordered stages deliver from `firstTask`). */
-  protected readonly queue = new Ring<Task<I, O>>(4);
   /**
    * Tasks in flight, oldest first, linked by `after` (and, unordered, `before`). Ordered, the
    * oldest is the one to deliver next. Intrusive, not a `Ring`: appending is one field store and
@@ -50,8 +46,19 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
   /** Retired tasks to reuse, linked by `after`: at most `concurrency` of them. */
   protected spare: Task<I, O> | undefined = undefined;
   protected inFlight = 0;
-  /** Ordered: tasks in flight behind the oldest that became ready (an output, or done) before it, marked `queued`. */
-  protected readyBehind = 0;
+
+  // ---- what ordered and unordered runs do apart (ordered.ts, unordered.ts) ----
+
+  /** A started task joins the list of tasks in flight. */
+  protected abstract enlist(task: Task<I, O>): void;
+  /** `task` has something to deliver (an output, or it is done): it is marked for `deliver`. */
+  protected abstract markReady(task: Task<I, O>): void;
+  /** Something to deliver now. */
+  protected abstract hasReady(): boolean;
+  /** Emits what is ready while downstream wants, retiring the tasks that are done. */
+  protected abstract deliver(): void;
+  /** A task being retired leaves the run's bookkeeping of ready and listed tasks. */
+  protected abstract delist(task: Task<I, O>): void;
 
   /** A task for new work: a spare one if any (`quick`: it may settle by the shortcut, see `Task.quick`). */
   protected taskFor(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number, quick: boolean): Task<I, O> {
@@ -68,36 +75,6 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
     task.value = undefined as I; // the element's data is not held while the task waits
     task.after = this.spare;
     this.spare = task;
-  }
-
-  /** Ordered: `task` starts after every task in flight (a retired task's `after` was reset by `restart` or `reuse`). */
-  protected append(task: Task<I, O>): void {
-    if (this.lastTask === undefined) this.firstTask = task;
-    else this.lastTask.after = task;
-    this.lastTask = task;
-  }
-
-  /** Ordered: the oldest task, `task`, leaves the list (before `spareTask` reuses its `after`). */
-  protected dropOldest(task: Task<I, O>): void {
-    const next = task.after;
-    this.firstTask = next;
-    if (next === undefined) this.lastTask = undefined;
-  }
-
-  /** Unordered: `task` joins the list of tasks in flight. */
-  protected link(task: Task<I, O>): void {
-    task.before = this.lastTask;
-    if (this.lastTask === undefined) this.firstTask = task;
-    else this.lastTask.after = task;
-    this.lastTask = task;
-  }
-
-  /** Unordered: `task`, wherever it is in the list, leaves it. */
-  protected unlink(task: Task<I, O>): void {
-    if (task.before === undefined) this.firstTask = task.after;
-    else task.before.after = task.after;
-    if (task.after === undefined) this.lastTask = task.before;
-    else task.after.before = task.before;
   }
 
   /** Every task in flight, oldest first (for cancel and fail). */
@@ -134,8 +111,7 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
       task.queueWait = enqueuedAt >= 0 ? startedAt - enqueuedAt : 0;
     }
     this.inFlight++;
-    if (this.ordered === true) this.append(task);
-    else this.link(task);
+    this.enlist(task);
     if (this.config.timeout !== undefined) this.startTimer(task, this.config.timeout);
     // No closure is made here: a function that makes one allocates its context on every call.
     if (kind === PROMISE) {
@@ -148,52 +124,12 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
   }
 
   private ready(task: Task<I, O>): void {
-    if (this.ordered === false) {
-      if (task.queued === false) {
-        task.queued = true;
-        this.queue.push(task);
-      }
-    } else if (task.queued === false && task !== this.firstTask) {
-      task.queued = true; // ordered: marked once, until retired (see `readyBehind`)
-      this.readyBehind++;
-    }
+    this.markReady(task);
     this.drain();
   }
 
-  /** Something to deliver: ordered, the oldest task has an output or is done; unordered, any queued task. */
-  protected hasReady(): boolean {
-    if (this.ordered === false) return this.queue.length !== 0;
-    const head = this.firstTask;
-    return head !== undefined && (head.outputs > 0 || head.state !== WORKING);
-  }
-
-  protected deliverOrdered(): void {
-    for (let task = this.firstTask; task !== undefined && this.terminated === false; task = this.firstTask) {
-      if (task.outputs > 0) {
-        if (this.emitFrom(task) === false) return;
-      } else if (task.state !== WORKING) {
-        this.dropOldest(task);
-        this.retire(task);
-      } else {
-        return;
-      }
-    }
-  }
-
-  protected deliverUnordered(): void {
-    for (let task = this.queue.peek(); task !== undefined && !this.terminated; task = this.queue.peek()) {
-      if (task.outputs > 0) {
-        if (this.emitFrom(task) === false) return;
-      } else {
-        this.queue.shift();
-        task.queued = false;
-        if (task.state !== WORKING) this.retire(task);
-      }
-    }
-  }
-
   /** Emits one output of `task` if downstream wants it; returns whether it did. */
-  private emitFrom(task: Task<I, O>): boolean {
+  protected emitFrom(task: Task<I, O>): boolean {
     if (this.outlet.wants() === false) {
       if (isSampled(task.trace) && task.waitingSince < 0) task.waitingSince = this.now();
       return false;
@@ -225,13 +161,9 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
     }
   }
 
-  private retire(task: Task<I, O>): void {
-    if (task.queued === true) {
-      task.queued = false; // ordered (unordered tasks leave the queue unmarked)
-      this.readyBehind--;
-    }
+  protected retire(task: Task<I, O>): void {
+    this.delist(task);
     this.inFlight--;
-    if (this.ordered === false) this.unlink(task);
     if (task.state !== FAILED) this.stats.deliveredCount += 1 + task.merged;
     else this.stats.failed += 1 + task.merged;
     if (task.reusable === false) this.closeTask(task);

@@ -1,10 +1,12 @@
 /**
  * One subscription of a stage: its intake, its buffer and overflow policies, the drain loop and
- * the run's end; its tasks (start, settle, delivery, retirement) are in in-flight.ts.
+ * the run's end; its tasks (start, settle, delivery, retirement) are in in-flight.ts, and which
+ * ready task delivers next in ordered.ts (with its fast paths in fast-paths.ts) or unordered.ts.
  *
  * How the hot path is kept fast under V8 (written here once; figures in docs/internals/stage-hot-path.md):
- * 1. One shape: `FastStageRun` is the only run class made, and a `Task` or `WorkContext` is always
- *    built the same way, so field loads and calls stay monomorphic.
+ * 1. Few shapes: `FastStageRun` (ordered) and `UnorderedRun` are the only run classes made, so a
+ *    pipeline of one kind keeps its calls monomorphic, and a `Task` or `WorkContext` is always
+ *    built the same way, so field loads stay monomorphic.
  * 2. Inlining budget: V8 inlines a call chain only up to a budget of bytecode, and the sync hop
  *    (onTracedNext → take → startNow → call → emitNow → the next stage's onTracedNext) is at it: its
  *    methods stay small and every rarer case (a result that is not a plain value, buffering, tasks,
@@ -41,14 +43,13 @@ import { recordShed, retriesOf } from './records.js';
 
 import { ASYNC_ITERABLE, THREW, PLAIN, PROMISE, kindOf, threw } from './result-kind.js';
 
-/** A stage's general path, demand accounting included; abstract: `FastStageRun` is the one class made (rule 1). */
+/** A stage's general path, demand accounting included; abstract: `FastStageRun` (ordered) and `UnorderedRun` are the classes made (rule 1). */
 export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<I>>, Overflowing<I>, InspectedRun {
   protected readonly inlet: Inlet;
   readonly buffer: Ring<Pending<I>>;
   /** Elements held at most (buffered plus in flight): `Infinity` unless the policy pauses. */
   private readonly limit: number;
   private readonly concurrency: number;
-  protected readonly ordered: boolean;
   /** Ordered, no timeout: a Promise task needs no timer and is listed in start order (see `startPromise`). */
   protected readonly plainPromises: boolean;
   /** `async` work and `plainPromises`: an unsampled element arriving at an idle stage starts by `startSettled`. */
@@ -95,7 +96,6 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     this.buffer = new Ring(Math.min(config.capacity, 1024));
     this.limit = config.pausing ? config.limit : Infinity;
     this.concurrency = config.concurrency;
-    this.ordered = config.ordered;
     this.plainPromises = config.fastPaths && config.ordered && config.timeout === undefined;
     this.asyncHop = this.plainPromises && config.asyncWork;
     this.hop = this.asyncHop;
@@ -279,8 +279,13 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     else this.startLater(value, context, seq, trace, result, kind, startedAt);
   }
 
-  /** The `async` function path (`FastStageRun`, fast paths on): a hook, not an override of `startNow` (rule 2). */
-  protected abstract startAsync(value: I, seq: number, trace: TraceRef): void;
+  /** `startNow` for an `async` function: a method of its own, not a branch in `startNow` (rule 2); `FastStageRun` adds its fast path. */
+  protected startAsync(value: I, seq: number, trace: TraceRef): void {
+    const context = this.passContext === true ? this.contextFor(seq, (trace = traceOf(trace))) : undefined;
+    const startedAt = isSampled(trace) ? this.startTime(trace) : 0;
+    const result = this.callAsync(value, context, seq, trace, 0);
+    this.startLater(value, context, seq, trace, result, kindOf(result), startedAt);
+  }
 
   /** `startNow` for a result that is not a plain value going straight out (out of line, rule 2). */
   protected startLater(
@@ -293,11 +298,16 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     startedAt: number,
   ): void {
     if (threw(result)) return;
-    if (kind === PLAIN && !this.ordered) this.emitDirect(result as O, trace, -1, startedAt, 0);
+    if (kind === PLAIN) this.startPlain(value, context, seq, trace, result as O, startedAt);
     else this.startTask(value, context, seq, trace, result, kind, startedAt, -1, 0);
     // Deliver what finished at once (an Observable that emitted, other tasks when unordered); a Promise cannot have settled yet.
     if (this.inFlight > 0 && kind !== PROMISE) this.drain();
   }
+
+  /** A plain result of work started at once while tasks are in flight: a task behind them (ordered), or out now (unordered). */
+  protected abstract startPlain(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, output: O, startedAt: number): void;
+  /** No task is ahead of a plain result that is ready to go out: ordered, none in flight; unordered, none ready. */
+  protected abstract nothingAhead(): boolean;
 
   private hold(value: I, trace: TraceRef, seq: number, asked: boolean): void {
     // Room in the buffer and no timing (most arrivals at a busy stage): `enqueue`'s first case, without the call.
@@ -345,7 +355,11 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
   protected begin(pending: Pending<I>): void {
     const context = this.beginContext(pending);
     const startedAt = isSampled(pending.trace) ? this.now() : 0;
-    this.beginWith(pending, context, startedAt, this.call(pending.value, context, pending.seq, pending.trace, pending.merged));
+    const result =
+      this.asyncWork === true
+        ? this.callAsync(pending.value, context, pending.seq, pending.trace, pending.merged)
+        : this.call(pending.value, context, pending.seq, pending.trace, pending.merged);
+    this.beginWith(pending, context, startedAt, result);
   }
 
   /** A buffered element's context, for work that can see one (its trace made a context, see `contextFor`). */
@@ -357,7 +371,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     const trace = pending.trace;
     if (threw(result)) return;
     const kind = kindOf(result);
-    if (kind === PLAIN && (this.ordered === true ? this.firstTask : this.queue.peek()) === undefined && this.outlet.wants() === true) {
+    if (kind === PLAIN && this.nothingAhead() === true && this.outlet.wants() === true) {
       this.emitDirect(result as O, trace, pending.enqueuedAt, startedAt, pending.merged);
     } else {
       this.startTask(pending.value, context, pending.seq, trace, result, kind, startedAt, pending.enqueuedAt, pending.merged);
@@ -379,6 +393,22 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     let result: WorkResult<O>;
     try {
       result = this.work(value, context as WorkContext); // undefined only for work that cannot see it
+    } catch (err) {
+      this.workFailed(value, seq, trace, merged, err);
+      return THREW;
+    }
+    return this.terminated === true ? this.abandon(value, trace, seq, merged, result) : result;
+  }
+
+  /**
+   * `call` for `async` functions, word for word: a call site of their own, so the sync stages'
+   * stays specialised (rule 4 in run.ts).
+   */
+  protected callAsync(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof THREW {
+    if (currentLink() !== undefined) return this.callUnlinked(value, context, seq, trace, merged);
+    let result: WorkResult<O>;
+    try {
+      result = this.work(value, context as WorkContext);
     } catch (err) {
       this.workFailed(value, seq, trace, merged, err);
       return THREW;
@@ -434,7 +464,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     this.outlet.nextTraced(output, trace);
   }
 
-  private emitDirect(output: O, trace: TraceRef, enqueuedAt: number, startedAt: number, merged: number): void {
+  protected emitDirect(output: O, trace: TraceRef, enqueuedAt: number, startedAt: number, merged: number): void {
     this.passed++;
     if (merged !== 0) this.stats.deliveredCount += merged;
     if (isSampled(trace)) this.recordDirect(trace, enqueuedAt, startedAt, merged);
@@ -460,8 +490,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     do {
       // Each delivery pass runs until it is blocked; only work started since can unblock it at once.
       do {
-        if (this.ordered === true) this.deliverOrdered();
-        else this.deliverUnordered();
+        this.deliver();
       } while (this.terminated === false && this.startBuffered() === true && this.hasReady() === true);
       if (this.terminated === true) {
         this.wip = 0;
