@@ -5,6 +5,7 @@
  * `UnorderedRun` (unordered.ts) decide which ready task delivers next.
  */
 import type { Observable, SchedulerLike } from 'rxjs';
+import { LinkedRun } from '../../src/flow/linked-run.js';
 import { withLink, type DemandLink, type CoreOutlet } from '../../src/flow/demand.js';
 import { activeIntrospector, subscribedWithin, type InspectedRun, type RunDescription } from '../../src/flow/introspection.js';
 import { callHook } from '../../src/flow/report.js';
@@ -18,22 +19,20 @@ import { finishRecord, placeRecord } from './records.js';
 import { ASYNC_ITERABLE, OBSERVABLE, PLAIN, PROMISE } from './result-kind.js';
 import { CLOSED, FAILED, SETTLED, Task, WORKING, type TaskOwner, type TaskState, type WorkContext } from './task.js';
 
-export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
+export abstract class InFlight<I, O> extends LinkedRun<I | Traced<I>> implements TaskOwner<I, O>, InspectedRun {
   abstract readonly config: StageConfig;
   abstract readonly stats: StageStats;
-  protected abstract readonly outlet: CoreOutlet<Traced<O>>;
+  protected abstract override readonly outlet: CoreOutlet<Traced<O>>;
   protected abstract readonly name: string;
   protected abstract readonly scheduler: SchedulerLike;
   /** Ordered, no timeout: a Promise task needs no timer and is listed in start order. */
   protected abstract readonly plainPromises: boolean;
-  protected abstract terminated: boolean;
   /** Elements delivered with one output emitted, nothing merged (see `StageRun.passedNow`). */
   protected abstract passed: number;
   abstract describe(): RunDescription;
   abstract demandNow(): number;
   abstract ownLink(): DemandLink;
   protected abstract now(): number;
-  protected abstract drain(): void;
   abstract fail(error: unknown): void;
 
   /**
@@ -56,7 +55,7 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
   /** Something to deliver now. */
   protected abstract hasReady(): boolean;
   /** Emits what is ready while downstream wants, retiring the tasks that are done. */
-  protected abstract deliver(): void;
+  protected abstract override deliver(): void;
   /** A task being retired leaves the run's bookkeeping of ready and listed tasks. */
   protected abstract delist(task: Task<I, O>): void;
 

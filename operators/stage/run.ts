@@ -22,9 +22,8 @@
  */
 import { monotonicNow } from '../../src/core/clock.js';
 import { type Observable, asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
-import { currentLink, swapLink, type DemandLink, type CoreOutlet, type Producer } from '../../src/flow/demand.js';
-import { Inlet, type RoomOwner } from '../../src/flow/inlet.js';
-import { subscribeUpstream, type UpstreamHandler } from '../../src/flow/upstream.js';
+import { currentLink, swapLink, type DemandLink, type CoreOutlet } from '../../src/flow/demand.js';
+import { Inlet } from '../../src/flow/inlet.js';
 import type { InspectedRun, RunDescription } from '../../src/flow/introspection.js';
 import type { KillEvent } from '../../src/flow/kill-switch.js';
 import type { ShedReason } from '../../src/flow/options.js';
@@ -44,7 +43,7 @@ import { recordShed, retriesOf } from './records.js';
 import { ASYNC_ITERABLE, THREW, PLAIN, PROMISE, kindOf, threw } from './result-kind.js';
 
 /** A stage's general path, demand accounting included; abstract: `FastStageRun` (ordered) and `UnorderedRun` are the classes made (rule 1). */
-export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<I>>, Overflowing<I>, InspectedRun {
+export abstract class StageRun<I, O> extends InFlight<I, O> implements Overflowing<I>, InspectedRun {
   protected readonly inlet: Inlet;
   readonly buffer: Ring<Pending<I>>;
   /** Elements held at most (buffered plus in flight): `Infinity` unless the policy pauses. */
@@ -72,21 +71,17 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
   private readonly clock: SchedulerLike | undefined;
   private readonly sampler: SeqSampler;
   protected readonly scheduler: SchedulerLike;
-  private upstream: Subscription | undefined;
-  protected upstreamDone = false;
-  protected terminated = false;
   /** Terminated by the consumer leaving (else by a failure or the end): what work returning late counts as. */
   private cancelled = false;
   private pendingError: { error: unknown } | undefined;
   protected seq = 0;
   /** Elements delivered with one output emitted, nothing merged (`passedNow`); the rest is counted in the stats. */
   protected passed = 0;
-  protected wip = 0;
   private stopKillListener: (() => void) | undefined;
   private drainTimer: Subscription | undefined;
 
   constructor(
-    private readonly source: Observable<I | Traced<I>>,
+    protected readonly source: Observable<I | Traced<I>>,
     protected readonly work: Work<I, O>,
     readonly config: StageConfig,
     readonly stats: StageStats,
@@ -138,15 +133,11 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
 
   // ---- Producer (downstream side) ----
 
-  start(): void {
+  override start(): void {
     this.stopKillListener = this.config.killSwitch?.listen((event) => this.onKill(event));
     if (this.terminated || this.upstreamDone) return; // a kill switch fired before we started
-    this.stats.track(this); // until `releaseAll`
-    subscribeUpstream(this.source, this.inlet, this);
-  }
-
-  pull(): void {
-    this.drain();
+    this.stats.track(this); // until `release`
+    super.start();
   }
 
   /** Work in flight, for `StageStats.inFlight` (read on demand, summed over the stage's runs). */
@@ -164,10 +155,8 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     return this.passed;
   }
 
-  /** The consumer went away: abort work, shed what is buffered, release everything. */
-  cancel(): void {
-    if (this.terminated) return;
-    this.terminated = true;
+  /** The consumer went away (`LinkedRun.cancel`): abort work and shed what is buffered, before `release`. */
+  protected override onCancel(): void {
     this.cancelled = true;
     this.hop = false;
     this.upstream?.unsubscribe(); // first: a producer holding credit (see `lendsRoom`) must not emit into what follows
@@ -188,7 +177,6 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
         this.releaseOutputs(task, state === SETTLED);
       }
     }
-    this.releaseAll();
   }
 
   // ---- RoomOwner (upstream side) ----
@@ -202,11 +190,6 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
   }
 
   // ---- upstream signals ----
-
-  /** Known before the first element, so ending early stops even a synchronous source at once. */
-  onSubscribe(subscription: Subscription): void {
-    this.upstream = subscription;
-  }
 
   onNext(input: I | Traced<I>): void {
     if (this.terminated === true || this.upstreamDone === true) return this.late(input); // §2.8: late elements after cancel are not taken
@@ -323,7 +306,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     else if (this.room() === 0) this.stats.pauses++;
   }
 
-  onUpstreamComplete(): void {
+  override onUpstreamComplete(): void {
     if (this.terminated || this.upstreamDone) return;
     this.finishInput();
   }
@@ -484,8 +467,13 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     if (error !== undefined) callHook(this.config.onFailure, { stage: this.config.name, error, value, seq, trace: traceOf(trace) });
   }
 
-  /** The drain loop: deliver, start work, finish; then ask upstream for more. Never re-entered. */
-  protected drain(): void {
+  /** Something buffered or in flight still has to go out before the run can finish. */
+  protected holding(): boolean {
+    return this.buffer.length !== 0 || this.inFlight !== 0;
+  }
+
+  /** `LinkedRun`'s drain loop with a start pass and its own guards kept inline (rule 3): deliver, start work, finish; then ask upstream for more. */
+  protected override drain(): void {
     if (this.wip++ !== 0) return;
     do {
       // Each delivery pass runs until it is blocked; only work started since can unblock it at once.
@@ -496,7 +484,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
         this.wip = 0;
         return;
       }
-      if (this.upstreamDone === true && this.buffer.length === 0 && this.inFlight === 0) {
+      if (this.upstreamDone === true && this.holding() === false) {
         this.wip = 0;
         this.finish();
         return;
@@ -546,10 +534,10 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     this.drain();
   }
 
-  private finish(): void {
+  protected override finish(): void {
     this.terminated = true;
     this.hop = false;
-    this.releaseAll();
+    this.release();
     if (this.pendingError) this.outlet.error(this.pendingError.error);
     else this.outlet.complete();
   }
@@ -576,7 +564,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
       }
     }
     this.stats.failed += lost;
-    this.releaseAll();
+    this.release();
     this.outlet.error(error);
   }
 
@@ -594,7 +582,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     return this.buffer.drain();
   }
 
-  private releaseAll(): void {
+  protected release(): void {
     this.takeBuffered();
     this.forgetTasks();
     this.stats.untrack(this);

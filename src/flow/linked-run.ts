@@ -17,7 +17,8 @@ export abstract class LinkedRun<In> implements Producer, RoomOwner, UpstreamHand
   protected terminated = false;
   /** The last drain ended without room: counted once per pause (`onPause`), not once per drain. */
   protected paused = false;
-  private wip = 0;
+  /** Drain passes due: 0 when no drain runs (see `drain`). */
+  protected wip = 0;
 
   start(): void {
     if (this.terminated) return;
