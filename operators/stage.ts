@@ -10,7 +10,6 @@ import { StageConfig, stageOptionsSchema, type StageOptions, type StageOperator 
 import { ignoresContext, isAsyncFunction } from './stage/work-kind.js';
 import { FastStageRun, fastPathsOn } from './stage/fast-paths.js';
 import { UnorderedRun } from './stage/unordered.js';
-import { describeValue } from './stage/run.js';
 
 let unnamed = 0;
 
@@ -59,4 +58,8 @@ export function stage<I, O>(work: Work<I, O>, options: StageOptions<I> = {}): St
     new Flow<Traced<O>>((outlet) =>
       config.ordered ? new FastStageRun(source, work, config, stats, outlet) : new UnorderedRun(source, work, config, stats, outlet),
     );
+}
+
+function describeValue(value: unknown): string {
+  return value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value;
 }

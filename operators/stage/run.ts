@@ -595,10 +595,6 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Overflowi
   }
 }
 
-export function describeValue(value: unknown): string {
-  return value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value;
-}
-
 export function describe(reason: unknown): string {
   return reason instanceof Error ? reason.message : String(reason);
 }
