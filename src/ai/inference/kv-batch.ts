@@ -8,7 +8,7 @@
 import type * as ort from 'onnxruntime-node';
 import { float32, int64, lastRow } from './lm-tensors.js';
 import { StepBatcher, type StepBatcherOptions } from './step-batcher.js';
-import type { DecoderShape, RunModel } from './onnx-lm.js';
+import type { DecoderShape, RunModel } from './lm-tensors.js';
 
 /** Caches of `size` generations stacked, each `length` positions: one call's output. */
 interface StackedCache {

@@ -1,4 +1,4 @@
-/** The tensors a language model's steps are fed and read: token ids as int64, the last position's logits. */
+/** What a language model's steps are fed and read: token ids as int64, the last position's logits, the model call and its cache's shape. */
 import type * as ort from 'onnxruntime-node';
 import { onnxruntime } from '../../core/peers.js';
 
@@ -22,3 +22,15 @@ export function lastRow(logits: ort.Tensor): Float32Array {
 
 /** A float32 tensor over `data`. */
 export const float32 = (data: Float32Array, dims: readonly number[]): ort.Tensor => new ortRuntime.Tensor('float32', data, [...dims]);
+
+/** Runs the model once. `signal` is for runners that can drop queued work (a pool); a running session ignores it. */
+export type RunModel = (feeds: Record<string, ort.Tensor>, signal: AbortSignal) => Promise<Record<string, ort.Tensor>>;
+
+/** The shape of a decoder's KV cache. */
+export interface DecoderShape {
+  readonly layers: number;
+  readonly heads: number;
+  readonly headDim: number;
+  /** Positions the model can embed; a generation reaching it ends with `length`. */
+  readonly maxPositions?: number;
+}

@@ -20,7 +20,9 @@ import { seededRandom } from '../../resilience/random.js';
 import { sampleToken } from './sampling.js';
 import { StepBatcher, type StepBatcherOptions, type StepBatcherStats } from './step-batcher.js';
 import { kvBatcher, kvBytes, ownCache, presentAsPast, type CachedResult, type CachedStep, type KvCache } from './kv-batch.js';
-import { int64, lastRow } from './lm-tensors.js';
+import { int64, lastRow, type DecoderShape, type RunModel } from './lm-tensors.js';
+
+export type { DecoderShape, RunModel };
 import { CacheBudget, type CacheBudgetStats } from './cache-budget.js';
 import {
   complete,
@@ -38,9 +40,6 @@ import {
 } from './worker.js';
 
 const ortRuntime = onnxruntime();
-
-/** Runs the model once. `signal` is for runners that can drop queued work (a pool); a running session ignores it. */
-export type RunModel = (feeds: Record<string, ort.Tensor>, signal: AbortSignal) => Promise<Record<string, ort.Tensor>>;
 
 /** Text to token ids and back, one token at a time. */
 export interface TokenCodec {
@@ -226,15 +225,6 @@ export class CharLmWorker extends LmWorker {
       close() {},
     };
   }
-}
-
-/** The shape of a decoder's KV cache. */
-export interface DecoderShape {
-  readonly layers: number;
-  readonly heads: number;
-  readonly headDim: number;
-  /** Positions the model can embed; a generation reaching it ends with `length`. */
-  readonly maxPositions?: number;
 }
 
 /** Options of `DecoderLmWorker`: the model's shape, its codec and its end-of-sequence tokens. */
