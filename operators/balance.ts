@@ -1,4 +1,6 @@
+import type * as z from 'zod';
 import type { Observable, Subscriber } from 'rxjs';
+import type { Holds, SchemaMatches } from '../src/core/zod.js';
 import { functionSchema, positiveInt } from '../src/flow/options.js';
 import { LaneRun, fanOut, type FanOutOperator, type Lane, type LaneConfig, type LaneFactory, type Pending } from './lanes.js';
 import { capacitySchema, fanOutSchema, laneConfig, parseFanOutOptions, type LaneOptions } from './fan-out-options.js';
@@ -23,6 +25,9 @@ const balanceOptionsSchema = fanOutSchema(() => ({
   worker: functionSchema<LaneFactory<unknown, unknown>>(),
   capacity: capacitySchema().default(1),
 }));
+
+/** @internal Fails to compile when `BalanceOptions` and the schema's input part ways. */
+export type BalanceOptionsInStep = Holds<SchemaMatches<BalanceOptions<unknown, unknown>, z.input<ReturnType<typeof balanceOptionsSchema>>>>;
 
 /**
  * Spreads a stream over `workers` interchangeable worker lanes: each element goes to

@@ -35,6 +35,7 @@ interface ParsedLaneOptions {
 }
 
 /**
+ * @internal
  * A fan-out operator's strict options schema, built on first use: the `LaneOptions` fields
  * plus the operator's own (`own` may override `capacity` with its default).
  */
@@ -53,17 +54,17 @@ export function fanOutSchema<S extends z.ZodRawShape>(own: (z: ZodModule) => S) 
   );
 }
 
-/** `capacity`: lane elements, an integer ≥ 1. */
+/** @internal `capacity`: lane elements, an integer ≥ 1. */
 export const capacitySchema = () => positiveInt('capacity');
 
-/** Parses `options`; an `InvalidOptionsError` names the operator (`partition "sessions" options`) and each bad field. */
+/** @internal Parses `options`; an `InvalidOptionsError` names the operator (`partition "sessions" options`) and each bad field. */
 export function parseFanOutOptions<S extends z.ZodType>(kind: string, schema: S, options: { readonly name?: string } | undefined): z.output<S> {
   return parseOptions(schema, options, `${kind}${options?.name ? ` "${options.name}"` : ''} options`);
 }
 
 let unnamed = 0;
 
-/** The settings every lane run needs: the name (default `partition-1`, `balance-2`...), capacity, lanes and hooks. */
+/** @internal The settings every lane run needs: the name (default `partition-1`, `balance-2`...), capacity, lanes and hooks. */
 export function laneConfig<T, R>(kind: string, parsed: ParsedLaneOptions, capacity: number, factories: readonly LaneFactory<T, R>[]): LaneConfig<T, R> {
   return {
     name: parsed.name ?? `${kind}-${++unnamed}`,

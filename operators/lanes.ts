@@ -20,8 +20,8 @@
  */
 import { Observable, type SchedulerLike, type Subscriber, type Subscription } from 'rxjs';
 import { Flow, currentLink, withLink, type DemandLink, type Outlet, type Producer } from '../src/flow/demand.js';
-import { Inlet, type RoomOwner } from '../src/flow/inlet.js';
-import { subscribeUpstream, type UpstreamHandler } from '../src/flow/upstream.js';
+import { Inlet } from '../src/flow/inlet.js';
+import { LinkedRun } from '../src/flow/linked-run.js';
 import type { ShedReason } from '../src/flow/options.js';
 import { Ring } from '../src/flow/ring.js';
 import { callHook } from '../src/flow/report.js';
@@ -144,7 +144,7 @@ class LaneProducer<T> implements Producer, InspectedRun {
   }
 
   pull(): void {
-    this.run.drain();
+    this.run.pull();
   }
 
   cancel(): void {
@@ -159,11 +159,11 @@ class LaneProducer<T> implements Producer, InspectedRun {
  * (`room`), and what to move between buffers once lanes have taken what they want
  * (`settle`). Demand, completion, errors, teardown and accounting live here.
  */
-export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Traced<T>>, InspectedRun {
+export abstract class LaneRun<T, R> extends LinkedRun<T | Traced<T>> implements InspectedRun {
   protected readonly lanes: Lane<T>[];
   protected readonly inlet: Inlet;
-  protected terminated = false;
-  protected upstreamDone = false;
+  /** The merged output of the lanes: `LinkedRun` completes it (see `finish`). */
+  protected readonly outlet: Subscriber<R>;
   /** Lane copies each upstream element makes (broadcast: one per lane). */
   protected copies = 1;
   /**
@@ -172,18 +172,17 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
    * lane and moves in (`settle`) as soon as that lane has room.
    */
   protected readonly held = new Ring<Held<T>>(2);
-  private upstream: Subscription | undefined;
   private openOutputs: number;
   private seq = 0;
-  private wip = 0;
-  private paused = false;
 
   constructor(
-    private readonly source: Observable<T | Traced<T>>,
+    protected readonly source: Observable<T | Traced<T>>,
     protected readonly config: LaneConfig<T, R>,
     readonly stats: StageStats,
     private readonly subscriber: Subscriber<R>,
   ) {
+    super();
+    this.outlet = subscriber;
     this.inlet = new Inlet(this, {
       scheduler: config.scheduler,
       transitTimeout: config.transitTimeout,
@@ -217,7 +216,7 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
   // ---- routing, decided by each operator ----
 
   /** Elements upstream may send now without breaking the bound. */
-  abstract room(): number;
+  abstract override room(): number;
   /** Places an arriving element (already counted as received). `asked`: it came on demand. */
   protected abstract route(pending: Pending<T>, asked: boolean): void;
   /** Moves elements between buffers after lanes took what they wanted; returns whether anything moved. */
@@ -227,7 +226,8 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
 
   // ---- lifecycle ----
 
-  start(link: DemandLink | undefined): void {
+  /** Subscribes every lane's output inside `link` (the consumer's link scope), then upstream. */
+  override start(link?: DemandLink): void {
     for (const lane of this.lanes) {
       let output: Observable<R>;
       try {
@@ -251,24 +251,15 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
       }
       if (!lane.closed) lane.subscription = subscription;
     }
-    this.upstream = subscribeUpstream(this.source, this.inlet, this);
-    if (this.terminated || this.upstreamDone) this.upstream.unsubscribe();
+    super.start();
   }
 
   /** The consumer unsubscribed: everything still held is shed as `cancelled`. */
-  cancel(): void {
-    if (this.terminated) return;
-    this.terminated = true;
+  protected override onCancel(): void {
     this.shedAll('cancelled');
-    this.release();
   }
 
   // ---- upstream signals ----
-
-  /** Known before the first element, so ending early stops even a synchronous source at once. */
-  onSubscribe(subscription: Subscription): void {
-    this.upstream = subscription;
-  }
 
   onNext(input: T | Traced<T>): void {
     if (this.terminated || this.upstreamDone) {
@@ -288,13 +279,6 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
     const settlement = element.trace.settlement;
     if (settlement !== undefined) for (let copy = 1; copy < this.copies; copy++) settlement.hold();
     this.route(new Pending(element, seq), asked);
-    this.drain();
-  }
-
-  onUpstreamComplete(): void {
-    if (this.terminated || this.upstreamDone) return;
-    this.upstreamDone = true;
-    this.upstream?.unsubscribe();
     this.drain();
   }
 
@@ -346,36 +330,29 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
 
   // ---- the drain loop ----
 
-  /** Hands lanes what their consumers want, settles, completes lanes; then asks upstream for more. Never re-entered. */
-  drain(): void {
-    if (this.wip++ !== 0) return;
-    do {
-      let progressed = true;
-      while (progressed && !this.terminated) {
-        progressed = false;
-        for (const lane of this.lanes) if (this.deliver(lane)) progressed = true;
-        if (!this.terminated && this.settle()) progressed = true;
-      }
-      if (this.terminated) {
-        this.wip = 0;
-        return;
-      }
-      if (this.upstreamDone) {
-        for (const lane of this.lanes) {
-          if (this.terminated) break;
-          // A held element may be bound for a lane with an empty buffer (it waits behind the head of the line).
-          if (lane.ring.length === 0 && !this.holdsFor(lane)) this.finishLane(lane);
-        }
-      }
-    } while (--this.wip !== 0);
-    if (this.terminated || this.upstreamDone) return;
-    if (this.room() > 0) {
-      this.paused = false;
-      this.inlet.signal();
-    } else if (!this.paused) {
-      this.paused = true;
-      this.stats.pauses++;
+  /** One pass of `LinkedRun.drain`: hands lanes what their consumers want, settles, and completes drained lanes once upstream is done. */
+  protected deliver(): void {
+    let progressed = true;
+    while (progressed && !this.terminated) {
+      progressed = false;
+      for (const lane of this.lanes) if (this.deliverTo(lane)) progressed = true;
+      if (!this.terminated && this.settle()) progressed = true;
     }
+    if (this.terminated || !this.upstreamDone) return;
+    for (const lane of this.lanes) {
+      if (this.terminated) break;
+      // A held element may be bound for a lane with an empty buffer (it waits behind the head of the line).
+      if (lane.ring.length === 0 && !this.holdsFor(lane)) this.finishLane(lane);
+    }
+  }
+
+  /** Always: the run ends when its last lane output ends (`outputDone`), not when the drain runs dry. */
+  protected holding(): boolean {
+    return true;
+  }
+
+  protected override onPause(): void {
+    this.stats.pauses++;
   }
 
   private holdsFor(lane: Lane<T>): boolean {
@@ -383,7 +360,7 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
     return false;
   }
 
-  private deliver(lane: Lane<T>): boolean {
+  private deliverTo(lane: Lane<T>): boolean {
     let progressed = false;
     const outlets = lane.outlets;
     for (let i = 0; i < outlets.length && lane.ring.length > 0 && !this.terminated; i++) {
@@ -451,7 +428,7 @@ export abstract class LaneRun<T, R> implements RoomOwner, UpstreamHandler<T | Tr
     }
   }
 
-  private release(): void {
+  protected release(): void {
     this.upstream?.unsubscribe();
     this.upstream = undefined;
     this.inlet.close();

@@ -1,4 +1,6 @@
+import type * as z from 'zod';
 import type { Observable, Subscriber } from 'rxjs';
+import type { Holds, SchemaMatches } from '../src/core/zod.js';
 import { functionSchema, positiveInt } from '../src/flow/options.js';
 import { StageError } from '../src/core/errors.js';
 import { LaneRun, fanOut, type FanOutOperator, type LaneConfig, type LaneFactory, type Pending } from './lanes.js';
@@ -23,6 +25,9 @@ const partitionOptionsSchema = fanOutSchema(() => ({
   lane: functionSchema<LaneFactory<unknown, unknown>>(),
   capacity: capacitySchema().default(16),
 }));
+
+/** @internal Fails to compile when `PartitionOptions` and the schema's input part ways. */
+export type PartitionOptionsInStep = Holds<SchemaMatches<PartitionOptions<unknown, unknown>, z.input<ReturnType<typeof partitionOptionsSchema>>>>;
 
 /**
  * FNV-1a (32-bit) over the UTF-8 bytes of `key`: a fixed function of the key alone,

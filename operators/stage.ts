@@ -9,7 +9,7 @@ export type { StageOptions, StageOperator } from './stage/options.js';
 import { StageConfig, stageOptionsSchema, type StageOptions, type StageOperator } from './stage/options.js';
 import { ignoresContext, isAsyncFunction } from './stage/work-kind.js';
 import { FastStageRun, fastPathsOn } from './stage/fast-paths.js';
-import { describeValue } from './stage/run.js';
+import { UnorderedRun } from './stage/unordered.js';
 
 let unnamed = 0;
 
@@ -54,5 +54,12 @@ export function stage<I, O>(work: Work<I, O>, options: StageOptions<I> = {}): St
   const name = parsed.name ?? (work.name && work.name !== 'work' ? work.name : `stage-${++unnamed}`);
   const config = new StageConfig(parsed, name, !fast || !ignoresContext(work), fast && isAsyncFunction(work), fast);
   const stats = parsed.stats ?? new StageStats();
-  return (source) => new Flow<Traced<O>>((outlet) => new FastStageRun(source, work, config, stats, outlet));
+  return (source) =>
+    new Flow<Traced<O>>((outlet) =>
+      config.ordered ? new FastStageRun(source, work, config, stats, outlet) : new UnorderedRun(source, work, config, stats, outlet),
+    );
+}
+
+function describeValue(value: unknown): string {
+  return value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value;
 }

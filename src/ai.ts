@@ -57,7 +57,6 @@ export type { PromptTokenizer } from './ai/models/prompt-tokenizer.js';
 export type {
   AssembleOptions,
   AssembledPrompt,
-  ChatMessage as PromptMessage,
   FewShotExample,
   PromptTemplateOptions,
   TemplateValue,
@@ -130,7 +129,7 @@ export { ragWorker, RAG_STAGES } from './ai/pipelines/rag-worker.js';
 export { Intake, PRIORITY_CLASSES } from './ai/pipelines/intake.js';
 export { StepBatcher } from './ai/inference/step-batcher.js';
 export type { StepBatcherOptions, StepBatcherStats } from './ai/inference/step-batcher.js';
-export type { DecoderBatchOptions } from './ai/inference/cache-steps.js';
+export type { DecoderBatchOptions } from './ai/inference/kv-batch.js';
 export { CacheBudget } from './ai/inference/cache-budget.js';
 export type { CacheHold, CacheBudgetStats } from './ai/inference/cache-budget.js';
 export type { IntakeOptions, IntakeEntry, PriorityClass } from './ai/pipelines/intake.js';

@@ -10,7 +10,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { findUp } from './core/package-files.js';
-import { InvalidOptionsError, MissingPeerError } from './core/errors.js';
+import { InvalidOptionsError, MissingPeerError, errorMessage } from './core/errors.js';
 import { PRIORITY_CLASSES, type PriorityClass } from './core/vocabulary.js';
 import { SUBPROTOCOL } from './serve/protocol.js';
 // Types only: the server's modules load their peers, so they are imported once the peers are checked.
@@ -292,7 +292,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   } catch (err) {
     await remote?.close().catch(() => {});
     if ((err as { code?: unknown }).code === 'LOCAL_MODEL_INVALID') {
-      process.stderr.write(`sluice: --model: ${err instanceof Error ? err.message : String(err)}\n`);
+      process.stderr.write(`sluice: --model: ${errorMessage(err)}\n`);
       return 2;
     }
     if ((err as { code?: unknown }).code === 'INVALID_CORPUS') {
@@ -313,7 +313,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       process.stderr.write(`sluice: cannot listen on ${options.host ?? '127.0.0.1'}:${options.port ?? 8787} (${code}); choose another --port or --host\n`);
       return 1;
     }
-    const message = err instanceof Error ? err.message : String(err);
+    const message = errorMessage(err);
     const hint =
       typeof (err as { hint?: unknown }).hint === 'string' && !message.includes((err as { hint: string }).hint) ? `\n  ${(err as { hint: string }).hint}` : '';
     process.stderr.write(`sluice: failed to start: ${message}${hint}\n`);
@@ -357,7 +357,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
         .then(
           () => resolve(0),
           (err: unknown) => {
-            log(`shutdown failed: ${err instanceof Error ? err.message : String(err)}`);
+            log(`shutdown failed: ${errorMessage(err)}`);
             resolve(1);
           },
         );
@@ -381,7 +381,7 @@ async function worker(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<
     running = await (await import('./nats/processes.js')).startModelWorker({ ...options, log });
   } catch (err) {
     if ((err as { code?: string }).code === 'MISSING_PEER') throw err;
-    process.stderr.write(`sluice: the worker failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.stderr.write(`sluice: the worker failed to start: ${errorMessage(err)}\n`);
     return 1;
   }
   process.stdout.write(`sluice ${version()} worker: serving charlm to ${options.nats}\n`);
@@ -396,7 +396,7 @@ async function worker(argv: readonly string[], env: NodeJS.ProcessEnv): Promise<
     process.once('SIGTERM', stop);
     process.once('SIGINT', stop);
     running.server.done.catch((err: unknown) => {
-      log(`the link failed: ${err instanceof Error ? err.message : String(err)}`);
+      log(`the link failed: ${errorMessage(err)}`);
       resolve(1);
     });
   });

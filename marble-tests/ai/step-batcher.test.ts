@@ -173,7 +173,7 @@ describe('StepBatcher on the character LM', () => {
     await session.release();
   });
 
-  // Padded rows' logits differ from their lone ones by reduction rounding (≤ 1e-6 here, cache-steps.test.ts bounds it):
+  // Padded rows' logits differ from their lone ones by reduction rounding (≤ 1e-6 here, kv-batch-padding.test.ts bounds it):
   // a token could differ only where a draw or an argmax falls that close to a boundary.
   it('property: caches of different lengths in one call (left-padded, masked) give the tokens each gets alone', async () => {
     const path = join(generated.dir, MODEL_FILES.decoder);

@@ -1,14 +1,13 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { connect } from '@nats-io/transport-node';
-import type { NatsConnection } from '@nats-io/nats-core';
 import { AckPolicy, DeliverPolicy } from '@nats-io/jetstream';
 import { lastValueFrom, take, toArray } from 'rxjs';
 import { fromIterable, untraced } from '../../src/index.js';
 import { seededRandom } from '../../src/core/random.js';
 import { type Link, LinkReceiverStats, fromLink, openLink, toLink } from '../../src/nats.js';
 import { StrandedMessages } from '../../src/nats/reclaim.js';
-import { startNatsServer, type NatsServer } from '../support/nats-server.js';
+import { natsServerFixture, startNatsServer } from '../support/nats-server.js';
 import { workerPool } from '../support/worker-pool.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -25,16 +24,7 @@ async function storedIn(link: Link<unknown>, stream = link.stream): Promise<{ bo
 }
 
 describe('sluice/nats under crashes: worker processes and nats-server killed by the test', () => {
-  let server: NatsServer;
-  let nc: NatsConnection;
-  before(async () => {
-    server = await startNatsServer();
-    nc = await connect({ servers: server.url });
-  });
-  after(async () => {
-    await nc?.close();
-    await server?.close();
-  });
+  const fixture = natsServerFixture();
 
   it('a message that kills its worker every time: it alone is dead-lettered, its reason says its worker stopped; every other job done once', async () => {
     // Randomized (a seed to replay): where the poison sits, and how much each worker holds beside it.
@@ -46,10 +36,10 @@ describe('sluice/nats under crashes: worker processes and nats-server killed by 
     const concurrency = [1, 4, 8][Math.floor(random() * 3)]!;
     const maxDeliver = 3;
     const replay = `seed ${seed}: poison ${poison}, maxBatch ${maxBatch}, concurrency ${concurrency} (SLUICE_CHAOS_SEED=${seed} replays it)`;
-    const jobs = await openLink(nc, { name: 'poison-jobs', capacity: 64, ackWait: 1_500, creditInterval: 50, maxDeliver });
-    const results = await openLink(nc, { name: 'poison-results', capacity: 1_000, ackWait: 1_500, creditInterval: 50 });
+    const jobs = await openLink(fixture.nc, { name: 'poison-jobs', capacity: 64, ackWait: 1_500, creditInterval: 50, maxDeliver });
+    const results = await openLink(fixture.nc, { name: 'poison-results', capacity: 1_000, ackWait: 1_500, creditInterval: 50 });
     const args = [
-      server.url,
+      fixture.server.url,
       jobs.config.name,
       results.config.name,
       '5',
@@ -171,7 +161,7 @@ describe('sluice/nats under crashes: worker processes and nats-server killed by 
   it('messages the consumer will never deliver though the stream keeps them are put back under their ids, by one receiver, after two looks', async () => {
     // Such a state follows an unclean stop (the consumer's state ahead of the stream); a consumer started
     // past a stream's first messages has it too. A work queue refuses such a consumer: a limits stream stands in.
-    const link = await openLink<number>(nc, { name: 'stranded', capacity: 16, creditInterval: 50 });
+    const link = await openLink<number>(fixture.nc, { name: 'stranded', capacity: 16, creditInterval: 50 });
     const stream = 'STRANDED_STAND_IN';
     await link.jsm.streams.add({ name: stream, subjects: ['stranded.stand-in'] });
     for (let i = 1; i <= 5; i++) await link.js.publish('stranded.stand-in', String(i), { msgID: `p-${i}` });

@@ -1,26 +1,15 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
-import { connect } from '@nats-io/transport-node';
-import type { NatsConnection } from '@nats-io/nats-core';
+import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { lastValueFrom, take, toArray } from 'rxjs';
 import { fromIterable, stage, untraced } from '../../src/index.js';
 import { fromLink, openLink, toLink } from '../../src/nats.js';
-import { startNatsServer, type NatsServer } from '../support/nats-server.js';
+import { natsServerFixture } from '../support/nats-server.js';
 
 const numRuns = Number(process.env.SLUICE_NATS_PROPERTY_RUNS ?? 12);
 
 describe("a producer's credit, on a real nats-server", () => {
-  let server: NatsServer;
-  let nc: NatsConnection;
-  before(async () => {
-    server = await startNatsServer();
-    nc = await connect({ servers: server.url });
-  });
-  after(async () => {
-    await nc?.close();
-    await server?.close();
-  });
+  const fixture = natsServerFixture();
 
   it('a single producer is never refused by the server: it sends only into room it has seen, its publishes in flight counted', async () => {
     let serial = 0;
@@ -36,7 +25,7 @@ describe("a producer's credit, on a real nats-server", () => {
           total: fc.integer({ min: 50, max: 250 }),
         }),
         async ({ capacity, publishWindow, maxBatch, concurrency, work, total }) => {
-          const link = await openLink<number>(nc, { name: `credit-${++serial}`, capacity, publishWindow, creditInterval: 20 });
+          const link = await openLink<number>(fixture.nc, { name: `credit-${++serial}`, capacity, publishWindow, creditInterval: 20 });
           const producing = toLink(fromIterable(Array.from({ length: total }, (_, i) => i)), link, { producerId: 'only' });
           const received = await lastValueFrom(
             fromLink<number>(link, { maxBatch }).pipe(

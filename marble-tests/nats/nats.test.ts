@@ -1,14 +1,13 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { connect } from '@nats-io/transport-node';
-import type { NatsConnection } from '@nats-io/nats-core';
 import { Observable, VirtualTimeScheduler, filter, lastValueFrom, take, toArray } from 'rxjs';
 import { PipelineGraph } from '../../src/serve/inspect/pipeline-graph.js';
 import { eventually } from '../../src/testing/index.js';
 import * as z from 'zod';
 import { admission, fromIterable, stage, untraced, InvalidOptionsError, type Traced } from '../../src/index.js';
 import { checkLink, fromLink, linkMessageOf, openLink, toLink, LinkError, LinkReceiverStats } from '../../src/nats.js';
-import { startNatsServer, type NatsServer } from '../support/nats-server.js';
+import { natsServerFixture, startNatsServer } from '../support/nats-server.js';
 import { startScript } from '../support/child-script.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -27,32 +26,23 @@ async function settledCount(
 }
 
 describe('sluice/nats links, on a real nats-server', () => {
-  let server: NatsServer;
-  let nc: NatsConnection;
-  before(async () => {
-    server = await startNatsServer();
-    nc = await connect({ servers: server.url });
-  });
-  after(async () => {
-    await nc?.close();
-    await server?.close();
-  });
+  const fixture = natsServerFixture();
 
   it('refuses contradictory options at once, naming each bad field', async () => {
-    await assert.rejects(openLink(nc, { name: 'bad', capacity: 0, ackWait: 0 }), (error: unknown) => {
+    await assert.rejects(openLink(fixture.nc, { name: 'bad', capacity: 0, ackWait: 0 }), (error: unknown) => {
       assert.ok(error instanceof InvalidOptionsError);
       const paths = error.issues.map((issue) => issue.path).sort();
       assert.deepEqual(paths, ['ackWait', 'capacity']);
       return true;
     });
-    await assert.rejects(openLink(nc, { name: 'has a space' }), InvalidOptionsError);
+    await assert.rejects(openLink(fixture.nc, { name: 'has a space' }), InvalidOptionsError);
     await assert.rejects(
-      openLink(nc, { name: 'two', replicas: 2 as 3 }),
+      openLink(fixture.nc, { name: 'two', replicas: 2 as 3 }),
       (error: unknown) => error instanceof InvalidOptionsError && /replicas must be 1, 3 or 5/.test(error.message),
     );
     // Three copies on a server that is not part of a cluster: the server refuses, and the error says which stream.
     await assert.rejects(
-      openLink(nc, { name: 'replicated', replicas: 3 }),
+      openLink(fixture.nc, { name: 'replicated', replicas: 3 }),
       (error: unknown) => error instanceof LinkError && error.code === 'LINK_REFUSED' && /SLUICE_replicated/.test(error.message),
     );
   });
@@ -83,9 +73,9 @@ describe('sluice/nats links, on a real nats-server', () => {
   });
 
   it('refuses to reopen a link with another capacity (LINK_CONFLICT)', async () => {
-    await openLink(nc, { name: 'conflict', capacity: 8 });
+    await openLink(fixture.nc, { name: 'conflict', capacity: 8 });
     await assert.rejects(
-      openLink(nc, { name: 'conflict', capacity: 16 }),
+      openLink(fixture.nc, { name: 'conflict', capacity: 16 }),
       (error: unknown) => error instanceof LinkError && error.code === 'LINK_CONFLICT' && /max_msgs 8/.test(error.message),
     );
   });
@@ -103,7 +93,7 @@ describe('sluice/nats links, on a real nats-server', () => {
 
   it('a slow receiver pauses the producer: the backlog stays within capacity and nothing is lost or repeated', async () => {
     const capacity = 8;
-    const link = await openLink(nc, { name: 'slow', capacity, creditInterval: 50 });
+    const link = await openLink(fixture.nc, { name: 'slow', capacity, creditInterval: 50 });
     const total = 120;
     let peakSeen = 0;
     let peakHeld = 0;
@@ -152,7 +142,7 @@ describe('sluice/nats links, on a real nats-server', () => {
   it('an inspector draws a link as its publisher and receiver nodes, between the stages on either side', async () => {
     const graph = new PipelineGraph({ scheduler: new VirtualTimeScheduler() }).start();
     try {
-      const link = await openLink(nc, { name: 'inspected', capacity: 8, creditInterval: 50 });
+      const link = await openLink(fixture.nc, { name: 'inspected', capacity: 8, creditInterval: 50 });
       const total = 30;
       let open: () => void = () => {};
       const gate = new Promise<void>((resolve) => (open = resolve));
@@ -191,7 +181,7 @@ describe('sluice/nats links, on a real nats-server', () => {
   });
 
   it('a receiver that leaves gives its unhandled messages back at once, not after ackWait', async () => {
-    const link = await openLink(nc, { name: 'leave', capacity: 32, ackWait: 30_000 });
+    const link = await openLink(fixture.nc, { name: 'leave', capacity: 32, ackWait: 30_000 });
     await toLink(fromIterable(Array.from({ length: 20 }, (_, i) => i)), link, { producerId: 'p1' });
     // A plain subscriber asks for everything: one pull fetches a batch, and `take(3)` leaves with the rest unhandled.
     const first = await lastValueFrom(fromLink<number>(link, { maxBatch: 16 }).pipe(untraced(), take(3), toArray()));
@@ -219,7 +209,7 @@ describe('sluice/nats links, on a real nats-server', () => {
   });
 
   it('acknowledges a message only once the pipeline is done with it: not while a stage works on it', async () => {
-    const link = await openLink(nc, { name: 'after', capacity: 16 });
+    const link = await openLink(fixture.nc, { name: 'after', capacity: 16 });
     await toLink(fromIterable([1, 2, 3, 4]), link, { producerId: 'p1' });
     const stats = new LinkReceiverStats();
     const pendingDuringWork: number[] = [];
@@ -250,7 +240,7 @@ describe('sluice/nats links, on a real nats-server', () => {
   });
 
   it('a streaming stage: the message is acknowledged after its last output was taken, not its first', async () => {
-    const link = await openLink(nc, { name: 'streaming', capacity: 4 });
+    const link = await openLink(fixture.nc, { name: 'streaming', capacity: 4 });
     await toLink(fromIterable(['abc']), link, { producerId: 'p1' });
     const stats = new LinkReceiverStats();
     const ackedAtEachToken: number[] = [];
@@ -285,7 +275,7 @@ describe('sluice/nats links, on a real nats-server', () => {
   });
 
   it('a failed element is dead-lettered with its reason and terminated: never delivered again', async () => {
-    const link = await openLink(nc, { name: 'failing', capacity: 16, ackWait: 1_000 });
+    const link = await openLink(fixture.nc, { name: 'failing', capacity: 16, ackWait: 1_000 });
     await toLink(fromIterable([1, 2, 3, 4, 5]), link, { producerId: 'p1' });
     const stats = new LinkReceiverStats();
     const dead: { seq: number; reason: string }[] = [];
@@ -322,7 +312,7 @@ describe('sluice/nats links, on a real nats-server', () => {
   it("an inspector lists a link's recent dead letters one by one — subject, seq, code, deliveries — never the body or the reason's text, and keeps a bounded number", async () => {
     const graph = new PipelineGraph({ deadLetters: 2 }).start();
     try {
-      const link = await openLink(nc, { name: 'inspected-dead', capacity: 16 });
+      const link = await openLink(fixture.nc, { name: 'inspected-dead', capacity: 16 });
       await toLink(fromIterable([1, 2, 3, 4, 5]), link, { producerId: 'p1' });
       await link.js.publish(link.subject, 'not json, secret prompt text');
       await toLink(fromIterable([7]), link, { producerId: 'p2' });
@@ -362,7 +352,7 @@ describe('sluice/nats links, on a real nats-server', () => {
 
   it('a message the link schema refuses is dead-lettered with the path of the bad field; a producer refuses to send one', async () => {
     const schema = z.object({ prompt: z.string(), maxTokens: z.number().int() });
-    const link = await openLink(nc, { name: 'typed', capacity: 16, schema });
+    const link = await openLink(fixture.nc, { name: 'typed', capacity: 16, schema });
     await toLink(fromIterable([{ prompt: 'a', maxTokens: 1 }]), link, { producerId: 'p1' });
     // A producer that does not use sluice sends a bad body.
     await link.js.publish(link.subject, JSON.stringify({ prompt: 'b', maxTokens: 'many' }));
@@ -391,7 +381,7 @@ describe('sluice/nats links, on a real nats-server', () => {
   });
 
   it('a shed element is acknowledged (counted as shed), not left to time out', async () => {
-    const link = await openLink(nc, { name: 'shedding', capacity: 32, ackWait: 3_000 });
+    const link = await openLink(fixture.nc, { name: 'shedding', capacity: 32, ackWait: 3_000 });
     await toLink(fromIterable(Array.from({ length: 10 }, (_, i) => i)), link, { producerId: 'p1' });
     const stats = new LinkReceiverStats();
     const admitted: number[] = [];
@@ -408,8 +398,8 @@ describe('sluice/nats links, on a real nats-server', () => {
   });
 
   it("a worker's hop: input acknowledged once its output is stored on the next link, with the trace carried across", async () => {
-    const requests = await openLink(nc, { name: 'requests', capacity: 8 });
-    const answers = await openLink(nc, { name: 'answers', capacity: 8 });
+    const requests = await openLink(fixture.nc, { name: 'requests', capacity: 8 });
+    const answers = await openLink(fixture.nc, { name: 'answers', capacity: 8 });
     const sent: Traced<string>[] = [];
     const producing = toLink(
       fromIterable(['x', 'y', 'z']).pipe(
@@ -503,7 +493,7 @@ describe('sluice/nats links, on a real nats-server', () => {
   });
 
   it('a message dropped by a plain operator is delivered again, and after maxDeliver moved to the dead letters, not left in the queue', async () => {
-    const link = await openLink(nc, { name: 'expiring', capacity: 16, ackWait: 1_000, maxDeliver: 2 });
+    const link = await openLink(fixture.nc, { name: 'expiring', capacity: 16, ackWait: 1_000, maxDeliver: 2 });
     await toLink(fromIterable(Array.from({ length: 10 }, (_, i) => i)), link, { producerId: 'p1' });
     const dead: string[] = [];
     const seen: number[] = [];
@@ -527,7 +517,7 @@ describe('sluice/nats links, on a real nats-server', () => {
   });
 
   it('keepAlive: work longer than ackWait is not delivered again meanwhile', async () => {
-    const link = await openLink(nc, { name: 'long', capacity: 4, ackWait: 1_000 });
+    const link = await openLink(fixture.nc, { name: 'long', capacity: 4, ackWait: 1_000 });
     await toLink(fromIterable([1]), link, { producerId: 'p1' });
     const stats = new LinkReceiverStats();
     const values = await lastValueFrom(
@@ -548,20 +538,20 @@ describe('sluice/nats links, on a real nats-server', () => {
 
   it('contracts: a producer whose schema the receivers do not cover is refused before anything is sent; one they cover goes through', async () => {
     const name = 'contract';
-    const receiverSide = await openLink(nc, { name, capacity: 8, schema: z.object({ prompt: z.string(), maxTokens: z.number().int() }) });
+    const receiverSide = await openLink(fixture.nc, { name, capacity: 8, schema: z.object({ prompt: z.string(), maxTokens: z.number().int() }) });
     // The receiver records what it accepts when it starts.
     const received: { prompt: string }[] = [];
     const receiving = fromLink(receiverSide)
       .pipe(untraced())
       .subscribe((value) => received.push(value));
     await sleep(100);
-    const stale = await openLink(nc, { name, capacity: 8, schema: z.object({ prompt: z.string() }) });
+    const stale = await openLink(fixture.nc, { name, capacity: 8, schema: z.object({ prompt: z.string() }) });
     await assert.rejects(
       toLink(fromIterable([{ prompt: 'a' }]), stale, { producerId: 'old' }),
       (error: unknown) => error instanceof LinkError && error.code === 'SCHEMA_MISMATCH' && /maxTokens: the receiver requires it/.test(error.message),
     );
     assert.equal((await receiverSide.jsm.streams.info(receiverSide.stream)).state.messages, 0, 'nothing was sent');
-    const current = await openLink(nc, {
+    const current = await openLink(fixture.nc, {
       name,
       capacity: 8,
       schema: z.object({ prompt: z.string(), maxTokens: z.number().int().min(1), stream: z.boolean().default(false) }),
@@ -573,7 +563,7 @@ describe('sluice/nats links, on a real nats-server', () => {
     assert.equal(received[0]?.prompt, 'b');
     receiving.unsubscribe();
     // A receiver that would refuse what the recorded producer sends is refused too.
-    const narrow = await openLink(nc, { name, capacity: 8, schema: z.object({ prompt: z.string(), maxTokens: z.number().int().max(2) }) });
+    const narrow = await openLink(fixture.nc, { name, capacity: 8, schema: z.object({ prompt: z.string(), maxTokens: z.number().int().max(2) }) });
     await assert.rejects(
       lastValueFrom(fromLink(narrow)),
       (error: unknown) => error instanceof LinkError && error.code === 'SCHEMA_MISMATCH' && /maxTokens/.test(error.message),
@@ -587,10 +577,10 @@ describe('sluice/nats links, on a real nats-server', () => {
     const input = 'jobs';
     const output = 'results';
     const total = 300;
-    const jobs = await openLink(nc, { name: input, capacity: 64, ackWait: 1_500, creditInterval: 50 });
-    const results = await openLink(nc, { name: output, capacity: 1_000, ackWait: 1_500, creditInterval: 50 });
-    const a = await startScript('./stage-worker.ts', [server.url, input, output, '5']);
-    const b = await startScript('./stage-worker.ts', [server.url, input, output, '5']);
+    const jobs = await openLink(fixture.nc, { name: input, capacity: 64, ackWait: 1_500, creditInterval: 50 });
+    const results = await openLink(fixture.nc, { name: output, capacity: 1_000, ackWait: 1_500, creditInterval: 50 });
+    const a = await startScript('./stage-worker.ts', [fixture.server.url, input, output, '5']);
+    const b = await startScript('./stage-worker.ts', [fixture.server.url, input, output, '5']);
     try {
       const producing = toLink(fromIterable(Array.from({ length: total }, (_, i) => i)), jobs, { producerId: 'jobs' });
       const stored = async () => (await results.jsm.streams.info(results.stream)).state.messages;
@@ -619,7 +609,7 @@ describe('sluice/nats links, on a real nats-server', () => {
   });
 
   it('a connection closed for good fails a receiver and a producer with LINK_DISCONNECTED, never a silent stall', async () => {
-    const connection = await connect({ servers: server.url });
+    const connection = await connect({ servers: fixture.server.url });
     const link = await openLink(connection, { name: 'closing', capacity: 4, creditInterval: 50, pullExpires: 1_000 });
     await toLink(fromIterable([1, 2, 3, 4]), link, { producerId: 'p1' });
     // Nothing is settled (no untraced): the link stays full, and the second producer waits for room.
@@ -633,7 +623,7 @@ describe('sluice/nats links, on a real nats-server', () => {
   });
 
   it('a producer that fills the link exactly, with no receiver running, still resolves; one more waits for room', async () => {
-    const link = await openLink(nc, { name: 'exact', capacity: 4, creditInterval: 50 });
+    const link = await openLink(fixture.nc, { name: 'exact', capacity: 4, creditInterval: 50 });
     const summary = await toLink(fromIterable([1, 2, 3, 4]), link, { producerId: 'p1' });
     assert.equal(summary.published, 4);
     let resolved = false;

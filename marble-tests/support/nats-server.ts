@@ -7,6 +7,9 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
+import { connect } from '@nats-io/transport-node';
+import type { NatsConnection } from '@nats-io/nats-core';
 
 export interface NatsServer {
   readonly url: string;
@@ -83,4 +86,18 @@ export async function startNatsServer({ jetstream = true } = {}): Promise<NatsSe
       rmSync(storeDir, { recursive: true, force: true });
     },
   };
+}
+
+/** A nats-server and a connection to it for the enclosing `describe`: started before its tests, closed after them. */
+export function natsServerFixture(): { readonly server: NatsServer; readonly nc: NatsConnection } {
+  const fixture = {} as { server: NatsServer; nc: NatsConnection };
+  before(async () => {
+    fixture.server = await startNatsServer();
+    fixture.nc = await connect({ servers: fixture.server.url });
+  });
+  after(async () => {
+    await fixture.nc?.close();
+    await fixture.server?.close();
+  });
+  return fixture;
 }

@@ -13,11 +13,10 @@
  * element; a property test runs random pipelines with it off and on and compares the runs.
  */
 import { isSampled, traceOf, type TraceRef } from '../../src/core/trace.js';
-import { currentLink } from '../../src/flow/demand.js';
 import type { WorkResult } from '../../src/flow/work.js';
-import { FAILED, PROMISE, kindOf } from './result-kind.js';
-import { StageRun } from './run.js';
-import type { Pending, Task, WorkContext } from './task.js';
+import { PROMISE, kindOf } from './result-kind.js';
+import { OrderedRun } from './ordered.js';
+import { FAILED, SETTLED, type Pending, type Task, type WorkContext } from './task.js';
 
 let enabled = true;
 
@@ -30,8 +29,8 @@ export function fastPathsOn(): boolean {
   return enabled;
 }
 
-/** The run every stage makes: `StageRun` with the fast paths its configuration allows. */
-export class FastStageRun<I, O> extends StageRun<I, O> {
+/** The run every ordered stage makes: `OrderedRun` with the fast paths its configuration allows. */
+export class FastStageRun<I, O> extends OrderedRun<I, O> {
   /**
    * The `async` hop: an unsampled element from settled async work (the sender checked, so the
    * trace is not read again) reaching an idle stage with a spare task starts here, apart from the
@@ -55,13 +54,13 @@ export class FastStageRun<I, O> extends StageRun<I, O> {
   private startSettled(value: I, seq: number, trace: TraceRef): void {
     const context = this.passContext === true ? this.contextFor(seq, (trace = traceOf(trace))) : undefined;
     const result = this.callAsync(value, context, seq, trace, 0);
-    // An `async` function's result is a native Promise, or FAILED (a symbol): `typeof` is enough.
+    // An `async` function's result is a native Promise, or THREW (a symbol): `typeof` is enough.
     if (typeof result === 'object') this.startPromise(this.spare!, value, context, seq, trace, result as Promise<O>);
     else this.startLater(value, context, seq, trace, result, kindOf(result), 0);
   }
 
   /** `startNow` for an `async` function: its result is a native Promise (anything else, from a Proxy say, takes the general path). */
-  protected startAsync(value: I, seq: number, trace: TraceRef): void {
+  protected override startAsync(value: I, seq: number, trace: TraceRef): void {
     const context = this.passContext === true ? this.contextFor(seq, (trace = traceOf(trace))) : undefined;
     const startedAt = isSampled(trace) ? this.startTime(trace) : 0;
     const result = this.callAsync(value, context, seq, trace, 0);
@@ -84,22 +83,6 @@ export class FastStageRun<I, O> extends StageRun<I, O> {
     } else {
       this.beginWith(pending, context, startedAt, result);
     }
-  }
-
-  /**
-   * `call` for `async` functions, word for word: a call site of their own, so the sync stages'
-   * stays specialised (rule 4 in run.ts).
-   */
-  private callAsync(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof FAILED {
-    if (currentLink() !== undefined) return this.callUnlinked(value, context, seq, trace, merged);
-    let result: WorkResult<O>;
-    try {
-      result = this.work(value, context as WorkContext);
-    } catch (err) {
-      this.workFailed(value, seq, trace, merged, err);
-      return FAILED;
-    }
-    return this.terminated === true ? this.abandon(value, trace, seq, merged, result) : result;
   }
 
   protected override startTask(
@@ -128,13 +111,13 @@ export class FastStageRun<I, O> extends StageRun<I, O> {
     this.spare = task.after;
     task.restart(value, context, seq, trace);
     this.inFlight++;
-    this.append(task);
+    this.enlist(task);
     result.then(task.fulfilled, task.rejected);
   }
 
   override taskFulfilled(task: Task<I, O>, output: O): void {
     // The oldest task settled with its one output, nothing being delivered, downstream wanting it: out at once.
-    if (task.closed === false && this.wip === 0 && task.quick === true && this.firstTask === task && this.outlet.wantsSettled() === true) {
+    if (task.state < FAILED && this.wip === 0 && task.quick === true && this.firstTask === task && this.outlet.wantsSettled() === true) {
       this.deliverSettled(task, output);
     } else {
       super.taskFulfilled(task, output);
@@ -145,7 +128,7 @@ export class FastStageRun<I, O> extends StageRun<I, O> {
    * The settle shortcut: what `drain` would do for this task, then the drain for the rest.
    * The task is retired before its output is emitted: nothing after the emit reads it, so the
    * emit's inlined code ends the hop. A consumer that leaves during the emit finds it
-   * delivered, as it is; a second call of a misbehaving thenable finds it closed.
+   * delivered, as it is; a second call of a misbehaving thenable finds it closed (`state >= FAILED`).
    */
   private deliverSettled(task: Task<I, O>, output: O): void {
     const trace = task.trace;
@@ -168,7 +151,7 @@ export class FastStageRun<I, O> extends StageRun<I, O> {
 
   /** Out of line: a task `deliverSettled` cannot spare. */
   private closeSettled(task: Task<I, O>): void {
-    task.done = true;
+    task.state = SETTLED;
     this.closeTask(task);
   }
 }

@@ -1,13 +1,13 @@
 /**
- * A stage run's work in flight: its tasks, oldest first, the retired tasks kept for reuse and,
- * unordered, the queue of tasks with something to deliver; and each task's course: started,
- * settled or streaming, delivered, retired. `StageRun` (run.ts) is its only subclass and owns
- * the intake, the buffer, the drain loop and the run's end.
+ * A stage run's work in flight: its tasks, oldest first, and the retired tasks kept for reuse;
+ * and each task's course: started, settled or streaming, delivered, retired. `StageRun` (run.ts)
+ * owns the intake, the buffer, the drain loop and the run's end; `OrderedRun` (ordered.ts) and
+ * `UnorderedRun` (unordered.ts) decide which ready task delivers next.
  */
 import type { Observable, SchedulerLike } from 'rxjs';
+import { LinkedRun } from '../../src/flow/linked-run.js';
 import { withLink, type DemandLink, type CoreOutlet } from '../../src/flow/demand.js';
 import { activeIntrospector, subscribedWithin, type InspectedRun, type RunDescription } from '../../src/flow/introspection.js';
-import { Ring } from '../../src/flow/ring.js';
 import { callHook } from '../../src/flow/report.js';
 import type { StageStats } from '../../src/flow/stats.js';
 import { SluiceError, StageError, StageTimeoutError } from '../../src/core/errors.js';
@@ -17,29 +17,24 @@ import type { WorkResult } from '../../src/flow/work.js';
 import type { StageConfig } from './options.js';
 import { finishRecord, placeRecord } from './records.js';
 import { ASYNC_ITERABLE, OBSERVABLE, PLAIN, PROMISE } from './result-kind.js';
-import { Task, type TaskOwner, type WorkContext } from './task.js';
+import { CLOSED, FAILED, SETTLED, Task, WORKING, type TaskOwner, type TaskState, type WorkContext } from './task.js';
 
-export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
+export abstract class InFlight<I, O> extends LinkedRun<I | Traced<I>> implements TaskOwner<I, O>, InspectedRun {
   abstract readonly config: StageConfig;
   abstract readonly stats: StageStats;
-  protected abstract readonly outlet: CoreOutlet<Traced<O>>;
+  protected abstract override readonly outlet: CoreOutlet<Traced<O>>;
   protected abstract readonly name: string;
   protected abstract readonly scheduler: SchedulerLike;
-  protected abstract readonly ordered: boolean;
   /** Ordered, no timeout: a Promise task needs no timer and is listed in start order. */
   protected abstract readonly plainPromises: boolean;
-  protected abstract terminated: boolean;
   /** Elements delivered with one output emitted, nothing merged (see `StageRun.passedNow`). */
   protected abstract passed: number;
   abstract describe(): RunDescription;
   abstract demandNow(): number;
   abstract ownLink(): DemandLink;
   protected abstract now(): number;
-  protected abstract drain(): void;
   abstract fail(error: unknown): void;
 
-  /** Unordered: tasks with something to deliver (ordered stages deliver from `firstTask`). */
-  protected readonly queue = new Ring<Task<I, O>>(4);
   /**
    * Tasks in flight, oldest first, linked by `after` (and, unordered, `before`). Ordered, the
    * oldest is the one to deliver next. Intrusive, not a `Ring`: appending is one field store and
@@ -50,8 +45,19 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
   /** Retired tasks to reuse, linked by `after`: at most `concurrency` of them. */
   protected spare: Task<I, O> | undefined = undefined;
   protected inFlight = 0;
-  /** Ordered: tasks in flight behind the oldest that became ready (an output, or done) before it, marked `queued`. */
-  protected readyBehind = 0;
+
+  // ---- what ordered and unordered runs do apart (ordered.ts, unordered.ts) ----
+
+  /** A started task joins the list of tasks in flight. */
+  protected abstract enlist(task: Task<I, O>): void;
+  /** `task` has something to deliver (an output, or it is done): it is marked for `deliver`. */
+  protected abstract markReady(task: Task<I, O>): void;
+  /** Something to deliver now. */
+  protected abstract hasReady(): boolean;
+  /** Emits what is ready while downstream wants, retiring the tasks that are done. */
+  protected abstract override deliver(): void;
+  /** A task being retired leaves the run's bookkeeping of ready and listed tasks. */
+  protected abstract delist(task: Task<I, O>): void;
 
   /** A task for new work: a spare one if any (`quick`: it may settle by the shortcut, see `Task.quick`). */
   protected taskFor(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number, quick: boolean): Task<I, O> {
@@ -64,40 +70,10 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
 
   /** A retired reusable task waits for a later element (closing it is the flag alone: it never had a timer, subscription or iterator). */
   protected spareTask(task: Task<I, O>): void {
-    task.closed = true;
+    task.state = CLOSED;
     task.value = undefined as I; // the element's data is not held while the task waits
     task.after = this.spare;
     this.spare = task;
-  }
-
-  /** Ordered: `task` starts after every task in flight (a retired task's `after` was reset by `restart` or `reuse`). */
-  protected append(task: Task<I, O>): void {
-    if (this.lastTask === undefined) this.firstTask = task;
-    else this.lastTask.after = task;
-    this.lastTask = task;
-  }
-
-  /** Ordered: the oldest task, `task`, leaves the list (before `spareTask` reuses its `after`). */
-  protected dropOldest(task: Task<I, O>): void {
-    const next = task.after;
-    this.firstTask = next;
-    if (next === undefined) this.lastTask = undefined;
-  }
-
-  /** Unordered: `task` joins the list of tasks in flight. */
-  protected link(task: Task<I, O>): void {
-    task.before = this.lastTask;
-    if (this.lastTask === undefined) this.firstTask = task;
-    else this.lastTask.after = task;
-    this.lastTask = task;
-  }
-
-  /** Unordered: `task`, wherever it is in the list, leaves it. */
-  protected unlink(task: Task<I, O>): void {
-    if (task.before === undefined) this.firstTask = task.after;
-    else task.before.after = task.after;
-    if (task.after === undefined) this.lastTask = task.before;
-    else task.after.before = task.before;
   }
 
   /** Every task in flight, oldest first (for cancel and fail). */
@@ -134,8 +110,7 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
       task.queueWait = enqueuedAt >= 0 ? startedAt - enqueuedAt : 0;
     }
     this.inFlight++;
-    if (this.ordered === true) this.append(task);
-    else this.link(task);
+    this.enlist(task);
     if (this.config.timeout !== undefined) this.startTimer(task, this.config.timeout);
     // No closure is made here: a function that makes one allocates its context on every call.
     if (kind === PROMISE) {
@@ -148,52 +123,12 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
   }
 
   private ready(task: Task<I, O>): void {
-    if (this.ordered === false) {
-      if (task.queued === false) {
-        task.queued = true;
-        this.queue.push(task);
-      }
-    } else if (task.queued === false && task !== this.firstTask) {
-      task.queued = true; // ordered: marked once, until retired (see `readyBehind`)
-      this.readyBehind++;
-    }
+    this.markReady(task);
     this.drain();
   }
 
-  /** Something to deliver: ordered, the oldest task has an output or is done; unordered, any queued task. */
-  protected hasReady(): boolean {
-    if (this.ordered === false) return this.queue.length !== 0;
-    const head = this.firstTask;
-    return head !== undefined && (head.outputs > 0 || head.done === true);
-  }
-
-  protected deliverOrdered(): void {
-    for (let task = this.firstTask; task !== undefined && this.terminated === false; task = this.firstTask) {
-      if (task.outputs > 0) {
-        if (this.emitFrom(task) === false) return;
-      } else if (task.done === true) {
-        this.dropOldest(task);
-        this.retire(task);
-      } else {
-        return;
-      }
-    }
-  }
-
-  protected deliverUnordered(): void {
-    for (let task = this.queue.peek(); task !== undefined && !this.terminated; task = this.queue.peek()) {
-      if (task.outputs > 0) {
-        if (this.emitFrom(task) === false) return;
-      } else {
-        this.queue.shift();
-        task.queued = false;
-        if (task.done) this.retire(task);
-      }
-    }
-  }
-
   /** Emits one output of `task` if downstream wants it; returns whether it did. */
-  private emitFrom(task: Task<I, O>): boolean {
+  protected emitFrom(task: Task<I, O>): boolean {
     if (this.outlet.wants() === false) {
       if (isSampled(task.trace) && task.waitingSince < 0) task.waitingSince = this.now();
       return false;
@@ -201,7 +136,7 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
     const output = task.shift();
     this.stats.emittedCount++;
     // Most tasks yield one output, unsampled: nothing more to do here (the rest is out of line, rule 2 in run.ts).
-    if (isSampled(task.trace) || (task.outputs === 0 && task.done === false)) this.emittedFrom(task);
+    if (isSampled(task.trace) || (task.outputs === 0 && task.state === WORKING)) this.emittedFrom(task);
     this.outlet.nextTraced(output, task.trace);
     return true;
   }
@@ -214,10 +149,10 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
         task.waitingSince = -1;
       }
       // An output before the last: it will collect records downstream before this task is done.
-      if (task.kept === undefined && task.recorded === false && (task.outputs > 0 || task.done === false)) placeRecord(task, this.name, this.now());
+      if (task.kept === undefined && task.recorded === false && (task.outputs > 0 || task.state === WORKING)) placeRecord(task, this.name, this.now());
     }
     if (task.outputs > 0) return;
-    if (task.done === false) {
+    if (task.state === WORKING) {
       if (task.iterator) this.pullIterator(task);
       else if (task.subscription) task.resumeProducers();
     } else if (isSampled(task.trace)) {
@@ -225,16 +160,12 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
     }
   }
 
-  private retire(task: Task<I, O>): void {
-    if (task.queued === true) {
-      task.queued = false; // ordered (unordered tasks leave the queue unmarked)
-      this.readyBehind--;
-    }
+  protected retire(task: Task<I, O>): void {
+    this.delist(task);
     this.inFlight--;
-    if (this.ordered === false) this.unlink(task);
-    if (task.reusable === false) this.closeTask(task);
-    if (task.failed === false) this.stats.deliveredCount += 1 + task.merged;
+    if (task.state !== FAILED) this.stats.deliveredCount += 1 + task.merged;
     else this.stats.failed += 1 + task.merged;
+    if (task.reusable === false) this.closeTask(task);
     if (isSampled(task.trace)) this.finishRecord(task);
     if (task.reusable === true) this.spareTask(task);
   }
@@ -281,24 +212,24 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
       );
     // An inspector learns that the Flows starting now feed this stage (their link is the task, not ours).
     task.subscription = activeIntrospector() === undefined ? subscribe() : subscribedWithin(this, subscribe);
-    if (task.closed) task.subscription.unsubscribe();
+    if (task.state >= FAILED) task.subscription.unsubscribe();
   }
 
   /** A Promise result settled (called by `Task.fulfilled`). */
   taskFulfilled(task: Task<I, O>, output: O): void {
-    if (task.closed === true) return;
+    if (task.state >= FAILED) return;
     task.push(output);
     this.taskDone(task);
   }
 
   private pullIterator(task: Task<I, O>): void {
     const iterator = task.iterator!;
-    if (task.iterating || task.done || task.closed) return;
+    if (task.iterating || task.state !== WORKING) return;
     task.iterating = true;
     iterator.next().then(
       (step) => {
         task.iterating = false;
-        if (task.closed) return;
+        if (task.state >= FAILED) return;
         if (step.done) this.streamDone(task);
         else this.taskOutput(task, step.value);
       },
@@ -311,7 +242,7 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
 
   /** An output of streaming work: one more copy of its element is on its way downstream. */
   private taskOutput(task: Task<I, O>, output: O): void {
-    if (task.closed === true) return;
+    if (task.state >= FAILED) return;
     settlementOf(task.trace)?.hold();
     task.push(output);
     this.ready(task);
@@ -319,14 +250,14 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
 
   /** Streaming work ended: its own copy of the element is done (its outputs settle downstream). */
   private streamDone(task: Task<I, O>): void {
-    if (task.closed === true || task.done === true) return;
+    if (task.state !== WORKING) return;
     forEachSettlement(task.value, settlementOf(task.trace), settleDelivered);
     this.taskDone(task);
   }
 
   private taskDone(task: Task<I, O>): void {
-    if (task.closed === true || task.done === true) return;
-    task.done = true;
+    if (task.state !== WORKING) return;
+    task.state = SETTLED;
     if (task.timer !== undefined) {
       task.timer.unsubscribe();
       task.timer = undefined;
@@ -351,12 +282,10 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
 
   /** Work failed: thrown, rejected (`Task.rejected`), errored, or timed out. */
   taskFailed(task: Task<I, O>, err: unknown): void {
-    if (task.closed || task.failed) return;
+    if (task.state >= FAILED) return;
     const error = this.elementFailed(task.value, task.seq, task.trace, err);
     if (error === undefined) return;
-    task.failed = true;
-    task.done = true;
-    this.closeTask(task);
+    this.closeTask(task, FAILED);
     // Counted when it leaves its slot (`retire`): ordered, it may wait for its turn, still in flight.
     callHook(this.config.onFailure, { stage: this.config.name, error, value: task.value, seq: task.seq, trace: traceOf(task.trace) });
     this.ready(task);
@@ -366,24 +295,37 @@ export abstract class InFlight<I, O> implements TaskOwner<I, O>, InspectedRun {
    * A streaming task ended early: besides the copy its shed or failure released (its stream's;
    * none if the stream had ended), each output still waiting here was a copy of the element.
    */
-  protected releaseOutputs(task: Task<I, O>): void {
+  protected releaseOutputs(task: Task<I, O>, settled: boolean): void {
     const settlement = settlementOf(task.trace);
     if (settlement === undefined || (task.subscription === undefined && task.iterator === undefined)) return;
-    for (let copy = task.done ? 1 : 0; copy < task.outputs; copy++) settlement.shed('cancelled');
+    for (let copy = settled ? 1 : 0; copy < task.outputs; copy++) settlement.shed('cancelled');
+  }
+
+  /** The run ends: `task` is aborted and closed; returns its state before, which says how it is counted. */
+  protected abortTask(task: Task<I, O>, reason: unknown): TaskState {
+    task.context?.abort(reason);
+    const state = task.state; // after the abort: its listeners may have ended the work
+    this.closeTask(task);
+    return state;
   }
 
   /** Finished, and its last output already went downstream (the consumer may end the run while taking it). */
-  protected delivered(task: Task<I, O>): boolean {
-    return task.done && task.outputs === 0;
+  protected delivered(task: Task<I, O>, state: TaskState): boolean {
+    return state === SETTLED && task.outputs === 0;
   }
 
-  protected closeTask(task: Task<I, O>): void {
-    if (task.closed) return;
-    task.closed = true;
+  /**
+   * Lets go of what the task holds (timer, subscription) and moves it to `next`, `CLOSED` or
+   * `FAILED`; an iterator still working is told to return only when it is aborted.
+   */
+  protected closeTask(task: Task<I, O>, next: typeof CLOSED | typeof FAILED = CLOSED): void {
+    const state = task.state;
+    if (state >= FAILED) return;
+    task.state = next;
     task.timer?.unsubscribe();
     task.timer = undefined;
     task.subscription?.unsubscribe();
-    if (task.iterator && !task.done) {
+    if (task.iterator && state === WORKING && next === CLOSED) {
       task.iterator.return?.().then(undefined, () => {});
     }
   }

@@ -7,9 +7,9 @@ export const OBSERVABLE = 2;
 export const ASYNC_ITERABLE = 3;
 
 /** What `call` returns when the work threw (and was reported). */
-export const FAILED: unique symbol = Symbol('failed');
+export const THREW: unique symbol = Symbol('threw');
 /** Whether `call` failed; the `typeof` test first keeps V8 from comparing a number with a symbol the slow way. */
-export const threw = (result: unknown): result is typeof FAILED => typeof result === 'symbol' && result === FAILED;
+export const threw = (result: unknown): result is typeof THREW => typeof result === 'symbol' && result === THREW;
 
 /** Small enough to inline on the hot path: a primitive needs no lookups. */
 export function kindOf(result: unknown): number {

@@ -1,10 +1,12 @@
 /**
  * One subscription of a stage: its intake, its buffer and overflow policies, the drain loop and
- * the run's end; its tasks (start, settle, delivery, retirement) are in in-flight.ts.
+ * the run's end; its tasks (start, settle, delivery, retirement) are in in-flight.ts, and which
+ * ready task delivers next in ordered.ts (with its fast paths in fast-paths.ts) or unordered.ts.
  *
  * How the hot path is kept fast under V8 (written here once; figures in docs/internals/stage-hot-path.md):
- * 1. One shape: `FastStageRun` is the only run class made, and a `Task` or `WorkContext` is always
- *    built the same way, so field loads and calls stay monomorphic.
+ * 1. Few shapes: `FastStageRun` (ordered) and `UnorderedRun` are the only run classes made, so a
+ *    pipeline of one kind keeps its calls monomorphic, and a `Task` or `WorkContext` is always
+ *    built the same way, so field loads stay monomorphic.
  * 2. Inlining budget: V8 inlines a call chain only up to a budget of bytecode, and the sync hop
  *    (onTracedNext → take → startNow → call → emitNow → the next stage's onTracedNext) is at it: its
  *    methods stay small and every rarer case (a result that is not a plain value, buffering, tasks,
@@ -20,9 +22,8 @@
  */
 import { monotonicNow } from '../../src/core/clock.js';
 import { type Observable, asyncScheduler, type SchedulerLike, type Subscription } from 'rxjs';
-import { currentLink, swapLink, type DemandLink, type CoreOutlet, type Producer } from '../../src/flow/demand.js';
-import { Inlet, type RoomOwner } from '../../src/flow/inlet.js';
-import { subscribeUpstream, type UpstreamHandler } from '../../src/flow/upstream.js';
+import { currentLink, swapLink, type DemandLink, type CoreOutlet } from '../../src/flow/demand.js';
+import { Inlet } from '../../src/flow/inlet.js';
 import type { InspectedRun, RunDescription } from '../../src/flow/introspection.js';
 import type { KillEvent } from '../../src/flow/kill-switch.js';
 import type { ShedReason } from '../../src/flow/options.js';
@@ -33,22 +34,21 @@ import { AbortedError, DrainTimeoutError, SluiceError } from '../../src/core/err
 import { SeqSampler, TraceContext, Traced, isSampled, settlementOf, traceOf, type Kept, type TraceRef } from '../../src/core/trace.js';
 import { forEachSettlement, giveBack } from '../../src/core/settlement.js';
 import type { WorkResult, Work } from '../../src/flow/work.js';
-import { WorkContext, Pending } from './task.js';
+import { FAILED, SETTLED, WorkContext, Pending } from './task.js';
 import { InFlight } from './in-flight.js';
 import type { StageConfig } from './options.js';
 import { overflow, type Overflowing } from './overflow.js';
 import { recordShed, retriesOf } from './records.js';
 
-import { ASYNC_ITERABLE, FAILED, PLAIN, PROMISE, kindOf, threw } from './result-kind.js';
+import { ASYNC_ITERABLE, THREW, PLAIN, PROMISE, kindOf, threw } from './result-kind.js';
 
-/** A stage's general path, demand accounting included; abstract: `FastStageRun` is the one class made (rule 1). */
-export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer, RoomOwner, UpstreamHandler<I | Traced<I>>, Overflowing<I>, InspectedRun {
+/** A stage's general path, demand accounting included; abstract: `FastStageRun` (ordered) and `UnorderedRun` are the classes made (rule 1). */
+export abstract class StageRun<I, O> extends InFlight<I, O> implements Overflowing<I>, InspectedRun {
   protected readonly inlet: Inlet;
   readonly buffer: Ring<Pending<I>>;
   /** Elements held at most (buffered plus in flight): `Infinity` unless the policy pauses. */
   private readonly limit: number;
   private readonly concurrency: number;
-  protected readonly ordered: boolean;
   /** Ordered, no timeout: a Promise task needs no timer and is listed in start order (see `startPromise`). */
   protected readonly plainPromises: boolean;
   /** `async` work and `plainPromises`: an unsampled element arriving at an idle stage starts by `startSettled`. */
@@ -71,21 +71,17 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
   private readonly clock: SchedulerLike | undefined;
   private readonly sampler: SeqSampler;
   protected readonly scheduler: SchedulerLike;
-  private upstream: Subscription | undefined;
-  protected upstreamDone = false;
-  protected terminated = false;
   /** Terminated by the consumer leaving (else by a failure or the end): what work returning late counts as. */
   private cancelled = false;
   private pendingError: { error: unknown } | undefined;
   protected seq = 0;
   /** Elements delivered with one output emitted, nothing merged (`passedNow`); the rest is counted in the stats. */
   protected passed = 0;
-  protected wip = 0;
   private stopKillListener: (() => void) | undefined;
   private drainTimer: Subscription | undefined;
 
   constructor(
-    private readonly source: Observable<I | Traced<I>>,
+    protected readonly source: Observable<I | Traced<I>>,
     protected readonly work: Work<I, O>,
     readonly config: StageConfig,
     readonly stats: StageStats,
@@ -95,7 +91,6 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     this.buffer = new Ring(Math.min(config.capacity, 1024));
     this.limit = config.pausing ? config.limit : Infinity;
     this.concurrency = config.concurrency;
-    this.ordered = config.ordered;
     this.plainPromises = config.fastPaths && config.ordered && config.timeout === undefined;
     this.asyncHop = this.plainPromises && config.asyncWork;
     this.hop = this.asyncHop;
@@ -138,15 +133,11 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
 
   // ---- Producer (downstream side) ----
 
-  start(): void {
+  override start(): void {
     this.stopKillListener = this.config.killSwitch?.listen((event) => this.onKill(event));
     if (this.terminated || this.upstreamDone) return; // a kill switch fired before we started
-    this.stats.track(this); // until `releaseAll`
-    subscribeUpstream(this.source, this.inlet, this);
-  }
-
-  pull(): void {
-    this.drain();
+    this.stats.track(this); // until `release`
+    super.start();
   }
 
   /** Work in flight, for `StageStats.inFlight` (read on demand, summed over the stage's runs). */
@@ -164,32 +155,28 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     return this.passed;
   }
 
-  /** The consumer went away: abort work, shed what is buffered, release everything. */
-  cancel(): void {
-    if (this.terminated) return;
-    this.terminated = true;
+  /** The consumer went away (`LinkedRun.cancel`): abort work and shed what is buffered, before `release`. */
+  protected override onCancel(): void {
     this.cancelled = true;
     this.hop = false;
     this.upstream?.unsubscribe(); // first: a producer holding credit (see `lendsRoom`) must not emit into what follows
     const reason = new AbortedError(this.config.name, 'the consumer unsubscribed');
     for (const pending of this.takeBuffered()) this.shed(pending.value, pending.trace, pending.seq, 'cancelled', 1 + pending.merged);
     for (const task of this.tasksInFlight()) {
-      task.context?.abort(reason);
-      this.closeTask(task);
-      if (task.failed) {
+      const state = this.abortTask(task, reason);
+      if (state === FAILED) {
         this.stats.failed += 1 + task.merged;
         continue;
       }
-      if (this.delivered(task)) this.stats.deliveredCount += 1 + task.merged;
+      if (this.delivered(task, state)) this.stats.deliveredCount += 1 + task.merged;
       else {
         const kept = task.kept; // a streaming task whose first outputs left: its record is marked shed
         task.kept = undefined;
         task.recorded = true;
         this.shed(task.value, task.trace, task.seq, 'cancelled', 1 + task.merged, kept);
-        this.releaseOutputs(task);
+        this.releaseOutputs(task, state === SETTLED);
       }
     }
-    this.releaseAll();
   }
 
   // ---- RoomOwner (upstream side) ----
@@ -203,11 +190,6 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
   }
 
   // ---- upstream signals ----
-
-  /** Known before the first element, so ending early stops even a synchronous source at once. */
-  onSubscribe(subscription: Subscription): void {
-    this.upstream = subscription;
-  }
 
   onNext(input: I | Traced<I>): void {
     if (this.terminated === true || this.upstreamDone === true) return this.late(input); // §2.8: late elements after cancel are not taken
@@ -280,8 +262,13 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     else this.startLater(value, context, seq, trace, result, kind, startedAt);
   }
 
-  /** The `async` function path (`FastStageRun`, fast paths on): a hook, not an override of `startNow` (rule 2). */
-  protected abstract startAsync(value: I, seq: number, trace: TraceRef): void;
+  /** `startNow` for an `async` function: a method of its own, not a branch in `startNow` (rule 2); `FastStageRun` adds its fast path. */
+  protected startAsync(value: I, seq: number, trace: TraceRef): void {
+    const context = this.passContext === true ? this.contextFor(seq, (trace = traceOf(trace))) : undefined;
+    const startedAt = isSampled(trace) ? this.startTime(trace) : 0;
+    const result = this.callAsync(value, context, seq, trace, 0);
+    this.startLater(value, context, seq, trace, result, kindOf(result), startedAt);
+  }
 
   /** `startNow` for a result that is not a plain value going straight out (out of line, rule 2). */
   protected startLater(
@@ -289,16 +276,21 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     context: WorkContext | undefined,
     seq: number,
     trace: TraceRef,
-    result: WorkResult<O> | typeof FAILED,
+    result: WorkResult<O> | typeof THREW,
     kind: number,
     startedAt: number,
   ): void {
     if (threw(result)) return;
-    if (kind === PLAIN && !this.ordered) this.emitDirect(result as O, trace, -1, startedAt, 0);
+    if (kind === PLAIN) this.startPlain(value, context, seq, trace, result as O, startedAt);
     else this.startTask(value, context, seq, trace, result, kind, startedAt, -1, 0);
     // Deliver what finished at once (an Observable that emitted, other tasks when unordered); a Promise cannot have settled yet.
     if (this.inFlight > 0 && kind !== PROMISE) this.drain();
   }
+
+  /** A plain result of work started at once while tasks are in flight: a task behind them (ordered), or out now (unordered). */
+  protected abstract startPlain(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, output: O, startedAt: number): void;
+  /** No task is ahead of a plain result that is ready to go out: ordered, none in flight; unordered, none ready. */
+  protected abstract nothingAhead(): boolean;
 
   private hold(value: I, trace: TraceRef, seq: number, asked: boolean): void {
     // Room in the buffer and no timing (most arrivals at a busy stage): `enqueue`'s first case, without the call.
@@ -314,7 +306,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     else if (this.room() === 0) this.stats.pauses++;
   }
 
-  onUpstreamComplete(): void {
+  override onUpstreamComplete(): void {
     if (this.terminated || this.upstreamDone) return;
     this.finishInput();
   }
@@ -346,7 +338,11 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
   protected begin(pending: Pending<I>): void {
     const context = this.beginContext(pending);
     const startedAt = isSampled(pending.trace) ? this.now() : 0;
-    this.beginWith(pending, context, startedAt, this.call(pending.value, context, pending.seq, pending.trace, pending.merged));
+    const result =
+      this.asyncWork === true
+        ? this.callAsync(pending.value, context, pending.seq, pending.trace, pending.merged)
+        : this.call(pending.value, context, pending.seq, pending.trace, pending.merged);
+    this.beginWith(pending, context, startedAt, result);
   }
 
   /** A buffered element's context, for work that can see one (its trace made a context, see `contextFor`). */
@@ -354,11 +350,11 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     return this.passContext === true ? this.contextFor(pending.seq, (pending.trace = traceOf(pending.trace))) : undefined;
   }
 
-  protected beginWith(pending: Pending<I>, context: WorkContext | undefined, startedAt: number, result: WorkResult<O> | typeof FAILED): void {
+  protected beginWith(pending: Pending<I>, context: WorkContext | undefined, startedAt: number, result: WorkResult<O> | typeof THREW): void {
     const trace = pending.trace;
     if (threw(result)) return;
     const kind = kindOf(result);
-    if (kind === PLAIN && (this.ordered === true ? this.firstTask : this.queue.peek()) === undefined && this.outlet.wants() === true) {
+    if (kind === PLAIN && this.nothingAhead() === true && this.outlet.wants() === true) {
       this.emitDirect(result as O, trace, pending.enqueuedAt, startedAt, pending.merged);
     } else {
       this.startTask(pending.value, context, pending.seq, trace, result, kind, startedAt, pending.enqueuedAt, pending.merged);
@@ -373,8 +369,8 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     return new WorkContext(this.name, seq, trace);
   }
 
-  /** Runs the work; a throw is reported and yields FAILED. */
-  private call(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof FAILED {
+  /** Runs the work; a throw is reported and yields THREW. */
+  private call(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof THREW {
     // Between two linked stages no link scope is open (the emit is direct), so the hot path swaps nothing.
     if (currentLink() !== undefined) return this.callUnlinked(value, context, seq, trace, merged);
     let result: WorkResult<O>;
@@ -382,13 +378,29 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
       result = this.work(value, context as WorkContext); // undefined only for work that cannot see it
     } catch (err) {
       this.workFailed(value, seq, trace, merged, err);
-      return FAILED;
+      return THREW;
+    }
+    return this.terminated === true ? this.abandon(value, trace, seq, merged, result) : result;
+  }
+
+  /**
+   * `call` for `async` functions, word for word: a call site of their own, so the sync stages'
+   * stays specialised (rule 4 in run.ts).
+   */
+  protected callAsync(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof THREW {
+    if (currentLink() !== undefined) return this.callUnlinked(value, context, seq, trace, merged);
+    let result: WorkResult<O>;
+    try {
+      result = this.work(value, context as WorkContext);
+    } catch (err) {
+      this.workFailed(value, seq, trace, merged, err);
+      return THREW;
     }
     return this.terminated === true ? this.abandon(value, trace, seq, merged, result) : result;
   }
 
   /** Flows the work subscribes for itself must not link to whoever is emitting to us (a plain operator upstream opened a scope). */
-  protected callUnlinked(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof FAILED {
+  protected callUnlinked(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number): WorkResult<O> | typeof THREW {
     const scope = swapLink(undefined);
     let result: WorkResult<O>;
     try {
@@ -396,7 +408,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     } catch (err) {
       swapLink(scope);
       this.workFailed(value, seq, trace, merged, err);
-      return FAILED;
+      return THREW;
     }
     swapLink(scope);
     return this.terminated === true ? this.abandon(value, trace, seq, merged, result) : result;
@@ -406,7 +418,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
    * The run ended while the work ran (the consumer left, or a kill switch aborted, from inside it):
    * the element is accounted for as its buffered peers were, and a result still to come is let go.
    */
-  protected abandon(value: I, trace: TraceRef, seq: number, merged: number, result: WorkResult<O>): typeof FAILED {
+  protected abandon(value: I, trace: TraceRef, seq: number, merged: number, result: WorkResult<O>): typeof THREW {
     if (this.cancelled === true) this.shed(value, trace, seq, 'cancelled', 1 + merged);
     else {
       this.stats.failed += 1 + merged;
@@ -420,7 +432,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
         [Symbol.asyncIterator]()
         .return?.()
         ?.then(undefined, () => {});
-    return FAILED;
+    return THREW;
   }
 
   /** When work on a sampled element straight from upstream starts: the upstream stage's exit time (one clock read per hop). */
@@ -435,7 +447,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     this.outlet.nextTraced(output, trace);
   }
 
-  private emitDirect(output: O, trace: TraceRef, enqueuedAt: number, startedAt: number, merged: number): void {
+  protected emitDirect(output: O, trace: TraceRef, enqueuedAt: number, startedAt: number, merged: number): void {
     this.passed++;
     if (merged !== 0) this.stats.deliveredCount += merged;
     if (isSampled(trace)) this.recordDirect(trace, enqueuedAt, startedAt, merged);
@@ -455,20 +467,24 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     if (error !== undefined) callHook(this.config.onFailure, { stage: this.config.name, error, value, seq, trace: traceOf(trace) });
   }
 
-  /** The drain loop: deliver, start work, finish; then ask upstream for more. Never re-entered. */
-  protected drain(): void {
+  /** Something buffered or in flight still has to go out before the run can finish. */
+  protected holding(): boolean {
+    return this.buffer.length !== 0 || this.inFlight !== 0;
+  }
+
+  /** `LinkedRun`'s drain loop with a start pass and its own guards kept inline (rule 3): deliver, start work, finish; then ask upstream for more. */
+  protected override drain(): void {
     if (this.wip++ !== 0) return;
     do {
       // Each delivery pass runs until it is blocked; only work started since can unblock it at once.
       do {
-        if (this.ordered === true) this.deliverOrdered();
-        else this.deliverUnordered();
+        this.deliver();
       } while (this.terminated === false && this.startBuffered() === true && this.hasReady() === true);
       if (this.terminated === true) {
         this.wip = 0;
         return;
       }
-      if (this.upstreamDone === true && this.buffer.length === 0 && this.inFlight === 0) {
+      if (this.upstreamDone === true && this.holding() === false) {
         this.wip = 0;
         this.finish();
         return;
@@ -518,10 +534,10 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     this.drain();
   }
 
-  private finish(): void {
+  protected override finish(): void {
     this.terminated = true;
     this.hop = false;
-    this.releaseAll();
+    this.release();
     if (this.pendingError) this.outlet.error(this.pendingError.error);
     else this.outlet.complete();
   }
@@ -538,18 +554,17 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
       giveBack(pending.value, settlementOf(pending.trace));
     }
     for (const task of this.tasksInFlight()) {
-      task.context?.abort(error);
-      this.closeTask(task);
-      if (task.failed) lost += 1 + task.merged;
-      else if (this.delivered(task)) this.stats.deliveredCount += 1 + task.merged;
+      const state = this.abortTask(task, error);
+      if (state === FAILED) lost += 1 + task.merged;
+      else if (this.delivered(task, state)) this.stats.deliveredCount += 1 + task.merged;
       else {
         lost += 1 + task.merged;
         giveBack(task.value, settlementOf(task.trace));
-        this.releaseOutputs(task);
+        this.releaseOutputs(task, state === SETTLED);
       }
     }
     this.stats.failed += lost;
-    this.releaseAll();
+    this.release();
     this.outlet.error(error);
   }
 
@@ -567,7 +582,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     return this.buffer.drain();
   }
 
-  private releaseAll(): void {
+  protected release(): void {
     this.takeBuffered();
     this.forgetTasks();
     this.stats.untrack(this);
@@ -578,10 +593,6 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Producer,
     this.stopKillListener?.();
     this.stopKillListener = undefined;
   }
-}
-
-export function describeValue(value: unknown): string {
-  return value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value;
 }
 
 export function describe(reason: unknown): string {

@@ -53,6 +53,22 @@ export class Pending<I> {
 }
 
 /**
+ * A task's state, one of four; the only moves are
+ * `WORKING → SETTLED → CLOSED`, `WORKING | SETTLED → FAILED` and `WORKING → CLOSED`:
+ * - `WORKING`: its work runs; a streaming task may already hold outputs;
+ * - `SETTLED`: its work is done; its outputs wait for demand or, ordered, for its turn;
+ * - `FAILED`: its work failed and what it held is released; ordered, it waits for its turn to leave its slot;
+ * - `CLOSED`: retired (spare if `reusable`), or aborted while the run ends (cancel, fail).
+ * `FAILED` and `CLOSED` are both closed: nothing that settles later reaches the run (`state >= FAILED`).
+ * Numbers, not strings: the hot path compares them (`result-kind.ts` does the same).
+ */
+export type TaskState = typeof WORKING | typeof SETTLED | typeof FAILED | typeof CLOSED;
+export const WORKING = 0;
+export const SETTLED = 1;
+export const FAILED = 2;
+export const CLOSED = 3;
+
+/**
  * Work in flight for one input. It is also the demand link of an Observable result,
  * so a Flow of tokens returned by the work is paused while its output waits.
  *
@@ -61,18 +77,13 @@ export class Pending<I> {
  * Promise (which settles once) and no timer was set. Reuse saves the task, its two
  * callbacks and their context on every element of Promise work.
  *
- * In the run's list of tasks in flight its state is one of these, kept in three flags
- * (fields, not an enum, for the hot path); out of the list it is retired, closed, and spare if `reusable`:
- * - working: `!done && !closed`; a streaming task may already hold outputs;
- * - settled: `done && !failed && !closed`; its outputs wait for demand or, ordered, for its turn;
- * - failed: `done && failed && closed`; it waits, ordered, for its turn to leave its slot;
- * - aborted: `closed && !failed`, only while the run ends (cancel, fail).
- * Beside the state: `queued` (marked ready to deliver), `iterating` (an AsyncIterable's `next()`
- * is pending), `recorded` (its sampled record is complete), `quick` and `reusable` (set at start).
+ * Its course is one `state` (see `TaskState`); beside it: `queued` (marked ready to deliver),
+ * `iterating` (an AsyncIterable's `next()` is pending), `recorded` (its sampled record is
+ * complete), `quick` and `reusable` (set at start).
  */
 export class Task<I, O> implements DemandLink {
   // Field order is memory order: what a settle touches first, then what a start writes (rule 6 in run.ts).
-  closed = false;
+  state: TaskState = WORKING;
   /**
    * Settles by `taskFulfilled`'s shortcut when it can: an ordered stage without timeouts, an unsampled
    * element. Kept on the task, so a settle reads neither the stage's options nor the trace.
@@ -87,8 +98,6 @@ export class Task<I, O> implements DemandLink {
   /** Only for work that can see it (see `ignoresContext`): nobody else could read its signal. */
   context: WorkContext | undefined;
   seq: number;
-  done = false;
-  failed = false;
   /** Bound once per task, not per element: `then(task.fulfilled, task.rejected)`. */
   readonly fulfilled: (output: O) => void;
   readonly rejected: (err: unknown) => void;
@@ -133,7 +142,8 @@ export class Task<I, O> implements DemandLink {
     this.merged = merged;
     this.quick = plain && !isSampled(trace);
     this.after = undefined;
-    this.done = this.failed = this.closed = this.queued = this.reusable = this.recorded = false;
+    this.state = WORKING;
+    this.queued = this.reusable = this.recorded = false;
     this.startedAt = this.queueWait = this.paused = 0;
     this.waitingSince = -1;
   }
@@ -149,7 +159,7 @@ export class Task<I, O> implements DemandLink {
     this.trace = trace;
     this.merged = 0;
     this.after = undefined;
-    this.done = this.failed = this.closed = false;
+    this.state = WORKING;
     this.quick = true;
   }
 
@@ -168,7 +178,7 @@ export class Task<I, O> implements DemandLink {
   }
 
   wants(): boolean {
-    return !this.closed && this.outputs === 0;
+    return this.state < FAILED && this.outputs === 0;
   }
   demand(): number {
     return this.wants() ? 1 : 0;

@@ -6,6 +6,7 @@
 import { delimiter } from 'node:path';
 import { parseArgs } from 'node:util';
 import { PII_KINDS } from '../ai/stages/pii-detectors.js';
+import { errorMessage } from '../core/errors.js';
 
 export type Command = 'serve' | 'worker';
 
@@ -333,7 +334,7 @@ export function readFlags(argv: readonly string[]): FlagValues {
   try {
     return parseArgs({ args: [...argv], allowPositionals: true, strict: true, options }).values as FlagValues;
   } catch (err) {
-    throw new UsageError(err instanceof Error ? err.message : String(err));
+    throw new UsageError(errorMessage(err));
   }
 }
 

@@ -87,7 +87,7 @@ export class StageError extends SluiceError {
     readonly seq: number,
     cause: unknown,
   ) {
-    super('WORK_FAILED', `Stage "${stage}" failed on element #${seq}: ${describe(cause)}`, { stage, cause });
+    super('WORK_FAILED', `Stage "${stage}" failed on element #${seq}: ${errorMessage(cause)}`, { stage, cause });
   }
 }
 
@@ -144,7 +144,8 @@ export class EmptyPromptError extends SluiceError {
   }
 }
 
-function describe(cause: unknown): string {
+/** @internal What was thrown, in words: an `Error`'s message, anything else as a string. */
+export function errorMessage(cause: unknown): string {
   return cause instanceof Error ? cause.message : String(cause);
 }
 

@@ -17,7 +17,8 @@ export abstract class LinkedRun<In> implements Producer, RoomOwner, UpstreamHand
   protected terminated = false;
   /** The last drain ended without room: counted once per pause (`onPause`), not once per drain. */
   protected paused = false;
-  private wip = 0;
+  /** Drain passes due: 0 when no drain runs (see `drain`). */
+  protected wip = 0;
 
   start(): void {
     if (this.terminated) return;
@@ -89,7 +90,8 @@ export abstract class LinkedRun<In> implements Producer, RoomOwner, UpstreamHand
   /** The run stopped asking upstream for lack of room (counted in stats by runs that keep `pauses`). */
   protected onPause(): void {}
 
-  protected abstract readonly outlet: Outlet<unknown>;
+  /** Where the run's end goes: an `Outlet`, or the `Subscriber` of a run whose output is a plain Observable (the fan-out runs). */
+  protected abstract readonly outlet: Pick<Outlet<unknown>, 'complete'>;
   abstract room(): number;
   abstract onNext(value: In): void;
   abstract onUpstreamError(err: unknown): void;

@@ -9,7 +9,7 @@ import { isZodSchema, lazySchema, type Holds, type SchemaMatches } from '../core
 import type { NatsConnection } from '@nats-io/nats-core';
 import type { JetStreamClient, JetStreamManager, StreamConfig, ConsumerConfig } from '@nats-io/jetstream';
 import { natsJetstream } from '../core/peers.js';
-import { SluiceError } from '../core/errors.js';
+import { SluiceError, errorMessage } from '../core/errors.js';
 import { parseOptions, positiveInt } from '../flow/options.js';
 
 /** A link could not be opened or used: the NATS server, its JetStream, or the link's stream or consumer. */
@@ -307,6 +307,6 @@ export function disconnected(link: string, what: string, hint: string, cause: un
 }
 
 export function refused(link: string, what: string, cause: unknown): LinkError {
-  const detail = cause instanceof Error ? cause.message : String(cause);
+  const detail = errorMessage(cause);
   return new LinkError('LINK_REFUSED', link, `${what}: ${detail}.`, 'Check the server (nats-server -js) and the link options.', cause);
 }

@@ -6,7 +6,7 @@
 import { availableParallelism } from 'node:os';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { natsTransport } from '../core/peers.js';
-import { SluiceError } from '../core/errors.js';
+import { SluiceError, errorMessage } from '../core/errors.js';
 import { CharLmWorker } from '../ai/inference/onnx-lm.js';
 import type { Completion, GenerateRequest, ModelWorker } from '../ai/inference/worker.js';
 import { MODEL_FILES, generateModels } from '../ai/models/generate.js';
@@ -85,7 +85,7 @@ async function connectTo(servers: string, name: string): Promise<NatsConnection>
   try {
     return await natsTransport().connect({ servers: servers.split(','), name: `sluice-${name}`, maxReconnectAttempts: -1, reconnectTimeWait: 500 });
   } catch (error) {
-    throw new SluiceError('NATS_UNREACHABLE', `cannot reach the NATS server at ${servers} (${error instanceof Error ? error.message : String(error)}).`, {
+    throw new SluiceError('NATS_UNREACHABLE', `cannot reach the NATS server at ${servers} (${errorMessage(error)}).`, {
       hint: 'Start nats-server with -js there, or check --nats.',
       cause: error,
     });

@@ -23,6 +23,7 @@ import { RECORDS, SEQ, TRACEPARENT, deadLetter, describe, invalidReason, letterO
 import { Trials } from './trials.js';
 import { SettledLog, idOf } from './settled-log.js';
 import { StrandedMessages } from './reclaim.js';
+import { errorMessage } from '../core/errors.js';
 
 /** The message an element came from, for settling it by hand. Settle it once; later settlements change nothing. */
 export interface LinkMessage<T> {
@@ -469,7 +470,7 @@ class LinkProducer<T> implements Producer, InspectedRun {
     try {
       decoded = this.config.decode(message.data);
     } catch (error) {
-      throw new Error(`undecodable: ${error instanceof Error ? error.message : String(error)}`);
+      throw new Error(`undecodable: ${errorMessage(error)}`);
     }
     const schema = this.link.schema;
     if (schema === undefined) return decoded as T;

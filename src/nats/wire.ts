@@ -6,7 +6,7 @@
 import type { JsMsg } from '@nats-io/jetstream';
 import type { MsgHdrs } from '@nats-io/nats-core';
 import type { ZodError } from 'zod';
-import { SluiceError } from '../core/errors.js';
+import { SluiceError, errorMessage } from '../core/errors.js';
 import type { TraceContext } from '../core/trace.js';
 import { natsTransport } from '../core/peers.js';
 import type { Link } from './link.js';
@@ -59,7 +59,7 @@ export function letterOf(message: JsMsg): Letter {
 /** A reason for the dead-letter stream: a typed error's code and message, or what was thrown. */
 export function describe(error: unknown): string {
   if (error instanceof SluiceError) return `${error.code}: ${error.message}`;
-  return error instanceof Error ? error.message : String(error);
+  return errorMessage(error);
 }
 
 /** A dead letter's reason as a code, for the inspector (the reason's text may quote the message): a typed error's code, else what was thrown's name. */
@@ -68,7 +68,7 @@ export function reasonCode(error: unknown): string {
   return error instanceof Error ? error.name : 'Error';
 }
 
-/** Why a value is not valid for a link's schema: each issue's path and message. */
+/** @internal Why a value is not valid for a link's schema: each issue's path and message. */
 export function invalidReason(error: ZodError): string {
   return `invalid for the link's schema: ${error.issues.map((issue) => `${issue.path.join('.') || '(root)'}: ${issue.message}`).join('; ')}`;
 }

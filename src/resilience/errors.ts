@@ -2,7 +2,7 @@
  * Errors of the resilience operators: each a `SluiceError` with its own code, the
  * stage when known, and what to do about it.
  */
-import { SluiceError } from '../core/errors.js';
+import { SluiceError, errorMessage } from '../core/errors.js';
 
 export { AdmissionRejectedError } from '../core/errors.js';
 
@@ -49,10 +49,9 @@ export class FallbackExhaustedError extends SluiceError {
     stage: string | undefined,
     readonly failures: readonly { readonly worker: string; readonly error: unknown }[],
   ) {
-    super(
-      'FALLBACK_EXHAUSTED',
-      `Every worker failed: ${failures.map((f) => `${f.worker} (${f.error instanceof Error ? f.error.message : String(f.error)})`).join(', ')}.`,
-      { ...(stage === undefined ? {} : { stage }), cause: failures[failures.length - 1]?.error },
-    );
+    super('FALLBACK_EXHAUSTED', `Every worker failed: ${failures.map((f) => `${f.worker} (${errorMessage(f.error)})`).join(', ')}.`, {
+      ...(stage === undefined ? {} : { stage }),
+      cause: failures[failures.length - 1]?.error,
+    });
   }
 }

@@ -5,7 +5,7 @@
  * upstream model, the guard on every prompt). Either way the server gets named workers,
  * the stage counters to export, and a release.
  */
-import { InvalidOptionsError } from '../core/errors.js';
+import { InvalidOptionsError, errorMessage } from '../core/errors.js';
 import { StageStats } from '../flow/stats.js';
 import { CacheStats } from '../cache/stats.js';
 import type { CircuitBreaker } from '../resilience/breaker.js';
@@ -251,7 +251,7 @@ async function loadLocalModels(specs: readonly LocalModelSpec[]): Promise<LocalM
       local = await LocalModel.load(dir, name === undefined ? {} : { name });
     } catch (err) {
       if (err instanceof LocalModelError || (err as { code?: unknown }).code === 'MISSING_PEER') throw err;
-      const message = err instanceof Error ? err.message : String(err);
+      const message = errorMessage(err);
       const hint = (err as { hint?: unknown }).hint;
       // The cause's own hint is about generated models; the directory's layout is what to fix here.
       throw new LocalModelError(dir, typeof hint === 'string' && message.endsWith(hint) ? message.slice(0, -hint.length).trim() : message, err);

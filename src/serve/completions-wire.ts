@@ -12,7 +12,7 @@ import type { Framing } from './framing.js';
 /** OpenAI's default for this API (vLLM's too): a completion without `max_tokens` is 16 tokens long. */
 export const DEFAULT_COMPLETION_TOKENS = 16;
 
-/** The text-completions body. One prompt, one choice; fields that ask for what these models cannot do are refused by name. */
+/** @internal The text-completions body. One prompt, one choice; fields that ask for what these models cannot do are refused by name. */
 export const completionsSchema = lazySchema((z) =>
   z
     .object({
@@ -42,9 +42,10 @@ export const completionsSchema = lazySchema((z) =>
     .strict(),
 );
 
+/** @internal A text-completions body as parsed. */
 export type CompletionsBody = z.output<ReturnType<typeof completionsSchema>>;
 
-/** For an upstream model: the fields sluice reads are checked, the rest (logprobs, suffix, vendor fields) is the upstream's. */
+/** @internal For an upstream model: the fields sluice reads are checked, the rest (logprobs, suffix, vendor fields) is the upstream's. */
 export const passthroughCompletionsSchema = lazySchema((z) =>
   completionsSchema()
     .omit({ suffix: true, logprobs: true, logit_bias: true, best_of: true })
@@ -63,6 +64,7 @@ export function promptOf(body: { readonly prompt: unknown }): string | undefined
   return typeof prompt === 'string' ? prompt : undefined;
 }
 
+/** @internal A parsed completions body as a generation request, its token budget checked against `limit`. */
 export function toCompletionRequest(
   body: Omit<CompletionsBody, 'prompt'> & { readonly prompt: unknown },
   limit: number,

@@ -14,6 +14,7 @@ import { CircuitOpenError, FallbackExhaustedError, StreamTimeoutError } from '..
 export type ChatWorker = Pick<ModelWorker<never, unknown>, 'name' | 'generate' | 'passthrough' | 'stages'>;
 
 const contentPart = lazySchema((z) => z.looseObject({ type: z.string(), text: z.string().optional() }));
+/** @internal A chat message: a role and text content (unknown fields kept). */
 export const messageSchema = lazySchema((z) =>
   z.looseObject({
     role: z.enum(['system', 'developer', 'user', 'assistant', 'tool'], { error: 'role must be one of system, developer, user, assistant, tool' }),
@@ -22,12 +23,12 @@ export const messageSchema = lazySchema((z) =>
   }),
 );
 
-/** A body's `model`. */
+/** @internal A body's `model`. */
 export const modelField = lazySchema((z) =>
   z.string({ error: (issue) => (issue.input === undefined ? 'model is required' : 'model must be a string') }).min(1, { error: 'model must not be empty' }),
 );
 
-/** The fields the chat and the text completions share: the length, sampling and stopping (vLLM's `top_k` and `repetition_penalty` too). */
+/** @internal The fields the chat and the text completions share: the length, sampling and stopping (vLLM's `top_k` and `repetition_penalty` too). */
 export const samplingFields = lazySchema((z) => ({
   max_tokens: samplingRules().max_tokens.nullish(),
   temperature: samplingRules().temperature.max(2, { error: 'temperature must be in [0, 2]' }).nullish(),
@@ -55,7 +56,7 @@ export const samplingFields = lazySchema((z) => ({
 
 type Sampling = z.output<z.ZodObject<ReturnType<typeof samplingFields>>>;
 
-/** The sampling fields of a body as `generateRequest` takes them (penalties of 0, the default, left out). */
+/** @internal The sampling fields of a body as `generateRequest` takes them (penalties of 0, the default, left out). */
 export function samplingOf(body: Sampling): GenerationParams {
   return {
     ...(body.temperature != null && { temperature: body.temperature }),
@@ -140,7 +141,7 @@ const unusedOpenAiFields = lazySchema((z) => ({
     .optional(),
 }));
 
-/** The chat-completions body sluice understands. Unknown fields are refused, as OpenAI does, rather than silently ignored. */
+/** @internal The chat-completions body sluice understands. Unknown fields are refused, as OpenAI does, rather than silently ignored. */
 export const chatSchema = lazySchema((z) =>
   z
     .object({
@@ -183,9 +184,10 @@ export const chatSchema = lazySchema((z) =>
     .strict(),
 );
 
+/** @internal A chat-completions body as parsed. */
 export type ChatBody = z.output<ReturnType<typeof chatSchema>>;
 
-/** The embeddings body: text inputs only (token-id arrays belong to OpenAI's tokenizer). */
+/** @internal The embeddings body: text inputs only (token-id arrays belong to OpenAI's tokenizer). */
 export const embeddingsSchema = lazySchema((z) =>
   z
     .object({
@@ -207,6 +209,7 @@ export const embeddingsSchema = lazySchema((z) =>
     .strict(),
 );
 
+/** @internal An embeddings body as parsed. */
 export type EmbeddingsBody = z.output<ReturnType<typeof embeddingsSchema>>;
 
 /** A model `/v1/embeddings` serves. */
@@ -223,6 +226,7 @@ export function base64Vector(vector: Float32Array): string {
 }
 
 /**
+ * @internal
  * The body a passthrough worker (an upstream server) gets: the fields sluice reads are
  * checked as for any model, every other field is kept for the upstream, and `logit_bias`
  * is the upstream's business (its token ids are its own).
@@ -299,6 +303,7 @@ function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
+/** @internal A parsed chat body as a generation request, its token budget checked against `limit`. */
 export function toGenerateRequest(body: ChatBody, limit: number, passthrough?: Readonly<Record<string, unknown>>): GenerateRequest {
   const messages = body.messages.map((m) => ({
     role: m.role,

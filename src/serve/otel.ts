@@ -16,6 +16,7 @@ import type { Attributes, Context, Span, Tracer, SpanKind as SpanKindType } from
 import { otelApi } from '../core/peers.js';
 import { parseTraceparent, type TraceContext } from '../core/trace.js';
 import type { GenerationDone, GenerationParams } from '../ai/inference/worker.js';
+import { errorMessage } from '../core/errors.js';
 
 const { ROOT_CONTEXT, SpanKind, SpanStatusCode, TraceFlags, context: otelContext, isSpanContextValid, trace: otelTrace } = otelApi();
 
@@ -176,7 +177,7 @@ export function endGenAiSpan(span: Span, outcome: GenAiOutcome): void {
   if (notes !== undefined) for (const key in notes) span.setAttribute(`sluice.${key}`, notes[key]!);
   if (error !== undefined) {
     span.setAttribute('error.type', errorType(error));
-    span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+    span.setStatus({ code: SpanStatusCode.ERROR, message: errorMessage(error) });
   }
   span.end(outcome.endTime);
 }

@@ -3,7 +3,7 @@
  * ended, how many tokens, how fast. Never the prompt, a token's text or a key: only codes,
  * counts, times and the messages of errors.
  */
-import { AbortedError, SluiceError } from '../core/errors.js';
+import { AbortedError, SluiceError, errorMessage } from '../core/errors.js';
 
 /** One finished request as the request log records it. */
 export interface RequestLogEntry {
@@ -47,7 +47,7 @@ export function errorField(error: unknown): RequestLogEntry['error'] | undefined
         : error instanceof Error
           ? error.name
           : 'ERROR';
-  const message = error instanceof Error ? error.message : String(error);
+  const message = errorMessage(error);
   const cause =
     error instanceof Error && error.cause !== undefined
       ? error.cause instanceof Error

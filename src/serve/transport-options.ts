@@ -12,7 +12,7 @@ import type { RequestLog } from './request-log.js';
 import { RequestRegistry } from './inspect/requests.js';
 import type { TraceObserver } from './telemetry.js';
 
-/** The zod fields, for a transport's strict options schema. */
+/** @internal The zod fields, for a transport's strict options schema. */
 export const transportFields = (z: ZodModule) => ({
   metrics: z
     .custom<SluiceMetrics>((v) => typeof v === 'object' && v !== null && typeof (v as SluiceMetrics).scrape === 'function', {
@@ -37,7 +37,7 @@ export const transportFields = (z: ZodModule) => ({
     .optional(),
 });
 
-/** Where a server listens: `host` (default loopback) and `port` (0: any free one). */
+/** @internal Where a server listens: `host` (default loopback) and `port` (0: any free one). */
 export const listenFields = (z: ZodModule, defaultPort: number) => ({
   host: z.string().min(1, { error: 'host must not be empty' }).default('127.0.0.1'),
   port: z

@@ -8,7 +8,7 @@
 import { stat } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import type * as ort from 'onnxruntime-node';
-import { SluiceError } from '../../core/errors.js';
+import { SluiceError, errorMessage } from '../../core/errors.js';
 import { lazySchema } from '../../core/zod.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import { onnxruntime } from '../../core/peers.js';
@@ -124,10 +124,7 @@ export class LocalModel {
       chatTemplate = ChatTemplate.fromConfig(tokenizerConfig);
     } catch (cause) {
       if ((cause as { code?: unknown }).code === 'MISSING_PEER') throw cause;
-      throw new LocalModelError(
-        join(root, 'tokenizer_config.json'),
-        `its chat_template does not parse (${cause instanceof Error ? cause.message : String(cause)}).`,
-      );
+      throw new LocalModelError(join(root, 'tokenizer_config.json'), `its chat_template does not parse (${errorMessage(cause)}).`);
     }
 
     const session = await openSession(modelPath);
@@ -215,7 +212,7 @@ async function openSession(path: string): Promise<ort.InferenceSession> {
     // By path, so onnxruntime finds external data (model.onnx_data) beside it.
     return await ortRuntime.InferenceSession.create(path, { executionProviders: ['cpu'] });
   } catch (cause) {
-    const message = (cause instanceof Error ? cause.message : String(cause)).split('\n')[0]!.trim();
+    const message = errorMessage(cause).split('\n')[0]!.trim();
     throw new ModelCorruptError(path, `onnxruntime rejected it as an ONNX model (${message}).`, cause);
   }
 }

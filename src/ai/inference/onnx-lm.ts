@@ -19,7 +19,10 @@ import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js
 import { seededRandom } from '../../resilience/random.js';
 import { sampleToken } from './sampling.js';
 import { StepBatcher, type StepBatcherOptions, type StepBatcherStats } from './step-batcher.js';
-import { cacheBatcher, int64, lastRow, presentAsPast, type CachedResult, type CachedStep, type DecoderBatchOptions } from './cache-steps.js';
+import { kvBatcher, kvBytes, ownCache, presentAsPast, type CachedResult, type CachedStep, type DecoderBatchOptions, type KvCache } from './kv-batch.js';
+import { int64, lastRow, type DecoderShape, type RunModel } from './lm-tensors.js';
+
+export type { DecoderShape, RunModel };
 import { CacheBudget, type CacheBudgetStats } from './cache-budget.js';
 import {
   complete,
@@ -37,10 +40,6 @@ import {
 } from './worker.js';
 
 const ortRuntime = onnxruntime();
-
-/** Runs the model once. `signal` is for runners that can drop queued work (a pool); a running session ignores it. */
-export type RunModel = (feeds: Record<string, ort.Tensor>, signal: AbortSignal) => Promise<Record<string, ort.Tensor>>;
-export type { DecoderBatchOptions } from './cache-steps.js';
 
 /** Text to token ids and back, one token at a time. */
 export interface TokenCodec {
@@ -228,15 +227,6 @@ export class CharLmWorker extends LmWorker {
   }
 }
 
-/** The shape of a decoder's KV cache. */
-export interface DecoderShape {
-  readonly layers: number;
-  readonly heads: number;
-  readonly headDim: number;
-  /** Positions the model can embed; a generation reaching it ends with `length`. */
-  readonly maxPositions?: number;
-}
-
 /** Options of `DecoderLmWorker`: the model's shape, its codec and its end-of-sequence tokens. */
 export interface DecoderLmWorkerOptions extends LmWorkerOptions {
   readonly shape: DecoderShape;
@@ -251,8 +241,8 @@ export interface DecoderLmWorkerOptions extends LmWorkerOptions {
   readonly vocabSize?: number;
   /**
    * Batch the decode steps of concurrent generations (`StepBatcher`): steps asked together whose
-   * caches have lengths in one `lengthBucket` run as one model call, their caches stacked (shorter
-   * ones left-padded, masked by `attention_mask`). A prompt's first step runs alone. Default: each step its own call.
+   * caches have the same length run as one model call, their caches stacked, each row as it would
+   * alone. A prompt's first step runs alone. Default: each step its own call.
    */
   readonly batch?: DecoderBatchOptions;
   /**
@@ -337,7 +327,7 @@ export class DecoderLmWorker extends LmWorker {
     this.contextLength = options.shape.maxPositions;
     this.maxTokens = options.maxTokens ?? 256;
     this.template = options.template ?? promptText;
-    this.batcher = options.batch === undefined ? undefined : cacheBatcher(options.shape, options.run, options.batch);
+    this.batcher = options.batch === undefined ? undefined : kvBatcher(options.shape, options.run, options.batch);
     this.budget = options.cacheBytes === undefined ? undefined : new CacheBudget(options.cacheBytes);
   }
 
@@ -400,7 +390,7 @@ export class DecoderLmWorker extends LmWorker {
       }
       return none;
     };
-    let past = emptyPast();
+    let past: KvCache = emptyPast();
     let input = [...ids];
     // Dropped to fit the budget: the next step feeds every token again (a prefill) to rebuild it.
     const hold = this.budget?.hold(() => {
@@ -425,14 +415,14 @@ export class DecoderLmWorker extends LmWorker {
         let scores: Float32Array;
         if (batcher !== undefined && input.length === 1) {
           const result = await batcher.step({ past, id: input[0]!, position: ids.length - 1 }, signal);
-          hold?.used(cacheBytesOf(result.past));
+          hold?.used(kvBytes(result.past));
           past = result.past;
           scores = result.logits;
         } else {
           const start = ids.length - input.length;
           const out = await run(
             {
-              ...past,
+              ...ownCache(past, shape),
               input_ids: int64(input, [1, input.length]),
               attention_mask: int64(new Array<number>(ids.length).fill(1), [1, ids.length]),
               position_ids: int64(
@@ -443,7 +433,7 @@ export class DecoderLmWorker extends LmWorker {
             signal,
           );
           past = presentAsPast(out, shape.layers);
-          hold?.used(cacheBytesOf(past));
+          hold?.used(kvBytes(past));
           scores = lastRow(out.logits!);
         }
         // Padding rows of the embedding table (no token of the tokenizer) are never sampled.
@@ -460,12 +450,6 @@ export class DecoderLmWorker extends LmWorker {
       },
     };
   }
-}
-
-function cacheBytesOf(past: Record<string, ort.Tensor>): number {
-  let bytes = 0;
-  for (const tensor of Object.values(past)) bytes += (tensor.data as Float32Array).byteLength;
-  return bytes;
 }
 
 async function readShape(model: LoadedModel, path: string): Promise<DecoderShape> {

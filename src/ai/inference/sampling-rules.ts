@@ -5,6 +5,7 @@
  */
 import { lazySchema } from '../../core/zod.js';
 
+/** @internal The generation parameters' schemas, one per field. */
 export const samplingRules = lazySchema((z) => {
   const penalty = (name: string) =>
     z

@@ -4,7 +4,7 @@
  * chat reaches the model in the exact layout it was trained on.
  */
 import type { Template } from '@huggingface/jinja';
-import { InvalidOptionsError } from '../../core/errors.js';
+import { InvalidOptionsError, errorMessage } from '../../core/errors.js';
 import { hfJinja } from '../../core/peers.js';
 import { lazySchema } from '../../core/zod.js';
 import { parseOptions } from '../../flow/options.js';
@@ -57,9 +57,7 @@ export class ChatTemplate {
       });
     } catch (cause) {
       // The template's own raise_exception ("roles must alternate"...) or a failure on these messages: the request's fault.
-      throw new InvalidOptionsError('request', [
-        { path: 'messages', message: `the model's chat template refused them (${cause instanceof Error ? cause.message : String(cause)})` },
-      ]);
+      throw new InvalidOptionsError('request', [{ path: 'messages', message: `the model's chat template refused them (${errorMessage(cause)})` }]);
     }
   }
 

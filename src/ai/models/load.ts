@@ -7,6 +7,7 @@ import { ModelCorruptError, ModelNotFoundError, ModelSignatureError, Unsupported
 import { embeddingOutputProblem } from './pooling.js';
 import { HashTokenizer, type Tokenizer } from './tokenizer.js';
 import { HfTokenizer } from './hf-tokenizer.js';
+import { errorMessage } from '../../core/errors.js';
 
 const ortRuntime = onnxruntime();
 
@@ -302,6 +303,6 @@ async function readBytes(path: string, what: string): Promise<Uint8Array> {
 }
 
 function firstLine(cause: unknown): string {
-  const message = cause instanceof Error ? cause.message : String(cause);
+  const message = errorMessage(cause);
   return message.split('\n')[0]!.trim();
 }

@@ -9,7 +9,7 @@
 import type * as z from 'zod';
 import { defer, finalize, from, map } from 'rxjs';
 import { zod } from '../../core/zod.js';
-import { AbortedError, InvalidOptionsError } from '../../core/errors.js';
+import { AbortedError, InvalidOptionsError, errorMessage } from '../../core/errors.js';
 import type { Flow } from '../../flow/demand.js';
 import { asFlow } from '../../resilience/as-flow.js';
 import { lightRepair, parseJsonOutput, type OutputProblem } from '../stages/json-output.js';
@@ -46,7 +46,7 @@ export function formatSchema(format: JsonFormat): z.ZodType {
     return z.fromJSONSchema(format.json_schema.schema as Parameters<typeof z.fromJSONSchema>[0]);
   } catch (err) {
     throw new InvalidOptionsError('response_format', [
-      { path: 'response_format.json_schema.schema', message: `not a JSON Schema this server can check: ${err instanceof Error ? err.message : String(err)}` },
+      { path: 'response_format.json_schema.schema', message: `not a JSON Schema this server can check: ${errorMessage(err)}` },
     ]);
   }
 }

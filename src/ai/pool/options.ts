@@ -2,7 +2,7 @@ import { stat } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import type * as ort from 'onnxruntime-node';
 import type * as z from 'zod';
-import { lazySchema } from '../../core/zod.js';
+import { lazySchema, type Holds, type SchemaMatches } from '../../core/zod.js';
 import { parseOptions, positiveInt } from '../../flow/options.js';
 import { ModelCorruptError, ModelNotFoundError } from '../models/errors.js';
 import type { PoolingPlan } from '../models/pooling.js';
@@ -65,7 +65,7 @@ export interface RunOptions {
 }
 
 const modelSource = lazySchema((z) =>
-  z.union([z.string().min(1, { error: 'a model path must not be empty' }), z.instanceof(Uint8Array)], {
+  z.union([z.string().min(1, { error: 'a model path must not be empty' }), z.custom<Uint8Array>((v) => v instanceof Uint8Array)], {
     error: 'a model is a file path or a Uint8Array of its bytes',
   }),
 );
@@ -94,6 +94,10 @@ const poolOptionsSchema = lazySchema((z) =>
     .refine((o) => o.models === undefined || Object.keys(o.models).length > 0, { error: 'models must name at least one model', path: ['models'] }),
 );
 
+/** @internal Fails to compile when `InferencePoolOptions` and the schema's input part ways. */
+export type InferencePoolOptionsInStep = Holds<SchemaMatches<InferencePoolOptions, z.input<ReturnType<typeof poolOptionsSchema>>>>;
+
+/** @internal The options as parsed: defaults filled in, one model under its name. */
 export type PoolConfig = Omit<z.output<ReturnType<typeof poolOptionsSchema>>, 'model' | 'models' | 'size' | 'name'> & {
   readonly name: string;
   readonly size: number;
@@ -103,7 +107,7 @@ export type PoolConfig = Omit<z.output<ReturnType<typeof poolOptionsSchema>>, 'm
 const DEFAULT_MODEL = 'default';
 let unnamedPool = 0;
 
-/** Checks `options` and fills in the defaults; a missing or empty model file fails here, before any worker starts. */
+/** @internal Checks `options` and fills in the defaults; a missing or empty model file fails here, before any worker starts. */
 export async function poolConfig(options: InferencePoolOptions): Promise<PoolConfig> {
   const parsed = parseOptions(poolOptionsSchema(), options, `InferencePool${options?.name ? ` "${options.name}"` : ''} options`);
   const { model, models, size, name, ...rest } = parsed;

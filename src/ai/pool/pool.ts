@@ -1,6 +1,6 @@
 import type { Worker } from 'node:worker_threads';
 import { onnxruntime } from '../../core/peers.js';
-import { AbortedError } from '../../core/errors.js';
+import { AbortedError, errorMessage } from '../../core/errors.js';
 import { ModelCorruptError } from '../models/errors.js';
 import { lease, release, sharedBuffers } from '../models/leases.js';
 import { borrowedResultError } from './borrowed.js';
@@ -421,7 +421,7 @@ export class InferencePool {
   }
 
   private abortError(signal: AbortSignal, when: string): AbortedError {
-    const reason = signal.reason instanceof Error ? signal.reason.message : String(signal.reason);
+    const reason = errorMessage(signal.reason);
     return new AbortedError(undefined, `inference pool "${this.name}" job aborted ${when} (${reason})`);
   }
 

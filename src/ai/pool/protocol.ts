@@ -1,5 +1,6 @@
 import type { Tensor } from 'onnxruntime-node';
 import type { PoolingPlan } from '../models/pooling.js';
+import { errorMessage } from '../../core/errors.js';
 
 /**
  * The messages an `InferencePool` and its worker threads exchange, and the plain
@@ -179,6 +180,6 @@ export function fromArena(
 
 /** The first line of an error's message: onnxruntime appends long stack-like detail. */
 export function firstLine(error: unknown): string {
-  const message = error instanceof Error ? error.message : String(error);
+  const message = errorMessage(error);
   return message.split('\n')[0] ?? message;
 }

@@ -9,6 +9,7 @@ import { type CorpusSkip, type CorpusSkipReason, decodeDocument, hasText, usable
 import { CorpusError } from './errors.js';
 import type { Passage, PassageMetadata } from './passage.js';
 import { VectorIndex } from './vector-index.js';
+import { errorMessage } from '../../core/errors.js';
 
 /** The demo corpus shipped with the package: `data/corpus/` at the package root, from source or from `dist/`. */
 export const BUNDLED_CORPUS = findUp(import.meta.url, 'data/corpus') ?? fileURLToPath(new URL('../../../data/corpus/', import.meta.url));
@@ -109,7 +110,7 @@ export async function loadCorpus(directory: string = BUNDLED_CORPUS, options: Lo
       }
       bytes = await readFile(path);
     } catch (err) {
-      skip('unreadable', file, err instanceof Error ? err.message : String(err));
+      skip('unreadable', file, errorMessage(err));
       continue;
     }
     if (bytes.length > maxFileBytes) {
@@ -147,7 +148,7 @@ export async function documentsIn(directory: string): Promise<string[]> {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') throw new CorpusError(directory, 'missing', 'no such directory', err);
     if (code === 'ENOTDIR') throw new CorpusError(directory, 'not-a-directory', 'not a directory', err);
-    throw new CorpusError(directory, 'unreadable', `cannot be read (${code ?? (err instanceof Error ? err.message : String(err))})`, err);
+    throw new CorpusError(directory, 'unreadable', `cannot be read (${code ?? errorMessage(err)})`, err);
   }
   const files = entries
     .filter((e) => e.isFile() && DOCUMENT.test(e.name))
@@ -208,7 +209,7 @@ export async function indexPassages(
     } catch (err) {
       signal.throwIfAborted();
       firstError ??= err;
-      skip('not-embeddable', passage, err instanceof Error ? err.message : String(err));
+      skip('not-embeddable', passage, errorMessage(err));
       return undefined;
     }
   };

@@ -4,16 +4,11 @@ import { InvalidOptionsError } from '../../core/errors.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import { EmptyPromptError, PromptOverBudgetError, TemplateVariablesError } from '../rag/errors.js';
 import type { RetrievedPassage } from '../rag/passage.js';
+import type { ChatMessage } from '../../cache/key.js';
 import { countTokens as defaultCountTokens, tokenEnds } from '../rag/tokens.js';
 import { withCitations, type Citation } from './retrieve.js';
 import type { PromptTokenizer } from '../models/prompt-tokenizer.js';
 import { stage, type StageOperator, type StageOptions } from '../../../operators/stage.js';
-
-/** One message of an assembled chat prompt. */
-export interface ChatMessage {
-  readonly role: 'system' | 'user' | 'assistant';
-  readonly content: string;
-}
 
 /** A few-shot example: a user turn and the answer the model should imitate. Inserted verbatim. */
 export interface FewShotExample {

@@ -3,7 +3,7 @@ import { lazySchema } from '../../core/zod.js';
 import { isObservable, lastValueFrom, reduce, type Observable } from 'rxjs';
 import { stage, type StageOperator, type StageOptions } from '../../../operators/stage.js';
 import { functionSchema, parseOptions } from '../../flow/options.js';
-import { SluiceError } from '../../core/errors.js';
+import { SluiceError, errorMessage } from '../../core/errors.js';
 import { Traced } from '../../core/trace.js';
 
 /** One response: its whole text, or its token stream (plain or traced chunks). */
@@ -72,7 +72,7 @@ function attempt<S extends z.ZodType>(schema: S, text: string): { ok: true; valu
   try {
     json = JSON.parse(stripFence(text));
   } catch (err) {
-    return { ok: false, problem: { kind: 'parse', message: err instanceof Error ? err.message : String(err) } };
+    return { ok: false, problem: { kind: 'parse', message: errorMessage(err) } };
   }
   const result = schema.safeParse(json);
   return result.success ? { ok: true, value: result.data } : { ok: false, problem: { kind: 'schema', error: result.error } };

@@ -1,5 +1,6 @@
 import type { SchedulerLike } from 'rxjs';
-import { lazySchema, zod } from '../../core/zod.js';
+import type * as z from 'zod';
+import { lazySchema, zod, type Holds, type SchemaMatches } from '../../core/zod.js';
 import { functionSchema, positiveInt, schedulerSchema } from '../../flow/options.js';
 import { StageStats } from '../../flow/stats.js';
 import { PII_KINDS, type PiiKind, type RedactPattern } from './pii-detectors.js';
@@ -70,15 +71,20 @@ const patternSchema = lazySchema((z) =>
 const redactorFields = () => {
   const z = zod();
   return {
-    detect: z.array(z.enum(PII_KINDS, { error: `detect entries must be one of ${PII_KINDS.map((k) => `"${k}"`).join(', ')}` })).optional(),
+    detect: z
+      .array(z.enum(PII_KINDS, { error: `detect entries must be one of ${PII_KINDS.map((k) => `"${k}"`).join(', ')}` }))
+      .readonly()
+      .optional(),
     replacements: z.partialRecord(z.enum(PII_KINDS), z.string()).optional(),
-    patterns: z.array(patternSchema()).optional(),
+    patterns: z.array(patternSchema()).readonly().optional(),
     maxHold: positiveInt('maxHold').default(1024),
   };
 };
 
+/** @internal The options of a `Redactor`: the detection fields of `RedactOptions`. */
 export const redactorOptionsSchema = lazySchema((z) => z.object(redactorFields()).strict());
 
+/** @internal The one check of `redact`'s options; `RedactOptions` is its input, written out. */
 export const redactOptionsSchema = lazySchema((z) =>
   z
     .object({
@@ -91,3 +97,6 @@ export const redactOptionsSchema = lazySchema((z) =>
     })
     .strict(),
 );
+
+/** @internal Fails to compile when `RedactOptions` and the schema's input part ways. */
+export type RedactOptionsInStep = Holds<SchemaMatches<RedactOptions, z.input<ReturnType<typeof redactOptionsSchema>>>>;

@@ -1,7 +1,7 @@
 /** The token socket's options and limits: their types, defaults and validation, up front as `ws` does. */
 import type { IncomingMessage } from 'node:http';
 import type * as z from 'zod';
-import { lazySchema } from '../../core/zod.js';
+import { lazySchema, type Holds, type SchemaMatches } from '../../core/zod.js';
 import type { TenantQuotas } from '../tenant-quotas.js';
 import type { RequestLog } from '../request-log.js';
 import type { Tracer } from '@opentelemetry/api';
@@ -62,6 +62,7 @@ export interface TokenSocketOptions {
   readonly origins?: readonly string[] | ((origin: string, request: IncomingMessage) => boolean);
   /** Only upgrades to this path are handled; others are left to other `upgrade` listeners. Default: every path. */
   readonly path?: string;
+  /** Overrides of the default limits (`DEFAULT_LIMITS`), each checked. */
   readonly limits?: Partial<TokenSocketLimits>;
   /** Called with every connection and request event, for logs and metrics. */
   readonly onEvent?: (event: TokenSocketEvent) => void;
@@ -143,14 +144,17 @@ const optionsSchema = lazySchema((z) =>
       authenticate: functionSchema<Authenticate>().optional(),
       origins: z
         .union(
-          [z.array(z.string().min(1, { error: 'an origin must not be empty' })), functionSchema<(origin: string, request: IncomingMessage) => boolean>()],
+          [
+            z.array(z.string().min(1, { error: 'an origin must not be empty' })).readonly(),
+            functionSchema<(origin: string, request: IncomingMessage) => boolean>(),
+          ],
           {
             error: 'origins must be an array of strings or a function',
           },
         )
         .optional(),
       path: z.string().startsWith('/', { error: 'path must start with "/"' }).optional(),
-      limits: z.unknown().optional(),
+      limits: z.custom<Partial<TokenSocketLimits>>().optional(),
       onEvent: functionSchema<(event: TokenSocketEvent) => void>().optional(),
       name: z.string().min(1, { error: 'name must not be empty' }).default('ws'),
     })
@@ -161,9 +165,19 @@ const optionsSchema = lazySchema((z) =>
     }),
 );
 
-export type TokenSocketConfig = z.output<ReturnType<typeof optionsSchema>>;
+/** @internal Fails to compile when `TokenSocketOptions` and the schema's input part ways. */
+export type TokenSocketOptionsInStep = Holds<SchemaMatches<TokenSocketOptions, z.input<ReturnType<typeof optionsSchema>>>>;
 
-/** Validates the options, and the limits merged over their defaults; throws `InvalidOptionsError` naming the field. */
+/** The options as parsed: `name` and `sampleRate` defaulted. What the server's parts read. */
+export interface TokenSocketConfig extends TokenSocketOptions {
+  readonly name: string;
+  readonly sampleRate: number;
+}
+
+/** @internal Fails to compile when `TokenSocketConfig` and the schema's output part ways. */
+export type TokenSocketConfigInStep = Holds<SchemaMatches<TokenSocketConfig, z.output<ReturnType<typeof optionsSchema>>>>;
+
+/** @internal Validates the options, and the limits merged over their defaults; throws `InvalidOptionsError` naming the field. */
 export function parseTokenSocketOptions(options: TokenSocketOptions): { readonly config: TokenSocketConfig; readonly limits: TokenSocketLimits } {
   const config = parseOptions(optionsSchema(), options, 'token socket options');
   const limits = parseOptions(limitsSchema(), { ...DEFAULT_LIMITS, ...(config.limits as object | undefined) }, 'token socket limits');

@@ -1,5 +1,5 @@
 /**
- * Decode steps whose caches have different lengths in one call (`cacheBatcher` with `lengthBucket`):
+ * Decode steps whose caches have different lengths in one call (`kvBatcher` with `lengthBucket`):
  * shorter caches left-padded and masked, each row's logits and cache those of its lone step up to
  * the rounding of reductions over a longer row; a mask that let the padding in would be far off.
  */
@@ -8,7 +8,8 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import * as ort from 'onnxruntime-node';
 import { DEFAULT_DECODER, buildDecoderModel } from '../../src/ai/models/decoder.js';
-import { cacheBatcher, int64, presentAsPast } from '../../src/ai/inference/cache-steps.js';
+import { kvBatcher, ownCache, presentAsPast } from '../../src/ai/inference/kv-batch.js';
+import { int64 } from '../../src/ai/inference/lm-tensors.js';
 
 const shape = { layers: DEFAULT_DECODER.layers, heads: DEFAULT_DECODER.heads, headDim: DEFAULT_DECODER.hidden / DEFAULT_DECODER.heads };
 
@@ -19,7 +20,7 @@ function maxDifference(a: Float32Array, b: Float32Array): number {
   return most;
 }
 
-describe('cacheBatcher with a lengthBucket', () => {
+describe('kvBatcher with a lengthBucket', () => {
   it('property: rows of different cache lengths in one call get their lone logits and caches (within rounding)', async () => {
     const session = await ort.InferenceSession.create(buildDecoderModel(DEFAULT_DECODER));
     const run = (feeds: Record<string, ort.Tensor>) => session.run(feeds) as Promise<Record<string, ort.Tensor>>;
@@ -40,8 +41,8 @@ describe('cacheBatcher with a lengthBucket', () => {
           feeds[`past_key_values.${l}.${part}`] = new ort.Tensor('float32', new Float32Array(0), [1, shape.heads, 0, shape.headDim]);
       return presentAsPast(await run(feeds), shape.layers);
     };
-    const alone = cacheBatcher(shape, run, { maxBatch: 1 });
-    const padded = cacheBatcher(shape, run, { maxBatch: 8, lengthBucket: 128 });
+    const alone = kvBatcher(shape, run, { maxBatch: 1 });
+    const padded = kvBatcher(shape, run, { maxBatch: 8, lengthBucket: 128 });
     const never = new AbortController().signal;
     await fc.assert(
       fc.asyncProperty(
@@ -58,9 +59,11 @@ describe('cacheBatcher with a lengthBucket', () => {
           assert.equal(padded.stats.calls, calls + 1, 'all rows in one call');
           got.forEach((result, i) => {
             assert.ok(maxDifference(result.logits, expected[i]!.logits) < 1e-4, `row ${i} logits`);
-            for (const name of Object.keys(expected[i]!.past)) {
-              assert.deepEqual(result.past[name]!.dims, expected[i]!.past[name]!.dims, name);
-              assert.ok(maxDifference(result.past[name]!.data as Float32Array, expected[i]!.past[name]!.data as Float32Array) < 1e-4, name);
+            const mine = ownCache(result.past, shape);
+            const lone = ownCache(expected[i]!.past, shape);
+            for (const name of Object.keys(lone)) {
+              assert.deepEqual(mine[name]!.dims, lone[name]!.dims, name);
+              assert.ok(maxDifference(mine[name]!.data as Float32Array, lone[name]!.data as Float32Array) < 1e-4, name);
             }
           });
         },
