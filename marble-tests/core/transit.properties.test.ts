@@ -166,6 +166,7 @@ const describePlan = (plan: Plan): string =>
   `${plan.n} elements, A ${JSON.stringify(plan.a)}, B ${JSON.stringify(plan.b)}, chain ${plan.chain.map((s) => JSON.stringify(s)).join(' → ')}`;
 
 const numRuns = Number(process.env.SLUICE_PROPERTY_RUNS ?? 100);
+// SLUICE_PROPERTY_SEED fixes fast-check's seed: to replay a run, or to compare designs on the same plans.
 
 describe('a link across plain deferring and dropping operators: properties', () => {
   it('holds at most room + slack between the stages at every observation, loses nothing, and keeps a minimum pace beside the same chain without its filters', async () => {
@@ -183,7 +184,7 @@ describe('a link across plain deferring and dropping operators: properties', () 
         const pace = 6 * plain.frames + 4 * Math.ceil(plan.n / (plan.b.capacity + plan.b.concurrency)) + allowance;
         assert.ok(filtered.frames <= pace, `with its filters ${filtered.frames} frames, without ${plain.frames} (allowed ${pace}): ${describePlan(plan)}`);
       }),
-      { numRuns },
+      { numRuns, ...(process.env.SLUICE_PROPERTY_SEED === undefined ? {} : { seed: Number(process.env.SLUICE_PROPERTY_SEED) }) },
     );
   });
 });
