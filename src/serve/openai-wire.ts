@@ -369,9 +369,10 @@ export function toApiError(err: unknown): ApiError {
  * and every circuit open a 503, with `Retry-After`; upstreams that refuse this gateway (401/403:
  * its key, the operator's to fix, never passed on to a client whose own key is fine) a 502
  * `upstream_misconfigured`; every upstream silent a 504; a broken or failing one a 502. Bodies
- * of upstream 5xx are not passed on.
+ * of upstream 5xx are not passed on. Undefined when `err` is no upstream's failure. The HTTP
+ * answers and the WebSocket `error` frames both read it, so the two transports judge alike.
  */
-function upstreamApiError(err: unknown): ApiError | undefined {
+export function upstreamApiError(err: unknown): ApiError | undefined {
   // A stage wraps a failure that is not a SluiceError (fetch's TypeError): judge the cause.
   if (err instanceof StageError && !(err.cause instanceof SluiceError)) return upstreamApiError(err.cause);
   if (err instanceof FallbackExhaustedError) {
@@ -441,9 +442,12 @@ function misconfigured(reasons: string): ApiError {
   );
 }
 
-/** 429 when an upstream limited the rate, else 503 (circuits open); `Retry-After` in whole seconds. */
+/** An upstream that limits the rate without saying how long to wait: the client is told to wait this long. */
+const UNSAID_RETRY_AFTER = 1_000;
+
+/** 429 when an upstream limited the rate, else 503 (circuits open); `Retry-After` in whole seconds, always. */
 function waitError(limited: boolean, retryAfter: number | undefined): ApiError {
-  const headers: Record<string, string> = retryAfter === undefined ? {} : { 'retry-after': String(Math.max(1, Math.ceil(retryAfter / 1000))) };
+  const headers = { 'retry-after': String(Math.max(1, Math.ceil((retryAfter ?? UNSAID_RETRY_AFTER) / 1000))) };
   return limited
     ? new ApiError(429, 'The upstream model servers are rate limiting; retry later.', 'requests', 'rate_limit_exceeded', null, headers)
     : new ApiError(503, 'Every upstream model server is unavailable for now; retry later.', 'server_error', 'upstream_unavailable', null, headers);

@@ -11,7 +11,7 @@ import type { RequestTrace } from '../telemetry.js';
 import type { DoneFrame, RequestErrorCode, TokenFrame } from '../protocol.js';
 import type { Counters } from './events.js';
 import type { TokenSocketLimits, TokenWorker } from './options.js';
-import { codeOf, messageOf, retryAfterOf } from './errors.js';
+import { failureWords } from './errors.js';
 import { TokenCap } from '../token-limit.js';
 import { GenerationContext } from './generation.js';
 
@@ -129,7 +129,8 @@ export class Stream {
     if (this.finished) return;
     this.end();
     this.host.counters.failed++;
-    this.host.refuse(this.id, codeOf(err, 'GENERATION_FAILED'), messageOf(err), retryAfterOf(err));
+    const words = failureWords(err, 'GENERATION_FAILED');
+    this.host.refuse(this.id, words.code, words.message, words.retryAfter);
     this.observe(err);
   }
 
