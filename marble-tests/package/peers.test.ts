@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { MissingPeerError } from '../../src/core/errors.js';
-import { INSTALL_SPECS, OPTIONAL_EXTRAS, PEER_NEEDS, type PeerName, installCommand, peersOf } from '../../src/core/peer-list.js';
+import { INSTALL_SPECS, OPTIONAL_EXTRAS, PEER_NEEDS, type PeerName, installCommand, namedUsers, peersOf } from '../../src/core/peer-list.js';
 import { requirePeers } from '../../src/core/peers.js';
 import { packageOfSpec, readmeInstallRows, readmePeersOf } from '../support/readme-peers.js';
 
@@ -67,6 +67,16 @@ describe('the optional peers, declared once', () => {
     assert.match(error.message, /^sluice serve needs the packages "hdr-histogram-js", "pino", "@nats-io\/jetstream", which are not installed\./);
     assert.ok(error.message.endsWith('npm install hdr-histogram-js pino @nats-io/jetstream@~3.3.1'), error.message);
     assert.equal(installCommand(['ws']), 'npm install ws');
+  });
+
+  it('a command run with a flag is named once, by the flag that needs the most', () => {
+    assert.equal(namedUsers(['sluice serve', 'sluice serve --model <dir>']), 'sluice serve --model <dir>');
+    assert.equal(
+      namedUsers(['sluice serve', 'sluice serve --model <dir>', 'sluice serve --nats <url>']),
+      'sluice serve --model <dir> and sluice serve --nats <url>',
+    );
+    assert.equal(namedUsers(['sluice serve']), 'sluice serve');
+    assert.equal(namedUsers(['sluice/serve', 'sluice serve']), 'sluice serve');
   });
 
   it('with every peer installed (this repository), every need passes its check', () => {

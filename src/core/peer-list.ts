@@ -74,6 +74,18 @@ export function peersOf(user: PeerUser): PeerName[] {
   return [...new Set([...base, ...need.packages])];
 }
 
+/** `users` as one error names them: a command's need is left out beside one of its flags', which holds it. */
+export function namedUsers(users: readonly PeerUser[]): string {
+  const bases = new Set<string>();
+  for (const user of users) {
+    for (let need: PeerNeed | undefined = PEER_NEEDS.find((n) => n.user === user); need?.base !== undefined; ) {
+      bases.add(need.base);
+      need = PEER_NEEDS.find((n) => n.user === need!.base);
+    }
+  }
+  return [...new Set(users)].filter((user) => !bases.has(user)).join(' and ');
+}
+
 /** The one command that installs `names`. */
 export function installCommand(names: readonly string[]): string {
   return `npm install ${names.map((name) => INSTALL_SPECS[name as PeerName] ?? name).join(' ')}`;

@@ -1,6 +1,6 @@
 import { createRequire } from 'node:module';
 import { MissingPeerError } from './errors.js';
-import { type PeerUser, peersOf } from './peer-list.js';
+import { type PeerUser, namedUsers, peersOf } from './peer-list.js';
 
 /**
  * Optional peer dependencies, loaded with `require` when the module that needs them is
@@ -42,7 +42,7 @@ export function requirePeers(...users: readonly PeerUser[]): void {
       throw error;
     }
   });
-  if (missing.length > 0) throw new MissingPeerError(missing, users.join(' with '));
+  if (missing.length > 0) throw new MissingPeerError(missing, namedUsers(users));
 }
 
 export const onnxruntime = (): typeof import('onnxruntime-node') => peer('onnxruntime-node', 'sluice/ai');
