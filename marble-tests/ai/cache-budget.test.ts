@@ -56,7 +56,7 @@ describe('DecoderLmWorker({ cacheBytes })', () => {
     assert.ok(other.text.length > 0);
     assert.ok(bounded.cacheStats!.evictions >= 1, `evictions ${bounded.cacheStats!.evictions}`);
     paused.request(100);
-    await eventually(() => assert.ok(paused.completed));
+    await eventually(() => assert.ok(paused.completed, 'the paused generation completed'));
     assert.equal(paused.received.map((t: Token) => t.text).join(''), expected);
     assert.equal(bounded.cacheStats!.bytes, 0, 'every cache released at the end');
     await alone.release();

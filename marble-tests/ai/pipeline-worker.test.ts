@@ -180,7 +180,7 @@ describe('pipelineWorker', () => {
     const model = new ScriptedWorker({ tokens: { repeat: 'x ' }, delay: 'turn', hang: { after: 1 } });
     const { worker } = shared(model);
     const running = run(worker, { prompt: 'p', max_tokens: 1000 });
-    await eventually(() => assert.ok(running.tokens.length > 0));
+    await eventually(() => assert.ok(running.tokens.length > 0, 'a first token'));
     worker.close();
     assert.equal(((await running.ended) as { code?: string }).code, 'PIPELINE_STOPPED');
     assert.equal(((await run(worker, { prompt: 'late' }).ended) as { code?: string }).code, 'SHUTDOWN');

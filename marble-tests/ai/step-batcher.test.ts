@@ -49,7 +49,7 @@ async function readFrom(
   for (let i = 0; ; i++) {
     for (let g = 0; g < (gaps[i] ?? 0); g++) await new Promise((resolve) => setImmediate(resolve));
     sink.request(1);
-    await eventually(() => assert.ok(sink.received.length > i || sink.completed || sink.error !== undefined));
+    await eventually(() => assert.ok(sink.received.length > i || sink.completed || sink.error !== undefined, 'the next token or an end'));
     if (sink.received.length <= i) break;
     texts.push((sink.received[i] as Token).text);
   }

@@ -132,6 +132,9 @@ export async function retryUntil(check: () => void, options: WaitOptions, retry:
  * An expectation of the kit consumes signals only when it passes, so retrying one is
  * safe; put one consuming expectation in each call (a chain that passed halfway would
  * be retried from its start against signals it already consumed).
+ *
+ * Give `assert.ok` a message inside it: without one, Node parses the calling file to
+ * write the message on every failed try, which can take seconds per try in a long file.
  */
 export async function eventually(assertion: () => void, options: WaitOptions = {}): Promise<void> {
   checkWaitOptions(options);
