@@ -307,6 +307,17 @@ describe('the inspector page in headless Chromium', { skip }, () => {
             .evaluateAll((all) => all.map((c) => Number(c.getAttribute('data-value'))));
           return counts.length === 5 && counts.every((n) => n > 0) ? true : undefined;
         });
+        // The tokens streaming are the last stages' outputs: the tile reads them once, not again for the model behind them.
+        await until('the streams counted as outputs/s', async () => {
+          const tile = Number(((await page.locator('#t-throughput').textContent()) ?? '').replace(/[^\d.]/g, ''));
+          const rows = await page
+            .locator('[data-testid="stage-row"]')
+            .evaluateAll((all) =>
+              all.map((r) => ({ name: r.getAttribute('data-name'), rate: Number(r.querySelector('[data-field="throughput"]')?.getAttribute('data-value')) })),
+            );
+          const streaming = rows.filter((r) => r.name === 'stream' || r.name === 'generate').reduce((a, r) => a + r.rate, 0);
+          return tile > 0 && Math.abs(tile - streaming) <= 1 ? true : undefined;
+        });
         assert.equal(await page.locator('[data-testid="client-row"]').count(), 1);
         const html = await page.content();
         assert.ok(!html.includes('The stage'), 'no prompt on the page');

@@ -203,7 +203,12 @@ describe('gateway mode against a scripted upstream', () => {
     const answer = await client.chat.completions.create({ model: 'up-model', messages: [{ role: 'user', content: 'hi' }] });
     assert.equal(answer.choices[0]!.message.content, 'b answers');
     // Each stalled attempt was aborted: its connection is closed, not left hanging.
-    await eventually(() => assert.ok(a.served.slice(-3).every((s) => s.closed), 'the last three upstream requests closed'));
+    await eventually(() =>
+      assert.ok(
+        a.served.slice(-3).every((s) => s.closed),
+        'the last three upstream requests closed',
+      ),
+    );
   });
 
   it('a drop after the first token is not retried: the stream ends with an error event, and no answer is spliced', async () => {

@@ -358,6 +358,9 @@ describe('PipelineGraph', () => {
     assert.equal(stateOf(0, 0, 3), 'starved');
     assert.equal(stateOf(2, 1, 0), 'backpressured');
     assert.equal(stateOf(0, 0, 0), 'idle');
+    assert.equal(stateOf(0, 3, 5, 16), 'starved', '3 of 16 slots busy, nothing waiting: it could take more');
+    assert.equal(stateOf(0, 16, 5, 16), 'working', 'every slot busy');
+    assert.equal(stateOf(1, 3, 5, 16), 'working', 'an element waits');
     const node = (id: string, working: number) =>
       ({ id, runs: 1, capacity: 4, buffered: 0, shares: { working, starved: 1 - working, backpressured: 0, idle: 0 } }) as never;
     assert.equal(bottleneckOf([node('a', 0.2), node('b', 0.9), node('c', 0.6)]), 'b');

@@ -5,14 +5,14 @@
  * the client reads at its own pace. Queues, batches and sheds are then the server's, not one
  * request's: what the inspector and `/metrics` show is the load.
  */
-import { Observable, type MonoTypeOperatorFunction, type Subscription } from 'rxjs';
+import { Observable, tap, type MonoTypeOperatorFunction, type Subscription } from 'rxjs';
 import { AbortedError, SluiceError } from '../../core/errors.js';
 import { lazySchema } from '../../core/zod.js';
 import { traced, type Traced } from '../../core/trace.js';
 import type { Flow } from '../../flow/demand.js';
 import { handoff, type HandoffHandle } from '../../flow/handoff.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
-import type { StageStats } from '../../flow/stats.js';
+import { StageStats } from '../../flow/stats.js';
 import { stage, type StageOperator } from '../../../operators/stage.js';
 import {
   complete,
@@ -206,11 +206,14 @@ export function streamStage<T extends { readonly job: PipelineJob } | PipelineJo
   tokens: (value: T) => Observable<Token>,
   options: StreamStageOptions = {},
 ): StageOperator<T, T> {
+  const stats = options.stats ?? new StageStats();
+  // Its outputs are the tokens it streams, so the inspector reads tokens/s while requests are still open.
+  const counted = tap<Token>(() => stats.emittedCount++);
   return stage(
     async (value: T) => {
       const job = jobOf(value);
       if (job.options.signal.aborted) return value;
-      await job.stream(tokens(value));
+      await job.stream(tokens(value).pipe(counted));
       return value;
     },
     {
@@ -220,7 +223,7 @@ export function streamStage<T extends { readonly job: PipelineJob } | PipelineJo
       ordered: false,
       errorPolicy: 'skip',
       onFailure: ({ value, error }) => jobOf(value).fail(error),
-      ...(options.stats !== undefined && { stats: options.stats }),
+      stats,
     },
   );
 }

@@ -336,7 +336,7 @@ export class PipelineGraph implements Introspector {
       push(node.rates, seconds > 0 ? (emitted - node.lastEmitted) / seconds : 0, this.config.sparkline);
       node.lastEmitted = emitted;
       node.lastAt = now;
-      if (node.runs.size > 0) push(node.states, stateOf(counts.buffered, counts.inFlight, demandOf(node)), this.config.window);
+      if (node.runs.size > 0) push(node.states, stateOf(counts.buffered, counts.inFlight, demandOf(node), slotsOf(node)), this.config.window);
     }
     for (const node of this.nodes.values()) {
       for (const consumer of node.feeds) if (!this.nodes.has(consumer.stats)) node.feeds.delete(consumer);
@@ -467,6 +467,12 @@ function runsOf(node: Node): number {
   return runs;
 }
 
+/** Elements its runs work on at once, summed (a run that does not say counts as 1). */
+function slotsOf(node: Node): number {
+  const each = node.description.concurrency;
+  return (Number.isFinite(each) && each > 0 ? each : 1) * node.runs.size;
+}
+
 /** What the consumers of a node's runs would take now, summed (Infinity if one is unbounded). */
 function demandOf(node: Node): number {
   let total = 0;
@@ -475,15 +481,16 @@ function demandOf(node: Node): number {
 }
 
 /**
- * Working: it has work in flight and may hand results on. Backpressured: it holds elements (in
- * flight or buffered) and its consumers take none. Starved: it holds nothing and its consumers
- * want more — it waits for upstream. Idle: it holds nothing and nobody asks.
+ * Working: every slot is busy (`slots` elements in flight) or elements wait for one, and results
+ * may be handed on. Backpressured: it holds elements (in flight or buffered) and its consumers take
+ * none. Starved: a slot is free, nothing waits and its consumers want more — it waits for upstream
+ * (a stage running 3 of 16 streams is not what limits the pipeline). Idle: it holds nothing and
+ * nobody asks.
  */
-export function stateOf(buffered: number, inFlight: number, demand: number): NodeState {
+export function stateOf(buffered: number, inFlight: number, demand: number, slots = 1): NodeState {
   if (demand === 0) return buffered > 0 || inFlight > 0 ? 'backpressured' : 'idle';
-  if (inFlight > 0) return 'working';
   // Buffered with demand and nothing in flight: at concurrency 0 of its own, it waits to start work — count it as working.
-  return buffered > 0 ? 'working' : 'starved';
+  return buffered > 0 || inFlight >= Math.max(1, slots) ? 'working' : 'starved';
 }
 
 /** The node busy the largest share of the window, if it was busy most of it. */
