@@ -92,6 +92,12 @@ export function splitAnswer(text: string): { readonly body: string; readonly sou
   return { body: text.slice(0, at), sources };
 }
 
+/** The answer says it has none: the no-answer text, or an answer that cites no source. */
+export function isAbstention(text: string): boolean {
+  const { body, sources } = splitAnswer(text);
+  return body.trim() === NO_ANSWER || sources.length === 0;
+}
+
 /** Runs one set; `undefined` (with a logged reason) when none of its files is present. */
 export async function evaluateSet(set: QuestionSet, options: EvalOptions): Promise<CorpusReport | undefined> {
   const log = options.log ?? (() => {});
@@ -113,7 +119,7 @@ export async function evaluateSet(set: QuestionSet, options: EvalOptions): Promi
         const asked = await ask(server.url, question.question);
         const fact = question.fact === undefined ? undefined : new RegExp(question.fact, 'i');
         const { body, sources } = splitAnswer(asked.answer);
-        const abstained = asked.blocked || asked.error !== undefined || body.trim() === NO_ANSWER || sources.length === 0;
+        const abstained = asked.blocked || asked.error !== undefined || isAbstention(asked.answer);
         const hits = search.search(question.question).slice(0, 3);
         answers.push({
           question,
