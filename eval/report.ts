@@ -8,6 +8,7 @@ import type { CorpusReport } from './harness.js';
 export const GOALS = { precisionAt1: 0.9, factHit: 0.8, abstain: 0.9 } as const;
 
 const pct = (x: number): string => (Number.isNaN(x) ? '—' : `${(x * 100).toFixed(0)} %`);
+const counted = (x: number, of: number): string => (Number.isNaN(x) ? '—' : `${pct(x)} (${Math.round(x * of)}/${of})`);
 const ratio = (a: number, b: number): string => (Number.isNaN(a) || Number.isNaN(b) || b === 0 ? '—' : `${(a / b).toFixed(2)}×`);
 const ms = (x: number): string => (Number.isNaN(x) ? '—' : `${x.toFixed(1)} ms`);
 
@@ -18,14 +19,20 @@ export function formatReport(report: CorpusReport): string {
     ['metric', 'sluice', 'BM25', 'sluice ÷ BM25', 'goal'],
     [
       'cited file right first (p@1)',
-      pct(sluice.precisionAt1),
-      pct(bm25.precisionAt1),
+      counted(sluice.precisionAt1, sluice.covered),
+      counted(bm25.precisionAt1, sluice.covered),
       ratio(sluice.precisionAt1, bm25.precisionAt1),
       `≥ ${pct(GOALS.precisionAt1)}, > BM25`,
     ],
-    ['fact in answer (BM25: in top 3)', pct(sluice.factHit), pct(bm25.factInTop3), ratio(sluice.factHit, bm25.factInTop3), `≥ ${pct(GOALS.factHit)}, > BM25`],
-    ['uncovered abstained', pct(sluice.abstain), '', '', `≥ ${pct(GOALS.abstain)}`],
-    ['covered abstained (false)', pct(sluice.falseAbstain), '', '', ''],
+    [
+      'fact in answer (BM25: in top 3)',
+      counted(sluice.factHit, sluice.covered),
+      counted(bm25.factInTop3, sluice.covered),
+      ratio(sluice.factHit, bm25.factInTop3),
+      `≥ ${pct(GOALS.factHit)}, > BM25`,
+    ],
+    ['uncovered abstained', counted(sluice.abstain, sluice.uncovered), '', '', `≥ ${pct(GOALS.abstain)}`],
+    ['covered abstained (false)', counted(sluice.falseAbstain, sluice.covered), '', '', ''],
     ['latency p50 / p95', `${ms(sluice.p50Ms)} / ${ms(sluice.p95Ms)}`, '', '', ''],
   ];
   const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => row[column]!.length)));
