@@ -152,21 +152,30 @@ export async function evaluateSet(set: QuestionSet, options: EvalOptions): Promi
 
 async function ask(url: string, question: string): Promise<Pick<Answered, 'answer' | 'blocked' | 'error' | 'latencyMs'>> {
   const started = performance.now();
-  const response = await fetch(`${url}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'sluice-rag', messages: [{ role: 'user', content: question }] }),
-  });
-  const body = (await response.json()) as { choices?: { message?: { content?: string } }[]; error?: { code?: string } };
+  let status = 0;
+  let body: { choices?: { message?: { content?: string } }[]; error?: { code?: string } };
+  try {
+    const response = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sluice-rag', messages: [{ role: 'user', content: question }] }),
+    });
+    status = response.status;
+    body = (await response.json()) as typeof body;
+  } catch (err) {
+    // A failed request is a figure of the run (counted as abstained), not the end of it.
+    return {
+      answer: '',
+      blocked: false,
+      error: `${status || 'no response'} ${err instanceof Error ? err.message : String(err)}`,
+      latencyMs: performance.now() - started,
+    };
+  }
   const latencyMs = performance.now() - started;
-  if (response.ok) return { answer: body.choices?.[0]?.message?.content ?? '', blocked: false, error: undefined, latencyMs };
+  if (status === 200) return { answer: body.choices?.[0]?.message?.content ?? '', blocked: false, error: undefined, latencyMs };
   const code = body.error?.code ?? 'unknown';
-  return {
-    answer: '',
-    blocked: code === 'content_policy_violation',
-    error: code === 'content_policy_violation' ? undefined : `${response.status} ${code}`,
-    latencyMs,
-  };
+  const blocked = code === 'content_policy_violation';
+  return { answer: '', blocked, error: blocked ? undefined : `${status} ${code}`, latencyMs };
 }
 
 const rate = (count: number, of: number): number => (of === 0 ? Number.NaN : count / of);
