@@ -4,8 +4,9 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { MODEL_FILES, generateModels } from '../../src/ai/models/generate.js';
-import { GUARD_THRESHOLDS, parseGuardExamples, type GuardExample } from '../../src/ai/models/guard.js';
+import { MODEL_FILES, generateModels, type GuardMetadata } from '../../src/ai/models/generate.js';
+import { GUARD_THRESHOLDS, parseGuardExamples, plattScaling, type GuardExample } from '../../src/ai/models/guard.js';
+import { seededRandom } from '../../src/core/random.js';
 import { loadTokenizer } from '../../src/ai/models/load.js';
 import { InferencePool } from '../../src/ai/pool/pool.js';
 import { poolClassifier } from '../../src/ai/pool/classifier.js';
@@ -75,5 +76,42 @@ describe('the generated guard on held-out data, in onnxruntime', () => {
     ];
     const blocked = (await scored(questions)).filter((r) => r.score >= block);
     assert.deepEqual(blocked, [], `blocked at ${block}:\n${listed(blocked)}`);
+  });
+
+  it('records in guard.json the held-out rates onnxruntime measures', async () => {
+    const benign = await scored((await examples('guard-eval.jsonl')).map((e) => e.text));
+    const attacks = await scored((await examples('guard-redteam.jsonl')).map((e) => e.text));
+    const { heldOut } = JSON.parse(await readFile(join(dir, MODEL_FILES.guardMetadata), 'utf8')) as GuardMetadata;
+    assert.deepEqual(
+      {
+        benign: heldOut?.benign,
+        injections: heldOut?.injections,
+        benignBlocked: heldOut?.benignBlocked,
+        benignFlagged: heldOut?.benignFlagged,
+        injectionsFlagged: heldOut?.injectionsFlagged,
+      },
+      {
+        benign: benign.length,
+        injections: attacks.length,
+        benignBlocked: benign.filter((r) => r.score >= block).length,
+        benignFlagged: benign.filter((r) => r.score >= flag).length,
+        injectionsFlagged: attacks.filter((r) => r.score >= flag).length,
+      },
+    );
+  });
+});
+
+describe('plattScaling', () => {
+  it('recovers the scale and shift of labels drawn from a known logistic curve', () => {
+    const random = seededRandom(7);
+    const logits = Array.from({ length: 20_000 }, () => random() * 8 - 4);
+    const labels = logits.map((z) => (random() < 1 / (1 + Math.exp(-(2 * z - 1))) ? 1 : 0));
+    const { scale, shift } = plattScaling(logits, labels);
+    assert.ok(Math.abs(scale - 2) < 0.15 && Math.abs(shift + 1) < 0.15, `scale ${scale}, shift ${shift}`);
+  });
+
+  it('stays finite on a calibration set the logits separate perfectly', () => {
+    const { scale, shift } = plattScaling([-2, -1, 1, 2], [0, 0, 1, 1]);
+    assert.ok(Number.isFinite(scale) && Number.isFinite(shift) && scale > 0, `scale ${scale}, shift ${shift}`);
   });
 });
