@@ -12,7 +12,7 @@ export type GuardLabel = (typeof GUARD_LABELS)[number];
  * The thresholds the generated guard is calibrated for, and the defaults of `ragWorker` and
  * `guardedWorker`: a score is the calibrated probability of an injection, flagged from `flag`, blocked from `block`.
  */
-export const GUARD_THRESHOLDS: { readonly flag: number; readonly block: number } = { flag: 0.5, block: 0.8 };
+export const GUARD_THRESHOLDS: { readonly flag: number; readonly block: number } = Object.freeze({ flag: 0.5, block: 0.8 });
 
 /** Share of each label held out of training to calibrate the scores on. */
 export const GUARD_CALIBRATION_SHARE = 0.25;
