@@ -25,7 +25,7 @@ import { invalidPaths, pathsOf } from '../support/invalid-options.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const dataDir = join(root, 'data');
-// Measured: 97.0 % (64 of 66) on the seed-1 split. The margin absorbs edits to data/guard.jsonl, not regressions.
+// Measured: 96.5 % (193 of 200) on the seed-1 calibration split. The margin absorbs edits to data/guard.jsonl, not regressions.
 const GUARD_ACCURACY_THRESHOLD = 0.9;
 
 let dir: string;
@@ -243,21 +243,21 @@ describe('embedding model', () => {
 });
 
 describe('guard classifier', () => {
-  it(`scores the held-out split with accuracy ≥ ${GUARD_ACCURACY_THRESHOLD}, as recorded in guard.json`, async () => {
+  it(`scores the calibration split with accuracy ≥ ${GUARD_ACCURACY_THRESHOLD}, as recorded in guard.json`, async () => {
     const tokenizer = await loadTokenizer(join(dir, MODEL_FILES.embeddingTokenizer));
-    const { test } = splitGuardExamples(parseGuardExamples(await readFile(join(dataDir, 'guard.jsonl'), 'utf8')), GUARD_SPLIT_SEED);
-    const { scores } = await model('guard').run(textFeeds(tokenizer.encodeBatch(test.map((e) => e.text))));
-    assert.deepEqual(scores!.dims, [test.length, GUARD_LABELS.length]);
+    const { calibration } = splitGuardExamples(parseGuardExamples(await readFile(join(dataDir, 'guard.jsonl'), 'utf8')), GUARD_SPLIT_SEED);
+    const { scores } = await model('guard').run(textFeeds(tokenizer.encodeBatch(calibration.map((e) => e.text))));
+    assert.deepEqual(scores!.dims, [calibration.length, GUARD_LABELS.length]);
     const predicted = rows(scores!).map((row) => {
       assert.ok(Math.abs(row[0]! + row[1]! - 1) < 1e-5, 'scores are a softmax');
       return GUARD_LABELS[row[1]! > row[0]! ? 1 : 0];
     });
-    const accuracy = predicted.filter((label, i) => label === test[i]!.label).length / test.length;
-    console.log(`  guard held-out accuracy (onnxruntime): ${(accuracy * 100).toFixed(1)}% of ${test.length}`);
+    const accuracy = predicted.filter((label, i) => label === calibration[i]!.label).length / calibration.length;
+    console.log(`  guard calibration accuracy (onnxruntime): ${(accuracy * 100).toFixed(1)}% of ${calibration.length}`);
     assert.ok(accuracy >= GUARD_ACCURACY_THRESHOLD, `accuracy ${accuracy} < ${GUARD_ACCURACY_THRESHOLD}`);
     const recorded = JSON.parse(await readFile(join(dir, MODEL_FILES.guardMetadata), 'utf8')) as GuardMetadata;
-    assert.ok(Math.abs(recorded.heldOutAccuracy - accuracy) < 1e-3, `guard.json says ${recorded.heldOutAccuracy}, onnxruntime measured ${accuracy}`);
-    assert.equal(recorded.testSize, test.length);
+    assert.ok(Math.abs(recorded.calibration.accuracy - accuracy) < 1e-3, `guard.json says ${recorded.calibration.accuracy}, onnxruntime measured ${accuracy}`);
+    assert.equal(recorded.calibration.benign + recorded.calibration.injections, calibration.length);
   });
 
   it('flags unseen injection attempts and passes unseen benign questions', async () => {
