@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import * as ort from 'onnxruntime-node';
@@ -12,7 +12,7 @@ import { DEFAULT_DECODER } from '../../src/ai/models/decoder.js';
 import { embedIds, embeddingTable } from '../../src/ai/models/embedding.js';
 import { cosineSimilarity as cosine } from '../../src/cache/semantic.js';
 import { ModelCorruptError, ModelNotFoundError, ModelSignatureError, UnsupportedTokenizerError } from '../../src/ai/models/errors.js';
-import { EMBEDDING_CONFIG, GUARD_SPLIT_SEED, MODEL_FILES, generateModels, type GuardMetadata } from '../../src/ai/models/generate.js';
+import { EMBEDDING_CONFIG, GUARD_SPLIT_SEED, MODEL_FILES, MODEL_RECIPES, generateModels, type GuardMetadata } from '../../src/ai/models/generate.js';
 import { GUARD_LABELS, parseGuardExamples, splitGuardExamples } from '../../src/ai/models/guard.js';
 import { SIGNATURES, loadModel, loadTokenizer, type LoadedModel } from '../../src/ai/models/load.js';
 import { GraphBuilder, ModelBuilder } from '../../src/ai/models/onnx/index.js';
@@ -107,6 +107,23 @@ describe('ONNX writer', () => {
       const second = await generateModels({ outDir: again, dataDir });
       assert.ok(second.every((f) => !f.written));
       assert.equal(await readFile(join(again, MODEL_FILES.decoder), 'utf8'), 'kept');
+      // A group an older sluice wrote (its recipe below today's, or no recipes.json at all) is rewritten, the others kept.
+      await writeFile(join(again, MODEL_FILES.guard), 'an older recipe');
+      await writeFile(join(again, 'recipes.json'), JSON.stringify({ ...MODEL_RECIPES, guard: MODEL_RECIPES.guard - 1 }));
+      const third = await generateModels({ outDir: again, dataDir });
+      assert.deepEqual(
+        third.filter((f) => f.written).map((f) => basename(f.path)),
+        [MODEL_FILES.guard, MODEL_FILES.guardMetadata],
+      );
+      assert.deepEqual(await readFile(join(again, MODEL_FILES.guard)), await readFile(join(dir, MODEL_FILES.guard)));
+      assert.equal(await readFile(join(again, MODEL_FILES.decoder), 'utf8'), 'kept');
+      await rm(join(again, 'recipes.json'));
+      const unrecorded = await generateModels({ outDir: again, dataDir });
+      assert.deepEqual(
+        unrecorded.filter((f) => f.written).map((f) => basename(f.path)),
+        Object.entries(MODEL_RECIPES).some(([, v]) => v > 1) ? [MODEL_FILES.guard, MODEL_FILES.guardMetadata] : [],
+        'a folder without recipes.json is taken as recipe 1 of each',
+      );
       // Without dataDir: the data/ folder the package ships, the same as the repository's.
       await generateModels({ outDir: again, force: true });
       for (const name of Object.values(MODEL_FILES))

@@ -39,6 +39,13 @@ export const MODEL_FILES = {
   decoderConfig: 'decoder.json',
 } as const;
 
+/**
+ * The recipe of each model group: bumped when the way a group is built changes, so a models folder
+ * written by an older sluice is rewritten rather than kept (`recipes.json` in the folder records them).
+ */
+export const MODEL_RECIPES = { embedding: 1, guard: 2, charLm: 1, decoder: 1 } as const;
+const RECIPES_FILE = 'recipes.json';
+
 /** What `guard.json` records: how the classifier was trained and calibrated, and how it did on data it never saw. */
 export interface GuardMetadata {
   readonly labels: readonly string[];
@@ -108,9 +115,12 @@ export async function generateModels(given: GenerateOptions): Promise<GeneratedF
   const log = options.log ?? (() => {});
   await mkdir(options.outDir, { recursive: true });
   const files: GeneratedFile[] = [];
-  const group = async (names: readonly string[], build: () => Promise<readonly Uint8Array[]> | readonly Uint8Array[]) => {
+  const recipes = await readRecipes(options.outDir);
+  const group = async (recipe: keyof typeof MODEL_RECIPES, names: readonly string[], build: () => Promise<readonly Uint8Array[]> | readonly Uint8Array[]) => {
     const paths = names.map((name) => join(options.outDir, name));
-    if (!options.force && (await Promise.all(paths.map(exists))).every(Boolean)) {
+    // A folder without recipes.json was written before recipes were recorded: version 1 of each.
+    const current = (recipes[recipe] ?? 1) === MODEL_RECIPES[recipe];
+    if (!options.force && current && (await Promise.all(paths.map(exists))).every(Boolean)) {
       files.push(...paths.map((path) => ({ path, written: false })));
       log(`kept     ${names.join(', ')} (exist; --force rewrites)`);
       return;
@@ -123,10 +133,15 @@ export async function generateModels(given: GenerateOptions): Promise<GeneratedF
       files.push({ path, written: true });
     }
     log(`wrote    ${names.map((name, i) => `${name} (${formatBytes(contents[i]!.length)})`).join(', ')}`);
+    recipes[recipe] = MODEL_RECIPES[recipe];
+    await writeFile(join(options.outDir, RECIPES_FILE), json(recipes));
   };
-  await group([MODEL_FILES.embedding, MODEL_FILES.embeddingTokenizer], () => [buildEmbeddingModel(EMBEDDING_CONFIG), json(EMBEDDING_CONFIG.tokenizer)]);
+  await group('embedding', [MODEL_FILES.embedding, MODEL_FILES.embeddingTokenizer], () => [
+    buildEmbeddingModel(EMBEDDING_CONFIG),
+    json(EMBEDDING_CONFIG.tokenizer),
+  ]);
 
-  await group([MODEL_FILES.guard, MODEL_FILES.guardMetadata], async () => {
+  await group('guard', [MODEL_FILES.guard, MODEL_FILES.guardMetadata], async () => {
     const data = await readFile(join(options.dataDir, 'guard.jsonl'), 'utf8');
     const training = trainGuard(parseGuardExamples(data, 'data/guard.jsonl'), EMBEDDING_CONFIG.tokenizer, GUARD_SPLIT_SEED);
     const heldOutData = await Promise.all(['guard-eval.jsonl', 'guard-redteam.jsonl'].map((name) => readOptional(join(options.dataDir, name), name)));
@@ -160,12 +175,12 @@ export async function generateModels(given: GenerateOptions): Promise<GeneratedF
     ];
   });
 
-  await group([MODEL_FILES.charLm, MODEL_FILES.charLmVocab], async () => {
+  await group('charLm', [MODEL_FILES.charLm, MODEL_FILES.charLmVocab], async () => {
     const model = trainCharLm(await readFile(join(options.dataDir, 'corpus.txt'), 'utf8'));
     return [buildCharLmModel(model), json(model.vocab)];
   });
 
-  await group([MODEL_FILES.decoder, MODEL_FILES.decoderConfig], () => [buildDecoderModel(DEFAULT_DECODER), json(DEFAULT_DECODER)]);
+  await group('decoder', [MODEL_FILES.decoder, MODEL_FILES.decoderConfig], () => [buildDecoderModel(DEFAULT_DECODER), json(DEFAULT_DECODER)]);
 
   if (options.verify) {
     const checks: [string, ModelSignature][] = [
@@ -194,6 +209,16 @@ function describeRates(rates: GuardRates): string {
 
 function roundedRates(rates: GuardRates): GuardRates {
   return { ...rates, accuracy: round(rates.accuracy) };
+}
+
+/** The recipes recorded in `outDir`; none when it has no readable `recipes.json`. */
+async function readRecipes(outDir: string): Promise<Partial<Record<keyof typeof MODEL_RECIPES, number>>> {
+  try {
+    const parsed: unknown = JSON.parse(await readFile(join(outDir, RECIPES_FILE), 'utf8'));
+    return typeof parsed === 'object' && parsed !== null ? (parsed as Partial<Record<keyof typeof MODEL_RECIPES, number>>) : {};
+  } catch {
+    return {};
+  }
 }
 
 /** The examples of an optional data file; `undefined` when there is none. */
