@@ -105,6 +105,44 @@ describe('StepBatcher on the character LM', () => {
     await model.release();
   });
 
+  it('a model call that fails mid-batch ends every generation in it with that error, once; the next generation runs', async () => {
+    const path = join(generated.dir, MODEL_FILES.charLm);
+    const model = await loadModel(path);
+    let calls = 0;
+    const worker = await CharLmWorker.load(path, {
+      run: (feeds) => (++calls === 6 ? Promise.reject(new Error('the worker thread died')) : model.run(feeds)),
+      batch: { maxBatch: 8 },
+    });
+    const ends = await Promise.all(
+      Array.from(
+        { length: 4 },
+        (_, i) =>
+          new Promise<{ tokens: number; terminals: number; error: unknown }>((resolve) => {
+            const seen = { tokens: 0, terminals: 0, error: undefined as unknown };
+            worker.generate(generateRequest({ prompt: `The stage ${i}`, max_tokens: 40, seed: i })).subscribe({
+              next: () => seen.tokens++,
+              error: (error: unknown) => {
+                seen.terminals++;
+                seen.error = error;
+                setImmediate(() => resolve(seen));
+              },
+              complete: () => {
+                seen.terminals++;
+                setImmediate(() => resolve(seen));
+              },
+            });
+          }),
+      ),
+    );
+    for (const end of ends) {
+      assert.equal(end.terminals, 1);
+      assert.ok(end.tokens < 40, 'it did not run to its end');
+      assert.match(String((end.error as Error | undefined)?.message), /the worker thread died/);
+    }
+    assert.equal((await worker.infer(generateRequest({ prompt: 'after', max_tokens: 5 }))).usage.outputTokens, 5);
+    await model.release();
+  });
+
   it('asks no step for a reader that wants nothing, and drops a cancelled step before its call', async () => {
     const runs: number[] = [];
     const batcher = new StepBatcher<number, number>(
