@@ -211,6 +211,31 @@ describe('StepBatcher on the character LM', () => {
     await session.release();
   });
 
+  it('prompts of one length joining together prefill in one call, within the token budget per call', async () => {
+    const path = join(generated.dir, MODEL_FILES.decoder);
+    const session = await loadModel(path);
+    const run = (tokenBudget?: number) =>
+      DecoderLmWorker.load(path, { run: (feeds) => session.run(feeds), batch: { maxBatch: 8, ...(tokenBudget !== undefined && { tokenBudget }) } });
+    const prompts = ['abcde', 'fghij', 'klmno', 'pqrst'];
+    const alone = await DecoderLmWorker.load(path);
+    const expected = await Promise.all(prompts.map((prompt) => alone.infer(generateRequest({ prompt, max_tokens: 1, temperature: 0 }))));
+    for (const [budget, calls, largest] of [
+      [undefined, 1, 4],
+      [10, 2, 2],
+      [4, 4, 1],
+    ] as const) {
+      const decoder = await run(budget);
+      const got = await Promise.all(prompts.map((prompt) => decoder.infer(generateRequest({ prompt, max_tokens: 1, temperature: 0 }))));
+      assert.deepEqual(
+        got.map((c) => c.text),
+        expected.map((c) => c.text),
+      );
+      assert.deepEqual(decoder.batchStats, { calls, steps: 4, largest }, `token budget ${budget}`);
+    }
+    await alone.release();
+    await session.release();
+  });
+
   // Padded rows' logits differ from their lone ones by reduction rounding (≤ 1e-6 here, kv-batch-padding.test.ts bounds it):
   // a token could differ only where a draw or an argmax falls that close to a boundary.
   it('property: caches of different lengths in one call (left-padded, masked) give the tokens each gets alone', async () => {

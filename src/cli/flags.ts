@@ -153,6 +153,17 @@ export const FLAGS: readonly Flag[] = [
     to: 'maxBatch',
   },
   {
+    name: 'step-tokens',
+    type: 'integer',
+    arg: '<n>',
+    env: ['SLUICE_STEP_TOKENS'],
+    default: '2048',
+    help: {
+      serve: "tokens one batched call of a --model decoder feeds at most, prompts joining included: a long prompt does not stall the others' next tokens",
+    },
+    to: 'stepTokens',
+  },
+  {
     name: 'kv-cache-mb',
     type: 'integer',
     arg: '<n>',

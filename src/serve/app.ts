@@ -144,6 +144,8 @@ export interface ServeOptions {
   readonly stageCapacity?: number;
   /** Decode steps of concurrent generations run as one model call (continuous batching), at most. 1 runs each alone. Default 16. */
   readonly maxBatch?: number;
+  /** Tokens one batched call of a `--model` decoder feeds at most, prefills included. Default 2048. */
+  readonly stepTokens?: number;
   /** MiB the KV caches of a `--model` decoder's generations may hold together between steps; past it the idlest are dropped and rebuilt when they resume. Default 1024. */
   readonly kvCacheMb?: number;
   /** Each tenant's priority class (`low`, `default`, `high`) when a request names none (`service_tier`). */
@@ -208,6 +210,7 @@ const optionsSchema = lazySchema((z) =>
       streams: positiveInt('streams').default(64),
       stageCapacity: positiveInt('stageCapacity').default(16),
       maxBatch: positiveInt('maxBatch').default(16),
+      stepTokens: positiveInt('stepTokens').default(2048),
       kvCacheMb: positiveInt('kvCacheMb').default(1024),
       tenantPriorities: z.record(z.string(), z.enum(PRIORITY_CLASSES, { error: `a priority is one of ${PRIORITY_CLASSES.join(', ')}` })).optional(),
     })
@@ -292,7 +295,14 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
   // A missing or empty corpus folder fails the start before any model is generated.
   if (options.corpus !== undefined) await documentsIn(options.corpus);
   const intake = new Intake({ maxQueue: config.maxQueue, ...(config.tenantPriorities !== undefined && { tenants: config.tenantPriorities }) });
-  const shared = { intake, streams: config.streams, capacity: config.stageCapacity, maxBatch: config.maxBatch, kvCacheBytes: config.kvCacheMb * 2 ** 20 };
+  const shared = {
+    intake,
+    streams: config.streams,
+    capacity: config.stageCapacity,
+    maxBatch: config.maxBatch,
+    stepTokens: config.stepTokens,
+    kvCacheBytes: config.kvCacheMb * 2 ** 20,
+  };
   const backend: Backend =
     options.upstreams !== undefined
       ? await gatewayBackend(
