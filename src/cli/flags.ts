@@ -132,6 +132,16 @@ export const FLAGS: readonly Flag[] = [
     to: 'maxQueue',
   },
   {
+    name: 'max-queue-wait',
+    type: 'integer',
+    arg: '<ms>',
+    env: ['SLUICE_MAX_QUEUE_WAIT'],
+    help: {
+      serve: 'the longest a request should wait at the door: the queue holds no more than it drained in that time while busy, and the rest is refused at once',
+    },
+    to: 'maxQueueWait',
+  },
+  {
     name: 'max-streams',
     type: 'integer',
     arg: '<n>',

@@ -138,6 +138,8 @@ export interface ServeOptions {
    * is refused at once (429 with `Retry-After`). Default 64 per core, at least 64.
    */
   readonly maxQueue?: number;
+  /** The longest a request should wait at the door, ms: the queue holds no more than drains in that time (see `IntakeOptions.maxWait`). Default: only `maxQueue`. */
+  readonly maxQueueWait?: number;
   /** Generations streaming at once, per model. Default 64. */
   readonly streams?: number;
   /** Requests each shared stage buffers. Default 16. */
@@ -207,6 +209,7 @@ const optionsSchema = lazySchema((z) =>
         .int({ error: 'maxQueue must be an integer' })
         .min(0, { error: 'maxQueue must be ≥ 0' })
         .default(defaultMaxQueue(availableParallelism())),
+      maxQueueWait: positiveInt('maxQueueWait').optional(),
       streams: positiveInt('streams').default(64),
       stageCapacity: positiveInt('stageCapacity').default(16),
       maxBatch: positiveInt('maxBatch').default(16),
@@ -294,7 +297,11 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
   const log = config.log ?? (() => {});
   // A missing or empty corpus folder fails the start before any model is generated.
   if (options.corpus !== undefined) await documentsIn(options.corpus);
-  const intake = new Intake({ maxQueue: config.maxQueue, ...(config.tenantPriorities !== undefined && { tenants: config.tenantPriorities }) });
+  const intake = new Intake({
+    maxQueue: config.maxQueue,
+    ...(config.maxQueueWait !== undefined && { maxWait: config.maxQueueWait }),
+    ...(config.tenantPriorities !== undefined && { tenants: config.tenantPriorities }),
+  });
   const shared = {
     intake,
     streams: config.streams,
