@@ -271,6 +271,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
 
   const needs: PeerUser[] = ['sluice serve'];
   if (options.localModels !== undefined) needs.push('sluice serve --model <dir>');
+  if (options.embedModel !== undefined) needs.push('sluice serve --embed-model <dir>');
   if (options.nats !== undefined) needs.push('sluice serve --nats <url>');
   if (!peersInstalled(needs)) return 1;
 

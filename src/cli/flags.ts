@@ -86,6 +86,17 @@ export const FLAGS: readonly Flag[] = [
     },
   },
   {
+    name: 'embed-model',
+    type: 'string',
+    arg: '<dir>',
+    env: ['SLUICE_EMBED_MODEL'],
+    help: {
+      serve:
+        'embed with a sentence-embedding model you exported (sentence-transformers / Optimum layout: model.onnx or onnx/model.onnx, tokenizer.json, 1_Pooling/config.json, modules.json) instead of the generated one: the corpus, the questions and /v1/embeddings; needs @huggingface/tokenizers',
+    },
+    to: 'embedModel',
+  },
+  {
     name: 'pool-size',
     type: 'integer',
     arg: '<n>',

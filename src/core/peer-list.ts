@@ -54,6 +54,7 @@ export const PEER_NEEDS = [
   { user: 'sluice/nats', packages: ['@nats-io/jetstream', '@nats-io/transport-node'] },
   { user: 'sluice serve', base: 'sluice/serve', packages: ['pino'] },
   { user: 'sluice serve --model <dir>', base: 'sluice serve', packages: ['@huggingface/tokenizers', '@huggingface/jinja'] },
+  { user: 'sluice serve --embed-model <dir>', base: 'sluice serve', packages: ['@huggingface/tokenizers'] },
   { user: 'sluice serve --nats <url>', base: 'sluice serve', packages: ['@nats-io/jetstream', '@nats-io/transport-node'] },
   { user: 'sluice worker', packages: ['onnxruntime-node', 'pino', '@nats-io/jetstream', '@nats-io/transport-node'] },
 ] as const satisfies readonly PeerNeed[];

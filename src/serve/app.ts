@@ -87,6 +87,14 @@ export interface ServeOptions {
    * peers `@huggingface/tokenizers` and `@huggingface/jinja`.
    */
   readonly localModels?: readonly LocalModelSpec[];
+  /**
+   * Your own sentence-embedding model's directory (sentence-transformers / Optimum ONNX layout:
+   * `model.onnx` or `onnx/model.onnx`, `tokenizer.json`, `1_Pooling/config.json`, `modules.json`),
+   * in place of the generated one: it embeds the corpus, the questions and `/v1/embeddings`. Checked
+   * before serving; a bad one fails the start with `EmbeddingDirError` naming the file. Needs the
+   * optional peer `@huggingface/tokenizers`.
+   */
+  readonly embedModel?: string;
   /** Inference worker threads. Default `min(cores, 2)`. */
   readonly poolSize?: number;
   /** How long, ms, running requests may go on after SIGTERM before they are ended. Default 10 000. */
@@ -177,6 +185,7 @@ const optionsSchema = lazySchema((z) =>
           }),
         )
         .optional(),
+      embedModel: z.string().min(1, { error: 'embedModel must not be empty' }).optional(),
       poolSize: positiveInt('poolSize').default(Math.min(availableParallelism(), 2)),
       shutdownTimeout: z.number({ error: 'shutdownTimeout must be a number of ms' }).int().min(0, { error: 'shutdownTimeout must be ≥ 0' }).default(10_000),
       limits: z.record(z.string(), z.unknown()).optional(),
@@ -316,7 +325,15 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
           options.upstreams,
           options.gateway ?? {},
           // The bundled corpus is the embedded models' default; a gateway retrieves only from a corpus it is given.
-          { models: config.models, poolSize: config.poolSize, corpus: config.corpus, ragModel: config.ragModel, guard: config.guard, shared },
+          {
+            models: config.models,
+            poolSize: config.poolSize,
+            corpus: config.corpus,
+            ragModel: config.ragModel,
+            guard: config.guard,
+            shared,
+            embedModel: config.embedModel,
+          },
           log,
         )
       : await embeddedBackend({
@@ -326,6 +343,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
           languageModel: config.languageModel,
           shared,
           ...(config.localModels !== undefined && { localModels: config.localModels }),
+          ...(config.embedModel !== undefined && { embedModel: config.embedModel }),
           log,
         });
   const metrics = new SluiceMetrics();

@@ -19,6 +19,7 @@ import type { ModelWorker } from '../ai/inference/worker.js';
 import { BUNDLED_DATA } from '../ai/models/bundled.js';
 import { generateModels, MODEL_FILES } from '../ai/models/generate.js';
 import { loadTokenizer } from '../ai/models/load.js';
+import { loadEmbeddingDir } from '../ai/models/embedding-dir.js';
 import { BatchedClassifier } from '../ai/pipelines/batched-classifier.js';
 import { embedder } from '../ai/pool/embedder.js';
 import { InferencePool, type InferencePoolStats } from '../ai/pool/pool.js';
@@ -76,6 +77,8 @@ export interface EmbeddedOptions {
   readonly languageModel: ModelWorker | undefined;
   readonly log: (line: string) => void;
   readonly shared: SharedPipeline;
+  /** A user's embedding model directory, in place of the generated one. */
+  readonly embedModel?: string;
 }
 
 /**
@@ -93,11 +96,15 @@ async function localModels(options: {
   /** Bytes each user decoder's KV caches may hold together. */
   readonly kvCacheBytes?: number;
   readonly users?: readonly LocalModelSpec[] | undefined;
+  /** A user's embedding model directory, in place of the generated one (`--embed-model`). */
+  readonly embedModel?: string | undefined;
   readonly log: (line: string) => void;
 }) {
   if (BUNDLED_DATA === undefined) throw new Error('the bundled data/ folder is missing from the package');
   // The user's models first: a bad directory fails the start before anything is generated.
   const users = await loadLocalModels(options.users ?? []);
+  const ownEmbedder = options.embedModel === undefined ? undefined : await loadEmbeddingDir(options.embedModel);
+  if (ownEmbedder !== undefined) options.log(`embedding model ${ownEmbedder.name}: ${ownEmbedder.modelPath} (${ownEmbedder.tokenizer.vocabSize} tokens)`);
   for (const user of users) {
     options.log(
       `model ${user.name}: ${user.modelPath} (${user.shape.layers} layers, ${user.tokenizer.vocabSize} tokens, ${user.chatTemplate === undefined ? 'no chat template' : 'chat template'})`,
@@ -110,7 +117,7 @@ async function localModels(options: {
   const pool = await InferencePool.create({
     name: 'serve',
     models: {
-      embed: `${dir}/${MODEL_FILES.embedding}`,
+      embed: ownEmbedder?.modelPath ?? `${dir}/${MODEL_FILES.embedding}`,
       guard: `${dir}/${MODEL_FILES.guard}`,
       ...(options.charLm && { charlm: `${dir}/${MODEL_FILES.charLm}` }),
       // Prefixed, so a user's directory name never collides with the pool's own models.
@@ -122,13 +129,16 @@ async function localModels(options: {
     const tokenizer = await loadTokenizer(`${dir}/${MODEL_FILES.embeddingTokenizer}`);
     // Prompts classified at once (sluice-rag's questions in flight, --guard's) share runs of the guard model.
     const guardModel = new BatchedClassifier(pool, tokenizer, { model: 'guard' });
+    // The guard keeps the generated hashed tokenizer; a user's embedding model brings its own, and its pooling.
+    const embedTokenizer = ownEmbedder?.tokenizer ?? tokenizer;
+    const pooling = ownEmbedder?.pooling ?? {};
     return {
       pool,
-      embed: embedder(pool, tokenizer, { model: 'embed' }),
+      embed: embedder(pool, embedTokenizer, { model: 'embed', ...pooling }),
       guardModel,
       classify: guardModel.classify,
       // The embedding model also answers /v1/embeddings, its requests micro-batched together.
-      embeddings: new BatchedEmbedder(pool, tokenizer, { model: 'embed' }),
+      embeddings: new BatchedEmbedder(pool, embedTokenizer, { model: 'embed', pooling }),
       charLm: options.charLm
         ? await CharLmWorker.load(`${dir}/${MODEL_FILES.charLm}`, {
             run: (feeds, signal) => pool.run(feeds, { model: 'charlm', signal }),
@@ -217,6 +227,7 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
     ...(options.shared.stepTokens !== undefined && { stepTokens: options.shared.stepTokens }),
     kvCacheBytes: options.shared.kvCacheBytes,
     users: options.localModels,
+    embedModel: options.embedModel,
     log: options.log,
   });
   try {
@@ -281,6 +292,8 @@ export interface GatewayLocal {
   /** Load the guard model (to classify every prompt). */
   readonly guard: boolean;
   readonly shared: SharedPipeline;
+  /** A user's embedding model directory, in place of the generated one. */
+  readonly embedModel?: string | undefined;
 }
 
 /** Upstream servers' models, through the gateway's `upstream` stage; the embedded models too when `local` needs them. */
@@ -311,10 +324,12 @@ export async function gatewayBackend(
   if (local.corpus === undefined && !local.guard) return { ...base, workers: upstreamWorkers, release: async () => gateway.close() };
   // Checked before any model is loaded: a wrong name fails the start at once.
   const lm = local.corpus === undefined ? undefined : ragLanguageModel(gateway.models, upstreamWorkers, local.ragModel);
-  const models = await localModels({ models: local.models, poolSize: local.poolSize, charLm: false, log }).catch((err: unknown) => {
-    gateway.close();
-    throw err;
-  });
+  const models = await localModels({ models: local.models, poolSize: local.poolSize, charLm: false, embedModel: local.embedModel, log }).catch(
+    (err: unknown) => {
+      gateway.close();
+      throw err;
+    },
+  );
   try {
     if (local.corpus === undefined || lm === undefined) {
       return {

@@ -7,7 +7,7 @@ import { lazySchema } from '../../core/zod.js';
 import { parseOptions, positiveInt } from '../../flow/options.js';
 import { StageStats } from '../../flow/stats.js';
 import { BatchedTexts } from './batched-texts.js';
-import { planPooling } from '../models/pooling.js';
+import { planPooling, type PoolingOptions } from '../models/pooling.js';
 import type { InferencePool } from '../pool/pool.js';
 import { tensorRows, textFeeds } from '../pool/embedder.js';
 import { FeedBuffers, type Tokenizer } from '../models/tokenizer.js';
@@ -24,6 +24,8 @@ export interface BatchedEmbedderOptions {
   readonly capacity?: number;
   /** Counters of the `embeddings` stage. */
   readonly stats?: StageStats;
+  /** How the model's outputs become one vector per text (a user's model: see `loadEmbeddingDir`). Default: `planPooling`'s defaults. */
+  readonly pooling?: PoolingOptions;
 }
 
 const optionsSchema = lazySchema((z) =>
@@ -34,6 +36,13 @@ const optionsSchema = lazySchema((z) =>
       maxWait: z.number({ error: 'maxWait must be a number of ms' }).positive({ error: 'maxWait must be > 0 ms' }).default(2),
       capacity: positiveInt('capacity').default(4096),
       stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
+      pooling: z
+        .strictObject({
+          output: z.string().min(1).optional(),
+          pooling: z.enum(['none', 'mean', 'cls']).optional(),
+          normalize: z.boolean().optional(),
+        })
+        .optional(),
     })
     .strict(),
 );
@@ -60,7 +69,7 @@ export class BatchedEmbedder {
       maxWait: config.maxWait,
       capacity: config.capacity,
       stats: this.stats,
-      pooling: planPooling(info.outputNames, {}, `model "${config.model ?? pool.models[0]}" of inference pool "${pool.name}"`),
+      pooling: planPooling(info.outputNames, config.pooling ?? {}, `model "${config.model ?? pool.models[0]}" of inference pool "${pool.name}"`),
       toFeeds: (texts) => textFeeds(tokenizer, texts, info.inputNames, buffers),
       fromOutputs: (outputs) => tensorRows(outputs.embeddings!),
     });
