@@ -20,6 +20,7 @@ export interface StepBatcherOptions {
 
 /** What a `StepBatcher` weighs its steps by (tokens, for a decoder), and the most one call may carry. */
 export interface StepWeights<Q> {
+  /** A step's weight: the tokens it feeds, for a decoder. */
   readonly weight: (input: Q) => number;
   /** A step heavier than this alone still runs, alone. */
   readonly maxWeight: number;
