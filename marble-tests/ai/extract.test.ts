@@ -7,15 +7,56 @@ import type { RetrievedPassage } from '../../src/ai/rag/passage.js';
 const v = (...xs: number[]) => Float32Array.from(xs);
 
 describe('extractive answers', () => {
-  it('splits prose into sentences, leaving out headings, code fences, table rows and fragments', () => {
+  it('splits prose into sentences, leaving out headings, list markers, separators and fragments', () => {
     const text =
       '# Title\nA stage asks for more only with room. `fail` errors with `OverflowError`. `conflate` merges them into one.\n```ts\ncode();\n```\n| a | b |\n- A list item that is long enough.\nToo short.';
     assert.deepEqual(sentencesOf(text), [
       'A stage asks for more only with room.',
       '`fail` errors with `OverflowError`.',
       '`conflate` merges them into one.',
+      'a; b',
       'A list item that is long enough.',
     ]);
+  });
+
+  it('quotes a code line as a code span and a table row with its header, in reading order', () => {
+    const text = [
+      'Install it first:',
+      '```sh',
+      '# comment',
+      'npm install rxjs',
+      '}',
+      '```',
+      '| Scheduler | Runs work |',
+      '| --- | :---: |',
+      '| asapScheduler | on the microtask queue |',
+      '| asyncScheduler | with setTimeout |',
+      'Then the prose goes on for a while.',
+    ].join('\n');
+    assert.deepEqual(sentencesOf(text), [
+      '`npm install rxjs`',
+      'Scheduler: asapScheduler; Runs work: on the microtask queue',
+      'Scheduler: asyncScheduler; Runs work: with setTimeout',
+      'Then the prose goes on for a while.',
+    ]);
+  });
+
+  it('ranks sentences by the words they share with the question as well as by cosine, dropping those under half the best', () => {
+    const passages: RetrievedPassage[] = [
+      { id: 'a', text: 'Install with npm first.\n```\nnpm install rxjs\n```', source: 'a.md › Install', headings: 'Guide › Install', score: 1 },
+    ];
+    const candidates = candidatesOf(passages);
+    assert.deepEqual(
+      candidates.map((c) => c.text),
+      ['Install with npm first.', '`npm install rxjs`'],
+    );
+    const question = v(1, 0);
+    // By cosine alone the prose wins; the code line holds the rare word the question asks for.
+    const vectors = [v(0.9, 0.44), v(0.6, 0.8)];
+    const weights: Record<string, number> = { install: 1, rxjs: 3 };
+    const words = { terms: ['install', 'rxjs'], weight: (t: string) => weights[t] ?? 0, termsOf: (t: string) => t.toLowerCase().match(/[a-z]+/g) ?? [] };
+    assert.match(composeAnswer(question, passages, candidates, vectors, { sentences: 1 }).text, /^Install with npm first\. \[1\]/);
+    assert.match(composeAnswer(question, passages, candidates, vectors, { sentences: 1 }, words).text, /^`npm install rxjs` \[1\]/);
   });
 
   it('picks the closest sentences above the threshold, writes them in reading order with their source numbers, then the sources', () => {
