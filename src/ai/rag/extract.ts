@@ -58,7 +58,8 @@ function codeSentence(line: string): string | undefined {
 /**
  * A passage's sentences, trimmed: prose split into sentences (fragments of fewer than 4 words
  * dropped, list markers and headings left out), each line of a code fence as a code span, and
- * each table row with its header's cells named, so a command or a row can be the quoted answer.
+ * each table row with its header's cells named, so a command or a row can be the quoted answer;
+ * a sentence ending in `:` keeps the first code line or row it introduces.
  */
 export function sentencesOf(text: string): string[] {
   // Blocks: paragraphs and list items, so a sentence never runs from one into the next.
@@ -105,16 +106,23 @@ export function sentencesOf(text: string): string[] {
   }
   close();
   const sentences: string[] = [];
+  let leadIn = false; // the last sentence ends in `:`: the code line or row after it is what it introduces
   for (const entry of quotable) {
     if (typeof entry === 'string') {
-      if (entry.length > 0) sentences.push(entry);
+      if (entry.length === 0) continue;
+      if (leadIn) sentences.push(`${sentences.pop()!} ${entry}`);
+      else sentences.push(entry);
+      leadIn = false;
       continue;
     }
+    leadIn = false;
     for (const { segment } of segmenter.segment(blocks[entry]!)) {
       // The segmenter keeps "… `OverflowError`. `conflate` merges …" together: split before a code span too.
       for (const part of segment.split(/(?<=[.!?])\s+(?=[`[(A-Z])/)) {
         const sentence = part.replace(/\s+/g, ' ').trim();
-        if (sentence.split(' ').length >= 4) sentences.push(sentence);
+        if (sentence.split(' ').length < 4) continue;
+        sentences.push(sentence);
+        leadIn = sentence.endsWith(':');
       }
     }
   }

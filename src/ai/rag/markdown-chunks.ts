@@ -52,7 +52,8 @@ function frontMatter(lines: readonly string[]): { readonly end: number; readonly
 
 /**
  * Splits markdown into passages: one per paragraph, list, fenced code block or table (a long table
- * in pieces of 12 rows, each with its header), each cited by its file and nearest heading and
+ * in pieces of 12 rows, each with its header; a paragraph ending in `:` stays with the block it
+ * introduces), each cited by its file and nearest heading and
  * carrying its heading path (`headings`, e.g. `Guide › Install`) for retrieval. Headings (ATX `#` and
  * setext underlines) are structure, not passages; a horizontal rule (`---`, `***`, `___`) only
  * separates; front matter is skipped, its `title` standing above the document's headings. Plain text
@@ -80,12 +81,25 @@ export function chunkMarkdown(markdown: string, file: string): Passage[] {
       ...(headings !== '' && { headings }),
     });
   };
+  let leadIn: string | undefined; // a paragraph ending in `:` waits for the block it introduces
   const flush = (): void => {
-    const text = block.join('\n').trim();
+    let text = block.join('\n').trim();
     block = [];
     if (text.length === 0) return;
+    if (leadIn !== undefined) {
+      text = `${leadIn}\n\n${text}`;
+      leadIn = undefined;
+    } else if (text.endsWith(':') && !TABLE_ROW.test(text.split('\n').at(-1)!)) {
+      leadIn = text;
+      return;
+    }
     if (text.split('\n').every((line) => TABLE_ROW.test(line))) for (const piece of tablePieces(text.split('\n'))) emit(piece);
     else emit(text);
+  };
+  const endSection = (): void => {
+    flush();
+    if (leadIn !== undefined) emit(leadIn);
+    leadIn = undefined;
   };
   const setHeading = (level: number, text: string): void => {
     path.length = level;
@@ -111,7 +125,7 @@ export function chunkMarkdown(markdown: string, file: string): Passage[] {
     }
     const atx = HEADING.exec(line);
     if (atx !== null) {
-      flush();
+      endSection();
       setHeading(atx[1]!.length, atx[2]!);
       continue;
     }
@@ -119,6 +133,7 @@ export function chunkMarkdown(markdown: string, file: string): Passage[] {
     if (SETEXT.test(line) && block.length === 1 && !LIST_ITEM.test(block[0]!) && !TABLE_ROW.test(block[0]!)) {
       const text = block[0]!;
       block = [];
+      endSection();
       setHeading(line.trim().startsWith('=') ? 1 : 2, text.trim());
       continue;
     }
@@ -130,7 +145,7 @@ export function chunkMarkdown(markdown: string, file: string): Passage[] {
     if (TABLE_ROW.test(line) !== (block.length > 0 && TABLE_ROW.test(block.at(-1)!))) flush();
     block.push(line);
   }
-  flush();
+  endSection();
   return passages;
 }
 
