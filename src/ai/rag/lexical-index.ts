@@ -19,7 +19,8 @@ const STOP_WORDS = new Set(
 
 /**
  * A term as indexed: lower case, folded accents, and a light English suffix strip (`policies` and
- * `policy`, `paused` and `pause`, `shedding` and `shed`, `keeper` and `keeps` meet). Stop words and single characters are none.
+ * `policy`, `paused` and `pause`, `shedding` and `shed`, `keeper` and `keeps` meet). Stop words
+ * and single characters are no term.
  */
 export function lexicalTerm(word: string): string | null {
   let term = word.toLowerCase().normalize('NFKD').replace(/\p{M}/gu, '');
@@ -29,7 +30,7 @@ export function lexicalTerm(word: string): string | null {
   else if (term.length > 3 && term.endsWith('s') && !term.endsWith('ss') && !term.endsWith('us')) term = term.slice(0, -1);
   if (term.length > 5 && term.endsWith('ing')) term = term.slice(0, -3);
   else if (term.length > 4 && term.endsWith('ed')) term = term.slice(0, -2);
-  else if (term.length > 5 && term.endsWith('er')) term = term.slice(0, -2);
+  if (term.length > 5 && term.endsWith('er')) term = term.slice(0, -2);
   if (term.length > 3 && /([b-df-hj-km-np-tv-z])\1$/.test(term) && !/(ll|ss|zz)$/.test(term)) term = term.slice(0, -1);
   if (term.length > 4 && term.endsWith('e')) term = term.slice(0, -1);
   return term;
