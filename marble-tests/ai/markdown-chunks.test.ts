@@ -86,6 +86,21 @@ describe('chunkMarkdown', () => {
     );
   });
 
+  it('cuts a long list into pieces of whole items, its lead-in with the first; a short list stays whole', () => {
+    const items = Array.from({ length: 12 }, (_, i) => `- item ${i} ${'word '.repeat(20).trim()}\n  continued ${i}.`);
+    const pieces = chunkMarkdown(['Dependencies:', '', ...items].join('\n'), 'deps.md').map((p) => p.text);
+    assert.ok(pieces.length > 1 && pieces[0]!.startsWith('Dependencies:\n\n- item 0 '), pieces[0]);
+    assert.deepEqual(pieces.join('\n').replace('Dependencies:\n\n', '').split('\n'), items.join('\n').split('\n'), 'every line once, in order');
+    assert.ok(
+      pieces.every((piece) => /^(Dependencies:|- item)/.test(piece) && /continued \d+\.$/.test(piece)),
+      'no item is cut',
+    );
+    assert.deepEqual(
+      chunkMarkdown('- one\n- two', 'a.md').map((p) => p.text),
+      ['- one\n- two'],
+    );
+  });
+
   it('plain text is paragraphs, with no headings; ids stay unique', () => {
     fc.assert(
       fc.property(fc.array(fc.stringMatching(/^[a-z][a-z ]{0,20}[a-z.]$/), { minLength: 1, maxLength: 8 }), (paragraphs) => {

@@ -137,7 +137,7 @@ const optionsSchema = lazySchema((z) =>
                 .min(0, { error: 'partialCoverage must be in [0, 1]' })
                 .max(1, { error: 'partialCoverage must be in [0, 1]' })
                 .optional(),
-              denseDeviations: z.number({ error: 'denseDeviations must be a number' }).optional(),
+              dense: z.number({ error: 'dense must be a number' }).optional(),
             })
             .strict(),
         ])

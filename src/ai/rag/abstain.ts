@@ -8,22 +8,25 @@
 export interface Evidence {
   /** The largest share of the query's IDF mass that one retrieved passage holds, in [0, 1]; undefined without a lexical index. */
   readonly lexical?: number;
-  /** The best cosine in standard deviations above the mean over every passage; undefined without a query vector. */
+  /**
+   * The best cosine in standard deviations above the mean over every passage, in units of √(2 ln n)
+   * (where the best of n chance scores would stand): above 1, it stands out. Undefined without a query vector.
+   */
   readonly dense?: number;
 }
 
 /** How much evidence an answer needs. */
 export interface AbstainOptions {
-  /** A passage holding this share of the query's IDF mass is enough alone. Default 0.4. */
+  /** A passage holding this share of the query's IDF mass is enough alone. Default 0.5. */
   readonly coverage?: number;
   /** A passage holding at least this share is enough when the dense signal agrees. Default 0.25. */
   readonly partialCoverage?: number;
-  /** The dense signal agrees when the best cosine stands this many standard deviations above the mean. Default 2.5. */
-  readonly denseDeviations?: number;
+  /** The dense signal agrees when `Evidence.dense` is at least this. Default 1.1. */
+  readonly dense?: number;
 }
 
 /** The defaults of `AbstainOptions`. */
-export const DEFAULT_ABSTAIN: Required<AbstainOptions> = { coverage: 0.4, partialCoverage: 0.25, denseDeviations: 2.5 };
+export const DEFAULT_ABSTAIN: Required<AbstainOptions> = { coverage: 0.5, partialCoverage: 0.25, dense: 1.1 };
 
 /**
  * Whether the evidence supports an answer: most of what the question asks about is in one passage,
@@ -31,8 +34,9 @@ export const DEFAULT_ABSTAIN: Required<AbstainOptions> = { coverage: 0.4, partia
  * a lexical index, the dense signal alone decides.
  */
 export function supportsAnswer(evidence: Evidence, options: AbstainOptions = {}): boolean {
-  const { coverage, partialCoverage, denseDeviations } = { ...DEFAULT_ABSTAIN, ...options };
-  const dense = evidence.dense !== undefined && evidence.dense >= denseDeviations;
+  const thresholds = { ...DEFAULT_ABSTAIN, ...options };
+  const { coverage, partialCoverage } = thresholds;
+  const dense = evidence.dense !== undefined && evidence.dense >= thresholds.dense;
   // Without a lexical index the embedding is all there is to go by.
   if (evidence.lexical === undefined) return dense;
   return evidence.lexical >= coverage || (evidence.lexical >= partialCoverage && dense);

@@ -14,6 +14,8 @@ const TABLE_ROW = /^\s*\|.*\|\s*$/;
 const LIST_ITEM = /^\s*([-*+]|\d+[.)])\s+/;
 /** Table rows per passage at most: a long table is cut, each piece keeping its header. */
 const TABLE_ROWS = 12;
+/** Characters of list items gathered in one passage at most (one long item may exceed it alone). */
+const LIST_CHARS = 600;
 
 function slug(text: string): string {
   return (
@@ -53,7 +55,7 @@ function frontMatter(lines: readonly string[]): { readonly end: number; readonly
 /**
  * Splits markdown into passages: one per paragraph, list, fenced code block or table (a long table
  * in pieces of 12 rows, each with its header; a paragraph ending in `:` stays with the block it
- * introduces), each cited by its file and nearest heading and
+ * introduces; a long list in pieces of whole items), each cited by its file and nearest heading and
  * carrying its heading path (`headings`, e.g. `Guide › Install`) for retrieval. Headings (ATX `#` and
  * setext underlines) are structure, not passages; a horizontal rule (`---`, `***`, `___`) only
  * separates; front matter is skipped, its `title` standing above the document's headings. Plain text
@@ -93,8 +95,9 @@ export function chunkMarkdown(markdown: string, file: string): Passage[] {
       leadIn = text;
       return;
     }
-    if (text.split('\n').every((line) => TABLE_ROW.test(line))) for (const piece of tablePieces(text.split('\n'))) emit(piece);
-    else emit(text);
+    const lines = text.split('\n');
+    if (lines.every((line) => TABLE_ROW.test(line))) for (const piece of tablePieces(lines)) emit(piece);
+    else for (const piece of listPieces(text)) emit(piece);
   };
   const endSection = (): void => {
     flush();
@@ -147,6 +150,35 @@ export function chunkMarkdown(markdown: string, file: string): Passage[] {
   }
   endSection();
   return passages;
+}
+
+/**
+ * A block holding a long list in pieces: its top-level items (each with its continuation lines)
+ * gathered up to `LIST_CHARS`, a lead-in before the list staying with the first. Anything else whole.
+ */
+function listPieces(text: string): string[] {
+  if (text.length <= LIST_CHARS) return [text];
+  const lines = text.split('\n');
+  const first = lines.findIndex((line) => /^([-*+]|\d+[.)])\s+/.test(line));
+  if (first === -1) return [text];
+  const items: string[] = [];
+  for (const [i, line] of lines.entries()) {
+    if (i <= first || /^([-*+]|\d+[.)])\s+/.test(line)) items.push(line);
+    else items[items.length - 1] += `\n${line}`;
+  }
+  // The lines before the first item (a lead-in) open the first piece.
+  const head = items.splice(0, first).join('\n');
+  const pieces: string[] = [];
+  let current = head;
+  for (const item of items) {
+    if (current !== '' && current.length + item.length > LIST_CHARS && current !== head) {
+      pieces.push(current);
+      current = '';
+    }
+    current = current === '' ? item : `${current}\n${item}`;
+  }
+  if (current !== '') pieces.push(current);
+  return pieces;
 }
 
 /** A table's rows in pieces of at most `TABLE_ROWS`, each piece under the table's header and separator. */

@@ -38,7 +38,8 @@ const depth = (k: number): number => Math.max(20, 4 * k);
 
 /**
  * The `k` passages for a query (its text and, for dense and hybrid retrieval, its vector), and the
- * evidence: the best lexical coverage among them and the best cosine against the corpus's background.
+ * evidence: the best lexical coverage among them, and the best cosine in standard deviations above
+ * the mean over the corpus, divided by √(2 ln n), about where the best of n chance scores would stand.
  * A vector of all zeros (nothing the embedder knows) gives no dense ranking.
  */
 export function retrievePassages<M extends PassageMetadata>(plan: RetrievalPlan<M>, text: string, vector: ArrayLike<number> | undefined): Retrieval {
@@ -81,7 +82,9 @@ function evidenceFor<M extends PassageMetadata>(
   if (vector === undefined || plan.index.size < 2) return known;
   const [best] = plan.index.search(vector, { k: 1 });
   const { mean, std } = plan.index.scoreMoments(vector);
-  return { ...known, dense: best === undefined || std === 0 ? 0 : (best.score - mean) / std };
+  // The best of n scores drawn by chance stands about √(2 ln n) deviations above their mean: the unit the best is measured in.
+  const chance = Math.sqrt(2 * Math.log(plan.index.size));
+  return { ...known, dense: best === undefined || std === 0 ? 0 : (best.score - mean) / std / chance };
 }
 
 function isZero(vector: ArrayLike<number>): boolean {

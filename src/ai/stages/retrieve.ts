@@ -56,7 +56,7 @@ const retrieveOptionsSchema = lazySchema((z) =>
             .object({
               coverage: z.number().min(0).max(1).optional(),
               partialCoverage: z.number().min(0).max(1).optional(),
-              denseDeviations: z.number().optional(),
+              dense: z.number().optional(),
             })
             .strict(),
         ])
