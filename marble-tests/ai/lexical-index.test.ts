@@ -85,7 +85,7 @@ describe('reciprocalRankFusion', () => {
 describe('supportsAnswer', () => {
   it('answers on most of the query’s words, or on part of them with a dense score far above the background', () => {
     assert.equal(supportsAnswer({ lexical: 0.9 }), true);
-    assert.equal(supportsAnswer({ lexical: 0.3, dense: 1 }), false);
+    assert.equal(supportsAnswer({ lexical: 0.3, dense: 0.8 }), false);
     assert.equal(supportsAnswer({ lexical: 0.3, dense: 4 }), true);
     assert.equal(supportsAnswer({ lexical: 0, dense: 9 }), false, 'an embedding alone never outvotes no shared word');
     assert.equal(supportsAnswer({ dense: 3 }), true, 'without a lexical index, the dense signal decides');

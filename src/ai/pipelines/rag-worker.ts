@@ -265,8 +265,11 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
     return retrieved.pipe(
       stage(
         (r: Retrieved<Embedded<PipelineJob>>, context): { job: PipelineJob; prompt?: AssembledPrompt } => {
-          // Nothing retrieved supports an answer: the model is not asked to make one up.
-          if (r.abstained) return { job: r.input.input };
+          if (r.abstained) {
+            // Nothing retrieved supports an answer: the model is not asked to make one up. A question too long is still refused.
+            template.render({ question: r.input.text }, []);
+            return { job: r.input.input };
+          }
           const prompt = template.render({ question: r.input.text }, r.passages);
           context.note('tokens', prompt.tokens);
           if (prompt.dropped.length > 0) context.note('dropped', prompt.dropped.join(','));

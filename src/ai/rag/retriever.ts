@@ -66,7 +66,9 @@ export function retrievePassages<M extends PassageMetadata>(plan: RetrievalPlan<
     const m = metadata.get(id)!;
     return { id, score, text: m.text, source: m.source, ...(m.headings !== undefined && { headings: m.headings }) };
   });
-  return { passages, evidence: evidenceFor(plan, text, usable ? vector : undefined, passages) };
+  // An unfiltered dense ranking already holds the corpus's best score.
+  const best = plan.filter === undefined && plan.minScore === undefined ? dense[0]?.score : undefined;
+  return { passages, evidence: evidenceFor(plan, text, usable ? vector : undefined, passages, best) };
 }
 
 /** The evidence the retrieved passages give for `text`. */
@@ -75,16 +77,17 @@ function evidenceFor<M extends PassageMetadata>(
   text: string,
   vector: ArrayLike<number> | undefined,
   passages: readonly RetrievedPassage[],
+  best: number | undefined,
 ): Evidence {
   const terms = lexicalTerms(text);
   const lexical = plan.lexical === undefined ? undefined : Math.max(0, ...passages.map((p) => plan.lexical!.coverage(terms, p.id)));
   const known = lexical === undefined ? {} : { lexical };
   if (vector === undefined || plan.index.size < 2) return known;
-  const [best] = plan.index.search(vector, { k: 1 });
+  const top = best ?? plan.index.search(vector, { k: 1 })[0]?.score;
   const { mean, std } = plan.index.scoreMoments(vector);
   // The best of n scores drawn by chance stands about √(2 ln n) deviations above their mean: the unit the best is measured in.
   const chance = Math.sqrt(2 * Math.log(plan.index.size));
-  return { ...known, dense: best === undefined || std === 0 ? 0 : (best.score - mean) / std / chance };
+  return { ...known, dense: top === undefined || std === 0 ? 0 : (top - mean) / std / chance };
 }
 
 function isZero(vector: ArrayLike<number>): boolean {
