@@ -21,6 +21,8 @@ describe('LexicalIndex', () => {
     assert.equal(index.search('npm install rxjs', 1)[0]!.id, 'b#1');
     assert.equal(index.search('setup', 1)[0]!.metadata.source.split(' › ')[0], 'setup.md');
     assert.deepEqual(index.search('boiling water', 3), []);
+    const named = LexicalIndex.of([...passages, { id: 'c#1', text: 'Add fields to every line.', source: 'guides/child-loggers.md' }]);
+    assert.equal(named.search('child logger', 1)[0]!.id, 'c#1', 'by the words of its file name');
   });
 
   it('terms: case, plurals, -ed, -ing and stop words folded the same for queries and passages', () => {

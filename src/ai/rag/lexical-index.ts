@@ -65,8 +65,13 @@ interface Indexed {
   readonly headings: string;
 }
 
+/** The words of a passage's file path (`guides/child-loggers.md` → `guides child loggers`): documents are named by their subject. */
+function fileWords(source: string): string {
+  return (source.split(' › ')[0] ?? '').replace(/\.[A-Za-z]+$/, '');
+}
+
 /**
- * BM25 over passages' text and heading paths (headings count double), with the document
+ * BM25 over passages' text and heading paths with their file's name (these count double), with the document
  * frequency of every term for `coverage`. Build it from passages or from a `VectorIndex`'s entries.
  *
  * ## Example
@@ -105,10 +110,10 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     return this.metadata.size;
   }
 
-  /** Indexes a passage's text and headings under `id` (replacing one already there). */
+  /** Indexes a passage's text, headings and file name under `id` (replacing one already there). */
   add(id: string, metadata: M): void {
     if (this.metadata.has(id)) this.remove(id);
-    const headings = metadata.headings ?? '';
+    const headings = `${fileWords(metadata.source)}\n${metadata.headings ?? ''}`;
     this.engine.add({ id, text: metadata.text, headings });
     const terms = new Set(lexicalTerms(`${headings}\n${metadata.text}`));
     for (const term of terms) this.frequency.set(term, (this.frequency.get(term) ?? 0) + 1);
