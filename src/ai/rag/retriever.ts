@@ -24,12 +24,16 @@ export interface Retrieval {
 
 /** The indexes and how to search them. */
 export interface RetrievalPlan<M extends PassageMetadata> {
+  /** The dense index. */
   readonly index: VectorIndex<M>;
+  /** BM25 over the same passages; without it there is no lexical ranking nor lexical evidence. */
   readonly lexical?: LexicalIndex<M>;
   readonly mode: RetrievalMode;
+  /** Passages returned at most. */
   readonly k: number;
   /** Dense hits below this cosine are left out. */
   readonly minScore?: number;
+  /** Keeps only passages whose metadata passes, in both rankings. */
   readonly filter?: (metadata: M) => boolean;
 }
 
