@@ -5,6 +5,7 @@ import fc from 'fast-check';
 import { LexicalIndex, lexicalTerm, lexicalTerms } from '../../src/ai/rag/lexical-index.js';
 import { reciprocalRankFusion } from '../../src/ai/rag/fusion.js';
 import { supportsAnswer } from '../../src/ai/rag/abstain.js';
+import type { PassageMetadata } from '../../src/ai/rag/passage.js';
 
 const passages = [
   { id: 'p#1', text: '`shed-oldest` evicts the oldest buffered element.', source: 'policies.md › Shedding', headings: 'Overflow policies › Shedding' },
@@ -21,7 +22,7 @@ describe('LexicalIndex', () => {
     assert.equal(index.search('npm install rxjs', 1)[0]!.id, 'b#1');
     assert.equal(index.search('setup', 1)[0]!.metadata.source.split(' › ')[0], 'setup.md');
     assert.deepEqual(index.search('boiling water', 3), []);
-    const named = LexicalIndex.of([...passages, { id: 'c#1', text: 'Add fields to every line.', source: 'guides/child-loggers.md' }]);
+    const named = LexicalIndex.of<PassageMetadata>([...passages, { id: 'c#1', text: 'Add fields to every line.', source: 'guides/child-loggers.md' }]);
     assert.equal(named.search('child logger', 1)[0]!.id, 'c#1', 'by the words of its file name');
   });
 
