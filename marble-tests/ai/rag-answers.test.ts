@@ -19,7 +19,7 @@ import { ragWorker } from '../../src/ai/pipelines/rag-worker.js';
 import type { PipelineWorker } from '../../src/ai/pipelines/pipeline-worker.js';
 import { embedder } from '../../src/ai/pool/embedder.js';
 import { InferencePool } from '../../src/ai/pool/pool.js';
-import { indexPassages, loadCorpus } from '../../src/ai/rag/corpus.js';
+import { chunkMarkdown, indexPassages, loadCorpus } from '../../src/ai/rag/corpus.js';
 import { NO_ANSWER } from '../../src/ai/rag/extract.js';
 import type { PassageMetadata } from '../../src/ai/rag/passage.js';
 import type { RetrievalMode } from '../../src/ai/rag/retriever.js';
@@ -121,6 +121,17 @@ describe('sluice-rag answers over the real embedder: hybrid retrieval, quotable 
     assert.equal(firstFile(await ask(dense, 'How do I print the certificate chain a server presents?')), 'tls.md');
     assert.equal(firstFile(await ask(lexical, 'Which three packets open a TCP connection?')), 'tcp.md');
     for (const rag of [lexical, dense]) assert.equal(await ask(rag, 'What is the capital city of Australia?'), NO_ANSWER);
+  });
+
+  it('a corpus of one passage, a command, answers with it; one-character and 10,000-character questions abstain, never fail', async () => {
+    const index = await indexPassages(chunkMarkdown('Install it with:\n\n```sh\nnpm install rxjs\n```\n', 'one.md'), embed);
+    assert.equal(index.size, 1);
+    const rag = ragWorker({ embedder: embed, index });
+    workers.push(rag);
+    assert.equal(await ask(rag, 'How do I install rxjs?'), '`npm install rxjs` [1]\n\nSources:\n[1] one.md');
+    assert.equal(await ask(rag, 'What is the capital city of Australia?'), NO_ANSWER);
+    assert.equal(await ask(rag, '?'), NO_ANSWER);
+    assert.equal(await ask(worker('bundled'), 'lorem ipsum '.repeat(834)), NO_ANSWER);
   });
 
   it('bad retrieval options fail when the worker is made, naming the field', () => {
