@@ -244,12 +244,12 @@ describe('a corpus folder with passages and files that cannot be indexed', () =>
     }
   });
 
-  it('sluice serve --corpus starts over a folder with `---` rules (separators, never passages), logging what it left out once; a bad --corpus exits 2 naming it', async () => {
+  it('sluice serve --corpus --retrieval lexical starts over a folder with `---` rules (separators, never passages), logging what it left out once; a bad --corpus or --retrieval exits 2 naming it', async () => {
     const docs = join(root, 'docs-with-rules');
     await mkdir(docs, { recursive: true });
     await writeFile(join(docs, 'guide.md'), '# Guide\n\nA stage pauses its producer when its queue is full.\n\n---\n\nQueues are bounded.\n\n---\n');
     await writeFile(join(docs, 'logo.md'), Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x00, 0x00]));
-    const server = CliProcess.start('serve', ['--port', '0', '--models', models.dir, '--corpus', docs, '--pool-size', '1']);
+    const server = CliProcess.start('serve', ['--port', '0', '--models', models.dir, '--corpus', docs, '--pool-size', '1', '--retrieval', 'lexical']);
     try {
       const url = await server.url();
       const lines = server.stderr.split('\n').filter((line) => line.includes('skipped'));
@@ -274,5 +274,8 @@ describe('a corpus folder with passages and files that cannot be indexed', () =>
       assert.equal(await failed.exit(), 2, failed.output());
       assert.match(failed.stderr, message);
     }
+    const badMode = CliProcess.start('serve', ['--port', '0', '--models', models.dir, '--corpus', docs, '--retrieval', 'sparse']);
+    assert.equal(await badMode.exit(), 2, badMode.output());
+    assert.match(badMode.stderr, /^sluice: --retrieval: retrieval must be one of hybrid, dense, lexical\n/);
   });
 });
