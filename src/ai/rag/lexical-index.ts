@@ -4,6 +4,7 @@
  * query's information (its IDF mass) a passage holds: the lexical evidence abstention weighs.
  */
 import MiniSearch from 'minisearch';
+import { stemmer } from 'stemmer';
 import type { PassageMetadata } from './passage.js';
 
 /** Function words that carry no subject: never indexed, never asked for. */
@@ -18,22 +19,19 @@ const STOP_WORDS = new Set(
 );
 
 /**
- * A term as indexed: lower case, folded accents, and a light English suffix strip (`policies` and
- * `policy`, `paused` and `pause`, `shedding` and `shed`, `keeper` and `keeps` meet). Stop words
- * and single characters are no term.
+ * A term as indexed: lower case, folded accents, stemmed by Porter's algorithm (`policies` and
+ * `policy`, `authentication` and `authenticated` meet), then an agent's `-er` dropped (`keeper` and
+ * `keeps`, `server` and `serve`). Stop words and single characters are no term.
  */
 export function lexicalTerm(word: string): string | null {
-  let term = word.toLowerCase().normalize('NFKD').replace(/\p{M}/gu, '');
+  const term = word
+    .toLowerCase()
+    .normalize('NFKD')
+    .replace(/\p{M}/gu, '');
   if (term.length < 2 || STOP_WORDS.has(term)) return null;
   if (!/^\p{L}+$/u.test(term)) return term; // numbers, identifiers with digits: as they are
-  if (term.length > 4 && term.endsWith('ies')) term = `${term.slice(0, -3)}y`;
-  else if (term.length > 3 && term.endsWith('s') && !term.endsWith('ss') && !term.endsWith('us')) term = term.slice(0, -1);
-  if (term.length > 5 && term.endsWith('ing')) term = term.slice(0, -3);
-  else if (term.length > 4 && term.endsWith('ed')) term = term.slice(0, -2);
-  if (term.length > 5 && term.endsWith('er')) term = term.slice(0, -2);
-  if (term.length > 3 && /([b-df-hj-km-np-tv-z])\1$/.test(term) && !/(ll|ss|zz)$/.test(term)) term = term.slice(0, -1);
-  if (term.length > 4 && term.endsWith('e')) term = term.slice(0, -1);
-  return term;
+  const stem = stemmer(term);
+  return stem.length > 5 && stem.endsWith('er') ? stem.slice(0, -2) : stem;
 }
 
 /** Words of a text: runs of letters and digits (code identifiers split at `_`, `-`, `.` and case changes). */
