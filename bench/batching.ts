@@ -23,19 +23,33 @@ export interface BatchingResult {
   readonly id: string;
   /** Tokens per second by concurrent streams. */
   readonly tokensPerSecond: Readonly<Record<number, number>>;
+  /** p99 gap between one client's tokens (ms), by concurrent streams (HTTP runs). */
+  readonly gapP99?: Readonly<Record<number, number>>;
 }
 
-/** Tokens of one streamed completion. */
-function stream(url: URL, agent: Agent, tokens: number): Promise<number> {
+/** The stopped-readers run: 18 reading clients alone, then beside 2 that stopped reading (10 %). */
+export interface StoppedReadersResult {
+  readonly readersAlone: number;
+  readonly readersBesideStopped: number;
+}
+
+/** Tokens of one streamed completion; the gap before each token after the first goes to `gaps` (ms). */
+function stream(url: URL, agent: Agent, tokens: number, gaps: number[] = []): Promise<number> {
   const body = JSON.stringify({ model: 'charlm', stream: true, max_tokens: tokens, messages: [{ role: 'user', content: 'The stage' }] });
   return new Promise((resolve) => {
     const req = httpRequest(
       { host: url.hostname, port: url.port, path: '/v1/chat/completions', method: 'POST', agent, headers: { 'content-type': 'application/json' } },
       (res) => {
         let count = 0;
+        let last = 0;
         res.setEncoding('utf8');
         res.on('data', (chunk: string) => {
-          for (let at = chunk.indexOf('"content"'); at >= 0; at = chunk.indexOf('"content"', at + 1)) count++;
+          const now = monotonicMs();
+          for (let at = chunk.indexOf('"content"'); at >= 0; at = chunk.indexOf('"content"', at + 1)) {
+            if (count > 0) gaps.push(now - last);
+            last = now;
+            count++;
+          }
         });
         res.on('end', () => resolve(res.statusCode === 200 ? count : 0));
       },
@@ -45,22 +59,48 @@ function stream(url: URL, agent: Agent, tokens: number): Promise<number> {
   });
 }
 
-async function measure(url: URL, streams: number, seconds: number, tokens: number): Promise<number> {
+/** Tokens per second of `streams` closed-loop clients, and the p99 gap between one client's tokens (ms). */
+async function measure(url: URL, streams: number, seconds: number, tokens: number): Promise<{ tokensPerSecond: number; gapP99: number }> {
   const agent = new Agent({ keepAlive: true, maxSockets: streams });
   let total = 0;
+  const gaps: number[] = [];
   const until = monotonicMs() + seconds * 1000;
   const started = monotonicMs();
   await Promise.all(
     Array.from({ length: streams }, async () => {
       while (monotonicMs() < until) {
         // Read before adding: `total += await ...` would read `total` before the await and lose the other clients' counts.
-        const seen = await stream(url, agent, tokens);
+        const seen = await stream(url, agent, tokens, gaps);
         total += seen;
       }
     }),
   );
   agent.destroy();
-  return total / ((monotonicMs() - started) / 1000);
+  gaps.sort((a, b) => a - b);
+  return { tokensPerSecond: total / ((monotonicMs() - started) / 1000), gapP99: gaps[Math.floor(gaps.length * 0.99)] ?? 0 };
+}
+
+/** Opens `count` streams whose clients read nothing (paused), for as long as `during` runs. */
+async function withStoppedReaders<T>(url: URL, count: number, during: () => Promise<T>): Promise<T> {
+  const agent = new Agent({ keepAlive: false, maxSockets: count });
+  const body = JSON.stringify({ model: 'charlm', stream: true, max_tokens: 1_000_000, messages: [{ role: 'user', content: 'The stage' }] });
+  const requests = Array.from({ length: count }, () => {
+    const req = httpRequest(
+      { host: url.hostname, port: url.port, path: '/v1/chat/completions', method: 'POST', agent, headers: { 'content-type': 'application/json' } },
+      (res) => res.pause(),
+    );
+    req.on('error', () => {});
+    req.end(body);
+    return req;
+  });
+  // Long enough for their socket buffers to fill: from then on only demand would make the model step for them.
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  try {
+    return await during();
+  } finally {
+    for (const req of requests) req.destroy();
+    agent.destroy();
+  }
 }
 
 export async function measureBatching(onProgress: (message: string) => void = () => {}): Promise<{ results: BatchingResult[]; checks: TargetCheck[] }> {
@@ -68,6 +108,7 @@ export async function measureBatching(onProgress: (message: string) => void = ()
   const tokens = envInt('BENCH_BATCH_TOKENS', 64);
   const models = await mkdtemp(join(tmpdir(), 'sluice-bench-batching-'));
   const results: BatchingResult[] = [];
+  let stopped: StoppedReadersResult | undefined;
   try {
     for (const id of BATCHING_IDS.filter((i) => selected(i))) {
       const { child, url } = await startServe(models, 64, 256, ['--max-batch', id === 'batching-charlm-batched' ? '16' : '1']);
@@ -75,11 +116,20 @@ export async function measureBatching(onProgress: (message: string) => void = ()
         const base = new URL(url);
         await measure(base, 4, 1, tokens); // warm-up
         const perStreams: Record<number, number> = {};
+        const gapP99: Record<number, number> = {};
         for (const n of STREAMS) {
-          perStreams[n] = await measure(base, n, seconds, tokens);
-          onProgress(`${id}: ${n} streams, ${perStreams[n]!.toFixed(0)} tokens/s`);
+          const { tokensPerSecond, gapP99: gap } = await measure(base, n, seconds, tokens);
+          perStreams[n] = tokensPerSecond;
+          gapP99[n] = gap;
+          onProgress(`${id}: ${n} streams, ${tokensPerSecond.toFixed(0)} tokens/s, inter-token p99 ${gap.toFixed(2)} ms`);
         }
-        results.push({ id, tokensPerSecond: perStreams });
+        results.push({ id, tokensPerSecond: perStreams, gapP99 });
+        if (id === 'batching-charlm-batched') {
+          const readersAlone = (await measure(base, 18, seconds, tokens)).tokensPerSecond;
+          const readersBesideStopped = (await withStoppedReaders(base, 2, () => measure(base, 18, seconds, tokens))).tokensPerSecond;
+          stopped = { readersAlone, readersBesideStopped };
+          onProgress(`${id}: 18 readers ${readersAlone.toFixed(0)} tokens/s alone, ${readersBesideStopped.toFixed(0)} beside 2 stopped readers`);
+        }
       } finally {
         child.kill('SIGTERM');
         await new Promise((resolve) => child.once('exit', resolve));
@@ -93,6 +143,12 @@ export async function measureBatching(onProgress: (message: string) => void = ()
   const checks: TargetCheck[] = [];
   if (batched !== undefined)
     checks.push(target('charlm over HTTP: 16 streams ÷ 1 stream, tokens/s, batched', batched.tokensPerSecond[16]! / batched.tokensPerSecond[1]!, '×', 'ge', 4));
+  if (batched?.gapP99 !== undefined)
+    checks.push(target('charlm over HTTP: inter-token p99, 16 streams ÷ 1 stream', batched.gapP99[16]! / Math.max(batched.gapP99[1]!, 0.001), '×', 'le', 2.5));
+  if (stopped !== undefined)
+    checks.push(
+      target('charlm over HTTP: 18 readers beside 2 stopped ÷ alone, tokens/s', stopped.readersBesideStopped / stopped.readersAlone, '×', 'ge', 0.95),
+    );
   if (batched !== undefined && alone !== undefined)
     // Batching must not cost: 0.95 leaves room for run-to-run noise on a shared 2-core machine.
     checks.push(
@@ -103,8 +159,9 @@ export async function measureBatching(onProgress: (message: string) => void = ()
 
 export function batchingReport(results: readonly BatchingResult[], checks: readonly TargetCheck[]): string {
   const rows = results.map((r) => [r.id, ...STREAMS.map((n) => (r.tokensPerSecond[n] ?? 0).toFixed(0))]);
-  const judged = checks.map((c) => [c.what, c.measured.toFixed(2), `≥ ${c.limit}`, c.pass ? 'PASS' : 'MISS']);
-  return `${textTable(['server', ...STREAMS.map((n) => `${n} streams tokens/s`)], rows)}\n${textTable(['ratio', 'measured', 'target', ''], judged)}\nload average ${loadavg()[0]!.toFixed(1)}`;
+  const judged = checks.map((c) => [c.what, c.measured.toFixed(2), `${c.comparison === 'le' ? '≤' : '≥'} ${c.limit}`, c.pass ? 'PASS' : 'MISS']);
+  const gapRows = results.filter((r) => r.gapP99 !== undefined).map((r) => [r.id, ...STREAMS.map((n) => (r.gapP99![n] ?? 0).toFixed(2))]);
+  return `${textTable(['server', ...STREAMS.map((n) => `${n} streams tokens/s`)], rows)}\n${textTable(['server', ...STREAMS.map((n) => `${n} streams inter-token p99 ms`)], gapRows)}\n${textTable(['ratio', 'measured', 'target', ''], judged)}\nload average ${loadavg()[0]!.toFixed(1)}`;
 }
 
 /** The decoder the issue measured one step of: 6 layers, hidden 512, FFN 2,048, vocabulary 8,192 (about 110 MB). */
@@ -153,25 +210,44 @@ export async function measureDecoderBatching(onProgress: (message: string) => vo
         ...(DECODER_RUNS[id].batch !== undefined && { batch: DECODER_RUNS[id].batch }),
       });
       const perStreams: Record<number, number> = {};
+      const gapP99: Record<number, number> = {};
       for (const n of STREAMS) {
         // One prompt length: every generation's cache has the same length at each step, so they batch; mixed: only when padded.
         const started = monotonicMs();
-        const answers = await Promise.all(
-          Array.from({ length: n }, (_, i) =>
-            worker.infer(
-              generateRequest({
-                prompt: `Prompt number ${String(i).padStart(2, '0')} ${DECODER_RUNS[id].mixed ? '#'.repeat(i % 8) : ''}`,
-                max_tokens: tokens,
-                temperature: 0,
+        const gaps: number[] = [];
+        const made = await Promise.all(
+          Array.from(
+            { length: n },
+            (_, i) =>
+              new Promise<number>((resolve, reject) => {
+                let count = 0;
+                let last = 0;
+                worker
+                  .generate(
+                    generateRequest({
+                      prompt: `Prompt number ${String(i).padStart(2, '0')} ${DECODER_RUNS[id].mixed ? '#'.repeat(i % 8) : ''}`,
+                      max_tokens: tokens,
+                      temperature: 0,
+                    }),
+                  )
+                  .subscribe({
+                    next: () => {
+                      const now = monotonicMs();
+                      if (count++ > 0) gaps.push(now - last);
+                      last = now;
+                    },
+                    error: reject,
+                    complete: () => resolve(count),
+                  });
               }),
-            ),
           ),
         );
-        const made = answers.reduce((sum, a) => sum + a.usage.outputTokens, 0);
-        perStreams[n] = made / ((monotonicMs() - started) / 1000);
-        onProgress(`${id}: ${n} streams, ${perStreams[n]!.toFixed(0)} tokens/s`);
+        perStreams[n] = made.reduce((sum, c) => sum + c, 0) / ((monotonicMs() - started) / 1000);
+        gaps.sort((a, b) => a - b);
+        gapP99[n] = gaps[Math.floor(gaps.length * 0.99)] ?? 0;
+        onProgress(`${id}: ${n} streams, ${perStreams[n]!.toFixed(0)} tokens/s, inter-token p99 ${gapP99[n]!.toFixed(1)} ms`);
       }
-      results.push({ id, tokensPerSecond: perStreams });
+      results.push({ id, tokensPerSecond: perStreams, gapP99 });
     }
   } finally {
     await pool.close();
@@ -186,6 +262,8 @@ export async function measureDecoderBatching(onProgress: (message: string) => vo
     checks.push(
       target('decoder (6x512) at 16 streams: batched ÷ each step alone, tokens/s', batched.tokensPerSecond[16]! / alone.tokensPerSecond[16]!, '×', 'ge', 3),
     );
+  if (batched?.gapP99 !== undefined)
+    checks.push(target('decoder (6x512): inter-token p99, 16 streams ÷ 1 stream', batched.gapP99[16]! / Math.max(batched.gapP99[1]!, 0.001), '×', 'le', 2.5));
   const exact = results.find((r) => r.id === 'batching-decoder-mixed-exact');
   const padded = results.find((r) => r.id === 'batching-decoder-mixed-padded');
   if (exact !== undefined && padded !== undefined)

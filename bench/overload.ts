@@ -8,7 +8,8 @@
  *     node --conditions=sluice-source --import tsx bench/overload.ts
  *
  * Environment: BENCH_OVERLOAD_SECONDS=20 (the issue's figure is for 60), BENCH_OVERLOAD_FACTOR=10,
- * BENCH_OVERLOAD_STREAMS=8 (--max-streams), BENCH_OVERLOAD_QUEUE=32 (--max-queue), BENCH_OVERLOAD_TOKENS=32.
+ * BENCH_OVERLOAD_STREAMS=8 (--max-streams), BENCH_OVERLOAD_QUEUE=32 (--max-queue), BENCH_OVERLOAD_TOKENS=32,
+ * BENCH_OVERLOAD_WAIT=0 (--max-queue-wait in ms; 0 leaves it off).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -121,7 +122,8 @@ export async function measureOverload(onProgress: (message: string) => void = ()
   const queue = envInt('BENCH_OVERLOAD_QUEUE', 32);
   const tokens = envInt('BENCH_OVERLOAD_TOKENS', 32);
   const models = await mkdtemp(join(tmpdir(), 'sluice-bench-overload-'));
-  const { child, url } = await startServe(models, streams, queue);
+  const wait = envInt('BENCH_OVERLOAD_WAIT', 0);
+  const { child, url } = await startServe(models, streams, queue, wait > 0 ? ['--max-queue-wait', String(wait)] : []);
   const target_ = new URL(url);
   const agent = new Agent({ keepAlive: true, maxSockets: 1024 });
   try {

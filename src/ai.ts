@@ -16,7 +16,8 @@ export { ModelNotFoundError, ModelCorruptError, ModelSignatureError, Unsupported
 export { generateModels, MODEL_FILES, EMBEDDING_CONFIG } from './ai/models/generate.js';
 export type { GenerateOptions as GenerateModelsOptions, GeneratedFile, GuardMetadata } from './ai/models/generate.js';
 export type { EmbeddingModelConfig } from './ai/models/embedding.js';
-export { GUARD_LABELS } from './ai/models/guard.js';
+export { GUARD_LABELS, GUARD_THRESHOLDS } from './ai/models/guard.js';
+export type { GuardRates } from './ai/models/guard.js';
 export { planPooling, poolOutputs } from './ai/models/pooling.js';
 export type { Pooling, PoolingOptions, PoolingPlan } from './ai/models/pooling.js';
 export { redact } from './ai/stages/redact.js';

@@ -103,6 +103,36 @@ describe('Intake', () => {
     assert.ok(Math.abs(refused.retryAfter - 2500) <= 300, `retryAfter ${refused.retryAfter}`);
   });
 
+  it('with maxWait, holds no more than drains in that time at the rate it drained while busy; the lowest class goes first', () => {
+    const scheduler = new VirtualTimeScheduler();
+    const intake = new Intake({ maxQueue: 16, maxWait: 1000, scheduler });
+    const sink = TestSink.subscribe(intake.lane<number>('a'));
+    // Before any request has waited nothing is known of the drain: maxQueue bounds it.
+    const early = Array.from({ length: 6 }, (_, i) => offer(intake, 'a', i));
+    assert.ok(early.every((o) => o.refused === undefined));
+    // The pipeline takes one every 500 ms while they wait: 2 per second.
+    for (let i = 0; i < 6; i++) {
+      scheduler.schedule(() => {}, 500);
+      scheduler.flush();
+      sink.request(1);
+    }
+    assert.equal(intake.waiting, 0);
+    // 1 s of waiting drains 2: a third waiting request would start later than that.
+    const high = offer(intake, 'a', 10, 'high');
+    const rest = [offer(intake, 'a', 11), offer(intake, 'a', 12, 'low'), offer(intake, 'a', 13)];
+    assert.equal(intake.waiting, 2);
+    assert.equal(high.refused, undefined);
+    assert.deepEqual(
+      rest.map((o) => o.refused?.code),
+      [undefined, 'ADMISSION_REJECTED', 'ADMISSION_REJECTED'],
+      'the low one was evicted, the newest default refused',
+    );
+    assert.throws(
+      () => new Intake({ maxQueue: 1, maxWait: 0 }),
+      (err: unknown) => err instanceof InvalidOptionsError && err.issues[0]?.path === 'maxWait',
+    );
+  });
+
   it('fails at construction naming the bad field', () => {
     assert.throws(
       () => new Intake({ maxQueue: -1 }),

@@ -51,7 +51,7 @@ describe('kvBatcher with a lengthBucket', () => {
           maxLength: 6,
         }),
         async (rows) => {
-          const steps = await Promise.all(rows.map(async (r) => ({ past: await prefill(r.ids), id: r.next, position: r.ids.length })));
+          const steps = await Promise.all(rows.map(async (r) => ({ past: await prefill(r.ids), ids: [r.next], position: r.ids.length })));
           const expected: Awaited<ReturnType<typeof alone.step>>[] = [];
           for (const step of steps) expected.push(await alone.step(step, never));
           const calls = padded.stats.calls;

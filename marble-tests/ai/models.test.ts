@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import * as ort from 'onnxruntime-node';
@@ -12,7 +12,7 @@ import { DEFAULT_DECODER } from '../../src/ai/models/decoder.js';
 import { embedIds, embeddingTable } from '../../src/ai/models/embedding.js';
 import { cosineSimilarity as cosine } from '../../src/cache/semantic.js';
 import { ModelCorruptError, ModelNotFoundError, ModelSignatureError, UnsupportedTokenizerError } from '../../src/ai/models/errors.js';
-import { EMBEDDING_CONFIG, GUARD_SPLIT_SEED, MODEL_FILES, generateModels, type GuardMetadata } from '../../src/ai/models/generate.js';
+import { EMBEDDING_CONFIG, GUARD_SPLIT_SEED, MODEL_FILES, MODEL_RECIPES, generateModels, type GuardMetadata } from '../../src/ai/models/generate.js';
 import { GUARD_LABELS, parseGuardExamples, splitGuardExamples } from '../../src/ai/models/guard.js';
 import { SIGNATURES, loadModel, loadTokenizer, type LoadedModel } from '../../src/ai/models/load.js';
 import { GraphBuilder, ModelBuilder } from '../../src/ai/models/onnx/index.js';
@@ -25,7 +25,7 @@ import { invalidPaths, pathsOf } from '../support/invalid-options.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const dataDir = join(root, 'data');
-// Measured: 97.0 % (64 of 66) on the seed-1 split. The margin absorbs edits to data/guard.jsonl, not regressions.
+// Measured: 96.5 % (193 of 200) on the seed-1 calibration split. The margin absorbs edits to data/guard.jsonl, not regressions.
 const GUARD_ACCURACY_THRESHOLD = 0.9;
 
 let dir: string;
@@ -107,6 +107,23 @@ describe('ONNX writer', () => {
       const second = await generateModels({ outDir: again, dataDir });
       assert.ok(second.every((f) => !f.written));
       assert.equal(await readFile(join(again, MODEL_FILES.decoder), 'utf8'), 'kept');
+      // A group an older sluice wrote (its recipe below today's, or no recipes.json at all) is rewritten, the others kept.
+      await writeFile(join(again, MODEL_FILES.guard), 'an older recipe');
+      await writeFile(join(again, 'recipes.json'), JSON.stringify({ ...MODEL_RECIPES, guard: MODEL_RECIPES.guard - 1 }));
+      const third = await generateModels({ outDir: again, dataDir });
+      assert.deepEqual(
+        third.filter((f) => f.written).map((f) => basename(f.path)),
+        [MODEL_FILES.guard, MODEL_FILES.guardMetadata],
+      );
+      assert.deepEqual(await readFile(join(again, MODEL_FILES.guard)), await readFile(join(dir, MODEL_FILES.guard)));
+      assert.equal(await readFile(join(again, MODEL_FILES.decoder), 'utf8'), 'kept');
+      await rm(join(again, 'recipes.json'));
+      const unrecorded = await generateModels({ outDir: again, dataDir });
+      assert.deepEqual(
+        unrecorded.filter((f) => f.written).map((f) => basename(f.path)),
+        Object.entries(MODEL_RECIPES).some(([, v]) => v > 1) ? [MODEL_FILES.guard, MODEL_FILES.guardMetadata] : [],
+        'a folder without recipes.json is taken as recipe 1 of each',
+      );
       // Without dataDir: the data/ folder the package ships, the same as the repository's.
       await generateModels({ outDir: again, force: true });
       for (const name of Object.values(MODEL_FILES))
@@ -243,21 +260,21 @@ describe('embedding model', () => {
 });
 
 describe('guard classifier', () => {
-  it(`scores the held-out split with accuracy ≥ ${GUARD_ACCURACY_THRESHOLD}, as recorded in guard.json`, async () => {
+  it(`scores the calibration split with accuracy ≥ ${GUARD_ACCURACY_THRESHOLD}, as recorded in guard.json`, async () => {
     const tokenizer = await loadTokenizer(join(dir, MODEL_FILES.embeddingTokenizer));
-    const { test } = splitGuardExamples(parseGuardExamples(await readFile(join(dataDir, 'guard.jsonl'), 'utf8')), GUARD_SPLIT_SEED);
-    const { scores } = await model('guard').run(textFeeds(tokenizer.encodeBatch(test.map((e) => e.text))));
-    assert.deepEqual(scores!.dims, [test.length, GUARD_LABELS.length]);
+    const { calibration } = splitGuardExamples(parseGuardExamples(await readFile(join(dataDir, 'guard.jsonl'), 'utf8')), GUARD_SPLIT_SEED);
+    const { scores } = await model('guard').run(textFeeds(tokenizer.encodeBatch(calibration.map((e) => e.text))));
+    assert.deepEqual(scores!.dims, [calibration.length, GUARD_LABELS.length]);
     const predicted = rows(scores!).map((row) => {
       assert.ok(Math.abs(row[0]! + row[1]! - 1) < 1e-5, 'scores are a softmax');
       return GUARD_LABELS[row[1]! > row[0]! ? 1 : 0];
     });
-    const accuracy = predicted.filter((label, i) => label === test[i]!.label).length / test.length;
-    console.log(`  guard held-out accuracy (onnxruntime): ${(accuracy * 100).toFixed(1)}% of ${test.length}`);
+    const accuracy = predicted.filter((label, i) => label === calibration[i]!.label).length / calibration.length;
+    console.log(`  guard calibration accuracy (onnxruntime): ${(accuracy * 100).toFixed(1)}% of ${calibration.length}`);
     assert.ok(accuracy >= GUARD_ACCURACY_THRESHOLD, `accuracy ${accuracy} < ${GUARD_ACCURACY_THRESHOLD}`);
     const recorded = JSON.parse(await readFile(join(dir, MODEL_FILES.guardMetadata), 'utf8')) as GuardMetadata;
-    assert.ok(Math.abs(recorded.heldOutAccuracy - accuracy) < 1e-3, `guard.json says ${recorded.heldOutAccuracy}, onnxruntime measured ${accuracy}`);
-    assert.equal(recorded.testSize, test.length);
+    assert.ok(Math.abs(recorded.calibration.accuracy - accuracy) < 1e-3, `guard.json says ${recorded.calibration.accuracy}, onnxruntime measured ${accuracy}`);
+    assert.equal(recorded.calibration.benign + recorded.calibration.injections, calibration.length);
   });
 
   it('flags unseen injection attempts and passes unseen benign questions', async () => {

@@ -105,6 +105,44 @@ describe('StepBatcher on the character LM', () => {
     await model.release();
   });
 
+  it('a model call that fails mid-batch ends every generation in it with that error, once; the next generation runs', async () => {
+    const path = join(generated.dir, MODEL_FILES.charLm);
+    const model = await loadModel(path);
+    let calls = 0;
+    const worker = await CharLmWorker.load(path, {
+      run: (feeds) => (++calls === 6 ? Promise.reject(new Error('the worker thread died')) : model.run(feeds)),
+      batch: { maxBatch: 8 },
+    });
+    const ends = await Promise.all(
+      Array.from(
+        { length: 4 },
+        (_, i) =>
+          new Promise<{ tokens: number; terminals: number; error: unknown }>((resolve) => {
+            const seen = { tokens: 0, terminals: 0, error: undefined as unknown };
+            worker.generate(generateRequest({ prompt: `The stage ${i}`, max_tokens: 40, seed: i })).subscribe({
+              next: () => seen.tokens++,
+              error: (error: unknown) => {
+                seen.terminals++;
+                seen.error = error;
+                setImmediate(() => resolve(seen));
+              },
+              complete: () => {
+                seen.terminals++;
+                setImmediate(() => resolve(seen));
+              },
+            });
+          }),
+      ),
+    );
+    for (const end of ends) {
+      assert.equal(end.terminals, 1);
+      assert.ok(end.tokens < 40, 'it did not run to its end');
+      assert.match(String((end.error as Error | undefined)?.message), /the worker thread died/);
+    }
+    assert.equal((await worker.infer(generateRequest({ prompt: 'after', max_tokens: 5 }))).usage.outputTokens, 5);
+    await model.release();
+  });
+
   it('asks no step for a reader that wants nothing, and drops a cancelled step before its call', async () => {
     const runs: number[] = [];
     const batcher = new StepBatcher<number, number>(
@@ -170,6 +208,31 @@ describe('StepBatcher on the character LM', () => {
     );
     assert.ok(decoder.batchStats!.largest > 1, `steps shared a call (largest ${decoder.batchStats!.largest})`);
     await single.release();
+    await session.release();
+  });
+
+  it('prompts of one length joining together prefill in one call, within the token budget per call', async () => {
+    const path = join(generated.dir, MODEL_FILES.decoder);
+    const session = await loadModel(path);
+    const run = (tokenBudget?: number) =>
+      DecoderLmWorker.load(path, { run: (feeds) => session.run(feeds), batch: { maxBatch: 8, ...(tokenBudget !== undefined && { tokenBudget }) } });
+    const prompts = ['abcde', 'fghij', 'klmno', 'pqrst'];
+    const alone = await DecoderLmWorker.load(path);
+    const expected = await Promise.all(prompts.map((prompt) => alone.infer(generateRequest({ prompt, max_tokens: 1, temperature: 0 }))));
+    for (const [budget, calls, largest] of [
+      [undefined, 1, 4],
+      [10, 2, 2],
+      [4, 4, 1],
+    ] as const) {
+      const decoder = await run(budget);
+      const got = await Promise.all(prompts.map((prompt) => decoder.infer(generateRequest({ prompt, max_tokens: 1, temperature: 0 }))));
+      assert.deepEqual(
+        got.map((c) => c.text),
+        expected.map((c) => c.text),
+      );
+      assert.deepEqual(decoder.batchStats, { calls, steps: 4, largest }, `token budget ${budget}`);
+    }
+    await alone.release();
     await session.release();
   });
 

@@ -571,6 +571,50 @@ describe('plain RxJS operators between two stages', () => {
     assert.ok(filtered <= 6 * alone, `with the filter ${filtered} frames, without ${alone}`);
   });
 
+  it('a queue then a filter (concatMap over 1 ms timers, then 1 in 100 or 1,000 kept): within room + slack at every step, at the pace of the queue', () => {
+    const run = (oneIn: number) => {
+      const scheduler = new TestScheduler((actual, expected) => assert.deepEqual(actual, expected));
+      const statsA = new StageStats();
+      const statsB = new StageStats();
+      let dropped = 0;
+      let worst = 0;
+      let bound = 0;
+      let completedAt = -1;
+      const observe = () => {
+        const held = statsA.delivered - dropped - statsB.received + statsB.buffered + statsB.inFlight;
+        if (held - statsB.transitSlack - statsB.lateArrivals > worst - bound) [worst, bound] = [held, 3 + 2 + statsB.transitSlack + statsB.lateArrivals];
+      };
+      scheduler.run(({ flush }) => {
+        fromIterable(counting(5000).generator)
+          .pipe(
+            stage(identity, { name: 'A', capacity: 4, stats: statsA }),
+            concatMap((t) => timer(1).pipe(map(() => t))),
+            // The first pass comes only after oneIn − 1 drops: until then nothing shows the filter drops.
+            filter((t) => (t.value + 1) % oneIn === 0 || (dropped++, false)),
+            tap(observe),
+            stage(
+              (x: number) => {
+                observe();
+                return x;
+              },
+              { name: 'B', capacity: 3, concurrency: 2, stats: statsB },
+            ),
+          )
+          .subscribe({ complete: () => (completedAt = scheduler.now()) });
+        flush();
+      });
+      return { worst, bound, completedAt, late: statsB.lateArrivals };
+    };
+    for (const oneIn of [100, 1000]) {
+      const { worst, bound, completedAt, late } = run(oneIn);
+      assert.ok(completedAt > 0, `1 in ${oneIn}: completed`);
+      assert.ok(worst <= bound + 1, `1 in ${oneIn}: held ${worst}, room + slack + late arrivals ${bound}`);
+      assert.ok(late <= 1, `1 in ${oneIn}: ${late} elements given up on came back`);
+      // The queue's own pace is 5,000 frames; before the first pass the link waits transitTimeout per fourfold wave, a few times.
+      assert.ok(completedAt <= 5000 * 1.5 + 5 * 1000, `1 in ${oneIn}: ${completedAt} frames`);
+    }
+  });
+
   it('mergeMap(x => of(x).pipe(delay(1))) in real time: delivers all, pulled − delivered stays within the bound + 16', async () => {
     const source = counting(2000);
     let delivered = 0;

@@ -79,9 +79,7 @@ const planArbitrary: fc.Arbitrary<Plan> = fc.record({
   // At least one deferral, and filters anywhere around it.
   chain: fc
     .tuple(fc.array(fc.oneof(deferral, dropping), { maxLength: 2 }), deferral, fc.array(fc.oneof(deferral, dropping), { maxLength: 2 }))
-    .map(([before, middle, after]) => [...before, middle, ...after])
-    // Not covered: a queue (concatMap) whose elements are dropped after it delivers them looks silent while it drains (docs/pipelines.md).
-    .filter((chain) => !chain.some((step, i) => step.kind === 'filter' && chain.slice(0, i).some((earlier) => earlier.kind === 'concatMap'))),
+    .map(([before, middle, after]) => [...before, middle, ...after]),
   n: fc.integer({ min: 50, max: 1500 }),
   a: fc.record({ capacity: fc.integer({ min: 1, max: 8 }), concurrency: fc.integer({ min: 1, max: 2 }) }),
   b: fc.record({ capacity: fc.integer({ min: 1, max: 16 }), concurrency: fc.integer({ min: 1, max: 4 }), workMs: fc.integer({ min: 0, max: 3 }) }),
@@ -174,8 +172,11 @@ describe('a link across plain deferring and dropping operators: properties', () 
       fc.asyncProperty(planArbitrary, async (plan) => {
         const filtered = await runPlan(plan, false);
         assert.equal(filtered.delivered + filtered.dropped, plan.n, `every element delivered or dropped: ${describePlan(plan)}`);
-        assert.ok(filtered.worst <= filtered.bound, `held ${filtered.worst} > room + slack + late arrivals = ${filtered.bound}: ${describePlan(plan)}`);
-        assert.equal(filtered.lateArrivals, 0, `no element given up on came back: ${describePlan(plan)}`);
+        // A queue then a filter that has not let one through yet: the link cannot tell the queue's elements from drops, so one given up on may come back.
+        const queueThenFilter = plan.chain.some((step, i) => step.kind === 'filter' && plan.chain.slice(0, i).some((earlier) => earlier.kind === 'concatMap'));
+        const late = queueThenFilter ? 1 : 0;
+        assert.ok(filtered.worst <= filtered.bound + late, `held ${filtered.worst} > room + slack + late arrivals = ${filtered.bound}: ${describePlan(plan)}`);
+        assert.ok(filtered.lateArrivals <= late, `${filtered.lateArrivals} given up on came back: ${describePlan(plan)}`);
         if (!plan.chain.some((step) => step.kind === 'filter')) return;
         const plain = await runPlan(plan, true);
         assert.equal(plain.delivered, plan.n);

@@ -331,7 +331,11 @@ describe('sluice/nats links, on a real nats-server', () => {
         ),
       );
       assert.deepEqual(values, [1, 3, 5, 7]);
-      await eventually(() => assert.equal(graph.snapshot().nodes.find((n) => n.kind === 'nats-receive')!.failed, 3));
+      // The dead letters are published to the server: waits of 5 ms, not event-loop turns, bound the round trips (at most 10 s).
+      await eventually(() => assert.equal(graph.snapshot().nodes.find((n) => n.kind === 'nats-receive')!.failed, 3, 'three dead letters counted'), {
+        maxTicks: 2000,
+        tick: () => new Promise((resolve) => setTimeout(resolve, 5)),
+      });
       const snapshot = graph.snapshot();
       const letters = snapshot.deadLetters;
       // Three dead letters (values 2 and 4, the bad body): the oldest is dropped, the last two kept, newest last.

@@ -5,7 +5,7 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { launchNatsServer } from './nats-server.js';
@@ -25,16 +25,26 @@ export interface NatsCluster {
 
 const SIZE = 3;
 
-/** A port the OS has just handed out and taken back (routes must be known before the servers start). */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
+/**
+ * `count` distinct ports the OS has just handed out and taken back (routes must be known before the
+ * servers start). All are held until the last is handed out: a port given back at once may be handed
+ * out again by the next call.
+ */
+async function freePorts(count: number): Promise<number[]> {
+  const servers = await Promise.all(
+    Array.from(
+      { length: count },
+      () =>
+        new Promise<Server>((resolve, reject) => {
+          const server = createServer();
+          server.once('error', reject);
+          server.listen(0, '127.0.0.1', () => resolve(server));
+        }),
+    ),
+  );
+  const ports = servers.map((server) => (server.address() as { port: number }).port);
+  await Promise.all(servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))));
+  return ports;
 }
 
 async function launch(args: readonly string[]): Promise<ChildProcess> {
@@ -50,12 +60,9 @@ function exited(child: ChildProcess, signal: NodeJS.Signals): Promise<void> {
 }
 
 export async function startNatsCluster(): Promise<NatsCluster> {
-  const clientPorts: number[] = [];
-  const routePorts: number[] = [];
-  for (let i = 0; i < SIZE; i++) {
-    clientPorts.push(await freePort());
-    routePorts.push(await freePort());
-  }
+  const ports = await freePorts(2 * SIZE);
+  const clientPorts = ports.slice(0, SIZE);
+  const routePorts = ports.slice(SIZE);
   const stores = clientPorts.map(() => mkdtempSync(join(tmpdir(), 'sluice-nats-cluster-')));
   const names = clientPorts.map((_, i) => `n${i}`);
   const argsOf = (i: number): string[] => [
@@ -78,7 +85,15 @@ export async function startNatsCluster(): Promise<NatsCluster> {
       .map((port) => `nats://127.0.0.1:${port}`)
       .join(','),
   ];
-  const nodes: (ChildProcess | undefined)[] = await Promise.all(clientPorts.map((_, i) => launch(argsOf(i))));
+  const launched = await Promise.allSettled(clientPorts.map((_, i) => launch(argsOf(i))));
+  const nodes: (ChildProcess | undefined)[] = launched.map((result) => (result.status === 'fulfilled' ? result.value : undefined));
+  const failed = launched.find((result) => result.status === 'rejected');
+  if (failed !== undefined) {
+    // The nodes that did start would keep the test process alive: stop them before failing.
+    await Promise.all(nodes.map((node) => (node === undefined ? undefined : exited(node, 'SIGKILL'))));
+    for (const store of stores) rmSync(store, { recursive: true, force: true });
+    throw failed.reason;
+  }
   return {
     urls: clientPorts.map((port) => `nats://127.0.0.1:${port}`),
     names,

@@ -141,6 +141,16 @@ export const FLAGS: readonly Flag[] = [
     to: 'maxQueue',
   },
   {
+    name: 'max-queue-wait',
+    type: 'integer',
+    arg: '<ms>',
+    env: ['SLUICE_MAX_QUEUE_WAIT'],
+    help: {
+      serve: 'the longest a request should wait at the door: the queue holds no more than it drained in that time while busy, and the rest is refused at once',
+    },
+    to: 'maxQueueWait',
+  },
+  {
     name: 'max-streams',
     type: 'integer',
     arg: '<n>',
@@ -160,6 +170,17 @@ export const FLAGS: readonly Flag[] = [
       worker: 'decode steps of the generations it runs at once, as one model call; 1 runs each alone',
     },
     to: 'maxBatch',
+  },
+  {
+    name: 'step-tokens',
+    type: 'integer',
+    arg: '<n>',
+    env: ['SLUICE_STEP_TOKENS'],
+    default: '2048',
+    help: {
+      serve: "tokens one batched call of a --model decoder feeds at most, prompts joining included: a long prompt does not stall the others' next tokens",
+    },
+    to: 'stepTokens',
   },
   {
     name: 'kv-cache-mb',

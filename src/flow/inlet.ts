@@ -100,8 +100,10 @@ const GONE: Resumable = { resume: () => {} };
  *   An element that comes back after it was given up on (`onLate`) is taken, and the
  *   link never again gives up sooner than twice its transit time.
  *
- * Not told apart: a queue (`concatMap`) whose delivered elements are all dropped after
- * it is silent to the link while it drains, so such a segment can grow past the bound.
+ * - probes between the segment's plain operators (`probeSegment`): `dropped` for an element
+ *   an operator shown synchronous gave nothing for, settled as an arrival would be; `moved`
+ *   for an element going from one operator to the next, so a queue draining into a filter
+ *   is not a silence.
  *
  * Before a segment has shown holding, up to `grace` elements (16 by default) may go
  * missing beyond the room without a wait, so a filter dropping a short run before its
@@ -155,6 +157,8 @@ export class Inlet implements DemandLink {
   private slowest = 0;
   /** When the last element arrived outside an emit. */
   private lastArrivalAt = 0;
+  /** When a probe last saw an element move between the segment's operators outside an emit (see `probeSegment`). */
+  private lastMoveAt = 0;
   private wait: Subscription | undefined;
   private readonly onLate: (() => void) | undefined;
   private readonly onGraceGrown: ((grace: number) => void) | undefined;
@@ -257,6 +261,31 @@ export class Inlet implements DemandLink {
       return true;
     }
     return false;
+  }
+
+  /**
+   * A probe between the plain operators of the segment saw one drop an element (`probeSegment`):
+   * outside an emit that is an element of the segment accounted for, as an arrival would be, and the
+   * segment is not silent. During an emit the element being emitted is left to `afterEmit`.
+   */
+  dropped(): void {
+    if (this.emitting > 0) return;
+    if (this.wait !== undefined) this.stopWaiting();
+    const now = this.scheduler.now();
+    this.lastArrivalAt = now;
+    this.lastMoveAt = now;
+    // Not a transit sample: a drop partway along is quicker than what goes the whole way.
+    if (this.inTransit > 0) this.settle(1);
+    else if (this.forgiven > 0) {
+      this.forgiven--;
+      this.given.shift();
+    }
+    this.signal();
+  }
+
+  /** A probe saw an element move from one operator of the segment to the next: the segment is not silent. */
+  moved(): void {
+    if (this.emitting === 0 && this.inTransit > 0) this.lastMoveAt = this.scheduler.now();
   }
 
   /** A producer asked and was told no: `signal` has someone to resume. */
@@ -417,7 +446,7 @@ export class Inlet implements DemandLink {
   private waitForTransit(outlet: Resumable): void {
     if (this.wait !== undefined || this.inTransit === 0 || this.outlets.length === 0) return;
     // Before holding was shown, the oldest is waited for; after, a silence of the whole segment.
-    const due = (this.holds ? this.lastActivity() : (this.sent.peek() ?? this.scheduler.now())) + this.giveUpAfter();
+    const due = Math.max(this.holds ? this.lastActivity() : (this.sent.peek() ?? this.scheduler.now()), this.lastMoveAt) + this.giveUpAfter();
     this.schedule(outlet, due);
   }
 
@@ -439,7 +468,8 @@ export class Inlet implements DemandLink {
   /** The last sign of the segment moving: an element arriving from it, or one going into it. */
   private lastActivity(): number {
     const sent = this.sent.length;
-    return sent === 0 ? this.lastArrivalAt : Math.max(this.lastArrivalAt, this.sent.at(sent - 1)!);
+    const moved = Math.max(this.lastArrivalAt, this.lastMoveAt);
+    return sent === 0 ? moved : Math.max(moved, this.sent.at(sent - 1)!);
   }
 
   /**
@@ -449,6 +479,8 @@ export class Inlet implements DemandLink {
    */
   private giveUp(outlet: Resumable): void {
     if (this.inTransit === 0) return;
+    // Still moving between the segment's operators (a queue draining into a filter): not given up on yet.
+    if (this.scheduler.now() - this.lastMoveAt < this.giveUpAfter()) return;
     if (!this.holds) {
       // Before any holding was shown: they were dropped; let out more before the next wait.
       this.remember(this.inTransit);

@@ -24,6 +24,10 @@ export interface DemandLink {
    * consumer's only producer, else 0. Only links whose consumer lends its room have it.
    */
   credit?(outlet: Resumable): number;
+  /** An element a plain operator between the producers and this consumer dropped outside any emit (see `probeSegment`). */
+  dropped?(): void;
+  /** An element moved from one plain operator between the producers and this consumer to the next. */
+  moved?(): void;
 }
 
 export interface Resumable {

@@ -1,6 +1,7 @@
 import { Subscriber, type Observable, type Subscription } from 'rxjs';
 import { withLink, type DemandLink, type DirectConsumer, type TracedSink, type TracedValue } from './demand.js';
 import { Traced, traceOf, type TraceRef } from '../core/trace.js';
+import { probeSegment } from './segment-probe.js';
 
 /** What a demand-aware operator does with its upstream's signals. */
 export interface UpstreamHandler<T> {
@@ -72,6 +73,6 @@ class UpstreamSubscriber<T> extends Subscriber<T> implements DirectConsumer<T> {
 export function subscribeUpstream<T>(source: Observable<T>, link: DemandLink, handler: UpstreamHandler<T>): Subscriber<T> {
   const subscriber = new UpstreamSubscriber<T>(handler, link);
   handler.onSubscribe?.(subscriber);
-  withLink(link, () => source.subscribe(subscriber));
+  withLink(link, () => probeSegment(source, link).subscribe(subscriber));
   return subscriber;
 }

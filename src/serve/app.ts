@@ -141,12 +141,16 @@ export interface ServeOptions {
    * is refused at once (429 with `Retry-After`). Default 64 per core, at least 64.
    */
   readonly maxQueue?: number;
+  /** The longest a request should wait at the door, ms: the queue holds no more than drains in that time (see `IntakeOptions.maxWait`). Default: only `maxQueue`. */
+  readonly maxQueueWait?: number;
   /** Generations streaming at once, per model. Default 64. */
   readonly streams?: number;
   /** Requests each shared stage buffers. Default 16. */
   readonly stageCapacity?: number;
   /** Decode steps of concurrent generations run as one model call (continuous batching), at most. 1 runs each alone. Default 16. */
   readonly maxBatch?: number;
+  /** Tokens one batched call of a `--model` decoder feeds at most, prefills included. Default 2048. */
+  readonly stepTokens?: number;
   /** MiB the KV caches of a `--model` decoder's generations may hold together between steps; past it the idlest are dropped and rebuilt when they resume. Default 1024. */
   readonly kvCacheMb?: number;
   /** Each tenant's priority class (`low`, `default`, `high`) when a request names none (`service_tier`). */
@@ -209,9 +213,11 @@ const optionsSchema = lazySchema((z) =>
         .int({ error: 'maxQueue must be an integer' })
         .min(0, { error: 'maxQueue must be ≥ 0' })
         .default(defaultMaxQueue(availableParallelism())),
+      maxQueueWait: positiveInt('maxQueueWait').optional(),
       streams: positiveInt('streams').default(64),
       stageCapacity: positiveInt('stageCapacity').default(16),
       maxBatch: positiveInt('maxBatch').default(16),
+      stepTokens: positiveInt('stepTokens').default(2048),
       kvCacheMb: positiveInt('kvCacheMb').default(1024),
       tenantPriorities: z.record(z.string(), z.enum(PRIORITY_CLASSES, { error: `a priority is one of ${PRIORITY_CLASSES.join(', ')}` })).optional(),
     })
@@ -295,8 +301,19 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
   const log = config.log ?? (() => {});
   // A missing or empty corpus folder fails the start before any model is generated.
   if (options.corpus !== undefined) await documentsIn(options.corpus);
-  const intake = new Intake({ maxQueue: config.maxQueue, ...(config.tenantPriorities !== undefined && { tenants: config.tenantPriorities }) });
-  const shared = { intake, streams: config.streams, capacity: config.stageCapacity, maxBatch: config.maxBatch, kvCacheBytes: config.kvCacheMb * 2 ** 20 };
+  const intake = new Intake({
+    maxQueue: config.maxQueue,
+    ...(config.maxQueueWait !== undefined && { maxWait: config.maxQueueWait }),
+    ...(config.tenantPriorities !== undefined && { tenants: config.tenantPriorities }),
+  });
+  const shared = {
+    intake,
+    streams: config.streams,
+    capacity: config.stageCapacity,
+    maxBatch: config.maxBatch,
+    stepTokens: config.stepTokens,
+    kvCacheBytes: config.kvCacheMb * 2 ** 20,
+  };
   const backend: Backend =
     options.upstreams !== undefined
       ? await gatewayBackend(

@@ -91,6 +91,8 @@ async function localModels(options: {
   readonly charLm: boolean;
   /** The character LM's decode steps per batched call; 1 runs each step alone. */
   readonly maxBatch?: number;
+  /** Tokens one batched call of a user decoder feeds at most. */
+  readonly stepTokens?: number;
   /** Bytes each user decoder's KV caches may hold together. */
   readonly kvCacheBytes?: number;
   readonly users?: readonly LocalModelSpec[] | undefined;
@@ -141,7 +143,9 @@ async function localModels(options: {
       userWorkers: users.map((user) =>
         user.worker({
           run: (feeds, signal) => pool.run(feeds, { model: `local:${user.name}`, signal }),
-          ...((options.maxBatch ?? 1) > 1 && { batch: { maxBatch: options.maxBatch!, concurrency: options.poolSize } }),
+          ...((options.maxBatch ?? 1) > 1 && {
+            batch: { maxBatch: options.maxBatch!, concurrency: options.poolSize, ...(options.stepTokens !== undefined && { tokenBudget: options.stepTokens }) },
+          }),
           ...(options.kvCacheBytes !== undefined && { cacheBytes: options.kvCacheBytes }),
         }),
       ),
@@ -202,6 +206,8 @@ export interface SharedPipeline {
   readonly capacity: number;
   /** Decode steps of concurrent generations per model call (the character LM's). */
   readonly maxBatch: number;
+  /** Tokens one batched call of a user decoder feeds at most. */
+  readonly stepTokens?: number;
   /** Bytes the KV caches of a decoder's generations may hold together between steps. */
   readonly kvCacheBytes: number;
 }
@@ -213,6 +219,7 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
     poolSize: options.poolSize,
     charLm: options.languageModel === undefined,
     maxBatch: options.shared.maxBatch,
+    ...(options.shared.stepTokens !== undefined && { stepTokens: options.shared.stepTokens }),
     kvCacheBytes: options.shared.kvCacheBytes,
     users: options.localModels,
     log: options.log,

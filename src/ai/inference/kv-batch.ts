@@ -27,8 +27,14 @@ interface StackedRow {
   readonly pad: number;
 }
 
-/** Batching of a KV-cache decoder's steps: `StepBatcher`'s options and how far cache lengths in one call may differ. */
+/** Batching of a KV-cache decoder's steps: `StepBatcher`'s options, how far cache lengths in one call may differ, and its tokens. */
 export interface DecoderBatchOptions extends StepBatcherOptions {
+  /**
+   * Tokens one call feeds at most, prefills included (a prompt longer than this runs alone): a long
+   * prefill joining does not stall the decode steps of the others for more than this many tokens' work.
+   * Default 2,048.
+   */
+  readonly tokenBudget?: number;
   /**
    * Cache lengths `[k·n, (k+1)·n)` share a call, shorter ones left-padded and masked: such rows may differ
    * from their lone run in the last bits (reductions over a longer row). Default 1: one length per call, exact.
@@ -36,11 +42,12 @@ export interface DecoderBatchOptions extends StepBatcherOptions {
   readonly lengthBucket?: number;
 }
 
-/** One single-token decode step of a cached generation. */
+/** One step of a cached generation: its prompt (a prefill, over an empty cache) or its next token. */
 export interface CachedStep {
   readonly past: KvCache;
-  readonly id: number;
-  /** The token's position: the cache's length. */
+  /** The tokens fed: one for a decode step, the prompt for a prefill. */
+  readonly ids: readonly number[];
+  /** The first fed token's position: the cache's length. */
   readonly position: number;
 }
 
@@ -85,9 +92,9 @@ export function ownCache(cache: KvCache, shape: DecoderShape): Record<string, or
   return own;
 }
 
-/** The batcher of a decoder's single-token steps. */
+/** The batcher of a decoder's steps: prefills of one prompt length together, decode steps together. */
 export function kvBatcher(shape: DecoderShape, run: RunModel, options: DecoderBatchOptions): StepBatcher<CachedStep, CachedResult> {
-  const { lengthBucket: bucket = 1, ...rest } = options;
+  const { lengthBucket: bucket = 1, tokenBudget = 2048, ...rest } = options;
   // A batch is shared: no one generation's signal may abort it (a cancelled one leaves before its call).
   const never = new AbortController().signal;
   const names = Array.from({ length: shape.layers }, (_, l) => [`past_key_values.${l}.key`, `past_key_values.${l}.value`]).flat();
@@ -122,27 +129,29 @@ export function kvBatcher(shape: DecoderShape, run: RunModel, options: DecoderBa
   return new StepBatcher<CachedStep, CachedResult>(
     async (steps) => {
       const b = steps.length;
+      // One call feeds every row the same number of tokens (the key sees to it).
+      const fed = steps[0]!.ids.length;
       const length = Math.max(...steps.map((s) => s.position));
       const out = await run(
         {
           ...stackedFeeds(steps, length),
           input_ids: int64(
-            steps.map((s) => s.id),
-            [b, 1],
+            steps.flatMap((s) => s.ids),
+            [b, fed],
           ),
           // Left padding: a row's cache ends where the longest one does; its pad positions are masked out.
           attention_mask: int64(
-            steps.flatMap((s) => [...new Array<number>(length - s.position).fill(0), ...new Array<number>(s.position + 1).fill(1)]),
-            [b, length + 1],
+            steps.flatMap((s) => [...new Array<number>(length - s.position).fill(0), ...new Array<number>(s.position + fed).fill(1)]),
+            [b, length + fed],
           ),
           position_ids: int64(
-            steps.map((s) => s.position),
-            [b, 1],
+            steps.flatMap((s) => s.ids.map((_, j) => s.position + j)),
+            [b, fed],
           ),
         },
         never,
       );
-      const stacked: StackedCache = { tensors: presentAsPast(out, shape.layers), size: b, length: length + 1 };
+      const stacked: StackedCache = { tensors: presentAsPast(out, shape.layers), size: b, length: length + fed };
       const logits = out.logits!;
       const vocab = logits.dims[2]!;
       const seq = logits.dims[1]!;
@@ -151,8 +160,9 @@ export function kvBatcher(shape: DecoderShape, run: RunModel, options: DecoderBa
         logits: b === 1 ? lastRow(logits) : (logits.data as Float32Array).slice(((i + 1) * seq - 1) * vocab, (i + 1) * seq * vocab),
       }));
     },
-    (step) => String(Math.floor(step.position / bucket)),
-    rest,
+    // Decode steps by cache length (bucketed); a prefill only with prefills of its length over caches of one length.
+    (step) => (step.ids.length === 1 ? String(Math.floor(step.position / bucket)) : `${step.ids.length}@${step.position}`),
+    { ...rest, weight: (step) => step.ids.length, maxWeight: tokenBudget },
   );
 }
 

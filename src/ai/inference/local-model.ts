@@ -50,7 +50,7 @@ export interface LocalWorkerOptions {
   /** Tokens generated when a request does not say. Default 256. */
   readonly maxTokens?: number;
   /** Batch the decode steps of concurrent generations (see `DecoderLmWorkerOptions.batch`). Default: each step alone. */
-  readonly batch?: StepBatcherOptions;
+  readonly batch?: StepBatcherOptions & { readonly tokenBudget?: number };
   /** Bytes its generations' KV caches may hold together (see `DecoderLmWorkerOptions.cacheBytes`). Default: no bound. */
   readonly cacheBytes?: number;
 }
@@ -66,7 +66,13 @@ const workerSchema = lazySchema((z) =>
     run: functionSchema<RunModel>(),
     maxTokens: positiveInt('maxTokens').optional(),
     cacheBytes: positiveInt('cacheBytes').optional(),
-    batch: z.strictObject({ maxBatch: positiveInt('batch.maxBatch').optional(), concurrency: positiveInt('batch.concurrency').optional() }).optional(),
+    batch: z
+      .strictObject({
+        maxBatch: positiveInt('batch.maxBatch').optional(),
+        concurrency: positiveInt('batch.concurrency').optional(),
+        tokenBudget: positiveInt('batch.tokenBudget').optional(),
+      })
+      .optional(),
   }),
 );
 

@@ -293,6 +293,7 @@ const decoderLmSchema = lazySchema((z) => {
         maxBatch: positiveInt('batch.maxBatch').optional(),
         concurrency: positiveInt('batch.concurrency').optional(),
         lengthBucket: positiveInt('batch.lengthBucket').optional(),
+        tokenBudget: positiveInt('batch.tokenBudget').optional(),
       })
       .optional(),
   });
@@ -413,8 +414,8 @@ export class DecoderLmWorker extends LmWorker {
         if (ending !== undefined) return { end: ending };
         if (shape.maxPositions !== undefined && ids.length >= shape.maxPositions) return end('length');
         let scores: Float32Array;
-        if (batcher !== undefined && input.length === 1) {
-          const result = await batcher.step({ past, id: input[0]!, position: ids.length - 1 }, signal);
+        if (batcher !== undefined) {
+          const result = await batcher.step({ past, ids: input, position: ids.length - input.length }, signal);
           hold?.used(kvBytes(result.past));
           past = result.past;
           scores = result.logits;

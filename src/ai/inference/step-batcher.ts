@@ -18,10 +18,19 @@ export interface StepBatcherOptions {
   readonly concurrency?: number;
 }
 
+/** What a `StepBatcher` weighs its steps by (tokens, for a decoder), and the most one call may carry. */
+export interface StepWeights<Q> {
+  readonly weight: (input: Q) => number;
+  /** A step heavier than this alone still runs, alone. */
+  readonly maxWeight: number;
+}
+
 const optionsSchema = lazySchema((z) =>
   z.strictObject({
     maxBatch: positiveInt('maxBatch').default(16),
     concurrency: positiveInt('concurrency').default(1),
+    weight: z.custom<(input: never) => number>((v) => typeof v === 'function', { error: 'weight must be a function' }).optional(),
+    maxWeight: positiveInt('maxWeight').optional(),
   }),
 );
 
@@ -49,6 +58,8 @@ export interface StepBatcherStats {
 export class StepBatcher<Q, R> {
   private readonly maxBatch: number;
   private readonly concurrency: number;
+  private readonly weight: ((input: Q) => number) | undefined;
+  private readonly maxWeight: number;
   private readonly waiting = new Map<string, Asked<Q, R>[]>();
   private scheduled = false;
   private running = 0;
@@ -59,11 +70,13 @@ export class StepBatcher<Q, R> {
   constructor(
     private readonly run: (inputs: readonly Q[]) => Promise<readonly R[]>,
     private readonly key: (input: Q) => string,
-    options: StepBatcherOptions = {},
+    options: StepBatcherOptions & Partial<StepWeights<Q>> = {},
   ) {
     const config = parseOptions(optionsSchema(), options, 'StepBatcher options');
     this.maxBatch = config.maxBatch;
     this.concurrency = config.concurrency;
+    this.weight = options.weight;
+    this.maxWeight = config.maxWeight ?? Number.POSITIVE_INFINITY;
   }
 
   /** Calls made and steps run so far. */
@@ -132,10 +145,19 @@ export class StepBatcher<Q, R> {
     }
     const group = this.waiting.get(chosen!)!;
     const batch: Asked<Q, R>[] = [];
+    let carried = 0;
     while (group.length > 0 && batch.length < this.maxBatch) {
-      const asked = group.shift()!;
-      if (asked.signal.aborted) asked.reject(new AbortedError(undefined, 'the generation was cancelled'));
-      else batch.push(asked);
+      const asked = group[0]!;
+      if (asked.signal.aborted) {
+        group.shift();
+        asked.reject(new AbortedError(undefined, 'the generation was cancelled'));
+        continue;
+      }
+      const weight = this.weight?.(asked.input) ?? 0;
+      if (batch.length > 0 && carried + weight > this.maxWeight) break;
+      group.shift();
+      carried += weight;
+      batch.push(asked);
     }
     if (group.length === 0) this.waiting.delete(chosen!);
     return batch;

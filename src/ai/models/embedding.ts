@@ -24,10 +24,7 @@ export function embeddingTable(config: EmbeddingModelConfig): Float32Array {
   return table;
 }
 
-/**
- * Adds `input_ids`, `attention_mask` and the pooling layers to `graph`; returns the name of the
- * L2-normalised `[batch, dim]` embedding, so the classifier can build on the very same layers.
- */
+/** Adds `input_ids`, `attention_mask` and the pooling layers to `graph`; returns the name of the L2-normalised `[batch, dim]` embedding. */
 export function addEmbeddingLayers(graph: GraphBuilder, table: Float32Array, config: EmbeddingModelConfig): string {
   const ids = graph.input('input_ids', 'int64', ['batch', 'seq']);
   const mask = graph.input('attention_mask', 'int64', ['batch', 'seq']);
@@ -58,10 +55,7 @@ export function buildEmbeddingModel(config: EmbeddingModelConfig, table = embedd
   }).toBytes();
 }
 
-/**
- * The embedding the ONNX graph computes, in float64 TypeScript: training the classifier on it (rather than
- * on onnxruntime's output) keeps the trained weights, and so the model bytes, identical on every machine.
- */
+/** The embedding the ONNX graph computes, in float64 TypeScript: the reference the generated model is checked against. */
 export function embedIds(ids: readonly number[], table: Float32Array, dim: number): Float64Array {
   const out = new Float64Array(dim);
   for (const id of ids) {

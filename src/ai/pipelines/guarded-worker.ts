@@ -14,6 +14,7 @@ import { lazySchema } from '../../core/zod.js';
 import { stage } from '../../../operators/stage.js';
 import { asFlow } from '../../resilience/as-flow.js';
 import type { Classifier } from '../models/classifier.js';
+import { GUARD_THRESHOLDS } from '../models/guard.js';
 import { guard } from '../stages/guard.js';
 import {
   complete,
@@ -68,7 +69,7 @@ export function guardedWorker(worker: ModelWorker<GenerateRequest, Completion>, 
   const guarding = guard({
     name: 'guard',
     classify: options.classify,
-    thresholds: options.thresholds ?? { flag: 0.5, block: 0.8 },
+    thresholds: options.thresholds ?? GUARD_THRESHOLDS,
     text: questionOf,
     errorPolicy: 'fail',
     stats: options.stats ?? new StageStats(),

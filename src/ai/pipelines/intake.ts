@@ -30,6 +30,12 @@ export interface IntakeOptions {
   readonly scheduler?: SchedulerLike;
   /** Each tenant's class when its request names none. Default `default` for all. */
   readonly tenants?: Readonly<Record<string, PriorityClass>>;
+  /**
+   * The longest a request should wait, ms: the queue holds no more than drains in that time at the
+   * rate it drained while requests waited, and the lowest class goes first past it. A request then
+   * starts soon or is refused at once. Default: no bound but `maxQueue`.
+   */
+  readonly maxWait?: number;
 }
 
 const optionsSchema = lazySchema((z) =>
@@ -39,6 +45,7 @@ const optionsSchema = lazySchema((z) =>
     stats: z.instanceof(StageStats, { error: 'stats must be a StageStats' }).optional(),
     scheduler: schedulerSchema().optional(),
     tenants: z.record(z.string(), z.enum(PRIORITY_CLASSES, { error: `a tenant's class must be one of ${PRIORITY_CLASSES.join(', ')}` })).optional(),
+    maxWait: z.number({ error: 'maxWait must be a number' }).positive({ error: 'maxWait must be > 0' }).optional(),
   }),
 );
 
@@ -77,6 +84,10 @@ export class Intake {
   /** When the last `RATE_WINDOW` requests left, oldest first (a ring). */
   private readonly departures: number[] = [];
   private departed = 0;
+  private readonly maxWait: number | undefined;
+  /** When the last `RATE_WINDOW` requests that had waited left (a ring): the rate the queue drains at while busy. */
+  private readonly busyDepartures: number[] = [];
+  private busyDeparted = 0;
 
   /** Bad options throw `InvalidOptionsError` naming the field. */
   constructor(options: IntakeOptions) {
@@ -86,6 +97,7 @@ export class Intake {
     this.stats = config.stats ?? new StageStats();
     this.scheduler = config.scheduler ?? asyncScheduler;
     this.tenants = config.tenants ?? {};
+    this.maxWait = config.maxWait;
   }
 
   /** Requests waiting now, in every lane. */
@@ -129,7 +141,8 @@ export class Intake {
     this.waitingCount++;
     this.stats.buffered++;
     target.serve();
-    while (this.waitingCount > this.maxQueue) this.shedLowest(waiting);
+    const bound = this.bound();
+    while (this.waitingCount > bound) this.shedLowest(waiting);
     return () => {
       if (!target.remove(waiting)) return;
       this.left();
@@ -152,6 +165,16 @@ export class Intake {
     return Math.min(60_000, Math.max(1000, Math.ceil((ahead + 1) / perMs)));
   }
 
+  /** Requests that may wait now: `maxQueue`, or fewer when `maxWait` bounds what drains in time. */
+  private bound(): number {
+    const n = this.busyDepartures.length;
+    if (this.maxWait === undefined || n < 2) return this.maxQueue;
+    const newest = this.busyDepartures[(this.busyDeparted - 1) % RATE_WINDOW]!;
+    const oldest = this.busyDeparted >= RATE_WINDOW ? this.busyDepartures[this.busyDeparted % RATE_WINDOW]! : this.busyDepartures[0]!;
+    const perMs = (n - 1) / Math.max(1, newest - oldest);
+    return Math.min(this.maxQueue, Math.floor(this.maxWait * perMs));
+  }
+
   /** @internal A lane handed `entry` to its pipeline. */
   delivered(entry: Waiting<unknown>): void {
     this.left();
@@ -161,6 +184,12 @@ export class Intake {
     if (this.departures.length < RATE_WINDOW) this.departures.push(now);
     else this.departures[this.departed % RATE_WINDOW] = now;
     this.departed++;
+    // Only a request that waited times the queue's drain: one taken as it arrived says nothing of a busy pipeline.
+    if (now > entry.arrivedAt) {
+      if (this.busyDepartures.length < RATE_WINDOW) this.busyDepartures.push(now);
+      else this.busyDepartures[this.busyDeparted % RATE_WINDOW] = now;
+      this.busyDeparted++;
+    }
     entry.trace.note(this.name, 'wait', now - entry.arrivedAt);
   }
 

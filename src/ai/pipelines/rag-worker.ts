@@ -32,6 +32,7 @@ import { Intake } from './intake.js';
 import { streamStage, pipelineWorker, type PipelineJob, type PipelineWorker } from './pipeline-worker.js';
 import { guard } from '../stages/guard.js';
 import type { Classifier } from '../models/classifier.js';
+import { GUARD_THRESHOLDS } from '../models/guard.js';
 import type { PromptTokenizer } from '../models/prompt-tokenizer.js';
 import { ContextLengthExceededError } from '../inference/errors.js';
 import { PromptOverBudgetError } from '../rag/errors.js';
@@ -59,7 +60,7 @@ export interface RagWorkerOptions {
   readonly index: VectorIndex<PassageMetadata>;
   /** Scores questions for prompt injection; without it there is no guard stage. */
   readonly classify?: Classifier;
-  /** Guard thresholds. Default flag 0.5, block 0.8. */
+  /** Guard thresholds. Default `GUARD_THRESHOLDS` (flag 0.5, block 0.8), what the generated guard is calibrated for. */
   readonly thresholds?: { readonly flag: number; readonly block: number };
   /** Passages retrieved per question. Default 3. */
   readonly k?: number;
@@ -122,7 +123,7 @@ const optionsSchema = lazySchema((z) =>
       thresholds: z
         .object({ flag: z.number().min(0).max(1), block: z.number().min(0).max(1) })
         .strict()
-        .default({ flag: 0.5, block: 0.8 }),
+        .default(GUARD_THRESHOLDS),
       k: z.number().int({ error: 'k must be an integer' }).min(1, { error: 'k must be ≥ 1' }).default(3),
       retrieval: z.enum(RETRIEVAL_MODES, { error: `retrieval must be one of ${RETRIEVAL_MODES.join(', ')}` }).default('hybrid'),
       lexical: z.instanceof(LexicalIndex, { error: 'lexical must be a LexicalIndex' }).optional(),

@@ -1,0 +1,116 @@
+/**
+ * Question sets of `npm run eval`: a corpus (the bundled one, a folder, or Markdown files shipped
+ * inside installed npm packages, copied into a temporary folder) and its questions, each with the
+ * file that states the answer and a pattern the answer's fact matches, or none when the corpus
+ * does not cover it.
+ */
+import { access, copyFile, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
+import * as z from 'zod';
+
+/** A question whose answer one file states (`file`, `fact`), or one the corpus does not cover (neither). */
+export interface Question {
+  readonly question: string;
+  /** The corpus file (path relative to the corpus) that states the answer; absent when uncovered. */
+  readonly file?: string;
+  /** A regular expression (case-insensitive) the answer's key fact matches; absent when uncovered. */
+  readonly fact?: string;
+}
+
+/** Where a set's documents come from. */
+export type CorpusSpec =
+  /** A folder, relative to the repository root (or absolute). */
+  | { readonly dir: string }
+  /** Files under `node_modules/`, copied at these same relative paths into a temporary corpus. */
+  | { readonly npm: readonly string[] };
+
+export interface QuestionSet {
+  readonly name: string;
+  readonly description?: string;
+  readonly corpus: CorpusSpec;
+  readonly questions: readonly Question[];
+}
+
+const questionSchema = z
+  .strictObject({ question: z.string().min(1), file: z.string().min(1).optional(), fact: z.string().min(1).optional() })
+  .refine((q) => (q.file === undefined) === (q.fact === undefined), { error: 'a covered question has both file and fact; an uncovered one neither' })
+  .refine((q) => q.fact === undefined || isRegExp(q.fact), { error: 'fact must be a valid regular expression' });
+
+const setSchema = z.strictObject({
+  name: z.string().min(1),
+  description: z.string().optional(),
+  corpus: z.union([z.strictObject({ dir: z.string().min(1) }), z.strictObject({ npm: z.array(z.string().min(1)).min(1) })]),
+  questions: z.array(questionSchema).min(1),
+});
+
+function isRegExp(source: string): boolean {
+  try {
+    new RegExp(source, 'i');
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Reads and checks a question set (JSON); a bad one fails naming the file and the path of the bad field. */
+export async function readQuestionSet(path: string): Promise<QuestionSet> {
+  const parsed = setSchema.safeParse(JSON.parse(await readFile(path, 'utf8')));
+  if (!parsed.success) {
+    const issues = parsed.error.issues.map((issue) => `${issue.path.join('.') || '(root)'}: ${issue.message}`).join('; ');
+    throw new Error(`question set ${path}: ${issues}`);
+  }
+  const set = parsed.data;
+  const corpus: CorpusSpec = 'dir' in set.corpus ? { dir: set.corpus.dir } : { npm: set.corpus.npm };
+  if ('npm' in corpus) {
+    const listed = new Set(corpus.npm);
+    const stray = set.questions.findIndex((q) => q.file !== undefined && !listed.has(q.file));
+    if (stray >= 0) throw new Error(`question set ${path}: questions.${stray}.file: ${set.questions[stray]!.file} is not in corpus.npm`);
+  }
+  return { ...set, corpus, questions: set.questions.map((q) => ({ ...q })) };
+}
+
+/** A set's corpus on disk, and the questions it can ask there. */
+export interface AssembledCorpus {
+  readonly dir: string;
+  /** Questions whose file is present, and every uncovered one. */
+  readonly questions: readonly Question[];
+  /** Source files not found, with the questions left out because of them. */
+  readonly missing: readonly string[];
+  readonly skippedQuestions: number;
+  /** Removes the temporary folder, if one was made. */
+  remove(): Promise<void>;
+}
+
+/**
+ * The set's corpus: its folder as it is, or the listed `node_modules` files copied into a temporary
+ * folder (nothing is downloaded). A missing file is reported and its questions left out; with no
+ * file at all the corpus is `undefined`.
+ */
+export async function assembleCorpus(set: QuestionSet, root: string): Promise<AssembledCorpus | undefined> {
+  if ('dir' in set.corpus) {
+    const dir = isAbsolute(set.corpus.dir) ? set.corpus.dir : resolve(root, set.corpus.dir);
+    return { dir, questions: set.questions, missing: [], skippedQuestions: 0, remove: async () => {} };
+  }
+  const dir = await mkdtemp(join(tmpdir(), `sluice-eval-${set.name}-`));
+  const missing: string[] = [];
+  for (const file of set.corpus.npm) {
+    const from = join(root, 'node_modules', file);
+    try {
+      await access(from);
+    } catch {
+      missing.push(file);
+      continue;
+    }
+    await mkdir(dirname(join(dir, file)), { recursive: true });
+    await copyFile(from, join(dir, file));
+  }
+  const remove = () => rm(dir, { recursive: true, force: true });
+  if (missing.length === set.corpus.npm.length) {
+    await remove();
+    return undefined;
+  }
+  const absent = new Set(missing);
+  const questions = set.questions.filter((q) => q.file === undefined || !absent.has(q.file));
+  return { dir, questions, missing, skippedQuestions: set.questions.length - questions.length, remove };
+}

@@ -1,0 +1,178 @@
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtemp, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { evaluateSet, isAbstention, splitAnswer, type CorpusReport } from '../../eval/harness.js';
+import { NO_ANSWER } from '../../src/ai/rag/extract.js';
+import { readQuestionSet, type QuestionSet } from '../../eval/question-set.js';
+import { formatReport, missedGoals } from '../../eval/report.js';
+import { generatedModels, type GeneratedModels } from '../support/models.js';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const BUNDLED_FILES = ['backpressure.md', 'batching.md', 'policies.md', 'retrieval.md', 'traces.md'];
+
+describe('npm run eval', () => {
+  let models: GeneratedModels;
+  let scratch: string;
+  before(async () => {
+    models = await generatedModels('eval');
+    scratch = await mkdtemp(join(tmpdir(), 'sluice-eval-test-'));
+  });
+  after(async () => {
+    await models.remove();
+    await rm(scratch, { recursive: true, force: true });
+  });
+
+  it('scores the served answers and BM25 hits: an expected file that does not exist is never right first', async () => {
+    const set: QuestionSet = {
+      name: 'impossible',
+      corpus: { dir: 'data/corpus' },
+      questions: [
+        { question: 'What error does the fail policy raise?', file: 'nowhere.md', fact: '.' },
+        { question: 'When does a micro-batch get emitted?', file: 'nowhere.md', fact: 'zz-never-stated-zz' },
+        { question: 'Who painted the Mona Lisa?' },
+      ],
+    };
+    const report = (await evaluateSet(set, { root, models: models.dir })) as CorpusReport;
+    assert.equal(report.files, 5);
+    assert.equal(report.answers.length, 3);
+    assert.deepEqual([report.sluice.covered, report.sluice.uncovered], [2, 1]);
+    assert.equal(report.sluice.precisionAt1, 0);
+    assert.equal(report.bm25.precisionAt1, 0);
+    for (const answer of report.answers) {
+      assert.ok(answer.answer.length > 0, `an answer to "${answer.question.question}"`);
+      // Real answers: what sluice cites and what BM25 ranks first are files of the corpus.
+      if (!answer.abstained) assert.ok(BUNDLED_FILES.includes(answer.citedFile ?? ''), `cited ${answer.citedFile}`);
+      assert.ok(BUNDLED_FILES.includes(answer.bm25.file ?? ''), `BM25 ranked ${answer.bm25.file}`);
+    }
+    // A fact anything matches is in every answer that is not an abstention, and in BM25's top 3; one nothing states is in none.
+    assert.equal(report.sluice.factHit, (report.answers[0]!.abstained ? 0 : 1) / 2);
+    assert.equal(report.bm25.factInTop3, 1 / 2);
+    assert.equal(report.sluice.abstain, report.answers[2]!.abstained ? 1 : 0);
+    assert.ok(report.sluice.p50Ms > 0 && report.sluice.p95Ms >= report.sluice.p50Ms, `p50 ${report.sluice.p50Ms}, p95 ${report.sluice.p95Ms}`);
+    assert.ok(missedGoals(report).some((line) => line.includes('cited file right first 0 %')));
+    const table = formatReport(report);
+    assert.match(table, /^impossible: 5 files, \d+ passages; 2 covered and 1 uncovered questions/);
+    assert.match(table, /cited file right first \(p@1\)\s+0 % \(0\/2\)\s+0 % \(0\/2\)/);
+  });
+
+  it('credits the file an answer cites first, in a corpus where only one file states the fact', async () => {
+    const dir = join(scratch, 'two-files');
+    await mkdir(dir, { recursive: true });
+    await writeFile(join(dir, 'lighthouse.md'), '# Lighthouse\n\nThe lighthouse keeper winds the lamp clock every evening at six o’clock sharp.\n');
+    await writeFile(join(dir, 'garden.md'), '# Garden\n\nThe gardener waters the tomato beds every morning before breakfast.\n');
+    const set: QuestionSet = {
+      name: 'two-files',
+      corpus: { dir },
+      questions: [{ question: 'When does the lighthouse keeper wind the lamp clock?', file: 'lighthouse.md', fact: 'six' }],
+    };
+    const report = (await evaluateSet(set, { root, models: models.dir })) as CorpusReport;
+    const [answer] = report.answers;
+    assert.equal(answer!.bm25.file, 'lighthouse.md');
+    assert.equal(report.bm25.precisionAt1, 1);
+    assert.equal(report.bm25.factInTop3, 1);
+    assert.equal(report.sluice.precisionAt1, answer!.abstained ? 0 : answer!.citedFile === 'lighthouse.md' ? 1 : 0);
+    if (!answer!.abstained) assert.equal(splitAnswer(answer!.answer).sources[0]?.split(' › ')[0], answer!.citedFile);
+  });
+
+  it('leaves out the questions of an npm file that is not installed, and says so', async () => {
+    const lines: string[] = [];
+    const set: QuestionSet = {
+      name: 'partly-installed',
+      corpus: { npm: ['rxjs/README.md', 'no-such-package-here/README.md'] },
+      questions: [
+        { question: 'How do I install RxJS?', file: 'rxjs/README.md', fact: 'npm install rxjs' },
+        { question: 'What does it do?', file: 'no-such-package-here/README.md', fact: 'x' },
+        { question: 'Who won the 2014 World Cup?' },
+      ],
+    };
+    const report = (await evaluateSet(set, { root, models: models.dir, log: (line) => lines.push(line) })) as CorpusReport;
+    assert.deepEqual(report.missing, ['no-such-package-here/README.md']);
+    assert.equal(report.skippedQuestions, 1);
+    assert.deepEqual([report.sluice.covered, report.sluice.uncovered], [1, 1]);
+    assert.ok(
+      lines.some((line) => line.includes('no-such-package-here/README.md')),
+      lines.join('\n'),
+    );
+    const none = await evaluateSet(
+      { ...set, name: 'not-installed', corpus: { npm: ['no-such-package-here/README.md'] } },
+      { root, models: models.dir, log: (line) => lines.push(line) },
+    );
+    assert.equal(none, undefined);
+    assert.ok(
+      lines.some((line) => line.startsWith('not-installed: skipped')),
+      lines.join('\n'),
+    );
+  });
+
+  it('exits 0 as a measurement, 1 under --check when a goal is missed, and writes the answers with --json', async () => {
+    const sets = join(scratch, 'sets');
+    await mkdir(sets, { recursive: true });
+    await writeFile(
+      join(sets, 'tiny.json'),
+      JSON.stringify({
+        name: 'tiny',
+        corpus: { dir: 'data/corpus' },
+        questions: [{ question: 'What is the default policy?', file: 'nowhere.md', fact: 'pause' }],
+      }),
+    );
+    const run = (...args: string[]) =>
+      spawnSync(process.execPath, ['--conditions=sluice-source', '--import', 'tsx', 'eval/run.ts', '--sets', sets, '--models', models.dir, ...args], {
+        cwd: root,
+        encoding: 'utf8',
+        timeout: 60_000,
+      });
+    const json = join(scratch, 'report.json');
+    const checked = run('--check', '--json', json);
+    assert.equal(checked.status, 1, checked.stderr);
+    assert.match(checked.stdout, /tiny: 5 files/);
+    assert.match(checked.stdout, /MISS tiny: cited file right first 0 %/);
+    const written = JSON.parse(await readFile(json, 'utf8')) as { reports: CorpusReport[] };
+    assert.equal(written.reports[0]!.answers.length, 1);
+    const measured = run();
+    assert.equal(measured.status, 0, measured.stderr);
+    assert.doesNotMatch(measured.stdout, /MISS/);
+  });
+});
+
+describe('reading an answer', () => {
+  it('takes the no-answer text, or an answer citing nothing, as an abstention; a cited answer as an answer', () => {
+    assert.equal(isAbstention(NO_ANSWER), true);
+    assert.equal(isAbstention('Something without any source.'), true);
+    const cited = 'A policy says what happens. [1] Demand flows upstream. [2]\n\nSources:\n[1] policies.md › The vocabulary\n[2] backpressure.md › Demand';
+    assert.equal(isAbstention(cited), false);
+    assert.deepEqual(splitAnswer(cited).sources, ['policies.md › The vocabulary', 'backpressure.md › Demand']);
+    assert.equal(splitAnswer(cited).body, 'A policy says what happens. [1] Demand flows upstream. [2]');
+  });
+});
+
+describe('the shipped question sets', () => {
+  it('are valid, and every fact is stated in the file its question names', async () => {
+    const dir = join(root, 'eval', 'sets');
+    const files = (await readdir(dir)).filter((f) => f.endsWith('.json'));
+    assert.ok(files.length >= 2);
+    for (const file of files) {
+      const set = await readQuestionSet(join(dir, file));
+      const base = 'dir' in set.corpus ? join(root, set.corpus.dir) : join(root, 'node_modules');
+      for (const q of set.questions) {
+        if (q.file === undefined || !existsSync(join(base, q.file))) continue;
+        const text = await readFile(join(base, q.file), 'utf8');
+        assert.match(text, new RegExp(q.fact!, 'i'), `${file}: "${q.question}" — its fact is not in ${q.file}`);
+      }
+    }
+  });
+
+  it('rejects a covered question without its fact, naming the field', async () => {
+    const path = join(tmpdir(), `sluice-eval-bad-${process.pid}.json`);
+    await writeFile(path, JSON.stringify({ name: 'bad', corpus: { dir: 'data/corpus' }, questions: [{ question: 'Q?', file: 'policies.md' }] }));
+    try {
+      await assert.rejects(readQuestionSet(path), /questions\.0: a covered question has both file and fact/);
+    } finally {
+      await rm(path, { force: true });
+    }
+  });
+});
