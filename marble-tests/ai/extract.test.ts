@@ -59,6 +59,29 @@ describe('extractive answers', () => {
     assert.match(composeAnswer(question, passages, candidates, vectors, { sentences: 1 }, words).text, /^`npm install rxjs` \[1\]/);
   });
 
+  it('leaves out link reference definitions and does not end a sentence at e.g. or i.e.', () => {
+    const text =
+      'Pass a level name (e.g. `info`) or its number, i.e. 30 for info.\n\n[the full documentation of every option]: https://example.com/docs\n[1]: https://example.com';
+    assert.deepEqual(sentencesOf(text), ['Pass a level name (e.g. `info`) or its number, i.e. 30 for info.']);
+  });
+
+  it('quotes a sentence once, and a lone code line only when it holds more than the prose around it', () => {
+    const passages: RetrievedPassage[] = [
+      { id: 'a', text: '```js\nimport { Server } from "ws";\n```\nCompression is disabled by default on the server.', source: 'a.md › Server', score: 1 },
+      { id: 'b', text: 'Compression is disabled by default on the server.', source: 'b.md › Server', score: 0.9 },
+    ];
+    const candidates = candidatesOf(passages);
+    const weights: Record<string, number> = { server: 1, compression: 3, default: 1 };
+    const words = {
+      terms: ['server', 'compression', 'default'],
+      weight: (t: string) => weights[t] ?? 0,
+      termsOf: (t: string) => t.toLowerCase().match(/[a-z]+/g) ?? [],
+    };
+    // The import line is as close by cosine and shares "server": weighed down, it falls under half the best.
+    const answer = composeAnswer(v(1, 0), passages, candidates, [v(0.8, 0.6), v(0.8, 0.6), v(0.8, 0.6)], { sentences: 3 }, words);
+    assert.equal(answer.text.split('\n\n')[0], 'Compression is disabled by default on the server. [1]');
+  });
+
   it('picks the closest sentences above the threshold, writes them in reading order with their source numbers, then the sources', () => {
     const passages: RetrievedPassage[] = [
       { id: 'a', text: 'First one here now. Second one here now.', source: 'a.md › A', score: 0.9 },

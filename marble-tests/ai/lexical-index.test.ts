@@ -32,6 +32,7 @@ describe('LexicalIndex', () => {
     assert.equal(lexicalTerm('shedding'), lexicalTerm('shed'));
     assert.equal(lexicalTerm('the'), null);
     assert.deepEqual(lexicalTerms('shedOldest 429'), ['shed', 'oldest', '429']);
+    assert.deepEqual(lexicalTerms('<div align="center"><img src="logo.png"></div> Logo <!-- note -->'), ['logo'], 'HTML tags and comments are no words');
   });
 
   it('coverage: the share of the query’s IDF mass a passage holds, rare words weighing more', () => {

@@ -96,7 +96,8 @@ export function sentencesOf(text: string): string[] {
       continue;
     }
     header = undefined;
-    if (/^\s*#{1,6}\s/.test(line) || line.trim() === '') {
+    // A heading, a blank, or a link reference definition (`[docs]: https://…`): nothing to quote.
+    if (/^\s*#{1,6}\s/.test(line) || line.trim() === '' || /^\s*\[[^\]]+\]:\s*\S+/.test(line)) {
       close();
       continue;
     }
@@ -118,7 +119,7 @@ export function sentencesOf(text: string): string[] {
     leadIn = false;
     for (const { segment } of segmenter.segment(blocks[entry]!)) {
       // The segmenter keeps "… `OverflowError`. `conflate` merges …" together: split before a code span too.
-      for (const part of segment.split(/(?<=[.!?])\s+(?=[`[(A-Z])/)) {
+      for (const part of segment.split(/(?<=[.!?])(?<!\b(?:e\.g|i\.e|etc|vs|cf)\.)\s+(?=[`[(A-Z])/)) {
         const sentence = part.replace(/\s+/g, ' ').trim();
         if (sentence.split(' ').length < 4) continue;
         sentences.push(sentence);
@@ -127,6 +128,16 @@ export function sentencesOf(text: string): string[] {
     }
   }
   return sentences;
+}
+
+/** Link targets: words of a URL are no evidence that a sentence answers. */
+const URL = /\bhttps?:\/\/\S+/g;
+/** How much a lone code line's score counts, beside prose and table rows. */
+const CODE_WEIGHT = 0.75;
+
+/** Whether a candidate is a lone code line (a lead-in sentence with its line is prose). */
+function isCode(text: string): boolean {
+  return text.startsWith('`') && text.endsWith('`') && !text.slice(1, -1).includes('`');
 }
 
 /** The query's words and how much each says (e.g. a `LexicalIndex`'s IDF), to rank sentences by overlap too. */
@@ -164,13 +175,18 @@ export function composeAnswer(
     }
     return total === 0 ? 0 : found / total;
   };
+  const seen = new Set<string>();
   const scored = candidates
     .map((candidate, i) => {
       const cosine = cosineSimilarity(question, vectors[i]!);
-      return { ...candidate, score: words === undefined ? cosine : (cosine + overlap(candidate.text, candidate.passage)) / 2 };
+      if (words === undefined) return { ...candidate, score: cosine };
+      const score = (cosine + overlap(candidate.text.replace(URL, ' '), candidate.passage)) / 2;
+      // A line of code alone shares the names of a whole section (imports, constructors): it must hold more to be quoted.
+      return { ...candidate, score: isCode(candidate.text) ? score * CODE_WEIGHT : score };
     })
     .filter((c) => c.score >= minScore)
-    .sort((a, b) => b.score - a.score);
+    .sort((a, b) => b.score - a.score)
+    .filter((c) => !seen.has(c.text) && seen.add(c.text) !== undefined);
   const best = scored[0]?.score ?? 0;
   const kept = scored.filter((c) => words === undefined || c.score >= best / 2).slice(0, limit);
   if (kept.length === 0) return { text: NO_ANSWER, sources: [] };

@@ -24,19 +24,19 @@ const STOP_WORDS = new Set(
  * `keeps`, `server` and `serve`). Stop words and single characters are no term.
  */
 export function lexicalTerm(word: string): string | null {
-  const term = word
-    .toLowerCase()
-    .normalize('NFKD')
-    .replace(/\p{M}/gu, '');
+  const term = word.toLowerCase().normalize('NFKD').replace(/\p{M}/gu, '');
   if (term.length < 2 || STOP_WORDS.has(term)) return null;
   if (!/^\p{L}+$/u.test(term)) return term; // numbers, identifiers with digits: as they are
   const stem = stemmer(term);
   return stem.length > 5 && stem.endsWith('er') ? stem.slice(0, -2) : stem;
 }
 
-/** Words of a text: runs of letters and digits (code identifiers split at `_`, `-`, `.` and case changes). */
+/** HTML comments and tags: their attributes (`<div align="center">`) say nothing about the subject. */
+const MARKUP = /<!--[\s\S]*?(?:-->|$)|<\/?[A-Za-z][^>]*>/g;
+
+/** Words of a text: runs of letters and digits (code identifiers split at `_`, `-`, `.` and case changes), outside HTML tags. */
 function words(text: string): string[] {
-  const split = text.replace(/([\p{Ll}\p{N}])(\p{Lu})/gu, '$1 $2');
+  const split = text.replace(MARKUP, ' ').replace(/([\p{Ll}\p{N}])(\p{Lu})/gu, '$1 $2');
   return split.match(/[\p{L}\p{N}]+/gu) ?? [];
 }
 

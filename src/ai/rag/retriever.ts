@@ -37,12 +37,15 @@ export interface RetrievalPlan<M extends PassageMetadata> {
   readonly filter?: (metadata: M) => boolean;
 }
 
+/** Lexical evidence is the best coverage among this many top passages, whatever `k`. */
+const EVIDENCE_DEPTH = 3;
+
 /** Each ranking is read this deep before fusion, so a passage second in one and tenth in the other still counts. */
 const depth = (k: number): number => Math.max(20, 4 * k);
 
 /**
  * The `k` passages for a query (its text and, for dense and hybrid retrieval, its vector), and the
- * evidence: the best lexical coverage among them, and the best cosine in standard deviations above
+ * evidence: the best lexical coverage among the first three, and the best cosine in standard deviations above
  * the mean over the corpus, divided by √(2 ln n), about where the best of n chance scores would stand.
  * A vector of all zeros (nothing the embedder knows) gives no dense ranking.
  */
@@ -84,7 +87,8 @@ function evidenceFor<M extends PassageMetadata>(
   best: number | undefined,
 ): Evidence {
   const terms = lexicalTerms(text);
-  const lexical = plan.lexical === undefined ? undefined : Math.max(0, ...passages.map((p) => plan.lexical!.coverage(terms, p.id)));
+  // The best few only: the more passages looked at, the likelier one shares words with any question.
+  const lexical = plan.lexical === undefined ? undefined : Math.max(0, ...passages.slice(0, EVIDENCE_DEPTH).map((p) => plan.lexical!.coverage(terms, p.id)));
   const known = lexical === undefined ? {} : { lexical };
   if (vector === undefined || plan.index.size < 2) return known;
   const top = best ?? plan.index.search(vector, { k: 1 })[0]?.score;
