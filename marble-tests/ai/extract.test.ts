@@ -59,10 +59,14 @@ describe('extractive answers', () => {
     assert.match(composeAnswer(question, passages, candidates, vectors, { sentences: 1 }, words).text, /^`npm install rxjs` \[1\]/);
   });
 
-  it('leaves out link reference definitions and does not end a sentence at e.g. or i.e.', () => {
+  it('leaves out link reference definitions and never ends a sentence at e.g., i.e. or inside a code span', () => {
     const text =
       'Pass a level name (e.g. `info`) or its number, i.e. 30 for info.\n\n[the full documentation of every option]: https://example.com/docs\n[1]: https://example.com';
     assert.deepEqual(sentencesOf(text), ['Pass a level name (e.g. `info`) or its number, i.e. 30 for info.']);
+    assert.deepEqual(sentencesOf('- `nak(millis?: number)` - like ack, but the message is sent again. Then `term()` ends it.'), [
+      '`nak(millis?: number)` - like ack, but the message is sent again.',
+      'Then `term()` ends it.',
+    ]);
   });
 
   it('quotes a sentence once, and a lone code line only when it holds more than the prose around it', () => {

@@ -117,10 +117,14 @@ export function sentencesOf(text: string): string[] {
       continue;
     }
     leadIn = false;
-    for (const { segment } of segmenter.segment(blocks[entry]!)) {
+    // Code spans and abbreviations are masked while splitting, so `nak(millis?)` or "e.g. 30" never ends a sentence.
+    const masked: string[] = [];
+    const block = blocks[entry]!.replace(/`[^`]*`|\b(?:e\.g|i\.e|etc|vs|cf)\./g, (span) => `\u{E000}${masked.push(span) - 1}\u{E001}`);
+    const unmask = (text: string) => text.replace(/\u{E000}(\d+)\u{E001}/gu, (_, i: string) => masked[Number(i)]!);
+    for (const { segment } of segmenter.segment(block)) {
       // The segmenter keeps "… `OverflowError`. `conflate` merges …" together: split before a code span too.
-      for (const part of segment.split(/(?<=[.!?])(?<!\b(?:e\.g|i\.e|etc|vs|cf)\.)\s+(?=[`[(A-Z])/)) {
-        const sentence = part.replace(/\s+/g, ' ').trim();
+      for (const part of segment.split(/(?<=[.!?])\s+(?=[\u{E000}[(A-Z])/u)) {
+        const sentence = unmask(part).replace(/\s+/g, ' ').trim();
         if (sentence.split(' ').length < 4) continue;
         sentences.push(sentence);
         leadIn = sentence.endsWith(':');
