@@ -68,6 +68,21 @@ describe('reciprocalRankFusion', () => {
     assert.deepEqual(fused[0]!.ranks, [0, 2]);
   });
 
+  it('weights scale a ranking’s votes', () => {
+    const rankings = [
+      ['a', 'b'],
+      ['b', 'a'],
+    ];
+    assert.deepEqual(
+      reciprocalRankFusion(rankings, 60, [0.5, 1]).map((f) => f.id),
+      ['b', 'a'],
+    );
+    assert.deepEqual(
+      reciprocalRankFusion(rankings, 60, [1, 0.5]).map((f) => f.id),
+      ['a', 'b'],
+    );
+  });
+
   it('is one list unchanged when fused alone, and every id appears once', () => {
     fc.assert(
       fc.property(
@@ -89,8 +104,9 @@ describe('reciprocalRankFusion', () => {
 describe('supportsAnswer', () => {
   it('answers on most of the query’s words, or on part of them with a dense score far above the background', () => {
     assert.equal(supportsAnswer({ lexical: 0.9 }), true);
-    assert.equal(supportsAnswer({ lexical: 0.3, dense: 0.8 }), false);
-    assert.equal(supportsAnswer({ lexical: 0.3, dense: 4 }), true);
+    assert.equal(supportsAnswer({ lexical: 0.4, dense: 0.8 }), false);
+    assert.equal(supportsAnswer({ lexical: 0.3, dense: 4 }), false, 'too little of the question, whatever the embedding says');
+    assert.equal(supportsAnswer({ lexical: 0.4, dense: 4 }), true);
     assert.equal(supportsAnswer({ lexical: 0, dense: 9 }), false, 'an embedding alone never outvotes no shared word');
     assert.equal(supportsAnswer({ dense: 3 }), true, 'without a lexical index, the dense signal decides');
     assert.equal(supportsAnswer({}), false);

@@ -19,14 +19,14 @@ export interface Evidence {
 export interface AbstainOptions {
   /** A passage holding this share of the query's IDF mass is enough alone. Default 0.5. */
   readonly coverage?: number;
-  /** A passage holding at least this share is enough when the dense signal agrees. Default 0.25. */
+  /** A passage holding at least this share is enough when the dense signal agrees. Default 0.35. */
   readonly partialCoverage?: number;
   /** The dense signal agrees when `Evidence.dense` is at least this. Default 1. */
   readonly dense?: number;
 }
 
 /** The defaults of `AbstainOptions`. */
-export const DEFAULT_ABSTAIN: Required<AbstainOptions> = { coverage: 0.5, partialCoverage: 0.25, dense: 1 };
+export const DEFAULT_ABSTAIN: Required<AbstainOptions> = { coverage: 0.5, partialCoverage: 0.35, dense: 1 };
 
 /**
  * Whether the evidence supports an answer: most of what the question asks about is in one passage,

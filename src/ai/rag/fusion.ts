@@ -16,15 +16,15 @@ export interface Fused {
 
 /**
  * Fuses rankings (each a list of ids, best first) into one, best first; ties keep the order of
- * the first ranking that holds them, then id order.
+ * the first ranking that holds them, then id order. `weights` (default 1 each) scale each ranking's votes.
  */
-export function reciprocalRankFusion(rankings: readonly (readonly string[])[], k: number = RRF_K): Fused[] {
+export function reciprocalRankFusion(rankings: readonly (readonly string[])[], k: number = RRF_K, weights?: readonly number[]): Fused[] {
   const fused = new Map<string, { score: number; ranks: (number | undefined)[] }>();
   rankings.forEach((ranking, which) => {
     ranking.forEach((id, rank) => {
       let entry = fused.get(id);
       if (entry === undefined) fused.set(id, (entry = { score: 0, ranks: rankings.map(() => undefined) }));
-      entry.score += 1 / (k + rank + 1);
+      entry.score += (weights?.[which] ?? 1) / (k + rank + 1);
       entry.ranks[which] = rank;
     });
   });

@@ -4,7 +4,7 @@
  * index can be used alone.
  */
 import type { Evidence } from './abstain.js';
-import { reciprocalRankFusion } from './fusion.js';
+import { RRF_K, reciprocalRankFusion } from './fusion.js';
 import type { LexicalIndex } from './lexical-index.js';
 import { lexicalTerms } from './lexical-index.js';
 import type { PassageMetadata, RetrievedPassage } from './passage.js';
@@ -35,7 +35,12 @@ export interface RetrievalPlan<M extends PassageMetadata> {
   readonly minScore?: number;
   /** Keeps only passages whose metadata passes, in both rankings. */
   readonly filter?: (metadata: M) => boolean;
+  /** How much the dense ranking's votes count in hybrid fusion, BM25's counting 1. Default 0.5. */
+  readonly denseWeight?: number;
 }
+
+/** The generated embedding model hashes words: its ranking is a weaker witness than BM25's, and votes half. */
+const DENSE_WEIGHT = 0.5;
 
 /** Lexical evidence is the best coverage among this many top passages, whatever `k`. */
 const EVIDENCE_DEPTH = 3;
@@ -68,7 +73,7 @@ export function retrievePassages<M extends PassageMetadata>(plan: RetrievalPlan<
       ? dense.map((h) => ({ id: h.id, score: h.score }))
       : mode === 'lexical'
         ? words.map((h) => ({ id: h.id, score: h.score }))
-        : reciprocalRankFusion([dense.map((h) => h.id), words.map((h) => h.id)]).slice(0, k);
+        : reciprocalRankFusion([dense.map((h) => h.id), words.map((h) => h.id)], RRF_K, [plan.denseWeight ?? DENSE_WEIGHT, 1]).slice(0, k);
   const passages = ranked.map(({ id, score }) => {
     const m = metadata.get(id)!;
     return { id, score, text: m.text, source: m.source, ...(m.headings !== undefined && { headings: m.headings }) };
