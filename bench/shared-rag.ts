@@ -62,9 +62,11 @@ export async function measureSharedRag(onProgress: (message: string) => void = (
     const index = await indexPassages(await loadCorpus(), plainEmbed);
     const batchedEmbed = new BatchedEmbedder(pool, tokenizer, { model: 'embed' });
     const batchedGuard = new BatchedClassifier(pool, tokenizer, { model: 'guard' });
+    // Every question answered, off-topic ones too: the work per question stays what this section has always measured.
+    const common = { index, abstain: false } as const;
     const workers = {
       'rag-shared-batched': ragWorker({
-        index,
+        ...common,
         embedder: (texts) => batchedEmbed.embed(texts).then((e) => e.vectors),
         classify: batchedGuard.classify,
         intake: new Intake({ maxQueue: clients }),
@@ -72,7 +74,7 @@ export async function measureSharedRag(onProgress: (message: string) => void = (
         streams: clients,
       }),
       'rag-shared-unbatched': ragWorker({
-        index,
+        ...common,
         embedder: plainEmbed,
         classify: poolClassifier(pool, tokenizer, { model: 'guard' }),
         intake: new Intake({ maxQueue: clients }),

@@ -41,6 +41,14 @@ export type { LoadCorpusOptions, IndexPassagesOptions } from './ai/rag/corpus.js
 export type { CorpusSkip, CorpusSkipReason } from './ai/rag/document-text.js';
 export type { Passage, PassageMetadata, RetrievedPassage } from './ai/rag/passage.js';
 export { countTokens, tokenize } from './ai/rag/tokens.js';
+export { LexicalIndex, lexicalTerm, lexicalTerms } from './ai/rag/lexical-index.js';
+export type { LexicalHit } from './ai/rag/lexical-index.js';
+export { reciprocalRankFusion, RRF_K } from './ai/rag/fusion.js';
+export type { Fused } from './ai/rag/fusion.js';
+export { retrievePassages, RETRIEVAL_MODES } from './ai/rag/retriever.js';
+export type { RetrievalMode, Retrieval, RetrievalPlan } from './ai/rag/retriever.js';
+export { supportsAnswer, DEFAULT_ABSTAIN } from './ai/rag/abstain.js';
+export type { Evidence, AbstainOptions } from './ai/rag/abstain.js';
 export {
   InvalidVectorError,
   DuplicateIdError,

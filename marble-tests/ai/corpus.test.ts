@@ -47,10 +47,13 @@ const junkParagraph = fc.constantFrom(
   '¶ §',
 );
 
-type Paragraph = { readonly kind: 'words' | 'junk'; readonly text: string };
+/** A horizontal rule separates passages and is never one: nothing to index and nothing to report. */
+const RULES = new Set(['---', '***', '___', '- - -', '* * *']);
+
+type Paragraph = { readonly kind: 'words' | 'junk' | 'rule'; readonly text: string };
 const paragraph = fc.oneof(
   wordParagraph.map((text): Paragraph => ({ kind: 'words', text })),
-  junkParagraph.map((text): Paragraph => ({ kind: 'junk', text })),
+  junkParagraph.map((text): Paragraph => ({ kind: RULES.has(text) ? 'rule' : 'junk', text })),
 );
 
 /** A file of the corpus: a Markdown document of paragraphs, or one that is not text at all. */
@@ -99,7 +102,7 @@ async function writeCorpus(dir: string, files: readonly CorpusFile[]) {
     else
       for (const p of file.paragraphs) {
         if (p.kind === 'words') expected.words.push(p.text);
-        else expected.junk++;
+        else if (p.kind === 'junk') expected.junk++;
       }
   }
   return expected;
@@ -179,7 +182,7 @@ describe('a corpus folder with passages and files that cannot be indexed', () =>
         const indexed = index.scoreAll(new Float32Array(index.dim).fill(1)).map(({ id }) => index.get(id)!.text);
         assert.deepEqual([...indexed].sort(), [...expected.words].sort(), 'every paragraph with words, and nothing else');
         const counts = counted(skips);
-        assert.equal(counts.get('no-text') ?? 0, expected.junk, 'each paragraph without a word once');
+        assert.equal(counts.get('no-text') ?? 0, expected.junk, 'each paragraph without a word once, a rule never');
         for (const reason of ['binary', 'not-utf8', 'too-large'] as const) assert.equal(counts.get(reason) ?? 0, expected.files.get(reason) ?? 0, reason);
         assert.equal(counts.get('not-embeddable') ?? 0, 0);
         assert.equal(new Set(skips.map((s) => s.id ?? s.file)).size, skips.length, 'nothing reported twice');
@@ -241,17 +244,17 @@ describe('a corpus folder with passages and files that cannot be indexed', () =>
     }
   });
 
-  it('sluice serve --corpus starts over a folder with `---` paragraphs, logging what it left out once; a bad --corpus exits 2 naming it', async () => {
+  it('sluice serve --corpus --retrieval lexical starts over a folder with `---` rules (separators, never passages), logging what it left out once; a bad --corpus or --retrieval exits 2 naming it', async () => {
     const docs = join(root, 'docs-with-rules');
     await mkdir(docs, { recursive: true });
     await writeFile(join(docs, 'guide.md'), '# Guide\n\nA stage pauses its producer when its queue is full.\n\n---\n\nQueues are bounded.\n\n---\n');
     await writeFile(join(docs, 'logo.md'), Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x00, 0x00]));
-    const server = CliProcess.start('serve', ['--port', '0', '--models', models.dir, '--corpus', docs, '--pool-size', '1']);
+    const server = CliProcess.start('serve', ['--port', '0', '--models', models.dir, '--corpus', docs, '--pool-size', '1', '--retrieval', 'lexical']);
     try {
       const url = await server.url();
       const lines = server.stderr.split('\n').filter((line) => line.includes('skipped'));
       assert.equal(lines.length, 1, server.output());
-      assert.match(lines[0]!, /skipped 3: 2 no-text \(guide\.md#guide-2, guide\.md#guide-4\), 1 binary \(logo\.md\)/);
+      assert.match(lines[0]!, /skipped 1: 1 binary \(logo\.md\)/);
       assert.match(server.stderr, /indexed 2 passages/);
       const res = await fetch(`${url}/v1/chat/completions`, {
         method: 'POST',
@@ -271,5 +274,8 @@ describe('a corpus folder with passages and files that cannot be indexed', () =>
       assert.equal(await failed.exit(), 2, failed.output());
       assert.match(failed.stderr, message);
     }
+    const badMode = CliProcess.start('serve', ['--port', '0', '--models', models.dir, '--corpus', docs, '--retrieval', 'sparse']);
+    assert.equal(await badMode.exit(), 2, badMode.output());
+    assert.match(badMode.stderr, /^sluice: --retrieval: retrieval must be one of hybrid, dense, lexical\n/);
   });
 });

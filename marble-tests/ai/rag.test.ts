@@ -525,9 +525,9 @@ describe('corpus and an end-to-end pipeline', () => {
     );
     assert.deepEqual(passages, [
       { id: 'doc.md#doc-md-1', text: 'Intro line.', source: 'doc.md' },
-      { id: 'doc.md#title-1', text: 'First para\ncontinues.', source: 'doc.md › Title' },
-      { id: 'doc.md#title-2', text: '```ts\nconst a = 1;\n\n# not a heading\n```', source: 'doc.md › Title' },
-      { id: 'doc.md#sub-1', text: '- one\n- two', source: 'doc.md › Sub' },
+      { id: 'doc.md#title-1', text: 'First para\ncontinues.', source: 'doc.md › Title', headings: 'Title' },
+      { id: 'doc.md#title-2', text: '```ts\nconst a = 1;\n\n# not a heading\n```', source: 'doc.md › Title', headings: 'Title' },
+      { id: 'doc.md#sub-1', text: '- one\n- two', source: 'doc.md › Sub', headings: 'Title › Sub' },
     ]);
   });
 

@@ -15,6 +15,7 @@ import OpenAI from 'openai';
 import { lastValueFrom, of, toArray } from 'rxjs';
 import { startServer, type RunningServer } from '../../src/serve/app.js';
 import { loadCorpus } from '../../src/ai/rag/corpus.js';
+import { NO_ANSWER } from '../../src/ai/rag/extract.js';
 import { redactTokens } from '../../src/ai/pipelines/redacted-worker.js';
 import { redactText } from '../../src/ai/stages/redactor.js';
 import type { Token } from '../../src/ai/inference/worker.js';
@@ -109,6 +110,14 @@ describe('sluice-rag in gateway mode: retrieval here, the answer written by an u
     assert.equal(marker, '1', user.content);
     const content = answer.choices[0]!.message.content!;
     assert.equal(content, 'Ferries leave at every high tide [1].\n\nSources:\n[1] harbour/tides.md › Boats');
+  });
+
+  it('a question the documents do not cover gets the abstain answer, and the upstream model is never asked', async () => {
+    const before = upstream.served.length;
+    const { status, body } = await chat(server.url, { model: 'sluice-rag', messages: [{ role: 'user', content: 'What is the capital city of Australia?' }] });
+    assert.equal(status, 200);
+    assert.equal(body.choices[0]!.message.content, NO_ANSWER);
+    assert.equal(upstream.served.length, before, 'the upstream was asked');
   });
 
   it('lists every source of the context when the model cited none', async () => {

@@ -75,6 +75,15 @@ export const FLAGS: readonly Flag[] = [
     to: 'corpus',
   },
   {
+    name: 'retrieval',
+    type: 'string',
+    arg: '<mode>',
+    env: ['SLUICE_RETRIEVAL'],
+    default: 'hybrid',
+    help: { serve: 'how sluice-rag ranks passages: hybrid (BM25 and the embedding, fused), dense or lexical' },
+    to: 'retrieval',
+  },
+  {
     name: 'model',
     type: 'list',
     arg: '<dir>',

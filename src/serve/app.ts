@@ -31,6 +31,7 @@ import { PII_KINDS, type PiiKind } from '../ai/stages/pii-detectors.js';
 import { RedactStats } from '../ai/stages/redact-options.js';
 import type { InferencePoolStats } from '../ai/pool/pool.js';
 import { BUNDLED_CORPUS, documentsIn } from '../ai/rag/corpus.js';
+import { RETRIEVAL_MODES, type RetrievalMode } from '../ai/rag/retriever.js';
 import { type Backend, type LocalModelSpec, embeddedBackend, gatewayBackend } from './backends.js';
 import { createHttpHandler } from './http.js';
 import { sendError } from './http-io.js';
@@ -121,6 +122,8 @@ export interface ServeOptions {
    * the passages retrieved here. Default: the first model the upstreams list.
    */
   readonly ragModel?: string;
+  /** How `sluice-rag` ranks passages: `hybrid` (BM25 and the embedding, fused), `dense` or `lexical`. Default `hybrid`. */
+  readonly retrieval?: RetrievalMode;
   /** Classify every prompt for injection with the embedded guard model, for every model (`sluice-rag` always does). Default false. */
   readonly guard?: boolean;
   /** Redact personal data from every answer as it streams: true for every kind, or the kinds to redact. Default: none. */
@@ -199,6 +202,7 @@ const optionsSchema = lazySchema((z) =>
       upstreams: z.array(z.record(z.string(), z.unknown()), { error: 'upstreams must be an array of { baseUrl, ... }' }).min(1).optional(),
       gateway: z.record(z.string(), z.unknown()).optional(),
       ragModel: z.string().min(1, { error: 'ragModel must not be empty' }).optional(),
+      retrieval: z.enum(RETRIEVAL_MODES, { error: `retrieval must be one of ${RETRIEVAL_MODES.join(', ')}` }).optional(),
       guard: z.boolean({ error: 'guard must be true or false' }).default(false),
       redact: z
         .union([z.boolean(), z.array(z.enum(PII_KINDS)).min(1, { error: 'redact: name at least one kind' })], {
@@ -333,6 +337,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
             guard: config.guard,
             shared,
             embedModel: config.embedModel,
+            ...(config.retrieval !== undefined && { retrieval: config.retrieval }),
           },
           log,
         )
@@ -342,6 +347,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
           poolSize: config.poolSize,
           languageModel: config.languageModel,
           shared,
+          ...(config.retrieval !== undefined && { retrieval: config.retrieval }),
           ...(config.localModels !== undefined && { localModels: config.localModels }),
           ...(config.embedModel !== undefined && { embedModel: config.embedModel }),
           log,

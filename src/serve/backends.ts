@@ -26,6 +26,7 @@ import { InferencePool, type InferencePoolStats } from '../ai/pool/pool.js';
 import { BatchedEmbedder } from '../ai/pipelines/batched-embedder.js';
 import type { Classifier } from '../ai/models/classifier.js';
 import { indexPassages, loadCorpus } from '../ai/rag/corpus.js';
+import type { RetrievalMode } from '../ai/rag/retriever.js';
 import { CorpusSkips } from '../ai/rag/corpus-skips.js';
 import type { Passage } from '../ai/rag/passage.js';
 import { RAG_STAGES, ragWorker, type RagStage } from '../ai/pipelines/rag-worker.js';
@@ -79,6 +80,8 @@ export interface EmbeddedOptions {
   readonly shared: SharedPipeline;
   /** A user's embedding model directory, in place of the generated one. */
   readonly embedModel?: string;
+  /** How `sluice-rag` ranks passages. Default `hybrid`. */
+  readonly retrieval?: RetrievalMode;
 }
 
 /**
@@ -172,7 +175,8 @@ async function ragOver(
   lm: ModelWorker | undefined,
   log: (line: string) => void,
   shared: SharedPipeline,
-  tokenizer?: PromptTokenizer,
+  tokenizer: PromptTokenizer | undefined,
+  retrieval: RetrievalMode | undefined,
 ) {
   const skipped = new CorpusSkips();
   const loaded = await loadCorpus(corpus, { onSkip: (skip) => skipped.add(skip) });
@@ -194,6 +198,7 @@ async function ragOver(
     cacheStats: cache,
     ...(lm !== undefined && { lm }),
     ...(tokenizer !== undefined && { tokenizer }),
+    ...(retrieval !== undefined && { retrieval }),
   });
   log(`indexed ${passages.length} passages from ${corpus}${lm === undefined ? '' : `; ${RAG_MODEL} answers with ${lm.name}`}`);
   const bySource = new Map<string, Passage[]>();
@@ -233,7 +238,15 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
   try {
     // sluice-rag answers with the retrieved sentences themselves (cited); the character LM is served on its own, as the toy it is.
     // With a model of the user's, sluice-rag answers with it, the prompt's budget counted by its tokenizer and template.
-    const { rag, stages, caches, passages } = await ragOver(local, options.corpus, local.userWorkers[0], options.log, options.shared, local.users[0]);
+    const { rag, stages, caches, passages } = await ragOver(
+      local,
+      options.corpus,
+      local.userWorkers[0],
+      options.log,
+      options.shared,
+      local.users[0],
+      options.retrieval,
+    );
     const lm = options.languageModel ?? local.charLm!;
     return {
       workers: { ...Object.fromEntries(local.userWorkers.map((w) => [w.name, w])), [rag.name]: rag, [lm.name]: lm },
@@ -294,6 +307,8 @@ export interface GatewayLocal {
   readonly shared: SharedPipeline;
   /** A user's embedding model directory, in place of the generated one. */
   readonly embedModel?: string | undefined;
+  /** How `sluice-rag` ranks passages. Default `hybrid`. */
+  readonly retrieval?: RetrievalMode;
 }
 
 /** Upstream servers' models, through the gateway's `upstream` stage; the embedded models too when `local` needs them. */
@@ -341,7 +356,7 @@ export async function gatewayBackend(
       };
     }
     if (gateway.models.includes(RAG_MODEL)) log(`gateway: the upstream's ${RAG_MODEL} is not served; this server's ${RAG_MODEL} answers from ${local.corpus}`);
-    const { rag, stages, caches, passages } = await ragOver(models, local.corpus, lm, log, local.shared, openAiCounter(lm.name, log));
+    const { rag, stages, caches, passages } = await ragOver(models, local.corpus, lm, log, local.shared, openAiCounter(lm.name, log), local.retrieval);
     const { [RAG_MODEL]: _shadowed, ...others } = upstreamWorkers;
     return {
       ...base,

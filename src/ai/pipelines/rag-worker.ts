@@ -23,7 +23,10 @@ import type { PassageMetadata } from '../rag/passage.js';
 import { stage } from '../../../operators/stage.js';
 import { embed, type Embedded, type Embedder } from '../stages/embed.js';
 import { retrieve, type Citation, type Retrieved } from '../stages/retrieve.js';
-import { answerPieces, candidatesOf, composeAnswer, type ExtractOptions, type ExtractedAnswer } from '../rag/extract.js';
+import { NO_ANSWER, answerPieces, candidatesOf, composeAnswer, type ExtractOptions, type ExtractedAnswer } from '../rag/extract.js';
+import { LexicalIndex, lexicalTerms } from '../rag/lexical-index.js';
+import { RETRIEVAL_MODES, type RetrievalMode } from '../rag/retriever.js';
+import type { AbstainOptions } from '../rag/abstain.js';
 import { PromptTemplate, type AssembledPrompt } from '../stages/assemble.js';
 import { Intake } from './intake.js';
 import { streamStage, pipelineWorker, type PipelineJob, type PipelineWorker } from './pipeline-worker.js';
@@ -59,8 +62,17 @@ export interface RagWorkerOptions {
   readonly classify?: Classifier;
   /** Guard thresholds. Default `GUARD_THRESHOLDS` (flag 0.5, block 0.8), what the generated guard is calibrated for. */
   readonly thresholds?: { readonly flag: number; readonly block: number };
-  /** Passages retrieved per question. Default 3. */
+  /** Passages retrieved per question. Default 5. */
   readonly k?: number;
+  /** The rankings retrieval fuses: `hybrid` (dense and BM25, by reciprocal rank fusion), `dense` or `lexical`. Default `hybrid`. */
+  readonly retrieval?: RetrievalMode;
+  /** BM25 over the index's passages. Default: built from `index.entries()` when the worker is made. */
+  readonly lexical?: LexicalIndex;
+  /**
+   * When to answer `NO_ANSWER` instead: the evidence thresholds (`supportsAnswer`), or `false` to
+   * always answer from what was retrieved. Default: the default thresholds.
+   */
+  readonly abstain?: false | AbstainOptions;
   /** Passages below this cosine similarity are left out. Default: none. */
   readonly minScore?: number;
   /** Token budget of the assembled prompt. Default 300, or less: what `lm.contextLength` leaves beside `maxTokens`. */
@@ -112,7 +124,25 @@ const optionsSchema = lazySchema((z) =>
         .object({ flag: z.number().min(0).max(1), block: z.number().min(0).max(1) })
         .strict()
         .default(GUARD_THRESHOLDS),
-      k: z.number().int({ error: 'k must be an integer' }).min(1, { error: 'k must be ≥ 1' }).default(3),
+      k: z.number().int({ error: 'k must be an integer' }).min(1, { error: 'k must be ≥ 1' }).default(5),
+      retrieval: z.enum(RETRIEVAL_MODES, { error: `retrieval must be one of ${RETRIEVAL_MODES.join(', ')}` }).default('hybrid'),
+      lexical: z.instanceof(LexicalIndex, { error: 'lexical must be a LexicalIndex' }).optional(),
+      abstain: z
+        .union([
+          z.literal(false),
+          z
+            .object({
+              coverage: z.number().min(0, { error: 'coverage must be in [0, 1]' }).max(1, { error: 'coverage must be in [0, 1]' }).optional(),
+              partialCoverage: z
+                .number()
+                .min(0, { error: 'partialCoverage must be in [0, 1]' })
+                .max(1, { error: 'partialCoverage must be in [0, 1]' })
+                .optional(),
+              dense: z.number({ error: 'dense must be a number' }).optional(),
+            })
+            .strict(),
+        ])
+        .default({}),
       minScore: z.number().min(-1).max(1).optional(),
       budget: z.number().int({ error: 'budget must be an integer' }).min(16, { error: 'budget must be ≥ 16 tokens' }).default(300),
       tokenizer: z
@@ -174,6 +204,8 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
     ...(config.tokenizer !== undefined && { tokenizer: config.tokenizer }),
   });
   const questionText = (job: PipelineJob) => questionOf(job.request);
+  const lexical = config.lexical ?? LexicalIndex.of(config.index.entries());
+  const queryTerms = (text: string) => ({ terms: lexicalTerms(text), weight: (term: string) => lexical.idf(term), termsOf: lexicalTerms });
 
   const pipeline = (jobs: Flow<Traced<PipelineJob>>): Observable<unknown> => {
     const guarded: Observable<Traced<PipelineJob>> =
@@ -196,6 +228,9 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
         name: 'retrieve',
         index: config.index,
         k: config.k,
+        lexical,
+        retrieval: config.retrieval,
+        abstain: config.abstain === false ? false : config.abstain,
         ...(config.minScore !== undefined && { minScore: config.minScore }),
         ...shared,
         onFailure: ({ value, error }) => value.input.fail(error),
@@ -216,34 +251,26 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
                     candidates.map((c) => c.text),
                     context.signal,
                   );
-            return { job: r.input.input, answer: composeAnswer(r.input.vector, r.passages, candidates, vectors, config.extract) };
+            const words = queryTerms(r.input.text);
+            return { job: r.input.input, answer: composeAnswer(r.input.vector, r.passages, candidates, vectors, config.extract, words) };
           },
           { name: 'assemble', concurrency: batch, ...shared, onFailure: ({ value, error }) => value.input.input.fail(error), stats: stats.assemble },
         ),
-        streamStage<{ readonly job: PipelineJob; readonly answer: ExtractedAnswer }>(
-          ({ job, answer }) => {
-            const question = questionOf(job.request);
-            const pieces = answerPieces(answer.text);
-            let next = 0;
-            const { prompt: _prompt, messages: _messages, ...params } = job.request;
-            return decode(
-              generateRequest({ ...params, prompt: question }),
-              { ...job.options, stage: 'generate' },
-              { name: config.name, maxTokens: job.request.max_tokens },
-              () => ({
-                inputTokens: answerPieces(question).length,
-                step: () => Promise.resolve(next < pieces.length ? { text: pieces[next++]! } : { end: 'stop' as const }),
-                close() {},
-              }),
-            );
-          },
-          { concurrency: streams, capacity: config.capacity, ...(stats.generate !== undefined && { stats: stats.generate }) },
-        ),
+        streamStage<{ readonly job: PipelineJob; readonly answer: ExtractedAnswer }>(({ job, answer }) => streamAnswer(job, answer, config.name), {
+          concurrency: streams,
+          capacity: config.capacity,
+          ...(stats.generate !== undefined && { stats: stats.generate }),
+        }),
       );
     }
     return retrieved.pipe(
       stage(
-        (r: Retrieved<Embedded<PipelineJob>>, context) => {
+        (r: Retrieved<Embedded<PipelineJob>>, context): { job: PipelineJob; prompt?: AssembledPrompt } => {
+          if (r.abstained) {
+            // Nothing retrieved supports an answer: the model is not asked to make one up. A question too long is still refused.
+            template.render({ question: r.input.text }, []);
+            return { job: r.input.input };
+          }
           const prompt = template.render({ question: r.input.text }, r.passages);
           context.note('tokens', prompt.tokens);
           if (prompt.dropped.length > 0) context.note('dropped', prompt.dropped.join(','));
@@ -257,8 +284,9 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
           stats: stats.assemble,
         },
       ),
-      streamStage<{ readonly job: PipelineJob; readonly prompt: AssembledPrompt }>(
+      streamStage<{ readonly job: PipelineJob; readonly prompt?: AssembledPrompt }>(
         ({ job, prompt }) => {
+          if (prompt === undefined) return streamAnswer(job, { text: NO_ANSWER, sources: [] }, config.name);
           const { prompt: _prompt, messages: _messages, ...params } = job.request;
           return withSources(
             // A chat model gets the system prompt and the question as their own messages.
@@ -277,6 +305,19 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
     pipeline,
     stages: config.classify === undefined ? RAG_STAGES.filter((name) => name !== 'guard') : RAG_STAGES,
   });
+}
+
+/** An answer written here (extractive, or the abstain answer), streamed as a model's tokens word by word. */
+function streamAnswer(job: PipelineJob, answer: ExtractedAnswer, name: string): Observable<Token> {
+  const question = questionOf(job.request);
+  const pieces = answerPieces(answer.text);
+  let next = 0;
+  const { prompt: _prompt, messages: _messages, ...params } = job.request;
+  return decode(generateRequest({ ...params, prompt: question }), { ...job.options, stage: 'generate' }, { name, maxTokens: job.request.max_tokens }, () => ({
+    inputTokens: answerPieces(question).length,
+    step: () => Promise.resolve(next < pieces.length ? { text: pieces[next++]! } : { end: 'stop' as const }),
+    close() {},
+  }));
 }
 
 /** The assembled prompt's budget: what the model's context leaves beside the answer, when it has a limit. */

@@ -9,60 +9,13 @@ import { type CorpusSkip, type CorpusSkipReason, decodeDocument, hasText, usable
 import { CorpusError } from './errors.js';
 import type { Passage, PassageMetadata } from './passage.js';
 import { VectorIndex } from './vector-index.js';
+import { chunkMarkdown } from './markdown-chunks.js';
 import { errorMessage } from '../../core/errors.js';
 
 /** The demo corpus shipped with the package: `data/corpus/` at the package root, from source or from `dist/`. */
 export const BUNDLED_CORPUS = findUp(import.meta.url, 'data/corpus') ?? fileURLToPath(new URL('../../../data/corpus/', import.meta.url));
 
-const HEADING = /^(#{1,6})\s+(.+?)\s*#*\s*$/;
-const FENCE = /^\s*(```|~~~)/;
-
-function slug(text: string): string {
-  return (
-    text
-      .toLowerCase()
-      .replace(/[^\p{L}\p{N}]+/gu, '-')
-      .replace(/^-+|-+$/g, '') || 'section'
-  );
-}
-
-/**
- * Splits markdown into passages: one per paragraph (a list or a fenced code block
- * counts as one), each cited by its file and nearest heading. Headings themselves
- * are not passages. Ids are `file#heading-slug-n`, stable while the document's
- * structure is.
- */
-export function chunkMarkdown(markdown: string, file: string): Passage[] {
-  const passages: Passage[] = [];
-  let heading = '';
-  let paragraph: string[] = [];
-  let inFence = false;
-  const perHeading = new Map<string, number>();
-  const flush = (): void => {
-    const text = paragraph.join('\n').trim();
-    paragraph = [];
-    if (text.length === 0) return;
-    const key = slug(heading || file);
-    const n = (perHeading.get(key) ?? 0) + 1;
-    perHeading.set(key, n);
-    passages.push({ id: `${file}#${key}-${n}`, text, source: heading ? `${file} › ${heading}` : file });
-  };
-  for (const line of markdown.split(/\r?\n/)) {
-    if (FENCE.test(line)) inFence = !inFence;
-    // A blank line or a heading inside a fenced block is code, not structure.
-    const heading_ = inFence ? null : HEADING.exec(line);
-    if (heading_) {
-      flush();
-      heading = heading_[2]!;
-    } else if (!inFence && line.trim() === '') {
-      flush();
-    } else {
-      paragraph.push(line);
-    }
-  }
-  flush();
-  return passages;
-}
+export { chunkMarkdown } from './markdown-chunks.js';
 
 /** What `loadCorpus` reads: Markdown and plain text. */
 const DOCUMENT = /\.(md|markdown|mdx|txt|text)$/i;
@@ -235,7 +188,7 @@ export async function indexPassages(
       if (vector === undefined) return; // reported by embedAlone
       if (!usableVector(vector, index?.dim)) return skip('not-embeddable', passage, 'its vector is all zeros, not finite, or of another size');
       index ??= new VectorIndex<PassageMetadata>(vector.length, { capacity: embeddable.length });
-      index.add(passage.id, vector, { text: passage.text, source: passage.source });
+      index.add(passage.id, vector, { text: passage.text, source: passage.source, ...(passage.headings !== undefined && { headings: passage.headings }) });
     });
   }
   if (index === undefined)

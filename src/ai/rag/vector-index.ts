@@ -177,6 +177,27 @@ export class VectorIndex<M = unknown> {
     return this.ids.map((id, row) => ({ id, score: scores[row]! }));
   }
 
+  /**
+   * The mean and standard deviation of every row's score against `query`: the background a
+   * best score is measured against (how far above what any passage scores for this query).
+   */
+  scoreMoments(query: ArrayLike<number>): { readonly mean: number; readonly std: number } {
+    const scores = this.score(query);
+    let sum = 0;
+    let squares = 0;
+    for (let row = 0; row < this.count; row++) {
+      sum += scores[row]!;
+      squares += scores[row]! * scores[row]!;
+    }
+    const mean = this.count === 0 ? 0 : sum / this.count;
+    return { mean, std: this.count === 0 ? 0 : Math.sqrt(Math.max(0, squares / this.count - mean * mean)) };
+  }
+
+  /** Every id with its metadata, in row order (e.g. to build a `LexicalIndex` beside this one). */
+  *entries(): IterableIterator<{ readonly id: string; readonly metadata: M }> {
+    for (let row = 0; row < this.count; row++) yield { id: this.ids[row]!, metadata: this.metadata[row]! };
+  }
+
   /** Writes the index to `path` (through a temporary file, so a crash never leaves half a file). */
   async save(path: string): Promise<void> {
     const meta = Buffer.from(JSON.stringify({ ids: this.ids, metadata: this.metadata }), 'utf8');

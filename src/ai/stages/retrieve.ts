@@ -2,12 +2,19 @@ import { lazySchema } from '../../core/zod.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import { VectorIndex } from '../rag/vector-index.js';
 import type { PassageMetadata, RetrievedPassage } from '../rag/passage.js';
+import { LexicalIndex } from '../rag/lexical-index.js';
+import { RETRIEVAL_MODES, retrievePassages, type RetrievalMode } from '../rag/retriever.js';
+import { supportsAnswer, type AbstainOptions, type Evidence } from '../rag/abstain.js';
 import { stage, type StageOperator, type StageOptions } from '../../../operators/stage.js';
 
 /** What `retrieve` emits: the input and the passages found for it, best first. */
 export interface Retrieved<I> {
   readonly input: I;
   readonly passages: readonly RetrievedPassage[];
+  /** What the passages found tell of whether the documents answer the query. */
+  readonly evidence: Evidence;
+  /** True when `abstain` judged the evidence too weak: then `passages` is empty. */
+  readonly abstained: boolean;
 }
 
 export interface RetrieveOptions<I, M extends PassageMetadata = PassageMetadata> extends StageOptions<I> {
@@ -21,6 +28,14 @@ export interface RetrieveOptions<I, M extends PassageMetadata = PassageMetadata>
   filter?: (metadata: M) => boolean;
   /** Selects the query vector. Default: the value's `vector` (what `embed` emits). */
   query?: (value: I) => ArrayLike<number>;
+  /** BM25 over the same passages (e.g. `LexicalIndex.of(index.entries())`): lexical ranking and evidence. */
+  lexical?: LexicalIndex<M>;
+  /** The rankings used: `hybrid` (both, fused), `dense` or `lexical`. Default `hybrid` with `lexical`, else `dense`. */
+  retrieval?: RetrievalMode;
+  /** Selects the query text the lexical index searches. Default: the value's `text` (what `embed` emits). */
+  text?: (value: I) => string;
+  /** Return no passage when the evidence is too weak (`supportsAnswer`); `true` for the default thresholds. Default: never. */
+  abstain?: boolean | AbstainOptions;
 }
 
 const retrieveOptionsSchema = lazySchema((z) =>
@@ -31,8 +46,27 @@ const retrieveOptionsSchema = lazySchema((z) =>
       minScore: z.number({ error: 'minScore must be a number' }).min(-1).max(1).optional(),
       filter: functionSchema<(metadata: unknown) => boolean>().optional(),
       query: functionSchema<(value: unknown) => ArrayLike<number>>().optional(),
+      lexical: z.instanceof(LexicalIndex, { error: 'lexical must be a LexicalIndex' }).optional(),
+      retrieval: z.enum(RETRIEVAL_MODES, { error: `retrieval must be one of ${RETRIEVAL_MODES.join(', ')}` }).optional(),
+      text: functionSchema<(value: unknown) => string>().optional(),
+      abstain: z
+        .union([
+          z.boolean(),
+          z
+            .object({
+              coverage: z.number().min(0).max(1).optional(),
+              partialCoverage: z.number().min(0).max(1).optional(),
+              dense: z.number().optional(),
+            })
+            .strict(),
+        ])
+        .optional(),
     })
-    .strict(),
+    .strict()
+    .refine((o) => o.lexical !== undefined || (o.retrieval ?? 'dense') === 'dense', {
+      error: 'lexical and hybrid retrieval need a lexical index',
+      path: ['lexical'],
+    }),
 );
 
 /**
@@ -72,23 +106,30 @@ export function retrieve<I, M extends PassageMetadata = PassageMetadata>(
   options: RetrieveOptions<I, M> & { query: (value: I) => ArrayLike<number> },
 ): StageOperator<I, Retrieved<I>>;
 export function retrieve<I, M extends PassageMetadata>(options: RetrieveOptions<I, M>): StageOperator<I, Retrieved<I>> {
-  const { index, k, minScore, filter, query, ...stageOptions } = options ?? ({} as RetrieveOptions<I, M>);
+  const { index, k, minScore, filter, query, lexical, retrieval, text, abstain, ...stageOptions } = options ?? ({} as RetrieveOptions<I, M>);
   const name = stageOptions.name ?? 'retrieve';
-  parseOptions(retrieveOptionsSchema(), { index, k, minScore, filter, query }, `retrieve "${name}" options`);
+  parseOptions(retrieveOptionsSchema(), { index, k, minScore, filter, query, lexical, retrieval, text, abstain }, `retrieve "${name}" options`);
   const select = query ?? ((value: I) => (value as unknown as { vector: ArrayLike<number> }).vector);
-  const search = { k, ...(minScore === undefined ? {} : { minScore }), ...(filter === undefined ? {} : { filter }) };
+  const words = text ?? ((value: I) => String((value as unknown as { text?: unknown }).text ?? ''));
+  const plan = {
+    index,
+    k,
+    mode: retrieval ?? (lexical === undefined ? 'dense' : 'hybrid'),
+    ...(lexical !== undefined && { lexical }),
+    ...(minScore !== undefined && { minScore }),
+    ...(filter !== undefined && { filter }),
+  };
+  const thresholds = abstain === true ? {} : abstain === false ? undefined : abstain;
 
   return stage<I, Retrieved<I>>(
     (value, context) => {
-      const vector = select(value);
-      // A query with no direction (a question of punctuation only embeds to zeros) is like nothing: it finds nothing.
-      const hits = vector.length > 0 && isZero(vector) ? [] : index.search(vector, search);
-      context.note('hits', hits.length);
-      if (hits.length > 0) context.note('top', hits[0]!.score);
-      return {
-        input: value,
-        passages: hits.map((hit) => ({ id: hit.id, score: hit.score, text: hit.metadata.text, source: hit.metadata.source })),
-      };
+      // A query with no direction (a question of punctuation only embeds to zeros) finds nothing densely.
+      const found = retrievePassages(plan, lexical === undefined ? '' : words(value), plan.mode === 'lexical' ? undefined : select(value));
+      const abstained = thresholds !== undefined && !supportsAnswer(found.evidence, thresholds);
+      context.note('hits', abstained ? 0 : found.passages.length);
+      if (found.passages.length > 0) context.note('top', found.passages[0]!.score);
+      if (abstained) context.note('abstain', 1);
+      return { input: value, passages: abstained ? [] : found.passages, evidence: found.evidence, abstained };
     },
     { ...stageOptions, name },
   );
@@ -145,9 +186,4 @@ export function withCitations(passages: readonly { readonly id: string; readonly
   const citations = [...bySource.values()];
   const list = citations.map((c) => `[${c.marker}] ${c.source}`).join('\n');
   return { text: `${blocks.join('\n\n')}\n\nSources:\n${list}`, citations };
-}
-
-function isZero(vector: ArrayLike<number>): boolean {
-  for (let i = 0; i < vector.length; i++) if (vector[i] !== 0) return false;
-  return true;
 }

@@ -1,0 +1,114 @@
+/** BM25 beside the dense index, its IDF coverage, and reciprocal rank fusion. */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { LexicalIndex, lexicalTerm, lexicalTerms } from '../../src/ai/rag/lexical-index.js';
+import { reciprocalRankFusion } from '../../src/ai/rag/fusion.js';
+import { supportsAnswer } from '../../src/ai/rag/abstain.js';
+import type { PassageMetadata } from '../../src/ai/rag/passage.js';
+
+const passages = [
+  { id: 'p#1', text: '`shed-oldest` evicts the oldest buffered element.', source: 'policies.md › Shedding', headings: 'Overflow policies › Shedding' },
+  { id: 'p#2', text: 'A policy says what happens when the buffer is full.', source: 'policies.md › The vocabulary', headings: 'Overflow policies' },
+  { id: 'b#1', text: 'Run `npm install rxjs` before anything else.', source: 'setup.md › Install', headings: 'Setup › Install' },
+  { id: 'b#2', text: 'The buffer of a stage is bounded.', source: 'setup.md › Buffers', headings: 'Setup › Buffers' },
+];
+
+describe('LexicalIndex', () => {
+  const index = LexicalIndex.of(passages);
+
+  it('finds a passage by a rare word or a code name, and by its heading path', () => {
+    assert.equal(index.search('which policy evicts the oldest element?', 2)[0]!.id, 'p#1');
+    assert.equal(index.search('npm install rxjs', 1)[0]!.id, 'b#1');
+    assert.equal(index.search('setup', 1)[0]!.metadata.source.split(' › ')[0], 'setup.md');
+    assert.deepEqual(index.search('boiling water', 3), []);
+    const named = LexicalIndex.of<PassageMetadata>([...passages, { id: 'c#1', text: 'Add fields to every line.', source: 'guides/child-loggers.md' }]);
+    assert.equal(named.search('child logger', 1)[0]!.id, 'c#1', 'by the words of its file name');
+  });
+
+  it('terms: case, plurals, -ed, -ing and stop words folded the same for queries and passages', () => {
+    assert.deepEqual(lexicalTerms('What are the policies?'), lexicalTerms('policy'));
+    assert.equal(lexicalTerm('paused'), lexicalTerm('pause'));
+    assert.equal(lexicalTerm('shedding'), lexicalTerm('shed'));
+    assert.equal(lexicalTerm('the'), null);
+    assert.deepEqual(lexicalTerms('shedOldest 429'), ['shed', 'oldest', '429']);
+    assert.deepEqual(lexicalTerms('<div align="center"><img src="logo.png"></div> Logo <!-- note -->'), ['logo'], 'HTML tags and comments are no words');
+  });
+
+  it('coverage: the share of the query’s IDF mass a passage holds, rare words weighing more', () => {
+    assert.equal(index.coverage('evicts oldest', 'p#1'), 1);
+    assert.equal(index.coverage('capital of Australia', 'p#1'), 0);
+    assert.equal(index.coverage('the of what', 'p#1'), 0, 'no word that says something');
+    // "buffer" is in three passages, "evicts" in one: holding only the common word covers less.
+    const common = index.coverage('buffer evicts', 'b#2');
+    const rare = index.coverage('buffer evicts', 'p#1');
+    assert.ok(common > 0 && common < 0.5 && rare === 1, `${common} ${rare}`);
+  });
+
+  it('removing a passage forgets its words and their frequencies', () => {
+    const copy = LexicalIndex.of(passages);
+    const before = copy.idf(lexicalTerm('buffer')!);
+    assert.equal(copy.remove('b#2'), true);
+    assert.equal(copy.remove('b#2'), false);
+    assert.ok(copy.idf(lexicalTerm('buffer')!) > before);
+    assert.ok(copy.search('bounded', 3).every((hit) => hit.id !== 'b#2'));
+  });
+});
+
+describe('reciprocalRankFusion', () => {
+  it('ranks what both lists hold high above what one holds first', () => {
+    const fused = reciprocalRankFusion([
+      ['a', 'b', 'c'],
+      ['d', 'b', 'a'],
+    ]);
+    assert.deepEqual(
+      fused.map((f) => f.id),
+      ['a', 'b', 'd', 'c'],
+    );
+    assert.deepEqual(fused[0]!.ranks, [0, 2]);
+  });
+
+  it('weights scale a ranking’s votes', () => {
+    const rankings = [
+      ['a', 'b'],
+      ['b', 'a'],
+    ];
+    assert.deepEqual(
+      reciprocalRankFusion(rankings, 60, [0.5, 1]).map((f) => f.id),
+      ['b', 'a'],
+    );
+    assert.deepEqual(
+      reciprocalRankFusion(rankings, 60, [1, 0.5]).map((f) => f.id),
+      ['a', 'b'],
+    );
+  });
+
+  it('is one list unchanged when fused alone, and every id appears once', () => {
+    fc.assert(
+      fc.property(
+        fc.uniqueArray(fc.string({ minLength: 1, maxLength: 3 }), { maxLength: 20 }),
+        fc.uniqueArray(fc.string({ minLength: 1, maxLength: 3 }), { maxLength: 20 }),
+        (a, b) => {
+          assert.deepEqual(
+            reciprocalRankFusion([a]).map((f) => f.id),
+            a,
+          );
+          const fused = reciprocalRankFusion([a, b]).map((f) => f.id);
+          assert.deepEqual([...fused].sort(), [...new Set([...a, ...b])].sort());
+        },
+      ),
+    );
+  });
+});
+
+describe('supportsAnswer', () => {
+  it('answers on most of the query’s words, or on part of them with a dense score far above the background', () => {
+    assert.equal(supportsAnswer({ lexical: 0.9 }), true);
+    assert.equal(supportsAnswer({ lexical: 0.4, dense: 0.8 }), false);
+    assert.equal(supportsAnswer({ lexical: 0.3, dense: 4 }), false, 'too little of the question, whatever the embedding says');
+    assert.equal(supportsAnswer({ lexical: 0.4, dense: 4 }), true);
+    assert.equal(supportsAnswer({ lexical: 0, dense: 9 }), false, 'an embedding alone never outvotes no shared word');
+    assert.equal(supportsAnswer({ dense: 3 }), true, 'without a lexical index, the dense signal decides');
+    assert.equal(supportsAnswer({}), false);
+  });
+});

@@ -1,0 +1,117 @@
+/** Markdown cut into passages that carry their heading path (src/ai/rag/markdown-chunks.ts). */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { chunkMarkdown } from '../../src/ai/rag/markdown-chunks.js';
+
+const shape = (markdown: string, file = 'doc.md') => chunkMarkdown(markdown, file).map((p) => [p.source, p.headings ?? '', p.text]);
+
+describe('chunkMarkdown', () => {
+  it('gives each passage its heading path; front matter is the title, never a passage', () => {
+    const doc = [
+      '---',
+      'title: "Name resolution"',
+      'tags: [dns]',
+      '---',
+      '',
+      '# DNS',
+      '',
+      'Resolvers cache answers.',
+      '',
+      '## Records',
+      '',
+      '### A',
+      '',
+      'Maps a name to IPv4.',
+      '',
+      '## Lookups',
+      '',
+      'Use dig.',
+    ].join('\n');
+    assert.deepEqual(shape(doc), [
+      ['doc.md › DNS', 'Name resolution › DNS', 'Resolvers cache answers.'],
+      ['doc.md › A', 'Name resolution › DNS › Records › A', 'Maps a name to IPv4.'],
+      ['doc.md › Lookups', 'Name resolution › DNS › Lookups', 'Use dig.'],
+    ]);
+  });
+
+  it('a horizontal rule only separates; setext underlines are headings', () => {
+    const doc = ['Guide', '=====', '', 'First part.', '', '---', '', 'Second part.', '***', 'Third part.', '', 'Install', '-------', '', 'Run it.'].join('\n');
+    assert.deepEqual(shape(doc), [
+      ['doc.md › Guide', 'Guide', 'First part.'],
+      ['doc.md › Guide', 'Guide', 'Second part.'],
+      ['doc.md › Guide', 'Guide', 'Third part.'],
+      ['doc.md › Install', 'Guide › Install', 'Run it.'],
+    ]);
+  });
+
+  it('a code fence and a table are passages of their own; a lead-in ending in `:` stays with its block', () => {
+    const doc = [
+      '# Use',
+      'Some prose.',
+      '| a | b |',
+      '| - | - |',
+      '| 1 | 2 |',
+      '',
+      'Install it:',
+      '',
+      '```sh',
+      'npm install rxjs',
+      '',
+      '# not a heading',
+      '```',
+      '',
+      '- one',
+      '- two',
+    ].join('\n');
+    assert.deepEqual(shape(doc), [
+      ['doc.md › Use', 'Use', 'Some prose.'],
+      ['doc.md › Use', 'Use', '| a | b |\n| - | - |\n| 1 | 2 |'],
+      ['doc.md › Use', 'Use', 'Install it:\n\n```sh\nnpm install rxjs\n\n# not a heading\n```'],
+      ['doc.md › Use', 'Use', '- one\n- two'],
+    ]);
+  });
+
+  it('cuts a long table into pieces of 12 rows, each under the header', () => {
+    const rows = Array.from({ length: 30 }, (_, i) => `| r${i} | v${i} |`);
+    const pieces = chunkMarkdown(['| key | value |', '|---|---|', ...rows].join('\n'), 't.md');
+    assert.deepEqual(
+      pieces.map((p) => p.text.split('\n').length),
+      [14, 14, 8],
+    );
+    for (const piece of pieces) assert.ok(piece.text.startsWith('| key | value |\n|---|---|\n'));
+    assert.deepEqual(
+      pieces.flatMap((p) => p.text.split('\n').slice(2)),
+      rows,
+    );
+  });
+
+  it('cuts a long list into pieces of whole items, its lead-in with the first; a short list stays whole', () => {
+    const items = Array.from({ length: 12 }, (_, i) => `- item ${i} ${'word '.repeat(20).trim()}\n  continued ${i}.`);
+    const pieces = chunkMarkdown(['Dependencies:', '', ...items].join('\n'), 'deps.md').map((p) => p.text);
+    assert.ok(pieces.length > 1 && pieces[0]!.startsWith('Dependencies:\n\n- item 0 '), pieces[0]);
+    assert.deepEqual(pieces.join('\n').replace('Dependencies:\n\n', '').split('\n'), items.join('\n').split('\n'), 'every line once, in order');
+    assert.ok(
+      pieces.every((piece) => /^(Dependencies:|- item)/.test(piece) && /continued \d+\.$/.test(piece)),
+      'no item is cut',
+    );
+    assert.deepEqual(
+      chunkMarkdown('- one\n- two', 'a.md').map((p) => p.text),
+      ['- one\n- two'],
+    );
+  });
+
+  it('plain text is paragraphs, with no headings; ids stay unique', () => {
+    fc.assert(
+      fc.property(fc.array(fc.stringMatching(/^[a-z][a-z ]{0,20}[a-z.]$/), { minLength: 1, maxLength: 8 }), (paragraphs) => {
+        const passages = chunkMarkdown(paragraphs.join('\n\n'), 'notes.txt');
+        assert.deepEqual(
+          passages.map((p) => p.text),
+          paragraphs.map((p) => p.trim()).filter((p) => p !== '' && !p.endsWith(':')),
+        );
+        assert.ok(passages.every((p) => p.source === 'notes.txt' && p.headings === undefined));
+        assert.equal(new Set(passages.map((p) => p.id)).size, passages.length);
+      }),
+    );
+  });
+});

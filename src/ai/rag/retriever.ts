@@ -1,0 +1,109 @@
+/**
+ * Hybrid retrieval: the dense index (cosine) and the lexical one (BM25) each rank the passages,
+ * reciprocal rank fusion merges the rankings, and the evidence for an answer is weighed. Either
+ * index can be used alone.
+ */
+import type { Evidence } from './abstain.js';
+import { RRF_K, reciprocalRankFusion } from './fusion.js';
+import type { LexicalIndex } from './lexical-index.js';
+import { lexicalTerms } from './lexical-index.js';
+import type { PassageMetadata, RetrievedPassage } from './passage.js';
+import type { VectorIndex } from './vector-index.js';
+
+/** Which rankings retrieval uses: both fused (`hybrid`), the embedding's (`dense`) or BM25's (`lexical`). */
+export type RetrievalMode = 'hybrid' | 'dense' | 'lexical';
+/** Every `RetrievalMode`. */
+export const RETRIEVAL_MODES = ['hybrid', 'dense', 'lexical'] as const satisfies readonly RetrievalMode[];
+
+/** What one query retrieved, and the evidence it gives. */
+export interface Retrieval {
+  /** Best first; scores are cosine (`dense`), BM25 (`lexical`) or the fused score (`hybrid`). */
+  readonly passages: readonly RetrievedPassage[];
+  readonly evidence: Evidence;
+}
+
+/** The indexes and how to search them. */
+export interface RetrievalPlan<M extends PassageMetadata> {
+  /** The dense index. */
+  readonly index: VectorIndex<M>;
+  /** BM25 over the same passages; without it there is no lexical ranking nor lexical evidence. */
+  readonly lexical?: LexicalIndex<M>;
+  readonly mode: RetrievalMode;
+  /** Passages returned at most. */
+  readonly k: number;
+  /** Dense hits below this cosine are left out. */
+  readonly minScore?: number;
+  /** Keeps only passages whose metadata passes, in both rankings. */
+  readonly filter?: (metadata: M) => boolean;
+  /** How much the dense ranking's votes count in hybrid fusion, BM25's counting 1. Default 0.5. */
+  readonly denseWeight?: number;
+}
+
+/** The generated embedding model hashes words: its ranking is a weaker witness than BM25's, and votes half. */
+const DENSE_WEIGHT = 0.5;
+
+/** Lexical evidence is the best coverage among this many top passages, whatever `k`. */
+const EVIDENCE_DEPTH = 3;
+
+/** Each ranking is read this deep before fusion, so a passage second in one and tenth in the other still counts. */
+const depth = (k: number): number => Math.max(20, 4 * k);
+
+/**
+ * The `k` passages for a query (its text and, for dense and hybrid retrieval, its vector), and the
+ * evidence: the best lexical coverage among the first three, and the best cosine in standard deviations above
+ * the mean over the corpus, divided by √(2 ln n), about where the best of n chance scores would stand.
+ * A vector of all zeros (nothing the embedder knows) gives no dense ranking.
+ */
+export function retrievePassages<M extends PassageMetadata>(plan: RetrievalPlan<M>, text: string, vector: ArrayLike<number> | undefined): Retrieval {
+  const { index, lexical, mode, k, filter } = plan;
+  // A vector of the wrong size still reaches the index, which names the mistake.
+  const usable = vector !== undefined && !(vector.length > 0 && isZero(vector));
+  const dense =
+    mode !== 'lexical' && usable
+      ? index.search(vector, {
+          k: mode === 'dense' ? k : depth(k),
+          ...(plan.minScore !== undefined && { minScore: plan.minScore }),
+          ...(filter !== undefined && { filter }),
+        })
+      : [];
+  const words = mode !== 'dense' && lexical !== undefined ? lexical.search(text, mode === 'lexical' ? k : depth(k), filter) : [];
+  const metadata = new Map<string, M>([...dense.map((h) => [h.id, h.metadata] as const), ...words.map((h) => [h.id, h.metadata] as const)]);
+  const ranked =
+    mode === 'dense'
+      ? dense.map((h) => ({ id: h.id, score: h.score }))
+      : mode === 'lexical'
+        ? words.map((h) => ({ id: h.id, score: h.score }))
+        : reciprocalRankFusion([dense.map((h) => h.id), words.map((h) => h.id)], RRF_K, [plan.denseWeight ?? DENSE_WEIGHT, 1]).slice(0, k);
+  const passages = ranked.map(({ id, score }) => {
+    const m = metadata.get(id)!;
+    return { id, score, text: m.text, source: m.source, ...(m.headings !== undefined && { headings: m.headings }) };
+  });
+  // An unfiltered dense ranking already holds the corpus's best score.
+  const best = plan.filter === undefined && plan.minScore === undefined ? dense[0]?.score : undefined;
+  return { passages, evidence: evidenceFor(plan, text, usable ? vector : undefined, passages, best) };
+}
+
+/** The evidence the retrieved passages give for `text`. */
+function evidenceFor<M extends PassageMetadata>(
+  plan: RetrievalPlan<M>,
+  text: string,
+  vector: ArrayLike<number> | undefined,
+  passages: readonly RetrievedPassage[],
+  best: number | undefined,
+): Evidence {
+  const terms = lexicalTerms(text);
+  // The best few only: the more passages looked at, the likelier one shares words with any question.
+  const lexical = plan.lexical === undefined ? undefined : Math.max(0, ...passages.slice(0, EVIDENCE_DEPTH).map((p) => plan.lexical!.coverage(terms, p.id)));
+  const known = lexical === undefined ? {} : { lexical };
+  if (vector === undefined || plan.index.size < 2) return known;
+  const top = best ?? plan.index.search(vector, { k: 1 })[0]?.score;
+  const { mean, std } = plan.index.scoreMoments(vector);
+  // The best of n scores drawn by chance stands about √(2 ln n) deviations above their mean: the unit the best is measured in.
+  const chance = Math.sqrt(2 * Math.log(plan.index.size));
+  return { ...known, dense: top === undefined || std === 0 ? 0 : (top - mean) / std / chance };
+}
+
+function isZero(vector: ArrayLike<number>): boolean {
+  for (let i = 0; i < vector.length; i++) if (vector[i] !== 0) return false;
+  return true;
+}
