@@ -9,7 +9,7 @@
  * This is what `sluice serve` answers with; it is also the smallest complete example
  * of composing the AI stages into a worker the HTTP and WebSocket servers accept.
  */
-import { catchError, concat, defer, of, tap, throwError, type Observable } from 'rxjs';
+import { catchError, concat, defer, filter as filter_, map, of, tap, throwError, type Observable } from 'rxjs';
 import { InvalidOptionsError } from '../../core/errors.js';
 import { lazySchema } from '../../core/zod.js';
 import { parseOptions, positiveInt } from '../../flow/options.js';
@@ -25,6 +25,7 @@ import { embed, type Embedded, type Embedder } from '../stages/embed.js';
 import { retrieve, type Citation, type Retrieved } from '../stages/retrieve.js';
 import { NO_ANSWER, answerPieces, candidatesOf, composeAnswer, type ExtractOptions, type ExtractedAnswer } from '../rag/extract.js';
 import { LexicalIndex, lexicalTerms } from '../rag/lexical-index.js';
+import { CitationFilter } from '../rag/citations.js';
 import { RETRIEVAL_MODES, type RetrievalMode } from '../rag/retriever.js';
 import type { AbstainOptions } from '../rag/abstain.js';
 import { PromptTemplate, type AssembledPrompt } from '../stages/assemble.js';
@@ -339,27 +340,28 @@ function overLong(err: unknown, name: string, request: GenerateRequest): unknown
 }
 
 /**
- * The model's tokens, then the sources it cited by `[n]` (all of the context's when it cited
- * none), as the extractive answer lists them: what a reader follows a citation with.
+ * The model's tokens with its citations checked (a `[n]` naming no passage of the context is left
+ * out: see `CitationFilter`), then the sources it cited (all of the context's when it cited none),
+ * as the extractive answer lists them: what a reader follows a citation with.
  */
 export function withSources(tokens: Observable<Token>, citations: readonly Citation[]): Observable<Token> {
   if (citations.length === 0) return tokens;
   return defer(() => {
-    const cited = new Set<number>();
-    let text = '';
+    const filter = new CitationFilter(new Set(citations.map((c) => c.marker)));
     let next = 0;
     return concat(
       tokens.pipe(
-        tap((token) => {
-          // Markers may straddle tokens: scan the tail the last token could have completed.
-          text = text.slice(-8) + token.text;
-          for (const match of text.matchAll(/\[(\d{1,3})\]/g)) cited.add(Number(match[1]));
+        map((token) => {
           next = token.index + 1;
+          return { ...token, text: filter.push(token.text) };
         }),
+        // A token made only of a marker held back, or left out, has nothing to show yet.
+        filter_((token) => token.text.length > 0),
       ),
       defer(() => {
+        const cited = filter.cited;
         const listed = citations.some((c) => cited.has(c.marker)) ? citations.filter((c) => cited.has(c.marker)) : citations;
-        return of<Token>({ text: `\n\nSources:\n${listed.map((c) => `[${c.marker}] ${c.source}`).join('\n')}`, index: next });
+        return of<Token>({ text: `${filter.flush()}\n\nSources:\n${listed.map((c) => `[${c.marker}] ${c.source}`).join('\n')}`, index: next });
       }),
     );
   });
