@@ -9,7 +9,7 @@
  * This is what `sluice serve` answers with; it is also the smallest complete example
  * of composing the AI stages into a worker the HTTP and WebSocket servers accept.
  */
-import { catchError, concat, defer, filter as filter_, map, of, tap, throwError, type Observable } from 'rxjs';
+import { catchError, concat, defer, filter as filter_, map, of, throwError, type Observable } from 'rxjs';
 import { InvalidOptionsError } from '../../core/errors.js';
 import { lazySchema } from '../../core/zod.js';
 import { parseOptions, positiveInt } from '../../flow/options.js';
