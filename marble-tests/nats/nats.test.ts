@@ -25,6 +25,9 @@ async function settledCount(
   return left;
 }
 
+/** What depends on round trips to the server is waited for in 5 ms steps, not event-loop turns (at most 10 s): a loaded machine takes longer than 100 turns. */
+const SERVER_ROUND_TRIPS = { maxTicks: 2000, tick: () => new Promise<void>((resolve) => setTimeout(resolve, 5)) };
+
 describe('sluice/nats links, on a real nats-server', () => {
   const fixture = natsServerFixture();
 
@@ -171,7 +174,7 @@ describe('sluice/nats links, on a real nats-server', () => {
         const receiver = live.nodes.find((n) => n.kind === 'nats-receive')!;
         assert.ok(receiver.inFlight >= 1, 'messages emitted and not yet acknowledged');
         assert.equal(receiver.unaccounted, 0);
-      });
+      }, SERVER_ROUND_TRIPS);
       open();
       assert.equal((await receiving).length, total);
       await producing;
@@ -331,11 +334,10 @@ describe('sluice/nats links, on a real nats-server', () => {
         ),
       );
       assert.deepEqual(values, [1, 3, 5, 7]);
-      // The dead letters are published to the server: waits of 5 ms, not event-loop turns, bound the round trips (at most 10 s).
-      await eventually(() => assert.equal(graph.snapshot().nodes.find((n) => n.kind === 'nats-receive')!.failed, 3, 'three dead letters counted'), {
-        maxTicks: 2000,
-        tick: () => new Promise((resolve) => setTimeout(resolve, 5)),
-      });
+      await eventually(
+        () => assert.equal(graph.snapshot().nodes.find((n) => n.kind === 'nats-receive')!.failed, 3, 'three dead letters counted'),
+        SERVER_ROUND_TRIPS,
+      );
       const snapshot = graph.snapshot();
       const letters = snapshot.deadLetters;
       // Three dead letters (values 2 and 4, the bad body): the oldest is dropped, the last two kept, newest last.
