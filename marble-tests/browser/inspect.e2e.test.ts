@@ -332,7 +332,10 @@ describe('the inspector page in headless Chromium', { skip }, () => {
         const end = await until('the cancelled request to end', async () => ws.end(wsId));
         assert.equal(end.type, 'done');
         assert.equal(end.type === 'done' && end.finish_reason, 'abort');
-        assert.equal(await page.getByTestId('action-status').getAttribute('data-state'), 'ok');
+        // The client may hear its end before the page hears the answer to its POST: wait for the page.
+        await until('the page to report the cancel', async () =>
+          (await page.getByTestId('action-status').getAttribute('data-state')) === 'ok' ? true : undefined,
+        );
 
         // Cancel an HTTP stream: it ends with a request_cancelled error event and [DONE].
         await page.locator('[data-testid="request-row"][data-transport="http"]').first().getByTestId('cancel').click();
