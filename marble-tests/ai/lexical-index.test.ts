@@ -6,6 +6,12 @@ import { LexicalIndex, lexicalTerm, lexicalTerms } from '../../src/ai/rag/lexica
 import { reciprocalRankFusion } from '../../src/ai/rag/fusion.js';
 import { supportsAnswer } from '../../src/ai/rag/abstain.js';
 import type { PassageMetadata } from '../../src/ai/rag/passage.js';
+import { lastValueFrom, toArray } from 'rxjs';
+import { VectorIndex } from '../../src/ai/rag/vector-index.js';
+import { retrieve } from '../../src/ai/stages/retrieve.js';
+import { fromIterable } from '../../src/flow/sources.js';
+import { untraced } from '../../src/index.js';
+import { InvalidOptionsError } from '../../src/core/errors.js';
 
 const passages = [
   { id: 'p#1', text: '`shed-oldest` evicts the oldest buffered element.', source: 'policies.md › Shedding', headings: 'Overflow policies › Shedding' },
@@ -110,5 +116,32 @@ describe('supportsAnswer', () => {
     assert.equal(supportsAnswer({ lexical: 0, dense: 9 }), false, 'an embedding alone never outvotes no shared word');
     assert.equal(supportsAnswer({ dense: 3 }), true, 'without a lexical index, the dense signal decides');
     assert.equal(supportsAnswer({}), false);
+  });
+});
+
+describe('retrieve: hybrid fusion weighs the dense ranking by denseWeight', () => {
+  // Dense says b#2 first (its vector is the query's); BM25 says p#1 first (the query's rare words).
+  const dense = new VectorIndex<PassageMetadata>(2);
+  const axis: Record<string, [number, number]> = { 'p#1': [0.2, 1], 'p#2': [0, 1], 'b#1': [0.3, 1], 'b#2': [1, 0] };
+  for (const p of passages) dense.add(p.id, axis[p.id]!, { text: p.text, source: p.source });
+  const first = async (denseWeight?: number) => {
+    const [out] = await lastValueFrom(
+      fromIterable([{ vector: [1, 0], text: 'which policy evicts the oldest element' }]).pipe(
+        retrieve({ index: dense, lexical: LexicalIndex.of(passages), k: 2, ...(denseWeight !== undefined && { denseWeight }) }),
+        untraced(),
+        toArray(),
+      ),
+    );
+    return out!.passages[0]!.id;
+  };
+
+  it('by default BM25 leads (the generated embedder hashes words); weighed enough, the dense ranking leads instead', async () => {
+    assert.equal(await first(), 'p#1');
+    // p#1 is in both rankings: the dense first overtakes it only past a weight of about 31.
+    assert.equal(await first(40), 'b#2');
+    assert.throws(
+      () => retrieve({ index: dense, lexical: LexicalIndex.of(passages), k: 2, denseWeight: 0 }),
+      (err: unknown) => err instanceof InvalidOptionsError && err.issues[0]?.path === 'denseWeight',
+    );
   });
 });

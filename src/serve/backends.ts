@@ -137,6 +137,8 @@ async function localModels(options: {
     const pooling = ownEmbedder?.pooling ?? {};
     return {
       pool,
+      /** A user's embedding model: its ranking is as good a witness as BM25's. */
+      ownEmbedding: ownEmbedder !== undefined,
       embed: embedder(pool, embedTokenizer, { model: 'embed', ...pooling }),
       guardModel,
       classify: guardModel.classify,
@@ -193,6 +195,7 @@ async function ragOver(
     streams: shared.streams,
     capacity: shared.capacity,
     index,
+    ...(local.ownEmbedding && { denseWeight: 1 }),
     classify: local.classify,
     stats: stages,
     cacheStats: cache,

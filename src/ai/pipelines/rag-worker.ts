@@ -67,6 +67,8 @@ export interface RagWorkerOptions {
   readonly k?: number;
   /** The rankings retrieval fuses: `hybrid` (dense and BM25, by reciprocal rank fusion), `dense` or `lexical`. Default `hybrid`. */
   readonly retrieval?: RetrievalMode;
+  /** How much the dense ranking counts in hybrid fusion, BM25's counting 1 (see `retrieve`). Default 0.5, for the generated embedder. */
+  readonly denseWeight?: number;
   /** BM25 over the index's passages. Default: built from `index.entries()` when the worker is made. */
   readonly lexical?: LexicalIndex;
   /**
@@ -127,6 +129,7 @@ const optionsSchema = lazySchema((z) =>
         .default(GUARD_THRESHOLDS),
       k: z.number().int({ error: 'k must be an integer' }).min(1, { error: 'k must be ≥ 1' }).default(5),
       retrieval: z.enum(RETRIEVAL_MODES, { error: `retrieval must be one of ${RETRIEVAL_MODES.join(', ')}` }).default('hybrid'),
+      denseWeight: z.number({ error: 'denseWeight must be a number' }).positive({ error: 'denseWeight must be > 0' }).optional(),
       lexical: z.instanceof(LexicalIndex, { error: 'lexical must be a LexicalIndex' }).optional(),
       abstain: z
         .union([
@@ -231,6 +234,7 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
         k: config.k,
         lexical,
         retrieval: config.retrieval,
+        ...(config.denseWeight !== undefined && { denseWeight: config.denseWeight }),
         abstain: config.abstain === false ? false : config.abstain,
         ...(config.minScore !== undefined && { minScore: config.minScore }),
         ...shared,

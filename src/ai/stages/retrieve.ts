@@ -34,6 +34,11 @@ export interface RetrieveOptions<I, M extends PassageMetadata = PassageMetadata>
   retrieval?: RetrievalMode;
   /** Selects the query text the lexical index searches. Default: the value's `text` (what `embed` emits). */
   text?: (value: I) => string;
+  /**
+   * How much the dense ranking's votes count in hybrid fusion, BM25's counting 1. Default 0.5: the
+   * generated embedder hashes words; give a real embedding model 1 or more.
+   */
+  denseWeight?: number;
   /** Return no passage when the evidence is too weak (`supportsAnswer`); `true` for the default thresholds. Default: never. */
   abstain?: boolean | AbstainOptions;
 }
@@ -49,6 +54,7 @@ const retrieveOptionsSchema = lazySchema((z) =>
       lexical: z.instanceof(LexicalIndex, { error: 'lexical must be a LexicalIndex' }).optional(),
       retrieval: z.enum(RETRIEVAL_MODES, { error: `retrieval must be one of ${RETRIEVAL_MODES.join(', ')}` }).optional(),
       text: functionSchema<(value: unknown) => string>().optional(),
+      denseWeight: z.number({ error: 'denseWeight must be a number' }).positive({ error: 'denseWeight must be > 0' }).optional(),
       abstain: z
         .union([
           z.boolean(),
@@ -106,9 +112,9 @@ export function retrieve<I, M extends PassageMetadata = PassageMetadata>(
   options: RetrieveOptions<I, M> & { query: (value: I) => ArrayLike<number> },
 ): StageOperator<I, Retrieved<I>>;
 export function retrieve<I, M extends PassageMetadata>(options: RetrieveOptions<I, M>): StageOperator<I, Retrieved<I>> {
-  const { index, k, minScore, filter, query, lexical, retrieval, text, abstain, ...stageOptions } = options ?? ({} as RetrieveOptions<I, M>);
+  const { index, k, minScore, filter, query, lexical, retrieval, text, abstain, denseWeight, ...stageOptions } = options ?? ({} as RetrieveOptions<I, M>);
   const name = stageOptions.name ?? 'retrieve';
-  parseOptions(retrieveOptionsSchema(), { index, k, minScore, filter, query, lexical, retrieval, text, abstain }, `retrieve "${name}" options`);
+  parseOptions(retrieveOptionsSchema(), { index, k, minScore, filter, query, lexical, retrieval, text, abstain, denseWeight }, `retrieve "${name}" options`);
   const select = query ?? ((value: I) => (value as unknown as { vector: ArrayLike<number> }).vector);
   const words = text ?? ((value: I) => String((value as unknown as { text?: unknown }).text ?? ''));
   const plan = {
@@ -118,6 +124,7 @@ export function retrieve<I, M extends PassageMetadata>(options: RetrieveOptions<
     ...(lexical !== undefined && { lexical }),
     ...(minScore !== undefined && { minScore }),
     ...(filter !== undefined && { filter }),
+    ...(denseWeight !== undefined && { denseWeight }),
   };
   const thresholds = abstain === true ? {} : abstain === false ? undefined : abstain;
 
