@@ -22,6 +22,7 @@ import type { EncodedBatch, Tokenizer } from '../../src/ai/models/tokenizer.js';
 import { HfTokenizer } from '../../src/ai/models/hf-tokenizer.js';
 import { ChatTemplate } from '../../src/ai/models/chat-template.js';
 import { invalidPaths, pathsOf } from '../support/invalid-options.js';
+import { wordPieceJson } from '../support/wordpiece.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const dataDir = join(root, 'data');
@@ -508,29 +509,7 @@ describe('WordPiece tokenizer.json', () => {
     '$',
     '5',
   ];
-  const tokenizerJson = (overrides: Record<string, unknown> = {}) => ({
-    version: '1.0',
-    truncation: { direction: 'Right', max_length: 128, strategy: 'LongestFirst', stride: 0 },
-    padding: { strategy: { Fixed: 128 }, direction: 'Right', pad_to_multiple_of: null, pad_id: 0, pad_type_id: 0, pad_token: '[PAD]' },
-    added_tokens: [],
-    normalizer: { type: 'BertNormalizer', clean_text: true, handle_chinese_chars: true, strip_accents: null, lowercase: true },
-    pre_tokenizer: { type: 'BertPreTokenizer' },
-    post_processor: {
-      type: 'TemplateProcessing',
-      single: [{ SpecialToken: { id: '[CLS]', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }, { SpecialToken: { id: '[SEP]', type_id: 0 } }],
-      pair: [],
-      special_tokens: { '[CLS]': { id: '[CLS]', ids: [2], tokens: ['[CLS]'] }, '[SEP]': { id: '[SEP]', ids: [3], tokens: ['[SEP]'] } },
-    },
-    decoder: { type: 'WordPiece', prefix: '##', cleanup: true },
-    model: {
-      type: 'WordPiece',
-      unk_token: '[UNK]',
-      continuing_subword_prefix: '##',
-      max_input_chars_per_word: 100,
-      vocab: Object.fromEntries(vocab.map((t, i) => [t, i])),
-    },
-    ...overrides,
-  });
+  const tokenizerJson = (overrides: Record<string, unknown> = {}) => wordPieceJson(vocab, overrides);
   const write = async (name: string, content: unknown) => {
     const path = join(dir, name);
     await writeFile(path, typeof content === 'string' ? content : JSON.stringify(content));

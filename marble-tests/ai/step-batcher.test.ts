@@ -35,10 +35,6 @@ after(async () => {
 });
 
 /** All of a generation's tokens, read one at a time with a pause of `gaps[i]` turns before asking the i-th. */
-async function read(worker: CharLmWorker, request: Parameters<typeof generateRequest>[0], gaps: readonly number[] = []): Promise<string[]> {
-  return readFrom(worker, request, gaps);
-}
-
 async function readFrom(
   worker: CharLmWorker | DecoderLmWorker,
   request: Parameters<typeof generateRequest>[0],
@@ -57,37 +53,63 @@ async function readFrom(
   return texts;
 }
 
+/**
+ * The join/leave property: generations of random prompts, lengths, temperatures and seeds join at
+ * random turns and read with random pauses; each gets the tokens it gets alone from `single`.
+ */
+async function joinLeaveProperty(
+  single: CharLmWorker | DecoderLmWorker,
+  decoder: CharLmWorker | DecoderLmWorker,
+  prompts: readonly string[],
+  sizes: {
+    readonly maxTokens: number;
+    readonly runs: { readonly min: number; readonly max: number };
+    readonly numRuns: number;
+    readonly temperatures?: readonly number[];
+    readonly maxStart?: number;
+    readonly maxGap?: number;
+  },
+): Promise<void> {
+  await fc.assert(
+    fc.asyncProperty(
+      fc.array(
+        fc.record({
+          prompt: fc.constantFrom(...prompts),
+          maxTokens: fc.integer({ min: 1, max: sizes.maxTokens }),
+          temperature: fc.constantFrom(...(sizes.temperatures ?? [0, 0.9])),
+          seed: fc.integer({ min: 0, max: 1000 }),
+          start: fc.integer({ min: 0, max: sizes.maxStart ?? 3 }),
+          gaps: fc.array(fc.integer({ min: 0, max: sizes.maxGap ?? 2 }), { maxLength: sizes.maxTokens }),
+        }),
+        { minLength: sizes.runs.min, maxLength: sizes.runs.max },
+      ),
+      async (runs) => {
+        const request = (r: (typeof runs)[number]) => ({ prompt: r.prompt, max_tokens: r.maxTokens, temperature: r.temperature, seed: r.seed });
+        const expected = await Promise.all(runs.map((r) => readFrom(single, request(r))));
+        const got = await Promise.all(
+          runs.map(async (r) => {
+            for (let g = 0; g < r.start; g++) await new Promise((resolve) => setImmediate(resolve));
+            return readFrom(decoder, request(r), r.gaps);
+          }),
+        );
+        assert.deepEqual(got, expected);
+      },
+    ),
+    { numRuns: sizes.numRuns },
+  );
+}
+
 describe('StepBatcher on the character LM', () => {
   it('property: a generation that joins and leaves a batch at random steps gets the tokens it gets alone (greedy and sampled)', async () => {
     const prompts = ['The stage', 'A', 'Back', 'pressure is', 'Tokens flow', 'x'];
-    await fc.assert(
-      fc.asyncProperty(
-        fc.array(
-          fc.record({
-            prompt: fc.constantFrom(...prompts),
-            maxTokens: fc.integer({ min: 1, max: 12 }),
-            temperature: fc.constantFrom(0, 0.8, 1.2),
-            seed: fc.integer({ min: 0, max: 1000 }),
-            start: fc.integer({ min: 0, max: 4 }),
-            gaps: fc.array(fc.integer({ min: 0, max: 3 }), { maxLength: 12 }),
-          }),
-          { minLength: 1, maxLength: 6 },
-        ),
-        async (runs) => {
-          const expected = await Promise.all(
-            runs.map((r) => read(alone, { prompt: r.prompt, max_tokens: r.maxTokens, temperature: r.temperature, seed: r.seed })),
-          );
-          const got = await Promise.all(
-            runs.map(async (r) => {
-              for (let g = 0; g < r.start; g++) await new Promise((resolve) => setImmediate(resolve));
-              return read(batched, { prompt: r.prompt, max_tokens: r.maxTokens, temperature: r.temperature, seed: r.seed }, r.gaps);
-            }),
-          );
-          assert.deepEqual(got, expected);
-        },
-      ),
-      { numRuns: 25 },
-    );
+    await joinLeaveProperty(alone, batched, prompts, {
+      maxTokens: 12,
+      runs: { min: 1, max: 6 },
+      numRuns: 25,
+      temperatures: [0, 0.8, 1.2],
+      maxStart: 4,
+      maxGap: 3,
+    });
     const { calls, steps, largest } = batched.batchStats!;
     assert.ok(largest > 1, `steps shared a call (largest ${largest})`);
     assert.ok(calls < steps, `${calls} calls for ${steps} steps`);
@@ -179,33 +201,7 @@ describe('StepBatcher on the character LM', () => {
     const decoder = await DecoderLmWorker.load(path, { run: (feeds) => session.run(feeds), batch: { maxBatch: 8 } });
     // Prompts of one length and of others: steps batch when their caches have the same length.
     const prompts = ['abcd', 'wxyz', 'Hello', 'Hi', 'stage'];
-    await fc.assert(
-      fc.asyncProperty(
-        fc.array(
-          fc.record({
-            prompt: fc.constantFrom(...prompts),
-            maxTokens: fc.integer({ min: 1, max: 10 }),
-            temperature: fc.constantFrom(0, 0.9),
-            seed: fc.integer({ min: 0, max: 1000 }),
-            start: fc.integer({ min: 0, max: 3 }),
-            gaps: fc.array(fc.integer({ min: 0, max: 2 }), { maxLength: 10 }),
-          }),
-          { minLength: 1, maxLength: 5 },
-        ),
-        async (runs) => {
-          const request = (r: (typeof runs)[number]) => ({ prompt: r.prompt, max_tokens: r.maxTokens, temperature: r.temperature, seed: r.seed });
-          const expected = await Promise.all(runs.map((r) => readFrom(single, request(r))));
-          const got = await Promise.all(
-            runs.map(async (r) => {
-              for (let g = 0; g < r.start; g++) await new Promise((resolve) => setImmediate(resolve));
-              return readFrom(decoder, request(r), r.gaps);
-            }),
-          );
-          assert.deepEqual(got, expected);
-        },
-      ),
-      { numRuns: 20 },
-    );
+    await joinLeaveProperty(single, decoder, prompts, { maxTokens: 10, runs: { min: 1, max: 5 }, numRuns: 20 });
     assert.ok(decoder.batchStats!.largest > 1, `steps shared a call (largest ${decoder.batchStats!.largest})`);
     await single.release();
     await session.release();
@@ -249,33 +245,7 @@ describe('StepBatcher on the character LM', () => {
     };
     const decoder = await DecoderLmWorker.load(path, { run, batch: { maxBatch: 8, lengthBucket: 64 } });
     const prompts = ['a', 'Hi', 'abcd', 'Hello', 'a longer prompt of words'];
-    await fc.assert(
-      fc.asyncProperty(
-        fc.array(
-          fc.record({
-            prompt: fc.constantFrom(...prompts),
-            maxTokens: fc.integer({ min: 1, max: 12 }),
-            temperature: fc.constantFrom(0, 0.9),
-            seed: fc.integer({ min: 0, max: 1000 }),
-            start: fc.integer({ min: 0, max: 3 }),
-            gaps: fc.array(fc.integer({ min: 0, max: 2 }), { maxLength: 12 }),
-          }),
-          { minLength: 2, maxLength: 6 },
-        ),
-        async (runs) => {
-          const request = (r: (typeof runs)[number]) => ({ prompt: r.prompt, max_tokens: r.maxTokens, temperature: r.temperature, seed: r.seed });
-          const expected = await Promise.all(runs.map((r) => readFrom(single, request(r))));
-          const got = await Promise.all(
-            runs.map(async (r) => {
-              for (let g = 0; g < r.start; g++) await new Promise((resolve) => setImmediate(resolve));
-              return readFrom(decoder, request(r), r.gaps);
-            }),
-          );
-          assert.deepEqual(got, expected);
-        },
-      ),
-      { numRuns: 30 },
-    );
+    await joinLeaveProperty(single, decoder, prompts, { maxTokens: 12, runs: { min: 2, max: 6 }, numRuns: 30 });
     assert.ok(padded > 0, 'steps of different cache lengths shared a call');
     await single.release();
     await session.release();

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GraphBuilder, ModelBuilder } from '../../src/ai/models/onnx/index.js';
 import { seededRandom } from '../../src/core/random.js';
+import { wordPieceJson } from './wordpiece.js';
 
 export const EMBED_DIM = 16;
 
@@ -52,32 +53,8 @@ export async function embedModelDir(name: string, options: EmbedModelDirOptions)
     graph.output('last_hidden_state', 'float32', ['batch', 'seq', EMBED_DIM]);
     await writeFile(join(dir, 'onnx', 'model.onnx'), new ModelBuilder(graph, { docString: 'token rows of a random table' }).toBytes());
   }
-  if (!without.has('tokenizer.json'))
-    await writeFile(
-      join(dir, 'tokenizer.json'),
-      JSON.stringify({
-        version: '1.0',
-        truncation: { direction: 'Right', max_length: 128, strategy: 'LongestFirst', stride: 0 },
-        padding: null,
-        added_tokens: [],
-        normalizer: { type: 'BertNormalizer', clean_text: true, handle_chinese_chars: true, strip_accents: null, lowercase: true },
-        pre_tokenizer: { type: 'BertPreTokenizer' },
-        post_processor: {
-          type: 'TemplateProcessing',
-          single: [{ SpecialToken: { id: '[CLS]', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }, { SpecialToken: { id: '[SEP]', type_id: 0 } }],
-          pair: [],
-          special_tokens: { '[CLS]': { id: '[CLS]', ids: [2], tokens: ['[CLS]'] }, '[SEP]': { id: '[SEP]', ids: [3], tokens: ['[SEP]'] } },
-        },
-        decoder: { type: 'WordPiece', prefix: '##', cleanup: true },
-        model: {
-          type: 'WordPiece',
-          unk_token: '[UNK]',
-          continuing_subword_prefix: '##',
-          max_input_chars_per_word: 100,
-          vocab: Object.fromEntries(vocab.map((t, i) => [t, i])),
-        },
-      }),
-    );
+  // No padding: the embedder pads a batch itself.
+  if (!without.has('tokenizer.json')) await writeFile(join(dir, 'tokenizer.json'), JSON.stringify(wordPieceJson(vocab, { padding: null })));
   const mode = options.mode ?? 'pooling_mode_mean_tokens';
   if (!without.has('1_Pooling/config.json'))
     await writeFile(
