@@ -54,7 +54,7 @@ export const natsTransport = (): typeof import('@nats-io/transport-node') => pee
 export const hfTokenizers = (): typeof import('@huggingface/tokenizers') =>
   peer('@huggingface/tokenizers', "sluice/ai's loadTokenizer (a Hugging Face tokenizer.json)");
 export const hfJinja = (): typeof import('@huggingface/jinja') => peer('@huggingface/jinja', "sluice/ai's loadLocalModel (a chat template)");
-/** The light entry and one encoding's ranks: the full entry would load every encoding (~5 MB). */
+/** The light entry and one encoding's ranks: the full entry would load every encoding. */
 export const jsTiktoken = (): typeof import('js-tiktoken/lite') => peer('js-tiktoken', "sluice/ai's openAiTokenCounter", 'js-tiktoken/lite');
 export const tiktokenRanks = (encoding: string): import('js-tiktoken/lite').TiktokenBPE => {
   const ranks = peer<import('js-tiktoken/lite').TiktokenBPE & { default?: import('js-tiktoken/lite').TiktokenBPE }>(

@@ -4,7 +4,7 @@
  * output derived from the same input element.
  *
  * Ids are always on and cost nothing until read (formatted lazily). Timing is
- * sampled: a clock read costs ~40 ns here, more than a whole RxJS `map`, so only
+ * sampled: a clock read costs more than a whole RxJS `map` (docs/internals/stage-hot-path.md), so only
  * sampled elements carry per-stage records.
  */
 import { randomBytes } from 'node:crypto';

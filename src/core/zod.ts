@@ -1,7 +1,7 @@
 /**
  * zod, loaded the first time an option is validated rather than when sluice is imported: zod's
- * ~40 ms of module loading would otherwise nearly double the cost of `import 'sluice'`
- * (docs/internals/import-cost.md). A synchronous `require`, because constructors validate
+ * module loading would otherwise dominate the cost of `import 'sluice'` (figures:
+ * docs/internals/import-cost.md). A synchronous `require`, because constructors validate
  * synchronously; every layer of sluice goes through here, so one zod instance serves them all.
  */
 import { createRequire } from 'node:module';

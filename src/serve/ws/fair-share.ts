@@ -14,7 +14,7 @@ export const FRAMES_PER_TURN = 32;
 
 /**
  * Token frames the whole server sends in one event-loop turn. With a thousand busy
- * connections, 32 each would make one turn write 32k frames (~1 s here), delaying every
+ * connections, 32 each would make one turn write 32k frames, delaying every
  * `generate`, `cancel` and pong behind it; past this budget connections wait for the
  * next turn, the ones that waited longest first.
  */
