@@ -13,7 +13,6 @@
  * element; a property test runs random pipelines with it off and on and compares the runs.
  */
 import { isSampled, traceOf, type TraceRef } from '../../src/core/trace.js';
-import type { WorkResult } from '../../src/flow/work.js';
 import { PROMISE, kindOf } from './result-kind.js';
 import { OrderedRun } from './ordered.js';
 import { FAILED, SETTLED, type Pending, type Task, type WorkContext } from './task.js';
@@ -66,7 +65,7 @@ export class FastStageRun<I, O> extends OrderedRun<I, O> {
     const result = this.callAsync(value, context, seq, trace, 0);
     if (!(result instanceof Promise)) this.startLater(value, context, seq, trace, result, kindOf(result), startedAt);
     else if (this.spare !== undefined && this.plainPromises === true && !isSampled(trace)) this.startPromise(this.spare, value, context, seq, trace, result);
-    else this.startTask(value, context, seq, trace, result, PROMISE, startedAt, -1, 0);
+    else this.startTask(this.taskFor(value, context, seq, trace, 0, PROMISE), result, PROMISE, startedAt, -1);
   }
 
   protected override begin(pending: Pending<I>): void {
@@ -82,24 +81,6 @@ export class FastStageRun<I, O> extends OrderedRun<I, O> {
       this.startPromise(this.spare, pending.value, context, pending.seq, trace, result);
     } else {
       this.beginWith(pending, context, startedAt, result);
-    }
-  }
-
-  protected override startTask(
-    value: I,
-    context: WorkContext | undefined,
-    seq: number,
-    trace: TraceRef,
-    result: WorkResult<O>,
-    kind: number,
-    startedAt: number,
-    enqueuedAt: number,
-    merged: number,
-  ): void {
-    if (kind === PROMISE && this.spare !== undefined && this.plainPromises === true && !isSampled(trace) && merged === 0 && result instanceof Promise) {
-      this.startPromise(this.spare, value, context, seq, trace, result); // a Promise from a function that is not `async`
-    } else {
-      super.startTask(value, context, seq, trace, result, kind, startedAt, enqueuedAt, merged);
     }
   }
 

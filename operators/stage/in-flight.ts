@@ -59,12 +59,16 @@ export abstract class InFlight<I, O> extends LinkedRun<I | Traced<I>> implements
   /** A task being retired leaves the run's bookkeeping of ready and listed tasks. */
   protected abstract delist(task: Task<I, O>): void;
 
-  /** A task for new work: a spare one if any (`quick`: it may settle by the shortcut, see `Task.quick`). */
-  protected taskFor(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number, quick: boolean): Task<I, O> {
+  /**
+   * A task for an element whose work returned a result of `kind`: a spare one if any. Outputs of
+   * one element share its context, so work with many (an Observable, an AsyncIterable) makes it now (see `TraceRef`).
+   */
+  protected taskFor(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, merged: number, kind: number): Task<I, O> {
+    if (kind >= OBSERVABLE) trace = traceOf(trace);
     const task = this.spare;
-    if (task === undefined) return new Task<I, O>(this, value, context, seq, trace, merged, quick);
+    if (task === undefined) return new Task<I, O>(this, value, context, seq, trace, merged, this.plainPromises);
     this.spare = task.after;
-    task.reuse(value, context, seq, trace, merged, quick);
+    task.reuse(value, context, seq, trace, merged, this.plainPromises);
     return task;
   }
 
@@ -91,21 +95,12 @@ export abstract class InFlight<I, O> extends LinkedRun<I | Traced<I>> implements
 
   // ---- a task's course ----
 
-  protected startTask(
-    value: I,
-    context: WorkContext | undefined,
-    seq: number,
-    trace: TraceRef,
-    result: WorkResult<O>,
-    kind: number,
-    startedAt: number,
-    enqueuedAt: number,
-    merged: number,
-  ): void {
-    // Outputs of one element share its context: work with many (an Observable, an AsyncIterable) makes it now (see `TraceRef`).
-    if (kind >= OBSERVABLE) trace = traceOf(trace);
-    const task = this.taskFor(value, context, seq, trace, merged, this.plainPromises);
-    if (isSampled(trace)) {
+  /**
+   * `task` (from `taskFor`) runs `result`, of `kind`: it joins the tasks in flight. A timed element's
+   * task keeps when its work started and how long it waited in the buffer (`enqueuedAt`, -1 if never).
+   */
+  protected startTask(task: Task<I, O>, result: WorkResult<O>, kind: number, startedAt: number, enqueuedAt: number): void {
+    if (isSampled(task.trace)) {
       task.startedAt = startedAt;
       task.queueWait = enqueuedAt >= 0 ? startedAt - enqueuedAt : 0;
     }

@@ -62,7 +62,7 @@ export abstract class OrderedRun<I, O> extends StageRun<I, O> {
 
   /** Behind the tasks in flight: it waits for its turn as a task. */
   protected startPlain(value: I, context: WorkContext | undefined, seq: number, trace: TraceRef, output: O, startedAt: number): void {
-    this.startTask(value, context, seq, trace, output, PLAIN, startedAt, -1, 0);
+    this.startTask(this.taskFor(value, context, seq, trace, 0, PLAIN), output, PLAIN, startedAt, -1);
   }
 
   protected nothingAhead(): boolean {

@@ -282,7 +282,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Overflowi
   ): void {
     if (threw(result)) return;
     if (kind === PLAIN) this.startPlain(value, context, seq, trace, result as O, startedAt);
-    else this.startTask(value, context, seq, trace, result, kind, startedAt, -1, 0);
+    else this.startTask(this.taskFor(value, context, seq, trace, 0, kind), result, kind, startedAt, -1);
     // Deliver what finished at once (an Observable that emitted, other tasks when unordered); a Promise cannot have settled yet.
     if (this.inFlight > 0 && kind !== PROMISE) this.drain();
   }
@@ -357,7 +357,7 @@ export abstract class StageRun<I, O> extends InFlight<I, O> implements Overflowi
     if (kind === PLAIN && this.nothingAhead() === true && this.outlet.wants() === true) {
       this.emitDirect(result as O, trace, pending.enqueuedAt, startedAt, pending.merged);
     } else {
-      this.startTask(pending.value, context, pending.seq, trace, result, kind, startedAt, pending.enqueuedAt, pending.merged);
+      this.startTask(this.taskFor(pending.value, context, pending.seq, trace, pending.merged, kind), result, kind, startedAt, pending.enqueuedAt);
     }
   }
 
