@@ -138,7 +138,14 @@ describe('sluice/nats on a three-node JetStream cluster', () => {
       await sleep(3_000); // past ackWait twice: a late copy would arrive by now
       const missing = Array.from({ length: total }, (_, i) => i).filter((i) => !seen.has(i));
       const twice = [...seen].filter(([, times]) => times > 1).map(([job]) => job);
-      assert.deepEqual(missing, [], `every job reached the consumer; ${replay}`);
+      // Where the missing jobs are, for a failure's message: still queued, held unacknowledged, or gone.
+      const where = async (stream: string, durable: string) => {
+        const info = await jobs.jsm.consumers.info(stream, durable).catch((error: unknown) => String(error));
+        const state = await jobs.jsm.streams.info(stream).then((i) => i.state.messages).catch((error: unknown) => String(error));
+        return typeof info === 'string' ? `${stream}: ${state} stored, consumer: ${info}` : `${stream}: ${state} stored, ${info.num_pending} pending, ${info.num_ack_pending} unacknowledged, ${info.num_redelivered} redelivered`;
+      };
+      const state = missing.length === 0 ? '' : `; ${await where(jobs.stream, jobs.durable)}; ${await where(results.stream, results.durable)}; dead letters ${await jobs.jsm.streams.info(jobs.deadStream).then((i) => i.state.messages).catch(String)}; producer ${JSON.stringify(await producing)}`;
+      assert.deepEqual(missing, [], `every job reached the consumer; ${replay}${state}`);
       assert.deepEqual(twice, [], `no job reached it twice; ${replay}`);
       assert.equal(await queued(), 0, `both queues drained; ${replay}`);
       const dead = own.names.find((name) => replay.includes(`killed ${name} `))!;
