@@ -40,14 +40,19 @@ function words(text: string): string[] {
   return split.match(/[\p{L}\p{N}]+/gu) ?? [];
 }
 
-/** The distinct indexed terms of `text`. */
-export function lexicalTerms(text: string): string[] {
-  const terms = new Set<string>();
+/** The indexed terms of `text`, one per occurrence, in order. */
+export function lexicalTokens(text: string): string[] {
+  const terms: string[] = [];
   for (const word of words(text)) {
     const term = lexicalTerm(word);
-    if (term !== null) terms.add(term);
+    if (term !== null) terms.push(term);
   }
-  return [...terms];
+  return terms;
+}
+
+/** The distinct indexed terms of `text`. */
+export function lexicalTerms(text: string): string[] {
+  return [...new Set(lexicalTokens(text))];
 }
 
 /** A passage found by its words, with its BM25 score. */
