@@ -148,6 +148,12 @@ const optionsSchema = lazySchema((z) =>
                 .max(1, { error: 'partialCoverage must be in [0, 1]' })
                 .optional(),
               dense: z.number({ error: 'dense must be a number' }).optional(),
+              specificity: z.number({ error: 'specificity must be a number' }).min(0, { error: 'specificity must be ≥ 0' }).optional(),
+              specificCoverage: z
+                .number()
+                .min(0, { error: 'specificCoverage must be in [0, 1]' })
+                .max(1, { error: 'specificCoverage must be in [0, 1]' })
+                .optional(),
             })
             .strict(),
         ])

@@ -162,6 +162,19 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
   }
 
   /**
+   * How sharply the query words the passage `id` holds single it out: their IDF mass over ln n, for
+   * n passages. Under independence about n·e^(−mass) passages would hold them all by chance, so at 1
+   * about one passage would, and above 1 fewer than one. 0 with fewer than two passages.
+   */
+  specificity(query: string | readonly string[], id: string): number {
+    if (this.metadata.size < 2) return 0;
+    const terms = typeof query === 'string' ? lexicalTerms(query) : query;
+    let held = 0;
+    for (const term of terms) if (this.holds(id, term)) held += this.idf(term);
+    return held / Math.log(this.metadata.size);
+  }
+
+  /**
    * The share of `query`'s IDF mass that the passage `id` holds, in [0, 1]: 1 when it has every
    * word of the query that says something, near 0 when it has only the common ones. A query
    * with no such word covers nothing.
