@@ -40,9 +40,9 @@ import { ContextLengthExceededError } from '../inference/errors.js';
 import { PromptOverBudgetError } from '../rag/errors.js';
 import { decode, generateRequest, questionOf, type GenerateRequest, type ModelWorker, type Token } from '../inference/worker.js';
 
-/** The extractive answer also reads the neighbours of this many top passages, */
+/** The extractive answer also reads the section neighbours of this many top passages: an answer often sits in the paragraph beside the one retrieved. */
 const NEIGHBOURED = 2;
-/** this many passages either side in their section: an answer often sits in the paragraph beside the one retrieved. */
+/** Neighbours read on each side of such a passage. */
 const REACH = 3;
 /** The stages of a RAG worker, as named in traces, stats and metrics. */
 export const RAG_STAGES = ['guard', 'embed', 'retrieve', 'assemble', 'generate'] as const;

@@ -1,8 +1,8 @@
 /**
  * An answer made only of what was retrieved: the sentences, code lines and table rows of the top
- * passages closest to the question (ranked by the embedding model and by the words they share
- * with it), in reading order, each followed by the `[n]` of its source, then the list of sources.
- * It never says more than the sources say.
+ * passages (and their section neighbours) that best answer the question, ranked by sentence BM25
+ * over its words and by the embedding model, in reading order, each followed by the `[n]` of the
+ * passage it came from, then the list of sources. It never says more than the sources say.
  */
 import { cosineSimilarity } from '../../cache/semantic.js';
 import type { RetrievedPassage } from './passage.js';
@@ -16,7 +16,7 @@ export type { QueryTerms } from './sentence-scores.js';
 export interface ExtractOptions {
   /** Sentences in an answer at most. Default 3. */
   readonly sentences?: number;
-  /** A sentence below this cosine similarity to the question is left out. Default 0.2. */
+  /** A sentence scoring below this is left out: its cosine to the question, or with query words its blend of sentence BM25 and cosine. Default 0.2. */
   readonly minScore?: number;
 }
 
@@ -36,9 +36,9 @@ const CODE_WEIGHT = 0.75;
 const LEXICAL_SHARE = 0.7;
 /** A passage ranked r-th (from 0) counts 1 / (1 + RANK_DECAY·r): retrieval's order is evidence too. */
 const RANK_DECAY = 0.2;
-/** A sentence scoring under this part of the best one's is left out. */
+/** A sentence scoring under this part of the best one's is left out, unless it fills `FILLS`. */
 const KEEP = 0.5;
-/** ...unless it holds at least this share of the query's IDF mass that the answer lacks. */
+/** The share of the query's IDF mass, missing from the answer so far, that admits a sentence below `KEEP`. */
 const FILLS = 0.15;
 /** A sentence of a passage retrieval did not return itself (a neighbour) counts this much. */
 const NEIGHBOUR_WEIGHT = 0.8;
