@@ -51,6 +51,16 @@ describe('LexicalIndex', () => {
     assert.ok(common > 0 && common < 0.5 && rare === 1, `${common} ${rare}`);
   });
 
+  it('specificity: the IDF mass of the query words a passage holds over ln n, so rare words held together single it out', () => {
+    const rare = index.specificity('evicts oldest', 'p#1');
+    const common = index.specificity('buffer evicts', 'b#2');
+    const ln = Math.log(index.size);
+    assert.ok(Math.abs(rare - (index.idf('evict') + index.idf('oldest')) / ln) < 1e-12, `${rare}`);
+    assert.ok(rare > common && common > 0, `${rare} ${common}`);
+    assert.equal(index.specificity('capital of Australia', 'p#1'), 0);
+    assert.equal(LexicalIndex.of([passages[0]!]).specificity('evicts oldest', passages[0]!.id), 0, 'one passage singles out nothing');
+  });
+
   it('removing a passage forgets its words and their frequencies', () => {
     const copy = LexicalIndex.of(passages);
     const before = copy.idf(lexicalTerm('buffer')!);
@@ -116,6 +126,13 @@ describe('supportsAnswer', () => {
     assert.equal(supportsAnswer({ lexical: 0, dense: 9 }), false, 'an embedding alone never outvotes no shared word');
     assert.equal(supportsAnswer({ dense: 3 }), true, 'without a lexical index, the dense signal decides');
     assert.equal(supportsAnswer({}), false);
+  });
+
+  it('answers on a third of the query’s words when the words held are rare enough together to single the passage out', () => {
+    assert.equal(supportsAnswer({ lexical: 0.32, specificity: 1.6 }), true);
+    assert.equal(supportsAnswer({ lexical: 0.32, specificity: 1.2 }), false, 'words about as common as one passage in n');
+    assert.equal(supportsAnswer({ lexical: 0.2, specificity: 4 }), false, 'too little of the question, however rare the rest');
+    assert.equal(supportsAnswer({ lexical: 0.32, specificity: 1.2 }, { specificity: 1 }), true);
   });
 });
 

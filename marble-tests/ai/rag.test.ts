@@ -10,6 +10,7 @@ import { embed, type Embedder } from '../../src/ai/stages/embed.js';
 import { retrieve, withCitations } from '../../src/ai/stages/retrieve.js';
 import { PromptTemplate, assemble } from '../../src/ai/stages/assemble.js';
 import { fromIterable } from '../../src/flow/sources.js';
+import { hashingEmbedder } from '../support/hashing-embedder.js';
 import { StageStats } from '../../src/flow/stats.js';
 import { InvalidOptionsError, StageError } from '../../src/core/errors.js';
 import { VectorIndex } from '../../src/ai/rag/vector-index.js';
@@ -26,25 +27,6 @@ import {
   PromptOverBudgetError,
   TemplateVariablesError,
 } from '../../src/ai/rag/errors.js';
-
-/** A deterministic bag-of-words embedder: each word adds ±1 to a hashed bucket. */
-function hashingEmbedder(dim = 64): Embedder & { calls: string[][] } {
-  const calls: string[][] = [];
-  const embedder = async (texts: string[]): Promise<Float32Array[]> => {
-    calls.push(texts);
-    return texts.map((text) => {
-      const vector = new Float32Array(dim);
-      for (const word of text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []) {
-        let hash = 0x811c9dc5;
-        for (let i = 0; i < word.length; i++) hash = Math.imul(hash ^ word.charCodeAt(i), 0x01000193) >>> 0;
-        vector[hash % dim]! += hash & 0x80000000 ? -1 : 1;
-      }
-      if (vector.every((x) => x === 0)) vector[0] = 1;
-      return vector;
-    });
-  };
-  return Object.assign(embedder, { calls });
-}
 
 const collect = <T>(flow: Observable<T>): Promise<T[]> => lastValueFrom(flow.pipe(toArray()));
 

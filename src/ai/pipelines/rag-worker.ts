@@ -24,7 +24,8 @@ import { stage } from '../../../operators/stage.js';
 import { embed, type Embedded, type Embedder } from '../stages/embed.js';
 import { retrieve, type Citation, type Retrieved } from '../stages/retrieve.js';
 import { NO_ANSWER, answerPieces, candidatesOf, composeAnswer, type ExtractOptions, type ExtractedAnswer } from '../rag/extract.js';
-import { LexicalIndex, lexicalTerms } from '../rag/lexical-index.js';
+import { LexicalIndex, lexicalTerms, lexicalTokens } from '../rag/lexical-index.js';
+import { Sections } from '../rag/sections.js';
 import { CitationFilter } from '../rag/citations.js';
 import { RETRIEVAL_MODES, type RetrievalMode } from '../rag/retriever.js';
 import type { AbstainOptions } from '../rag/abstain.js';
@@ -39,6 +40,10 @@ import { ContextLengthExceededError } from '../inference/errors.js';
 import { PromptOverBudgetError } from '../rag/errors.js';
 import { decode, generateRequest, questionOf, type GenerateRequest, type ModelWorker, type Token } from '../inference/worker.js';
 
+/** The extractive answer also reads the section neighbours of this many top passages: an answer often sits in the paragraph beside the one retrieved. */
+const NEIGHBOURED = 2;
+/** Neighbours read on each side of such a passage. */
+const REACH = 3;
 /** The stages of a RAG worker, as named in traces, stats and metrics. */
 export const RAG_STAGES = ['guard', 'embed', 'retrieve', 'assemble', 'generate'] as const;
 /** One stage of a `ragWorker` (one of `RAG_STAGES`), as named in traces and metrics. */
@@ -143,6 +148,12 @@ const optionsSchema = lazySchema((z) =>
                 .max(1, { error: 'partialCoverage must be in [0, 1]' })
                 .optional(),
               dense: z.number({ error: 'dense must be a number' }).optional(),
+              specificity: z.number({ error: 'specificity must be a number' }).min(0, { error: 'specificity must be ≥ 0' }).optional(),
+              specificCoverage: z
+                .number()
+                .min(0, { error: 'specificCoverage must be in [0, 1]' })
+                .max(1, { error: 'specificCoverage must be in [0, 1]' })
+                .optional(),
             })
             .strict(),
         ])
@@ -209,7 +220,8 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
   });
   const questionText = (job: PipelineJob) => questionOf(job.request);
   const lexical = config.lexical ?? LexicalIndex.of(config.index.entries());
-  const queryTerms = (text: string) => ({ terms: lexicalTerms(text), weight: (term: string) => lexical.idf(term), termsOf: lexicalTerms });
+  const sections = Sections.of(config.index.entries());
+  const queryTerms = (text: string) => ({ terms: lexicalTerms(text), weight: (term: string) => lexical.idf(term), termsOf: lexicalTokens });
 
   const pipeline = (jobs: Flow<Traced<PipelineJob>>): Observable<unknown> => {
     const guarded: Observable<Traced<PipelineJob>> =
@@ -248,7 +260,9 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
       return retrieved.pipe(
         stage(
           async (r: Retrieved<Embedded<PipelineJob>>, context) => {
-            const candidates = candidatesOf(r.passages);
+            const placed = sections.widen(r.passages, NEIGHBOURED, REACH);
+            const passages = placed.map((p) => p.passage);
+            const candidates = candidatesOf(passages, placed);
             const vectors =
               candidates.length === 0
                 ? []
@@ -257,7 +271,7 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
                     context.signal,
                   );
             const words = queryTerms(r.input.text);
-            return { job: r.input.input, answer: composeAnswer(r.input.vector, r.passages, candidates, vectors, config.extract, words) };
+            return { job: r.input.input, answer: composeAnswer(r.input.vector, passages, candidates, vectors, config.extract, words) };
           },
           { name: 'assemble', concurrency: batch, ...shared, onFailure: ({ value, error }) => value.input.input.fail(error), stats: stats.assemble },
         ),

@@ -1,13 +1,16 @@
 /**
- * When retrieval found nothing worth quoting. Two signals, each relative to this corpus and this
+ * When retrieval found nothing worth quoting. Three signals, each relative to this corpus and this
  * query rather than one fixed score: the share of the query's information (IDF mass) the best
- * passage holds, and how far the best cosine stands above what every passage scores for the query.
+ * passage holds, how sharply the words it holds single it out among the corpus's passages, and how
+ * far the best cosine stands above what every passage scores for the query.
  */
 
 /** What retrieval found for a query, as evidence that the documents answer it. */
 export interface Evidence {
   /** The largest share of the query's IDF mass that one retrieved passage holds, in [0, 1]; undefined without a lexical index. */
   readonly lexical?: number;
+  /** The best `LexicalIndex.specificity` among the retrieved passages: how sharply the query words one holds single it out. */
+  readonly specificity?: number;
   /**
    * The best cosine in standard deviations above the mean over every passage, in units of √(2 ln n)
    * (where the best of n chance scores would stand): above 1, it stands out. Undefined without a query vector.
@@ -23,15 +26,20 @@ export interface AbstainOptions {
   readonly partialCoverage?: number;
   /** The dense signal agrees when `Evidence.dense` is at least this. Default 1. */
   readonly dense?: number;
+  /** Query words singling out a passage this sharply (`Evidence.specificity`) are enough, with `specificCoverage`. Default 1.5: chance puts them in 1/√n of n passages. */
+  readonly specificity?: number;
+  /** The share of the query's IDF mass a passage singled out by `specificity` must hold at least. Default 0.3. */
+  readonly specificCoverage?: number;
 }
 
 /** The defaults of `AbstainOptions`. */
-export const DEFAULT_ABSTAIN: Required<AbstainOptions> = { coverage: 0.5, partialCoverage: 0.35, dense: 1 };
+export const DEFAULT_ABSTAIN: Required<AbstainOptions> = { coverage: 0.5, partialCoverage: 0.35, dense: 1, specificity: 1.5, specificCoverage: 0.3 };
 
 /**
  * Whether the evidence supports an answer: most of what the question asks about is in one passage,
- * or a good part of it is and the embedding agrees that passage stands out from the corpus. Without
- * a lexical index, the dense signal alone decides.
+ * or a good part of it is and either the embedding agrees that passage stands out from the corpus or
+ * the words it holds are rare enough together that chance would put them in under 1/√n of n passages
+ * (specificity 1.5). Without a lexical index, the dense signal alone decides.
  */
 export function supportsAnswer(evidence: Evidence, options: AbstainOptions = {}): boolean {
   const thresholds = { ...DEFAULT_ABSTAIN, ...options };
@@ -39,5 +47,7 @@ export function supportsAnswer(evidence: Evidence, options: AbstainOptions = {})
   const dense = evidence.dense !== undefined && evidence.dense >= thresholds.dense;
   // Without a lexical index the embedding is all there is to go by.
   if (evidence.lexical === undefined) return dense;
-  return evidence.lexical >= coverage || (evidence.lexical >= partialCoverage && dense);
+  // Rare words held together in one passage are unlikely by chance, even when the question says more than they do.
+  const specific = evidence.specificity !== undefined && evidence.specificity >= thresholds.specificity && evidence.lexical >= thresholds.specificCoverage;
+  return evidence.lexical >= coverage || (evidence.lexical >= partialCoverage && dense) || specific;
 }

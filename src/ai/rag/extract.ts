@@ -1,17 +1,22 @@
 /**
  * An answer made only of what was retrieved: the sentences, code lines and table rows of the top
- * passages closest to the question (ranked by the embedding model and by the words they share
- * with it), in reading order, each followed by the `[n]` of its source, then the list of sources.
- * It never says more than the sources say.
+ * passages (and their section neighbours) that best answer the question, ranked by sentence BM25
+ * over its words and by the embedding model, in reading order, each followed by the `[n]` of the
+ * passage it came from, then the list of sources. It never says more than the sources say.
  */
 import { cosineSimilarity } from '../../cache/semantic.js';
 import type { RetrievedPassage } from './passage.js';
+import { matchSentences, missingMass, type QueryTerms } from './sentence-scores.js';
+import { sentencesOf } from './sentences.js';
+
+export { sentencesOf } from './sentences.js';
+export type { QueryTerms } from './sentence-scores.js';
 
 /** Options of the extractive answer a `ragWorker` gives without a generator. */
 export interface ExtractOptions {
   /** Sentences in an answer at most. Default 3. */
   readonly sentences?: number;
-  /** A sentence below this cosine similarity to the question is left out. Default 0.2. */
+  /** A sentence scoring below this is left out: its cosine to the question, or with query words its blend of sentence BM25 and cosine. Default 0.2. */
   readonly minScore?: number;
 }
 
@@ -25,188 +30,170 @@ export interface ExtractedAnswer {
 /** What the answer says when nothing retrieved is close enough. */
 export const NO_ANSWER = 'I found nothing about that in the documents I have.';
 
-const segmenter = new Intl.Segmenter('en', { granularity: 'sentence' });
-
-/** A table row's cells, trimmed, without the outer pipes. */
-function cells(row: string): string[] {
-  return row
-    .trim()
-    .replace(/^\||\|$/g, '')
-    .split('|')
-    .map((cell) => cell.trim());
-}
-
-const TABLE_SEPARATOR = /^\s*\|?(\s*:?-+:?\s*\|)+\s*:?-*:?\s*$/;
-
-/** A table row as a sentence: each cell after its column's header (`Code: 429; Meaning: rate limited`). */
-function rowSentence(header: readonly string[] | undefined, row: string): string {
-  const values = cells(row);
-  if (header === undefined) return values.filter((v) => v !== '').join('; ');
-  return values
-    .map((value, i) => (header[i] ? `${header[i]}: ${value}` : value))
-    .filter((_, i) => values[i] !== '')
-    .join('; ');
-}
-
-/** A code line worth quoting: something to run or read, not a brace, a blank or a lone comment marker. */
-function codeSentence(line: string): string | undefined {
-  const code = line.trim();
-  if (code.length > 160 || (code.match(/[\p{L}\p{N}]+/gu) ?? []).length < 2) return undefined;
-  return `\`${code.replace(/`/g, "'")}\``;
-}
-
-/**
- * A passage's sentences, trimmed: prose split into sentences (fragments of fewer than 4 words
- * dropped, list markers and headings left out), each line of a code fence as a code span, and
- * each table row with its header's cells named, so a command or a row can be the quoted answer;
- * a sentence ending in `:` keeps the first code line or row it introduces.
- */
-export function sentencesOf(text: string): string[] {
-  // Blocks: paragraphs and list items, so a sentence never runs from one into the next.
-  const blocks: string[] = [];
-  const quotable: (string | number)[] = []; // a code line or table row as it is, or the index of a prose block
-  let current: string[] = [];
-  let fenced = false;
-  let header: string[] | undefined;
-  const close = () => {
-    if (current.length > 0) {
-      quotable.push(blocks.length);
-      blocks.push(current.join(' '));
-    }
-    current = [];
-  };
-  const lines = text.split('\n');
-  for (const [i, line] of lines.entries()) {
-    if (/^\s*(```|~~~)/.test(line)) {
-      fenced = !fenced;
-      close();
-      continue;
-    }
-    if (fenced) {
-      const code = codeSentence(line);
-      if (code !== undefined) quotable.push(code);
-      continue;
-    }
-    if (/^\s*\|/.test(line)) {
-      close();
-      if (TABLE_SEPARATOR.test(line)) continue;
-      // A row followed by the separator is the header: it names the cells of the rows below.
-      if (TABLE_SEPARATOR.test(lines[i + 1] ?? '')) header = cells(line);
-      else quotable.push(rowSentence(header, line));
-      continue;
-    }
-    header = undefined;
-    // A heading, a blank, or a link reference definition (`[docs]: https://…`): nothing to quote.
-    if (/^\s*#{1,6}\s/.test(line) || line.trim() === '' || /^\s*\[[^\]]+\]:\s*\S+/.test(line)) {
-      close();
-      continue;
-    }
-    const item = /^\s*([-*+]|\d+\.)\s+/.exec(line);
-    if (item !== null) close();
-    current.push(item === null ? line.trim() : line.slice(item[0].length).trim());
-  }
-  close();
-  const sentences: string[] = [];
-  let leadIn = false; // the last sentence ends in `:`: the code line or row after it is what it introduces
-  for (const entry of quotable) {
-    if (typeof entry === 'string') {
-      if (entry.length === 0) continue;
-      if (leadIn) sentences.push(`${sentences.pop()!} ${entry}`);
-      else sentences.push(entry);
-      leadIn = false;
-      continue;
-    }
-    leadIn = false;
-    // Code spans and abbreviations are masked while splitting, so `nak(millis?)` or "e.g. 30" never ends a sentence.
-    const masked: string[] = [];
-    const block = blocks[entry]!.replace(/`[^`]*`|\b(?:e\.g|i\.e|etc|vs|cf)\./g, (span) => `\u{E000}${masked.push(span) - 1}\u{E001}`);
-    const unmask = (text: string) => text.replace(/\u{E000}(\d+)\u{E001}/gu, (_, i: string) => masked[Number(i)]!);
-    for (const { segment } of segmenter.segment(block)) {
-      // The segmenter keeps "… `OverflowError`. `conflate` merges …" together: split before a code span too.
-      for (const part of segment.split(/(?<=[.!?])\s+(?=[\u{E000}[(A-Z])/u)) {
-        const sentence = unmask(part).replace(/\s+/g, ' ').trim();
-        if (sentence.split(' ').length < 4) continue;
-        sentences.push(sentence);
-        leadIn = sentence.endsWith(':');
-      }
-    }
-  }
-  return sentences;
-}
-
-/** Link targets: words of a URL are no evidence that a sentence answers. */
-const URL = /\bhttps?:\/\/\S+/g;
 /** How much a lone code line's score counts, beside prose and table rows. */
 const CODE_WEIGHT = 0.75;
+/** The share of a sentence's score its words give (sentence BM25); the rest is its cosine to the question. */
+const LEXICAL_SHARE = 0.7;
+/** A passage ranked r-th (from 0) counts 1 / (1 + RANK_DECAY·r): retrieval's order is evidence too. */
+const RANK_DECAY = 0.2;
+/** A sentence scoring under this part of the best one's is left out, unless it fills `FILLS`. */
+const KEEP = 0.5;
+/** The share of the query's IDF mass, missing from the answer so far, that admits a sentence below `KEEP`. */
+const FILLS = 0.15;
+/** A sentence of a passage retrieval did not return itself (a neighbour) counts this much. */
+const NEIGHBOUR_WEIGHT = 0.8;
+
+const rankOf = (c: Candidate): number => c.rank ?? c.passage;
+/** What retrieval's order says of a sentence's passage, as a factor of its score. */
+const prior = (c: Candidate): number => (c.offset ? NEIGHBOUR_WEIGHT : 1) / (1 + RANK_DECAY * rankOf(c));
 
 /** Whether a candidate is a lone code line (a lead-in sentence with its line is prose). */
 function isCode(text: string): boolean {
   return text.startsWith('`') && text.endsWith('`') && !text.slice(1, -1).includes('`');
 }
 
-/** The query's words and how much each says (e.g. a `LexicalIndex`'s IDF), to rank sentences by overlap too. */
-export interface QueryTerms {
-  readonly terms: readonly string[];
-  readonly weight: (term: string) => number;
-  /** The indexed terms of a text, as the query's were made. */
-  readonly termsOf: (text: string) => readonly string[];
+/** A sentence of the retrieved passages: where it comes from and its text. */
+export interface Candidate {
+  /** Its passage's index in the passages given. */
+  readonly passage: number;
+  /** Its place in the passage. */
+  readonly position: number;
+  readonly text: string;
+  /** Retrieval's rank of its passage, or of the retrieved passage its passage neighbours. Default: `passage`. */
+  readonly rank?: number;
+  /** Its passage's place beside the retrieved one it neighbours (0: retrieved itself). Default 0. */
+  readonly offset?: number;
+}
+
+interface Scored extends Candidate {
+  readonly score: number;
+  /** The score with retrieval's rank of its passage weighed in: what the anchor is chosen by. */
+  readonly ranked: number;
+  readonly held: ReadonlySet<string>;
 }
 
 /**
- * Picks the sentences closest to `question` among the passages' (vectors from the same
- * embedder), and writes the answer: in passage order, then sentence order, each followed by its source's number. With `words`,
- * a sentence's score is the mean of its cosine and the share of the query's weight its words
- * (and its passage's headings) hold, and a sentence under half the best score is left out.
+ * Picks the sentences that answer `question` among the passages' candidates (vectors from the same
+ * embedder) and writes the answer: in passage order, then sentence order, each followed by its
+ * source's number. With `words`, a sentence is scored by BM25 over the query's words inside the
+ * passages (IDF from the corpus, headings as context) beside its cosine; the best one, its passage's
+ * rank weighed in, anchors the answer; further sentences scoring at least half as well join it, those
+ * holding query words the answer still lacks first (from any passage). Without
+ * `words`, the closest sentences by cosine.
  */
 export function composeAnswer(
   question: Float32Array,
   passages: readonly RetrievedPassage[],
-  candidates: readonly { readonly passage: number; readonly position: number; readonly text: string }[],
+  candidates: readonly Candidate[],
   vectors: readonly Float32Array[],
   options: ExtractOptions = {},
   words?: QueryTerms,
 ): ExtractedAnswer {
   const limit = options.sentences ?? 3;
   const minScore = options.minScore ?? 0.2;
-  const overlap = (text: string, passage: number): number => {
-    if (words === undefined) return 0;
-    const held = new Set([...words.termsOf(text), ...words.termsOf(passages[passage]?.headings ?? '')]);
-    let total = 0;
-    let found = 0;
-    for (const term of words.terms) {
-      total += words.weight(term);
-      if (held.has(term)) found += words.weight(term);
-    }
-    return total === 0 ? 0 : found / total;
-  };
+  const cosines = candidates.map((_, i) => cosineSimilarity(question, vectors[i]!));
+  const picked =
+    words === undefined
+      ? dedupe(candidates.map((c, i) => ({ ...c, score: cosines[i]!, ranked: cosines[i]!, held: new Set<string>() })))
+          .filter((c) => c.score >= minScore)
+          .slice(0, limit)
+      : pickByWords(passages, candidates, cosines, words, limit, minScore);
+  if (picked.length === 0) return { text: NO_ANSWER, sources: [] };
+  return writeAnswer(passages, picked);
+}
+
+/** Best first, each text once. */
+function dedupe(scored: Scored[]): Scored[] {
   const seen = new Set<string>();
-  const scored = candidates
-    .map((candidate, i) => {
-      const cosine = cosineSimilarity(question, vectors[i]!);
-      if (words === undefined) return { ...candidate, score: cosine };
-      const score = (cosine + overlap(candidate.text.replace(URL, ' '), candidate.passage)) / 2;
+  return scored.sort((a, b) => b.ranked - a.ranked).filter((c) => !seen.has(c.text) && seen.add(c.text) !== undefined);
+}
+
+/** The anchor sentence, then those that add to it, up to `limit`. */
+function pickByWords(
+  passages: readonly RetrievedPassage[],
+  candidates: readonly Candidate[],
+  cosines: readonly number[],
+  words: QueryTerms,
+  limit: number,
+  minScore: number,
+): Scored[] {
+  const matches = matchSentences(
+    candidates.map((c) => ({ text: c.text, headings: passages[c.passage]?.headings ?? '' })),
+    words,
+  );
+  const scored = dedupe(
+    candidates.map((candidate, i) => {
+      const blended = LEXICAL_SHARE * matches[i]!.score + (1 - LEXICAL_SHARE) * cosines[i]!;
       // A line of code alone shares the names of a whole section (imports, constructors): it must hold more to be quoted.
-      return { ...candidate, score: isCode(candidate.text) ? score * CODE_WEIGHT : score };
-    })
-    .filter((c) => c.score >= minScore)
-    .sort((a, b) => b.score - a.score)
-    .filter((c) => !seen.has(c.text) && seen.add(c.text) !== undefined);
-  const best = scored[0]?.score ?? 0;
-  const kept = scored.filter((c) => words === undefined || c.score >= best / 2).slice(0, limit);
-  if (kept.length === 0) return { text: NO_ANSWER, sources: [] };
-  // Retrieval's order (best passage first), then reading order.
-  const picked = kept.sort((a, b) => a.passage - b.passage || a.position - b.position);
-  const cited = [...new Set(picked.map((p) => p.passage))];
+      const score = isCode(candidate.text) ? blended * CODE_WEIGHT : blended;
+      return { ...candidate, score, ranked: score * prior(candidate), held: matches[i]!.held };
+    }),
+  ).filter((c) => c.score >= minScore);
+  const anchor = scored[0];
+  if (anchor === undefined) return [];
+  const picked = [anchor];
+  const held = new Set(anchor.held);
+  let rest = scored.slice(1);
+  while (picked.length < limit) {
+    let next: { readonly candidate: Scored; readonly value: number } | undefined;
+    for (const candidate of rest) {
+      const adds = missingMass(words, held, candidate.held);
+      // A sentence well below the anchor joins only for a good part of the query the answer still lacks.
+      if (candidate.score < KEEP * anchor.score && adds < FILLS) continue;
+      const value = candidate.ranked + adds;
+      if (next === undefined || value > next.value) next = { candidate, value };
+    }
+    if (next === undefined) break;
+    picked.push(next.candidate);
+    for (const term of next.candidate.held) held.add(term);
+    rest = rest.filter((c) => c !== next.candidate);
+  }
+  return picked;
+}
+
+/** A heading that is an API's name (`logger.child(bindings)`, `exports.errWithCause(error)`, `SonicBoom#flush([cb])`, `level (String)`). */
+const API_HEADING = /^[\p{L}_$][\w$]*(?:[.#][\w$]+)*\s*(?:\(.*\))?\s*(?:=>.*)?$/u;
+
+/** The innermost heading of a passage when it names an API none of its quoted sentences names: the subject they leave out. */
+function subjectOf(passage: RetrievedPassage, quoted: readonly Scored[]): string | undefined {
+  const heading = passage.headings?.split(' › ').at(-1)?.trim();
+  if (heading === undefined || !API_HEADING.test(heading) || !/[.#(]/.test(heading)) return undefined;
+  const name = /^[\p{L}_$][\w$.#]*/u.exec(heading)![0];
+  return quoted.some((q) => q.text.includes(name)) ? undefined : heading;
+}
+
+/**
+ * The answer's text: retrieval's order (best passage first), then reading order, each sentence
+ * followed by its passage's number; a passage's API heading leads its sentences when they do not name it.
+ */
+function writeAnswer(passages: readonly RetrievedPassage[], picked: readonly Scored[]): ExtractedAnswer {
+  const ordered = [...picked].sort((a, b) => rankOf(a) - rankOf(b) || (a.offset ?? 0) - (b.offset ?? 0) || a.position - b.position);
+  const cited = [...new Set(ordered.map((p) => p.passage))];
   const number = new Map(cited.map((passage, i) => [passage, i + 1]));
-  const body = picked.map((p) => `${p.text} [${number.get(p.passage)}]`).join(' ');
+  const named = new Set<string>();
+  const body = cited
+    .map((passage) => {
+      const quoted = ordered.filter((p) => p.passage === passage);
+      const sentences = quoted.map((p) => `${p.text} [${number.get(p.passage)}]`).join(' ');
+      const subject = subjectOf(passages[passage]!, quoted);
+      if (subject === undefined || named.has(subject)) return sentences;
+      named.add(subject);
+      return `${subject}: ${sentences}`;
+    })
+    .join(' ');
   const sources = cited.map((passage) => passages[passage]!);
   const list = sources.map((s, i) => `[${i + 1}] ${s.source}`).join('\n');
   return { text: `${body}\n\nSources:\n${list}`, sources };
 }
 
-/** The sentences of `passages` to rank, each with where it came from. */
-export function candidatesOf(passages: readonly RetrievedPassage[]): { readonly passage: number; readonly position: number; readonly text: string }[] {
-  return passages.flatMap((p, passage) => sentencesOf(p.text).map((text, position) => ({ passage, position, text })));
+/** The sentences of `passages` to rank, each with where it came from (and, for neighbours of retrieved passages, their `placement`). */
+export function candidatesOf(passages: readonly RetrievedPassage[], placement?: readonly { readonly rank: number; readonly offset: number }[]): Candidate[] {
+  return passages.flatMap((p, passage) =>
+    sentencesOf(p.text).map((text, position) => {
+      const place = placement?.[passage];
+      return place === undefined ? { passage, position, text } : { passage, position, text, rank: place.rank, offset: place.offset };
+    }),
+  );
 }
 
 /** An answer cut into the pieces it is streamed in: words with the space that follows them. */

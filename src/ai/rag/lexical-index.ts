@@ -40,14 +40,19 @@ function words(text: string): string[] {
   return split.match(/[\p{L}\p{N}]+/gu) ?? [];
 }
 
-/** The distinct indexed terms of `text`. */
-export function lexicalTerms(text: string): string[] {
-  const terms = new Set<string>();
+/** The indexed terms of `text`, one per occurrence, in order. */
+export function lexicalTokens(text: string): string[] {
+  const terms: string[] = [];
   for (const word of words(text)) {
     const term = lexicalTerm(word);
-    if (term !== null) terms.add(term);
+    if (term !== null) terms.push(term);
   }
-  return [...terms];
+  return terms;
+}
+
+/** The distinct indexed terms of `text`. */
+export function lexicalTerms(text: string): string[] {
+  return [...new Set(lexicalTokens(text))];
 }
 
 /** A passage found by its words, with its BM25 score. */
@@ -154,6 +159,19 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
   /** Whether a passage holds the term. */
   holds(id: string, term: string): boolean {
     return this.termsOf.get(id)?.has(term) ?? false;
+  }
+
+  /**
+   * How sharply the query words the passage `id` holds single it out: their IDF mass over ln n, for
+   * n passages. Under independence about n·e^(−mass) passages would hold them all by chance, so at 1
+   * about one passage would, and above 1 fewer than one. 0 with fewer than two passages.
+   */
+  specificity(query: string | readonly string[], id: string): number {
+    if (this.metadata.size < 2) return 0;
+    const terms = typeof query === 'string' ? lexicalTerms(query) : query;
+    let held = 0;
+    for (const term of terms) if (this.holds(id, term)) held += this.idf(term);
+    return held / Math.log(this.metadata.size);
   }
 
   /**

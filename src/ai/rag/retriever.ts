@@ -94,7 +94,9 @@ function evidenceFor<M extends PassageMetadata>(
   const terms = lexicalTerms(text);
   // The best few only: the more passages looked at, the likelier one shares words with any question.
   const lexical = plan.lexical === undefined ? undefined : Math.max(0, ...passages.slice(0, EVIDENCE_DEPTH).map((p) => plan.lexical!.coverage(terms, p.id)));
-  const known = lexical === undefined ? {} : { lexical };
+  const specificity =
+    plan.lexical === undefined ? undefined : Math.max(0, ...passages.slice(0, EVIDENCE_DEPTH).map((p) => plan.lexical!.specificity(terms, p.id)));
+  const known = lexical === undefined ? {} : { lexical, specificity };
   if (vector === undefined || plan.index.size < 2) return known;
   const top = best ?? plan.index.search(vector, { k: 1 })[0]?.score;
   const { mean, std } = plan.index.scoreMoments(vector);

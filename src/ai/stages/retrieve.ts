@@ -63,6 +63,8 @@ const retrieveOptionsSchema = lazySchema((z) =>
               coverage: z.number().min(0).max(1).optional(),
               partialCoverage: z.number().min(0).max(1).optional(),
               dense: z.number().optional(),
+              specificity: z.number().min(0).optional(),
+              specificCoverage: z.number().min(0).max(1).optional(),
             })
             .strict(),
         ])

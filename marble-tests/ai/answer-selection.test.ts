@@ -1,0 +1,131 @@
+/**
+ * Which sentences the extractive answer quotes (src/ai/rag/extract.ts, sentence-scores.ts, sections.ts):
+ * sentence-level BM25 with corpus IDF, headings as context, retrieval's first passage preferred, a
+ * second passage or a neighbour of a retrieved one when it holds what the answer lacks.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { lastValueFrom, toArray } from 'rxjs';
+import { generateRequest } from '../../src/ai/inference/worker.js';
+import { ragWorker } from '../../src/ai/pipelines/rag-worker.js';
+import { chunkMarkdown, indexPassages } from '../../src/ai/rag/corpus.js';
+import { candidatesOf, composeAnswer } from '../../src/ai/rag/extract.js';
+import type { RetrievedPassage } from '../../src/ai/rag/passage.js';
+import { Sections } from '../../src/ai/rag/sections.js';
+import { matchSentences, type QueryTerms } from '../../src/ai/rag/sentence-scores.js';
+import { hashingEmbedder } from '../support/hashing-embedder.js';
+
+const v = (...xs: number[]) => Float32Array.from(xs);
+
+/** Query terms with fixed IDFs; a text's terms are its lower-case words, `s` dropped. */
+function terms(weights: Record<string, number>): QueryTerms {
+  return {
+    terms: Object.keys(weights),
+    weight: (term) => weights[term] ?? 0,
+    termsOf: (text) => (text.toLowerCase().match(/[a-z0-9]+/g) ?? []).map((w) => w.replace(/s$/, '')),
+  };
+}
+
+const passage = (id: string, text: string, headings = 'Guide', score = 1): RetrievedPassage => ({
+  id,
+  text,
+  source: `${id}.md › ${headings.split(' › ').at(-1)}`,
+  headings,
+  score,
+});
+
+describe('extractive answer selection', () => {
+  it('scores a sentence holding more of the rare query words above one repeating a common word', () => {
+    const words = terms({ option: 0.3, value: 1, variadic: 5, several: 4 });
+    const [repeating, rare] = matchSentences(
+      [{ text: 'An option option option value for the option.' }, { text: 'A variadic flag takes several words.' }],
+      words,
+    );
+    assert.ok(rare!.score > repeating!.score, `${rare!.score} > ${repeating!.score}`);
+    assert.deepEqual([...rare!.held].sort(), ['several', 'variadic']);
+  });
+
+  it('quotes the sentence that states a query word over one that only sits under a heading holding it', () => {
+    const passages = [passage('redaction', 'Paths are listed in an array of strings here. Set redact to hide the secret keys.', 'Guide › Redact')];
+    const candidates = candidatesOf(passages);
+    // By cosine alone the first sentence is closer.
+    const answer = composeAnswer(v(1, 0), passages, candidates, [v(1, 0), v(0.8, 0.6)], { sentences: 1 }, terms({ redact: 4, secret: 1 }));
+    assert.equal(answer.text.split('\n\n')[0], 'Set redact to hide the secret keys. [1]');
+  });
+
+  it('prefers the first passage, and quotes a second one for the query words the first lacks, under its own number', () => {
+    const passages = [
+      passage('server', 'Heartbeats detect a broken connection on the server. A broken connection is closed by the server.', 'Guide › Heartbeats', 0.9),
+      passage('options', 'The heartbeat interval is thirty seconds by default.', 'Guide › Options', 0.8),
+    ];
+    const candidates = candidatesOf(passages);
+    const words = terms({ broken: 3, connection: 2, server: 1, interval: 4 });
+    const vectors = [v(1, 0), v(1, 0), v(1, 0)];
+    const answer = composeAnswer(v(1, 0), passages, candidates, vectors, { sentences: 2 }, words);
+    assert.equal(
+      answer.text,
+      'Heartbeats detect a broken connection on the server. [1] The heartbeat interval is thirty seconds by default. [2]\n\nSources:\n[1] server.md › Heartbeats\n[2] options.md › Options',
+    );
+    assert.deepEqual(
+      answer.sources.map((s) => s.id),
+      ['server', 'options'],
+    );
+  });
+
+  it('leads with the API heading a quoted sentence leaves unnamed', () => {
+    const passages = [passage('serializers', 'Serializes an error like object, including its cause.', 'API › exports.errWithCause(error)')];
+    const answer = composeAnswer(v(1, 0), passages, candidatesOf(passages), [v(1, 0)], {}, terms({ serialize: 2, error: 1, cause: 3 }));
+    assert.equal(answer.text.split('\n\n')[0], 'exports.errWithCause(error): Serializes an error like object, including its cause. [1]');
+    const prose = [passage('guide', 'Serializes an error like object, including its cause.', 'API › Errors and causes')];
+    assert.equal(
+      composeAnswer(v(1, 0), prose, candidatesOf(prose), [v(1, 0)], {}, terms({ serialize: 2, cause: 3 })).text.split('\n\n')[0],
+      'Serializes an error like object, including its cause. [1]',
+    );
+  });
+
+  it('widens retrieved passages with their section neighbours, each carrying the rank of the passage it neighbours', () => {
+    const doc = '# Net\n## Heartbeats\nFirst paragraph here.\n\nSecond paragraph here.\n\nThird paragraph here.\n## Other\nElsewhere entirely.';
+    const all = chunkMarkdown(doc, 'net.md');
+    const sections = Sections.of(all);
+    const [first, second, third, other] = all.map((p) => ({ ...p, score: 1 }));
+    const placed = sections.widen([second!, other!], 1, 1);
+    assert.deepEqual(
+      placed.map((p) => [p.passage.id, p.rank, p.offset]),
+      [
+        [second!.id, 0, 0],
+        [other!.id, 1, 0],
+        [first!.id, 0, -1],
+        [third!.id, 0, 1],
+      ],
+    );
+    assert.deepEqual(sections.around('missing', 2), []);
+  });
+
+  it('a served answer quotes the table row beside the retrieved paragraph when it holds the query word the paragraph lacks', async () => {
+    const doc = [
+      '# Connections',
+      '## Heartbeats',
+      'A server notices a broken connection when heartbeats stop arriving, and the server then closes that broken connection.',
+      '',
+      '| Option | Default |',
+      '| --- | --- |',
+      '| heartbeat | every 30 seconds |',
+      '',
+      '## Reconnecting',
+      'A client reconnects with backoff after the server closes its connection.',
+    ].join('\n');
+    const embedder = hashingEmbedder(256);
+    const index = await indexPassages(chunkMarkdown(doc, 'net.md'), embedder);
+    const rag = ragWorker({ embedder, index, k: 1, abstain: false });
+    try {
+      const tokens = await lastValueFrom(
+        rag.generate(generateRequest({ prompt: 'When does a server notice a broken connection, and what is the default heartbeat?' })).pipe(toArray()),
+      );
+      const answer = tokens.map((t) => t.text).join('');
+      assert.match(answer, /Option: heartbeat; Default: every 30 seconds \[2\]/);
+      assert.match(answer, /\n\nSources:\n\[1\] net\.md › Heartbeats\n\[2\] net\.md › Heartbeats$/);
+    } finally {
+      rag.close();
+    }
+  });
+});

@@ -1,0 +1,113 @@
+/**
+ * The quotable pieces of a passage: prose split into sentences, each code line as a code span and
+ * each table row with its header's cells named, so a command or a row can be the quoted answer.
+ */
+
+const segmenter = new Intl.Segmenter('en', { granularity: 'sentence' });
+
+/** A table row's cells, trimmed, without the outer pipes. */
+function cells(row: string): string[] {
+  return row
+    .trim()
+    .replace(/^\||\|$/g, '')
+    .split('|')
+    .map((cell) => cell.trim());
+}
+
+const TABLE_SEPARATOR = /^\s*\|?(\s*:?-+:?\s*\|)+\s*:?-*:?\s*$/;
+
+/** A table row as a sentence: each cell after its column's header (`Code: 429; Meaning: rate limited`). */
+function rowSentence(header: readonly string[] | undefined, row: string): string {
+  const values = cells(row);
+  if (header === undefined) return values.filter((v) => v !== '').join('; ');
+  return values
+    .map((value, i) => (header[i] ? `${header[i]}: ${value}` : value))
+    .filter((_, i) => values[i] !== '')
+    .join('; ');
+}
+
+/** A code line worth quoting: something to run or read, not a brace, a blank or a lone comment marker. */
+function codeSentence(line: string): string | undefined {
+  const code = line.trim();
+  if (code.length > 160 || (code.match(/[\p{L}\p{N}]+/gu) ?? []).length < 2) return undefined;
+  return `\`${code.replace(/`/g, "'")}\``;
+}
+
+/**
+ * A passage's sentences, trimmed: prose split into sentences (fragments of fewer than 4 words
+ * dropped, list markers and headings left out), each line of a code fence as a code span, and
+ * each table row with its header's cells named, so a command or a row can be the quoted answer;
+ * a sentence ending in `:` keeps the first code line or row it introduces.
+ */
+export function sentencesOf(text: string): string[] {
+  // Blocks: paragraphs and list items, so a sentence never runs from one into the next.
+  const blocks: string[] = [];
+  const quotable: (string | number)[] = []; // a code line or table row as it is, or the index of a prose block
+  let current: string[] = [];
+  let fenced = false;
+  let header: string[] | undefined;
+  const close = () => {
+    if (current.length > 0) {
+      quotable.push(blocks.length);
+      blocks.push(current.join(' '));
+    }
+    current = [];
+  };
+  const lines = text.split('\n');
+  for (const [i, line] of lines.entries()) {
+    if (/^\s*(```|~~~)/.test(line)) {
+      fenced = !fenced;
+      close();
+      continue;
+    }
+    if (fenced) {
+      const code = codeSentence(line);
+      if (code !== undefined) quotable.push(code);
+      continue;
+    }
+    if (/^\s*\|/.test(line)) {
+      close();
+      if (TABLE_SEPARATOR.test(line)) continue;
+      // A row followed by the separator is the header: it names the cells of the rows below.
+      if (TABLE_SEPARATOR.test(lines[i + 1] ?? '')) header = cells(line);
+      else quotable.push(rowSentence(header, line));
+      continue;
+    }
+    header = undefined;
+    // A heading, a blank, or a link reference definition (`[docs]: https://…`): nothing to quote.
+    if (/^\s*#{1,6}\s/.test(line) || line.trim() === '' || /^\s*\[[^\]]+\]:\s*\S+/.test(line)) {
+      close();
+      continue;
+    }
+    const item = /^\s*([-*+]|\d+\.)\s+/.exec(line);
+    if (item !== null) close();
+    current.push(item === null ? line.trim() : line.slice(item[0].length).trim());
+  }
+  close();
+  const sentences: string[] = [];
+  let leadIn = false; // the last sentence ends in `:`: the code line or row after it is what it introduces
+  for (const entry of quotable) {
+    if (typeof entry === 'string') {
+      if (entry.length === 0) continue;
+      if (leadIn) sentences.push(`${sentences.pop()!} ${entry}`);
+      else sentences.push(entry);
+      leadIn = false;
+      continue;
+    }
+    leadIn = false;
+    // Code spans and abbreviations are masked while splitting, so `nak(millis?)` or "e.g. 30" never ends a sentence.
+    const masked: string[] = [];
+    const block = blocks[entry]!.replace(/`[^`]*`|\b(?:e\.g|i\.e|etc|vs|cf)\./g, (span) => `\u{E000}${masked.push(span) - 1}\u{E001}`);
+    const unmask = (text: string) => text.replace(/\u{E000}(\d+)\u{E001}/gu, (_, i: string) => masked[Number(i)]!);
+    for (const { segment } of segmenter.segment(block)) {
+      // The segmenter keeps "… `OverflowError`. `conflate` merges …" together: split before a code span too.
+      for (const part of segment.split(/(?<=[.!?])\s+(?=[\u{E000}[(A-Z])/u)) {
+        const sentence = unmask(part).replace(/\s+/g, ' ').trim();
+        if (sentence.split(' ').length < 4) continue;
+        sentences.push(sentence);
+        leadIn = sentence.endsWith(':');
+      }
+    }
+  }
+  return sentences;
+}
