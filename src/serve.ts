@@ -11,6 +11,7 @@ export type { HttpHandler, HttpHandlerOptions, HttpDrainReport, ChatWorker } fro
 export { SluiceMetrics } from './serve/metrics.js';
 export type { SluiceMetricsOptions, RequestObservation, SocketCounters } from './serve/metrics.js';
 export type { Exposition } from './serve/metrics/exposition.js';
+export type { BatchCounters } from './serve/metrics/pipeline-collectors.js';
 export { genAiSpan, endGenAiSpan, recordStageSpans, contextFromTraceparent, traceparentOf, sluiceTracer } from './serve/otel.js';
 export type { GenAiSpan, GenAiSpanOptions, GenAiOutcome, StageSpanOptions } from './serve/otel.js';
 export { attachTokenSocket } from './serve/ws-server.js';
@@ -45,7 +46,7 @@ export { inspector } from './serve/inspect/inspector.js';
 export type { Inspector, InspectorOptions } from './serve/inspect/inspector.js';
 export { RequestRegistry } from './serve/inspect/requests.js';
 export type { RequestInfo, RequestView, RequestsPage, RequestHandle } from './serve/inspect/requests.js';
-export type { InspectSnapshot, InspectSources, InspectViewer, SocketsPage } from './serve/inspect/snapshot.js';
+export type { DecodeBatchView, InspectSnapshot, InspectSources, InspectViewer, SocketsPage } from './serve/inspect/snapshot.js';
 export type { FeedStats } from './serve/inspect/feed.js';
 export type { TraceObserver } from './serve/telemetry.js';
 export type { ServeOptions, RunningServer, ServerStats, ShutdownReport } from './serve/app.js';

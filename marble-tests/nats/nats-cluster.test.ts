@@ -141,10 +141,21 @@ describe('sluice/nats on a three-node JetStream cluster', () => {
       // Where the missing jobs are, for a failure's message: still queued, held unacknowledged, or gone.
       const where = async (stream: string, durable: string) => {
         const info = await jobs.jsm.consumers.info(stream, durable).catch((error: unknown) => String(error));
-        const state = await jobs.jsm.streams.info(stream).then((i) => i.state.messages).catch((error: unknown) => String(error));
-        return typeof info === 'string' ? `${stream}: ${state} stored, consumer: ${info}` : `${stream}: ${state} stored, ${info.num_pending} pending, ${info.num_ack_pending} unacknowledged, ${info.num_redelivered} redelivered`;
+        const state = await jobs.jsm.streams
+          .info(stream)
+          .then((i) => i.state.messages)
+          .catch((error: unknown) => String(error));
+        return typeof info === 'string'
+          ? `${stream}: ${state} stored, consumer: ${info}`
+          : `${stream}: ${state} stored, ${info.num_pending} pending, ${info.num_ack_pending} unacknowledged, ${info.num_redelivered} redelivered`;
       };
-      const state = missing.length === 0 ? '' : `; ${await where(jobs.stream, jobs.durable)}; ${await where(results.stream, results.durable)}; dead letters ${await jobs.jsm.streams.info(jobs.deadStream).then((i) => i.state.messages).catch(String)}; producer ${JSON.stringify(await producing)}`;
+      const state =
+        missing.length === 0
+          ? ''
+          : `; ${await where(jobs.stream, jobs.durable)}; ${await where(results.stream, results.durable)}; dead letters ${await jobs.jsm.streams
+              .info(jobs.deadStream)
+              .then((i) => i.state.messages)
+              .catch(String)}; producer ${JSON.stringify(await producing)}`;
       assert.deepEqual(missing, [], `every job reached the consumer; ${replay}${state}`);
       assert.deepEqual(twice, [], `no job reached it twice; ${replay}`);
       assert.equal(await queued(), 0, `both queues drained; ${replay}`);

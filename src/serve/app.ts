@@ -37,6 +37,8 @@ import { serveOptionsSchema, type ServeOptions } from './serve-options.js';
 import { accessOf } from './access.js';
 import { attachTokenSocket, type TokenSocketEvent, type TokenSocketLimits, type TokenSocketStats } from './ws-server.js';
 import { DEFAULT_LIMITS } from './ws/options.js';
+import type { StepBatcherStats } from '../ai/inference/step-batcher.js';
+import type { DecodeBatchView } from './inspect/snapshot.js';
 import { TenantQuotas } from './tenant-quotas.js';
 import { Intake } from '../ai/pipelines/intake.js';
 import { servedPipelines, type ServedPipelines } from './served-pipelines.js';
@@ -155,7 +157,13 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
     });
     if (graph !== undefined)
       inspect = inspectRoutes({
-        sources: { graph, requests, sockets: () => sockets.clients(), ...(backend.upstreams !== undefined && { upstreams: () => backend.upstreams!() }) },
+        sources: {
+          graph,
+          requests,
+          sockets: () => sockets.clients(),
+          ...(backend.upstreams !== undefined && { upstreams: () => backend.upstreams!() }),
+          ...(backend.batchers !== undefined && { batches: () => batchViews(backend.batchers!) }),
+        },
         page: INSPECT_PAGE === undefined ? undefined : await readFile(INSPECT_PAGE),
         ...(!access.open && { authorize: access.viewerOf }),
         ...(config.origins !== undefined && { origins: config.origins }),
@@ -260,6 +268,7 @@ function registerMetrics(metrics: SluiceMetrics, backend: Backend, stages: Recor
   for (const breaker of backend.breakers ?? []) metrics.registerBreaker(breaker);
   const pool = backend.pool;
   if (pool !== undefined) metrics.registerPool('serve', () => pool.stats);
+  for (const [model, stats] of Object.entries(backend.batchers ?? {})) metrics.registerBatcher(model, stats);
   return generateStats;
 }
 
@@ -301,6 +310,16 @@ async function stopServer(deadline: number, log: (line: string) => void, parts: 
 function once<A extends unknown[], R>(fn: (...args: A) => Promise<R>): (...args: A) => Promise<R> {
   let first: Promise<R> | undefined;
   return (...args) => (first ??= fn(...args));
+}
+
+/** Each model that batches its decode steps now, as the inspector lists it. */
+function batchViews(batchers: Readonly<Record<string, () => StepBatcherStats | undefined>>): DecodeBatchView[] {
+  const views: DecodeBatchView[] = [];
+  for (const [model, read] of Object.entries(batchers)) {
+    const stats = read();
+    if (stats !== undefined) views.push({ model, ...stats });
+  }
+  return views;
 }
 
 /** The server's own routes before the API: the loopback guard of an open server, the chat page, the inspector. */

@@ -12,6 +12,7 @@ import type { CircuitBreaker } from '../resilience/breaker.js';
 import { Gateway, type GatewayOptions, type UpstreamOptions } from '../ai/inference/gateway.js';
 import type { UpstreamView } from '../ai/inference/upstream-stats.js';
 import { CharLmWorker } from '../ai/inference/onnx-lm.js';
+import type { StepBatcherStats } from '../ai/inference/step-batcher.js';
 import { LocalModel, LocalModelError } from '../ai/inference/local-model.js';
 import { openAiEncodingOf, openAiTokenCounter } from '../ai/inference/openai-tokens.js';
 import type { PromptTokenizer } from '../ai/models/prompt-tokenizer.js';
@@ -51,6 +52,8 @@ export interface Backend {
   readonly stages: Readonly<Record<string, StageStats>>;
   /** The inference pool, when models run in this process. */
   readonly pool?: InferencePool;
+  /** Each decoder's batched decode steps, by served model name (`undefined` while it steps alone). */
+  readonly batchers?: Readonly<Record<string, () => StepBatcherStats | undefined>>;
   /** The prompt-injection classifier, when the guard model is loaded. */
   readonly classify?: Classifier;
   /** The workers that guard their own prompts (the RAG pipeline), by name. */
@@ -257,6 +260,9 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
       stages: { ...stages, embeddings: local.embeddings.stats, classifier: local.guardModel.stats },
       caches,
       pool: local.pool,
+      batchers: Object.fromEntries(
+        [...local.userWorkers, ...(options.languageModel === undefined ? [local.charLm!] : [])].map((w) => [w.name, () => w.batchStats]),
+      ),
       classify: local.classify,
       guarded: new Set([rag.name]),
       passages,

@@ -27,7 +27,15 @@ import type { CacheStats } from '../cache/stats.js';
 import type { CircuitBreaker } from '../resilience/breaker.js';
 import type { TraceContext } from '../core/trace.js';
 import type { GenerationDone } from '../ai/inference/worker.js';
-import { collectBreakers, collectCaches, collectPools, collectStages, type PoolCounters } from './metrics/pipeline-collectors.js';
+import {
+  type BatchCounters,
+  collectBatchers,
+  collectBreakers,
+  collectCaches,
+  collectPools,
+  collectStages,
+  type PoolCounters,
+} from './metrics/pipeline-collectors.js';
 import { collectSockets, type SocketCounters } from './metrics/socket-collectors.js';
 import { collectEventLoopDelay } from './metrics/event-loop.js';
 import { generationSeries, httpSeries, stageTimingSeries, type GenerationSeries, type HttpSeries, type StageTimingSeries } from './metrics/observed-series.js';
@@ -108,6 +116,7 @@ export class SluiceMetrics {
   private readonly breakers = new Map<string, CircuitBreaker>();
   private readonly sockets = new Map<string, () => SocketCounters>();
   private readonly pools = new Map<string, () => PoolCounters>();
+  private readonly batchers = new Map<string, () => BatchCounters | undefined>();
   private readonly loop: IntervalHistogram;
   private readonly http: HttpSeries;
   private readonly stageTimings: StageTimingSeries;
@@ -137,6 +146,7 @@ export class SluiceMetrics {
     this.loop = collectEventLoopDelay(eventLoopResolution, prefix, registers);
     this.generations = generationSeries(prefix, registers);
     collectPools(this.pools, prefix, registers);
+    collectBatchers(this.batchers, prefix, registers);
     this.serving = servingSeries(prefix, registers);
     registry.setContentType(prom.Registry.PROMETHEUS_CONTENT_TYPE);
   }
@@ -147,6 +157,12 @@ export class SluiceMetrics {
       const s = stats();
       return { queued: s.queued, running: s.running, threads: s.workers.length };
     });
+    return this;
+  }
+
+  /** Exports a model's batched decode steps (`sluice_decode_batch_*`), read at scrape time; `undefined` while it batches nothing. */
+  registerBatcher(model: string, stats: () => BatchCounters | undefined): this {
+    this.batchers.set(model, stats);
     return this;
   }
 

@@ -50,6 +50,12 @@ export interface StepBatcherStats {
   readonly steps: number;
   /** The most steps one call ran. */
   readonly largest: number;
+  /** Steps asked and not yet in a call now. */
+  readonly waiting: number;
+  /** Calls running now. */
+  readonly running: number;
+  /** Steps per call at most (`maxBatch`). */
+  readonly maxBatch: number;
 }
 
 /**
@@ -82,7 +88,9 @@ export class StepBatcher<Q, R> {
 
   /** Calls made and steps run so far. */
   get stats(): StepBatcherStats {
-    return { calls: this.calls, steps: this.steps, largest: this.largest };
+    let waiting = 0;
+    for (const group of this.waiting.values()) waiting += group.length;
+    return { calls: this.calls, steps: this.steps, largest: this.largest, waiting, running: this.running, maxBatch: this.maxBatch };
   }
 
   /** The result of one step, once the call it joined ran; rejects with `AbortedError` if `signal` aborts first. */

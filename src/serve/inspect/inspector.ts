@@ -14,6 +14,7 @@ import { bearerOf } from '../protocol.js';
 import { isLoopback, loopbackHost } from '../loopback.js';
 import type { SocketClient } from '../socket-stats.js';
 import type { UpstreamView } from '../../ai/inference/upstream-stats.js';
+import type { DecodeBatchView } from './snapshot.js';
 import type { FeedStats } from './feed.js';
 import { PipelineGraph } from './pipeline-graph.js';
 import { RequestRegistry } from './requests.js';
@@ -46,6 +47,8 @@ export interface InspectorOptions {
   readonly sockets?: () => readonly SocketClient[];
   /** A gateway's upstreams to list, e.g. `() => gateway.upstreams()`. Default: no list. */
   readonly upstreams?: () => readonly UpstreamView[];
+  /** Decoders' continuous batching to list, one row per model. Default: no list. */
+  readonly batches?: () => readonly DecodeBatchView[];
   /** Origins of other sites whose pages may read the feed (CORS). Default: none. */
   readonly origins?: readonly string[];
   /** ms between two snapshots of the feed. Default 500. */
@@ -85,6 +88,7 @@ const optionsSchema = lazySchema((z) =>
       requests: z.instanceof(RequestRegistry, { error: 'requests must be a RequestRegistry' }).optional(),
       sockets: functionSchema<() => readonly SocketClient[]>().optional(),
       upstreams: functionSchema<() => readonly UpstreamView[]>().optional(),
+      batches: functionSchema<() => readonly DecodeBatchView[]>().optional(),
       origins: z.array(z.string().url({ error: 'an origin must be a URL like https://app.example.com' })).optional(),
       interval: z
         .number({ error: 'interval must be a number of ms' })
@@ -132,7 +136,7 @@ async function listen(config: ReturnType<ReturnType<typeof optionsSchema>['parse
   const tenants = Object.entries(config.tenantTokens ?? {}).map(([token, tenant]) => ({ digest: digest(token), viewer: { role: 'tenant', tenant } as const }));
   const open = expected === undefined && tenants.length === 0;
   const routes = inspectRoutes({
-    sources: { graph, requests: config.requests, sockets: config.sockets, upstreams: config.upstreams },
+    sources: { graph, requests: config.requests, sockets: config.sockets, upstreams: config.upstreams, batches: config.batches },
     page,
     origins: config.origins,
     interval: config.interval,

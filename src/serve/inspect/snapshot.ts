@@ -22,6 +22,26 @@ export interface InspectSources {
   readonly sockets?: (() => readonly SocketClient[]) | undefined;
   /** A gateway's upstreams now (`Gateway.upstreams()`); without it the page has no upstreams list. */
   readonly upstreams?: (() => readonly UpstreamView[]) | undefined;
+  /** Each decoder's batched decode steps now; without it the page has no batching list. */
+  readonly batches?: (() => readonly DecodeBatchView[]) | undefined;
+}
+
+/** One model's continuous batching, as the inspector lists it: totals since start and what runs or waits now. */
+export interface DecodeBatchView {
+  /** The served model. */
+  readonly model: string;
+  /** Batched model calls so far. */
+  readonly calls: number;
+  /** Decode steps run in them (`steps / calls`: the mean batch). */
+  readonly steps: number;
+  /** The most steps one call ran. */
+  readonly largest: number;
+  /** Steps per call at most. */
+  readonly maxBatch: number;
+  /** Steps asked and waiting for a call now. */
+  readonly waiting: number;
+  /** Calls running now. */
+  readonly running: number;
 }
 
 /** The WebSocket clients: the most buffered `shown`, and totals over all. */
@@ -62,6 +82,8 @@ export interface InspectSnapshot {
   readonly sockets: SocketsPage | null;
   /** Each upstream of a gateway: its circuit, attempts in flight, failures by code. Shared by every tenant, as the stages are. */
   readonly upstreams: readonly UpstreamView[] | null;
+  /** Each decoder's continuous batching. Shared by every tenant, as the stages are. */
+  readonly batches: readonly DecodeBatchView[] | null;
 }
 
 export interface SnapshotLimits {
@@ -89,6 +111,7 @@ export function buildSnapshot(
     requests: sources.requests === undefined ? null : sources.requests.page(limits.rows, tenant),
     sockets: clients === undefined ? null : socketsPage(tenant === undefined ? clients : clients.filter((c) => c.tenant === tenant), limits.rows),
     upstreams: sources.upstreams === undefined ? null : sources.upstreams().slice(0, limits.rows),
+    batches: sources.batches === undefined ? null : sources.batches().slice(0, limits.rows),
   };
 }
 

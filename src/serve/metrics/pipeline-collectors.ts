@@ -161,3 +161,51 @@ export function collectPools(pools: ReadonlyMap<string, () => PoolCounters>, pre
     });
   }
 }
+
+/** A model's batched decode steps at scrape time (`StepBatcherStats`). */
+export interface BatchCounters {
+  readonly calls: number;
+  readonly steps: number;
+  readonly largest: number;
+  readonly waiting: number;
+  readonly running: number;
+}
+
+/** Decode batching by model: calls and steps (their ratio is the mean batch), the largest batch, steps waiting and calls running now. */
+export function collectBatchers(batchers: ReadonlyMap<string, () => BatchCounters | undefined>, prefix: string, registers: Registers): void {
+  for (const [field, help] of [
+    ['calls', 'Batched model calls of decode steps: rate(steps) / rate(calls) is the mean batch.'],
+    ['steps', 'Decode steps run in batched model calls, one per sequence per call.'],
+  ] as const) {
+    restated(
+      `${prefix}decode_batch_${field}_total`,
+      help,
+      ['model'],
+      batchers,
+      (counter, model, read) => {
+        const stats = read();
+        if (stats !== undefined) counter.inc({ model }, stats[field]);
+      },
+      registers,
+    );
+  }
+  for (const [field, name, help] of [
+    ['largest', 'decode_batch_largest_steps', 'The most decode steps one model call has run.'],
+    ['waiting', 'decode_batch_waiting_steps', 'Decode steps asked and waiting for a model call now.'],
+    ['running', 'decode_batch_running_calls', 'Batched decode calls running now.'],
+  ] as const) {
+    const gauge: Gauge<'model'> = new prom.Gauge({
+      name: `${prefix}${name}`,
+      help,
+      labelNames: ['model'],
+      registers,
+      collect() {
+        gauge.reset();
+        for (const [model, read] of batchers) {
+          const stats = read();
+          if (stats !== undefined) gauge.set({ model }, stats[field]);
+        }
+      },
+    });
+  }
+}
