@@ -226,7 +226,7 @@ describe('StepBatcher on the character LM', () => {
         got.map((c) => c.text),
         expected.map((c) => c.text),
       );
-      assert.deepEqual(decoder.batchStats, { calls, steps: 4, largest }, `token budget ${budget}`);
+      assert.deepEqual(decoder.batchStats, { calls, steps: 4, largest, waiting: 0, running: 0, maxBatch: 8 }, `token budget ${budget}`);
     }
     await alone.release();
     await session.release();
