@@ -119,7 +119,7 @@ export interface ServeOptions {
   readonly tenantPriorities?: Readonly<Record<string, PriorityClass>>;
 }
 
-/** The schema `startServer` checks its options with; cross-field rules live here once. */
+/** The schema `startServer` checks its options with; cross-field rules live here once. @internal */
 export const serveOptionsSchema = lazySchema((z) =>
   z
     .object({
