@@ -76,7 +76,11 @@ describe('sluice/nats on a three-node JetStream cluster', () => {
       const left = async (): Promise<number> => (await jobs.jsm.streams.info(jobs.stream)).state.messages;
       deadline = Date.now() + 20_000;
       while ((await left()) > 0 && Date.now() < deadline) await sleep(100);
-      assert.equal(await left(), 0, 'every job acknowledged');
+      const stuck = async (): Promise<string> => {
+        const [stream, consumer] = await Promise.all([jobs.jsm.streams.info(jobs.stream), jobs.jsm.consumers.info(jobs.stream, jobs.durable)]);
+        return `stream seqs ${stream.state.first_seq}..${stream.state.last_seq} (${stream.state.messages} stored); consumer delivered ${consumer.delivered.stream_seq}, ack floor ${consumer.ack_floor.stream_seq}, ${consumer.num_ack_pending} unacknowledged, ${consumer.num_pending} pending`;
+      };
+      if ((await left()) !== 0) assert.fail(`every job acknowledged: ${await stuck()}`);
       const values = await lastValueFrom(fromLink<number>(results).pipe(untraced(), take(total), toArray()));
       assert.deepEqual(
         values.sort((x, y) => x - y),
