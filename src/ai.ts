@@ -46,7 +46,7 @@ export type { LexicalHit } from './ai/rag/lexical-index.js';
 export { reciprocalRankFusion, RRF_K } from './ai/rag/fusion.js';
 export type { Fused } from './ai/rag/fusion.js';
 export { retrievePassages, RETRIEVAL_MODES } from './ai/rag/retriever.js';
-export type { RetrievalMode, Retrieval, RetrievalPlan } from './ai/rag/retriever.js';
+export type { LexicalGranularity, RetrievalMode, Retrieval, RetrievalPlan } from './ai/rag/retriever.js';
 export { supportsAnswer, DEFAULT_ABSTAIN } from './ai/rag/abstain.js';
 export type { Evidence, AbstainOptions } from './ai/rag/abstain.js';
 export {
