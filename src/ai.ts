@@ -47,6 +47,8 @@ export { reciprocalRankFusion, RRF_K } from './ai/rag/fusion.js';
 export type { Fused } from './ai/rag/fusion.js';
 export { retrievePassages, RETRIEVAL_MODES } from './ai/rag/retriever.js';
 export type { LexicalGranularity, RetrievalMode, Retrieval, RetrievalPlan } from './ai/rag/retriever.js';
+export { feedbackTerms } from './ai/rag/query-expansion.js';
+export type { ExpansionTerm, FeedbackOptions, FeedbackSource } from './ai/rag/query-expansion.js';
 export { supportsAnswer, DEFAULT_ABSTAIN } from './ai/rag/abstain.js';
 export type { Evidence, AbstainOptions } from './ai/rag/abstain.js';
 export {

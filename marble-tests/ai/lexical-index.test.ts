@@ -10,6 +10,7 @@ import { lastValueFrom, toArray } from 'rxjs';
 import { VectorIndex } from '../../src/ai/rag/vector-index.js';
 import { retrievePassages } from '../../src/ai/rag/retriever.js';
 import { SECTION_WINDOW_CHARS } from '../../src/ai/rag/section-index.js';
+import { feedbackTerms } from '../../src/ai/rag/query-expansion.js';
 import { retrieve } from '../../src/ai/stages/retrieve.js';
 import { fromIterable } from '../../src/flow/sources.js';
 import { untraced } from '../../src/index.js';
@@ -111,7 +112,11 @@ describe('LexicalIndex by sections', () => {
       ['b#1'],
       'the filter applies',
     );
-    const section = retrievePassages({ index: new VectorIndex(2), lexical: index, mode: 'lexical', k: 1, granularity: 'section' }, query, undefined);
+    const section = retrievePassages(
+      { index: new VectorIndex<PassageMetadata>(2), lexical: index, mode: 'lexical', k: 1, granularity: 'section' },
+      query,
+      undefined,
+    );
     assert.equal(section.passages[0]!.source, 'a.md › Reconnect');
   });
 
@@ -134,6 +139,37 @@ describe('LexicalIndex by sections', () => {
       'two windows, each found by its own word',
     );
     assert.equal(windows.searchSections('alpha', 3).length, 1, 'the second passage is not in the first window');
+  });
+});
+
+describe('pseudo-relevance feedback', () => {
+  const corpus: (PassageMetadata & { id: string })[] = [
+    { id: 'r#1', text: 'Hide a password with redact paths.', source: 'redaction.md › Paths' },
+    { id: 'r#2', text: 'Redact paths accept wildcards.', source: 'redaction.md › Wildcards' },
+    { id: 'z#1', text: 'Log levels are numbers.', source: 'levels.md' },
+    { id: 'z#2', text: 'Transports write log lines elsewhere.', source: 'transports.md' },
+    { id: 'z#3', text: 'Child loggers add fields to log lines.', source: 'child.md' },
+  ];
+  const index = LexicalIndex.of(corpus);
+
+  it('draws the words the first passages share, weighed by rarity, the strongest at the given weight', () => {
+    const terms = feedbackTerms(lexicalTerms('hide password'), [{ text: corpus[0]!.text, score: 2 }], index, { terms: 2, weight: 0.5 });
+    assert.equal(terms.length, 2);
+    assert.equal(terms[0]!.weight, 0.5);
+    assert.ok(
+      terms.every((t) => t.term !== lexicalTerm('hide') && t.term !== lexicalTerm('password')),
+      'never a word already asked',
+    );
+    assert.ok(terms.every((t) => t.weight <= 0.5 && t.weight > 0));
+    assert.deepEqual(feedbackTerms(['x'], [], index, { terms: 2, weight: 0.5 }), [], 'nothing found, nothing added');
+  });
+
+  it('finds a passage in the corpus’s own words that shares none of the question’s', () => {
+    const plan = { index: new VectorIndex<PassageMetadata>(2), lexical: index, mode: 'lexical' as const, k: 3 };
+    const plain = retrievePassages(plan, 'hide password', undefined).passages.map((p) => p.id);
+    assert.deepEqual(plain, ['r#1']);
+    const fed = retrievePassages({ ...plan, feedback: { passages: 1, terms: 3, weight: 0.5 } }, 'hide password', undefined).passages.map((p) => p.id);
+    assert.deepEqual(fed.slice(0, 2), ['r#1', 'r#2'], 'the asker’s words still lead');
   });
 });
 
@@ -225,6 +261,17 @@ describe('retrieve: hybrid fusion weighs the dense ranking by denseWeight', () =
     assert.throws(
       () => retrieve({ index: dense, lexical: LexicalIndex.of(passages), k: 2, denseWeight: 0 }),
       (err: unknown) => err instanceof InvalidOptionsError && err.issues[0]?.path === 'denseWeight',
+    );
+  });
+
+  it('checks granularity and feedback up front, naming the bad field', () => {
+    assert.throws(
+      () => retrieve({ index: dense, lexical: LexicalIndex.of(passages), k: 2, granularity: 'chapter' as 'section' }),
+      (err: unknown) => err instanceof InvalidOptionsError && err.issues[0]?.path === 'granularity',
+    );
+    assert.throws(
+      () => retrieve({ index: dense, lexical: LexicalIndex.of(passages), k: 2, feedback: { passages: 0, terms: 5, weight: 0.3 } }),
+      (err: unknown) => err instanceof InvalidOptionsError && err.issues[0]?.path === 'feedback.passages',
     );
   });
 });

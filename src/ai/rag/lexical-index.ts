@@ -6,6 +6,7 @@
 import MiniSearch from 'minisearch';
 import { stemmer } from 'stemmer';
 import type { PassageMetadata } from './passage.js';
+import type { ExpansionTerm } from './query-expansion.js';
 import { SectionIndex } from './section-index.js';
 
 /** Function words that carry no subject: never indexed, never asked for. */
@@ -147,10 +148,16 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     return true;
   }
 
-  /** The `k` passages that best match `query`'s words, best first (BM25; ties by id). */
-  search(query: string, k: number, filter?: (metadata: M) => boolean): LexicalHit<M>[] {
+  /** The `k` passages that best match `query`'s words (and the `expansion` terms, at their weights), best first (BM25; ties by id). */
+  search(query: string, k: number, filter?: (metadata: M) => boolean, expansion: readonly ExpansionTerm[] = []): LexicalHit<M>[] {
+    const weights = new Map(expansion.map((e) => [e.term, e.weight]));
+    // Feedback terms are indexed terms already: searched as they are, each at its weight, beside the query's own words.
+    const expanded = {
+      combineWith: 'OR' as const,
+      queries: [query, { queries: [...weights.keys()], processTerm: (term: string) => term, boostTerm: (term: string) => weights.get(term) ?? 0 }],
+    };
     const hits: LexicalHit<M>[] = [];
-    for (const result of this.engine.search(query)) {
+    for (const result of this.engine.search(weights.size === 0 ? query : expanded)) {
       const metadata = this.metadata.get(result.id as string)!;
       if (filter === undefined || filter(metadata)) hits.push({ id: result.id as string, score: result.score, metadata });
     }

@@ -7,6 +7,7 @@ import type { Evidence } from './abstain.js';
 import { RRF_K, reciprocalRankFusion } from './fusion.js';
 import type { LexicalIndex } from './lexical-index.js';
 import { lexicalTerms } from './lexical-index.js';
+import { feedbackTerms, type FeedbackOptions } from './query-expansion.js';
 import type { PassageMetadata, RetrievedPassage } from './passage.js';
 import type { VectorIndex } from './vector-index.js';
 
@@ -42,6 +43,8 @@ export interface RetrievalPlan<M extends PassageMetadata> {
   readonly denseWeight?: number;
   /** What BM25 ranks: single passages, heading sections (mapped back to a passage), or `both` fused. Default `passage`. */
   readonly granularity?: LexicalGranularity;
+  /** Pseudo-relevance feedback: the passage ranking searched again with terms its first passages share. Default: none. */
+  readonly feedback?: FeedbackOptions;
 }
 
 /** The generated embedding model hashes words: its ranking is a weaker witness than BM25's, and votes half. */
@@ -73,7 +76,12 @@ export function retrievePassages<M extends PassageMetadata>(plan: RetrievalPlan<
       : [];
   const granularity = plan.granularity ?? 'passage';
   const lexicalRanks = mode !== 'dense' && lexical !== undefined;
-  const words = lexicalRanks && granularity !== 'section' ? lexical.search(text, mode === 'lexical' && granularity === 'passage' ? k : depth(k), filter) : [];
+  const lexicalDepth = mode === 'lexical' && granularity === 'passage' ? k : depth(k);
+  let words = lexicalRanks && granularity !== 'section' ? lexical.search(text, lexicalDepth, filter) : [];
+  if (plan.feedback !== undefined && words.length > 0) {
+    const found = words.slice(0, plan.feedback.passages).map((h) => ({ text: h.metadata.text, score: h.score }));
+    words = lexical!.search(text, lexicalDepth, filter, feedbackTerms(lexicalTerms(text), found, lexical!, plan.feedback));
+  }
   const sections = lexicalRanks && granularity !== 'passage' ? lexical.searchSections(text, depth(k), filter) : [];
   const metadata = new Map<string, M>([...dense, ...words, ...sections].map((h) => [h.id, h.metadata] as const));
   const ranked =

@@ -4,6 +4,7 @@ import { VectorIndex } from '../rag/vector-index.js';
 import type { PassageMetadata, RetrievedPassage } from '../rag/passage.js';
 import { LexicalIndex } from '../rag/lexical-index.js';
 import { RETRIEVAL_MODES, retrievePassages, type LexicalGranularity, type RetrievalMode } from '../rag/retriever.js';
+import type { FeedbackOptions } from '../rag/query-expansion.js';
 import { supportsAnswer, type AbstainOptions, type Evidence } from '../rag/abstain.js';
 import { stage, type StageOperator, type StageOptions } from '../../../operators/stage.js';
 
@@ -41,6 +42,8 @@ export interface RetrieveOptions<I, M extends PassageMetadata = PassageMetadata>
   denseWeight?: number;
   /** What BM25 ranks: single `passage`s, heading `section`s (each standing for its best-covered passages), or `both`, fused. Default `passage`. */
   granularity?: LexicalGranularity;
+  /** Pseudo-relevance feedback (RM3): search BM25 again with the words the first passages share, at a lower weight. Default: none. */
+  feedback?: FeedbackOptions;
   /** Return no passage when the evidence is too weak (`supportsAnswer`); `true` for the default thresholds. Default: never. */
   abstain?: boolean | AbstainOptions;
 }
@@ -58,6 +61,14 @@ const retrieveOptionsSchema = lazySchema((z) =>
       text: functionSchema<(value: unknown) => string>().optional(),
       denseWeight: z.number({ error: 'denseWeight must be a number' }).positive({ error: 'denseWeight must be > 0' }).optional(),
       granularity: z.enum(['passage', 'section', 'both'], { error: 'granularity must be one of passage, section, both' }).optional(),
+      feedback: z
+        .object({
+          passages: positiveInt('feedback.passages'),
+          terms: positiveInt('feedback.terms'),
+          weight: z.number().positive({ error: 'feedback.weight must be > 0' }),
+        })
+        .strict()
+        .optional(),
       abstain: z
         .union([
           z.boolean(),
@@ -117,12 +128,12 @@ export function retrieve<I, M extends PassageMetadata = PassageMetadata>(
   options: RetrieveOptions<I, M> & { query: (value: I) => ArrayLike<number> },
 ): StageOperator<I, Retrieved<I>>;
 export function retrieve<I, M extends PassageMetadata>(options: RetrieveOptions<I, M>): StageOperator<I, Retrieved<I>> {
-  const { index, k, minScore, filter, query, lexical, retrieval, text, abstain, denseWeight, granularity, ...stageOptions } =
+  const { index, k, minScore, filter, query, lexical, retrieval, text, abstain, denseWeight, granularity, feedback, ...stageOptions } =
     options ?? ({} as RetrieveOptions<I, M>);
   const name = stageOptions.name ?? 'retrieve';
   parseOptions(
     retrieveOptionsSchema(),
-    { index, k, minScore, filter, query, lexical, retrieval, text, abstain, denseWeight, granularity },
+    { index, k, minScore, filter, query, lexical, retrieval, text, abstain, denseWeight, granularity, feedback },
     `retrieve "${name}" options`,
   );
   const select = query ?? ((value: I) => (value as unknown as { vector: ArrayLike<number> }).vector);
@@ -136,6 +147,7 @@ export function retrieve<I, M extends PassageMetadata>(options: RetrieveOptions<
     ...(filter !== undefined && { filter }),
     ...(denseWeight !== undefined && { denseWeight }),
     ...(granularity !== undefined && { granularity }),
+    ...(feedback !== undefined && { feedback }),
   };
   const thresholds = abstain === true ? {} : abstain === false ? undefined : abstain;
 
