@@ -73,6 +73,16 @@ describe('LexicalIndex', () => {
     assert.ok(copy.search('bounded', 3).every((hit) => hit.id !== 'b#2'));
   });
 
+  it('counts a word of the headings or file name three times one of the text: a heading names the subject', () => {
+    const mirrored = LexicalIndex.of<PassageMetadata>([
+      { id: 'h#1', text: 'Pools', source: 'a.md', headings: 'Retries' },
+      { id: 't#1', text: 'Retries', source: 'b.md', headings: 'Pools' },
+    ]);
+    const [heading, text] = mirrored.search('retries', 2);
+    assert.equal(heading!.id, 'h#1');
+    assert.ok(Math.abs(heading!.score / text!.score - 3) < 1e-9, `ratio ${heading!.score / text!.score}`);
+  });
+
   it('keeps a lone digit as a term (a version, a count), a lone letter not', () => {
     assert.equal(lexicalTerm('4'), '4');
     assert.equal(lexicalTerm('a'), null);

@@ -34,6 +34,9 @@ export function lexicalTerm(word: string): string | null {
   return stem.length > 5 && stem.endsWith('er') ? stem.slice(0, -2) : stem;
 }
 
+/** How much a word of a passage's headings or file name counts against one of its text: a heading names what the passage is about. */
+const HEADING_BOOST = 3;
+
 /** Passages a section found stands for, those holding most of the query first: the answer may sit beside the best-covered one. */
 const PASSAGES_PER_SECTION = 2;
 
@@ -80,7 +83,7 @@ function fileWords(source: string): string {
 }
 
 /**
- * BM25 over passages' text and heading paths with their file's name (these count double), with the document
+ * BM25 over passages' text and heading paths with their file's name (these count three times), with the document
  * frequency of every term for `coverage`. Build it from passages or from a `VectorIndex`'s entries.
  *
  * ## Example
@@ -95,9 +98,9 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     fields: ['text', 'headings'],
     tokenize: words,
     processTerm: lexicalTerm,
-    searchOptions: { boost: { headings: 2 } },
+    searchOptions: { boost: { headings: HEADING_BOOST } },
   });
-  private readonly sections = new SectionIndex(words, lexicalTerm);
+  private readonly sections = new SectionIndex(words, lexicalTerm, HEADING_BOOST);
   private readonly metadata = new Map<string, M>();
   private readonly termsOf = new Map<string, ReadonlySet<string>>();
   private readonly frequency = new Map<string, number>();

@@ -38,8 +38,8 @@ export class SectionIndex {
   private readonly dirty = new Set<string>();
   private nextWindow = 0;
 
-  constructor(tokenize: (text: string) => string[], processTerm: (term: string) => string | null) {
-    this.engine = new MiniSearch<Window>({ fields: ['text', 'headings'], tokenize, processTerm, searchOptions: { boost: { headings: 2 } } });
+  constructor(tokenize: (text: string) => string[], processTerm: (term: string) => string | null, headingBoost: number) {
+    this.engine = new MiniSearch<Window>({ fields: ['text', 'headings'], tokenize, processTerm, searchOptions: { boost: { headings: headingBoost } } });
   }
 
   /** Adds a passage to its section (after the ones already there); `headings` is the text its section's headings are searched by. */
