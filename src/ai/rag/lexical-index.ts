@@ -6,7 +6,6 @@
 import MiniSearch from 'minisearch';
 import { stemmer } from 'stemmer';
 import type { PassageMetadata } from './passage.js';
-import type { ExpansionTerm } from './query-expansion.js';
 import { SectionIndex } from './section-index.js';
 
 /** Function words that carry no subject: never indexed, never asked for. */
@@ -62,6 +61,12 @@ export function lexicalTokens(text: string): string[] {
 /** The distinct indexed terms of `text`. */
 export function lexicalTerms(text: string): string[] {
   return [...new Set(lexicalTokens(text))];
+}
+
+/** A term added to a query (an indexed term), with its weight relative to the query's own terms (which weigh 1). */
+export interface ExpansionTerm {
+  readonly term: string;
+  readonly weight: number;
 }
 
 /** A passage found by its words, with its BM25 score. */

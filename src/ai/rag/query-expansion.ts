@@ -3,13 +3,9 @@
  * query found first share, added to the query with a lower weight, so a passage that says the
  * same thing in the corpus's own words (`redact` for "hide a field") can still be found.
  */
-import { lexicalTokens } from './lexical-index.js';
+import { type ExpansionTerm, lexicalTokens } from './lexical-index.js';
 
-/** A term added to a query, with its weight relative to the query's own terms (which weigh 1). */
-export interface ExpansionTerm {
-  readonly term: string;
-  readonly weight: number;
-}
+export type { ExpansionTerm } from './lexical-index.js';
 
 /** How a query is expanded from the passages it found first. */
 export interface FeedbackOptions {
