@@ -17,8 +17,9 @@ export interface FeedbackOptions {
   readonly weight: number;
 }
 
-/** What expansion needs of the index: how rare a term is, and how many passages hold it. */
+/** What expansion needs of the index: how rare a term is. */
 export interface FeedbackSource {
+  /** How rare `term` is in the corpus (BM25's IDF, e.g. `LexicalIndex.idf`). */
   idf(term: string): number;
 }
 
