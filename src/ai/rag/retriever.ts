@@ -16,6 +16,9 @@ export type RetrievalMode = 'hybrid' | 'dense' | 'lexical';
 /** What the lexical index ranks: `passage`s, heading `section`s (each standing for its best passage), or `both`, fused. */
 export type LexicalGranularity = 'passage' | 'section' | 'both';
 
+/** Every `LexicalGranularity`. */
+export const LEXICAL_GRANULARITIES = ['passage', 'section', 'both'] as const satisfies readonly LexicalGranularity[];
+
 /** Every `RetrievalMode`. */
 export const RETRIEVAL_MODES = ['hybrid', 'dense', 'lexical'] as const satisfies readonly RetrievalMode[];
 

@@ -3,7 +3,7 @@ import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js
 import { VectorIndex } from '../rag/vector-index.js';
 import type { PassageMetadata, RetrievedPassage } from '../rag/passage.js';
 import { LexicalIndex } from '../rag/lexical-index.js';
-import { RETRIEVAL_MODES, retrievePassages, type LexicalGranularity, type RetrievalMode } from '../rag/retriever.js';
+import { LEXICAL_GRANULARITIES, RETRIEVAL_MODES, retrievePassages, type LexicalGranularity, type RetrievalMode } from '../rag/retriever.js';
 import type { FeedbackOptions } from '../rag/query-expansion.js';
 import { supportsAnswer, type AbstainOptions, type Evidence } from '../rag/abstain.js';
 import { stage, type StageOperator, type StageOptions } from '../../../operators/stage.js';
@@ -48,6 +48,20 @@ export interface RetrieveOptions<I, M extends PassageMetadata = PassageMetadata>
   abstain?: boolean | AbstainOptions;
 }
 
+/** What BM25 ranks (`retrieve`'s and `ragWorker`'s `granularity`). */
+export const granularitySchema = lazySchema((z) => z.enum(LEXICAL_GRANULARITIES, { error: `granularity must be one of ${LEXICAL_GRANULARITIES.join(', ')}` }));
+
+/** Pseudo-relevance feedback (`retrieve`'s and `ragWorker`'s `feedback`). */
+export const feedbackSchema = lazySchema((z) =>
+  z
+    .object({
+      passages: positiveInt('feedback.passages'),
+      terms: positiveInt('feedback.terms'),
+      weight: z.number({ error: 'feedback.weight must be a number' }).positive({ error: 'feedback.weight must be > 0' }),
+    })
+    .strict(),
+);
+
 const retrieveOptionsSchema = lazySchema((z) =>
   z
     .object({
@@ -60,15 +74,8 @@ const retrieveOptionsSchema = lazySchema((z) =>
       retrieval: z.enum(RETRIEVAL_MODES, { error: `retrieval must be one of ${RETRIEVAL_MODES.join(', ')}` }).optional(),
       text: functionSchema<(value: unknown) => string>().optional(),
       denseWeight: z.number({ error: 'denseWeight must be a number' }).positive({ error: 'denseWeight must be > 0' }).optional(),
-      granularity: z.enum(['passage', 'section', 'both'], { error: 'granularity must be one of passage, section, both' }).optional(),
-      feedback: z
-        .object({
-          passages: positiveInt('feedback.passages'),
-          terms: positiveInt('feedback.terms'),
-          weight: z.number().positive({ error: 'feedback.weight must be > 0' }),
-        })
-        .strict()
-        .optional(),
+      granularity: granularitySchema().optional(),
+      feedback: feedbackSchema().optional(),
       abstain: z
         .union([
           z.boolean(),
