@@ -45,8 +45,10 @@ export { LexicalIndex, lexicalTerm, lexicalTerms } from './ai/rag/lexical-index.
 export type { LexicalHit } from './ai/rag/lexical-index.js';
 export { reciprocalRankFusion, RRF_K } from './ai/rag/fusion.js';
 export type { Fused } from './ai/rag/fusion.js';
-export { retrievePassages, RETRIEVAL_MODES } from './ai/rag/retriever.js';
-export type { RetrievalMode, Retrieval, RetrievalPlan } from './ai/rag/retriever.js';
+export { retrievePassages, RETRIEVAL_MODES, LEXICAL_GRANULARITIES } from './ai/rag/retriever.js';
+export type { LexicalGranularity, RetrievalMode, Retrieval, RetrievalPlan } from './ai/rag/retriever.js';
+export { feedbackTerms } from './ai/rag/query-expansion.js';
+export type { ExpansionTerm, FeedbackOptions, FeedbackSource } from './ai/rag/query-expansion.js';
 export { supportsAnswer, DEFAULT_ABSTAIN } from './ai/rag/abstain.js';
 export type { Evidence, AbstainOptions } from './ai/rag/abstain.js';
 export {

@@ -8,6 +8,9 @@ import { supportsAnswer } from '../../src/ai/rag/abstain.js';
 import type { PassageMetadata } from '../../src/ai/rag/passage.js';
 import { lastValueFrom, toArray } from 'rxjs';
 import { VectorIndex } from '../../src/ai/rag/vector-index.js';
+import { retrievePassages } from '../../src/ai/rag/retriever.js';
+import { SECTION_WINDOW_CHARS } from '../../src/ai/rag/section-index.js';
+import { feedbackTerms } from '../../src/ai/rag/query-expansion.js';
 import { retrieve } from '../../src/ai/stages/retrieve.js';
 import { fromIterable } from '../../src/flow/sources.js';
 import { untraced } from '../../src/index.js';
@@ -68,6 +71,115 @@ describe('LexicalIndex', () => {
     assert.equal(copy.remove('b#2'), false);
     assert.ok(copy.idf(lexicalTerm('buffer')!) > before);
     assert.ok(copy.search('bounded', 3).every((hit) => hit.id !== 'b#2'));
+  });
+
+  it('counts a word of the headings or file name three times one of the text: a heading names the subject', () => {
+    const mirrored = LexicalIndex.of<PassageMetadata>([
+      { id: 'h#1', text: 'Pools', source: 'a.md', headings: 'Retries' },
+      { id: 't#1', text: 'Retries', source: 'b.md', headings: 'Pools' },
+    ]);
+    const [heading, text] = mirrored.search('retries', 2);
+    assert.equal(heading!.id, 'h#1');
+    assert.ok(Math.abs(heading!.score / text!.score - 3) < 1e-9, `ratio ${heading!.score / text!.score}`);
+  });
+
+  it('keeps a lone digit as a term (a version, a count), a lone letter not', () => {
+    assert.equal(lexicalTerm('4'), '4');
+    assert.equal(lexicalTerm('a'), null);
+    const versions = LexicalIndex.of<PassageMetadata>(
+      [
+        { text: 'fast-check 3 runs on Node 12.', source: 'v3.md' },
+        { text: 'fast-check 4 runs on Node 18.', source: 'v4.md' },
+      ].map((p, i) => ({ id: `v#${i + 3}`, ...p })),
+    );
+    assert.equal(versions.search('which Node does fast-check 4 run on?', 1)[0]!.id, 'v#4');
+  });
+});
+
+describe('LexicalIndex by sections', () => {
+  // The question's words are spread over one section's paragraphs; another file's single paragraph holds as many as either.
+  const spread: (PassageMetadata & { id: string })[] = [
+    { id: 'a#1', text: 'The client reconnects when the socket closes.', source: 'a.md › Reconnect', headings: 'Client › Reconnect' },
+    { id: 'a#2', text: 'Each wait doubles, capped at thirty seconds.', source: 'a.md › Reconnect', headings: 'Client › Reconnect' },
+    { id: 'b#1', text: 'A socket wait longer than the timeout closes the request.', source: 'b.md › Timeouts', headings: 'Server › Timeouts' },
+    { id: 'b#2', text: 'Requests are logged.', source: 'b.md › Logging', headings: 'Server › Logging' },
+  ];
+  const query = 'does the wait between socket reconnects double?';
+
+  it('ranks the section that holds the words together, standing for its best-covered passages', () => {
+    const index = LexicalIndex.of(spread);
+    const hits = index.searchSections(query, 3);
+    assert.deepEqual(
+      hits
+        .slice(0, 2)
+        .map((h) => h.id)
+        .sort(),
+      ['a#1', 'a#2'],
+    );
+    assert.equal(hits[2]!.id, 'b#1');
+    assert.deepEqual(
+      index.searchSections(query, 3, (m) => m.source.startsWith('b.md')).map((h) => h.id),
+      ['b#1'],
+      'the filter applies',
+    );
+    const section = retrievePassages(
+      { index: new VectorIndex<PassageMetadata>(2), lexical: index, mode: 'lexical', k: 1, granularity: 'section' },
+      query,
+      undefined,
+    );
+    assert.equal(section.passages[0]!.source, 'a.md › Reconnect');
+  });
+
+  it('stays in step as passages are removed, and bounds a section to windows of whole passages', () => {
+    const index = LexicalIndex.of(spread);
+    index.remove('a#2');
+    assert.ok(index.searchSections('doubles', 3).every((h) => h.id !== 'a#2'));
+    assert.deepEqual(index.searchSections('doubles', 3), [], 'no section holds the word any more');
+    const long = 'x'.repeat(SECTION_WINDOW_CHARS);
+    const windows = LexicalIndex.of<PassageMetadata>([
+      { id: 'l#1', text: `alpha ${long}`, source: 'l.md › Long', headings: 'Long' },
+      { id: 'l#2', text: `omega ${long}`, source: 'l.md › Long', headings: 'Long' },
+    ]);
+    assert.deepEqual(
+      windows
+        .searchSections('alpha omega', 3)
+        .map((h) => h.id)
+        .sort(),
+      ['l#1', 'l#2'],
+      'two windows, each found by its own word',
+    );
+    assert.equal(windows.searchSections('alpha', 3).length, 1, 'the second passage is not in the first window');
+  });
+});
+
+describe('pseudo-relevance feedback', () => {
+  const corpus: (PassageMetadata & { id: string })[] = [
+    { id: 'r#1', text: 'Hide a password with redact paths.', source: 'redaction.md › Paths' },
+    { id: 'r#2', text: 'Redact paths accept wildcards.', source: 'redaction.md › Wildcards' },
+    { id: 'z#1', text: 'Log levels are numbers.', source: 'levels.md' },
+    { id: 'z#2', text: 'Transports write log lines elsewhere.', source: 'transports.md' },
+    { id: 'z#3', text: 'Child loggers add fields to log lines.', source: 'child.md' },
+  ];
+  const index = LexicalIndex.of(corpus);
+
+  it('draws the words the first passages share, weighed by rarity, the strongest at the given weight', () => {
+    const terms = feedbackTerms(lexicalTerms('hide password'), [{ text: corpus[0]!.text, score: 2 }], index, { terms: 2, weight: 0.5 });
+    assert.equal(terms.length, 2);
+    assert.equal(terms[0]!.weight, 0.5);
+    assert.ok(
+      terms.every((t) => t.term !== lexicalTerm('hide') && t.term !== lexicalTerm('password')),
+      'never a word already asked',
+    );
+    assert.ok(terms.every((t) => t.weight <= 0.5 && t.weight > 0));
+    assert.deepEqual(feedbackTerms(['x'], [], index, { terms: 2, weight: 0.5 }), [], 'nothing found, nothing added');
+  });
+
+  it('finds a passage in the corpus’s own words that shares none of the question’s', () => {
+    const plan = { index: new VectorIndex<PassageMetadata>(2), lexical: index, mode: 'lexical' as const, k: 3 };
+    const plain = retrievePassages(plan, 'hide password', undefined).passages.map((p) => p.id);
+    assert.deepEqual(plain, ['r#1']);
+    const fed = retrievePassages({ ...plan, feedback: { passages: 1, terms: 3, weight: 0.5 } }, 'hide password', undefined).passages.map((p) => p.id);
+    assert.deepEqual(fed.slice(0, 2), ['r#1', 'r#2'], 'the asker’s words still lead');
   });
 });
 
@@ -159,6 +271,17 @@ describe('retrieve: hybrid fusion weighs the dense ranking by denseWeight', () =
     assert.throws(
       () => retrieve({ index: dense, lexical: LexicalIndex.of(passages), k: 2, denseWeight: 0 }),
       (err: unknown) => err instanceof InvalidOptionsError && err.issues[0]?.path === 'denseWeight',
+    );
+  });
+
+  it('checks granularity and feedback up front, naming the bad field', () => {
+    assert.throws(
+      () => retrieve({ index: dense, lexical: LexicalIndex.of(passages), k: 2, granularity: 'chapter' as 'section' }),
+      (err: unknown) => err instanceof InvalidOptionsError && err.issues[0]?.path === 'granularity',
+    );
+    assert.throws(
+      () => retrieve({ index: dense, lexical: LexicalIndex.of(passages), k: 2, feedback: { passages: 0, terms: 5, weight: 0.3 } }),
+      (err: unknown) => err instanceof InvalidOptionsError && err.issues[0]?.path === 'feedback.passages',
     );
   });
 });

@@ -140,6 +140,8 @@ describe('sluice-rag answers over the real embedder: hybrid retrieval, quotable 
       [{ retrieval: 'sparse' }, 'retrieval'],
       [{ abstain: { coverage: 2 } }, 'abstain.coverage'],
       [{ lexical: {} }, 'lexical'],
+      [{ granularity: 'chapter' }, 'granularity'],
+      [{ feedback: { passages: 3, terms: 10, weight: 0 } }, 'feedback.weight'],
     ] as const) {
       assert.throws(
         () => ragWorker({ embedder: embed, index, ...(options as object) }),

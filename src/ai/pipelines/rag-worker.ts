@@ -22,12 +22,13 @@ import type { VectorIndex } from '../rag/vector-index.js';
 import type { PassageMetadata } from '../rag/passage.js';
 import { stage } from '../../../operators/stage.js';
 import { embed, type Embedded, type Embedder } from '../stages/embed.js';
-import { retrieve, type Citation, type Retrieved } from '../stages/retrieve.js';
+import { feedbackSchema, granularitySchema, retrieve, type Citation, type Retrieved } from '../stages/retrieve.js';
 import { NO_ANSWER, answerPieces, candidatesOf, composeAnswer, type ExtractOptions, type ExtractedAnswer } from '../rag/extract.js';
 import { LexicalIndex, lexicalTerms, lexicalTokens } from '../rag/lexical-index.js';
 import { Sections } from '../rag/sections.js';
 import { CitationFilter } from '../rag/citations.js';
-import { RETRIEVAL_MODES, type RetrievalMode } from '../rag/retriever.js';
+import { RETRIEVAL_MODES, type LexicalGranularity, type RetrievalMode } from '../rag/retriever.js';
+import type { FeedbackOptions } from '../rag/query-expansion.js';
 import type { AbstainOptions } from '../rag/abstain.js';
 import { PromptTemplate, type AssembledPrompt } from '../stages/assemble.js';
 import { Intake } from './intake.js';
@@ -76,6 +77,10 @@ export interface RagWorkerOptions {
   readonly denseWeight?: number;
   /** BM25 over the index's passages. Default: built from `index.entries()` when the worker is made. */
   readonly lexical?: LexicalIndex;
+  /** What BM25 ranks: `passage`s, heading `section`s or `both`, fused (see `retrieve`). Default `passage`. */
+  readonly granularity?: LexicalGranularity;
+  /** Pseudo-relevance feedback for the BM25 ranking (see `retrieve`). Default: none. */
+  readonly feedback?: FeedbackOptions;
   /**
    * When to answer `NO_ANSWER` instead: the evidence thresholds (`supportsAnswer`), or `false` to
    * always answer from what was retrieved. Default: the default thresholds.
@@ -136,6 +141,8 @@ const optionsSchema = lazySchema((z) =>
       retrieval: z.enum(RETRIEVAL_MODES, { error: `retrieval must be one of ${RETRIEVAL_MODES.join(', ')}` }).default('hybrid'),
       denseWeight: z.number({ error: 'denseWeight must be a number' }).positive({ error: 'denseWeight must be > 0' }).optional(),
       lexical: z.instanceof(LexicalIndex, { error: 'lexical must be a LexicalIndex' }).optional(),
+      granularity: granularitySchema().optional(),
+      feedback: feedbackSchema().optional(),
       abstain: z
         .union([
           z.literal(false),
@@ -247,6 +254,8 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
         lexical,
         retrieval: config.retrieval,
         ...(config.denseWeight !== undefined && { denseWeight: config.denseWeight }),
+        ...(config.granularity !== undefined && { granularity: config.granularity }),
+        ...(config.feedback !== undefined && { feedback: config.feedback }),
         abstain: config.abstain === false ? false : config.abstain,
         ...(config.minScore !== undefined && { minScore: config.minScore }),
         ...shared,

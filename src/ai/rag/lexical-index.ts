@@ -6,6 +6,7 @@
 import MiniSearch from 'minisearch';
 import { stemmer } from 'stemmer';
 import type { PassageMetadata } from './passage.js';
+import { SectionIndex } from './section-index.js';
 
 /** Function words that carry no subject: never indexed, never asked for. */
 const STOP_WORDS = new Set(
@@ -21,15 +22,22 @@ const STOP_WORDS = new Set(
 /**
  * A term as indexed: lower case, folded accents, stemmed by Porter's algorithm (`policies` and
  * `policy`, `authentication` and `authenticated` meet), then an agent's `-er` dropped (`keeper` and
- * `keeps`, `server` and `serve`). Stop words and single characters are no term.
+ * `keeps`, `server` and `serve`). Stop words and single letters are no term; a single digit is.
  */
 export function lexicalTerm(word: string): string | null {
   const term = word.toLowerCase().normalize('NFKD').replace(/\p{M}/gu, '');
-  if (term.length < 2 || STOP_WORDS.has(term)) return null;
+  // A lone digit is a version or a count (`fast-check 4`); a lone letter says nothing.
+  if ((term.length < 2 && !/^\p{N}$/u.test(term)) || STOP_WORDS.has(term)) return null;
   if (!/^\p{L}+$/u.test(term)) return term; // numbers, identifiers with digits: as they are
   const stem = stemmer(term);
   return stem.length > 5 && stem.endsWith('er') ? stem.slice(0, -2) : stem;
 }
+
+/** How much a word of a passage's headings or file name counts against one of its text: a heading names what the passage is about. */
+const HEADING_BOOST = 3;
+
+/** Passages a section found stands for, those holding most of the query first: the answer may sit beside the best-covered one. */
+const PASSAGES_PER_SECTION = 2;
 
 /** HTML comments and tags: their attributes (`<div align="center">`) say nothing about the subject. */
 const MARKUP = /<!--[\s\S]*?(?:-->|$)|<\/?[A-Za-z][^>]*>/g;
@@ -55,6 +63,12 @@ export function lexicalTerms(text: string): string[] {
   return [...new Set(lexicalTokens(text))];
 }
 
+/** A term added to a query (an indexed term), with its weight relative to the query's own terms (which weigh 1). */
+export interface ExpansionTerm {
+  readonly term: string;
+  readonly weight: number;
+}
+
 /** A passage found by its words, with its BM25 score. */
 export interface LexicalHit<M extends PassageMetadata = PassageMetadata> {
   readonly id: string;
@@ -74,7 +88,7 @@ function fileWords(source: string): string {
 }
 
 /**
- * BM25 over passages' text and heading paths with their file's name (these count double), with the document
+ * BM25 over passages' text and heading paths with their file's name (these count three times), with the document
  * frequency of every term for `coverage`. Build it from passages or from a `VectorIndex`'s entries.
  *
  * ## Example
@@ -89,8 +103,9 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     fields: ['text', 'headings'],
     tokenize: words,
     processTerm: lexicalTerm,
-    searchOptions: { boost: { headings: 2 } },
+    searchOptions: { boost: { headings: HEADING_BOOST } },
   });
+  private readonly sections = new SectionIndex(words, lexicalTerm, HEADING_BOOST);
   private readonly metadata = new Map<string, M>();
   private readonly termsOf = new Map<string, ReadonlySet<string>>();
   private readonly frequency = new Map<string, number>();
@@ -118,6 +133,7 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     if (this.metadata.has(id)) this.remove(id);
     const headings = `${fileWords(metadata.source)}\n${metadata.headings ?? ''}`;
     this.engine.add({ id, text: metadata.text, headings });
+    this.sections.add(id, metadata, headings);
     const terms = new Set(lexicalTerms(`${headings}\n${metadata.text}`));
     for (const term of terms) this.frequency.set(term, (this.frequency.get(term) ?? 0) + 1);
     this.termsOf.set(id, terms);
@@ -129,6 +145,7 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     const metadata = this.metadata.get(id);
     if (metadata === undefined) return false;
     this.engine.discard(id);
+    this.sections.remove(id);
     for (const term of this.termsOf.get(id) ?? []) {
       const n = (this.frequency.get(term) ?? 1) - 1;
       if (n === 0) this.frequency.delete(term);
@@ -139,14 +156,43 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     return true;
   }
 
-  /** The `k` passages that best match `query`'s words, best first (BM25; ties by id). */
-  search(query: string, k: number, filter?: (metadata: M) => boolean): LexicalHit<M>[] {
+  /** The `k` passages that best match `query`'s words (and the `expansion` terms, at their weights), best first (BM25; ties by id). */
+  search(query: string, k: number, filter?: (metadata: M) => boolean, expansion: readonly ExpansionTerm[] = []): LexicalHit<M>[] {
+    const weights = new Map(expansion.map((e) => [e.term, e.weight]));
+    // Feedback terms are indexed terms already: searched as they are, each at its weight, beside the query's own words.
+    const expanded = {
+      combineWith: 'OR' as const,
+      queries: [query, { queries: [...weights.keys()], processTerm: (term: string) => term, boostTerm: (term: string) => weights.get(term) ?? 0 }],
+    };
     const hits: LexicalHit<M>[] = [];
-    for (const result of this.engine.search(query)) {
+    for (const result of this.engine.search(weights.size === 0 ? query : expanded)) {
       const metadata = this.metadata.get(result.id as string)!;
       if (filter === undefined || filter(metadata)) hits.push({ id: result.id as string, score: result.score, metadata });
     }
     return hits.sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)).slice(0, k);
+  }
+
+  /**
+   * The `k` passages that best answer `query` by their section: heading sections (bounded windows of
+   * them) ranked by BM25, each standing for the two passages in it that hold the most of the query's
+   * IDF mass (ties in document order), passages failing `filter` left out.
+   */
+  searchSections(query: string, k: number, filter?: (metadata: M) => boolean): LexicalHit<M>[] {
+    const terms = lexicalTerms(query);
+    const hits: LexicalHit<M>[] = [];
+    const seen = new Set<string>();
+    for (const section of this.sections.search(query, 2 * k)) {
+      const members = section.passages
+        .filter((id) => !seen.has(id) && (filter === undefined || filter(this.metadata.get(id)!)))
+        .map((id, at) => ({ id, at, held: this.coverage(terms, id) }))
+        .sort((a, b) => b.held - a.held || a.at - b.at);
+      for (const { id } of members.slice(0, PASSAGES_PER_SECTION)) {
+        seen.add(id);
+        hits.push({ id, score: section.score, metadata: this.metadata.get(id)! });
+        if (hits.length === k) return hits;
+      }
+    }
+    return hits;
   }
 
   /** How rare `term` is here (BM25's IDF): high for a term few passages hold, highest for one none holds. */

@@ -7,11 +7,18 @@ import type { Evidence } from './abstain.js';
 import { RRF_K, reciprocalRankFusion } from './fusion.js';
 import type { LexicalIndex } from './lexical-index.js';
 import { lexicalTerms } from './lexical-index.js';
+import { feedbackTerms, type FeedbackOptions } from './query-expansion.js';
 import type { PassageMetadata, RetrievedPassage } from './passage.js';
 import type { VectorIndex } from './vector-index.js';
 
 /** Which rankings retrieval uses: both fused (`hybrid`), the embedding's (`dense`) or BM25's (`lexical`). */
 export type RetrievalMode = 'hybrid' | 'dense' | 'lexical';
+/** What the lexical index ranks: `passage`s, heading `section`s (each standing for its best passage), or `both`, fused. */
+export type LexicalGranularity = 'passage' | 'section' | 'both';
+
+/** Every `LexicalGranularity`. */
+export const LEXICAL_GRANULARITIES = ['passage', 'section', 'both'] as const satisfies readonly LexicalGranularity[];
+
 /** Every `RetrievalMode`. */
 export const RETRIEVAL_MODES = ['hybrid', 'dense', 'lexical'] as const satisfies readonly RetrievalMode[];
 
@@ -37,6 +44,10 @@ export interface RetrievalPlan<M extends PassageMetadata> {
   readonly filter?: (metadata: M) => boolean;
   /** How much the dense ranking's votes count in hybrid fusion, BM25's counting 1. Default 0.5. */
   readonly denseWeight?: number;
+  /** What BM25 ranks: single passages, heading sections (mapped back to a passage), or `both` fused. Default `passage`. */
+  readonly granularity?: LexicalGranularity;
+  /** Pseudo-relevance feedback: the passage ranking searched again with terms its first passages share. Default: none. */
+  readonly feedback?: FeedbackOptions;
 }
 
 /** The generated embedding model hashes words: its ranking is a weaker witness than BM25's, and votes half. */
@@ -66,14 +77,26 @@ export function retrievePassages<M extends PassageMetadata>(plan: RetrievalPlan<
           ...(filter !== undefined && { filter }),
         })
       : [];
-  const words = mode !== 'dense' && lexical !== undefined ? lexical.search(text, mode === 'lexical' ? k : depth(k), filter) : [];
-  const metadata = new Map<string, M>([...dense.map((h) => [h.id, h.metadata] as const), ...words.map((h) => [h.id, h.metadata] as const)]);
+  const granularity = plan.granularity ?? 'passage';
+  const lexicalRanks = mode !== 'dense' && lexical !== undefined;
+  const lexicalDepth = mode === 'lexical' && granularity === 'passage' ? k : depth(k);
+  let words = lexicalRanks && granularity !== 'section' ? lexical.search(text, lexicalDepth, filter) : [];
+  if (plan.feedback !== undefined && words.length > 0) {
+    const found = words.slice(0, plan.feedback.passages).map((h) => ({ text: h.metadata.text, score: h.score }));
+    words = lexical!.search(text, lexicalDepth, filter, feedbackTerms(lexicalTerms(text), found, lexical!, plan.feedback));
+  }
+  const sections = lexicalRanks && granularity !== 'passage' ? lexical.searchSections(text, depth(k), filter) : [];
+  const metadata = new Map<string, M>([...dense, ...words, ...sections].map((h) => [h.id, h.metadata] as const));
   const ranked =
     mode === 'dense'
       ? dense.map((h) => ({ id: h.id, score: h.score }))
-      : mode === 'lexical'
-        ? words.map((h) => ({ id: h.id, score: h.score }))
-        : reciprocalRankFusion([dense.map((h) => h.id), words.map((h) => h.id)], RRF_K, [plan.denseWeight ?? DENSE_WEIGHT, 1]).slice(0, k);
+      : mode === 'lexical' && granularity !== 'both'
+        ? (granularity === 'passage' ? words : sections).slice(0, k).map((h) => ({ id: h.id, score: h.score }))
+        : reciprocalRankFusion([dense.map((h) => h.id), words.map((h) => h.id), sections.map((h) => h.id)], RRF_K, [
+            plan.denseWeight ?? DENSE_WEIGHT,
+            1,
+            1,
+          ]).slice(0, k);
   const passages = ranked.map(({ id, score }) => {
     const m = metadata.get(id)!;
     return { id, score, text: m.text, source: m.source, ...(m.headings !== undefined && { headings: m.headings }) };

@@ -3,7 +3,8 @@ import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js
 import { VectorIndex } from '../rag/vector-index.js';
 import type { PassageMetadata, RetrievedPassage } from '../rag/passage.js';
 import { LexicalIndex } from '../rag/lexical-index.js';
-import { RETRIEVAL_MODES, retrievePassages, type RetrievalMode } from '../rag/retriever.js';
+import { LEXICAL_GRANULARITIES, RETRIEVAL_MODES, retrievePassages, type LexicalGranularity, type RetrievalMode } from '../rag/retriever.js';
+import type { FeedbackOptions } from '../rag/query-expansion.js';
 import { supportsAnswer, type AbstainOptions, type Evidence } from '../rag/abstain.js';
 import { stage, type StageOperator, type StageOptions } from '../../../operators/stage.js';
 
@@ -39,9 +40,27 @@ export interface RetrieveOptions<I, M extends PassageMetadata = PassageMetadata>
    * generated embedder hashes words; give a real embedding model 1 or more.
    */
   denseWeight?: number;
+  /** What BM25 ranks: single `passage`s, heading `section`s (each standing for its best-covered passages), or `both`, fused. Default `passage`. */
+  granularity?: LexicalGranularity;
+  /** Pseudo-relevance feedback (RM3): search BM25 again with the words the first passages share, at a lower weight. Default: none. */
+  feedback?: FeedbackOptions;
   /** Return no passage when the evidence is too weak (`supportsAnswer`); `true` for the default thresholds. Default: never. */
   abstain?: boolean | AbstainOptions;
 }
+
+/** What BM25 ranks (`retrieve`'s and `ragWorker`'s `granularity`). */
+export const granularitySchema = lazySchema((z) => z.enum(LEXICAL_GRANULARITIES, { error: `granularity must be one of ${LEXICAL_GRANULARITIES.join(', ')}` }));
+
+/** Pseudo-relevance feedback (`retrieve`'s and `ragWorker`'s `feedback`). */
+export const feedbackSchema = lazySchema((z) =>
+  z
+    .object({
+      passages: positiveInt('feedback.passages'),
+      terms: positiveInt('feedback.terms'),
+      weight: z.number({ error: 'feedback.weight must be a number' }).positive({ error: 'feedback.weight must be > 0' }),
+    })
+    .strict(),
+);
 
 const retrieveOptionsSchema = lazySchema((z) =>
   z
@@ -55,6 +74,8 @@ const retrieveOptionsSchema = lazySchema((z) =>
       retrieval: z.enum(RETRIEVAL_MODES, { error: `retrieval must be one of ${RETRIEVAL_MODES.join(', ')}` }).optional(),
       text: functionSchema<(value: unknown) => string>().optional(),
       denseWeight: z.number({ error: 'denseWeight must be a number' }).positive({ error: 'denseWeight must be > 0' }).optional(),
+      granularity: granularitySchema().optional(),
+      feedback: feedbackSchema().optional(),
       abstain: z
         .union([
           z.boolean(),
@@ -114,9 +135,14 @@ export function retrieve<I, M extends PassageMetadata = PassageMetadata>(
   options: RetrieveOptions<I, M> & { query: (value: I) => ArrayLike<number> },
 ): StageOperator<I, Retrieved<I>>;
 export function retrieve<I, M extends PassageMetadata>(options: RetrieveOptions<I, M>): StageOperator<I, Retrieved<I>> {
-  const { index, k, minScore, filter, query, lexical, retrieval, text, abstain, denseWeight, ...stageOptions } = options ?? ({} as RetrieveOptions<I, M>);
+  const { index, k, minScore, filter, query, lexical, retrieval, text, abstain, denseWeight, granularity, feedback, ...stageOptions } =
+    options ?? ({} as RetrieveOptions<I, M>);
   const name = stageOptions.name ?? 'retrieve';
-  parseOptions(retrieveOptionsSchema(), { index, k, minScore, filter, query, lexical, retrieval, text, abstain, denseWeight }, `retrieve "${name}" options`);
+  parseOptions(
+    retrieveOptionsSchema(),
+    { index, k, minScore, filter, query, lexical, retrieval, text, abstain, denseWeight, granularity, feedback },
+    `retrieve "${name}" options`,
+  );
   const select = query ?? ((value: I) => (value as unknown as { vector: ArrayLike<number> }).vector);
   const words = text ?? ((value: I) => String((value as unknown as { text?: unknown }).text ?? ''));
   const plan = {
@@ -127,6 +153,8 @@ export function retrieve<I, M extends PassageMetadata>(options: RetrieveOptions<
     ...(minScore !== undefined && { minScore }),
     ...(filter !== undefined && { filter }),
     ...(denseWeight !== undefined && { denseWeight }),
+    ...(granularity !== undefined && { granularity }),
+    ...(feedback !== undefined && { feedback }),
   };
   const thresholds = abstain === true ? {} : abstain === false ? undefined : abstain;
 
