@@ -150,6 +150,27 @@ describe('DecoderLmWorker({ resident })', () => {
     }
   });
 
+  it('steps pinned to a thread wait for it while it is busy, though another is idle, and run on the cache it holds', async () => {
+    const pool = await InferencePool.create({ model: path, size: 2 });
+    try {
+      const [first, second] = pool.residentThreads;
+      const shape = { layers: 2, heads: 4, headDim: 16 };
+      // Two sequences prefilled in one call on the first thread, then stepped there one call after another.
+      const prefill = pool.runResident(first!, { shape, rows: [0, 1].map((sequence) => ({ sequence, ids: [72, 105], position: 0 })) });
+      const steps = [2, 3, 4].map((position) => pool.runResident(first!, { shape, rows: [0, 1].map((sequence) => ({ sequence, ids: [33], position })) }));
+      await Promise.all([prefill, ...steps]);
+      const runs = Object.fromEntries(pool.stats.workers.map((w) => [w.threadId, w.runs]));
+      assert.deepEqual(runs, { [first!]: 4, [second!]: 0 });
+      await soon(() => assert.equal(pool.stats.workers.find((w) => w.threadId === first)!.resident.sequences, 2));
+      // A step over a cache the thread does not hold fails, naming the sequence, and changes nothing.
+      await assert.rejects(pool.runResident(second!, { shape, rows: [{ sequence: 0, ids: [33], position: 5 }] }), /sequence 0 has 0 positions cached/);
+      pool.releaseResident(first!, [0, 1]);
+      await soon(() => assert.equal(pool.stats.workers.find((w) => w.threadId === first)!.resident.sequences, 0));
+    } finally {
+      await pool.close();
+    }
+  });
+
   it('a thread that dies takes its caches: its paused sequences rebuild on a live thread and end as they would alone', async () => {
     const pool = await InferencePool.create({ model: path, size: 2 });
     try {
