@@ -252,8 +252,8 @@ export interface DecoderLmWorkerOptions extends LmWorkerOptions {
   /**
    * Keep each generation's KV cache in the pool worker thread that computed it: a step sends its
    * token ids and gets logits back, and runs on that thread, batched (`batch`) with the other
-   * generations there. `run` is then not used for decode steps. Default: caches live on this thread
-   * and travel with every step.
+   * generations there (`batch.concurrency` does not apply: each thread runs one call at a time). `run`
+   * is then not used. Default: caches live on this thread and travel with every step.
    */
   readonly resident?: ResidentKvOptions;
 }
