@@ -105,7 +105,7 @@ describe('DecoderLmWorker({ resident })', () => {
       const cancelled = TestSink.subscribe(decoder.generate(generateRequest({ prompt: 'Other one', max_tokens: 40, temperature: 0 })));
       paused.request(3);
       cancelled.request(3);
-      await soon(() => assert.ok(paused.received.length === 3 && cancelled.received.length === 3));
+      await soon(() => assert.ok(paused.received.length === 3 && cancelled.received.length === 3, 'three tokens each'));
       await soon(() => assert.equal(held(pool), 2));
       cancelled.cancel();
       await soon(() => assert.equal(held(pool), 1));
@@ -113,7 +113,7 @@ describe('DecoderLmWorker({ resident })', () => {
       // 2 layers × key and value × 4 heads × 16 dims × float32 per position.
       await soon(() => assert.equal(pool.stats.workers[0]!.resident.bytes, (9 + 2) * 2 * 2 * 4 * 16 * 4));
       paused.request(100);
-      await soon(() => assert.ok(paused.completed));
+      await soon(() => assert.ok(paused.completed, 'the paused generation completed'));
       await soon(() => assert.deepEqual(pool.stats.workers[0]!.resident, { sequences: 0, bytes: 0 }));
     } finally {
       await pool.close();
@@ -134,7 +134,7 @@ describe('DecoderLmWorker({ resident })', () => {
       const other = TestSink.subscribe(bounded.generate(generateRequest({ prompt: 'Backpressure keeps memory bounded', max_tokens: 40, temperature: 0 })));
       for (let i = 0; i < 40 && !other.completed; i++) {
         other.request(1);
-        await soon(() => assert.ok(other.received.length > i || other.completed));
+        await soon(() => assert.ok(other.received.length > i || other.completed, 'the next token or the end'));
         most = Math.max(most, pool.stats.workers[0]!.resident.bytes);
       }
       assert.ok(bounded.cacheStats!.evictions >= 1, `evictions ${bounded.cacheStats!.evictions}`);
@@ -171,6 +171,32 @@ describe('DecoderLmWorker({ resident })', () => {
     }
   });
 
+  it('a pool closed under running generations ends each with one error naming it, and none hangs', async () => {
+    const pool = await InferencePool.create({ model: path, size: 2 });
+    const decoder = await residentOn(pool, { batch: { maxBatch: 4 } });
+    const sinks = ['Hello', 'stage', 'abcd', 'wxyz'].map((prompt) =>
+      TestSink.subscribe(decoder.generate(generateRequest({ prompt, max_tokens: 200, temperature: 0 }))),
+    );
+    for (const sink of sinks) sink.request(200);
+    await soon(() =>
+      assert.ok(
+        sinks.every((s) => s.received.length >= 2),
+        'two tokens each',
+      ),
+    );
+    await pool.close();
+    await soon(() =>
+      assert.ok(
+        sinks.every((s) => s.error !== undefined),
+        'each ended with an error',
+      ),
+    );
+    for (const sink of sinks) {
+      assert.equal(sink.completed, false);
+      assert.equal((sink.error as { code?: string }).code, 'POOL_CLOSED');
+    }
+  });
+
   it('a thread that dies takes its caches: its paused sequences rebuild on a live thread and end as they would alone', async () => {
     const pool = await InferencePool.create({ model: path, size: 2 });
     try {
@@ -181,8 +207,18 @@ describe('DecoderLmWorker({ resident })', () => {
       const expected = await Promise.all(requests.map(async (r) => (await single.infer(r)).text));
       const sinks = requests.map((r) => TestSink.subscribe(decoder.generate(r)));
       for (const sink of sinks) sink.request(4);
-      await soon(() => assert.ok(sinks.every((s) => s.received.length === 4)));
-      await soon(() => assert.ok(pool.stats.workers.every((w) => w.resident.sequences === 2 && w.state === 'idle')));
+      await soon(() =>
+        assert.ok(
+          sinks.every((s) => s.received.length === 4),
+          'four tokens each',
+        ),
+      );
+      await soon(() =>
+        assert.ok(
+          pool.stats.workers.every((w) => w.resident.sequences === 2 && w.state === 'idle'),
+          'two caches in each idle thread',
+        ),
+      );
       const [victim] = pool[poolWorkers]();
       const gone = victim!.threadId;
       // Killed while idle: terminating a thread inside an onnxruntime call can abort the whole process.
@@ -193,7 +229,12 @@ describe('DecoderLmWorker({ resident })', () => {
         (error: unknown) => error instanceof WorkerCrashedError,
       );
       for (const sink of sinks) sink.request(100);
-      await soon(() => assert.ok(sinks.every((s) => s.completed || s.error !== undefined)));
+      await soon(() =>
+        assert.ok(
+          sinks.every((s) => s.completed || s.error !== undefined),
+          'each ended',
+        ),
+      );
       assert.deepEqual(
         sinks.map((s) => s.error),
         sinks.map(() => undefined),
