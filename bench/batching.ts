@@ -170,16 +170,29 @@ export function batchingReport(results: readonly BatchingResult[], checks: reado
 
 /** The decoder the issue measured one step of: 6 layers, hidden 512, FFN 2,048, vocabulary 8,192 (about 110 MB). */
 export const BENCH_DECODER = { vocabSize: 8192, hidden: 512, heads: 8, layers: 6, ffn: 2048, maxPositions: 512, seed: 7 } as const;
-export const DECODER_IDS = ['batching-decoder-batched', 'batching-decoder-alone', 'batching-decoder-mixed-exact', 'batching-decoder-mixed-padded'] as const;
+export const DECODER_IDS = [
+  'batching-decoder-batched',
+  'batching-decoder-travelling',
+  'batching-decoder-alone',
+  'batching-decoder-mixed-exact',
+  'batching-decoder-mixed-padded',
+] as const;
 
-/** How each decoder id batches, and whether its prompts have mixed lengths (0–7 extra characters). */
+/**
+ * How each decoder id batches, whether its prompts have mixed lengths (0–7 extra characters), and whether
+ * its KV caches stay in the pool's threads (`resident`) or travel with every step (`travelling`, as before).
+ */
 const DECODER_RUNS: Readonly<
-  Record<(typeof DECODER_IDS)[number], { readonly batch?: { maxBatch: number; concurrency: number; lengthBucket?: number }; readonly mixed: boolean }>
+  Record<
+    (typeof DECODER_IDS)[number],
+    { readonly batch?: { maxBatch: number; concurrency: number; lengthBucket?: number }; readonly mixed: boolean; readonly resident?: boolean }
+  >
 > = {
-  'batching-decoder-batched': { batch: { maxBatch: 16, concurrency: 2 }, mixed: false },
+  'batching-decoder-batched': { batch: { maxBatch: 16, concurrency: 2 }, mixed: false, resident: true },
+  'batching-decoder-travelling': { batch: { maxBatch: 16, concurrency: 2 }, mixed: false },
   'batching-decoder-alone': { mixed: false },
-  'batching-decoder-mixed-exact': { batch: { maxBatch: 16, concurrency: 2 }, mixed: true },
-  'batching-decoder-mixed-padded': { batch: { maxBatch: 16, concurrency: 2, lengthBucket: 64 }, mixed: true },
+  'batching-decoder-mixed-exact': { batch: { maxBatch: 16, concurrency: 2 }, mixed: true, resident: true },
+  'batching-decoder-mixed-padded': { batch: { maxBatch: 16, concurrency: 2, lengthBucket: 64 }, mixed: true, resident: true },
 };
 
 /** Tokens/s of `streams` concurrent generations on a KV-cache decoder in a 2-thread pool, steps batched or alone. */
@@ -212,6 +225,7 @@ export async function measureDecoderBatching(onProgress: (message: string) => vo
         codec,
         run: (feeds, signal) => pool.run(feeds, { model: 'decoder', signal }),
         ...(DECODER_RUNS[id].batch !== undefined && { batch: DECODER_RUNS[id].batch }),
+        ...(DECODER_RUNS[id].resident === true && { resident: { pool, model: 'decoder' } }),
       });
       const perStreams: Record<number, number> = {};
       const gapP99: Record<number, number> = {};

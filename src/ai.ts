@@ -123,6 +123,8 @@ export type { InferencePoolStats } from './ai/pool/pool.js';
 export type { InferencePoolOptions, RunOptions, Feeds, Outputs, ModelSource } from './ai/pool/options.js';
 export type { WorkerStats } from './ai/pool/slot.js';
 export type { ModelInfo } from './ai/pool/protocol.js';
+export type { ResidentStep, ResidentRow, ResidentHeld } from './ai/pool/resident-kv.js';
+export type { KvShape } from './ai/pool/kv-stack.js';
 export {
   BorrowedOutputsError,
   PoolClosedError,
@@ -142,6 +144,7 @@ export { Intake, PRIORITY_CLASSES } from './ai/pipelines/intake.js';
 export { StepBatcher } from './ai/inference/step-batcher.js';
 export type { StepBatcherOptions, StepBatcherStats, StepWeights } from './ai/inference/step-batcher.js';
 export type { DecoderBatchOptions } from './ai/inference/kv-batch.js';
+export type { ResidentKvOptions } from './ai/inference/resident-decoder.js';
 export { CacheBudget } from './ai/inference/cache-budget.js';
 export type { CacheHold, CacheBudgetStats } from './ai/inference/cache-budget.js';
 export type { IntakeOptions, IntakeEntry, PriorityClass } from './ai/pipelines/intake.js';

@@ -24,6 +24,7 @@ import { generatedModels, type GeneratedModels } from '../support/models.js';
 import { WsClient, until } from '../support/ws-client.js';
 import { CliProcess } from '../support/cli-process.js';
 import * as z from 'zod';
+import { eventually } from 'sluice/testing';
 
 const QWEN_TOKENS = 151_669;
 
@@ -120,6 +121,24 @@ describe('a local model directory (Qwen3 tokenizer, generated decoder)', () => {
     const text = tokens.map((t) => t.text).join('');
     assert.equal(text, local.tokenizer.decode(generated).replace(/\ufffd+$/, ''));
     assert.ok(text.length > 0);
+  });
+
+  it('with its KV caches resident in the pool thread, batched: the same texts as each step run with its cache on this thread', async () => {
+    const run: RunModel = (feeds, signal) => pool.run(feeds, { model: local.name, signal });
+    const travelling = local.worker({ run });
+    const resident = local.worker({ run, resident: { pool, model: local.name }, batch: { maxBatch: 4 } });
+    // One prompt length, so the steps share calls; different seeds, so a swapped row shows.
+    const requests = [0, 1, 2, 3].map((i) => ({
+      messages: [{ role: 'user', content: 'What does a stage do?' }],
+      max_tokens: 16,
+      temperature: i % 2 === 0 ? 0 : 0.8,
+      seed: i,
+    }));
+    const expected = await Promise.all(requests.map(async (r) => (await generate(travelling, r)).tokens.map((t) => t.text).join('')));
+    const got = await Promise.all(requests.map(async (r) => (await generate(resident, r)).tokens.map((t) => t.text).join('')));
+    assert.deepEqual(got, expected);
+    assert.ok(resident.batchStats!.largest > 1, `steps shared a call (largest ${resident.batchStats!.largest})`);
+    await eventually(() => assert.equal(pool.stats.workers[0]!.resident.sequences, 0, 'every cache released'), { maxTicks: 100_000 });
   });
 
   it('stops at an end token of generation_config.json, emitting nothing for it', async () => {

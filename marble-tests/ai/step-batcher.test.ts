@@ -6,15 +6,15 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import fc from 'fast-check';
 import { TestSink, eventually } from 'sluice/testing';
 import { InvalidOptionsError } from '../../src/core/errors.js';
 import { MODEL_FILES } from '../../src/ai/models/generate.js';
 import { loadModel } from '../../src/ai/models/load.js';
 import { CharLmWorker, DecoderLmWorker } from '../../src/ai/inference/onnx-lm.js';
 import { StepBatcher } from '../../src/ai/inference/step-batcher.js';
-import { generateRequest, type Token } from '../../src/ai/inference/worker.js';
+import { generateRequest } from '../../src/ai/inference/worker.js';
 import { generatedModels, type GeneratedModels } from '../support/models.js';
+import { joinLeaveProperty } from '../support/join-leave.js';
 
 let generated: GeneratedModels;
 let alone: CharLmWorker;
@@ -33,71 +33,6 @@ after(async () => {
   await alone.release();
   await generated.remove();
 });
-
-/** All of a generation's tokens, read one at a time with a pause of `gaps[i]` turns before asking the i-th. */
-async function readFrom(
-  worker: CharLmWorker | DecoderLmWorker,
-  request: Parameters<typeof generateRequest>[0],
-  gaps: readonly number[] = [],
-): Promise<string[]> {
-  const sink = TestSink.subscribe(worker.generate(generateRequest(request)));
-  const texts: string[] = [];
-  for (let i = 0; ; i++) {
-    for (let g = 0; g < (gaps[i] ?? 0); g++) await new Promise((resolve) => setImmediate(resolve));
-    sink.request(1);
-    await eventually(() => assert.ok(sink.received.length > i || sink.completed || sink.error !== undefined, 'the next token or an end'));
-    if (sink.received.length <= i) break;
-    texts.push((sink.received[i] as Token).text);
-  }
-  assert.equal(sink.error, undefined);
-  return texts;
-}
-
-/**
- * The join/leave property: generations of random prompts, lengths, temperatures and seeds join at
- * random turns and read with random pauses; each gets the tokens it gets alone from `single`.
- */
-async function joinLeaveProperty(
-  single: CharLmWorker | DecoderLmWorker,
-  decoder: CharLmWorker | DecoderLmWorker,
-  prompts: readonly string[],
-  sizes: {
-    readonly maxTokens: number;
-    readonly runs: { readonly min: number; readonly max: number };
-    readonly numRuns: number;
-    readonly temperatures?: readonly number[];
-    readonly maxStart?: number;
-    readonly maxGap?: number;
-  },
-): Promise<void> {
-  await fc.assert(
-    fc.asyncProperty(
-      fc.array(
-        fc.record({
-          prompt: fc.constantFrom(...prompts),
-          maxTokens: fc.integer({ min: 1, max: sizes.maxTokens }),
-          temperature: fc.constantFrom(...(sizes.temperatures ?? [0, 0.9])),
-          seed: fc.integer({ min: 0, max: 1000 }),
-          start: fc.integer({ min: 0, max: sizes.maxStart ?? 3 }),
-          gaps: fc.array(fc.integer({ min: 0, max: sizes.maxGap ?? 2 }), { maxLength: sizes.maxTokens }),
-        }),
-        { minLength: sizes.runs.min, maxLength: sizes.runs.max },
-      ),
-      async (runs) => {
-        const request = (r: (typeof runs)[number]) => ({ prompt: r.prompt, max_tokens: r.maxTokens, temperature: r.temperature, seed: r.seed });
-        const expected = await Promise.all(runs.map((r) => readFrom(single, request(r))));
-        const got = await Promise.all(
-          runs.map(async (r) => {
-            for (let g = 0; g < r.start; g++) await new Promise((resolve) => setImmediate(resolve));
-            return readFrom(decoder, request(r), r.gaps);
-          }),
-        );
-        assert.deepEqual(got, expected);
-      },
-    ),
-    { numRuns: sizes.numRuns },
-  );
-}
 
 describe('StepBatcher on the character LM', () => {
   it('property: a generation that joins and leaves a batch at random steps gets the tokens it gets alone (greedy and sampled)', async () => {

@@ -162,6 +162,8 @@ async function localModels(options: {
             batch: { maxBatch: options.maxBatch!, concurrency: options.poolSize, ...(options.stepTokens !== undefined && { tokenBudget: options.stepTokens }) },
           }),
           ...(options.kvCacheBytes !== undefined && { cacheBytes: options.kvCacheBytes }),
+          // Each generation's KV cache stays in the pool thread that computed it: a step moves token ids, not caches.
+          resident: { pool, model: `local:${user.name}` },
         }),
       ),
     };

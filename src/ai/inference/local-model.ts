@@ -18,6 +18,7 @@ import type { HfTokenizer } from '../models/hf-tokenizer.js';
 import { SIGNATURES, hfTokenizerFrom, readJson, signatureProblems } from '../models/load.js';
 import { TokenTextStream } from './detokenize.js';
 import { DecoderLmWorker, type DecoderShape, type RunModel, type TokenCodec } from './onnx-lm.js';
+import type { ResidentKvOptions } from './resident-decoder.js';
 import type { ChatMessage, GenerateRequest } from './worker.js';
 import type { StepBatcherOptions } from './step-batcher.js';
 
@@ -53,6 +54,8 @@ export interface LocalWorkerOptions {
   readonly batch?: StepBatcherOptions & { readonly tokenBudget?: number };
   /** Bytes its generations' KV caches may hold together (see `DecoderLmWorkerOptions.cacheBytes`). Default: no bound. */
   readonly cacheBytes?: number;
+  /** Keep the KV caches in the pool's worker threads (see `DecoderLmWorkerOptions.resident`). Default: they travel with each step. */
+  readonly resident?: ResidentKvOptions;
 }
 
 const loadSchema = lazySchema((z) =>
@@ -66,6 +69,7 @@ const workerSchema = lazySchema((z) =>
     run: functionSchema<RunModel>(),
     maxTokens: positiveInt('maxTokens').optional(),
     cacheBytes: positiveInt('cacheBytes').optional(),
+    resident: z.custom<ResidentKvOptions>((v) => typeof v === 'object' && v !== null, { error: 'resident must be { pool, model? }' }).optional(),
     batch: z
       .strictObject({
         maxBatch: positiveInt('batch.maxBatch').optional(),
@@ -196,6 +200,7 @@ export class LocalModel {
       ...(options.maxTokens !== undefined && { maxTokens: options.maxTokens }),
       ...(options.batch !== undefined && { batch: options.batch }),
       ...(options.cacheBytes !== undefined && { cacheBytes: options.cacheBytes }),
+      ...(options.resident !== undefined && { resident: options.resident }),
     });
   }
 }

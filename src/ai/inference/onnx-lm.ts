@@ -9,8 +9,6 @@
  * A running step cannot be interrupted, so the signal is checked between steps.
  */
 import { readFile } from 'node:fs/promises';
-import type * as ort from 'onnxruntime-node';
-import { onnxruntime } from '../../core/peers.js';
 import type { Flow } from '../../flow/demand.js';
 import { SIGNATURES, loadModel, type LoadedModel } from '../models/load.js';
 import { ContextLengthExceededError, EmptyPromptError } from './errors.js';
@@ -20,6 +18,8 @@ import { seededRandom } from '../../resilience/random.js';
 import { sampleToken } from './sampling.js';
 import { StepBatcher, type StepBatcherOptions, type StepBatcherStats } from './step-batcher.js';
 import { kvBatcher, kvBytes, ownCache, presentAsPast, type CachedResult, type CachedStep, type DecoderBatchOptions, type KvCache } from './kv-batch.js';
+import { ResidentDecoder, type ResidentKvOptions } from './resident-decoder.js';
+import { emptyCache } from '../pool/kv-stack.js';
 import { int64, lastRow, type DecoderShape, type RunModel } from './lm-tensors.js';
 
 export type { DecoderShape, RunModel };
@@ -38,8 +38,6 @@ import {
   type ModelWorker,
   type Token,
 } from './worker.js';
-
-const ortRuntime = onnxruntime();
 
 /** Text to token ids and back, one token at a time. */
 export interface TokenCodec {
@@ -251,6 +249,13 @@ export interface DecoderLmWorkerOptions extends LmWorkerOptions {
    * recomputes its cache from its tokens at its next step. Default: no bound.
    */
   readonly cacheBytes?: number;
+  /**
+   * Keep each generation's KV cache in the pool worker thread that computed it: a step sends its
+   * token ids and gets logits back, and runs on that thread, batched (`batch`) with the other
+   * generations there (`batch.concurrency` does not apply: each thread runs one call at a time). `run`
+   * is then not used. Default: caches live on this thread and travel with every step.
+   */
+  readonly resident?: ResidentKvOptions;
 }
 
 /** Characters with codes below 128, one token each; others are dropped. */
@@ -288,6 +293,17 @@ const decoderLmSchema = lazySchema((z) => {
     eosTokenIds: z.array(tokenId('eosTokenIds[]'), { error: 'eosTokenIds must be an array of token ids' }).optional(),
     vocabSize: positiveInt('vocabSize').optional(),
     cacheBytes: positiveInt('cacheBytes').optional(),
+    resident: z
+      .strictObject(
+        {
+          pool: z.custom<ResidentKvOptions['pool']>((v) => typeof (v as { runResident?: unknown } | null)?.runResident === 'function', {
+            error: 'resident.pool must be an InferencePool',
+          }),
+          model: z.string({ error: 'resident.model must be a string' }).min(1, { error: 'resident.model must not be empty' }).optional(),
+        },
+        { error: 'resident must be { pool, model? }' },
+      )
+      .optional(),
     batch: z
       .strictObject({
         maxBatch: positiveInt('batch.maxBatch').optional(),
@@ -328,7 +344,8 @@ export class DecoderLmWorker extends LmWorker {
     this.contextLength = options.shape.maxPositions;
     this.maxTokens = options.maxTokens ?? 256;
     this.template = options.template ?? promptText;
-    this.batcher = options.batch === undefined ? undefined : kvBatcher(options.shape, options.run, options.batch);
+    this.resident = options.resident === undefined ? undefined : new ResidentDecoder(options.resident, options.shape, options.batch ?? { maxBatch: 1 });
+    this.batcher = options.batch === undefined || this.resident !== undefined ? undefined : kvBatcher(options.shape, options.run, options.batch);
     this.budget = options.cacheBytes === undefined ? undefined : new CacheBudget(options.cacheBytes);
   }
 
@@ -340,10 +357,11 @@ export class DecoderLmWorker extends LmWorker {
   }
 
   private readonly batcher: StepBatcher<CachedStep, CachedResult> | undefined;
+  private readonly resident: ResidentDecoder | undefined;
 
-  /** Model calls and steps of the batched decode steps (`batch`), when on. */
+  /** Model calls and steps of the batched decode steps (`batch`, or `resident`), when on. */
   get batchStats(): StepBatcherStats | undefined {
-    return this.batcher?.stats;
+    return this.resident?.stats ?? this.batcher?.stats;
   }
 
   /**
@@ -382,20 +400,13 @@ export class DecoderLmWorker extends LmWorker {
       throw new ContextLengthExceededError(this.name, limit, ids.length, ids.length >= limit ? undefined : request.max_tokens, param);
     }
     const random = request.seed === undefined ? Math.random : seededRandom(request.seed);
-    const empty = new Float32Array(0);
-    const emptyPast = () => {
-      const none: Record<string, ort.Tensor> = {};
-      for (let l = 0; l < shape.layers; l++) {
-        none[`past_key_values.${l}.key`] = new ortRuntime.Tensor('float32', empty, [1, shape.heads, 0, shape.headDim]);
-        none[`past_key_values.${l}.value`] = new ortRuntime.Tensor('float32', empty, [1, shape.heads, 0, shape.headDim]);
-      }
-      return none;
-    };
-    let past: KvCache = emptyPast();
+    const sequence = this.resident?.sequence();
+    let past: KvCache = emptyCache(shape);
     let input = [...ids];
     // Dropped to fit the budget: the next step feeds every token again (a prefill) to rebuild it.
     const hold = this.budget?.hold(() => {
-      past = emptyPast();
+      if (sequence !== undefined) return sequence.drop();
+      past = emptyCache(shape);
       input = [...ids];
     });
     const inputTokens = ids.length;
@@ -414,7 +425,11 @@ export class DecoderLmWorker extends LmWorker {
         if (ending !== undefined) return { end: ending };
         if (shape.maxPositions !== undefined && ids.length >= shape.maxPositions) return end('length');
         let scores: Float32Array;
-        if (batcher !== undefined) {
+        if (sequence !== undefined) {
+          const result = await sequence.step(ids, signal);
+          hold?.used(result.bytes);
+          scores = result.logits;
+        } else if (batcher !== undefined) {
           const result = await batcher.step({ past, ids: input, position: ids.length - input.length }, signal);
           hold?.used(kvBytes(result.past));
           past = result.past;
@@ -447,6 +462,7 @@ export class DecoderLmWorker extends LmWorker {
       },
       close() {
         past = {};
+        sequence?.drop();
         hold?.release();
       },
     };

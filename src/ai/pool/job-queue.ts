@@ -1,6 +1,7 @@
 import type { PoolingPlan } from '../models/pooling.js';
 import type { Outputs } from './options.js';
 import type { WireTensors } from './protocol.js';
+import type { ResidentStep } from './resident-kv.js';
 
 /** One `run` or `runBorrowed` call, from submission until it settles. */
 export interface Job {
@@ -8,6 +9,10 @@ export interface Job {
   readonly model: string;
   readonly feeds: WireTensors;
   readonly pooling: PoolingPlan | undefined;
+  /** A step over resident KV caches: it runs on `pin`, the worker holding them, and nowhere else. */
+  readonly step: ResidentStep | undefined;
+  /** The worker (its slot) this job must run on; `undefined`: any. */
+  readonly pin: object | undefined;
   readonly transfer: ArrayBuffer[];
   /** Shared feed buffers leased to this job until the worker can no longer read them. */
   leases: readonly SharedArrayBuffer[];
@@ -50,6 +55,30 @@ export class JobQueue {
     else this.tail = job.prev;
     job.prev = job.next = undefined;
     this.length--;
+  }
+
+  /** The oldest job `slot` may run: one pinned to it or to no worker. */
+  shiftFor(slot: object): Job | undefined {
+    for (let job = this.head; job !== undefined; job = job.next) {
+      if (job.pin !== undefined && job.pin !== slot) continue;
+      this.remove(job);
+      return job;
+    }
+    return undefined;
+  }
+
+  /** Removes and returns the jobs pinned to `slot` (its worker died), oldest first. */
+  drainPinned(slot: object): Job[] {
+    const jobs: Job[] = [];
+    for (let job = this.head; job !== undefined; ) {
+      const next = job.next;
+      if (job.pin === slot) {
+        this.remove(job);
+        jobs.push(job);
+      }
+      job = next;
+    }
+    return jobs;
   }
 
   /** Empties the queue, returning its jobs oldest first. */

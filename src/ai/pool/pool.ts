@@ -9,6 +9,7 @@ import { type Job, JobQueue } from './job-queue.js';
 import { poolConfig, type Feeds, type InferencePoolOptions, type Outputs, type PoolConfig, type RunOptions } from './options.js';
 import { fromArena, fromWire, toWire, type FromWorker, type ModelInfo, type ToWorker, type WorkerInit } from './protocol.js';
 import { Slot, startWorker, type WorkerStats } from './slot.js';
+import type { ResidentStep } from './resident-kv.js';
 
 const ortRuntime = onnxruntime();
 
@@ -123,7 +124,7 @@ export class InferencePool {
 
   /** The pool now: its workers, their states and runs, and the queue. */
   get stats(): InferencePoolStats {
-    const workers = [...this.slots].map((slot): WorkerStats => ({ threadId: slot.threadId, state: slot.state, runs: slot.runs }));
+    const workers = [...this.slots].map((slot): WorkerStats => ({ threadId: slot.threadId, state: slot.state, runs: slot.runs, resident: slot.resident }));
     return {
       size: this.size,
       workers,
@@ -170,7 +171,36 @@ export class InferencePool {
     return this.submit(feeds, options, use as (outputs: Outputs) => unknown) as Promise<R>;
   }
 
-  private submit(feeds: Feeds, options: RunOptions, use: ((outputs: Outputs) => unknown) | undefined): Promise<unknown> {
+  /** Threads that can hold KV caches (`runResident`): every live worker's, one being replaced included. */
+  get residentThreads(): readonly number[] {
+    return [...this.slots].filter((slot) => slot.state !== 'closing').map((slot) => slot.threadId);
+  }
+
+  /**
+   * Runs a decoder step on the worker thread `threadId` over the KV caches it holds for the step's
+   * sequences, keeps their new caches there, and resolves to `{ logits }` `[rows, vocab]`: each row's
+   * logits at its last fed token. Rejects like `run`, and with `WorkerCrashedError` when that thread
+   * is gone (its caches with it).
+   */
+  runResident(threadId: number, step: ResidentStep, options: RunOptions = {}): Promise<Outputs> {
+    const slot = [...this.slots].find((s) => s.threadId === threadId && s.state !== 'closing');
+    if (slot === undefined && this.closing === undefined)
+      return Promise.reject(new WorkerCrashedError(this.name, threadId, 'the thread is gone, and the KV caches it held with it'));
+    return this.submit({}, options, undefined, slot === undefined ? undefined : { slot, step }) as Promise<Outputs>;
+  }
+
+  /** Drops the KV caches of `sequences` that the worker thread `threadId` holds; nothing when that thread is gone. */
+  releaseResident(threadId: number, sequences: readonly number[]): void {
+    const slot = [...this.slots].find((s) => s.threadId === threadId && s.state !== 'closing');
+    slot?.worker.postMessage({ type: 'kv-release', sequences } satisfies ToWorker);
+  }
+
+  private submit(
+    feeds: Feeds,
+    options: RunOptions,
+    use: ((outputs: Outputs) => unknown) | undefined,
+    pinned?: { readonly slot: Slot; readonly step: ResidentStep },
+  ): Promise<unknown> {
     if (this.closing !== undefined) return Promise.reject(new PoolClosedError(this.name, false));
     let model: string;
     try {
@@ -183,7 +213,7 @@ export class InferencePool {
       this.counts.aborted++;
       return Promise.reject(this.abortError(signal, 'before it was queued'));
     }
-    const idle = this.idleSlot();
+    const idle = pinned === undefined ? this.idleSlot() : pinned.slot.state === 'idle' ? pinned.slot : undefined;
     if (idle === undefined && this.queue.length >= this.config.maxQueue) {
       this.counts.rejected++;
       return Promise.reject(new PoolQueueFullError(this.name, this.config.maxQueue));
@@ -199,6 +229,8 @@ export class InferencePool {
         model,
         feeds: wire.tensors,
         pooling: options.pooling,
+        step: pinned?.step,
+        pin: pinned?.slot,
         transfer: wire.transfer,
         leases,
         use,
@@ -277,6 +309,8 @@ export class InferencePool {
               `onnxruntime rejected it as an ONNX model (${message.message}).`,
             ),
           );
+        } else if (message.type === 'kv-held') {
+          slot.resident = { sequences: message.sequences, bytes: message.bytes };
         } else {
           this.onAnswer(slot, message);
         }
@@ -348,6 +382,8 @@ export class InferencePool {
       if (job.state === 'discarded') job.state = 'settled';
       else this.settle(job, 'failed', new WorkerCrashedError(this.name, slot.threadId, reason, slot.lastError));
     }
+    // Steps over the caches it held can run nowhere else.
+    for (const pinned of this.queue.drainPinned(slot)) this.settle(pinned, 'failed', new WorkerCrashedError(this.name, slot.threadId, reason, slot.lastError));
     if (this.closing !== undefined) return;
     this.spawn().catch((error: unknown) => {
       // The replacement could not load models its predecessor loaded: with no worker left, queued jobs would wait forever.
@@ -358,7 +394,7 @@ export class InferencePool {
 
   private becomeIdle(slot: Slot): void {
     slot.state = 'idle';
-    const job = this.queue.shift();
+    const job = this.queue.shiftFor(slot);
     if (job !== undefined) this.start(slot, job);
     else slot.worker.unref(); // an idle pool must not keep the process alive
   }
@@ -385,7 +421,10 @@ export class InferencePool {
       if (slot.arena !== undefined) borrow = { borrow: true };
       else borrow = { borrow: true, arena: (slot.arena = new SharedArrayBuffer(this.config.outputArenaBytes)) };
     }
-    const message: ToWorker = { type: 'run', id: job.id, model: job.model, feeds: job.feeds, pooling: job.pooling, ...borrow };
+    const message: ToWorker =
+      job.step !== undefined
+        ? { type: 'kv-step', id: job.id, model: job.model, step: job.step }
+        : { type: 'run', id: job.id, model: job.model, feeds: job.feeds, pooling: job.pooling, ...borrow };
     try {
       slot.worker.postMessage(message, job.transfer);
     } catch {

@@ -1,6 +1,7 @@
 import type { Tensor } from 'onnxruntime-node';
 import type { PoolingPlan } from '../models/pooling.js';
 import { errorMessage } from '../../core/errors.js';
+import type { ResidentStep } from './resident-kv.js';
 
 /**
  * The messages an `InferencePool` and its worker threads exchange, and the plain
@@ -74,9 +75,15 @@ export type ToWorker =
       /** The arena this worker writes borrowed outputs into; sent with its first borrowed run. */
       readonly arena?: SharedArrayBuffer;
     }
+  /** A decode step over the KV caches this worker holds (`ResidentCaches`): answered like a run, with `{ logits }` alone. */
+  | { readonly type: 'kv-step'; readonly id: number; readonly model: string; readonly step: ResidentStep }
+  /** Drop these sequences' caches; answered with `kv-held`. */
+  | { readonly type: 'kv-release'; readonly sequences: readonly number[] }
   | { readonly type: 'close' };
 
 export type FromWorker =
+  /** What the worker's resident caches hold now, after a step or a release. */
+  | { readonly type: 'kv-held'; readonly sequences: number; readonly bytes: number }
   | { readonly type: 'ready'; readonly models: Record<string, ModelInfo> }
   | { readonly type: 'init-failed'; readonly model: string; readonly message: string }
   /** `runs` counts every `session.run` this worker started: the pool's proof of what actually ran. */

@@ -3,6 +3,7 @@ import { Worker } from 'node:worker_threads';
 import { findUp } from '../../core/package-files.js';
 import type { Job } from './job-queue.js';
 import type { WorkerInit } from './protocol.js';
+import type { ResidentHeld } from './resident-kv.js';
 
 /** What one worker thread is doing. */
 export interface WorkerStats {
@@ -10,12 +11,15 @@ export interface WorkerStats {
   readonly state: 'starting' | 'idle' | 'busy' | 'closing';
   /** `session.run` calls the worker itself reports having started. */
   readonly runs: number;
+  /** Sequences whose KV caches this worker holds (`runResident`), and their bytes. */
+  readonly resident: ResidentHeld;
 }
 
 /** One worker thread and the job it runs; the pool never gives a worker a second job before the first is answered. */
 export class Slot {
   state: WorkerStats['state'] = 'starting';
   runs = 0;
+  resident: ResidentHeld = { sequences: 0, bytes: 0 };
   job: Job | undefined;
   /** Shared memory this worker writes borrowed outputs into; created with its first borrowed job, and sent with it. */
   arena: SharedArrayBuffer | undefined;

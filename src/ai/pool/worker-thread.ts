@@ -7,6 +7,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
 import { poolOutputs } from '../models/pooling.js';
+import { ResidentCaches } from './resident-kv.js';
 import {
   firstLine,
   fromWire,
@@ -53,9 +54,23 @@ async function start(): Promise<void> {
       return;
     }
   }
-  port.on('message', (message: ToWorker) => void handle(message));
+  port.on('message', (message: ToWorker) => enqueue(() => handle(message)));
   post({ type: 'ready', models });
 }
+
+/** One task at a time: a release must not land in the middle of a step over the caches it frees. */
+let turn: Promise<void> = Promise.resolve();
+const enqueue = (task: () => Promise<void> | void): void => {
+  // A task that throws is a bug in this thread: it crashes the thread (the pool reports it) rather than stall the queue.
+  turn = turn.then(task).catch((error: unknown) => {
+    setImmediate(() => {
+      throw error;
+    });
+  });
+};
+
+const caches = new ResidentCaches();
+const held = (): void => post({ type: 'kv-held', ...caches.held });
 
 async function handle(message: ToWorker): Promise<void> {
   if (message.type === 'close') {
@@ -63,10 +78,30 @@ async function handle(message: ToWorker): Promise<void> {
     port.close(); // the last handle: the thread exits once the port is closed
     return;
   }
+  if (message.type === 'kv-release') {
+    // Rows left behind are copied out on a later turn: a step already posted may take them along first.
+    if (caches.release(message.sequences))
+      setImmediate(() =>
+        enqueue(() => {
+          caches.compact();
+          held();
+        }),
+      );
+    held();
+    return;
+  }
   const session = sessions.get(message.model);
   runs++;
   try {
     if (session === undefined) throw new Error(`no model "${message.model}" in this worker`);
+    if (message.type === 'kv-step') {
+      const logits = await caches.step(session, message.step);
+      held();
+      post({ type: 'done', id: message.id, outputs: { logits: { type: 'float32', data: logits.data, dims: logits.dims } }, runs }, [
+        (logits.data as Float32Array).buffer as ArrayBuffer,
+      ]);
+      return;
+    }
     if (message.arena !== undefined) arena = message.arena;
     const feeds = fromWire(ort, localize(message.feeds));
     const raw = await session.run(feeds);
