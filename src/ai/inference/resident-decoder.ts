@@ -51,12 +51,18 @@ export class ResidentDecoder {
     let calls = 0;
     let steps = 0;
     let largest = 0;
+    let waiting = 0;
+    let running = 0;
     for (const batcher of this.batchers.values()) {
-      calls += batcher.stats.calls;
-      steps += batcher.stats.steps;
-      largest = Math.max(largest, batcher.stats.largest);
+      const stats = batcher.stats;
+      calls += stats.calls;
+      steps += stats.steps;
+      largest = Math.max(largest, stats.largest);
+      waiting += stats.waiting;
+      running += stats.running;
     }
-    return { calls, steps, largest };
+    // Each thread's batcher runs calls of at most maxBatch steps (default 16, as StepBatcher's).
+    return { calls, steps, largest, waiting, running, maxBatch: this.batch.maxBatch ?? 16 };
   }
 
   /** A new sequence: nothing is held for it until its first step. */
