@@ -398,6 +398,8 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       tenantQuotas,
       ...(config.requestLog !== undefined && { requestLog: config.requestLog }),
       stageStats: generateStats,
+      // Every served model is behind this door (servedPipelines): a full door refuses before a body is parsed.
+      intake,
       // An open server knows no tenants: each peer address counts as one.
       tenant: (req: IncomingMessage) => (open ? `anonymous-${req.socket.remoteAddress ?? 'unknown'}` : tenants.get(bearerOf(req.headers.authorization) ?? '')),
       workers,
