@@ -7,6 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import { connect, type AddressInfo, type Socket } from 'node:net';
+import { performance } from 'node:perf_hooks';
 import { eventually } from 'sluice/testing';
 import { ScriptedWorker } from 'sluice/testing/ai';
 import { Intake } from '../../src/ai/pipelines/intake.js';
@@ -188,5 +189,53 @@ describe('the HTTP door', () => {
     assert.equal(typeof read('{"model":"a","metadata":{"model":"b"}}', 'model'), 'symbol');
     assert.equal(typeof read('{"model":"sl\\"ow"}', 'model'), 'symbol');
     assert.equal(typeof read('{"model": 7}', 'model'), 'symbol');
+  });
+});
+
+describe('the HTTP door with maxLoopLag', () => {
+  const intake = new Intake({ maxQueue: 8 });
+  const model = new ScriptedWorker({ name: 'quick', tokens: ['a', 'b'] });
+  const quick = pipelineWorker({
+    name: 'quick',
+    intake,
+    pipeline: (jobs) => jobs.pipe(streamStage((job) => model.generate(job.request, job.options), { concurrency: 2 })),
+  });
+  const handler = createHttpHandler({ workers: { quick }, intake, maxLoopLag: 50 });
+  let server: Server;
+  let port: number;
+
+  before(async () => {
+    server = createServer(handler);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    port = (server.address() as AddressInfo).port;
+  });
+  after(async () => {
+    await handler.drain();
+    quick.close();
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+
+  /** Sends `body` on `socket` while the loop is blocked for `blockMs`: the server sees it once the loop runs again, late. */
+  const behindLoop = (socket: Socket, body: string, blockMs: number) => {
+    const answer = exchange(socket, post(body));
+    const until = performance.now() + blockMs;
+    while (performance.now() < until) {} // the loop stalls, as under a burst it cannot keep up with
+    return answer;
+  };
+
+  it('refuses completions while the event loop runs late, counted as lagging; a priority one and later ones enter', async () => {
+    const socket = connect(port, '127.0.0.1');
+    await new Promise((resolve) => socket.once('connect', resolve));
+    const ask = JSON.stringify({ model: 'quick', messages: [{ role: 'user', content: 'hi' }] });
+    const refused = await behindLoop(socket, ask, 200);
+    assert.equal(refused.status, 429);
+    assert.equal((JSON.parse(refused.body) as { error: { code: string } }).error.code, 'server_busy');
+    assert.equal(intake.stats.shed.lagging, 1);
+    const urgent = await behindLoop(socket, JSON.stringify({ model: 'quick', service_tier: 'priority', messages: [{ role: 'user', content: 'hi' }] }), 200);
+    assert.equal(urgent.status, 200);
+    // Caught up: the next request enters.
+    await eventually(async () => assert.equal((await exchange(socket, post(ask))).status, 200));
+    socket.destroy();
   });
 });

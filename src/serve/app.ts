@@ -151,6 +151,8 @@ export interface ServeOptions {
   readonly maxQueue?: number;
   /** The longest a request should wait at the door, ms: the queue holds no more than drains in that time (see `IntakeOptions.maxWait`). Default: only `maxQueue`. */
   readonly maxQueueWait?: number;
+  /** While the event loop runs later than this (ms), HTTP completions are refused at the door (429, the intake's `lagging` shed); `priority` ones still enter. Default: no such bound. */
+  readonly maxLoopLag?: number;
   /** Generations streaming at once, per model. Default 64. */
   readonly streams?: number;
   /** Requests each shared stage buffers. Default 16. */
@@ -223,6 +225,7 @@ const optionsSchema = lazySchema((z) =>
         .min(0, { error: 'maxQueue must be ≥ 0' })
         .default(defaultMaxQueue(availableParallelism())),
       maxQueueWait: positiveInt('maxQueueWait').optional(),
+      maxLoopLag: positiveInt('maxLoopLag').optional(),
       streams: positiveInt('streams').default(64),
       stageCapacity: positiveInt('stageCapacity').default(16),
       maxBatch: positiveInt('maxBatch').default(16),
@@ -400,6 +403,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       stageStats: generateStats,
       // Every served model is behind this door (servedPipelines): a full door refuses before a body is parsed.
       intake,
+      ...(config.maxLoopLag !== undefined && { maxLoopLag: config.maxLoopLag }),
       // An open server knows no tenants: each peer address counts as one.
       tenant: (req: IncomingMessage) => (open ? `anonymous-${req.socket.remoteAddress ?? 'unknown'}` : tenants.get(bearerOf(req.headers.authorization) ?? '')),
       workers,

@@ -69,6 +69,12 @@ export interface HttpHandlerOptions {
    * its body is parsed (counted as the intake's `buffer-full` shed). Give it only when every worker is on it.
    */
   readonly intake?: Intake;
+  /**
+   * With `intake`: while the event loop runs later than this (ms), every completion but a
+   * `priority` one is refused 429 `server_busy` at the door (counted as the intake's `lagging`
+   * shed), so requests do not pile up unseen in front of it. Default: no such bound.
+   */
+  readonly maxLoopLag?: number;
 }
 
 const workerSchema = lazySchema((z) =>
@@ -111,6 +117,7 @@ export const optionsSchema = lazySchema((z) =>
       passages: functionSchema<(source: string) => readonly { id: string; source: string; text: string }[]>().optional(),
       cors: z.array(z.string().url({ error: 'a CORS origin must be a URL like https://app.example.com' })).optional(),
       intake: z.instanceof(Intake, { error: 'intake must be an Intake' }).optional(),
+      maxLoopLag: z.number({ error: 'maxLoopLag must be a number' }).positive({ error: 'maxLoopLag must be > 0' }).optional(),
     })
     .strict()
     .refine((o) => o.worker !== undefined || (o.workers !== undefined && Object.keys(o.workers).length > 0), {

@@ -333,16 +333,10 @@ export function tierClass(tier: string | null | undefined): PriorityClass | unde
 }
 
 /** The 429 `server_busy` of a request the server's door refused, told to retry after `retryAfter` ms. */
-export function serverBusy(retryAfter: number, reason: 'queue-full' | 'evicted'): ApiError {
+export function serverBusy(retryAfter: number, reason: 'queue-full' | 'evicted' | 'lagging'): ApiError {
   const seconds = Math.max(1, Math.ceil(retryAfter / 1000));
-  return new ApiError(
-    429,
-    `The server is busy: ${reason === 'evicted' ? "a request of a higher priority took this one's place" : 'its queue is full'}. Retry after ${seconds} s.`,
-    'requests',
-    'server_busy',
-    null,
-    { 'retry-after': String(seconds) },
-  );
+  const why = reason === 'evicted' ? "a request of a higher priority took this one's place" : reason === 'lagging' ? 'it is behind' : 'its queue is full';
+  return new ApiError(429, `The server is busy: ${why}. Retry after ${seconds} s.`, 'requests', 'server_busy', null, { 'retry-after': String(seconds) });
 }
 
 export function toApiError(err: unknown): ApiError {

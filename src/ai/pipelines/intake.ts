@@ -170,6 +170,16 @@ export class Intake {
     return this.retryAfter();
   }
 
+  /**
+   * Counts a request a transport refused before offering it because its process is behind
+   * (`lagging`: its event loop late), and returns the retry-after, ms, as for a full queue.
+   */
+  turnAwayLagging(): number {
+    this.stats.receivedCount++;
+    this.stats.shed.lagging++;
+    return this.retryAfter();
+  }
+
   /** From now on every request is refused with `SHUTDOWN` (503); those waiting still go through. */
   drain(): void {
     this.draining = true;

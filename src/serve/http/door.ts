@@ -4,6 +4,7 @@
  * requests are refused, so a refusal must cost far less than an admitted request: no JSON parse,
  * no schema, no telemetry span, no error object, a response built once per `Retry-After`.
  */
+import { performance } from 'node:perf_hooks';
 import type { Intake } from '../../ai/pipelines/intake.js';
 import { serverBusy, tierClass } from '../openai-wire.js';
 import type { RequestContext } from './context.js';
@@ -26,16 +27,23 @@ const COLON = 0x3a;
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 
-/** `Retry-After` is 1 s to 60 s (the intake's range): one prepared refusal each at most. */
-const MAX_PREPARED = 60;
+/** A log line per refusal under overload is a flood: written synchronously, it stalls the loop that should be refusing. */
+const LOG_PER_SECOND = 10;
+
+/** `Retry-After` is 1 s to 60 s (the intake's range): one prepared refusal per value and reason at most. */
+const MAX_PREPARED = 120;
 
 export class Door {
   private readonly prepared = new Map<number, Refusal>();
+  private logSecond = 0;
+  private loggedThisSecond = 0;
 
   constructor(
     private readonly intake: Intake,
     /** The pipeline (the intake's lane) serving a model, undefined for none. */
     private readonly laneOf: (model: string) => string | undefined,
+    /** While true (the event loop is late), every completion but a `priority` one is refused. */
+    private readonly behind: () => boolean = () => false,
   ) {}
 
   /**
@@ -49,23 +57,36 @@ export class Door {
     const tier = plainString(body, TIER);
     if (typeof model !== 'string' || tier === UNCLEAR) return false;
     const lane = this.laneOf(model);
+    if (lane === undefined) return false;
     const priority = tierClass(tier);
-    const retryAfter = lane === undefined ? undefined : this.intake.turnAway(lane, ctx.tenant ?? 'anonymous', priority);
+    const lagging = priority !== 'high' && this.behind();
+    const retryAfter = lagging ? this.intake.turnAwayLagging() : this.intake.turnAway(lane, ctx.tenant ?? 'anonymous', priority);
     if (retryAfter === undefined) return false;
-    const refusal = this.refusal(Math.max(1, Math.ceil(retryAfter / 1000)));
+    const refusal = this.refusal(lagging ? 'lagging' : 'queue-full', Math.max(1, Math.ceil(retryAfter / 1000)));
     ctx.res.writeHead(429, refusal.headers);
     ctx.res.end(refusal.body);
-    ctx.log({ outcome: 'refused', status: 429, error: { code: 'server_busy', message: refusal.message } });
+    if (this.logged()) ctx.log({ outcome: 'refused', status: 429, error: { code: 'server_busy', message: refusal.message } });
     return true;
   }
 
-  private refusal(seconds: number): Refusal {
-    let refusal = this.prepared.get(seconds);
+  /** Whether this refusal gets a request-log line: `LOG_PER_SECOND` a second at most, /metrics counts the rest. */
+  private logged(): boolean {
+    const second = Math.floor(performance.now() / 1000);
+    if (second !== this.logSecond) {
+      this.logSecond = second;
+      this.loggedThisSecond = 0;
+    }
+    return this.loggedThisSecond++ < LOG_PER_SECOND;
+  }
+
+  private refusal(reason: 'queue-full' | 'lagging', seconds: number): Refusal {
+    const key = reason === 'lagging' ? -seconds : seconds;
+    let refusal = this.prepared.get(key);
     if (refusal === undefined) {
-      const error = serverBusy(seconds * 1000, 'queue-full');
+      const error = serverBusy(seconds * 1000, reason);
       const body = Buffer.from(error.body());
       refusal = { headers: { ...error.headers, 'content-type': 'application/json', 'content-length': String(body.length) }, body, message: error.message };
-      if (this.prepared.size < MAX_PREPARED) this.prepared.set(seconds, refusal);
+      if (this.prepared.size < MAX_PREPARED) this.prepared.set(key, refusal);
     }
     return refusal;
   }

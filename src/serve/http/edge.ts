@@ -11,6 +11,7 @@ import { RequestTelemetry, telemetryOptionsOf } from '../telemetry.js';
 import type { optionsSchema } from '../http-options.js';
 import type { RequestContext } from './context.js';
 import { Door } from './door.js';
+import { LoopLag } from './loop-lag.js';
 
 export type EdgeConfig = z.output<ReturnType<typeof optionsSchema>>;
 
@@ -34,6 +35,7 @@ export class HttpEdge {
   readonly interrupts = new Set<() => void>();
   /** Refuses completions the intake would refuse, before their bodies are parsed. */
   readonly door: Door | undefined;
+  private readonly loopLag: LoopLag | undefined;
   draining = false;
   inFlight = 0;
   private idle: (() => void) | undefined;
@@ -44,7 +46,13 @@ export class HttpEdge {
     this.workers = workers;
     this.embedders = new Map<string, EmbeddingModel>(Object.entries(config.embeddings ?? {}));
     this.telemetry = new RequestTelemetry(telemetryOptionsOf(config));
-    this.door = config.intake === undefined ? undefined : new Door(config.intake, (model) => this.workers.get(model)?.name);
+    const { intake, maxLoopLag } = config;
+    this.loopLag = intake === undefined || maxLoopLag === undefined ? undefined : new LoopLag();
+    const loopLag = this.loopLag;
+    this.door =
+      intake === undefined
+        ? undefined
+        : new Door(intake, (model) => this.workers.get(model)?.name, loopLag === undefined ? undefined : () => loopLag.lag > maxLoopLag!);
   }
 
   /** A POST's JSON body: 415 for another content type (what a cross-site form can send), 503 while draining, 400 for no JSON. */
@@ -90,6 +98,7 @@ export class HttpEdge {
   /** Stops accepting completions; resolves when those in flight ended, those still running at `deadline` (ms) interrupted. */
   async drain(deadline?: number): Promise<DrainReport> {
     this.draining = true;
+    this.loopLag?.stop();
     const running = this.inFlight;
     if (deadline === undefined) {
       await this.settled();
