@@ -16,6 +16,7 @@ import type { GenerateOptions, GenerateRequest } from '../../src/ai/inference/wo
 import { createHttpHandler } from '../../src/serve/http.js';
 import { SluiceMetrics } from '../../src/serve/metrics.js';
 import { plainString } from '../../src/serve/http/door.js';
+import type { RequestLogEntry } from '../../src/serve/request-log.js';
 
 /** One HTTP/1.1 exchange on a kept-alive socket: resolves with the status and body once `content-length` bytes came. */
 function exchange(socket: Socket, request: string | readonly string[]): Promise<{ status: number; headers: string; body: string }> {
@@ -87,7 +88,8 @@ describe('the HTTP door', () => {
   };
   const metrics = new SluiceMetrics({ defaultMetrics: false });
   metrics.registerStage('intake', intake.stats);
-  const handler = createHttpHandler({ workers: { slow: counted }, metrics, intake });
+  const logged: RequestLogEntry[] = [];
+  const handler = createHttpHandler({ workers: { slow: counted }, metrics, intake, requestLog: (entry) => logged.push(entry) });
   const held = new AbortController();
   let server: Server;
   let url: string;
@@ -165,6 +167,25 @@ describe('the HTTP door', () => {
     const text = await (await fetch(`${url}/metrics`)).text();
     const line = text.split('\n').find((l) => l.startsWith('sluice_stage_shed_total{stage="intake",reason="buffer-full"}'));
     assert.equal(Number(line?.split(' ').at(-1)), intake.stats.shed['buffer-full']);
+  });
+
+  it('logs door refusals at most 10 a second, while /metrics counts them all', async () => {
+    await eventually(() => assert.equal(intake.waiting, 1));
+    const shedBefore = intake.stats.shed['buffer-full'];
+    const loggedBefore = logged.filter((entry) => entry.error?.code === 'server_busy').length;
+    const started = performance.now();
+    const socket = connect(port, '127.0.0.1');
+    for (let i = 0; i < 40; i++) assert.equal((await exchange(socket, post(MALFORMED))).status, 429);
+    socket.destroy();
+    const seconds = Math.ceil((performance.now() - started) / 1000) + 1;
+    const lines = logged.filter((entry) => entry.error?.code === 'server_busy').length - loggedBefore;
+    assert.equal(intake.stats.shed['buffer-full'] - shedBefore, 40);
+    assert.ok(lines <= 10 * seconds, `${lines} lines in at most ${seconds} s`);
+    assert.ok(
+      logged.some((entry) => entry.status === 429 && entry.error?.code === 'server_busy'),
+      'a door refusal is logged as refused',
+    );
+    assert.ok(lines < 40 || seconds > 4, 'not one line per refusal');
   });
 
   it('lets a request of a higher class in: it takes the place of a waiting one', async () => {

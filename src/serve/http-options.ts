@@ -53,7 +53,7 @@ export interface HttpHandlerOptions {
    * 403). Default: none.
    */
   readonly cors?: readonly string[];
-  /** Gets one entry per completion when it ends, and one per refused `/v1` request (status, code, cause); never a prompt or a token. */
+  /** Gets one entry per completion when it ends, and one per refused `/v1` request (status, code, cause; the door's refusals at most 10 a second); never a prompt or a token. */
   readonly requestLog?: RequestLog;
   /** Who a request is for, for `tenantQuotas` and the request log (e.g. the tenant of its bearer token). */
   readonly tenant?: (req: IncomingMessage) => string | undefined;
