@@ -33,6 +33,7 @@ const LOG_PER_SECOND = 10;
 /** `Retry-After` is 1 s to 60 s (the intake's range): one prepared refusal per value and reason at most. */
 const MAX_PREPARED = 120;
 
+/** Refuses, from their bytes, the completions the intake would refuse; one per HTTP edge. */
 export class Door {
   private readonly prepared = new Map<number, Refusal>();
   private logSecond = 0;

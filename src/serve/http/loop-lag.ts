@@ -8,6 +8,7 @@ import { performance } from 'node:perf_hooks';
 /** The sampling period, ms: short enough to see a burst, long enough to cost nothing. */
 const EVERY = 10;
 
+/** A sampler of the event loop's lateness; `stop()` ends it. */
 export class LoopLag {
   /** ms: rises at once to a late tick, halves towards each punctual one. */
   private lagMs = 0;
