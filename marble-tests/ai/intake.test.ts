@@ -133,6 +133,29 @@ describe('Intake', () => {
     );
   });
 
+  it('turns away without queueing exactly the requests offer would refuse, and counts them shed', () => {
+    const intake = new Intake({ maxQueue: 1 });
+    const sink = TestSink.subscribe(intake.lane<number>('a'));
+    intake.lane<number>('cold'); // no pipeline yet: its first request starts one
+    assert.equal(intake.turnAway('a', 't'), undefined, 'room at the door');
+    offer(intake, 'a', 1);
+    assert.equal(intake.turnAway('nowhere', 't'), undefined, 'no such lane: offer answers');
+    assert.equal(intake.turnAway('cold', 't'), undefined, 'a lane whose pipeline has not started');
+    sink.request(1);
+    offer(intake, 'a', 2);
+    assert.equal(intake.turnAway('a', 't', 'high'), undefined, 'a higher class would evict the waiting one');
+    const before = { received: intake.stats.received, shed: intake.stats.shed['buffer-full'] };
+    assert.ok((intake.turnAway('a', 't') ?? 0) >= 1000);
+    assert.ok((intake.turnAway('a', 't', 'low') ?? 0) >= 1000);
+    assert.equal(intake.stats.received - before.received, 2);
+    assert.equal(intake.stats.shed['buffer-full'] - before.shed, 2);
+    assert.equal(intake.waiting, 1);
+    // What offer does with the same request: refused as it arrives.
+    assert.equal(offer(intake, 'a', 3).refused?.code, 'ADMISSION_REJECTED');
+    sink.request(1);
+    assert.equal(intake.turnAway('a', 't'), undefined, 'room again once the pipeline took one');
+  });
+
   it('fails at construction naming the bad field', () => {
     assert.throws(
       () => new Intake({ maxQueue: -1 }),

@@ -162,6 +162,15 @@ export const FLAGS: readonly Flag[] = [
     to: 'maxQueueWait',
   },
   {
+    name: 'max-loop-lag',
+    type: 'integer',
+    arg: '<ms>',
+    env: ['SLUICE_MAX_LOOP_LAG'],
+    min: 1,
+    help: { serve: 'while the event loop runs later than this, HTTP completions are refused at the door with 429 (priority ones still enter)' },
+    to: 'maxLoopLag',
+  },
+  {
     name: 'max-streams',
     type: 'integer',
     arg: '<n>',

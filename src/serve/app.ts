@@ -146,6 +146,9 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
       tenantQuotas,
       ...(config.requestLog !== undefined && { requestLog: config.requestLog }),
       stageStats: generateStats,
+      // Every served model is behind this door (servedPipelines): a full door refuses before a body is parsed.
+      intake,
+      ...(config.maxLoopLag !== undefined && { maxLoopLag: config.maxLoopLag }),
       tenant: access.tenantOf,
       workers,
       metrics,

@@ -1,4 +1,4 @@
-/** Small `node:http` helpers: JSON answers, OpenAI-style errors, a bounded JSON body reader. */
+/** Small `node:http` helpers: JSON answers, OpenAI-style errors, a bounded body reader and its JSON. */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ApiError } from './openai-wire.js';
 
@@ -19,8 +19,17 @@ export function headerValue(value: string | string[] | undefined): string | unde
   return Array.isArray(value) ? value[0] : value;
 }
 
-/** Reads the body up to `limit` bytes (413 beyond), then parses it as JSON (400 when it is not). */
-export function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
+/** A body's JSON (400 when it is not). */
+export function parseJson(bytes: Buffer): unknown {
+  try {
+    return JSON.parse(bytes.toString('utf8'));
+  } catch {
+    throw new ApiError(400, 'The request body is not valid JSON.', 'invalid_request_error', 'invalid_json');
+  }
+}
+
+/** Reads the body up to `limit` bytes (413 beyond), unparsed. */
+export function readBytes(req: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) {
     return Promise.reject(new ApiError(413, `The request body is larger than ${limit} bytes.`, 'invalid_request_error', 'request_too_large'));
@@ -40,12 +49,7 @@ export function readJson(req: IncomingMessage, limit: number): Promise<unknown> 
     req.on('data', onData);
     req.once('error', reject);
     req.once('end', () => {
-      if (size > limit) return;
-      try {
-        resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')));
-      } catch {
-        reject(new ApiError(400, 'The request body is not valid JSON.', 'invalid_request_error', 'invalid_json'));
-      }
+      if (size <= limit) resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
     });
   });
 }

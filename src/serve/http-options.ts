@@ -4,6 +4,7 @@ import type { Tracer } from '@opentelemetry/api';
 import { lazySchema } from '../core/zod.js';
 import { functionSchema } from '../flow/options.js';
 import { StageStats } from '../flow/stats.js';
+import { Intake } from '../ai/pipelines/intake.js';
 import type { SluiceMetrics } from './metrics.js';
 import type { ChatWorker, EmbeddingModel } from './openai-wire.js';
 import type { TenantQuotas } from './tenant-quotas.js';
@@ -52,7 +53,7 @@ export interface HttpHandlerOptions {
    * 403). Default: none.
    */
   readonly cors?: readonly string[];
-  /** Gets one entry per completion when it ends, and one per refused `/v1` request (status, code, cause); never a prompt or a token. */
+  /** Gets one entry per completion when it ends, and one per refused `/v1` request (status, code, cause; the door's refusals at most 10 a second); never a prompt or a token. */
   readonly requestLog?: RequestLog;
   /** Who a request is for, for `tenantQuotas` and the request log (e.g. the tenant of its bearer token). */
   readonly tenant?: (req: IncomingMessage) => string | undefined;
@@ -62,6 +63,18 @@ export interface HttpHandlerOptions {
   readonly requests?: RequestRegistry;
   /** Gets each finished completion's trace (a `PipelineGraph`'s service times and waterfall). */
   readonly graph?: TraceObserver;
+  /**
+   * The door every model's pipeline takes its requests from: while it would refuse a completion of
+   * the tenant's class whichever model it names, the completion is answered 429 `server_busy` before
+   * its body is parsed (counted as the intake's `buffer-full` shed). Give it only when every worker is on it.
+   */
+  readonly intake?: Intake;
+  /**
+   * With `intake`: while the event loop runs later than this (ms), every completion but a
+   * `priority` one is refused 429 `server_busy` at the door (counted as the intake's `lagging`
+   * shed), so requests do not pile up unseen in front of it. Default: no such bound.
+   */
+  readonly maxLoopLag?: number;
 }
 
 const workerSchema = lazySchema((z) =>
@@ -103,6 +116,8 @@ export const optionsSchema = lazySchema((z) =>
         functionSchema<(model: string, body: Readonly<Record<string, unknown>>, signal: AbortSignal) => Promise<unknown> | undefined>().optional(),
       passages: functionSchema<(source: string) => readonly { id: string; source: string; text: string }[]>().optional(),
       cors: z.array(z.string().url({ error: 'a CORS origin must be a URL like https://app.example.com' })).optional(),
+      intake: z.instanceof(Intake, { error: 'intake must be an Intake' }).optional(),
+      maxLoopLag: z.number({ error: 'maxLoopLag must be a number' }).positive({ error: 'maxLoopLag must be > 0' }).optional(),
     })
     .strict()
     .refine((o) => o.worker !== undefined || (o.workers !== undefined && Object.keys(o.workers).length > 0), {

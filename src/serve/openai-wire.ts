@@ -2,6 +2,7 @@
 import type * as z from 'zod';
 import { lazySchema } from '../core/zod.js';
 import { AdmissionRejectedError, InvalidOptionsError, SluiceError, StageError } from '../core/errors.js';
+import type { PriorityClass } from '../core/vocabulary.js';
 import { generateRequest, type GenerateRequest, type GenerationDone, type GenerationParams, type ModelWorker } from '../ai/inference/worker.js';
 import { ContextLengthExceededError, EmptyPromptError, HttpStatusError, MalformedEventError, ProviderError } from '../ai/inference/errors.js';
 import { classifyUpstreamFailure } from '../ai/inference/upstream-failure.js';
@@ -326,6 +327,18 @@ export function toGenerateRequest(body: ChatBody, limit: number, passthrough?: R
   }
 }
 
+/** A request's class at the server's door from its `service_tier`; none for `auto`/`default` (the tenant's class then). */
+export function tierClass(tier: string | null | undefined): PriorityClass | undefined {
+  return tier === 'priority' ? 'high' : tier === 'flex' ? 'low' : undefined;
+}
+
+/** The 429 `server_busy` of a request the server's door refused, told to retry after `retryAfter` ms. */
+export function serverBusy(retryAfter: number, reason: 'queue-full' | 'evicted' | 'lagging'): ApiError {
+  const seconds = Math.max(1, Math.ceil(retryAfter / 1000));
+  const why = reason === 'evicted' ? "a request of a higher priority took this one's place" : reason === 'lagging' ? 'it is behind' : 'its queue is full';
+  return new ApiError(429, `The server is busy: ${why}. Retry after ${seconds} s.`, 'requests', 'server_busy', null, { 'retry-after': String(seconds) });
+}
+
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
   const upstream = upstreamApiError(err);
@@ -333,15 +346,7 @@ export function toApiError(err: unknown): ApiError {
   if (err instanceof EmptyPromptError) return new ApiError(400, err.message, 'invalid_request_error', 'empty_prompt', 'messages');
   if (err instanceof ContextLengthExceededError) return new ApiError(400, err.message, 'invalid_request_error', 'context_length_exceeded', err.param);
   if (err instanceof InvalidOptionsError) return new ApiError(400, err.message, 'invalid_request_error', 'invalid_value', err.issues[0]?.path ?? null);
-  if (err instanceof AdmissionRejectedError)
-    return new ApiError(
-      429,
-      `The server is busy: ${err.reason === 'evicted' ? "a request of a higher priority took this one's place" : 'its queue is full'}. Retry after ${Math.ceil(err.retryAfter / 1000)} s.`,
-      'requests',
-      'server_busy',
-      null,
-      { 'retry-after': String(Math.max(1, Math.ceil(err.retryAfter / 1000))) },
-    );
+  if (err instanceof AdmissionRejectedError) return serverBusy(err.retryAfter, err.reason);
   if (err instanceof SluiceError) {
     if (err instanceof OutputInvalidError)
       return new ApiError(

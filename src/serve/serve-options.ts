@@ -105,6 +105,8 @@ export interface ServeOptions {
   readonly maxQueue?: number;
   /** The longest a request should wait at the door, ms: the queue holds no more than drains in that time (see `IntakeOptions.maxWait`). Default: only `maxQueue`. */
   readonly maxQueueWait?: number;
+  /** While the event loop runs later than this (ms), HTTP completions are refused at the door (429, the intake's `lagging` shed); `priority` ones still enter. Default: no such bound. */
+  readonly maxLoopLag?: number;
   /** Generations streaming at once, per model. Default 64. */
   readonly streams?: number;
   /** Requests each shared stage buffers. Default 16. */
@@ -178,6 +180,7 @@ export const serveOptionsSchema = lazySchema((z) =>
         .min(0, { error: 'maxQueue must be ≥ 0' })
         .default(defaultMaxQueue(availableParallelism())),
       maxQueueWait: positiveInt('maxQueueWait').optional(),
+      maxLoopLag: positiveInt('maxLoopLag').optional(),
       streams: positiveInt('streams').default(64),
       stageCapacity: positiveInt('stageCapacity').default(16),
       maxBatch: positiveInt('maxBatch').default(16),

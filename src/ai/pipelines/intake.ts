@@ -132,7 +132,7 @@ export class Intake {
     }
     const waiting: Waiting<J> = {
       ...entry,
-      rank: PRIORITY_CLASSES.indexOf(entry.priority ?? (Object.hasOwn(this.tenants, entry.tenant) ? this.tenants[entry.tenant]! : 'default')),
+      rank: this.rankOf(entry.tenant, entry.priority),
       seq: this.seq++,
       lane: target,
       arrivedAt: this.scheduler.now(),
@@ -148,6 +148,36 @@ export class Intake {
       this.left();
       this.stats.shed.cancelled++;
     };
+  }
+
+  /**
+   * Refuses, without queueing it, a request for `lane` that `offer` would refuse: its pipeline runs
+   * without demand, the queue is at its bound, and nothing waiting is of a lower class. Counts it
+   * shed (`buffer-full`) and returns the retry-after, ms; undefined when it may enter, when there
+   * is no such lane, or while draining (`offer` answers those). A transport calls it before it
+   * parses a request, so a refusal costs little.
+   */
+  turnAway(lane: string, tenant: string, priority?: PriorityClass): number | undefined {
+    const target = this.lanes.get(lane);
+    if (target === undefined || this.draining || this.waitingCount < this.bound() || target.mightTake()) return undefined;
+    const rank = this.rankOf(tenant, priority);
+    for (const other of this.lanes.values()) {
+      const lowest = other.last();
+      if (lowest !== undefined && lowest.rank < rank) return undefined;
+    }
+    this.stats.receivedCount++;
+    this.stats.shed['buffer-full']++;
+    return this.retryAfter();
+  }
+
+  /**
+   * Counts a request a transport refused before offering it because its process is behind
+   * (`lagging`: its event loop late), and returns the retry-after, ms, as for a full queue.
+   */
+  turnAwayLagging(): number {
+    this.stats.receivedCount++;
+    this.stats.shed.lagging++;
+    return this.retryAfter();
   }
 
   /** From now on every request is refused with `SHUTDOWN` (503); those waiting still go through. */
@@ -173,6 +203,11 @@ export class Intake {
     const oldest = this.busyDeparted >= RATE_WINDOW ? this.busyDepartures[this.busyDeparted % RATE_WINDOW]! : this.busyDepartures[0]!;
     const perMs = (n - 1) / Math.max(1, newest - oldest);
     return Math.min(this.maxQueue, Math.floor(this.maxWait * perMs));
+  }
+
+  /** A request's rank: its class, else its tenant's, else `default`; higher goes first. */
+  private rankOf(tenant: string, priority: PriorityClass | undefined): number {
+    return PRIORITY_CLASSES.indexOf(priority ?? (Object.hasOwn(this.tenants, tenant) ? this.tenants[tenant]! : 'default'));
   }
 
   /** @internal A lane handed `entry` to its pipeline. */
@@ -247,6 +282,12 @@ class Lane<J> implements Producer, InspectedRun {
     if (i < 0) return false;
     this.queue.splice(i, 1);
     return true;
+  }
+
+  /** Whether an offer to it now might not wait: its pipeline wants one, or has yet to start (the offer's caller starts it). */
+  mightTake(): boolean {
+    const outlet = this.outlet;
+    return outlet === undefined || outlet.closed || outlet.wants();
   }
 
   last(): Waiting<J> | undefined {

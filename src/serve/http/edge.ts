@@ -6,10 +6,12 @@
 import type * as z from 'zod';
 import type { IncomingMessage } from 'node:http';
 import { ApiError, type ChatWorker, type EmbeddingModel } from '../openai-wire.js';
-import { readJson } from '../http-io.js';
+import { parseJson, readBytes } from '../http-io.js';
 import { RequestTelemetry, telemetryOptionsOf } from '../telemetry.js';
 import type { optionsSchema } from '../http-options.js';
 import type { RequestContext } from './context.js';
+import { Door } from './door.js';
+import { LoopLag } from './loop-lag.js';
 
 export type EdgeConfig = z.output<ReturnType<typeof optionsSchema>>;
 
@@ -31,6 +33,9 @@ export class HttpEdge {
   readonly telemetry: RequestTelemetry;
   /** Ends a completion in flight with a shutdown error, by the drain's deadline. */
   readonly interrupts = new Set<() => void>();
+  /** Refuses completions the intake would refuse, before their bodies are parsed. */
+  readonly door: Door | undefined;
+  private readonly loopLag: LoopLag | undefined;
   draining = false;
   inFlight = 0;
   private idle: (() => void) | undefined;
@@ -41,16 +46,28 @@ export class HttpEdge {
     this.workers = workers;
     this.embedders = new Map<string, EmbeddingModel>(Object.entries(config.embeddings ?? {}));
     this.telemetry = new RequestTelemetry(telemetryOptionsOf(config));
+    const { intake, maxLoopLag } = config;
+    this.loopLag = intake === undefined || maxLoopLag === undefined ? undefined : new LoopLag();
+    const loopLag = this.loopLag;
+    this.door =
+      intake === undefined
+        ? undefined
+        : new Door(intake, (model) => this.workers.get(model)?.name, loopLag === undefined ? undefined : () => loopLag.lag > maxLoopLag!);
   }
 
-  /** A POST's JSON body: 415 for another content type (what a cross-site form can send), 503 while draining. */
-  readBody(req: IncomingMessage): Promise<unknown> {
+  /** A POST's JSON body: 415 for another content type (what a cross-site form can send), 503 while draining, 400 for no JSON. */
+  async readBody(req: IncomingMessage): Promise<unknown> {
+    return parseJson(await this.readBytes(req));
+  }
+
+  /** A POST's body, unparsed, with `readBody`'s checks but JSON's. */
+  readBytes(req: IncomingMessage): Promise<Buffer> {
     if (!JSON_TYPE.test(req.headers['content-type'] ?? '')) {
       throw new ApiError(415, 'The request body must be JSON (content-type: application/json).', 'invalid_request_error', 'unsupported_media_type');
     }
     if (this.draining)
       throw new ApiError(503, 'The server is shutting down; retry on another instance.', 'server_error', 'server_shutting_down', null, DRAIN_RETRY_AFTER);
-    return readJson(req, this.config.maxBodyBytes);
+    return readBytes(req, this.config.maxBodyBytes);
   }
 
   /** Takes a slot of the request's tenant (429 `tenant_quota` when it has none left); the returned function gives it back. */
@@ -81,6 +98,7 @@ export class HttpEdge {
   /** Stops accepting completions; resolves when those in flight ended, those still running at `deadline` (ms) interrupted. */
   async drain(deadline?: number): Promise<DrainReport> {
     this.draining = true;
+    this.loopLag?.stop();
     const running = this.inFlight;
     if (deadline === undefined) {
       await this.settled();

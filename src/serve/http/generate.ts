@@ -11,8 +11,7 @@ import { performance } from 'node:perf_hooks';
 import { AbortedError, SluiceError } from '../../core/errors.js';
 import type { StageStats } from '../../flow/stats.js';
 import type { GenerateRequest, GenerationDone } from '../../ai/inference/worker.js';
-import type { PriorityClass } from '../../core/vocabulary.js';
-import { ApiError, type ChatWorker, mergeDelta, openAiFinish, toApiError } from '../openai-wire.js';
+import { ApiError, type ChatWorker, mergeDelta, openAiFinish, tierClass, toApiError } from '../openai-wire.js';
 import { headerValue, sendError, sendJson } from '../http-io.js';
 import { streamCompletion } from '../sse.js';
 import type { Framing } from '../framing.js';
@@ -28,11 +27,6 @@ export interface AnswerShape {
   readonly stream_options?: { readonly include_usage?: boolean | undefined } | null | undefined;
   /** OpenAI's tier: `priority` goes first at the server's door, `flex` is shed first. */
   readonly service_tier?: string | null | undefined;
-}
-
-/** A request's class at the server's door from its `service_tier`; none for `auto`/`default` (the tenant's class then). */
-export function tierClass(tier: string | null | undefined): PriorityClass | undefined {
-  return tier === 'priority' ? 'high' : tier === 'flex' ? 'low' : undefined;
 }
 
 /** A completion to answer: the body it was asked with, the worker that generates it, and how its answer is framed. */
