@@ -48,10 +48,10 @@ export interface RetrieveOptions<I, M extends PassageMetadata = PassageMetadata>
   abstain?: boolean | AbstainOptions;
 }
 
-/** What BM25 ranks (`retrieve`'s and `ragWorker`'s `granularity`). */
+/** What BM25 ranks (`retrieve`'s and `ragWorker`'s `granularity`). @internal */
 export const granularitySchema = lazySchema((z) => z.enum(LEXICAL_GRANULARITIES, { error: `granularity must be one of ${LEXICAL_GRANULARITIES.join(', ')}` }));
 
-/** Pseudo-relevance feedback (`retrieve`'s and `ragWorker`'s `feedback`). */
+/** Pseudo-relevance feedback (`retrieve`'s and `ragWorker`'s `feedback`). @internal */
 export const feedbackSchema = lazySchema((z) =>
   z
     .object({
