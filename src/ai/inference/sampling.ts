@@ -7,6 +7,7 @@
  * top-k, then top-p over what is left, then one draw.
  */
 import { argmax, greedyToken, isGreedy, logSoftmaxAt } from './greedy-token.js';
+import { rankedToken } from './ranked-token.js';
 import type { SampledToken, SamplingParams } from './sampling-params.js';
 import { penalise } from './sampling-penalties.js';
 
@@ -82,7 +83,7 @@ export function sampleToken(
 ): SampledToken {
   const historyIds = Array.isArray(history) ? (history as number[]) : [...history];
   if (isGreedy(params)) return greedyToken(logits, params, random, historyIds, promptLength);
-  return drawFromDistribution(logits, params, random, historyIds, promptLength);
+  return rankedToken(logits, params, random, historyIds, promptLength) ?? drawFromDistribution(logits, params, random, historyIds, promptLength);
 }
 
 /** @internal The general draw: builds the whole distribution, then walks it by id; every fast path gives its token. */
