@@ -33,7 +33,7 @@ export function greedyToken(
   random();
   const scores = hasPenalties(params) ? penalisedCopy(logits, params, history, promptLength) : logits;
   const id = argmax(scores);
-  return { id, logprob: logSoftmaxAt(scores, id) };
+  return { id, logprob: logSoftmaxBelow(scores, id, scores[id]!) };
 }
 
 function penalisedCopy(logits: ArrayLike<number>, params: SamplingParams, history: readonly number[], promptLength: number): Float64Array {
@@ -46,13 +46,24 @@ function penalisedCopy(logits: ArrayLike<number>, params: SamplingParams, histor
 /** @internal The index of the largest value, the first on a tie. */
 export function argmax(values: ArrayLike<number>): number {
   let best = 0;
-  for (let i = 1; i < values.length; i++) if (values[i]! > values[best]!) best = i;
+  let largest = values[0]!;
+  for (let i = 1; i < values.length; i++) {
+    const value = values[i]!;
+    if (value > largest) {
+      best = i;
+      largest = value;
+    }
+  }
   return best;
 }
 
 /** @internal The natural log of the softmax of `scores` at `id`. */
 export function logSoftmaxAt(scores: ArrayLike<number>, id: number): number {
-  const max = scores[argmax(scores)]!;
+  return logSoftmaxBelow(scores, id, scores[argmax(scores)]!);
+}
+
+/** The same, given the largest score `max` (the greedy draw has it already). */
+function logSoftmaxBelow(scores: ArrayLike<number>, id: number, max: number): number {
   let total = 0;
   for (let i = 0; i < scores.length; i++) total += Math.exp(scores[i]! - max);
   return scores[id]! - max - Math.log(total);
