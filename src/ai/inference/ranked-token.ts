@@ -1,17 +1,19 @@
 /**
  * The sampled draw (temperature > 0, with top-k and top-p) as a fast path of `sampleToken`: it
- * ranks the scores' values with a numeric sort (or keeps only the top k of them) instead of
+ * ranks the scores' values with a radix sort (or keeps only the top k of them) instead of
  * sorting every token id by a comparator, then walks the ids once. The general draw's sums run
  * over the probabilities in rank order, and a value's probability depends on its value alone,
  * so the sorted values give the same sums bit for bit.
  */
 import { logSoftmaxAt } from './greedy-token.js';
+import { sortDescending } from './radix-sort.js';
 import type { SampledToken, SamplingParams } from './sampling-params.js';
 import { penalise } from './sampling-penalties.js';
 
 /** Reused across draws: a draw is synchronous, so no two use them at once. */
 let scores = new Float64Array(0);
 let ranked = new Float64Array(0);
+let spare = new Float64Array(0);
 
 /**
  * The sampled token and its log-probability at temperature 1, as the general draw gives them, or
@@ -34,6 +36,7 @@ export function rankedToken(
   if (scores.length !== n) {
     scores = new Float64Array(n);
     ranked = new Float64Array(n);
+    spare = new Float64Array(n);
   }
   scores.set(logits);
   penalise(scores, params, history, promptLength);
@@ -97,9 +100,7 @@ function topValues(values: Float64Array, kept: number): Float64Array | undefined
   // A few of many: a min-heap of the kept ones beats sorting them all.
   if (kept * 8 < values.length) return largestByHeap(values, kept);
   ranked.set(values);
-  ranked.sort();
-  ranked.reverse();
-  return ranked;
+  return sortDescending(ranked, spare);
 }
 
 /** The `kept` largest values, largest first, through a min-heap of `kept` entries. */
