@@ -6,69 +6,13 @@
  * history; OpenAI's presence and frequency over the generated part), then temperature, then
  * top-k, then top-p over what is left, then one draw.
  */
+import { argmax, greedyToken, isGreedy, logSoftmaxAt } from './greedy-token.js';
+import { rankedToken } from './ranked-token.js';
+import type { SampledToken, SamplingParams } from './sampling-params.js';
+import { penalise } from './sampling-penalties.js';
 
-/** The parameters that shape the distribution (a subset of `GenerationParams`). */
-export interface SamplingParams {
-  readonly temperature?: number;
-  readonly top_k?: number;
-  readonly top_p?: number;
-  readonly repetition_penalty?: number;
-  readonly presence_penalty?: number;
-  readonly frequency_penalty?: number;
-}
-
-/** A chosen token and the natural log of its probability under the (penalised) model distribution at temperature 1. */
-export interface SampledToken {
-  readonly id: number;
-  readonly logprob: number;
-}
-
-/**
- * CTRL-style repetition penalty, in place: a logit of a token in `history` is divided
- * by `penalty` when positive and multiplied when negative, so `penalty > 1` always
- * makes it less likely (dividing a negative logit would raise it).
- *
- * ## Example
- * ```ts
- * const logits = Float64Array.from([2, -1, 0.5]);
- * applyRepetitionPenalty(logits, [0, 1], 2); // [1, -2, 0.5]
- * ```
- */
-export function applyRepetitionPenalty(logits: Float64Array, history: Iterable<number>, penalty: number): void {
-  if (penalty === 1) return;
-  const seen = new Set<number>();
-  for (const id of history) {
-    if (seen.has(id) || id < 0 || id >= logits.length) continue;
-    seen.add(id);
-    const logit = logits[id]!;
-    logits[id] = logit > 0 ? logit / penalty : logit * penalty;
-  }
-}
-
-/**
- * OpenAI's presence and frequency penalties, in place: each token generated so far loses
- * `presence` once and `frequency` per time it occurs (`generated` is the generated ids only).
- *
- * ## Example
- * ```ts
- * const logits = Float64Array.from([2, 1, 0]);
- * applyOccurrencePenalties(logits, [0, 0, 1], 0.5, 0.25); // [1, 0.25, 0]
- * ```
- */
-export function applyOccurrencePenalties(logits: Float64Array, generated: readonly number[], presence: number, frequency: number): void {
-  if (presence === 0 && frequency === 0) return;
-  const counts = new Map<number, number>();
-  for (const id of generated) if (id >= 0 && id < logits.length) counts.set(id, (counts.get(id) ?? 0) + 1);
-  for (const [id, count] of counts) logits[id] = logits[id]! - presence - frequency * count;
-}
-
-/** Every penalty of `params` on `scores`, in place: the history's first `promptLength` ids are the prompt. */
-function penalise(scores: Float64Array, params: SamplingParams, history: readonly number[], promptLength: number): void {
-  applyRepetitionPenalty(scores, history, params.repetition_penalty ?? 1);
-  const presence = params.presence_penalty ?? 0;
-  const frequency = params.frequency_penalty ?? 0;
-  if (presence !== 0 || frequency !== 0) applyOccurrencePenalties(scores, history.slice(promptLength), presence, frequency);
-}
+export { applyOccurrencePenalties, applyRepetitionPenalty } from './sampling-penalties.js';
+export type { SampledToken, SamplingParams } from './sampling-params.js';
 
 /**
  * The distribution a token is drawn from: probabilities summing to 1, zero outside the
@@ -138,7 +82,19 @@ export function sampleToken(
   promptLength = 0,
 ): SampledToken {
   const historyIds = Array.isArray(history) ? (history as number[]) : [...history];
-  const probabilities = distribution(logits, params, historyIds, promptLength);
+  if (isGreedy(params)) return greedyToken(logits, params, random, historyIds, promptLength);
+  return rankedToken(logits, params, random, historyIds, promptLength) ?? drawFromDistribution(logits, params, random, historyIds, promptLength);
+}
+
+/** @internal The general draw: builds the whole distribution, then walks it by id; every fast path gives its token. */
+export function drawFromDistribution(
+  logits: ArrayLike<number>,
+  params: SamplingParams,
+  random: () => number,
+  history: readonly number[],
+  promptLength: number,
+): SampledToken {
+  const probabilities = distribution(logits, params, history, promptLength);
   let id = -1;
   let r = random();
   for (let i = 0; i < probabilities.length; i++) {
@@ -148,22 +104,9 @@ export function sampleToken(
     r -= p;
     if (r < 0) break;
   }
-  return { id, logprob: logSoftmaxAt(logits, id, params, historyIds, promptLength) };
-}
-
-function logSoftmaxAt(logits: ArrayLike<number>, id: number, params: SamplingParams, history: readonly number[], promptLength: number): number {
   const scores = Float64Array.from(logits);
   penalise(scores, params, history, promptLength);
-  const max = scores[argmax(scores)]!;
-  let total = 0;
-  for (let i = 0; i < scores.length; i++) total += Math.exp(scores[i]! - max);
-  return scores[id]! - max - Math.log(total);
-}
-
-function argmax(values: ArrayLike<number>): number {
-  let best = 0;
-  for (let i = 1; i < values.length; i++) if (values[i]! > values[best]!) best = i;
-  return best;
+  return { id, logprob: logSoftmaxAt(scores, id) };
 }
 
 /**
