@@ -2,7 +2,9 @@
  * Continuous batching through the HTTP API: `sluice serve` in a child process streaming `charlm`
  * to 1, 4 and 16 concurrent clients (closed loop), with its decode steps batched (`--max-batch 16`)
  * and each step alone (`--max-batch 1`, how it served before). Tokens per second, and the ratios
- * that matter: 16 streams ÷ 1 stream batched (target ≥ 4×) and batched ÷ alone at 16 streams.
+ * that matter: 16 streams ÷ 1 stream batched (target ≥ 4×) and batched ÷ alone at 16 streams. Then a
+ * generated 6x512 KV-cache decoder in a 2-thread pool at 1, 4, 16 and 64 streams, short and long
+ * prompts, and its single-step ceiling (bench/decode-ceiling.ts), each run read against it.
  *
  *     node --conditions=sluice-source --import tsx bench/batching.ts
  *
@@ -15,6 +17,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { envInt, monotonicMs, selected, target, textTable, type TargetCheck } from './harness.js';
 import { startServe } from './overload.js';
+import { type CeilingResult, ceilingAt, measureDecodeCeiling } from './decode-ceiling.js';
 
 export const BATCHING_IDS = ['batching-charlm-batched', 'batching-charlm-alone'] as const;
 const STREAMS = [1, 4, 16] as const;
@@ -176,6 +179,8 @@ export const DECODER_IDS = [
   'batching-decoder-alone',
   'batching-decoder-mixed-exact',
   'batching-decoder-mixed-padded',
+  'batching-decoder-long',
+  'batching-decoder-long-alone',
 ] as const;
 
 /**
@@ -185,7 +190,12 @@ export const DECODER_IDS = [
 const DECODER_RUNS: Readonly<
   Record<
     (typeof DECODER_IDS)[number],
-    { readonly batch?: { maxBatch: number; concurrency: number; lengthBucket?: number }; readonly mixed: boolean; readonly resident?: boolean }
+    {
+      readonly batch?: { maxBatch: number; concurrency: number; lengthBucket?: number };
+      readonly mixed: boolean;
+      readonly resident?: boolean;
+      readonly long?: boolean;
+    }
   >
 > = {
   'batching-decoder-batched': { batch: { maxBatch: 16, concurrency: 2 }, mixed: false, resident: true },
@@ -193,10 +203,22 @@ const DECODER_RUNS: Readonly<
   'batching-decoder-alone': { mixed: false },
   'batching-decoder-mixed-exact': { batch: { maxBatch: 16, concurrency: 2 }, mixed: true, resident: true },
   'batching-decoder-mixed-padded': { batch: { maxBatch: 16, concurrency: 2, lengthBucket: 64 }, mixed: true, resident: true },
+  'batching-decoder-long': { batch: { maxBatch: 16, concurrency: 2 }, mixed: false, resident: true, long: true },
+  'batching-decoder-long-alone': { mixed: false, long: true },
 };
 
-/** Tokens/s of `streams` concurrent generations on a KV-cache decoder in a 2-thread pool, steps batched or alone. */
-export async function measureDecoderBatching(onProgress: (message: string) => void = () => {}): Promise<{ results: BatchingResult[]; checks: TargetCheck[] }> {
+/** A long run's prompt: its past grows from about this many positions to this plus the tokens asked. */
+const LONG_PROMPT = 224;
+
+function promptFor(i: number, run: { readonly mixed: boolean; readonly long?: boolean }): string {
+  const prompt = `Prompt number ${String(i).padStart(2, '0')} ${run.mixed ? '#'.repeat(i % 8) : ''}`;
+  return run.long === true ? prompt.padEnd(LONG_PROMPT, '.') : prompt;
+}
+
+/** Tokens/s of `streams` concurrent generations on a KV-cache decoder in a 2-thread pool, steps batched or alone; and the model's single-step ceiling. */
+export async function measureDecoderBatching(
+  onProgress: (message: string) => void = () => {},
+): Promise<{ results: BatchingResult[]; checks: TargetCheck[]; ceiling: CeilingResult[] }> {
   const { buildDecoderModel } = await import('../src/ai/models/decoder.js');
   const { InferencePool } = await import('../src/ai/pool/pool.js');
   const { DecoderLmWorker } = await import('../src/ai/inference/onnx-lm.js');
@@ -208,6 +230,7 @@ export async function measureDecoderBatching(onProgress: (message: string) => vo
   await writeFile(path, buildDecoderModel(BENCH_DECODER));
   const pool = await InferencePool.create({ name: 'bench-decoder', models: { decoder: path }, size: 2 });
   const results: BatchingResult[] = [];
+  let ceiling: CeilingResult[] = [];
   try {
     const shape = {
       layers: BENCH_DECODER.layers,
@@ -245,7 +268,7 @@ export async function measureDecoderBatching(onProgress: (message: string) => vo
                 worker
                   .generate(
                     generateRequest({
-                      prompt: `Prompt number ${String(i).padStart(2, '0')} ${DECODER_RUNS[id].mixed ? '#'.repeat(i % 8) : ''}`,
+                      prompt: promptFor(i, DECODER_RUNS[id]),
                       max_tokens: tokens,
                       temperature: 0,
                     }),
@@ -268,6 +291,11 @@ export async function measureDecoderBatching(onProgress: (message: string) => vo
         onProgress(`${id}: ${n} streams, ${perStreams[n]!.toFixed(0)} tokens/s, inter-token p99 ${gapP99[n]!.toFixed(1)} ms`);
       }
       results.push({ id, tokensPerSecond: perStreams, gapP99 });
+    }
+    if (selected('batching-decoder-ceiling')) {
+      ceiling = await measureDecodeCeiling(pool, 'decoder', shape);
+      for (const c of ceiling)
+        onProgress(`ceiling: past ${c.past}, ${c.sequences} sequences in ${c.calls} call(s): ${c.ms.toFixed(1)} ms, ${c.tokensPerSecond.toFixed(0)} tokens/s`);
     }
   } finally {
     await pool.close();
@@ -296,11 +324,40 @@ export async function measureDecoderBatching(onProgress: (message: string) => vo
         1.5,
       ),
     );
-  return { results, checks };
+  return { results, checks, ceiling };
+}
+
+/** The ceiling, and how far the served streams get from it at 1 and 16 streams (short runs: past 32, about their mean; long runs: past 256). */
+export function ceilingReport(results: readonly BatchingResult[], ceiling: readonly CeilingResult[]): string {
+  if (ceiling.length === 0) return '';
+  const steps = textTable(
+    ['past', 'sequences', 'calls at once', 'ms per step', 'tokens/s', '÷ 1 sequence'],
+    ceiling.map((c) => [
+      String(c.past),
+      String(c.sequences),
+      String(c.calls),
+      c.ms.toFixed(1),
+      c.tokensPerSecond.toFixed(0),
+      `${(c.tokensPerSecond / (ceilingAt(ceiling, c.past, 1) ?? Number.NaN)).toFixed(2)}×`,
+    ]),
+  );
+  const rows: string[][] = [];
+  for (const r of results.filter((x) => x.id.startsWith('batching-decoder-'))) {
+    const past = r.id.includes('-long') ? 256 : 32;
+    for (const n of [1, 16]) {
+      const top = ceilingAt(ceiling, past, n);
+      const got = r.tokensPerSecond[n];
+      if (top !== undefined && got !== undefined)
+        rows.push([r.id, String(n), String(past), got.toFixed(0), top.toFixed(0), `${((100 * got) / top).toFixed(0)} %`]);
+    }
+  }
+  return `${steps}
+${textTable(['run', 'streams', 'ceiling at past', 'tokens/s', 'ceiling tokens/s', 'of the ceiling'], rows)}`;
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const http = await measureBatching((m) => process.stderr.write(`${m}\n`));
   const decoder = await measureDecoderBatching((m) => process.stderr.write(`${m}\n`));
   console.log(batchingReport([...http.results, ...decoder.results], [...http.checks, ...decoder.checks]));
+  console.log(ceilingReport(decoder.results, decoder.ceiling));
 }

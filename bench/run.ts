@@ -84,7 +84,7 @@ import { TRANSIT_CAPACITY, TRANSIT_ROOM, TRANSIT_SLACK, meanTransitDelay, measur
 import { measureWsLoad, wsLoadConfig, wsLoadReport, wsScenarios, type WsLoadResult } from './ws-load.js';
 import { measureSseLoad, sseLoadReport, sseScenarios, type SseLoadResult } from './sse-load.js';
 import { ensureBuilt, importCases, measureImportCost, type ImportResult } from './import-cost.js';
-import { BATCHING_IDS, DECODER_IDS, batchingReport, measureBatching, measureDecoderBatching, type BatchingResult } from './batching.js';
+import { BATCHING_IDS, DECODER_IDS, batchingReport, ceilingReport, measureBatching, measureDecoderBatching, type BatchingResult } from './batching.js';
 import { measureOverload, OVERLOAD_ID, overloadReport, type OverloadResult } from './overload.js';
 import { measureSharedRag, RAG_SCENARIOS, sharedRagReport, type SharedRagResult } from './shared-rag.js';
 import { FEED_SCENARIOS, inspectFeedConfig, inspectFeedReport, measureInspectFeed, type InspectFeedResult } from './inspect-feed.js';
@@ -719,6 +719,7 @@ if ([...BATCHING_IDS, ...DECODER_IDS].some((id) => selected(id))) {
   checks.push(...http.checks, ...decoder.checks);
   console.log('\n## 11. Continuous batching: charlm through the HTTP API; a 6-layer, 512-wide KV-cache decoder in a 2-thread pool\n');
   console.log(batchingReport(batching, [...http.checks, ...decoder.checks]));
+  console.log(ceilingReport(decoder.results, decoder.ceiling));
 }
 
 // ---------------------------------------------------------------- targets, markdown, json
