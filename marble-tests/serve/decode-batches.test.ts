@@ -9,19 +9,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startServer, type RunningServer } from '../../src/serve/app.js';
-import type { InspectSnapshot } from '../../src/serve/inspect/snapshot.js';
 import { keepScreenshot, launchChromium, skipWithoutChromium, until as browserUntil } from '../support/chromium.js';
-
-/** The first snapshot of the inspector's feed. */
-async function snapshot(url: string): Promise<InspectSnapshot> {
-  const res = await fetch(`${url}/inspect/events`);
-  assert.equal(res.status, 200, `the feed answered ${res.status}`);
-  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
-  let text = '';
-  while (!text.includes('\n\n')) text += (await reader.read()).value ?? '';
-  await reader.cancel();
-  return JSON.parse(/^data: (.*)$/m.exec(text)![1]!) as InspectSnapshot;
-}
+import { firstSnapshot as snapshot } from '../support/inspect-feed.js';
 
 /** A metric's value on /metrics, by its whole series name (labels included). */
 async function metric(url: string, series: string): Promise<number | undefined> {

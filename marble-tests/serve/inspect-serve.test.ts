@@ -10,22 +10,12 @@ import type { InspectSnapshot } from '../../src/serve/inspect/snapshot.js';
 import { FakeUpstream } from '../support/fake-upstream.js';
 import { until } from '../support/ws-client.js';
 import { keepScreenshot, launchChromium, skipWithoutChromium, until as browserUntil } from '../support/chromium.js';
+import { firstSnapshot as snapshotAs } from '../support/inspect-feed.js';
 
 const ACME = 'acme-token-0001';
 const GLOBEX = 'globex-token-001';
 const OPS = 'operator-token-01';
 const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
-
-/** The first snapshot of the feed, or the status it was refused with. */
-async function snapshotAs(url: string, headers: Record<string, string>): Promise<InspectSnapshot> {
-  const res = await fetch(`${url}/inspect/events`, { headers });
-  assert.equal(res.status, 200, `the feed answered ${res.status}`);
-  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
-  let text = '';
-  while (!text.includes('\n\n')) text += (await reader.read()).value ?? '';
-  await reader.cancel();
-  return JSON.parse(/^data: (.*)$/m.exec(text)![1]!) as InspectSnapshot;
-}
 
 function complete(url: string, token: string, content = 'hello'): Promise<Response> {
   return fetch(`${url}/v1/chat/completions`, {
