@@ -186,6 +186,36 @@ describe('StepBatcher on the character LM', () => {
     await session.release();
   });
 
+  it('a generation that asks while a call runs falls in step with the others: no lone call alternating with theirs', async () => {
+    const sizes: number[] = [];
+    // A call answers a loop turn later, as a pool thread's does.
+    const batcher = new StepBatcher<number, number>(
+      (inputs) => {
+        sizes.push(inputs.length);
+        return new Promise((resolve) => setImmediate(() => resolve(inputs.map((x) => x + 1))));
+      },
+      () => 'all',
+    );
+    const signal = new AbortController().signal;
+    const steps = 20;
+    // Between its answer and its next ask a generation takes a few microtask hops (sampling, emitting, its reader's demand).
+    const generation = async (): Promise<void> => {
+      for (let i = 0; i < steps; i++) {
+        await batcher.step(i, signal);
+        for (let hop = 0; hop < 6; hop++) await null;
+      }
+    };
+    const first = [generation(), generation(), generation()];
+    // The fourth asks while the first call runs.
+    await new Promise((resolve) => setImmediate(resolve));
+    await Promise.all([...first, generation()]);
+    assert.equal(
+      sizes.reduce((a, b) => a + b, 0),
+      4 * steps,
+    );
+    assert.ok(sizes.length <= steps + 2, `${sizes.length} calls for 4 generations of ${steps} steps: ${sizes.join(' ')}`);
+  });
+
   it('checks its options, naming the bad field', () => {
     assert.throws(
       () =>

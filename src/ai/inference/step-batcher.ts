@@ -69,6 +69,9 @@ export class StepBatcher<Q, R> {
   private readonly maxWeight: number;
   private readonly waiting = new Map<string, Asked<Q, R>[]>();
   private scheduled = false;
+  /** Steps of calls just answered whose generations have not asked again yet; see `flush`. */
+  private expected = 0;
+  private gathering: ReturnType<typeof setImmediate> | undefined;
   private running = 0;
   private calls = 0;
   private steps = 0;
@@ -102,6 +105,7 @@ export class StepBatcher<Q, R> {
       const asked = { input, signal, resolve, reject };
       if (group === undefined) this.waiting.set(k, [asked]);
       else group.push(asked);
+      if (this.expected > 0) this.expected--;
       this.schedule();
     });
   }
@@ -117,6 +121,21 @@ export class StepBatcher<Q, R> {
   }
 
   private flush(): void {
+    // The generations a call just answered ask again within microtasks: a call started before they do
+    // runs out of phase with them (a lone straggler alternating with the rest), so it waits for them,
+    // at most until the next loop turn (one that ended or has no demand never asks).
+    if (this.expected > 0) {
+      this.gathering ??= setImmediate(() => {
+        this.gathering = undefined;
+        this.expected = 0;
+        this.flush();
+      });
+      return;
+    }
+    if (this.gathering !== undefined) {
+      clearImmediate(this.gathering);
+      this.gathering = undefined;
+    }
     while (this.running < this.concurrency && this.waiting.size > 0) {
       const batch = this.take();
       if (batch.length === 0) continue;
@@ -127,7 +146,10 @@ export class StepBatcher<Q, R> {
       this.run(batch.map((a) => a.input))
         .then(
           (results) => {
-            if (results.length === batch.length) return batch.forEach((a, i) => a.resolve(results[i]!));
+            if (results.length === batch.length) {
+              this.expected += batch.length;
+              return batch.forEach((a, i) => a.resolve(results[i]!));
+            }
             const error = new TypeError(`a batched step gave ${results.length} results for ${batch.length} inputs`);
             for (const a of batch) a.reject(error);
           },
@@ -137,7 +159,7 @@ export class StepBatcher<Q, R> {
         )
         .finally(() => {
           this.running--;
-          if (this.waiting.size > 0) this.schedule();
+          if (this.waiting.size > 0 || this.expected > 0) this.schedule();
         });
     }
   }
