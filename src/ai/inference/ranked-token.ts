@@ -7,7 +7,7 @@
  */
 import { logSoftmaxAt } from './greedy-token.js';
 import { sortDescending } from './radix-sort.js';
-import type { SampledToken, SamplingParams } from './sampling-params.js';
+import { untruncated, type SampledToken, type SamplingParams } from './sampling-params.js';
 import { penalise } from './sampling-penalties.js';
 
 /** Reused across draws: a draw is synchronous, so no two use them at once. */
@@ -40,6 +40,7 @@ export function rankedToken(
   }
   scores.set(logits);
   penalise(scores, params, history, promptLength);
+  if (untruncated(params, n)) return wholeDraw(scores, params.temperature ?? 1, random);
   const topK = params.top_k ?? 0;
   const kept = topK > 0 ? Math.min(topK, n) : n;
   const top = topValues(scores, kept);
@@ -52,6 +53,20 @@ export function rankedToken(
   total = 0;
   for (let rank = 0; rank < support; rank++) total += Math.exp((top[rank]! - max) / temperature);
   const id = walk(scores, top[support - 1]!, countAbove(top, support), support, max, temperature, total, random());
+  return { id, logprob: logSoftmaxAt(scores, id) };
+}
+
+/** The draw over every token, as the general one sums it when nothing is cut: in id order, no ranking. */
+function wholeDraw(scores: Float64Array, temperature: number, random: () => number): SampledToken | undefined {
+  let max = Number.NEGATIVE_INFINITY;
+  for (let id = 0; id < scores.length; id++) {
+    const score = scores[id]!;
+    if (Number.isNaN(score)) return undefined;
+    if (score > max) max = score;
+  }
+  let total = 0;
+  for (let id = 0; id < scores.length; id++) total += Math.exp((scores[id]! - max) / temperature);
+  const id = walk(scores, Number.NEGATIVE_INFINITY, 0, scores.length, max, temperature, total, random());
   return { id, logprob: logSoftmaxAt(scores, id) };
 }
 

@@ -15,3 +15,9 @@ export interface SampledToken {
   readonly id: number;
   readonly logprob: number;
 }
+
+/** @internal Whether top-k and top-p keep every token: the draw then needs no order of the tokens. */
+export function untruncated(params: SamplingParams, n: number): boolean {
+  const topK = params.top_k ?? 0;
+  return (topK === 0 || topK >= n) && (params.top_p ?? 1) >= 1;
+}

@@ -8,7 +8,7 @@
  */
 import { argmax, greedyToken, isGreedy, logSoftmaxAt } from './greedy-token.js';
 import { rankedToken } from './ranked-token.js';
-import type { SampledToken, SamplingParams } from './sampling-params.js';
+import { untruncated, type SampledToken, type SamplingParams } from './sampling-params.js';
 import { penalise } from './sampling-penalties.js';
 
 export { applyOccurrencePenalties, applyRepetitionPenalty } from './sampling-penalties.js';
@@ -34,6 +34,7 @@ export function distribution(logits: ArrayLike<number>, params: SamplingParams =
     probabilities[argmax(scores)] = 1;
     return probabilities;
   }
+  if (untruncated(params, scores.length) && !scores.some(Number.isNaN)) return wholeDistribution(scores, temperature, probabilities);
   // Sorted once: top-k and top-p both walk the tokens from the most likely down.
   const order = Array.from(scores.keys()).sort((a, b) => scores[b]! - scores[a]! || a - b);
   const kept = topK > 0 ? Math.min(topK, order.length) : order.length;
@@ -61,6 +62,16 @@ export function distribution(logits: ArrayLike<number>, params: SamplingParams =
   total = 0;
   for (let rank = 0; rank < support; rank++) total += probabilities[order[rank]!]!;
   for (let rank = 0; rank < support; rank++) probabilities[order[rank]!]! /= total;
+  return probabilities;
+}
+
+/** Every token's probability, summed in id order (no ranking needed when nothing is cut). */
+function wholeDistribution(scores: Float64Array, temperature: number, probabilities: Float64Array): Float64Array {
+  let max = Number.NEGATIVE_INFINITY;
+  for (let id = 0; id < scores.length; id++) if (scores[id]! > max) max = scores[id]!;
+  let total = 0;
+  for (let id = 0; id < scores.length; id++) total += probabilities[id] = Math.exp((scores[id]! - max) / temperature);
+  for (let id = 0; id < scores.length; id++) probabilities[id]! /= total;
   return probabilities;
 }
 
