@@ -216,6 +216,26 @@ describe('StepBatcher on the character LM', () => {
     assert.ok(sizes.length <= steps + 2, `${sizes.length} calls for 4 generations of ${steps} steps: ${sizes.join(' ')}`);
   });
 
+  it('a step of another group (a request joining) runs at the next call, not after the running generations end', async () => {
+    const calls: string[] = [];
+    const batcher = new StepBatcher<string, string>(
+      (inputs) => {
+        calls.push(inputs[0]!);
+        return new Promise((resolve) => setImmediate(() => resolve([...inputs])));
+      },
+      (input) => input,
+    );
+    const signal = new AbortController().signal;
+    const running = Array.from({ length: 4 }, async () => {
+      for (let i = 0; i < 30; i++) await batcher.step('decode', signal);
+    });
+    await new Promise((resolve) => setImmediate(resolve));
+    const joined = batcher.step('prefill', signal).then(() => calls.length);
+    await Promise.all(running);
+    const at = await joined;
+    assert.ok(at <= 3, `the prefill ran in call ${at} of ${calls.length}: ${calls.join(' ')}`);
+  });
+
   it('checks its options, naming the bad field', () => {
     assert.throws(
       () =>

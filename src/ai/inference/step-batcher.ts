@@ -37,6 +37,8 @@ const optionsSchema = lazySchema((z) =>
 
 interface Asked<Q, R> {
   readonly input: Q;
+  /** Order of asking: the group whose first step has waited longest runs next. */
+  readonly ticket: number;
   readonly signal: AbortSignal;
   resolve(result: R): void;
   reject(error: unknown): void;
@@ -69,6 +71,7 @@ export class StepBatcher<Q, R> {
   private readonly maxWeight: number;
   private readonly waiting = new Map<string, Asked<Q, R>[]>();
   private scheduled = false;
+  private tickets = 0;
   /** Steps of calls just answered whose generations have not asked again yet; see `flush`. */
   private expected = 0;
   private gathering: ReturnType<typeof setImmediate> | undefined;
@@ -102,7 +105,7 @@ export class StepBatcher<Q, R> {
     return new Promise<R>((resolve, reject) => {
       const k = this.key(input);
       const group = this.waiting.get(k);
-      const asked = { input, signal, resolve, reject };
+      const asked = { input, ticket: this.tickets++, signal, resolve, reject };
       if (group === undefined) this.waiting.set(k, [asked]);
       else group.push(asked);
       if (this.expected > 0) this.expected--;
@@ -164,14 +167,19 @@ export class StepBatcher<Q, R> {
     }
   }
 
-  /** Up to `maxBatch` live steps of the largest group; cancelled ones are dropped here. */
+  /**
+   * Up to `maxBatch` live steps of the group that has waited longest; cancelled ones are dropped here.
+   * Not the largest group: the running generations re-form theirs before every call, and a prefill
+   * (a request joining) would wait behind them until they all ended.
+   */
   private take(): Asked<Q, R>[] {
     let chosen: string | undefined;
-    let size = -1;
+    let oldest = Number.POSITIVE_INFINITY;
     for (const [k, group] of this.waiting) {
-      if (group.length > size) {
+      const ticket = group[0]!.ticket;
+      if (ticket < oldest) {
         chosen = k;
-        size = group.length;
+        oldest = ticket;
       }
     }
     const group = this.waiting.get(chosen!)!;
