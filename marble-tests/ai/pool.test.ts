@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as ort from 'onnxruntime-node';
@@ -302,6 +302,28 @@ describe('InferencePool (real onnxruntime in worker threads)', () => {
       assert.deepEqual((await pool.run(feeds(1, 2), { model: 'again' })).embeddings!.data, await onMainThread(feeds(1, 2)));
       assert.deepEqual(pool.models, ['embed', 'again']);
     });
+  });
+
+  it("with niceness, its worker threads run that much below this process's priority, and this thread keeps its own (Linux)", {
+    skip: process.platform !== 'linux',
+  }, async () => {
+    const niceOf = async (): Promise<number[]> => {
+      const tasks = await readdir('/proc/self/task');
+      // Field 19 of a thread's stat is its nice value; the name before it may hold spaces, so count from the ')'.
+      return Promise.all(tasks.map(async (tid) => Number((await readFile(`/proc/self/task/${tid}/stat`, 'utf8')).split(') ')[1]!.split(' ')[16])));
+    };
+    const own = async () => Number((await readFile('/proc/thread-self/stat', 'utf8')).split(') ')[1]!.split(' ')[16]);
+    const before = await niceOf();
+    const ownBefore = await own();
+    await withPool({ model: modelPath, size: 2, niceness: 7 }, async (pool) => {
+      await pool.run(feeds(1, 4));
+      const during = await niceOf();
+      const lowered = Math.min(19, ownBefore + 7);
+      assert.equal(during.filter((n) => n === lowered).length - before.filter((n) => n === lowered).length, 2, `nice values ${during.join(' ')}`);
+      assert.equal(await own(), ownBefore);
+    });
+    const invalid = await rejection(InferencePool.create({ model: modelPath, niceness: 20 }));
+    assert.ok(invalid instanceof InvalidOptionsError && invalid.issues[0]?.path === 'niceness', String(invalid));
   });
 
   it('fails at creation with a typed error for a missing model, bytes that are not ONNX, or bad options', async () => {

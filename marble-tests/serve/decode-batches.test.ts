@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { startServer, type RunningServer } from '../../src/serve/app.js';
 import { keepScreenshot, launchChromium, skipWithoutChromium, until as browserUntil } from '../support/chromium.js';
 import { firstSnapshot as snapshot } from '../support/inspect-feed.js';
+import { qwenModelDir } from '../support/local-model-dir.js';
 
 /** A metric's value on /metrics, by its whole series name (labels included). */
 async function metric(url: string, series: string): Promise<number | undefined> {
@@ -88,5 +89,58 @@ describe("a decoder's continuous batching on /metrics and the inspector", () => 
     } finally {
       await browser.close();
     }
+  });
+});
+
+describe('a --model decoder: requests with prompts of different lengths share decode calls', () => {
+  let models: string;
+  let dir: Awaited<ReturnType<typeof qwenModelDir>>;
+
+  before(async () => {
+    models = await mkdtemp(join(tmpdir(), 'sluice-batches-lengths-'));
+    dir = await qwenModelDir('lengths');
+  });
+  after(async () => {
+    await dir.remove();
+    await rm(models, { recursive: true, force: true });
+  });
+
+  /** Eight greedy streams at once, each prompt a different length; their texts, and the server's calls and steps. */
+  async function run(lengthBucket: number | undefined): Promise<{ texts: string[]; calls: number; steps: number }> {
+    const server = await startServer({
+      port: 0,
+      models,
+      poolSize: 1,
+      maxBatch: 16,
+      localModels: [dir.dir],
+      inspect: false,
+      ...(lengthBucket !== undefined && { lengthBucket }),
+    });
+    try {
+      const texts = await Promise.all(
+        Array.from({ length: 8 }, async (_, i) => {
+          const res = await fetch(`${server.url}/v1/chat/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ model: 'lengths', max_tokens: 12, temperature: 0, messages: [{ role: 'user', content: 'words '.repeat(1 + 3 * i) }] }),
+          });
+          assert.equal(res.status, 200);
+          return ((await res.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content;
+        }),
+      );
+      const calls = (await metric(server.url, 'sluice_decode_batch_calls_total{model="lengths"}'))!;
+      const steps = (await metric(server.url, 'sluice_decode_batch_steps_total{model="lengths"}'))!;
+      return { texts, calls, steps };
+    } finally {
+      await server.shutdown(500);
+    }
+  }
+
+  it('by default in one call, left-padded; with --length-bucket 1 one call per length; the same greedy tokens either way', async () => {
+    const padded = await run(undefined);
+    const exact = await run(1);
+    assert.deepEqual(padded.texts, exact.texts);
+    assert.equal(exact.calls, exact.steps, `no two contexts had one length: ${exact.calls} calls for ${exact.steps} steps`);
+    assert.ok(padded.calls * 2 <= padded.steps, `${padded.calls} calls for ${padded.steps} steps`);
   });
 });

@@ -115,6 +115,19 @@ export const FLAGS: readonly Flag[] = [
     to: 'poolSize',
   },
   {
+    name: 'pool-nice',
+    type: 'integer',
+    arg: '<n>',
+    env: ['SLUICE_POOL_NICE'],
+    default: '0',
+    min: 0,
+    help: {
+      serve:
+        "how far below the server's priority its inference threads run, in nice steps 0-19 (Linux): the event loop answering sockets wins a core a busy model shares",
+    },
+    to: 'poolNiceness',
+  },
+  {
     name: 'shutdown-timeout',
     type: 'integer',
     arg: '<ms>',
@@ -203,6 +216,19 @@ export const FLAGS: readonly Flag[] = [
     to: 'stepTokens',
   },
   {
+    name: 'length-bucket',
+    type: 'integer',
+    arg: '<n>',
+    env: ['SLUICE_LENGTH_BUCKET'],
+    default: '4096',
+    min: 1,
+    help: {
+      serve:
+        "decode steps of a --model decoder whose contexts fall in one window of n positions share a call, shorter caches left-padded and masked; 1 batches only equal lengths (each row's logits then equal a lone run's bit for bit)",
+    },
+    to: 'lengthBucket',
+  },
+  {
     name: 'kv-cache-mb',
     type: 'integer',
     arg: '<n>',
@@ -220,7 +246,7 @@ export const FLAGS: readonly Flag[] = [
     arg: '<n>',
     env: ['SLUICE_STAGE_CAPACITY'],
     default: '16',
-    help: { serve: 'requests each shared stage buffers' },
+    help: { serve: "requests each of sluice-rag's shared stages buffers (a model's stream stage holds one ready request; the rest wait at the door)" },
     to: 'stageCapacity',
   },
   {

@@ -126,7 +126,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
   try {
     const policed = withPolicies(backend, config.guard, config.redact);
     // Every model behind the one door: sluice-rag's own stages, a `stream` stage for the others.
-    piped = servedPipelines(policed.workers, { maxQueue: config.maxQueue, streams: config.streams, capacity: config.stageCapacity }, backend.guarded, intake);
+    piped = servedPipelines(policed.workers, { maxQueue: config.maxQueue, streams: config.streams }, backend.guarded, intake);
     const workers = piped.workers;
     const generateStats = registerMetrics(metrics, backend, { ...piped.stages, ...policed.stages });
     const access = accessOf(config.tokens, config.inspectTokens);
@@ -229,6 +229,7 @@ function openBackend(options: ServeOptions, config: ServeConfig, intake: Intake,
     capacity: config.stageCapacity,
     maxBatch: config.maxBatch,
     stepTokens: config.stepTokens,
+    lengthBucket: config.lengthBucket,
     kvCacheBytes: config.kvCacheMb * 2 ** 20,
   };
   const retrieval = config.retrieval !== undefined ? { retrieval: config.retrieval } : {};
@@ -240,6 +241,7 @@ function openBackend(options: ServeOptions, config: ServeConfig, intake: Intake,
       {
         models: config.models,
         poolSize: config.poolSize,
+        poolNiceness: config.poolNiceness,
         corpus: config.corpus,
         ragModel: config.ragModel,
         guard: config.guard,
@@ -253,6 +255,7 @@ function openBackend(options: ServeOptions, config: ServeConfig, intake: Intake,
     models: config.models,
     corpus: config.corpus ?? BUNDLED_CORPUS,
     poolSize: config.poolSize,
+    poolNiceness: config.poolNiceness,
     languageModel: config.languageModel,
     shared,
     ...retrieval,

@@ -78,6 +78,8 @@ export interface EmbeddedOptions {
   readonly localModels?: readonly LocalModelSpec[];
   readonly corpus: string;
   readonly poolSize: number;
+  /** The pool threads' `nice` value. */
+  readonly poolNiceness: number;
   readonly languageModel: ModelWorker | undefined;
   readonly log: (line: string) => void;
   readonly shared: SharedPipeline;
@@ -94,11 +96,15 @@ export interface EmbeddedOptions {
 async function localModels(options: {
   readonly models: string;
   readonly poolSize: number;
+  /** The pool threads' `nice` value. */
+  readonly poolNiceness: number;
   readonly charLm: boolean;
   /** The character LM's decode steps per batched call; 1 runs each step alone. */
   readonly maxBatch?: number;
   /** Tokens one batched call of a user decoder feeds at most. */
   readonly stepTokens?: number;
+  /** A user decoder's decode steps share a call when their contexts fall in one window of this many positions. */
+  readonly lengthBucket?: number;
   /** Bytes each user decoder's KV caches may hold together. */
   readonly kvCacheBytes?: number;
   readonly users?: readonly LocalModelSpec[] | undefined;
@@ -130,6 +136,7 @@ async function localModels(options: {
       ...Object.fromEntries(users.map((user) => [`local:${user.name}`, user.modelPath])),
     },
     size: options.poolSize,
+    niceness: options.poolNiceness,
   });
   try {
     const tokenizer = await loadTokenizer(`${dir}/${MODEL_FILES.embeddingTokenizer}`);
@@ -159,7 +166,12 @@ async function localModels(options: {
         user.worker({
           run: (feeds, signal) => pool.run(feeds, { model: `local:${user.name}`, signal }),
           ...((options.maxBatch ?? 1) > 1 && {
-            batch: { maxBatch: options.maxBatch!, concurrency: options.poolSize, ...(options.stepTokens !== undefined && { tokenBudget: options.stepTokens }) },
+            batch: {
+              maxBatch: options.maxBatch!,
+              concurrency: options.poolSize,
+              ...(options.stepTokens !== undefined && { tokenBudget: options.stepTokens }),
+              ...(options.lengthBucket !== undefined && { lengthBucket: options.lengthBucket }),
+            },
           }),
           ...(options.kvCacheBytes !== undefined && { cacheBytes: options.kvCacheBytes }),
           // Each generation's KV cache stays in the pool thread that computed it: a step moves token ids, not caches.
@@ -226,6 +238,8 @@ export interface SharedPipeline {
   readonly maxBatch: number;
   /** Tokens one batched call of a user decoder feeds at most. */
   readonly stepTokens?: number;
+  /** A user decoder's decode steps share a call when their contexts fall in one window of this many positions. */
+  readonly lengthBucket?: number;
   /** Bytes the KV caches of a decoder's generations may hold together between steps. */
   readonly kvCacheBytes: number;
 }
@@ -235,9 +249,11 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
   const local = await localModels({
     models: options.models,
     poolSize: options.poolSize,
+    poolNiceness: options.poolNiceness,
     charLm: options.languageModel === undefined,
     maxBatch: options.shared.maxBatch,
     ...(options.shared.stepTokens !== undefined && { stepTokens: options.shared.stepTokens }),
+    ...(options.shared.lengthBucket !== undefined && { lengthBucket: options.shared.lengthBucket }),
     kvCacheBytes: options.shared.kvCacheBytes,
     users: options.localModels,
     embedModel: options.embedModel,
@@ -309,6 +325,8 @@ async function loadLocalModels(specs: readonly LocalModelSpec[]): Promise<LocalM
 export interface GatewayLocal {
   readonly models: string;
   readonly poolSize: number;
+  /** The pool threads' `nice` value. */
+  readonly poolNiceness: number;
   /** Index this corpus and serve `sluice-rag` over it, written by an upstream model. */
   readonly corpus?: string | undefined;
   /** The upstream model that writes `sluice-rag`'s answers. Default: the first model listed. */
@@ -350,12 +368,17 @@ export async function gatewayBackend(
   if (local.corpus === undefined && !local.guard) return { ...base, workers: upstreamWorkers, release: async () => gateway.close() };
   // Checked before any model is loaded: a wrong name fails the start at once.
   const lm = local.corpus === undefined ? undefined : ragLanguageModel(gateway.models, upstreamWorkers, local.ragModel);
-  const models = await localModels({ models: local.models, poolSize: local.poolSize, charLm: false, embedModel: local.embedModel, log }).catch(
-    (err: unknown) => {
-      gateway.close();
-      throw err;
-    },
-  );
+  const models = await localModels({
+    models: local.models,
+    poolSize: local.poolSize,
+    poolNiceness: local.poolNiceness,
+    charLm: false,
+    embedModel: local.embedModel,
+    log,
+  }).catch((err: unknown) => {
+    gateway.close();
+    throw err;
+  });
   try {
     if (local.corpus === undefined || lm === undefined) {
       return {

@@ -52,6 +52,8 @@ export interface ServeOptions {
   readonly embedModel?: string;
   /** Inference worker threads. Default `min(cores, 2)`. */
   readonly poolSize?: number;
+  /** How far below the server's priority its inference threads run, in `nice` steps (0–19, Linux): above 0 the event loop wins a core a busy model shares. Default 0. */
+  readonly poolNiceness?: number;
   /** How long, ms, running requests may go on after SIGTERM before they are ended. Default 10 000. */
   readonly shutdownTimeout?: number;
   /** WebSocket limits (`attachTokenSocket`). */
@@ -115,6 +117,8 @@ export interface ServeOptions {
   readonly maxBatch?: number;
   /** Tokens one batched call of a `--model` decoder feeds at most, prefills included. Default 2048. */
   readonly stepTokens?: number;
+  /** Decode steps of a `--model` decoder share a call when their contexts fall in one window of this many positions (left-padded, masked). 1 only equal lengths. Default 4096. */
+  readonly lengthBucket?: number;
   /** MiB the KV caches of a `--model` decoder's generations may hold together between steps; past it the idlest are dropped and rebuilt when they resume. Default 1024. */
   readonly kvCacheMb?: number;
   /** Each tenant's priority class (`low`, `default`, `high`) when a request names none (`service_tier`). */
@@ -147,6 +151,12 @@ export const serveOptionsSchema = lazySchema((z) =>
         .optional(),
       embedModel: z.string().min(1, { error: 'embedModel must not be empty' }).optional(),
       poolSize: positiveInt('poolSize').default(Math.min(availableParallelism(), 2)),
+      poolNiceness: z
+        .number({ error: 'poolNiceness must be a number' })
+        .int({ error: 'poolNiceness must be an integer' })
+        .min(0, { error: 'poolNiceness must be ≥ 0' })
+        .max(19, { error: 'poolNiceness must be ≤ 19' })
+        .default(0),
       shutdownTimeout: z.number({ error: 'shutdownTimeout must be a number of ms' }).int().min(0, { error: 'shutdownTimeout must be ≥ 0' }).default(10_000),
       limits: z.record(z.string(), z.unknown()).optional(),
       log: z.custom<(line: string) => void>((v) => typeof v === 'function', { error: 'log must be a function' }).optional(),
@@ -185,6 +195,7 @@ export const serveOptionsSchema = lazySchema((z) =>
       stageCapacity: positiveInt('stageCapacity').default(16),
       maxBatch: positiveInt('maxBatch').default(16),
       stepTokens: positiveInt('stepTokens').default(2048),
+      lengthBucket: positiveInt('lengthBucket').default(4096),
       kvCacheMb: positiveInt('kvCacheMb').default(1024),
       tenantPriorities: z.record(z.string(), z.enum(PRIORITY_CLASSES, { error: `a priority is one of ${PRIORITY_CLASSES.join(', ')}` })).optional(),
     })

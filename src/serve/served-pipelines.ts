@@ -3,7 +3,8 @@
  * server's `Intake` (a bounded queue by priority class, shed lowest class first). `sluice-rag`
  * builds its own stages on that door; every other model (the character LM, a user's decoder, an
  * upstream's model, a guarded or redacting wrapper) gets a pipeline of one `stream` stage that
- * holds at most `streams` generations at once, the rest waiting in the door's queue.
+ * holds at most `streams` generations at once and one request ready to start, the rest waiting in
+ * the door's queue.
  */
 import { StageStats } from '../flow/stats.js';
 import type { PriorityClass } from '../core/vocabulary.js';
@@ -17,8 +18,6 @@ export interface PipelineLimits {
   readonly maxQueue: number;
   /** Generations streaming at once, per model. */
   readonly streams: number;
-  /** Requests each stage buffers. */
-  readonly capacity: number;
   /** Each tenant's class when a request names none. */
   readonly tenants?: Readonly<Record<string, PriorityClass>>;
 }
@@ -63,7 +62,8 @@ export function servedPipelines(
           streamStage((job: PipelineJob) => worker.generate(job.request, job.options), {
             name: 'stream',
             concurrency: limits.streams,
-            capacity: limits.capacity,
+            // Requests wait at the door, not here: there their class orders them and `maxWait` bounds the wait.
+            capacity: 1,
             stats: stream,
           }),
         ),

@@ -20,7 +20,7 @@ import { TokenTextStream } from './detokenize.js';
 import { DecoderLmWorker, type DecoderShape, type RunModel, type TokenCodec } from './onnx-lm.js';
 import type { ResidentKvOptions } from './resident-decoder.js';
 import type { ChatMessage, GenerateRequest } from './worker.js';
-import type { StepBatcherOptions } from './step-batcher.js';
+import type { DecoderBatchOptions } from './kv-batch.js';
 
 /** A model directory that cannot be served as it is; the message names the file. */
 export class LocalModelError extends SluiceError {
@@ -51,7 +51,7 @@ export interface LocalWorkerOptions {
   /** Tokens generated when a request does not say. Default 256. */
   readonly maxTokens?: number;
   /** Batch the decode steps of concurrent generations (see `DecoderLmWorkerOptions.batch`). Default: each step alone. */
-  readonly batch?: StepBatcherOptions & { readonly tokenBudget?: number };
+  readonly batch?: DecoderBatchOptions;
   /** Bytes its generations' KV caches may hold together (see `DecoderLmWorkerOptions.cacheBytes`). Default: no bound. */
   readonly cacheBytes?: number;
   /** Keep the KV caches in the pool's worker threads (see `DecoderLmWorkerOptions.resident`). Default: they travel with each step. */
@@ -75,6 +75,7 @@ const workerSchema = lazySchema((z) =>
         maxBatch: positiveInt('batch.maxBatch').optional(),
         concurrency: positiveInt('batch.concurrency').optional(),
         tokenBudget: positiveInt('batch.tokenBudget').optional(),
+        lengthBucket: positiveInt('batch.lengthBucket').optional(),
       })
       .optional(),
   }),

@@ -48,6 +48,13 @@ export interface InferencePoolOptions {
   outputArenaBytes?: number;
   /** How long `close()` waits for a worker to finish its job and exit before terminating it (ms). Default 10 000. */
   closeTimeout?: number;
+  /**
+   * How far below the process's scheduling priority the worker threads run, in `nice` steps (0–19;
+   * higher yields more). Above 0 the event loop that feeds them (answering sockets, refusing at the
+   * door) wins a core it shares with a busy model. Applied where the OS sets it per thread (Linux);
+   * elsewhere ignored. Default 0.
+   */
+  niceness?: number;
 }
 
 /** Options of one pool run: its abort signal, the model to run (in a pool of several) and the pooling. */
@@ -88,6 +95,12 @@ const poolOptionsSchema = lazySchema((z) =>
         .min(0, { error: 'outputArenaBytes must be ≥ 0' })
         .default(4 << 20),
       closeTimeout: z.number().positive({ error: 'closeTimeout must be > 0 ms' }).default(10_000),
+      niceness: z
+        .number()
+        .int({ error: 'niceness must be an integer' })
+        .min(0, { error: 'niceness must be ≥ 0' })
+        .max(19, { error: 'niceness must be ≤ 19' })
+        .default(0),
     })
     .strict()
     .refine((o) => (o.model === undefined) !== (o.models === undefined), { error: 'give exactly one of model and models', path: ['model'] })

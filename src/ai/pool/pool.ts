@@ -290,6 +290,7 @@ export class InferencePool {
         interOpNumThreads: this.config.interOpNumThreads,
         graphOptimizationLevel: this.config.graphOptimizationLevel,
       },
+      niceness: this.config.niceness,
     };
     const slot = new Slot(startWorker(init));
     this.slots.add(slot);

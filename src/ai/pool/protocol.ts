@@ -54,6 +54,8 @@ export interface WorkerInit {
   /** Model name → a file path or the model's bytes. */
   readonly models: Readonly<Record<string, string | Uint8Array>>;
   readonly sessionOptions: WireSessionOptions;
+  /** The thread's `nice` value, set before its sessions (and their threads) start. */
+  readonly niceness: number;
 }
 
 /** What a pool's model declares: its input and output names. */

@@ -4,6 +4,8 @@
  * serial on purpose: `session.run` occupies this thread anyway, and keeping the
  * queue on the pool's side is what lets a queued job be cancelled.
  */
+import { readlinkSync } from 'node:fs';
+import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
 import { poolOutputs } from '../models/pooling.js';
@@ -39,7 +41,19 @@ const post = (message: FromWorker, transfer: ArrayBuffer[] = []): void => {
   }
 };
 
+/** Lowers this thread's priority by `niceness` below the process's (Linux: `nice` is per thread, and threads started later inherit it). */
+function yieldPriority(niceness: number): void {
+  if (niceness === 0 || process.platform !== 'linux') return;
+  try {
+    const tid = Number(readlinkSync('/proc/thread-self').split('/').at(-1));
+    if (Number.isInteger(tid)) setPriority(tid, Math.min(19, getPriority(tid) + niceness));
+  } catch {
+    // No /proc, or not permitted: the thread keeps the process's priority.
+  }
+}
+
 async function start(): Promise<void> {
+  yieldPriority(init.niceness);
   const models: Record<string, ModelInfo> = {};
   for (const [name, source] of Object.entries(init.models)) {
     try {
