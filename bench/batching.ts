@@ -1,7 +1,8 @@
 /**
  * Continuous batching through the HTTP API: `sluice serve` in a child process streaming `charlm`
  * to 1, 4 and 16 concurrent clients (closed loop), with its decode steps batched (`--max-batch 16`)
- * and each step alone (`--max-batch 1`, how it served before). Tokens per second, and the ratios
+ * and each step alone (`--max-batch 1`, how it served before); the same for bench 11's decoder served
+ * with `--model`, its clients' prompts of different lengths. Tokens per second, and the ratios
  * that matter: 16 streams ÷ 1 stream batched (target ≥ 4×) and batched ÷ alone at 16 streams. Then a
  * generated 6x512 KV-cache decoder in a 2-thread pool at 1, 4, 16 and 64 streams, short and long
  * prompts, and its single-step ceiling (bench/decode-ceiling.ts), each run read against it.
@@ -17,9 +18,17 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { envInt, monotonicMs, selected, target, textTable, type TargetCheck } from './harness.js';
 import { startServe } from './overload.js';
+import { BENCH_DECODER, writeDecoderDir } from './decoder-dir.js';
 import { type CeilingResult, ceilingAt, measureDecodeCeiling } from './decode-ceiling.js';
 
-export const BATCHING_IDS = ['batching-charlm-batched', 'batching-charlm-alone'] as const;
+export const BATCHING_IDS = ['batching-charlm-batched', 'batching-charlm-alone', 'batching-decoder-served', 'batching-decoder-served-alone'] as const;
+/** The HTTP runs: which model, and whether its decode steps are batched. The decoder is bench 11's 6x512 one, served with `--model`. */
+const SERVED: Readonly<Record<(typeof BATCHING_IDS)[number], { readonly model: 'charlm' | 'decoder'; readonly batched: boolean }>> = {
+  'batching-charlm-batched': { model: 'charlm', batched: true },
+  'batching-charlm-alone': { model: 'charlm', batched: false },
+  'batching-decoder-served': { model: 'decoder', batched: true },
+  'batching-decoder-served-alone': { model: 'decoder', batched: false },
+};
 const STREAMS = [1, 4, 16] as const;
 /** The decoder also at 64 streams: four full batches of `maxBatch` 16. */
 const DECODER_STREAMS = [1, 4, 16, 64] as const;
@@ -40,8 +49,8 @@ export interface StoppedReadersResult {
 }
 
 /** Tokens of one streamed completion; the gap before each token after the first goes to `gaps` (ms). */
-function stream(url: URL, agent: Agent, tokens: number, gaps: number[] = []): Promise<number> {
-  const body = JSON.stringify({ model: 'charlm', stream: true, max_tokens: tokens, messages: [{ role: 'user', content: 'The stage' }] });
+function stream(url: URL, agent: Agent, tokens: number, gaps: number[] = [], model = 'charlm', prompt = 'The stage'): Promise<number> {
+  const body = JSON.stringify({ model, stream: true, max_tokens: tokens, messages: [{ role: 'user', content: prompt }] });
   return new Promise((resolve) => {
     const req = httpRequest(
       { host: url.hostname, port: url.port, path: '/v1/chat/completions', method: 'POST', agent, headers: { 'content-type': 'application/json' } },
@@ -66,17 +75,19 @@ function stream(url: URL, agent: Agent, tokens: number, gaps: number[] = []): Pr
 }
 
 /** Tokens per second of `streams` closed-loop clients, and the p99 gap between one client's tokens (ms). */
-async function measure(url: URL, streams: number, seconds: number, tokens: number): Promise<{ tokensPerSecond: number; gapP99: number }> {
+async function measure(url: URL, streams: number, seconds: number, tokens: number, model = 'charlm'): Promise<{ tokensPerSecond: number; gapP99: number }> {
+  // The decoder's clients send prompts of different lengths, so their contexts differ as real ones do.
+  const promptOf = (client: number) => (model === 'charlm' ? 'The stage' : `The stage${' x'.repeat(client % 8)}`);
   const agent = new Agent({ keepAlive: true, maxSockets: streams });
   let total = 0;
   const gaps: number[] = [];
   const until = monotonicMs() + seconds * 1000;
   const started = monotonicMs();
   await Promise.all(
-    Array.from({ length: streams }, async () => {
+    Array.from({ length: streams }, async (_, client) => {
       while (monotonicMs() < until) {
         // Read before adding: `total += await ...` would read `total` before the await and lose the other clients' counts.
-        const seen = await stream(url, agent, tokens, gaps);
+        const seen = await stream(url, agent, tokens, gaps, model, promptOf(client));
         total += seen;
       }
     }),
@@ -117,14 +128,21 @@ export async function measureBatching(onProgress: (message: string) => void = ()
   let stopped: StoppedReadersResult | undefined;
   try {
     for (const id of BATCHING_IDS.filter((i) => selected(i))) {
-      const { child, url } = await startServe(models, 64, 256, ['--max-batch', id === 'batching-charlm-batched' ? '16' : '1']);
+      const { model, batched } = SERVED[id];
+      const flags = ['--max-batch', batched ? '16' : '1'];
+      if (model === 'decoder') {
+        const dir = join(models, 'decoder');
+        await writeDecoderDir(dir, BENCH_DECODER);
+        flags.push('--model', dir);
+      }
+      const { child, url } = await startServe(models, 64, 256, flags);
       try {
         const base = new URL(url);
-        await measure(base, 4, 1, tokens); // warm-up
+        await measure(base, 4, 1, tokens, model); // warm-up
         const perStreams: Record<number, number> = {};
         const gapP99: Record<number, number> = {};
         for (const n of STREAMS) {
-          const { tokensPerSecond, gapP99: gap } = await measure(base, n, seconds, tokens);
+          const { tokensPerSecond, gapP99: gap } = await measure(base, n, seconds, tokens, model);
           perStreams[n] = tokensPerSecond;
           gapP99[n] = gap;
           onProgress(`${id}: ${n} streams, ${tokensPerSecond.toFixed(0)} tokens/s, inter-token p99 ${gap.toFixed(2)} ms`);
@@ -155,6 +173,24 @@ export async function measureBatching(onProgress: (message: string) => void = ()
     checks.push(
       target('charlm over HTTP: 18 readers beside 2 stopped ÷ alone, tokens/s', stopped.readersBesideStopped / stopped.readersAlone, '×', 'ge', 0.95),
     );
+  const served = results.find((r) => r.id === 'batching-decoder-served');
+  const servedAlone = results.find((r) => r.id === 'batching-decoder-served-alone');
+  if (served !== undefined) {
+    checks.push(target('decoder served over HTTP: 16 streams ÷ 1 stream, tokens/s', served.tokensPerSecond[16]! / served.tokensPerSecond[1]!, '×', 'ge', 5));
+    checks.push(
+      target('decoder served over HTTP: inter-token p99, 16 streams ÷ 1 stream', served.gapP99![16]! / Math.max(served.gapP99![1]!, 0.001), '×', 'le', 2.5),
+    );
+  }
+  if (served !== undefined && servedAlone !== undefined)
+    checks.push(
+      target(
+        'decoder served over HTTP at 16 streams: batched ÷ each step alone, tokens/s',
+        served.tokensPerSecond[16]! / servedAlone.tokensPerSecond[16]!,
+        '×',
+        'ge',
+        3,
+      ),
+    );
   if (batched !== undefined && alone !== undefined)
     // Batching must not cost: 0.95 leaves room for run-to-run noise on a shared 2-core machine.
     checks.push(
@@ -172,7 +208,6 @@ export function batchingReport(results: readonly BatchingResult[], checks: reado
 }
 
 /** The decoder the issue measured one step of: 6 layers, hidden 512, FFN 2,048, vocabulary 8,192 (about 110 MB). */
-export const BENCH_DECODER = { vocabSize: 8192, hidden: 512, heads: 8, layers: 6, ffn: 2048, maxPositions: 512, seed: 7 } as const;
 export const DECODER_IDS = [
   'batching-decoder-batched',
   'batching-decoder-travelling',

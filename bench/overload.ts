@@ -1,5 +1,5 @@
 /**
- * Overload: `sluice serve` in a child process (charlm, the generated models) first unloaded, then
+ * Overload: `sluice serve` in a child process first unloaded, then
  * its capacity measured with closed-loop clients, then offered 10× that rate open-loop. Reported:
  * the server's RSS before and after the overload, how fast refusals come back (429 at the door),
  * admitted requests' time to first token against the unloaded one, refusals the server counted
@@ -10,6 +10,10 @@
  * Environment: BENCH_OVERLOAD_SECONDS=20 (the issue's figure is for 60), BENCH_OVERLOAD_FACTOR=10,
  * BENCH_OVERLOAD_STREAMS=8 (--max-streams), BENCH_OVERLOAD_QUEUE=32 (--max-queue), BENCH_OVERLOAD_TOKENS=32,
  * BENCH_OVERLOAD_WAIT=0 (--max-queue-wait in ms; 0 leaves it off).
+ *
+ * Two models: `charlm` (tiny per token, so the HTTP edge is what saturates) and bench 11's 6×512
+ * decoder served with `--model` (the model's steps saturate the pool's threads), ids
+ * `overload-serve` and `overload-serve-decoder`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -18,9 +22,11 @@ import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { BENCH_DECODER, writeDecoderDir } from './decoder-dir.js';
 import { envInt, formatMB, monotonicMs, percentile, target, textTable, type TargetCheck } from './harness.js';
 
-export const OVERLOAD_ID = 'overload-serve';
+export const OVERLOAD_IDS = { charlm: 'overload-serve', decoder: 'overload-serve-decoder' } as const;
+export type OverloadModel = keyof typeof OVERLOAD_IDS;
 
 interface Outcome {
   readonly status: number;
@@ -32,6 +38,7 @@ interface Outcome {
 
 export interface OverloadResult {
   readonly id: string;
+  readonly model: OverloadModel;
   readonly capacity: number;
   readonly offered: number;
   readonly seconds: number;
@@ -54,6 +61,8 @@ export async function startServe(models: string, streams: number, queue: number,
   const child = spawn(
     process.execPath,
     [
+      // e.g. `--cpu-prof --cpu-prof-dir=prof`, to profile the server a bench drives.
+      ...(process.env.BENCH_SERVE_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
       join(root, 'bin', 'sluice.js'),
       'serve',
       '--port',
@@ -87,8 +96,8 @@ async function rssOf(pid: number): Promise<number> {
 }
 
 /** One streamed completion of charlm, read to its end. */
-function complete(url: URL, agent: Agent, tokens: number): Promise<Outcome> {
-  const body = JSON.stringify({ model: 'charlm', stream: true, max_tokens: tokens, messages: [{ role: 'user', content: 'The stage' }] });
+function complete(url: URL, agent: Agent, model: OverloadModel, tokens: number): Promise<Outcome> {
+  const body = JSON.stringify({ model, stream: true, max_tokens: tokens, messages: [{ role: 'user', content: 'The stage' }] });
   const started = monotonicMs();
   return new Promise((resolve) => {
     const req = httpRequest(
@@ -115,7 +124,10 @@ async function shedCounted(url: string): Promise<number> {
   return total;
 }
 
-export async function measureOverload(onProgress: (message: string) => void = () => {}): Promise<{ result: OverloadResult; checks: TargetCheck[] }> {
+export async function measureOverload(
+  model: OverloadModel,
+  onProgress: (message: string) => void = () => {},
+): Promise<{ result: OverloadResult; checks: TargetCheck[] }> {
   const seconds = envInt('BENCH_OVERLOAD_SECONDS', 20);
   const factor = envInt('BENCH_OVERLOAD_FACTOR', 10);
   const streams = envInt('BENCH_OVERLOAD_STREAMS', 8);
@@ -123,24 +135,30 @@ export async function measureOverload(onProgress: (message: string) => void = ()
   const tokens = envInt('BENCH_OVERLOAD_TOKENS', 32);
   const models = await mkdtemp(join(tmpdir(), 'sluice-bench-overload-'));
   const wait = envInt('BENCH_OVERLOAD_WAIT', 0);
-  const { child, url } = await startServe(models, streams, queue, wait > 0 ? ['--max-queue-wait', String(wait)] : []);
+  const extra = wait > 0 ? ['--max-queue-wait', String(wait)] : [];
+  if (process.env.BENCH_OVERLOAD_EXTRA) extra.push(...process.env.BENCH_OVERLOAD_EXTRA.split(' '));
+  if (model === 'decoder') {
+    await writeDecoderDir(join(models, 'decoder'), BENCH_DECODER);
+    extra.push('--model', join(models, 'decoder'));
+  }
+  const { child, url } = await startServe(models, streams, queue, extra);
   const target_ = new URL(url);
   const agent = new Agent({ keepAlive: true, maxSockets: 1024 });
   try {
     // Unloaded: one client at a time.
     const unloaded: Outcome[] = [];
-    for (let i = 0; i < 60; i++) unloaded.push(await complete(target_, agent, tokens));
+    for (let i = 0; i < 60; i++) unloaded.push(await complete(target_, agent, model, tokens));
     // Capacity: as many closed-loop clients as streams, for a few seconds.
     let done = 0;
     const until = monotonicMs() + 4000;
     await Promise.all(
       Array.from({ length: streams }, async () => {
-        while (monotonicMs() < until) if ((await complete(target_, agent, tokens)).status === 200) done++;
+        while (monotonicMs() < until) if ((await complete(target_, agent, model, tokens)).status === 200) done++;
       }),
     );
     const capacity = done / 4;
     const offered = capacity * factor;
-    onProgress(`overload: capacity ${capacity.toFixed(0)} requests/s; offering ${offered.toFixed(0)}/s for ${seconds} s`);
+    onProgress(`overload (${model}): capacity ${capacity.toFixed(0)} requests/s; offering ${offered.toFixed(0)}/s for ${seconds} s`);
     const shedBefore = await shedCounted(url);
     const rssBefore = await rssOf(child.pid!);
     let rssPeak = rssBefore;
@@ -158,7 +176,7 @@ export async function measureOverload(onProgress: (message: string) => void = ()
       const due = start + n * interval;
       const wait = due - monotonicMs();
       if (wait > 1) await sleep(wait);
-      outcomes.push(complete(target_, agent, tokens));
+      outcomes.push(complete(target_, agent, model, tokens));
     }
     const loaded = await Promise.all(outcomes);
     clearInterval(sampler);
@@ -173,7 +191,8 @@ export async function measureOverload(onProgress: (message: string) => void = ()
     const admitted = loaded.filter((o) => o.status === 200);
     const sorted = (values: number[]) => Float64Array.from(values).sort();
     const result: OverloadResult = {
-      id: OVERLOAD_ID,
+      id: OVERLOAD_IDS[model],
+      model,
       capacity,
       offered,
       seconds,
@@ -190,9 +209,15 @@ export async function measureOverload(onProgress: (message: string) => void = ()
       alive,
     };
     const checks = [
-      target('overload: refusals answered, p99', result.refusalP99, 'ms', 'le', 5),
-      target("overload: admitted requests' time to first token p99 ÷ unloaded", result.ttftLoadedP99 / result.ttftUnloadedP99, '×', 'le', 2),
-      target('overload: refusals the server counted ÷ those the clients saw', result.refused === 0 ? 1 : result.shedCounted / result.refused, '×', 'ge', 1),
+      target(`overload (${model}): refusals answered, p99`, result.refusalP99, 'ms', 'le', 5),
+      target(`overload (${model}): admitted requests' time to first token p99 ÷ unloaded`, result.ttftLoadedP99 / result.ttftUnloadedP99, '×', 'le', 2),
+      target(
+        `overload (${model}): refusals the server counted ÷ those the clients saw`,
+        result.refused === 0 ? 1 : result.shedCounted / result.refused,
+        '×',
+        'ge',
+        1,
+      ),
     ];
     return { result, checks };
   } finally {
@@ -219,6 +244,10 @@ export function overloadReport(result: OverloadResult, checks: readonly TargetCh
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const { result, checks } = await measureOverload((m) => process.stderr.write(`${m}\n`));
-  console.log(overloadReport(result, checks));
+  const only = process.env.BENCH_OVERLOAD_MODEL;
+  for (const model of Object.keys(OVERLOAD_IDS) as OverloadModel[]) {
+    if (only !== undefined && only !== model) continue;
+    const { result, checks } = await measureOverload(model, (m) => process.stderr.write(`${m}\n`));
+    console.log(`${model}\n${overloadReport(result, checks)}`);
+  }
 }

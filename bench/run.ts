@@ -27,7 +27,7 @@
  *   9. the RAG path — ragWorker's shared pipeline at 64 questions in flight, guard and embedder batched across them or
  *      one pool run per call: questions/s and pool runs per question (bench/shared-rag.ts, ids `rag-shared-*`)
  *  10. overload — `sluice serve` in a child process offered 10× its measured capacity: refusal p99, admitted time to first
- *      token against unloaded, RSS, refusals counted (bench/overload.ts, id `overload-serve`)
+ *      token against unloaded, RSS, refusals counted; charlm and the 6×512 decoder (bench/overload.ts, ids `overload-serve*`)
  *  11. continuous batching — charlm through `sluice serve`'s HTTP API at 1, 4 and 16 streams, decode steps batched
  *      (`--max-batch 16`) or alone; the issue's 6-layer, 512-wide decoder (110 MB) in a 2-thread pool, same prompt length:
  *      tokens/s and ratios (bench/batching.ts, ids `batching-charlm-*`, `batching-decoder-*`)
@@ -85,7 +85,7 @@ import { measureWsLoad, wsLoadConfig, wsLoadReport, wsScenarios, type WsLoadResu
 import { measureSseLoad, sseLoadReport, sseScenarios, type SseLoadResult } from './sse-load.js';
 import { ensureBuilt, importCases, measureImportCost, type ImportResult } from './import-cost.js';
 import { BATCHING_IDS, DECODER_IDS, batchingReport, ceilingReport, measureBatching, measureDecoderBatching, type BatchingResult } from './batching.js';
-import { measureOverload, OVERLOAD_ID, overloadReport, type OverloadResult } from './overload.js';
+import { measureOverload, OVERLOAD_IDS, overloadReport, type OverloadModel, type OverloadResult } from './overload.js';
 import { measureSharedRag, RAG_SCENARIOS, sharedRagReport, type SharedRagResult } from './shared-rag.js';
 import { FEED_SCENARIOS, inspectFeedConfig, inspectFeedReport, measureInspectFeed, type InspectFeedResult } from './inspect-feed.js';
 import { NATS_WORK_MS, REDELIVERY, measureNats, natsConfig, natsScenarioIds, natsServerVersion, type NatsResults } from './nats.js';
@@ -696,14 +696,15 @@ if (RAG_SCENARIOS.some((s) => selected(s.id))) {
 
 // ---------------------------------------------------------------- 10. overload at the door
 
-let overload: OverloadResult | undefined;
-if (selected(OVERLOAD_ID)) {
-  process.stderr.write('\n[10] overload: sluice serve offered 10x its capacity\n');
+const overload: OverloadResult[] = [];
+for (const model of Object.keys(OVERLOAD_IDS) as OverloadModel[]) {
+  if (!selected(OVERLOAD_IDS[model])) continue;
+  process.stderr.write(`\n[10] overload: sluice serve (${model}) offered 10x its capacity\n`);
   await settle();
-  const measured = await measureOverload(progress);
-  overload = measured.result;
+  const measured = await measureOverload(model, progress);
+  overload.push(measured.result);
   checks.push(...measured.checks);
-  console.log('\n## 10. Overload: sluice serve (charlm) offered 10× its measured capacity\n');
+  console.log(`\n## 10. Overload: sluice serve (${model}) offered 10× its measured capacity\n`);
   console.log(overloadReport(measured.result, measured.checks));
 }
 
