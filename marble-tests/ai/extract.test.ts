@@ -7,15 +7,46 @@ import type { RetrievedPassage } from '../../src/ai/rag/passage.js';
 const v = (...xs: number[]) => Float32Array.from(xs);
 
 describe('extractive answers', () => {
-  it('splits prose into sentences, leaving out headings, list markers, separators and fragments', () => {
+  it('splits prose into sentences, leaving out headings, list markers, separators and lone fragments', () => {
     const text =
-      '# Title\nA stage asks for more only with room. `fail` errors with `OverflowError`. `conflate` merges them into one.\n```ts\ncode();\n```\n| a | b |\n- A list item that is long enough.\nToo short.';
+      '# Title\nA stage asks for more only with room. `fail` errors with `OverflowError`. `conflate` merges them into one.\n```ts\ncode();\n```\n| a | b |\n- A list item that is long enough.\n\nToo short.';
     assert.deepEqual(sentencesOf(text), [
       'A stage asks for more only with room.',
       '`fail` errors with `OverflowError`.',
       '`conflate` merges them into one.',
       'a; b',
       'A list item that is long enough.',
+    ]);
+  });
+
+  it('joins a fragment to the sentence before it in its block: an option keeps its default', () => {
+    const text =
+      '- **maxRetries** `number` (optional) - Maximum number of retries. Default: `5`\n- **statusCodes** `number[]` - Status codes to retry. Default: `[429, 500, 502]`';
+    assert.deepEqual(sentencesOf(text), [
+      '**maxRetries** `number` (optional) - Maximum number of retries. Default: `5`',
+      '**statusCodes** `number[]` - Status codes to retry. Default: `[429, 500, 502]`',
+    ]);
+  });
+
+  it('a sentence ending in a colon takes the list items after it, while it stays short', () => {
+    const text =
+      '**Network log** - Complete network activity:\n- All HTTP requests and responses\n- Timing (DNS, TTFB)\n\nThe trace also holds the console log.';
+    assert.deepEqual(sentencesOf(text), [
+      '**Network log** - Complete network activity: All HTTP requests and responses; Timing (DNS, TTFB)',
+      'The trace also holds the console log.',
+    ]);
+    const long = `The constructor takes these arguments:\n${Array.from({ length: 12 }, (_, i) => `- **option${i}** \`number\` - the ${i}th option of the call.`).join('\n')}`;
+    const sentences = sentencesOf(long);
+    assert.ok(sentences[0]!.startsWith('The constructor takes these arguments: **option0**') && sentences[0]!.length <= 240, sentences[0]);
+    assert.ok(sentences.includes('**option11** `number` - the 11th option of the call.'), 'the items past the bound are quoted alone');
+  });
+
+  it('quotes a comment line of a code block with the line it describes', () => {
+    const text = '```bash\n# List every action\nnpx trace actions\n\n# Only failed actions\nnpx trace actions --errors-only\n# a trailing comment\n```';
+    assert.deepEqual(sentencesOf(text), [
+      '`# List every action` `npx trace actions`',
+      '`# Only failed actions` `npx trace actions --errors-only`',
+      '`# a trailing comment`',
     ]);
   });
 

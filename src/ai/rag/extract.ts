@@ -151,14 +151,14 @@ function pickByWords(
   return picked;
 }
 
-/** A heading that is an API's name (`logger.child(bindings)`, `exports.errWithCause(error)`, `SonicBoom#flush([cb])`, `level (String)`). */
-const API_HEADING = /^[\p{L}_$][\w$]*(?:[.#][\w$]+)*\s*(?:\(.*\))?\s*(?:=>.*)?$/u;
+/** A heading that is an API's name (`logger.child(bindings)`, `exports.errWithCause(error)`, `SonicBoom#flush([cb])`, `level (String)`, `undici:request:create`). */
+const API_HEADING = /^[\p{L}_$][\w$]*(?:[.#:][\w$]+)*\s*(?:\(.*\))?\s*(?:=>.*)?$/u;
 
 /** The innermost heading of a passage when it names an API none of its quoted sentences names: the subject they leave out. */
 function subjectOf(passage: RetrievedPassage, quoted: readonly Scored[]): string | undefined {
   const heading = passage.headings?.split(' › ').at(-1)?.trim();
-  if (heading === undefined || !API_HEADING.test(heading) || !/[.#(]/.test(heading)) return undefined;
-  const name = /^[\p{L}_$][\w$.#]*/u.exec(heading)![0];
+  if (heading === undefined || !API_HEADING.test(heading) || !/[.#(:]/.test(heading)) return undefined;
+  const name = /^[\p{L}_$][\w$.#:]*/u.exec(heading)![0];
   return quoted.some((q) => q.text.includes(name)) ? undefined : heading;
 }
 
