@@ -115,6 +115,19 @@ describe('extractive answers', () => {
     // The import line is as close by cosine and shares "server": weighed down, it falls under half the best.
     const answer = composeAnswer(v(1, 0), passages, candidates, [v(0.8, 0.6), v(0.8, 0.6), v(0.8, 0.6)], { sentences: 3 }, words);
     assert.equal(answer.text.split('\n\n')[0], 'Compression is disabled by default on the server. [1]');
+    // A comment quoted with its line is code all the same: holding every query word, it still yields to the prose.
+    const commented: RetrievedPassage[] = [
+      {
+        id: 'a',
+        text: '```js\n// server compression default\nnew Server({ perMessageDeflate: false });\n```\nCompression is disabled by default here.',
+        source: 'a.md › Server',
+        score: 1,
+      },
+    ];
+    const pieces = candidatesOf(commented);
+    assert.equal(pieces[0]!.text, '`// server compression default` `new Server({ perMessageDeflate: false });`');
+    const quoted = composeAnswer(v(1, 0), commented, pieces, [v(0.8, 0.6), v(0.8, 0.6)], { sentences: 1 }, words);
+    assert.equal(quoted.text.split('\n\n')[0], 'Compression is disabled by default here. [1]');
   });
 
   it('picks the closest sentences above the threshold, writes them in reading order with their source numbers, then the sources', () => {

@@ -47,9 +47,9 @@ const rankOf = (c: Candidate): number => c.rank ?? c.passage;
 /** What retrieval's order says of a sentence's passage, as a factor of its score. */
 const prior = (c: Candidate): number => (c.offset ? NEIGHBOUR_WEIGHT : 1) / (1 + RANK_DECAY * rankOf(c));
 
-/** Whether a candidate is a lone code line (a lead-in sentence with its line is prose). */
+/** Whether a candidate is code alone: a code line, or a comment line with its code (a lead-in sentence with its line is prose). */
 function isCode(text: string): boolean {
-  return text.startsWith('`') && text.endsWith('`') && !text.slice(1, -1).includes('`');
+  return /^(`[^`]*`\s*)+$/.test(text);
 }
 
 /** A sentence of the retrieved passages: where it comes from and its text. */
