@@ -40,6 +40,9 @@ describe('LexicalIndex', () => {
     assert.equal(lexicalTerm('paused'), lexicalTerm('pause'));
     assert.equal(lexicalTerm('shedding'), lexicalTerm('shed'));
     assert.equal(lexicalTerm('the'), null);
+    // A quantifier says how many, not what about: "several" must not meet "severity" (both stem to `sever`).
+    assert.deepEqual(lexicalTerms('several targets, every request, a few various levels'), lexicalTerms('targets request levels'));
+    assert.notEqual(lexicalTerm('severity'), null);
     assert.deepEqual(lexicalTerms('shedOldest 429'), ['shed', 'oldest', '429']);
     assert.deepEqual(lexicalTerms('<div align="center"><img src="logo.png"></div> Logo <!-- note -->'), ['logo'], 'HTML tags and comments are no words');
   });
