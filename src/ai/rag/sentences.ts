@@ -33,7 +33,7 @@ function codeSentence(line: string): string | undefined {
   return `\`${code.replace(/`/g, "'")}\``;
 }
 
-/** A code line that is only a comment (`# Only failed actions`, `// retry twice`): it says what the line below it does. */
+/** A code line that is only a comment (`# Only failed actions`, `// retry twice`): it says what the line below it does, and nothing alone. */
 const COMMENT_LINE = /^\s*(#|\/\/)\s/;
 
 /** Prose words of a masked sentence, a code span counting as one: under `MIN_WORDS`, a piece is a fragment. */
@@ -71,7 +71,6 @@ export function sentencesOf(text: string): string[] {
   for (const [i, line] of lines.entries()) {
     if (/^\s*(```|~~~)/.test(line)) {
       fenced = !fenced;
-      if (comment !== undefined) quotable.push(comment);
       comment = undefined;
       close();
       continue;
@@ -79,15 +78,12 @@ export function sentencesOf(text: string): string[] {
     if (fenced) {
       const code = codeSentence(line);
       if (code === undefined) continue;
-      const isComment = COMMENT_LINE.test(line);
-      if (comment !== undefined) {
-        // A comment and the line it describes are quoted together: the comment holds the words, the line the command.
-        quotable.push(isComment ? comment : `${comment} ${code}`);
+      // A comment is quoted with the line it describes (it holds the words, the line the command), never alone.
+      if (COMMENT_LINE.test(line)) comment = code;
+      else {
+        quotable.push(comment === undefined ? code : `${comment} ${code}`);
         comment = undefined;
-        if (!isComment) continue;
       }
-      if (isComment) comment = code;
-      else quotable.push(code);
       continue;
     }
     if (/^\s*\|/.test(line)) {
@@ -111,7 +107,6 @@ export function sentencesOf(text: string): string[] {
     }
     current.push(marker === null ? line.trim() : line.slice(marker[0].length).trim());
   }
-  if (comment !== undefined) quotable.push(comment);
   close();
   const sentences: string[] = [];
   // The last sentence ends in `:`: the code line or row after it (or list items, `listed` of them so far) is what it introduces.
