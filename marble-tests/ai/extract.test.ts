@@ -41,10 +41,13 @@ describe('extractive answers', () => {
     assert.ok(sentences.includes('**option11** `number` - the 11th option of the call.'), 'the items past the bound are quoted alone');
   });
 
-  it('quotes a comment line of a code block with the line it describes, and no comment alone', () => {
+  it('quotes the comment lines of a code block with the line they describe, and no comment alone', () => {
     const text =
-      '```bash\n# List every action\nnpx trace actions\n\n# Will throw here\n# Only failed actions\nnpx trace actions --errors-only\n# a trailing comment\n```';
-    assert.deepEqual(sentencesOf(text), ['`# List every action` `npx trace actions`', '`# Only failed actions` `npx trace actions --errors-only`']);
+      '```bash\n# List every action\nnpx trace actions\n\n# failed actions only,\n# by default in one line\nnpx trace actions --errors-only\n# a trailing comment\n```';
+    assert.deepEqual(sentencesOf(text), [
+      '`# List every action` `npx trace actions`',
+      '`# failed actions only,` `# by default in one line` `npx trace actions --errors-only`',
+    ]);
   });
 
   it('quotes a code line as a code span and a table row with its header, in reading order', () => {

@@ -33,7 +33,7 @@ function codeSentence(line: string): string | undefined {
   return `\`${code.replace(/`/g, "'")}\``;
 }
 
-/** A code line that is only a comment (`# Only failed actions`, `// retry twice`): it says what the line below it does, and nothing alone. */
+/** A code line that is only a comment (`# Only failed actions`, `// retry twice`): with the comment lines before it, it says what the line below does, and nothing alone. */
 const COMMENT_LINE = /^\s*(#|\/\/)\s/;
 
 /** Prose words of a masked sentence, a code span counting as one: under `MIN_WORDS`, a piece is a fragment. */
@@ -78,8 +78,8 @@ export function sentencesOf(text: string): string[] {
     if (fenced) {
       const code = codeSentence(line);
       if (code === undefined) continue;
-      // A comment is quoted with the line it describes (it holds the words, the line the command), never alone.
-      if (COMMENT_LINE.test(line)) comment = code;
+      // Comment lines in a row are one comment, quoted with the line it describes (it holds the words, the line the command), never alone.
+      if (COMMENT_LINE.test(line)) comment = comment === undefined ? code : `${comment} ${code}`;
       else {
         quotable.push(comment === undefined ? code : `${comment} ${code}`);
         comment = undefined;
