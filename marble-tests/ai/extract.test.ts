@@ -48,6 +48,10 @@ describe('extractive answers', () => {
       '`# List every action` `npx trace actions`',
       '`# failed actions only,` `# by default in one line` `npx trace actions --errors-only`',
     ]);
+    const banner = `\`\`\`js\n${Array.from({ length: 9 }, (_, i) => `// line ${i} of a long banner`).join('\n')}\nrun(options);\n\`\`\``;
+    assert.deepEqual(sentencesOf(banner), [
+      '`// line 5 of a long banner` `// line 6 of a long banner` `// line 7 of a long banner` `// line 8 of a long banner` `run(options);`',
+    ]);
   });
 
   it('quotes a code line as a code span and a table row with its header, in reading order', () => {

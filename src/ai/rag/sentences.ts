@@ -36,6 +36,9 @@ function codeSentence(line: string): string | undefined {
 /** A code line that is only a comment (`# Only failed actions`, `// retry twice`): with the comment lines before it, it says what the line below does, and nothing alone. */
 const COMMENT_LINE = /^\s*(#|\/\/)\s/;
 
+/** Comment lines quoted with a code line at most, the nearest: a longer block documents more than the line below it. */
+const COMMENT_LINES = 4;
+
 /** Prose words of a masked sentence, a code span counting as one: under `MIN_WORDS`, a piece is a fragment. */
 const MIN_WORDS = 4;
 
@@ -56,7 +59,7 @@ export function sentencesOf(text: string): string[] {
   let current: string[] = [];
   let item = false;
   let fenced = false;
-  let comment: string | undefined; // a comment line in a fence, waiting for the code line it describes
+  let comment: string[] = []; // comment lines in a fence, waiting for the code line they describe
   let header: string[] | undefined;
   const close = () => {
     if (current.length > 0) {
@@ -71,7 +74,7 @@ export function sentencesOf(text: string): string[] {
   for (const [i, line] of lines.entries()) {
     if (/^\s*(```|~~~)/.test(line)) {
       fenced = !fenced;
-      comment = undefined;
+      comment = [];
       close();
       continue;
     }
@@ -79,10 +82,10 @@ export function sentencesOf(text: string): string[] {
       const code = codeSentence(line);
       if (code === undefined) continue;
       // Comment lines in a row are one comment, quoted with the line it describes (it holds the words, the line the command), never alone.
-      if (COMMENT_LINE.test(line)) comment = comment === undefined ? code : `${comment} ${code}`;
+      if (COMMENT_LINE.test(line)) comment = [...comment, code].slice(-COMMENT_LINES);
       else {
-        quotable.push(comment === undefined ? code : `${comment} ${code}`);
-        comment = undefined;
+        quotable.push([...comment, code].join(' '));
+        comment = [];
       }
       continue;
     }
