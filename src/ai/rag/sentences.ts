@@ -46,10 +46,12 @@ const MIN_WORDS = 4;
 const LEAD_IN_LIST = 240;
 
 /**
- * A passage's sentences, trimmed: prose split into sentences (fragments of fewer than 4 words
- * dropped, list markers and headings left out), each line of a code fence as a code span, and
- * each table row with its header's cells named, so a command or a row can be the quoted answer;
- * a sentence ending in `:` keeps the first code line or row it introduces.
+ * A passage's sentences, trimmed: prose split into sentences (a fragment of fewer than 4 words
+ * joined to the sentence before it in its block, or dropped when it opens one; list markers and
+ * headings left out), each line of a code fence as a code span (with the comment lines just above
+ * it; a comment alone is not quoted), and each table row with its header's cells named, so a command
+ * or a row can be the quoted answer; a sentence ending in `:` keeps the first code line or row it
+ * introduces, or the list items after it while under 240 characters.
  */
 export function sentencesOf(text: string): string[] {
   // Blocks: paragraphs and list items, so a sentence never runs from one into the next.
