@@ -43,7 +43,7 @@ export type { Passage, PassageMetadata, RetrievedPassage } from './ai/rag/passag
 export { countTokens, tokenize } from './ai/rag/tokens.js';
 export { LexicalIndex, lexicalTerm, lexicalTerms } from './ai/rag/lexical-index.js';
 export type { LexicalHit } from './ai/rag/lexical-index.js';
-export { reciprocalRankFusion, RRF_K } from './ai/rag/fusion.js';
+export { reciprocalRankFusion, RRF_K, scoreFusion, type RankedScore } from './ai/rag/fusion.js';
 export type { Fused } from './ai/rag/fusion.js';
 export { retrievePassages, RETRIEVAL_MODES, LEXICAL_GRANULARITIES } from './ai/rag/retriever.js';
 export type { LexicalGranularity, RetrievalMode, Retrieval, RetrievalPlan } from './ai/rag/retriever.js';

@@ -72,7 +72,7 @@ describe('extractive answer selection', () => {
     );
   });
 
-  it('leads with the API heading a quoted sentence leaves unnamed', () => {
+  it('leads with the API or event-name heading a quoted sentence leaves unnamed', () => {
     const passages = [passage('serializers', 'Serializes an error like object, including its cause.', 'API › exports.errWithCause(error)')];
     const answer = composeAnswer(v(1, 0), passages, candidatesOf(passages), [v(1, 0)], {}, terms({ serialize: 2, error: 1, cause: 3 }));
     assert.equal(answer.text.split('\n\n')[0], 'exports.errWithCause(error): Serializes an error like object, including its cause. [1]');
@@ -80,6 +80,16 @@ describe('extractive answer selection', () => {
     assert.equal(
       composeAnswer(v(1, 0), prose, candidatesOf(prose), [v(1, 0)], {}, terms({ serialize: 2, cause: 3 })).text.split('\n\n')[0],
       'Serializes an error like object, including its cause. [1]',
+    );
+    const event = [passage('channels', 'This message is published when a new outgoing request is created.', 'Diagnostics › undici:request:create')];
+    assert.equal(
+      composeAnswer(v(1, 0), event, candidatesOf(event), [v(1, 0)], {}, terms({ publish: 2, request: 1 })).text.split('\n\n')[0],
+      'undici:request:create: This message is published when a new outgoing request is created. [1]',
+    );
+    const note = [passage('notes', 'This message is published when a new outgoing request is created.', 'Diagnostics › Note: requests')];
+    assert.equal(
+      composeAnswer(v(1, 0), note, candidatesOf(note), [v(1, 0)], {}, terms({ publish: 2, request: 1 })).text.split('\n\n')[0],
+      'This message is published when a new outgoing request is created. [1]',
     );
   });
 

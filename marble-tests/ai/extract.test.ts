@@ -7,15 +7,50 @@ import type { RetrievedPassage } from '../../src/ai/rag/passage.js';
 const v = (...xs: number[]) => Float32Array.from(xs);
 
 describe('extractive answers', () => {
-  it('splits prose into sentences, leaving out headings, list markers, separators and fragments', () => {
+  it('splits prose into sentences, leaving out headings, list markers, separators and lone fragments', () => {
     const text =
-      '# Title\nA stage asks for more only with room. `fail` errors with `OverflowError`. `conflate` merges them into one.\n```ts\ncode();\n```\n| a | b |\n- A list item that is long enough.\nToo short.';
+      '# Title\nA stage asks for more only with room. `fail` errors with `OverflowError`. `conflate` merges them into one.\n```ts\ncode();\n```\n| a | b |\n- A list item that is long enough.\n\nToo short.';
     assert.deepEqual(sentencesOf(text), [
       'A stage asks for more only with room.',
       '`fail` errors with `OverflowError`.',
       '`conflate` merges them into one.',
       'a; b',
       'A list item that is long enough.',
+    ]);
+  });
+
+  it('joins a fragment to the sentence before it in its block: an option keeps its default', () => {
+    const text =
+      '- **maxRetries** `number` (optional) - Maximum number of retries. Default: `5`\n- **statusCodes** `number[]` - Status codes to retry. Default: `[429, 500, 502]`';
+    assert.deepEqual(sentencesOf(text), [
+      '**maxRetries** `number` (optional) - Maximum number of retries. Default: `5`',
+      '**statusCodes** `number[]` - Status codes to retry. Default: `[429, 500, 502]`',
+    ]);
+  });
+
+  it('a sentence ending in a colon takes the list items after it, while it stays short', () => {
+    const text =
+      '**Network log** - Complete network activity:\n- All HTTP requests and responses\n- Timing (DNS, TTFB)\n\nThe trace also holds the console log.';
+    assert.deepEqual(sentencesOf(text), [
+      '**Network log** - Complete network activity: All HTTP requests and responses; Timing (DNS, TTFB)',
+      'The trace also holds the console log.',
+    ]);
+    const long = `The constructor takes these arguments:\n${Array.from({ length: 12 }, (_, i) => `- **option${i}** \`number\` - the ${i}th option of the call.`).join('\n')}`;
+    const sentences = sentencesOf(long);
+    assert.ok(sentences[0]!.startsWith('The constructor takes these arguments: **option0**') && sentences[0]!.length <= 240, sentences[0]);
+    assert.ok(sentences.includes('**option11** `number` - the 11th option of the call.'), 'the items past the bound are quoted alone');
+  });
+
+  it('quotes the comment lines of a code block with the line they describe, and no comment alone', () => {
+    const text =
+      '```bash\n# List every action\nnpx trace actions\n\n# failed actions only,\n# by default in one line\nnpx trace actions --errors-only\n# a trailing comment\n```';
+    assert.deepEqual(sentencesOf(text), [
+      '`# List every action` `npx trace actions`',
+      '`# failed actions only,` `# by default in one line` `npx trace actions --errors-only`',
+    ]);
+    const banner = `\`\`\`js\n${Array.from({ length: 9 }, (_, i) => `// line ${i} of a long banner`).join('\n')}\nrun(options);\n\`\`\``;
+    assert.deepEqual(sentencesOf(banner), [
+      '`// line 5 of a long banner` `// line 6 of a long banner` `// line 7 of a long banner` `// line 8 of a long banner` `run(options);`',
     ]);
   });
 
@@ -84,6 +119,19 @@ describe('extractive answers', () => {
     // The import line is as close by cosine and shares "server": weighed down, it falls under half the best.
     const answer = composeAnswer(v(1, 0), passages, candidates, [v(0.8, 0.6), v(0.8, 0.6), v(0.8, 0.6)], { sentences: 3 }, words);
     assert.equal(answer.text.split('\n\n')[0], 'Compression is disabled by default on the server. [1]');
+    // A comment quoted with its line is code all the same: holding every query word, it still yields to the prose.
+    const commented: RetrievedPassage[] = [
+      {
+        id: 'a',
+        text: '```js\n// server compression default\nnew Server({ perMessageDeflate: false });\n```\nCompression is disabled by default here.',
+        source: 'a.md › Server',
+        score: 1,
+      },
+    ];
+    const pieces = candidatesOf(commented);
+    assert.equal(pieces[0]!.text, '`// server compression default` `new Server({ perMessageDeflate: false });`');
+    const quoted = composeAnswer(v(1, 0), commented, pieces, [v(0.8, 0.6), v(0.8, 0.6)], { sentences: 1 }, words);
+    assert.equal(quoted.text.split('\n\n')[0], 'Compression is disabled by default here. [1]');
   });
 
   it('picks the closest sentences above the threshold, writes them in reading order with their source numbers, then the sources', () => {

@@ -1,9 +1,9 @@
-/** BM25 beside the dense index, its IDF coverage, and reciprocal rank fusion. */
+/** BM25 beside the dense index, its IDF coverage, and fusing rankings by rank or by score. */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { LexicalIndex, lexicalTerm, lexicalTerms } from '../../src/ai/rag/lexical-index.js';
-import { reciprocalRankFusion } from '../../src/ai/rag/fusion.js';
+import { reciprocalRankFusion, scoreFusion } from '../../src/ai/rag/fusion.js';
 import { supportsAnswer } from '../../src/ai/rag/abstain.js';
 import type { PassageMetadata } from '../../src/ai/rag/passage.js';
 import { lastValueFrom, toArray } from 'rxjs';
@@ -40,6 +40,9 @@ describe('LexicalIndex', () => {
     assert.equal(lexicalTerm('paused'), lexicalTerm('pause'));
     assert.equal(lexicalTerm('shedding'), lexicalTerm('shed'));
     assert.equal(lexicalTerm('the'), null);
+    // A quantifier says how many, not what about: "several" must not meet "severity" (both stem to `sever`).
+    assert.deepEqual(lexicalTerms('several targets, every request, a few various levels'), lexicalTerms('targets request levels'));
+    assert.notEqual(lexicalTerm('severity'), null);
     assert.deepEqual(lexicalTerms('shedOldest 429'), ['shed', 'oldest', '429']);
     assert.deepEqual(lexicalTerms('<div align="center"><img src="logo.png"></div> Logo <!-- note -->'), ['logo'], 'HTML tags and comments are no words');
   });
@@ -225,6 +228,58 @@ describe('reciprocalRankFusion', () => {
           assert.deepEqual([...fused].sort(), [...new Set([...a, ...b])].sort());
         },
       ),
+    );
+  });
+});
+
+describe('scoreFusion', () => {
+  const ranking = (...entries: [string, number][]) => entries.map(([id, score]) => ({ id, score }));
+
+  it("keeps one ranking's clear winner first where rank fusion lets passages both rank fairly pass it", () => {
+    // BM25 finds `fact` far ahead of the rest; the dense ranking does not hold it within its depth.
+    const lexical = ranking(['fact', 12], ['b', 4], ['c', 3.9], ['d', 3.8], ['e', 3.7]);
+    const dense = ranking(['b', 0.61], ['c', 0.6], ['d', 0.6], ['e', 0.59], ['x', 0.58]);
+    const byScore = scoreFusion([dense, lexical], [0.5, 1]).map((f) => f.id);
+    assert.equal(byScore[0], 'fact');
+    const byRank = reciprocalRankFusion([dense.map((h) => h.id), lexical.map((h) => h.id)], 60, [0.5, 1]).map((f) => f.id);
+    assert.ok(byRank.indexOf('fact') > 2, `rank fusion puts it at ${byRank.indexOf('fact')}`);
+  });
+
+  it('weights scale a ranking’s scores; an entry a ranking lacks counts its lowest score', () => {
+    const a = ranking(['x', 1], ['y', 0.5]);
+    const b = ranking(['y', 10], ['x', 8]);
+    assert.deepEqual(
+      scoreFusion([a, b], [1, 0.2]).map((f) => f.id),
+      ['x', 'y'],
+    );
+    assert.deepEqual(
+      scoreFusion([a, b], [0.2, 1]).map((f) => f.id),
+      ['y', 'x'],
+    );
+    const fused = scoreFusion([ranking(['p', 2], ['q', 1]), ranking(['r', 4])]);
+    assert.equal(fused.find((f) => f.id === 'q')!.score, 0.5 + 1, 'q: half the best of its own, and the lowest of the ranking without it');
+    assert.deepEqual(fused.find((f) => f.id === 'r')!.ranks, [undefined, 0]);
+  });
+
+  it('is one list unchanged when fused alone, holds every id once, and ignores the scale of each ranking', () => {
+    const scored = fc.uniqueArray(fc.record({ id: fc.string({ minLength: 1, maxLength: 3 }), score: fc.double({ min: 0.01, max: 100, noNaN: true }) }), {
+      selector: (e) => e.id,
+      maxLength: 20,
+    });
+    fc.assert(
+      fc.property(scored, scored, fc.double({ min: 0.01, max: 1000, noNaN: true }), (a, b, scale) => {
+        const sortedA = [...a].sort((x, y) => y.score - x.score);
+        const sortedB = [...b].sort((x, y) => y.score - x.score);
+        const alone = scoreFusion([sortedA]).map((f) => f.score);
+        assert.ok(
+          alone.every((s, i) => i === 0 || s <= alone[i - 1]!),
+          'one ranking keeps its order of scores',
+        );
+        const fused = scoreFusion([sortedA, sortedB]);
+        assert.deepEqual(fused.map((f) => f.id).sort(), [...new Set([...a, ...b].map((e) => e.id))].sort());
+        const rescaled = scoreFusion([sortedA, sortedB.map((e) => ({ id: e.id, score: e.score * scale }))]);
+        rescaled.forEach((f, i) => assert.ok(Math.abs(f.score - fused[i]!.score) < 1e-9));
+      }),
     );
   });
 });

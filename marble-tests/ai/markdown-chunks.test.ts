@@ -35,6 +35,18 @@ describe('chunkMarkdown', () => {
     ]);
   });
 
+  it('a heading keeps what a reader sees: badges, logos and HTML tags go, links keep their text', () => {
+    const doc = [
+      '# Prometheus client [![Actions Status](https://ci.example/badge.svg?branch=master)](https://ci.example/actions)',
+      '## define-properties <sup>[![Version Badge][npm-version-svg]][package-url]</sup> ![logo](logo.png)',
+      '### The `pino` [API](api.md) and [Usage][usage-link]',
+      'Some text for the passage.',
+    ].join('\n');
+    const [passage] = chunkMarkdown(doc, 'README.md');
+    assert.equal(passage!.headings, 'Prometheus client › define-properties › The pino API and Usage');
+    assert.equal(passage!.source, 'README.md › The pino API and Usage');
+  });
+
   it('a horizontal rule only separates; setext underlines are headings', () => {
     const doc = ['Guide', '=====', '', 'First part.', '', '---', '', 'Second part.', '***', 'Third part.', '', 'Install', '-------', '', 'Run it.'].join('\n');
     assert.deepEqual(shape(doc), [

@@ -71,7 +71,7 @@ export interface RagWorkerOptions {
   readonly thresholds?: { readonly flag: number; readonly block: number };
   /** Passages retrieved per question. Default 5. */
   readonly k?: number;
-  /** The rankings retrieval fuses: `hybrid` (dense and BM25, by reciprocal rank fusion), `dense` or `lexical`. Default `hybrid`. */
+  /** The rankings retrieval fuses: `hybrid` (dense and BM25, their scores fused), `dense` or `lexical`. Default `hybrid`. */
   readonly retrieval?: RetrievalMode;
   /** How much the dense ranking counts in hybrid fusion, BM25's counting 1 (see `retrieve`). Default 0.5, for the generated embedder. */
   readonly denseWeight?: number;

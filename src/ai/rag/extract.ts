@@ -47,9 +47,9 @@ const rankOf = (c: Candidate): number => c.rank ?? c.passage;
 /** What retrieval's order says of a sentence's passage, as a factor of its score. */
 const prior = (c: Candidate): number => (c.offset ? NEIGHBOUR_WEIGHT : 1) / (1 + RANK_DECAY * rankOf(c));
 
-/** Whether a candidate is a lone code line (a lead-in sentence with its line is prose). */
+/** Whether a candidate is code alone: a code line, or a comment line with its code (a lead-in sentence with its line is prose). */
 function isCode(text: string): boolean {
-  return text.startsWith('`') && text.endsWith('`') && !text.slice(1, -1).includes('`');
+  return /^(`[^`]*`\s*)+$/.test(text);
 }
 
 /** A sentence of the retrieved passages: where it comes from and its text. */
@@ -151,14 +151,14 @@ function pickByWords(
   return picked;
 }
 
-/** A heading that is an API's name (`logger.child(bindings)`, `exports.errWithCause(error)`, `SonicBoom#flush([cb])`, `level (String)`). */
-const API_HEADING = /^[\p{L}_$][\w$]*(?:[.#][\w$]+)*\s*(?:\(.*\))?\s*(?:=>.*)?$/u;
+/** A heading that is an API's name (`logger.child(bindings)`, `exports.errWithCause(error)`, `SonicBoom#flush([cb])`, `level (String)`, `undici:request:create`). */
+const API_HEADING = /^[\p{L}_$][\w$]*(?:[.#:][\w$]+)*\s*(?:\(.*\))?\s*(?:=>.*)?$/u;
 
 /** The innermost heading of a passage when it names an API none of its quoted sentences names: the subject they leave out. */
 function subjectOf(passage: RetrievedPassage, quoted: readonly Scored[]): string | undefined {
   const heading = passage.headings?.split(' › ').at(-1)?.trim();
-  if (heading === undefined || !API_HEADING.test(heading) || !/[.#(]/.test(heading)) return undefined;
-  const name = /^[\p{L}_$][\w$.#]*/u.exec(heading)![0];
+  if (heading === undefined || !API_HEADING.test(heading) || !/[.#(:]/.test(heading)) return undefined;
+  const name = /^[\p{L}_$][\w$.#:]*/u.exec(heading)![0];
   return quoted.some((q) => q.text.includes(name)) ? undefined : heading;
 }
 

@@ -26,11 +26,14 @@ function slug(text: string): string {
   );
 }
 
-/** A heading's text without inline markup: what a reader sees. */
+/** A heading's text without inline markup: what a reader sees. Images (badges, logos) and HTML tags are left out, links keep their text. */
 function plain(heading: string): string {
   return heading
+    .replace(/!\[[^\]]*\](\([^)]*\)|\[[^\]]*\])/g, '')
+    .replace(/<\/?[A-Za-z][^>]*>/g, '')
+    .replace(/\[\s*\]\([^)]*\)|\[\s*\]\[[^\]]*\]/g, '')
     .replace(/`([^`]*)`/g, '$1')
-    .replace(/\[([^\]]*)\]\([^)]*\)/g, '$1')
+    .replace(/\[([^\]]*)\](\([^)]*\)|\[[^\]]*\])/g, '$1')
     .replace(/[*_]{1,2}([^*_]+)[*_]{1,2}/g, '$1')
     .trim();
 }

@@ -1,10 +1,10 @@
 /**
  * Hybrid retrieval: the dense index (cosine) and the lexical one (BM25) each rank the passages,
- * reciprocal rank fusion merges the rankings, and the evidence for an answer is weighed. Either
- * index can be used alone.
+ * their scores, each divided by its ranking's best, are weighed and summed (`scoreFusion`), and the
+ * evidence for an answer is weighed. Either index can be used alone.
  */
 import type { Evidence } from './abstain.js';
-import { RRF_K, reciprocalRankFusion } from './fusion.js';
+import { scoreFusion } from './fusion.js';
 import type { LexicalIndex } from './lexical-index.js';
 import { lexicalTerms } from './lexical-index.js';
 import { feedbackTerms, type FeedbackOptions } from './query-expansion.js';
@@ -42,7 +42,7 @@ export interface RetrievalPlan<M extends PassageMetadata> {
   readonly minScore?: number;
   /** Keeps only passages whose metadata passes, in both rankings. */
   readonly filter?: (metadata: M) => boolean;
-  /** How much the dense ranking's votes count in hybrid fusion, BM25's counting 1. Default 0.5. */
+  /** How much the dense ranking's scores count in hybrid fusion, BM25's counting 1. Default 0.5. */
   readonly denseWeight?: number;
   /** What BM25 ranks: single passages, heading sections (mapped back to a passage), or `both` fused. Default `passage`. */
   readonly granularity?: LexicalGranularity;
@@ -50,7 +50,7 @@ export interface RetrievalPlan<M extends PassageMetadata> {
   readonly feedback?: FeedbackOptions;
 }
 
-/** The generated embedding model hashes words: its ranking is a weaker witness than BM25's, and votes half. */
+/** The generated embedding model hashes words: its ranking is a weaker witness than BM25's, and counts half. */
 const DENSE_WEIGHT = 0.5;
 
 /** Lexical evidence is the best coverage among this many top passages, whatever `k`. */
@@ -92,11 +92,7 @@ export function retrievePassages<M extends PassageMetadata>(plan: RetrievalPlan<
       ? dense.map((h) => ({ id: h.id, score: h.score }))
       : mode === 'lexical' && granularity !== 'both'
         ? (granularity === 'passage' ? words : sections).slice(0, k).map((h) => ({ id: h.id, score: h.score }))
-        : reciprocalRankFusion([dense.map((h) => h.id), words.map((h) => h.id), sections.map((h) => h.id)], RRF_K, [
-            plan.denseWeight ?? DENSE_WEIGHT,
-            1,
-            1,
-          ]).slice(0, k);
+        : scoreFusion([dense, words, sections], [plan.denseWeight ?? DENSE_WEIGHT, 1, 1]).slice(0, k);
   const passages = ranked.map(({ id, score }) => {
     const m = metadata.get(id)!;
     return { id, score, text: m.text, source: m.source, ...(m.headings !== undefined && { headings: m.headings }) };

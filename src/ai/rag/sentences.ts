@@ -33,36 +33,62 @@ function codeSentence(line: string): string | undefined {
   return `\`${code.replace(/`/g, "'")}\``;
 }
 
+/** A code line that is only a comment (`# Only failed actions`, `// retry twice`): with the comment lines before it, it says what the line below does, and nothing alone. */
+const COMMENT_LINE = /^\s*(#|\/\/)\s/;
+
+/** Comment lines quoted with a code line at most, the nearest: a longer block documents more than the line below it. */
+const COMMENT_LINES = 4;
+
+/** Prose words of a masked sentence, a code span counting as one: under `MIN_WORDS`, a piece is a fragment. */
+const MIN_WORDS = 4;
+
+/** A lead-in sentence ending in `:` takes the list items after it while it stays under this many characters. */
+const LEAD_IN_LIST = 240;
+
 /**
- * A passage's sentences, trimmed: prose split into sentences (fragments of fewer than 4 words
- * dropped, list markers and headings left out), each line of a code fence as a code span, and
- * each table row with its header's cells named, so a command or a row can be the quoted answer;
- * a sentence ending in `:` keeps the first code line or row it introduces.
+ * A passage's sentences, trimmed: prose split into sentences (a fragment of fewer than 4 words
+ * joined to the sentence before it in its block, or dropped when it opens one; list markers and
+ * headings left out), each line of a code fence as a code span (with the comment lines just above
+ * it; a comment alone is not quoted), and each table row with its header's cells named, so a command
+ * or a row can be the quoted answer; a sentence ending in `:` keeps the first code line or row it
+ * introduces, or the list items after it while under 240 characters.
  */
 export function sentencesOf(text: string): string[] {
   // Blocks: paragraphs and list items, so a sentence never runs from one into the next.
   const blocks: string[] = [];
+  const items = new Set<number>(); // blocks that are list items
   const quotable: (string | number)[] = []; // a code line or table row as it is, or the index of a prose block
   let current: string[] = [];
+  let item = false;
   let fenced = false;
+  let comment: string[] = []; // comment lines in a fence, waiting for the code line they describe
   let header: string[] | undefined;
   const close = () => {
     if (current.length > 0) {
       quotable.push(blocks.length);
+      if (item) items.add(blocks.length);
       blocks.push(current.join(' '));
     }
     current = [];
+    item = false;
   };
   const lines = text.split('\n');
   for (const [i, line] of lines.entries()) {
     if (/^\s*(```|~~~)/.test(line)) {
       fenced = !fenced;
+      comment = [];
       close();
       continue;
     }
     if (fenced) {
       const code = codeSentence(line);
-      if (code !== undefined) quotable.push(code);
+      if (code === undefined) continue;
+      // Comment lines in a row are one comment, quoted with the line it describes (it holds the words, the line the command), never alone.
+      if (COMMENT_LINE.test(line)) comment = [...comment, code].slice(-COMMENT_LINES);
+      else {
+        quotable.push([...comment, code].join(' '));
+        comment = [];
+      }
       continue;
     }
     if (/^\s*\|/.test(line)) {
@@ -79,13 +105,18 @@ export function sentencesOf(text: string): string[] {
       close();
       continue;
     }
-    const item = /^\s*([-*+]|\d+\.)\s+/.exec(line);
-    if (item !== null) close();
-    current.push(item === null ? line.trim() : line.slice(item[0].length).trim());
+    const marker = /^\s*([-*+]|\d+\.)\s+/.exec(line);
+    if (marker !== null) {
+      close();
+      item = true;
+    }
+    current.push(marker === null ? line.trim() : line.slice(marker[0].length).trim());
   }
   close();
   const sentences: string[] = [];
-  let leadIn = false; // the last sentence ends in `:`: the code line or row after it is what it introduces
+  // The last sentence ends in `:`: the code line or row after it (or list items, `listed` of them so far) is what it introduces.
+  let leadIn = false;
+  let listed = 0;
   for (const entry of quotable) {
     if (typeof entry === 'string') {
       if (entry.length === 0) continue;
@@ -94,7 +125,18 @@ export function sentencesOf(text: string): string[] {
       leadIn = false;
       continue;
     }
+    if (leadIn && items.has(entry)) {
+      const lead = sentences.at(-1)!;
+      const joined = `${lead}${listed === 0 ? ' ' : '; '}${blocks[entry]!.replace(/\s+/g, ' ').trim()}`;
+      if (joined.length <= LEAD_IN_LIST) {
+        sentences[sentences.length - 1] = joined;
+        listed++;
+        continue;
+      }
+    }
     leadIn = false;
+    listed = 0;
+    const first = sentences.length;
     // Code spans and abbreviations are masked while splitting, so `nak(millis?)` or "e.g. 30" never ends a sentence.
     const masked: string[] = [];
     const block = blocks[entry]!.replace(/`[^`]*`|\b(?:e\.g|i\.e|etc|vs|cf)\./g, (span) => `\u{E000}${masked.push(span) - 1}\u{E001}`);
@@ -103,7 +145,11 @@ export function sentencesOf(text: string): string[] {
       // The segmenter keeps "… `OverflowError`. `conflate` merges …" together: split before a code span too.
       for (const part of segment.split(/(?<=[.!?])\s+(?=[\u{E000}[(A-Z])/u)) {
         const sentence = unmask(part).replace(/\s+/g, ' ').trim();
-        if (sentence.split(' ').length < 4) continue;
+        if (part.trim().split(/\s+/).length < MIN_WORDS) {
+          // A fragment ("Default: `5`.") finishes the sentence before it in its block; alone it says nothing.
+          if (sentences.length > first && sentence !== '') sentences.push(`${sentences.pop()!} ${sentence}`);
+          continue;
+        }
         sentences.push(sentence);
         leadIn = sentence.endsWith(':');
       }

@@ -36,7 +36,7 @@ export interface RetrieveOptions<I, M extends PassageMetadata = PassageMetadata>
   /** Selects the query text the lexical index searches. Default: the value's `text` (what `embed` emits). */
   text?: (value: I) => string;
   /**
-   * How much the dense ranking's votes count in hybrid fusion, BM25's counting 1. Default 0.5: the
+   * How much the dense ranking's scores count in hybrid fusion, BM25's counting 1. Default 0.5: the
    * generated embedder hashes words; give a real embedding model 1 or more.
    */
   denseWeight?: number;
