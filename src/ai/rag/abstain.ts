@@ -1,9 +1,9 @@
 /**
- * When retrieval found nothing worth quoting: a logistic decision over two features that are
- * relative to this corpus and this query, fitted across corpora (`eval/fit-abstain.ts`; the fit is
- * recorded in docs/internals/eval-figures.md). The best BM25 score is read against the query's IDF
- * mass, and a longer question must reach a higher share, since BM25 multiplies a passage's score by
- * the number of query words it holds.
+ * When retrieval found nothing worth quoting. A passage holding most of the query's IDF mass
+ * answers it; no query word held anywhere abstains; between the two, a logistic decision fitted
+ * across corpora (`eval/fit-abstain.ts`, recorded in docs/internals/eval-figures.md) weighs the best
+ * BM25 score against the query's IDF mass, and the query's length: both relative to this corpus and
+ * this query, not one fixed score.
  */
 import { lazySchema } from '../../core/zod.js';
 
@@ -45,8 +45,9 @@ export const abstainOptionsSchema = lazySchema((z) =>
 
 /**
  * The fitted decision, `INTERCEPT + Σ weight·feature` in log-odds of the question being covered:
- * logistic regression over the 7 question sets of eval/sets/, its threshold set so that answering an
- * uncovered question costs as much as abstaining on 8 covered ones (`npm run fit:abstain`).
+ * logistic regression over every question set of eval/sets/, its threshold set so that answering an
+ * uncovered question costs as much as abstaining on 8 covered ones (`npm run fit:abstain`; the fit
+ * and its cross-validation are in docs/internals/eval-figures.md).
  */
 const INTERCEPT = -12.129;
 /** Weight of ln(`Evidence.bm25`). */
@@ -59,7 +60,7 @@ const MAJORITY = 0.5;
 
 /** A score share below this counts as this: no query word held is the strongest "no", not minus infinity. */
 const BM25_FLOOR = 1e-3;
-/** Terms beyond this count as this: no uncovered question of the fitting sets had more than 7, so the fit says nothing past 8. */
+/** Terms beyond this count as this: the fitting sets held no uncovered question this long, so the fit says nothing past it. */
 const TERMS_CAP = 8;
 
 /** The features the decision weighs, in the order of its weights: ln of the BM25 share, the query's term count (capped). */
