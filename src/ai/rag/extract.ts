@@ -186,10 +186,18 @@ function writeAnswer(passages: readonly RetrievedPassage[], picked: readonly Sco
   return { text: `${body}\n\nSources:\n${list}`, sources };
 }
 
-/** The sentences of `passages` to rank, each with where it came from (and, for neighbours of retrieved passages, their `placement`). */
-export function candidatesOf(passages: readonly RetrievedPassage[], placement?: readonly { readonly rank: number; readonly offset: number }[]): Candidate[] {
+/**
+ * The sentences of `passages` to rank, each with where it came from (and, for neighbours of retrieved
+ * passages, their `placement`). `split` cuts a passage's text into them: `sentencesOf`, or the same
+ * remembered per passage (a `TextMemo` of it).
+ */
+export function candidatesOf(
+  passages: readonly RetrievedPassage[],
+  placement?: readonly { readonly rank: number; readonly offset: number }[],
+  split: (text: string) => readonly string[] = sentencesOf,
+): Candidate[] {
   return passages.flatMap((p, passage) =>
-    sentencesOf(p.text).map((text, position) => {
+    split(p.text).map((text, position) => {
       const place = placement?.[passage];
       return place === undefined ? { passage, position, text } : { passage, position, text, rank: place.rank, offset: place.offset };
     }),
