@@ -218,6 +218,40 @@ const variables = lazySchema((z) => z.object({ question: z.string().min(1) }));
  * ```
  */
 export function ragWorker(options: RagWorkerOptions): PipelineWorker {
+  const rag = ragPipeline(options);
+  return pipelineWorker({
+    name: rag.name,
+    intake: options.intake ?? new Intake({ name: `${rag.name}-intake`, maxQueue: 256 }),
+    pipeline: rag.pipeline,
+    stages: rag.stages,
+  });
+}
+
+/** What `ragWorker` runs its requests through: its name, its stages and the function that builds them. */
+export interface RagPipeline {
+  /** The worker's name. */
+  readonly name: string;
+  /** Its stages' names: `RAG_STAGES`, without `guard` when there is no classifier. */
+  readonly stages: readonly RagStage[];
+  /**
+   * Builds guard → embed → retrieve → assemble → generate over `jobs`: each call builds its own
+   * stages, while the caches and indexes are made once, with the `RagPipeline`, and shared.
+   */
+  readonly pipeline: (jobs: Flow<Traced<PipelineJob>>) => Observable<unknown>;
+}
+
+/**
+ * The pipeline of `ragWorker`, to run through a `pipelineWorker` of one's own (`ragWorker` is
+ * `pipelineWorker({ name, intake, pipeline, stages })` over it). Bad options throw
+ * `InvalidOptionsError` naming the field, as `ragWorker`'s do.
+ *
+ * ## Example
+ * ```ts
+ * const rag = ragPipeline({ embedder: embedder(pool, tokenizer), index });
+ * const shared = pipelineWorker({ name: rag.name, intake: new Intake({ maxQueue: 64 }), pipeline: rag.pipeline, stages: rag.stages });
+ * ```
+ */
+export function ragPipeline(options: RagWorkerOptions): RagPipeline {
   const config = parseOptions(optionsSchema(), options, 'ragWorker options');
   const budget = promptBudget(config.budget, config.lm?.contextLength, config.maxTokens);
   const cache = new EmbeddingCache(config.cacheCapacity, config.cacheStats);
@@ -345,12 +379,7 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
     );
   };
 
-  return pipelineWorker({
-    name: config.name,
-    intake: config.intake ?? new Intake({ name: `${config.name}-intake`, maxQueue: 256 }),
-    pipeline,
-    stages: config.classify === undefined ? RAG_STAGES.filter((name) => name !== 'guard') : RAG_STAGES,
-  });
+  return { name: config.name, pipeline, stages: config.classify === undefined ? RAG_STAGES.filter((name) => name !== 'guard') : RAG_STAGES };
 }
 
 /** An answer written here (extractive, or the abstain answer), streamed as a model's tokens word by word. */
