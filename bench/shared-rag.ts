@@ -78,7 +78,7 @@ export async function measureSharedRag(onProgress: (message: string) => void = (
     const workers = {
       'rag-shared-batched': ragWorker({
         ...common,
-        embedder: (texts) => batchedEmbed.embed(texts).then((e) => e.vectors),
+        embedder: batchedEmbed.embedder,
         classify: batchedGuard.classify,
         intake: new Intake({ maxQueue: clients }),
         batch: clients,
