@@ -31,7 +31,7 @@ async function ask(rag: PipelineWorker, question: string): Promise<string> {
 }
 
 describe('TextMemo', () => {
-  it('computes a text once while it is remembered, and forgets the least recently used first', () => {
+  it('computes a text once while it is remembered: one used within the last capacity texts added always is', () => {
     const computed: string[] = [];
     const memo = new TextMemo((text) => {
       computed.push(text);
@@ -39,12 +39,24 @@ describe('TextMemo', () => {
     }, 2);
     assert.equal(memo.get('ab'), 2);
     assert.equal(memo.get('abc'), 3);
-    assert.equal(memo.get('ab'), 2); // remembered, and now the most recent
-    assert.equal(memo.get('abcd'), 4); // forgets 'abc', the least recently used
-    assert.equal(memo.size, 2);
     assert.equal(memo.get('ab'), 2);
+    assert.equal(memo.get('abcd'), 4); // the first generation is full: it becomes the old one
+    assert.equal(memo.get('ab'), 2); // found in the old generation, moved to the young one
     assert.equal(memo.get('abc'), 3);
-    assert.deepEqual(computed, ['ab', 'abc', 'abcd', 'abc']);
+    assert.deepEqual(computed, ['ab', 'abc', 'abcd']);
+    assert.ok(memo.size <= 2 * memo.capacity);
+  });
+
+  it('forgets a text not used for two generations, and computes it again', () => {
+    const computed: string[] = [];
+    const memo = new TextMemo((text) => {
+      computed.push(text);
+      return text.toUpperCase();
+    }, 1);
+    for (const text of ['a', 'b', 'c', 'a']) memo.get(text);
+    assert.deepEqual(computed, ['a', 'b', 'c', 'a']);
+    assert.equal(memo.get('a'), 'A');
+    assert.equal(memo.size, 2);
   });
 
   it('remembers a null result as a result', () => {

@@ -46,10 +46,10 @@ import { decode, generateRequest, questionOf, type GenerateRequest, type ModelWo
 const NEIGHBOURED = 2;
 /** Neighbours read on each side of such a passage. */
 const REACH = 3;
-/** Passages whose sentences are kept split, by text. */
-const SPLIT_PASSAGES = 4096;
-/** Sentences and headings whose indexed terms are kept, by text. */
-const TOKENIZED_TEXTS = 16384;
+/** Passages whose sentences are kept split, by text, per generation (see `TextMemo`). */
+const SPLIT_PASSAGES = 2048;
+/** Sentences and headings whose indexed terms are kept, by text, per generation. */
+const TOKENIZED_TEXTS = 8192;
 /** The stages of a RAG worker, as named in traces, stats and metrics. */
 export const RAG_STAGES = ['guard', 'embed', 'retrieve', 'assemble', 'generate'] as const;
 /** One stage of a `ragWorker` (one of `RAG_STAGES`), as named in traces and metrics. */

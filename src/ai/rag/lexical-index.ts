@@ -30,7 +30,7 @@ export function lexicalTerm(word: string): string | null {
 }
 
 /** Words of every corpus and question meet again and again: each is stemmed once (bounded, as questions bring new words). */
-const stems = new TextMemo(termOf, 1 << 16);
+const stems = new TextMemo(termOf, 1 << 15);
 
 function termOf(word: string): string | null {
   const term = word.toLowerCase().normalize('NFKD').replace(/\p{M}/gu, '');

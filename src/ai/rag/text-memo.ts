@@ -1,16 +1,25 @@
 /**
- * A pure function of a text, remembered for the texts used most recently. The passages of a
- * corpus come back in question after question, so what is worked out from a passage's text (its
+ * A pure function of a text, remembered for the texts used recently. The passages of a corpus
+ * come back in question after question, so what is worked out from a passage's text (its
  * sentences, their indexed terms, a word's stem) is per corpus, not per question: computed once,
  * then looked up.
+ *
+ * Two generations of `capacity` texts each, as quick-lru keeps them: texts go into the young one;
+ * when it is full it becomes the old one and the old one is dropped; a text found in the old one
+ * moves back into the young one. A hit costs one or two `Map` lookups: refreshing an exact LRU
+ * order on every hit (a delete and a set) cost more than the lookups it saves here.
  */
 
-/** Remembers `compute(text)` for the last `capacity` texts used; `compute` must be pure. */
+/** Remembers `compute(text)` for the texts used recently; `compute` must be pure. */
 export class TextMemo<T> {
   readonly capacity: number;
-  private readonly entries = new Map<string, T>();
+  private young = new Map<string, T>();
+  private old = new Map<string, T>();
 
-  /** `capacity`: texts remembered at most (a positive integer); the least recently used is forgotten first. */
+  /**
+   * `capacity` (a positive integer): texts per generation. A text used within the last `capacity`
+   * texts added is always remembered; at most 2 × `capacity` texts are held.
+   */
   constructor(
     private readonly compute: (text: string) => T,
     capacity: number,
@@ -19,24 +28,28 @@ export class TextMemo<T> {
     this.capacity = capacity;
   }
 
-  /** Texts remembered now. */
+  /** Texts held now. */
   get size(): number {
-    return this.entries.size;
+    return this.young.size + this.old.size;
   }
 
   /** `compute(text)`, computed now or remembered; the value is shared between callers, so it must not be mutated. */
   get(text: string): T {
-    const entries = this.entries;
-    const known = entries.get(text);
-    if (known !== undefined || entries.has(text)) {
-      // Re-inserted, it becomes the last key: the first key is always the least recently used.
-      entries.delete(text);
-      entries.set(text, known as T);
-      return known as T;
-    }
-    const value = this.compute(text);
-    entries.set(text, value);
-    if (entries.size > this.capacity) entries.delete(entries.keys().next().value as string);
+    const young = this.young.get(text);
+    if (young !== undefined || this.young.has(text)) return young as T;
+    const old = this.old.get(text);
+    const known = old !== undefined || this.old.has(text);
+    if (known) this.old.delete(text);
+    const value = known ? (old as T) : this.compute(text);
+    this.add(text, value);
     return value;
+  }
+
+  private add(text: string, value: T): void {
+    if (this.young.size >= this.capacity) {
+      this.old = this.young;
+      this.young = new Map();
+    }
+    this.young.set(text, value);
   }
 }
