@@ -11,7 +11,7 @@
  *     node --conditions=sluice-source --import tsx bench/shared-rag.ts
  *
  * Environment: BENCH_RAG_CLIENTS=64 (questions in flight), BENCH_RAG_QUESTIONS=1280 (per round),
- * BENCH_RAG_ROUNDS=3 (per configuration).
+ * BENCH_RAG_ROUNDS=3 (per configuration), BENCH_RAG_CORPUS (a folder of Markdown; default the bundled corpus).
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { loadavg, tmpdir } from 'node:os';
@@ -70,7 +70,7 @@ export async function measureSharedRag(onProgress: (message: string) => void = (
   try {
     const tokenizer = await loadTokenizer(join(dir, MODEL_FILES.embeddingTokenizer));
     const plainEmbed = embedder(pool, tokenizer, { model: 'embed' });
-    const index = await indexPassages(await loadCorpus(), plainEmbed);
+    const index = await indexPassages(await loadCorpus(process.env.BENCH_RAG_CORPUS || undefined), plainEmbed);
     const batchedEmbed = new BatchedEmbedder(pool, tokenizer, { model: 'embed' });
     const batchedGuard = new BatchedClassifier(pool, tokenizer, { model: 'guard' });
     // Every question answered, off-topic ones too: the work per question stays what this section has always measured.
@@ -103,6 +103,8 @@ export async function measureSharedRag(onProgress: (message: string) => void = (
     };
     const scenarios = RAG_SCENARIOS.filter((s) => selected(s.id));
     const perScenario = new Map(scenarios.map((s) => [s.id, { rates: [] as number[], runs: [] as number[], cpu: [] as number[] }]));
+    // Numbered across rounds and configurations: each question is new to the question cache, as distinct users' questions are.
+    let numbered = 0;
     const round = async (id: keyof typeof askers, n: number) => {
       const ask = askers[id];
       let next = 0;
@@ -112,8 +114,8 @@ export async function measureSharedRag(onProgress: (message: string) => void = (
       await Promise.all(
         Array.from({ length: clients }, async () => {
           while (next < n) {
-            // Numbered: each question is new to the embedding cache, as distinct users' questions are.
-            const n_ = next++;
+            next++;
+            const n_ = numbered++;
             const question = `${QUESTIONS[n_ % QUESTIONS.length]!} (${n_})`;
             await ask(generateRequest({ prompt: question, max_tokens: 40 }));
           }
