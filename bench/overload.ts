@@ -75,6 +75,8 @@ export async function startServe(models: string, streams: number, queue: number,
       String(queue),
       '--no-inspect',
       ...extra,
+      // e.g. `--pool-nice 10`, for every server a bench starts.
+      ...(process.env.BENCH_SERVE_FLAGS?.split(' ').filter(Boolean) ?? []),
     ],
     // The door is what is measured: the tenant's own limits are set out of the way.
     { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, SLUICE_TENANT_CONCURRENT: '100000', SLUICE_TENANT_RATE: '1000000' } },
@@ -136,7 +138,6 @@ export async function measureOverload(
   const models = await mkdtemp(join(tmpdir(), 'sluice-bench-overload-'));
   const wait = envInt('BENCH_OVERLOAD_WAIT', 0);
   const extra = wait > 0 ? ['--max-queue-wait', String(wait)] : [];
-  if (process.env.BENCH_OVERLOAD_EXTRA) extra.push(...process.env.BENCH_OVERLOAD_EXTRA.split(' '));
   if (model === 'decoder') {
     await writeDecoderDir(join(models, 'decoder'), BENCH_DECODER);
     extra.push('--model', join(models, 'decoder'));

@@ -1,7 +1,9 @@
 /** Extractive answers (src/ai/rag/extract.ts): sentences out of passages, ranked, cited, in reading order. */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { NO_ANSWER, answerPieces, candidatesOf, composeAnswer, sentencesOf } from '../../src/ai/rag/extract.js';
+import fc from 'fast-check';
+import { cosineSimilarity } from '../../src/cache/semantic.js';
+import { NO_ANSWER, answerPieces, candidatesOf, composeAnswer, cosinesTo, sentencesOf } from '../../src/ai/rag/extract.js';
 import type { RetrievedPassage } from '../../src/ai/rag/passage.js';
 
 const v = (...xs: number[]) => Float32Array.from(xs);
@@ -164,5 +166,21 @@ describe('extractive answers', () => {
     const text = 'One two [1]\n\nSources:\n[1] a.md';
     assert.equal(answerPieces(text).join(''), text);
     assert.deepEqual(answerPieces('a b'), ['a ', 'b']);
+  });
+
+  it('cosinesTo gives cosineSimilarity of the question with each vector, to the last bit (property)', () => {
+    const vector = (dim: number) => fc.float32Array({ minLength: dim, maxLength: dim, noDefaultInfinity: true, noNaN: true, min: -4, max: 4 });
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 24 }).chain((dim) => fc.tuple(vector(dim), fc.array(vector(dim), { maxLength: 6 }))),
+        ([question, vectors]) => {
+          const cosines = cosinesTo(question, vectors);
+          assert.equal(cosines.length, vectors.length);
+          vectors.forEach((v, i) => assert.ok(Object.is(cosines[i], cosineSimilarity(question, v)), `${cosines[i]} ≠ ${cosineSimilarity(question, v)}`));
+          assert.deepEqual(cosinesTo(question, vectors, Math.min(1, vectors.length)), cosines.slice(0, 1));
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 });

@@ -207,7 +207,7 @@ async function ragOver(
   const rag = ragWorker({
     name: RAG_MODEL,
     // Questions embedded at once share one pool run.
-    embedder: (texts) => local.embeddings.embed(texts).then((embedded) => embedded.vectors),
+    embedder: local.embeddings.embedder,
     intake: shared.intake,
     streams: shared.streams,
     capacity: shared.capacity,

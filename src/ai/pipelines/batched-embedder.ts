@@ -50,6 +50,11 @@ const optionsSchema = lazySchema((z) =>
 /** Embeds texts in shared batches; `close()` ends the pipeline. */
 export class BatchedEmbedder {
   readonly stats: StageStats;
+  /**
+   * The vectors alone, one per text, in order: the shape `embed`'s and `ragWorker`'s `embedder`
+   * take. Unlike `embed`, it does not tokenize the texts a second time to count their tokens.
+   */
+  readonly embedder: (texts: readonly string[]) => Promise<Float32Array[]>;
   private readonly texts: BatchedTexts<Float32Array>;
 
   constructor(
@@ -73,11 +78,12 @@ export class BatchedEmbedder {
       toFeeds: (texts) => textFeeds(tokenizer, texts, info.inputNames, buffers),
       fromOutputs: (outputs) => tensorRows(outputs.embeddings!),
     });
+    this.embedder = (texts) => Promise.all(texts.map((text) => this.texts.ask(text)));
   }
 
   /** One vector per text, in order; the prompt tokens counted with the model's tokenizer. */
   async embed(texts: readonly string[]): Promise<{ readonly vectors: Float32Array[]; readonly tokens: number }> {
-    const vectors = await Promise.all(texts.map((text) => this.texts.ask(text)));
+    const vectors = await this.embedder(texts);
     const tokens = texts.reduce((n, text) => n + this.tokenizer.encode(text).length, 0);
     return { vectors, tokens };
   }

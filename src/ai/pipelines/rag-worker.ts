@@ -23,7 +23,8 @@ import type { PassageMetadata } from '../rag/passage.js';
 import { stage } from '../../../operators/stage.js';
 import { embed, type Embedded, type Embedder } from '../stages/embed.js';
 import { feedbackSchema, granularitySchema, retrieve, type Citation, type Retrieved } from '../stages/retrieve.js';
-import { NO_ANSWER, answerPieces, candidatesOf, composeAnswer, type ExtractOptions, type ExtractedAnswer } from '../rag/extract.js';
+import { NO_ANSWER, answerPieces, candidatesOf, composeAnswer, sentencesOf, type ExtractOptions, type ExtractedAnswer } from '../rag/extract.js';
+import { TextMemo } from '../rag/text-memo.js';
 import { LexicalIndex, lexicalTerms, lexicalTokens } from '../rag/lexical-index.js';
 import { Sections } from '../rag/sections.js';
 import { CitationFilter } from '../rag/citations.js';
@@ -45,6 +46,10 @@ import { decode, generateRequest, questionOf, type GenerateRequest, type ModelWo
 const NEIGHBOURED = 2;
 /** Neighbours read on each side of such a passage. */
 const REACH = 3;
+/** Passages whose sentences are kept split, by text, per generation (see `TextMemo`). */
+const SPLIT_PASSAGES = 2048;
+/** Sentences and headings whose indexed terms are kept, by text, per generation. */
+const TOKENIZED_TEXTS = 8192;
 /** The stages of a RAG worker, as named in traces, stats and metrics. */
 export const RAG_STAGES = ['guard', 'embed', 'retrieve', 'assemble', 'generate'] as const;
 /** One stage of a `ragWorker` (one of `RAG_STAGES`), as named in traces and metrics. */
@@ -98,6 +103,11 @@ export interface RagWorkerOptions {
   readonly maxTokens?: number;
   /** Vectors of questions kept, by text. Default 1024. */
   readonly cacheCapacity?: number;
+  /**
+   * Extractive answers: vectors of the retrieved passages' sentences kept, by text. The same
+   * passages come back question after question, so their sentences are embedded once. Default 8192.
+   */
+  readonly sentenceCacheCapacity?: number;
   /** Hits, misses and evictions of that cache, e.g. to export with `SluiceMetrics.registerCache`. */
   readonly cacheStats?: CacheStats;
   /** Statistics per stage (shared by every request), e.g. to export with `SluiceMetrics.registerStage`. */
@@ -154,6 +164,7 @@ const optionsSchema = lazySchema((z) =>
       system: z.string().default('Answer from the context only and cite sources as [n].'),
       maxTokens: z.number().int({ error: 'maxTokens must be an integer' }).min(1, { error: 'maxTokens must be ≥ 1' }).default(120),
       cacheCapacity: z.number().int().min(1, { error: 'cacheCapacity must be ≥ 1' }).default(1024),
+      sentenceCacheCapacity: z.number().int().min(1, { error: 'sentenceCacheCapacity must be ≥ 1' }).default(8192),
       cacheStats: z.instanceof(CacheStats, { error: 'cacheStats must be a CacheStats' }).optional(),
       stats: z
         .record(
@@ -186,6 +197,40 @@ const variables = lazySchema((z) => z.object({ question: z.string().min(1) }));
  * ```
  */
 export function ragWorker(options: RagWorkerOptions): PipelineWorker {
+  const rag = ragPipeline(options);
+  return pipelineWorker({
+    name: rag.name,
+    intake: options.intake ?? new Intake({ name: `${rag.name}-intake`, maxQueue: 256 }),
+    pipeline: rag.pipeline,
+    stages: rag.stages,
+  });
+}
+
+/** What `ragWorker` runs its requests through: its name, its stages and the function that builds them. */
+export interface RagPipeline {
+  /** The worker's name. */
+  readonly name: string;
+  /** Its stages' names: `RAG_STAGES`, without `guard` when there is no classifier. */
+  readonly stages: readonly RagStage[];
+  /**
+   * Builds guard → embed → retrieve → assemble → generate over `jobs`: each call builds its own
+   * stages, while the caches and indexes are made once, with the `RagPipeline`, and shared.
+   */
+  readonly pipeline: (jobs: Flow<Traced<PipelineJob>>) => Observable<unknown>;
+}
+
+/**
+ * The pipeline of `ragWorker`, to run through a `pipelineWorker` of one's own (`ragWorker` is
+ * `pipelineWorker({ name, intake, pipeline, stages })` over it). Bad options throw
+ * `InvalidOptionsError` naming the field, as `ragWorker`'s do.
+ *
+ * ## Example
+ * ```ts
+ * const rag = ragPipeline({ embedder: embedder(pool, tokenizer), index });
+ * const shared = pipelineWorker({ name: rag.name, intake: new Intake({ maxQueue: 64 }), pipeline: rag.pipeline, stages: rag.stages });
+ * ```
+ */
+export function ragPipeline(options: RagWorkerOptions): RagPipeline {
   const config = parseOptions(optionsSchema(), options, 'ragWorker options');
   const budget = promptBudget(config.budget, config.lm?.contextLength, config.maxTokens);
   const cache = new EmbeddingCache(config.cacheCapacity, config.cacheStats);
@@ -207,7 +252,12 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
   const questionText = (job: PipelineJob) => questionOf(job.request);
   const lexical = config.lexical ?? LexicalIndex.of(config.index.entries());
   const sections = Sections.of(config.index.entries());
-  const queryTerms = (text: string) => ({ terms: lexicalTerms(text), weight: (term: string) => lexical.idf(term), termsOf: lexicalTokens });
+  // What the answer reads of a passage is per corpus: each passage split, each sentence's terms found, each sentence embedded once.
+  const sentences = new TextMemo(sentencesOf, SPLIT_PASSAGES);
+  const tokens = new TextMemo(lexicalTokens, TOKENIZED_TEXTS);
+  const sentenceVectors = new EmbeddingCache(config.sentenceCacheCapacity);
+  const termsOf = (text: string) => tokens.get(text);
+  const queryTerms = (text: string) => ({ terms: lexicalTerms(text), weight: (term: string) => lexical.idf(term), termsOf });
 
   const pipeline = (jobs: Flow<Traced<PipelineJob>>): Observable<unknown> => {
     const guarded: Observable<Traced<PipelineJob>> =
@@ -250,13 +300,15 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
           async (r: Retrieved<Embedded<PipelineJob>>, context) => {
             const placed = sections.widen(r.passages, NEIGHBOURED, REACH);
             const passages = placed.map((p) => p.passage);
-            const candidates = candidatesOf(passages, placed);
+            const candidates = candidatesOf(passages, placed, (text) => sentences.get(text));
             const vectors =
               candidates.length === 0
                 ? []
-                : await config.embedder(
+                : await sentenceVectors.embed(
                     candidates.map((c) => c.text),
+                    config.embedder,
                     context.signal,
+                    'assemble',
                   );
             const words = queryTerms(r.input.text);
             return { job: r.input.input, answer: composeAnswer(r.input.vector, passages, candidates, vectors, config.extract, words) };
@@ -306,12 +358,7 @@ export function ragWorker(options: RagWorkerOptions): PipelineWorker {
     );
   };
 
-  return pipelineWorker({
-    name: config.name,
-    intake: config.intake ?? new Intake({ name: `${config.name}-intake`, maxQueue: 256 }),
-    pipeline,
-    stages: config.classify === undefined ? RAG_STAGES.filter((name) => name !== 'guard') : RAG_STAGES,
-  });
+  return { name: config.name, pipeline, stages: config.classify === undefined ? RAG_STAGES.filter((name) => name !== 'guard') : RAG_STAGES };
 }
 
 /** An answer written here (extractive, or the abstain answer), streamed as a model's tokens word by word. */

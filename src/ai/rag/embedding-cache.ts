@@ -6,6 +6,7 @@
  * Vectors are returned by reference: callers must not mutate them.
  */
 import { CacheStats } from '../../cache/stats.js';
+import { EmbedderOutputError } from './errors.js';
 
 /** A bounded cache of text embeddings, so a repeated passage or question is embedded once. */
 export class EmbeddingCache {
@@ -71,6 +72,46 @@ export class EmbeddingCache {
   /** True when the vector of `text` is cached. */
   has(text: string): boolean {
     return this.entries.has(text);
+  }
+
+  /**
+   * The vectors of `texts`, in order, through this cache: the texts it holds are not embedded again,
+   * the others go to `embedder` in one call, each text once, and are kept (as copies, so a vector
+   * never holds on to the rest of its batch's output). Rejects as `embedder` does, and with
+   * `EmbedderOutputError` (naming `stage`) when it returns a vector count other than the texts'.
+   *
+   * ```ts
+   * const sentences = new EmbeddingCache(8192);
+   * const vectors = await sentences.embed(['First sentence.', 'Second one.'], embedder, signal);
+   * ```
+   */
+  async embed(
+    texts: readonly string[],
+    embedder: (texts: string[], signal: AbortSignal) => Promise<Float32Array[]>,
+    signal: AbortSignal,
+    stage = 'embed',
+  ): Promise<Float32Array[]> {
+    // Read before waiting: what another caller evicts meanwhile is still this call's.
+    const known = new Map<string, Float32Array>();
+    const missing = new Set<string>();
+    for (const text of texts) {
+      if (known.has(text) || missing.has(text)) continue;
+      const vector = this.get(text);
+      if (vector === undefined) missing.add(text);
+      else known.set(text, vector);
+    }
+    if (missing.size > 0) {
+      const asked = [...missing];
+      const vectors = await embedder(asked, signal);
+      if (!Array.isArray(vectors) || vectors.length !== asked.length)
+        throw new EmbedderOutputError(stage, `returned ${Array.isArray(vectors) ? vectors.length : String(vectors)} vectors for ${asked.length} texts`);
+      asked.forEach((text, i) => {
+        const vector = vectors[i]!.slice();
+        known.set(text, vector);
+        this.set(text, vector);
+      });
+    }
+    return texts.map((text) => known.get(text)!);
   }
 
   private remove(text: string): void {

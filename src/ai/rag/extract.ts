@@ -4,7 +4,6 @@
  * over its words and by the embedding model, in reading order, each followed by the `[n]` of the
  * passage it came from, then the list of sources. It never says more than the sources say.
  */
-import { cosineSimilarity } from '../../cache/semantic.js';
 import type { RetrievedPassage } from './passage.js';
 import { matchSentences, missingMass, type QueryTerms } from './sentence-scores.js';
 import { sentencesOf } from './sentences.js';
@@ -91,7 +90,7 @@ export function composeAnswer(
 ): ExtractedAnswer {
   const limit = options.sentences ?? 3;
   const minScore = options.minScore ?? 0.2;
-  const cosines = candidates.map((_, i) => cosineSimilarity(question, vectors[i]!));
+  const cosines = cosinesTo(question, vectors, candidates.length);
   const picked =
     words === undefined
       ? dedupe(candidates.map((c, i) => ({ ...c, score: cosines[i]!, ranked: cosines[i]!, held: new Set<string>() })))
@@ -100,6 +99,27 @@ export function composeAnswer(
       : pickByWords(passages, candidates, cosines, words, limit, minScore);
   if (picked.length === 0) return { text: NO_ANSWER, sources: [] };
   return writeAnswer(passages, picked);
+}
+
+/**
+ * `cosineSimilarity(question, vectors[i])` for the first `count` vectors, to the last bit: the same
+ * sums in the same order, but the question's own sum of squares is made once, not once per sentence.
+ */
+export function cosinesTo(question: Float32Array, vectors: readonly Float32Array[], count = vectors.length): number[] {
+  let na = 0;
+  for (let i = 0; i < question.length; i++) na += question[i]! * question[i]!;
+  const cosines = new Array<number>(count);
+  for (let v = 0; v < count; v++) {
+    const b = vectors[v]!;
+    let dot = 0;
+    let nb = 0;
+    for (let i = 0; i < question.length; i++) {
+      dot += question[i]! * b[i]!;
+      nb += b[i]! * b[i]!;
+    }
+    cosines[v] = dot / Math.sqrt(na * nb || 1);
+  }
+  return cosines;
 }
 
 /** Best first, each text once. */
@@ -186,10 +206,18 @@ function writeAnswer(passages: readonly RetrievedPassage[], picked: readonly Sco
   return { text: `${body}\n\nSources:\n${list}`, sources };
 }
 
-/** The sentences of `passages` to rank, each with where it came from (and, for neighbours of retrieved passages, their `placement`). */
-export function candidatesOf(passages: readonly RetrievedPassage[], placement?: readonly { readonly rank: number; readonly offset: number }[]): Candidate[] {
+/**
+ * The sentences of `passages` to rank, each with where it came from (and, for neighbours of retrieved
+ * passages, their `placement`). `split` cuts a passage's text into them: `sentencesOf`, or the same
+ * remembered per passage (a `TextMemo` of it).
+ */
+export function candidatesOf(
+  passages: readonly RetrievedPassage[],
+  placement?: readonly { readonly rank: number; readonly offset: number }[],
+  split: (text: string) => readonly string[] = sentencesOf,
+): Candidate[] {
   return passages.flatMap((p, passage) =>
-    sentencesOf(p.text).map((text, position) => {
+    split(p.text).map((text, position) => {
       const place = placement?.[passage];
       return place === undefined ? { passage, position, text } : { passage, position, text, rank: place.rank, offset: place.offset };
     }),

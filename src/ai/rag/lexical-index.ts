@@ -7,6 +7,7 @@ import MiniSearch from 'minisearch';
 import { stemmer } from 'stemmer';
 import type { PassageMetadata } from './passage.js';
 import { SectionIndex } from './section-index.js';
+import { TextMemo } from './text-memo.js';
 
 /** Function words that carry no subject: never indexed, never asked for. */
 const STOP_WORDS = new Set(
@@ -25,6 +26,13 @@ const STOP_WORDS = new Set(
  * `keeps`, `server` and `serve`). Stop words and single letters are no term; a single digit is.
  */
 export function lexicalTerm(word: string): string | null {
+  return stems.get(word);
+}
+
+/** Words of every corpus and question meet again and again: each is stemmed once (bounded, as questions bring new words). */
+const stems = new TextMemo(termOf, 1 << 15);
+
+function termOf(word: string): string | null {
   const term = word.toLowerCase().normalize('NFKD').replace(/\p{M}/gu, '');
   // A lone digit is a version or a count (`fast-check 4`); a lone letter says nothing.
   if ((term.length < 2 && !/^\p{N}$/u.test(term)) || STOP_WORDS.has(term)) return null;

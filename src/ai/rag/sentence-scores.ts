@@ -46,7 +46,8 @@ export interface SentenceMatch {
 export function matchSentences(sentences: readonly ScoredText[], words: QueryTerms): SentenceMatch[] {
   const query = new Set(words.terms);
   const counted = sentences.map((s) => {
-    const terms = words.termsOf(s.text.replace(URL, ' '));
+    // Most sentences hold no link: then the text itself, whose terms a caller may have remembered, is what is read.
+    const terms = words.termsOf(s.text.includes('http') ? s.text.replace(URL, ' ') : s.text);
     const frequency = new Map<string, number>();
     for (const term of terms) if (query.has(term)) frequency.set(term, (frequency.get(term) ?? 0) + 1);
     const headings = new Set(words.termsOf(s.headings ?? '').filter((term) => query.has(term)));

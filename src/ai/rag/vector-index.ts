@@ -71,6 +71,11 @@ export class VectorIndex<M = unknown> {
   private readonly rowsOffset: number;
   private heapScores: Float64Array = new Float64Array(0);
   private heapRows: Int32Array = new Int32Array(0);
+  /** Bumped by every change of the rows: scores computed before it are stale. */
+  private version = 0;
+  /** The normalised query whose scores the scores area holds, and the rows' version they were computed at. */
+  private readonly scoredQuery: Float32Array;
+  private scoredVersion = -1;
 
   constructor(dim: number, options: { capacity?: number } = {}) {
     if (!Number.isInteger(dim) || dim < 1 || dim > 65536) {
@@ -87,6 +92,7 @@ export class VectorIndex<M = unknown> {
     this.memory = createMemory(Math.ceil(this.bytesFor(capacity) / PAGE));
     this.floats = new Float32Array(this.memory.buffer);
     this.kernel = simdKernel(this.memory) ?? scalarKernel(() => this.floats);
+    this.scoredQuery = new Float32Array(dim);
   }
 
   /** Vectors held. */
@@ -116,6 +122,7 @@ export class VectorIndex<M = unknown> {
     this.ids.push(id);
     this.metadata.push(metadata);
     this.rowOf.set(id, this.count++);
+    this.version++;
   }
 
   /** Removes `id` in O(1) by moving the last row into its place. Returns whether it was there. */
@@ -135,6 +142,7 @@ export class VectorIndex<M = unknown> {
     this.metadata.pop();
     this.rowOf.delete(id);
     this.count = last;
+    this.version++;
     return true;
   }
 
@@ -288,10 +296,23 @@ export class VectorIndex<M = unknown> {
   private score(query: ArrayLike<number>): Float32Array {
     const scale = this.inverseNorm('query', query);
     const q = this.queryOffset >>> 2;
-    for (let j = 0; j < this.dim; j++) this.floats[q + j] = query[j]! * scale;
+    const floats = this.floats;
+    const last = this.scoredQuery;
+    let same = this.scoredVersion === this.version;
+    for (let j = 0; j < this.dim; j++) {
+      // Compared as stored: a float32, as the kernel reads it.
+      const value = Math.fround(query[j]! * scale);
+      floats[q + j] = value;
+      if (value !== last[j]) same = false;
+    }
     const scoresOffset = this.rowsOffset + this.capacity * this.stride * 4;
+    const scores = floats.subarray(scoresOffset >>> 2, (scoresOffset >>> 2) + this.count);
+    // The same query over the same rows (retrieval searches, then weighs the evidence by the score moments): one pass, not two.
+    if (same) return scores;
     this.kernel(this.queryOffset, this.rowsOffset, this.count, this.stride, scoresOffset);
-    return this.floats.subarray(scoresOffset >>> 2, (scoresOffset >>> 2) + this.count);
+    last.set(floats.subarray(q, q + this.dim));
+    this.scoredVersion = this.version;
+    return scores;
   }
 
   /** 1 / |vector|, after checking dimension, finiteness and direction. */
