@@ -119,7 +119,7 @@ export const FLAGS: readonly Flag[] = [
     type: 'integer',
     arg: '<n>',
     env: ['SLUICE_POOL_NICE'],
-    default: '0',
+    default: '10',
     min: 0,
     help: {
       serve:

@@ -52,7 +52,7 @@ export interface ServeOptions {
   readonly embedModel?: string;
   /** Inference worker threads. Default `min(cores, 2)`. */
   readonly poolSize?: number;
-  /** How far below the server's priority its inference threads run, in `nice` steps (0–19, Linux): above 0 the event loop wins a core a busy model shares. Default 0. */
+  /** How far below the server's priority its inference threads run, in `nice` steps (0–19, Linux): above 0 the event loop wins a core a busy model shares. Default 10. */
   readonly poolNiceness?: number;
   /** How long, ms, running requests may go on after SIGTERM before they are ended. Default 10 000. */
   readonly shutdownTimeout?: number;
@@ -156,7 +156,7 @@ export const serveOptionsSchema = lazySchema((z) =>
         .int({ error: 'poolNiceness must be an integer' })
         .min(0, { error: 'poolNiceness must be ≥ 0' })
         .max(19, { error: 'poolNiceness must be ≤ 19' })
-        .default(0),
+        .default(10),
       shutdownTimeout: z.number({ error: 'shutdownTimeout must be a number of ms' }).int().min(0, { error: 'shutdownTimeout must be ≥ 0' }).default(10_000),
       limits: z.record(z.string(), z.unknown()).optional(),
       log: z.custom<(line: string) => void>((v) => typeof v === 'function', { error: 'log must be a function' }).optional(),
