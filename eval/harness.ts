@@ -8,7 +8,6 @@ import MiniSearch from 'minisearch';
 import { startServer } from '../src/serve.js';
 import { loadCorpus } from '../src/ai/rag/corpus.js';
 import { NO_ANSWER } from '../src/ai/rag/extract.js';
-import { evidenceProbe, type QuestionEvidence } from './evidence.js';
 import { assembleCorpus, type Question, type QuestionSet } from './question-set.js';
 
 /** What the served model did with one question, beside what BM25 ranked first. */
@@ -28,8 +27,6 @@ export interface Answered {
   readonly factHit: boolean;
   readonly latencyMs: number;
   readonly bm25: { readonly file: string | undefined; readonly factInTop3: boolean };
-  /** What retrieval weighed for the question (with `EvalOptions.evidence`): the features abstention decides on. */
-  readonly evidence?: QuestionEvidence;
 }
 
 /** Figures over a set's questions; a rate is `NaN` when it has no question to count. */
@@ -76,8 +73,6 @@ export interface EvalOptions {
   /** Folder of the model files; missing ones are generated there. */
   readonly models: string;
   readonly log?: (line: string) => void;
-  /** Also record each question's retrieval evidence (the corpus indexed a second time, here). Default false. */
-  readonly evidence?: boolean;
 }
 
 /** The file a source names (`file › heading`, or `file#id`). */
@@ -120,7 +115,6 @@ export async function evaluateSet(set: QuestionSet, options: EvalOptions): Promi
     const server = await startServer({ port: 0, corpus: corpus.dir, models: options.models, inspect: false });
     const answers: Answered[] = [];
     try {
-      const probe = options.evidence === true ? await evidenceProbe(server.url, passages) : undefined;
       for (const question of corpus.questions) {
         const asked = await ask(server.url, question.question);
         const fact = question.fact === undefined ? undefined : new RegExp(question.fact, 'i');
@@ -137,7 +131,6 @@ export async function evaluateSet(set: QuestionSet, options: EvalOptions): Promi
             file: hits[0] === undefined ? undefined : fileOfSource(String(hits[0].source)),
             factInTop3: fact !== undefined && hits.some((hit) => fact.test(String(hit.text))),
           },
-          ...(probe !== undefined && { evidence: await probe(question.question) }),
         });
       }
     } finally {

@@ -8,7 +8,6 @@
  *     npm run eval -- --misses          # also list each question answered wrong
  *     npm run eval -- --json out.json   # also write the figures and every answer
  *     npm run eval -- --check           # exit 1 when a goal of issue 37 is missed
- *     npm run eval -- --json out.json --evidence   # each answer with the evidence abstention weighed
  *
  * The tables go to stdout, progress to stderr. Models are generated into `models/` when missing.
  */
@@ -29,7 +28,6 @@ const { values } = parseArgs({
     misses: { type: 'boolean', default: false },
     json: { type: 'string' },
     check: { type: 'boolean', default: false },
-    evidence: { type: 'boolean', default: false },
   },
 });
 
@@ -46,7 +44,7 @@ const reports: CorpusReport[] = [];
 for (const file of files) {
   const set = await readQuestionSet(join(values.sets, file));
   console.error(`${set.name}: ${set.questions.length} questions…`);
-  const report = await evaluateSet(set, { root, models: values.models, evidence: values.evidence, log: (line) => console.error(line) });
+  const report = await evaluateSet(set, { root, models: values.models, log: (line) => console.error(line) });
   if (report === undefined) continue;
   reports.push(report);
   console.log(`\n${formatReport(report)}`);

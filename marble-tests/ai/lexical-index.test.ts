@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { LexicalIndex, lexicalTerm, lexicalTerms } from '../../src/ai/rag/lexical-index.js';
 import { reciprocalRankFusion, scoreFusion } from '../../src/ai/rag/fusion.js';
+import { supportsAnswer } from '../../src/ai/rag/abstain.js';
 import type { PassageMetadata } from '../../src/ai/rag/passage.js';
 import { lastValueFrom, toArray } from 'rxjs';
 import { VectorIndex } from '../../src/ai/rag/vector-index.js';
@@ -280,6 +281,25 @@ describe('scoreFusion', () => {
         rescaled.forEach((f, i) => assert.ok(Math.abs(f.score - fused[i]!.score) < 1e-9));
       }),
     );
+  });
+});
+
+describe('supportsAnswer', () => {
+  it('answers on most of the query’s words, or on part of them with a dense score far above the background', () => {
+    assert.equal(supportsAnswer({ lexical: 0.9 }), true);
+    assert.equal(supportsAnswer({ lexical: 0.4, dense: 0.8 }), false);
+    assert.equal(supportsAnswer({ lexical: 0.3, dense: 4 }), false, 'too little of the question, whatever the embedding says');
+    assert.equal(supportsAnswer({ lexical: 0.4, dense: 4 }), true);
+    assert.equal(supportsAnswer({ lexical: 0, dense: 9 }), false, 'an embedding alone never outvotes no shared word');
+    assert.equal(supportsAnswer({ dense: 3 }), true, 'without a lexical index, the dense signal decides');
+    assert.equal(supportsAnswer({}), false);
+  });
+
+  it('answers on a third of the query’s words when the words held are rare enough together to single the passage out', () => {
+    assert.equal(supportsAnswer({ lexical: 0.32, specificity: 1.6 }), true);
+    assert.equal(supportsAnswer({ lexical: 0.32, specificity: 1.2 }), false, 'words about as common as one passage in n');
+    assert.equal(supportsAnswer({ lexical: 0.2, specificity: 4 }), false, 'too little of the question, however rare the rest');
+    assert.equal(supportsAnswer({ lexical: 0.32, specificity: 1.2 }, { specificity: 1 }), true);
   });
 });
 

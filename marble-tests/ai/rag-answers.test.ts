@@ -138,7 +138,7 @@ describe('sluice-rag answers over the real embedder: hybrid retrieval, quotable 
     const index = indexes.get('bundled')!;
     for (const [options, path] of [
       [{ retrieval: 'sparse' }, 'retrieval'],
-      [{ abstain: { coverage: 0.5 } }, 'abstain.coverage'],
+      [{ abstain: { coverage: 2 } }, 'abstain.coverage'],
       [{ lexical: {} }, 'lexical'],
       [{ granularity: 'chapter' }, 'granularity'],
       [{ feedback: { passages: 3, terms: 10, weight: 0 } }, 'feedback.weight'],

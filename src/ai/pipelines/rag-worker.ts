@@ -30,7 +30,7 @@ import { Sections } from '../rag/sections.js';
 import { CitationFilter } from '../rag/citations.js';
 import { RETRIEVAL_MODES, type LexicalGranularity, type RetrievalMode } from '../rag/retriever.js';
 import type { FeedbackOptions } from '../rag/query-expansion.js';
-import { abstainOptionsSchema, type AbstainOptions } from '../rag/abstain.js';
+import type { AbstainOptions } from '../rag/abstain.js';
 import { PromptTemplate, type AssembledPrompt } from '../stages/assemble.js';
 import { Intake } from './intake.js';
 import { streamStage, pipelineWorker, type PipelineJob, type PipelineWorker } from './pipeline-worker.js';
@@ -87,8 +87,8 @@ export interface RagWorkerOptions {
   /** Pseudo-relevance feedback for the BM25 ranking (see `retrieve`). Default: none. */
   readonly feedback?: FeedbackOptions;
   /**
-   * When to answer `NO_ANSWER` instead: the fitted evidence decision (`supportsAnswer`), shifted by
-   * `leniency`, or `false` to always answer from what was retrieved. Default: the fitted decision.
+   * When to answer `NO_ANSWER` instead: the evidence thresholds (`supportsAnswer`), or `false` to
+   * always answer from what was retrieved. Default: the default thresholds.
    */
   readonly abstain?: false | AbstainOptions;
   /** Passages below this cosine similarity are left out. Default: none. */
@@ -153,7 +153,28 @@ const optionsSchema = lazySchema((z) =>
       lexical: z.instanceof(LexicalIndex, { error: 'lexical must be a LexicalIndex' }).optional(),
       granularity: granularitySchema().optional(),
       feedback: feedbackSchema().optional(),
-      abstain: z.union([z.literal(false), abstainOptionsSchema()]).default({}),
+      abstain: z
+        .union([
+          z.literal(false),
+          z
+            .object({
+              coverage: z.number().min(0, { error: 'coverage must be in [0, 1]' }).max(1, { error: 'coverage must be in [0, 1]' }).optional(),
+              partialCoverage: z
+                .number()
+                .min(0, { error: 'partialCoverage must be in [0, 1]' })
+                .max(1, { error: 'partialCoverage must be in [0, 1]' })
+                .optional(),
+              dense: z.number({ error: 'dense must be a number' }).optional(),
+              specificity: z.number({ error: 'specificity must be a number' }).min(0, { error: 'specificity must be ≥ 0' }).optional(),
+              specificCoverage: z
+                .number()
+                .min(0, { error: 'specificCoverage must be in [0, 1]' })
+                .max(1, { error: 'specificCoverage must be in [0, 1]' })
+                .optional(),
+            })
+            .strict(),
+        ])
+        .default({}),
       minScore: z.number().min(-1).max(1).optional(),
       budget: z.number().int({ error: 'budget must be an integer' }).min(16, { error: 'budget must be ≥ 16 tokens' }).default(300),
       tokenizer: z

@@ -81,8 +81,6 @@ export function retrievePassages<M extends PassageMetadata>(plan: RetrievalPlan<
   const lexicalRanks = mode !== 'dense' && lexical !== undefined;
   const lexicalDepth = mode === 'lexical' && granularity === 'passage' ? k : depth(k);
   let words = lexicalRanks && granularity !== 'section' ? lexical.search(text, lexicalDepth, filter) : [];
-  // The query's own best BM25 score, before feedback terms add to it: the evidence abstention weighs.
-  const bestWords = lexicalRanks && granularity !== 'section' ? (words[0]?.score ?? 0) : undefined;
   if (plan.feedback !== undefined && words.length > 0) {
     const found = words.slice(0, plan.feedback.passages).map((h) => ({ text: h.metadata.text, score: h.score }));
     words = lexical!.search(text, lexicalDepth, filter, feedbackTerms(lexicalTerms(text), found, lexical!, plan.feedback));
@@ -101,7 +99,7 @@ export function retrievePassages<M extends PassageMetadata>(plan: RetrievalPlan<
   });
   // An unfiltered dense ranking already holds the corpus's best score.
   const best = plan.filter === undefined && plan.minScore === undefined ? dense[0]?.score : undefined;
-  return { passages, evidence: evidenceFor(plan, text, usable ? vector : undefined, passages, best, bestWords) };
+  return { passages, evidence: evidenceFor(plan, text, usable ? vector : undefined, passages, best) };
 }
 
 /** The evidence the retrieved passages give for `text`. */
@@ -111,35 +109,19 @@ function evidenceFor<M extends PassageMetadata>(
   vector: ArrayLike<number> | undefined,
   passages: readonly RetrievedPassage[],
   best: number | undefined,
-  bestWords: number | undefined,
 ): Evidence {
   const terms = lexicalTerms(text);
   // The best few only: the more passages looked at, the likelier one shares words with any question.
   const lexical = plan.lexical === undefined ? undefined : Math.max(0, ...passages.slice(0, EVIDENCE_DEPTH).map((p) => plan.lexical!.coverage(terms, p.id)));
   const specificity =
     plan.lexical === undefined ? undefined : Math.max(0, ...passages.slice(0, EVIDENCE_DEPTH).map((p) => plan.lexical!.specificity(terms, p.id)));
-  const known = lexical === undefined ? {} : { lexical, specificity, ...bm25Evidence(plan.lexical!, text, terms, bestWords, plan.filter) };
+  const known = lexical === undefined ? {} : { lexical, specificity };
   if (vector === undefined || plan.index.size < 2) return known;
   const top = best ?? plan.index.search(vector, { k: 1 })[0]?.score;
   const { mean, std } = plan.index.scoreMoments(vector);
   // The best of n scores drawn by chance stands about √(2 ln n) deviations above their mean: the unit the best is measured in.
   const chance = Math.sqrt(2 * Math.log(plan.index.size));
   return { ...known, dense: top === undefined || std === 0 ? 0 : (top - mean) / std / chance };
-}
-
-/** The best BM25 score over the query's IDF mass, and the query's term count; the passage ranking is searched once more only when retrieval did not search it. */
-function bm25Evidence<M extends PassageMetadata>(
-  lexical: LexicalIndex<M>,
-  text: string,
-  terms: readonly string[],
-  bestWords: number | undefined,
-  filter: ((metadata: M) => boolean) | undefined,
-): { readonly bm25: number; readonly terms: number } {
-  let mass = 0;
-  for (const term of terms) mass += lexical.idf(term);
-  if (mass === 0) return { bm25: 0, terms: terms.length };
-  const top = bestWords ?? lexical.search(text, 1, filter)[0]?.score ?? 0;
-  return { bm25: top / mass, terms: terms.length };
 }
 
 function isZero(vector: ArrayLike<number>): boolean {

@@ -5,7 +5,7 @@ import type { PassageMetadata, RetrievedPassage } from '../rag/passage.js';
 import { LexicalIndex } from '../rag/lexical-index.js';
 import { LEXICAL_GRANULARITIES, RETRIEVAL_MODES, retrievePassages, type LexicalGranularity, type RetrievalMode } from '../rag/retriever.js';
 import type { FeedbackOptions } from '../rag/query-expansion.js';
-import { abstainOptionsSchema, supportsAnswer, type AbstainOptions, type Evidence } from '../rag/abstain.js';
+import { supportsAnswer, type AbstainOptions, type Evidence } from '../rag/abstain.js';
 import { stage, type StageOperator, type StageOptions } from '../../../operators/stage.js';
 
 /** What `retrieve` emits: the input and the passages found for it, best first. */
@@ -44,7 +44,7 @@ export interface RetrieveOptions<I, M extends PassageMetadata = PassageMetadata>
   granularity?: LexicalGranularity;
   /** Pseudo-relevance feedback (RM3): search BM25 again with the words the first passages share, at a lower weight. Default: none. */
   feedback?: FeedbackOptions;
-  /** Return no passage when the evidence is too weak (`supportsAnswer`); `true` for the fitted decision as it is. Default: never. */
+  /** Return no passage when the evidence is too weak (`supportsAnswer`); `true` for the default thresholds. Default: never. */
   abstain?: boolean | AbstainOptions;
 }
 
@@ -76,7 +76,20 @@ const retrieveOptionsSchema = lazySchema((z) =>
       denseWeight: z.number({ error: 'denseWeight must be a number' }).positive({ error: 'denseWeight must be > 0' }).optional(),
       granularity: granularitySchema().optional(),
       feedback: feedbackSchema().optional(),
-      abstain: z.union([z.boolean(), abstainOptionsSchema()]).optional(),
+      abstain: z
+        .union([
+          z.boolean(),
+          z
+            .object({
+              coverage: z.number().min(0).max(1).optional(),
+              partialCoverage: z.number().min(0).max(1).optional(),
+              dense: z.number().optional(),
+              specificity: z.number().min(0).optional(),
+              specificCoverage: z.number().min(0).max(1).optional(),
+            })
+            .strict(),
+        ])
+        .optional(),
     })
     .strict()
     .refine((o) => o.lexical !== undefined || (o.retrieval ?? 'dense') === 'dense', {
