@@ -7,6 +7,7 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { buildDecoderModel, type DecoderConfig } from '../src/ai/models/decoder.js';
+import { wordPieceJson } from '../marble-tests/support/wordpiece.js';
 
 /** Bench 11's decoder: 6 layers, hidden 512, FFN 2,048, vocabulary 8,192 (110 MB), as issue 36 sizes it. */
 export const BENCH_DECODER = { vocabSize: 8192, hidden: 512, heads: 8, layers: 6, ffn: 2048, maxPositions: 512, seed: 7 } as const;
@@ -23,11 +24,12 @@ function vocabulary(size: number): string[] {
   return words.slice(0, size);
 }
 
+/** The WordPiece layout the tests use, without truncation, padding or added [CLS]/[SEP]: a decoder's prompt is its text. */
 function tokenizerJson(vocab: readonly string[]) {
-  return {
-    version: '1.0',
+  return wordPieceJson(vocab, {
     truncation: null,
     padding: null,
+    post_processor: null,
     added_tokens: [...SPECIAL, '[EOS]'].map((content) => ({
       id: vocab.indexOf(content),
       content,
@@ -37,18 +39,7 @@ function tokenizerJson(vocab: readonly string[]) {
       normalized: false,
       special: true,
     })),
-    normalizer: { type: 'BertNormalizer', clean_text: true, handle_chinese_chars: true, strip_accents: null, lowercase: true },
-    pre_tokenizer: { type: 'BertPreTokenizer' },
-    post_processor: null,
-    decoder: { type: 'WordPiece', prefix: '##', cleanup: true },
-    model: {
-      type: 'WordPiece',
-      unk_token: '[UNK]',
-      continuing_subword_prefix: '##',
-      max_input_chars_per_word: 100,
-      vocab: Object.fromEntries(vocab.map((t, i) => [t, i])),
-    },
-  };
+  });
 }
 
 /** Writes the directory `dir` (created) for a decoder of `config`. */
