@@ -42,7 +42,8 @@ const sampled: fc.Arbitrary<SamplingParams> = fc
     penalties,
     fc.record(
       {
-        temperature: fc.double({ min: 0.05, max: 2, noNaN: true }),
+        // Exactly 1 too: the uncut draw then reuses its own sum for the logprob.
+        temperature: fc.oneof(fc.constant(1), fc.double({ min: 0.05, max: 2, noNaN: true })),
         top_k: fc.oneof(fc.constant(0), fc.integer({ min: 2, max: 12 }), fc.integer({ min: 2, max: 320 })),
         // Quarters: tied logits give probabilities of exactly 1/2 or 1/4, so the cumulative sum can land on top_p.
         top_p: fc.oneof(fc.constant(1), fc.constantFrom(0.25, 0.5, 0.75), fc.double({ min: 0.01, max: 1, noNaN: true })),

@@ -64,10 +64,21 @@ function wholeDraw(scores: Float64Array, temperature: number, random: () => numb
     if (Number.isNaN(score)) return undefined;
     if (score > max) max = score;
   }
+  // Each weight once: the walk divides the same doubles the sum added, as the general draw does.
+  const weights = ranked;
   let total = 0;
-  for (let id = 0; id < scores.length; id++) total += Math.exp((scores[id]! - max) / temperature);
-  const id = walk(scores, Number.NEGATIVE_INFINITY, 0, scores.length, max, temperature, total, random());
-  return { id, logprob: logSoftmaxAt(scores, id) };
+  for (let id = 0; id < scores.length; id++) total += weights[id] = Math.exp((scores[id]! - max) / temperature);
+  let id = -1;
+  let r = random();
+  for (let i = 0; i < scores.length; i++) {
+    const p = weights[i]! / total;
+    if (p === 0) continue;
+    id = i;
+    r -= p;
+    if (r < 0) break;
+  }
+  // At temperature 1 the log-softmax's own sum is this one, term for term.
+  return { id, logprob: temperature === 1 ? scores[id]! - max - Math.log(total) : logSoftmaxAt(scores, id) };
 }
 
 /** How many ranks top-p keeps: up to the first whose cumulative probability reaches `topP`. */
