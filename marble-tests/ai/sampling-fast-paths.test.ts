@@ -64,7 +64,7 @@ const odd = fc
   });
 
 /** The fast draw and the general one from the same seed: same id, same logprob bits, same random numbers taken. */
-function sameDraw(scores: Float32Array, params: SamplingParams, history: readonly number[], promptLength: number, seed: number): void {
+function sameDraw(scores: Float32Array, params: SamplingParams, history: readonly number[], promptLength: number, seed: number): { id: number } {
   const fast = seededRandom(seed);
   const general = seededRandom(seed);
   const before = Float32Array.from(scores);
@@ -74,6 +74,7 @@ function sameDraw(scores: Float32Array, params: SamplingParams, history: readonl
   assert.ok(Object.is(token.logprob, expected.logprob), `logprob ${token.logprob} ≠ ${expected.logprob}`);
   assert.equal(fast(), general(), 'the seeded sequence is aligned after the draw');
   assert.deepEqual(scores, before, 'the caller’s logits are left as they were');
+  return token;
 }
 
 const histories = fc.array(fc.integer({ min: -2, max: 310 }), { maxLength: 40 });
@@ -81,43 +82,30 @@ const histories = fc.array(fc.integer({ min: -2, max: 310 }), { maxLength: 40 })
 describe('sampling fast paths', () => {
   it('the ranked draw gives the general draw’s token and logprob, and consumes the same random numbers', () => {
     fc.assert(
-      fc.property(logits, sampled, histories, fc.nat(40), fc.integer(), (scores, params, history, prompt, seed) =>
-        sameDraw(scores, params, history, Math.min(prompt, history.length), seed),
-      ),
+      fc.property(logits, sampled, histories, fc.nat(40), fc.integer(), (scores, params, history, prompt, seed) => {
+        sameDraw(scores, params, history, Math.min(prompt, history.length), seed);
+      }),
       { numRuns: 1000 },
     );
   });
 
   it('scores with NaN or infinities draw as the general path does', () => {
     fc.assert(
-      fc.property(odd, fc.oneof(sampled, greedy), histories, fc.integer(), (scores, params, history, seed) => sameDraw(scores, params, history, 0, seed)),
+      fc.property(odd, fc.oneof(sampled, greedy), histories, fc.integer(), (scores, params, history, seed) => {
+        sameDraw(scores, params, history, 0, seed);
+      }),
       { numRuns: 300 },
     );
   });
 
   it('the greedy draw gives the general draw’s token and logprob, and consumes the same random numbers', () => {
     fc.assert(
-      fc.property(
-        logits,
-        greedy,
-        fc.array(fc.integer({ min: -2, max: 310 }), { maxLength: 40 }),
-        fc.nat(40),
-        fc.integer(),
-        (scores, params, history, prompt, seed) => {
-          const promptLength = Math.min(prompt, history.length);
-          const fast = seededRandom(seed);
-          const general = seededRandom(seed);
-          const before = Float32Array.from(scores);
-          const token = sampleToken(scores, params, fast, history, promptLength);
-          const expected = drawFromDistribution(scores, params, general, history, promptLength);
-          assert.equal(token.id, expected.id);
-          const penalised = (params.repetition_penalty ?? 1) !== 1 || (params.presence_penalty ?? 0) !== 0 || (params.frequency_penalty ?? 0) !== 0;
-          if (!penalised) assert.equal(token.id, Array.from(scores).indexOf(Math.max(...scores)), 'the first of the most likely tokens');
-          assert.ok(Object.is(token.logprob, expected.logprob), `logprob ${token.logprob} ≠ ${expected.logprob}`);
-          assert.equal(fast(), general(), 'the seeded sequence is aligned after the draw');
-          assert.deepEqual(scores, before, 'the caller’s logits are left as they were');
-        },
-      ),
+      fc.property(logits, greedy, histories, fc.nat(40), fc.integer(), (scores, params, history, prompt, seed) => {
+        // Same id, logprob bits and random numbers as the general draw; logits left as they were.
+        const token = sameDraw(scores, params, history, Math.min(prompt, history.length), seed);
+        const penalised = (params.repetition_penalty ?? 1) !== 1 || (params.presence_penalty ?? 0) !== 0 || (params.frequency_penalty ?? 0) !== 0;
+        if (!penalised) assert.equal(token.id, Array.from(scores).indexOf(Math.max(...scores)), 'the first of the most likely tokens');
+      }),
       { numRuns: 500 },
     );
   });
