@@ -43,7 +43,7 @@ describe('LexicalIndex', () => {
     // A quantifier says how many, not what about: "several" must not meet "severity" (both stem to `sever`).
     assert.deepEqual(lexicalTerms('several targets, every request, a few various levels'), lexicalTerms('targets request levels'));
     assert.notEqual(lexicalTerm('severity'), null);
-    assert.deepEqual(lexicalTerms('shedOldest 429'), ['shed', 'oldest', '429']);
+    assert.deepEqual(lexicalTerms('shedOldest 429'), [lexicalTerm('shedOldest'), 'shed', 'oldest', '429']);
     assert.deepEqual(lexicalTerms('<div align="center"><img src="logo.png"></div> Logo <!-- note -->'), ['logo'], 'HTML tags and comments are no words');
   });
 
@@ -84,6 +84,49 @@ describe('LexicalIndex', () => {
     const [heading, text] = mirrored.search('retries', 2);
     assert.equal(heading!.id, 'h#1');
     assert.ok(Math.abs(heading!.score / text!.score - 3) < 1e-9, `ratio ${heading!.score / text!.score}`);
+  });
+
+  it('weight: a word everyday English uses often weighs less than a name as rare in the corpus', () => {
+    const rare = LexicalIndex.of<PassageMetadata>(
+      Array.from({ length: 200 }, (_, i) => ({
+        id: `w#${i}`,
+        text: i === 0 ? 'Keep going: comments are fine in JSON5.' : `Filler passage ${i} about nothing.`,
+        source: `w${i}.md`,
+      })),
+    );
+    const [going, json5] = [lexicalTerm('going')!, lexicalTerm('json5')!];
+    assert.equal(rare.idf(going), rare.idf(json5), 'one passage holds each');
+    assert.equal(rare.weight(json5), rare.idf(json5), 'a name English does not use keeps its corpus IDF');
+    assert.ok(rare.weight(going) < rare.idf(going), `${rare.weight(going)} against ${rare.idf(going)}`);
+    // Missing an everyday word of the question costs less than missing its subject.
+    assert.ok(rare.coverage('going json5', 'w#1') < rare.coverage('going json5', 'w#0'));
+    assert.ok(rare.coverage('json5 postgresql', 'w#0') <= 0.5, 'a name missing weighs at least as much as the one held');
+  });
+
+  it('documentCoverage: the largest share of the query one file holds across its passages, kept when passages go', () => {
+    const docs = LexicalIndex.of<PassageMetadata>([
+      { id: 'a#1', text: 'The retry budget is five attempts.', source: 'retry.md › Budget' },
+      { id: 'a#2', text: 'Backoff doubles between attempts.', source: 'retry.md › Backoff' },
+      { id: 'b#1', text: 'Backoff is a word used elsewhere.', source: 'other.md' },
+    ]);
+    const query = lexicalTerms('retry budget backoff');
+    assert.ok(docs.coverage(query, 'a#1') < 1 && docs.coverage(query, 'a#2') < 1);
+    assert.equal(docs.documentCoverage(query), 1, 'retry.md holds every word, in two passages');
+    assert.ok(docs.documentShares(query).get('other.md')! < 1);
+    assert.equal(docs.documentCoverage(lexicalTerms('boiling water')), 0);
+    docs.remove('a#2');
+    assert.ok(docs.documentCoverage(query) < 1, 'the passage holding "backoff" is gone from retry.md');
+    docs.remove('a#1');
+    assert.equal(docs.documentShares(query).has('retry.md'), false);
+  });
+
+  it('terms: a camel-case run counts whole and as its parts, so a name like OpenAI is a term of its own', () => {
+    assert.deepEqual(lexicalTerms('OpenAI'), [lexicalTerm('openai'), lexicalTerm('open'), lexicalTerm('ai')]);
+    const names = LexicalIndex.of<PassageMetadata>([
+      { id: 'o#1', text: 'The OpenAI client retries twice.', source: 'openai.md' },
+      { id: 'v#1', text: 'Open an issue; the AI SDK retries too.', source: 'ai.md' },
+    ]);
+    assert.equal(names.search('openai retries', 1)[0]!.id, 'o#1');
   });
 
   it('keeps a lone digit as a term (a version, a count), a lone letter not', () => {
@@ -293,6 +336,13 @@ describe('supportsAnswer', () => {
     assert.equal(supportsAnswer({ lexical: 0, dense: 9 }), false, 'an embedding alone never outvotes no shared word');
     assert.equal(supportsAnswer({ dense: 3 }), true, 'without a lexical index, the dense signal decides');
     assert.equal(supportsAnswer({}), false);
+  });
+
+  it('answers on part of the query’s words when the passage’s page holds the rest', () => {
+    assert.equal(supportsAnswer({ lexical: 0.4, document: 0.7 }), true);
+    assert.equal(supportsAnswer({ lexical: 0.4, document: 0.5 }), false, 'the page lacks half of what was asked');
+    assert.equal(supportsAnswer({ lexical: 0.2, document: 1 }), false, 'a page holding every word, but no passage of it much');
+    assert.equal(supportsAnswer({ lexical: 0.2, document: 1 }, { passageCoverage: 0.2 }), true);
   });
 
   it('answers on a third of the query’s words when the words held are rare enough together to single the passage out', () => {

@@ -159,6 +159,11 @@ const optionsSchema = lazySchema((z) =>
           z
             .object({
               coverage: z.number().min(0, { error: 'coverage must be in [0, 1]' }).max(1, { error: 'coverage must be in [0, 1]' }).optional(),
+              passageCoverage: z
+                .number()
+                .min(0, { error: 'passageCoverage must be in [0, 1]' })
+                .max(1, { error: 'passageCoverage must be in [0, 1]' })
+                .optional(),
               partialCoverage: z
                 .number()
                 .min(0, { error: 'partialCoverage must be in [0, 1]' })

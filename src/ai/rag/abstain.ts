@@ -1,14 +1,17 @@
 /**
- * When retrieval found nothing worth quoting. Three signals, each relative to this corpus and this
- * query rather than one fixed score: the share of the query's information (IDF mass) the best
- * passage holds, how sharply the words it holds single it out among the corpus's passages, and how
- * far the best cosine stands above what every passage scores for the query.
+ * When retrieval found nothing worth quoting. Four signals, each relative to this corpus and this
+ * query rather than one fixed score: the share of the query's information (IDF mass, everyday words
+ * weighing little) the best passage holds and the share its best page holds, how sharply the words
+ * a passage holds single it out among the corpus's passages, and how far the best cosine stands
+ * above what every passage scores for the query.
  */
 
 /** What retrieval found for a query, as evidence that the documents answer it. */
 export interface Evidence {
   /** The largest share of the query's IDF mass that one retrieved passage holds, in [0, 1]; undefined without a lexical index. */
   readonly lexical?: number;
+  /** The largest share of the query's IDF mass that one document (all its passages) holds, in [0, 1]; undefined without a lexical index. */
+  readonly document?: number;
   /** The best `LexicalIndex.specificity` among the retrieved passages: how sharply the query words one holds single it out. */
   readonly specificity?: number;
   /**
@@ -20,8 +23,10 @@ export interface Evidence {
 
 /** How much evidence an answer needs. */
 export interface AbstainOptions {
-  /** A passage holding this share of the query's IDF mass is enough alone. Default 0.5. */
+  /** Enough when the passage's share of the query's IDF mass and its page's share average at least this (a passage holding it is enough alone). Default 0.5. */
   readonly coverage?: number;
+  /** The share the passage itself must hold at least, however much of the rest its page holds. Default 0.25. */
+  readonly passageCoverage?: number;
   /** A passage holding at least this share is enough when the dense signal agrees. Default 0.35. */
   readonly partialCoverage?: number;
   /** The dense signal agrees when `Evidence.dense` is at least this. Default 1. */
@@ -33,11 +38,18 @@ export interface AbstainOptions {
 }
 
 /** The defaults of `AbstainOptions`. */
-export const DEFAULT_ABSTAIN: Required<AbstainOptions> = { coverage: 0.5, partialCoverage: 0.35, dense: 1, specificity: 1.5, specificCoverage: 0.3 };
+export const DEFAULT_ABSTAIN: Required<AbstainOptions> = {
+  coverage: 0.5,
+  passageCoverage: 0.25,
+  partialCoverage: 0.35,
+  dense: 1,
+  specificity: 1.5,
+  specificCoverage: 0.3,
+};
 
 /**
  * Whether the evidence supports an answer: most of what the question asks about is in one passage,
- * or a good part of it is and either the embedding agrees that passage stands out from the corpus or
+ * or in one page with a good part of it in one passage, or a good part of it is in one passage and either the embedding agrees that passage stands out from the corpus or
  * the words it holds are rare enough together that chance would put them in under 1/√n of n passages
  * (specificity 1.5). Without a lexical index, the dense signal alone decides.
  */
@@ -49,5 +61,12 @@ export function supportsAnswer(evidence: Evidence, options: AbstainOptions = {})
   if (evidence.lexical === undefined) return dense;
   // Rare words held together in one passage are unlikely by chance, even when the question says more than they do.
   const specific = evidence.specificity !== undefined && evidence.specificity >= thresholds.specificity && evidence.lexical >= thresholds.specificCoverage;
-  return evidence.lexical >= coverage || (evidence.lexical >= partialCoverage && dense) || specific;
+  // A page holding the rest of the question vouches for a passage holding part of it.
+  const held = (evidence.lexical + (evidence.document ?? evidence.lexical)) / 2;
+  return (
+    (held >= coverage && evidence.lexical >= thresholds.passageCoverage) ||
+    evidence.lexical >= coverage ||
+    (evidence.lexical >= partialCoverage && dense) ||
+    specific
+  );
 }

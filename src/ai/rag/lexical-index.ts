@@ -4,72 +4,18 @@
  * query's information (its IDF mass) a passage holds: the lexical evidence abstention weighs.
  */
 import MiniSearch from 'minisearch';
-import { stemmer } from 'stemmer';
 import type { PassageMetadata } from './passage.js';
 import { SectionIndex } from './section-index.js';
-import { TextMemo } from './text-memo.js';
+import { backgroundIdf, loadBackground } from './background.js';
+import { lexicalTerm, lexicalTerms, words } from './lexical-terms.js';
 
-/** Function words that carry no subject: never indexed, never asked for. */
-const STOP_WORDS = new Set(
-  (
-    'a an and are as at be been but by can could did do does doing for from had has have how i if in into is it its ' +
-    'me my no not of on or our should so than that the their them then there these they this those to too was we ' +
-    'were what when where which while who whom why will with would you your yours about after before all any each ' +
-    'more most other some such several every few various only own same just also very s t don get got use used using one many much long often ' +
-    'happen happens mean means work works need want tell explain example way possible'
-  ).split(' '),
-);
-
-/**
- * A term as indexed: lower case, folded accents, stemmed by Porter's algorithm (`policies` and
- * `policy`, `authentication` and `authenticated` meet), then an agent's `-er` dropped (`keeper` and
- * `keeps`, `server` and `serve`). Stop words and single letters are no term; a single digit is.
- */
-export function lexicalTerm(word: string): string | null {
-  return stems.get(word);
-}
-
-/** Words of every corpus and question meet again and again: each is stemmed once (bounded, as questions bring new words). */
-const stems = new TextMemo(termOf, 1 << 15);
-
-function termOf(word: string): string | null {
-  const term = word.toLowerCase().normalize('NFKD').replace(/\p{M}/gu, '');
-  // A lone digit is a version or a count (`fast-check 4`); a lone letter says nothing.
-  if ((term.length < 2 && !/^\p{N}$/u.test(term)) || STOP_WORDS.has(term)) return null;
-  if (!/^\p{L}+$/u.test(term)) return term; // numbers, identifiers with digits: as they are
-  const stem = stemmer(term);
-  return stem.length > 5 && stem.endsWith('er') ? stem.slice(0, -2) : stem;
-}
+export { lexicalTerm, lexicalTerms, lexicalTokens } from './lexical-terms.js';
 
 /** How much a word of a passage's headings or file name counts against one of its text: a heading names what the passage is about. */
 const HEADING_BOOST = 3;
 
 /** Passages a section found stands for, those holding most of the query first: the answer may sit beside the best-covered one. */
 const PASSAGES_PER_SECTION = 2;
-
-/** HTML comments and tags: their attributes (`<div align="center">`) say nothing about the subject. */
-const MARKUP = /<!--[\s\S]*?(?:-->|$)|<\/?[A-Za-z][^>]*>/g;
-
-/** Words of a text: runs of letters and digits (code identifiers split at `_`, `-`, `.` and case changes), outside HTML tags. */
-function words(text: string): string[] {
-  const split = text.replace(MARKUP, ' ').replace(/([\p{Ll}\p{N}])(\p{Lu})/gu, '$1 $2');
-  return split.match(/[\p{L}\p{N}]+/gu) ?? [];
-}
-
-/** The indexed terms of `text`, one per occurrence, in order. */
-export function lexicalTokens(text: string): string[] {
-  const terms: string[] = [];
-  for (const word of words(text)) {
-    const term = lexicalTerm(word);
-    if (term !== null) terms.push(term);
-  }
-  return terms;
-}
-
-/** The distinct indexed terms of `text`. */
-export function lexicalTerms(text: string): string[] {
-  return [...new Set(lexicalTokens(text))];
-}
 
 /** A term added to a query (an indexed term), with its weight relative to the query's own terms (which weigh 1). */
 export interface ExpansionTerm {
@@ -92,7 +38,12 @@ interface Indexed {
 
 /** The words of a passage's file path (`guides/child-loggers.md` → `guides child loggers`): documents are named by their subject. */
 function fileWords(source: string): string {
-  return (source.split(' › ')[0] ?? '').replace(/\.[A-Za-z]+$/, '');
+  return fileOf(source).replace(/\.[A-Za-z]+$/, '');
+}
+
+/** The document a passage's source names (`guides/child-loggers.md › Levels` → `guides/child-loggers.md`). */
+export function fileOf(source: string): string {
+  return source.split(' › ')[0] ?? '';
 }
 
 /**
@@ -117,6 +68,14 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
   private readonly metadata = new Map<string, M>();
   private readonly termsOf = new Map<string, ReadonlySet<string>>();
   private readonly frequency = new Map<string, number>();
+  /** For each term, the documents holding it and how many of their passages do. */
+  private readonly documents = new Map<string, Map<string, number>>();
+  /** Terms summed over passages (each passage's distinct ones): the mean passage length background IDF is taken at. */
+  private termCount = 0;
+
+  constructor() {
+    loadBackground();
+  }
 
   /** An index of `entries` (passages, or `VectorIndex.entries()`). */
   static of<M extends PassageMetadata>(entries: Iterable<{ readonly id: string; readonly metadata: M } | (M & { readonly id: string })>): LexicalIndex<M> {
@@ -143,7 +102,14 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     this.engine.add({ id, text: metadata.text, headings });
     this.sections.add(id, metadata, headings);
     const terms = new Set(lexicalTerms(`${headings}\n${metadata.text}`));
-    for (const term of terms) this.frequency.set(term, (this.frequency.get(term) ?? 0) + 1);
+    const file = fileOf(metadata.source);
+    for (const term of terms) {
+      this.frequency.set(term, (this.frequency.get(term) ?? 0) + 1);
+      const held = this.documents.get(term) ?? new Map<string, number>();
+      held.set(file, (held.get(file) ?? 0) + 1);
+      this.documents.set(term, held);
+    }
+    this.termCount += terms.size;
     this.termsOf.set(id, terms);
     this.metadata.set(id, metadata);
   }
@@ -154,10 +120,17 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     if (metadata === undefined) return false;
     this.engine.discard(id);
     this.sections.remove(id);
-    for (const term of this.termsOf.get(id) ?? []) {
+    const file = fileOf(metadata.source);
+    const terms = this.termsOf.get(id) ?? new Set<string>();
+    this.termCount -= terms.size;
+    for (const term of terms) {
       const n = (this.frequency.get(term) ?? 1) - 1;
       if (n === 0) this.frequency.delete(term);
       else this.frequency.set(term, n);
+      const held = this.documents.get(term)!;
+      const m = (held.get(file) ?? 1) - 1;
+      if (m > 0) held.set(file, m);
+      else if (held.delete(file) && held.size === 0) this.documents.delete(term);
     }
     this.termsOf.delete(id);
     this.metadata.delete(id);
@@ -229,19 +202,54 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
   }
 
   /**
-   * The share of `query`'s IDF mass that the passage `id` holds, in [0, 1]: 1 when it has every
-   * word of the query that says something, near 0 when it has only the common ones. A query
-   * with no such word covers nothing.
+   * How much a query term says about its subject: its IDF here, but no more than it would have over
+   * everyday English (`backgroundIdf`), so that a common word ("allowed", "going") weighs little
+   * wherever it is rare.
+   */
+  weight(term: string): number {
+    const length = this.termCount / Math.max(1, this.metadata.size);
+    return Math.min(this.idf(term), backgroundIdf(term, length));
+  }
+
+  /**
+   * The share of `query`'s information (its terms' `weight`s) that the passage `id` holds, from 0
+   * to 1: 1 when it has every word of the query that says something, near 0 when it has only
+   * the common ones. A query with no such word covers nothing.
    */
   coverage(query: string | readonly string[], id: string): number {
     const terms = typeof query === 'string' ? lexicalTerms(query) : query;
     let total = 0;
     let held = 0;
     for (const term of terms) {
-      const weight = this.idf(term);
+      const weight = this.weight(term);
       total += weight;
       if (this.holds(id, term)) held += weight;
     }
     return total === 0 ? 0 : held / total;
+  }
+
+  /**
+   * The share of `query`'s information (as `coverage` weighs it) each document holds (a file: its
+   * passages together), for the documents holding any of it: whether the corpus has a page on what
+   * the query asks about, whichever passages of it the words fall in.
+   */
+  documentShares(query: string | readonly string[]): Map<string, number> {
+    const terms = typeof query === 'string' ? lexicalTerms(query) : query;
+    let total = 0;
+    const held = new Map<string, number>();
+    for (const term of terms) {
+      const weight = this.weight(term);
+      total += weight;
+      for (const file of this.documents.get(term)?.keys() ?? []) held.set(file, (held.get(file) ?? 0) + weight);
+    }
+    for (const [file, mass] of held) held.set(file, total === 0 ? 0 : mass / total);
+    return held;
+  }
+
+  /** The largest of `documentShares`: 0 when no document holds any of the query. */
+  documentCoverage(query: string | readonly string[]): number {
+    let best = 0;
+    for (const share of this.documentShares(query).values()) best = Math.max(best, share);
+    return best;
   }
 }

@@ -115,7 +115,7 @@ function evidenceFor<M extends PassageMetadata>(
   const lexical = plan.lexical === undefined ? undefined : Math.max(0, ...passages.slice(0, EVIDENCE_DEPTH).map((p) => plan.lexical!.coverage(terms, p.id)));
   const specificity =
     plan.lexical === undefined ? undefined : Math.max(0, ...passages.slice(0, EVIDENCE_DEPTH).map((p) => plan.lexical!.specificity(terms, p.id)));
-  const known = lexical === undefined ? {} : { lexical, specificity };
+  const known = lexical === undefined ? {} : { lexical, specificity, document: plan.lexical!.documentCoverage(terms) };
   if (vector === undefined || plan.index.size < 2) return known;
   const top = best ?? plan.index.search(vector, { k: 1 })[0]?.score;
   const { mean, std } = plan.index.scoreMoments(vector);

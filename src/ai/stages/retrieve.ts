@@ -82,6 +82,7 @@ const retrieveOptionsSchema = lazySchema((z) =>
           z
             .object({
               coverage: z.number().min(0).max(1).optional(),
+              passageCoverage: z.number().min(0).max(1).optional(),
               partialCoverage: z.number().min(0).max(1).optional(),
               dense: z.number().optional(),
               specificity: z.number().min(0).optional(),
