@@ -9,13 +9,15 @@
  *
  * Environment: BENCH_OVERLOAD_SECONDS=20 (the issue's figure is for 60), BENCH_OVERLOAD_FACTOR=10,
  * BENCH_OVERLOAD_STREAMS=8 (--max-streams), BENCH_OVERLOAD_QUEUE=32 (--max-queue), BENCH_OVERLOAD_TOKENS=32,
- * BENCH_OVERLOAD_WAIT=0 (--max-queue-wait in ms; 0 leaves it off).
+ * BENCH_OVERLOAD_WAIT=20 (--max-queue-wait in ms, about one unloaded time to first token: the
+ * latency-first setting the time-to-first-token bound asks for; 0 leaves it off).
  *
  * Two models: `charlm` (tiny per token, so the HTTP edge is what saturates) and bench 11's 6×512
  * decoder served with `--model` (the model's steps saturate the pool's threads), ids
  * `overload-serve` and `overload-serve-decoder`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { appendFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { Agent, request as httpRequest } from 'node:http';
 import { loadavg, tmpdir } from 'node:os';
@@ -83,7 +85,9 @@ export async function startServe(models: string, streams: number, queue: number,
   );
   let out = '';
   child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-  child.stderr!.on('data', () => {});
+  // BENCH_SERVE_STDERR=file keeps the server's log (its request lines time each request from the server's side).
+  const log = process.env.BENCH_SERVE_STDERR;
+  child.stderr!.on('data', (chunk: Buffer) => log !== undefined && appendFileSync(log, chunk));
   const deadline = Date.now() + 120_000;
   while (!/listening on (http:\/\/\S+)/.test(out)) {
     if (child.exitCode !== null || Date.now() > deadline) throw new Error(`sluice serve did not start: ${out}`);
@@ -133,10 +137,10 @@ export async function measureOverload(
   const seconds = envInt('BENCH_OVERLOAD_SECONDS', 20);
   const factor = envInt('BENCH_OVERLOAD_FACTOR', 10);
   const streams = envInt('BENCH_OVERLOAD_STREAMS', 8);
-  const queue = envInt('BENCH_OVERLOAD_QUEUE', 32);
+  const queue = process.env.BENCH_OVERLOAD_QUEUE === '0' ? 0 : envInt('BENCH_OVERLOAD_QUEUE', 32);
   const tokens = envInt('BENCH_OVERLOAD_TOKENS', 32);
   const models = await mkdtemp(join(tmpdir(), 'sluice-bench-overload-'));
-  const wait = envInt('BENCH_OVERLOAD_WAIT', 0);
+  const wait = process.env.BENCH_OVERLOAD_WAIT === '0' ? 0 : envInt('BENCH_OVERLOAD_WAIT', 20);
   const extra = wait > 0 ? ['--max-queue-wait', String(wait)] : [];
   if (model === 'decoder') {
     await writeDecoderDir(join(models, 'decoder'), BENCH_DECODER);

@@ -133,6 +133,53 @@ describe('Intake', () => {
     );
   });
 
+  it('with maxWait, a request that waited that long already closes the door; with no wait yet, the rate all left bounds it', () => {
+    const scheduler = new VirtualTimeScheduler();
+    const late = new Intake({ maxQueue: 16, maxWait: 1000, scheduler });
+    TestSink.subscribe(late.lane<number>('a'));
+    const first = offer(late, 'a', 1);
+    scheduler.schedule(() => {}, 1000);
+    scheduler.flush();
+    // Nothing has left yet, so no rate is known: the first request's wait says the queue drains slower than maxWait.
+    assert.equal(offer(late, 'a', 2).refused?.code, 'ADMISSION_REJECTED');
+    assert.equal(first.refused, undefined);
+    assert.equal(late.waiting, 1);
+
+    const fresh = new Intake({ maxQueue: 16, maxWait: 1000, scheduler: new VirtualTimeScheduler() });
+    const clock = (fresh as unknown as { scheduler: VirtualTimeScheduler }).scheduler;
+    const sink = TestSink.subscribe(fresh.lane<number>('a'));
+    // Three taken as they arrived, 500 ms apart: none waited, but they left at 2 per second.
+    for (let i = 0; i < 3; i++) {
+      sink.request(1);
+      offer(fresh, 'a', i);
+      clock.schedule(() => {}, 500);
+      clock.flush();
+    }
+    const queued = [offer(fresh, 'a', 10), offer(fresh, 'a', 11), offer(fresh, 'a', 12)];
+    assert.deepEqual(
+      queued.map((o) => o.refused?.code),
+      [undefined, undefined, 'ADMISSION_REJECTED'],
+    );
+  });
+
+  it('gate: a lane’s requests stay at the door while its pipeline cannot start one, whatever it asks; wake hands them on', () => {
+    const intake = new Intake({ maxQueue: 1 });
+    const sink = TestSink.subscribe(intake.lane<number>('a'));
+    let open = false;
+    intake.gate('a', () => open);
+    sink.request(5);
+    offer(intake, 'a', 1);
+    assert.equal(intake.waiting, 1, 'asked for, but held: the gate is shut');
+    assert.deepEqual(sink.received, []);
+    assert.ok((intake.turnAway('a', 't') ?? 0) >= 1000, 'a full door and a shut gate refuse before parsing');
+    open = true;
+    assert.equal(intake.waiting, 1, 'nothing moves until woken');
+    intake.wake('a');
+    assert.deepEqual(sink.received, [1]);
+    assert.equal(intake.turnAway('a', 't'), undefined, 'the gate open and demand left: it may enter');
+    assert.throws(() => intake.gate('nowhere', () => true), /no lane "nowhere"/);
+  });
+
   it('turns away without queueing exactly the requests offer would refuse, and counts them shed', () => {
     const intake = new Intake({ maxQueue: 1 });
     const sink = TestSink.subscribe(intake.lane<number>('a'));

@@ -50,12 +50,14 @@ describe('the shared door of sluice serve', () => {
     return found === undefined ? 0 : Number(found.split(' ').at(-1));
   };
 
-  it('holds one stream, one in the stage, two at the door; refuses the next at once with 429 and Retry-After', async () => {
+  it('holds one stream and two at the door, none in the stage; refuses the next at once with 429 and Retry-After', async () => {
     const controller = new AbortController();
-    const held = [ask(controller), ask(controller)];
-    await eventually(async () => running.stats().httpInFlight === 2, 'two requests in');
+    const held = [ask(controller)];
+    await eventually(async () => running.stats().httpInFlight === 1, 'one request in');
     held.push(ask(controller), ask(controller));
     await eventually(async () => (await metric('sluice_stage_buffered{stage="intake"}')) === 2, 'two waiting at the door');
+    // A request the stream stage cannot start waits at the door, where its class orders it: never in the stage.
+    assert.equal(await metric('sluice_stage_buffered{stage="stream"}'), 0);
     const refused = (await ask(new AbortController(), 'flex')) as Response;
     assert.equal(refused.status, 429);
     assert.ok(Number(refused.headers.get('retry-after')) >= 1);
@@ -65,7 +67,7 @@ describe('the shared door of sluice serve', () => {
 
     // A request of a higher class takes the place of the newest default one, which is refused.
     const urgent = ask(controller, 'priority');
-    const evicted = (await Promise.race(held.slice(2))) as Response;
+    const evicted = (await Promise.race(held.slice(1))) as Response;
     assert.equal(evicted.status, 429);
     assert.equal(await metric('sluice_stage_shed_total{stage="intake",reason="evicted"}'), 1);
 

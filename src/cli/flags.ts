@@ -170,7 +170,8 @@ export const FLAGS: readonly Flag[] = [
     arg: '<ms>',
     env: ['SLUICE_MAX_QUEUE_WAIT'],
     help: {
-      serve: 'the longest a request should wait at the door: the queue holds no more than it drained in that time while busy, and the rest is refused at once',
+      serve:
+        'the longest a request should wait at the door: the queue holds no more than drains in that time, none more once one waited that long, and the rest is refused at once',
     },
     to: 'maxQueueWait',
   },
@@ -246,7 +247,7 @@ export const FLAGS: readonly Flag[] = [
     arg: '<n>',
     env: ['SLUICE_STAGE_CAPACITY'],
     default: '16',
-    help: { serve: "requests each of sluice-rag's shared stages buffers (a model's stream stage holds one ready request; the rest wait at the door)" },
+    help: { serve: "requests each of sluice-rag's shared stages buffers (another model's requests wait at the door until a stream slot is free)" },
     to: 'stageCapacity',
   },
   {

@@ -3,9 +3,10 @@
  * server's `Intake` (a bounded queue by priority class, shed lowest class first). `sluice-rag`
  * builds its own stages on that door; every other model (the character LM, a user's decoder, an
  * upstream's model, a guarded or redacting wrapper) gets a pipeline of one `stream` stage that
- * holds at most `streams` generations at once and one request ready to start, the rest waiting in
- * the door's queue.
+ * holds at most `streams` generations at once; a request leaves the door's queue only when one
+ * can start, so all waiting is there, in class order.
  */
+import { finalize } from 'rxjs';
 import { StageStats } from '../flow/stats.js';
 import type { PriorityClass } from '../core/vocabulary.js';
 import type { ModelWorker } from '../ai/inference/worker.js';
@@ -54,15 +55,25 @@ export function servedPipelines(
       served[name] = worker;
       continue;
     }
+    let streaming = 0;
+    const started = (job: PipelineJob) => {
+      streaming++;
+      return worker.generate(job.request, job.options).pipe(
+        finalize(() => {
+          streaming--;
+          intake.wake(name);
+        }),
+      );
+    };
     const piped = pipelineWorker({
       name,
       intake,
       pipeline: (jobs) =>
         jobs.pipe(
-          streamStage((job: PipelineJob) => worker.generate(job.request, job.options), {
+          streamStage(started, {
             name: 'stream',
             concurrency: limits.streams,
-            // Requests wait at the door, not here: there their class orders them and `maxWait` bounds the wait.
+            // A request arrives only as a slot frees (the gate below) and starts at once.
             capacity: 1,
             stats: stream,
           }),
@@ -71,6 +82,7 @@ export function servedPipelines(
       ...(worker.contextLength !== undefined && { contextLength: worker.contextLength }),
       ...(worker.passthrough !== undefined && { passthrough: worker.passthrough }),
     });
+    intake.gate(name, () => streaming < limits.streams);
     built.push(piped);
     served[name] = piped;
   }

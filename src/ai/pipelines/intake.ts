@@ -117,6 +117,27 @@ export class Intake {
   }
 
   /**
+   * Holds `lane`'s requests at the door while `ready()` is false, whatever its first stage asks:
+   * a pipeline whose stage would only buffer a request until a slot frees takes one when it can
+   * start it, so every wait happens here, in class order and bounded by `maxWait`. Call
+   * `wake(lane)` when `ready()` may have turned true.
+   */
+  gate(lane: string, ready: () => boolean): void {
+    this.laneOf(lane).ready = ready;
+  }
+
+  /** Hands `lane`'s pipeline what it wants now: after its `gate` opened. */
+  wake(lane: string): void {
+    this.laneOf(lane).serve();
+  }
+
+  private laneOf(name: string): Lane<unknown> {
+    const lane = this.lanes.get(name);
+    if (lane === undefined) throw new TypeError(`intake "${this.name}" has no lane "${name}"`);
+    return lane;
+  }
+
+  /**
    * Queues `entry` for the pipeline `lane`; when the queue is over its bound, the newest request
    * of the lowest class waiting is refused (`ADMISSION_REJECTED`, maybe this one). Returns the
    * function that withdraws it (a client that left), a no-op once it left the queue.
@@ -195,14 +216,24 @@ export class Intake {
     return Math.min(60_000, Math.max(1000, Math.ceil((ahead + 1) / perMs)));
   }
 
-  /** Requests that may wait now: `maxQueue`, or fewer when `maxWait` bounds what drains in time. */
+  /**
+   * Requests that may wait now: `maxQueue`, or fewer when `maxWait` bounds what drains in time (at
+   * the rate requests that waited left, else the rate all left); none more once a request has
+   * waited `maxWait` already (the queue drains slower than that).
+   */
   private bound(): number {
-    const n = this.busyDepartures.length;
-    if (this.maxWait === undefined || n < 2) return this.maxQueue;
-    const newest = this.busyDepartures[(this.busyDeparted - 1) % RATE_WINDOW]!;
-    const oldest = this.busyDeparted >= RATE_WINDOW ? this.busyDepartures[this.busyDeparted % RATE_WINDOW]! : this.busyDepartures[0]!;
-    const perMs = (n - 1) / Math.max(1, newest - oldest);
-    return Math.min(this.maxQueue, Math.floor(this.maxWait * perMs));
+    if (this.maxWait === undefined) return this.maxQueue;
+    if (this.longestWait() >= this.maxWait) return Math.min(this.maxQueue, this.waitingCount - 1);
+    const busy = this.busyDepartures.length >= 2;
+    const perMs = busy ? ratePerMs(this.busyDepartures, this.busyDeparted) : ratePerMs(this.departures, this.departed);
+    return perMs === undefined ? this.maxQueue : Math.min(this.maxQueue, Math.floor(this.maxWait * perMs));
+  }
+
+  /** How long the request waiting longest, of any lane, has waited, ms; 0 with none waiting. */
+  private longestWait(): number {
+    let since = Number.POSITIVE_INFINITY;
+    for (const lane of this.lanes.values()) since = Math.min(since, lane.oldestArrival());
+    return since === Number.POSITIVE_INFINITY ? 0 : this.scheduler.now() - since;
   }
 
   /** A request's rank: its class, else its tenant's, else `default`; higher goes first. */
@@ -248,11 +279,22 @@ export class Intake {
   }
 }
 
+/** Departures per ms over a ring of the last `RATE_WINDOW` departure times (`count` recorded in all); undefined under two. */
+function ratePerMs(ring: readonly number[], count: number): number | undefined {
+  const n = ring.length;
+  if (n < 2) return undefined;
+  const newest = ring[(count - 1) % RATE_WINDOW]!;
+  const oldest = count >= RATE_WINDOW ? ring[count % RATE_WINDOW]! : ring[0]!;
+  return (n - 1) / Math.max(1, newest - oldest);
+}
+
 /** One pipeline's requests in the shared queue, and the producer its pipeline pulls them through. */
 class Lane<J> implements Producer, InspectedRun {
   /** Highest class first, then arrival order. */
   private readonly queue: Waiting<J>[] = [];
   private outlet: Outlet<Traced<J>> | undefined;
+  /** Whether the pipeline can start a request now (`Intake.gate`). */
+  ready: () => boolean = () => true;
   private pulling = false;
   private again = false;
 
@@ -287,11 +329,18 @@ class Lane<J> implements Producer, InspectedRun {
   /** Whether an offer to it now might not wait: its pipeline wants one, or has yet to start (the offer's caller starts it). */
   mightTake(): boolean {
     const outlet = this.outlet;
-    return outlet === undefined || outlet.closed || outlet.wants();
+    return outlet === undefined || outlet.closed || (outlet.wants() && this.ready());
   }
 
   last(): Waiting<J> | undefined {
     return this.queue[this.queue.length - 1];
+  }
+
+  /** When the request waiting longest here arrived; infinity with none (the queue is by class, so any may be it). */
+  oldestArrival(): number {
+    let at = Number.POSITIVE_INFINITY;
+    for (const entry of this.queue) at = Math.min(at, entry.arrivedAt);
+    return at;
   }
 
   serve(): void {
@@ -309,7 +358,7 @@ class Lane<J> implements Producer, InspectedRun {
       do {
         this.again = false;
         const outlet = this.outlet;
-        while (outlet !== undefined && !outlet.closed && this.queue.length > 0 && outlet.wants()) {
+        while (outlet !== undefined && !outlet.closed && this.queue.length > 0 && outlet.wants() && this.ready()) {
           const entry = this.queue.shift()!;
           this.intake.delivered(entry as Waiting<unknown>);
           outlet.next(new Traced(entry.job, entry.trace));
