@@ -19,24 +19,18 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { appendFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
-import { Agent, request as httpRequest } from 'node:http';
+import { Agent } from 'node:http';
+import { Worker } from 'node:worker_threads';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { BENCH_DECODER, writeDecoderDir } from './decoder-dir.js';
+import { complete, type LoadPlan, type LoadReport, type Outcome } from './offer-load.js';
 import { envInt, formatMB, monotonicMs, percentile, target, textTable, type TargetCheck } from './harness.js';
 
 export const OVERLOAD_IDS = { charlm: 'overload-serve', decoder: 'overload-serve-decoder' } as const;
 export type OverloadModel = keyof typeof OVERLOAD_IDS;
-
-interface Outcome {
-  readonly status: number;
-  /** ms to the response's head. */
-  readonly head: number;
-  /** ms to the first token (admitted requests). */
-  readonly firstToken: number | undefined;
-}
 
 export interface OverloadResult {
   readonly id: string;
@@ -55,11 +49,22 @@ export interface OverloadResult {
   readonly rssPeak: number;
   readonly shedCounted: number;
   readonly alive: boolean;
+  /** The load threads' own event-loop delay p99, ms: the floor under the refusal times they measure. */
+  readonly loopDelayP99: number;
+  /** The server's own time over a refusal p99, ms, from its request log (a sample: at most 10 lines a second). */
+  readonly refusalInServerP99: number;
 }
 
 const root = fileURLToPath(new URL('../', import.meta.url));
 
-export async function startServe(models: string, streams: number, queue: number, extra: readonly string[] = []): Promise<{ child: ChildProcess; url: string }> {
+/** A bench's server: its process, its URL, and how long it took over each refusal it logged (ms, at most 10 a second). */
+export interface BenchServer {
+  readonly child: ChildProcess;
+  readonly url: string;
+  readonly refusalsLogged: number[];
+}
+
+export async function startServe(models: string, streams: number, queue: number, extra: readonly string[] = []): Promise<BenchServer> {
   const child = spawn(
     process.execPath,
     [
@@ -87,40 +92,34 @@ export async function startServe(models: string, streams: number, queue: number,
   child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
   // BENCH_SERVE_STDERR=file keeps the server's log (its request lines time each request from the server's side).
   const log = process.env.BENCH_SERVE_STDERR;
-  child.stderr!.on('data', (chunk: Buffer) => log !== undefined && appendFileSync(log, chunk));
+  const refusalsLogged: number[] = [];
+  let partial = '';
+  child.stderr!.on('data', (chunk: Buffer) => {
+    if (log !== undefined) appendFileSync(log, chunk);
+    const lines = (partial + chunk.toString()).split('\n');
+    partial = lines.pop()!;
+    for (const line of lines) {
+      if (!line.includes('"refused"')) continue;
+      let entry: { request?: { outcome?: string; durationMs?: number } };
+      try {
+        entry = JSON.parse(line) as typeof entry;
+      } catch {
+        continue; // not a log line (a crash's stack)
+      }
+      if (entry.request?.outcome === 'refused' && entry.request.durationMs !== undefined) refusalsLogged.push(entry.request.durationMs);
+    }
+  });
   const deadline = Date.now() + 120_000;
   while (!/listening on (http:\/\/\S+)/.test(out)) {
     if (child.exitCode !== null || Date.now() > deadline) throw new Error(`sluice serve did not start: ${out}`);
     await sleep(50);
   }
-  return { child, url: /listening on (http:\/\/\S+)/.exec(out)![1]! };
+  return { child, url: /listening on (http:\/\/\S+)/.exec(out)![1]!, refusalsLogged };
 }
 
 async function rssOf(pid: number): Promise<number> {
   const status = await readFile(`/proc/${pid}/status`, 'utf8');
   return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0) * 1024;
-}
-
-/** One streamed completion of charlm, read to its end. */
-function complete(url: URL, agent: Agent, model: OverloadModel, tokens: number): Promise<Outcome> {
-  const body = JSON.stringify({ model, stream: true, max_tokens: tokens, messages: [{ role: 'user', content: 'The stage' }] });
-  const started = monotonicMs();
-  return new Promise((resolve) => {
-    const req = httpRequest(
-      { host: url.hostname, port: url.port, path: '/v1/chat/completions', method: 'POST', agent, headers: { 'content-type': 'application/json' } },
-      (res) => {
-        const head = monotonicMs() - started;
-        let firstToken: number | undefined;
-        res.on('data', (chunk: Buffer) => {
-          if (firstToken === undefined && chunk.includes('"content"')) firstToken = monotonicMs() - started;
-        });
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, head, firstToken }));
-        res.on('error', () => resolve({ status: -1, head, firstToken }));
-      },
-    );
-    req.on('error', () => resolve({ status: -1, head: monotonicMs() - started, firstToken: undefined }));
-    req.end(body);
-  });
 }
 
 async function shedCounted(url: string): Promise<number> {
@@ -146,7 +145,7 @@ export async function measureOverload(
     await writeDecoderDir(join(models, 'decoder'), BENCH_DECODER);
     extra.push('--model', join(models, 'decoder'));
   }
-  const { child, url } = await startServe(models, streams, queue, extra);
+  const { child, url, refusalsLogged } = await startServe(models, streams, queue, extra);
   const target_ = new URL(url);
   const agent = new Agent({ keepAlive: true, maxSockets: 1024 });
   try {
@@ -174,16 +173,13 @@ export async function measureOverload(
           .catch(() => {}),
       250,
     );
-    const outcomes: Promise<Outcome>[] = [];
-    const start = monotonicMs();
-    const interval = 1000 / offered;
-    for (let n = 0; monotonicMs() - start < seconds * 1000; n++) {
-      const due = start + n * interval;
-      const wait = due - monotonicMs();
-      if (wait > 1) await sleep(wait);
-      outcomes.push(complete(target_, agent, model, tokens));
-    }
-    const loaded = await Promise.all(outcomes);
+    // Several threads share the offered rate: one event loop starting and reading every request
+    // would time the refusals by its own delay.
+    const threads = envInt('BENCH_OVERLOAD_THREADS', 2);
+    const plan: LoadPlan = { url, model, tokens, rate: offered / threads, seconds };
+    const reports = await Promise.all(Array.from({ length: threads }, () => runLoad(plan)));
+    const loaded = reports.flatMap((r) => r.outcomes);
+    const loopDelayP99 = Math.max(...reports.map((r) => r.loopDelayP99));
     clearInterval(sampler);
     await sleep(500);
     const rssAfter = await rssOf(child.pid!);
@@ -212,6 +208,8 @@ export async function measureOverload(
       rssPeak,
       shedCounted: (await shedCounted(url)) - shedBefore,
       alive,
+      loopDelayP99,
+      refusalInServerP99: percentile(sorted(refusalsLogged), 99),
     };
     const checks = [
       target(`overload (${model}): refusals answered, p99`, result.refusalP99, 'ms', 'le', 5),
@@ -233,12 +231,26 @@ export async function measureOverload(
   }
 }
 
+/** Runs `plan` on a load thread of its own. */
+function runLoad(plan: LoadPlan): Promise<LoadReport> {
+  return new Promise((resolve, reject) => {
+    // tsx's hooks are not ready when a worker's entry loads (Node 20): the worker registers them first.
+    const entry = new URL('./offer-load.ts', import.meta.url).href;
+    const bootstrap = `import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}).then(({ register }) => { register(); return import(${JSON.stringify(entry)}); });`;
+    const worker = new Worker(bootstrap, { eval: true, workerData: plan });
+    worker.once('message', (report: LoadReport) => resolve(report));
+    worker.once('error', reject);
+  });
+}
+
 export function overloadReport(result: OverloadResult, checks: readonly TargetCheck[]): string {
   const rows = [
     ['capacity (closed loop)', `${result.capacity.toFixed(0)} requests/s`],
     ['offered', `${result.offered.toFixed(0)} requests/s for ${result.seconds} s`],
     ['admitted / refused / failed', `${result.admitted} / ${result.refused} / ${result.failed}`],
     ['refusal p99', `${result.refusalP99.toFixed(1)} ms`],
+    ["load threads' own event-loop delay p99", `${result.loopDelayP99.toFixed(1)} ms`],
+    ['refusal p99 inside the server (its request log)', `${result.refusalInServerP99.toFixed(2)} ms`],
     ['time to first token p99, unloaded / admitted under overload', `${result.ttftUnloadedP99.toFixed(1)} / ${result.ttftLoadedP99.toFixed(1)} ms`],
     ['server RSS before / after / peak', `${formatMB(result.rssBefore)} / ${formatMB(result.rssAfter)} / ${formatMB(result.rssPeak)}`],
     ['refusals counted by the server (intake sheds)', String(result.shedCounted)],
