@@ -28,7 +28,9 @@ describe('sluice serve --nats with two sluice worker processes', () => {
     workers = [0, 1].map(() => CliProcess.start('worker', ['--nats', nats.url, '--models', models, '--pool-size', '1', '--concurrency', '2']));
     await Promise.all(workers.map((worker) => worker.waitFor(/worker: serving charlm/)));
     serve = CliProcess.start('serve', ['--port', '0', '--models', models, '--pool-size', '1', '--nats', nats.url]);
-    url = await serve.url();
+    url = await serve.url().catch((err: unknown) => {
+      throw new Error(`${String(err)}\n${nats.state()}`);
+    });
   });
   after(async () => {
     await serve?.stop().catch(() => serve?.kill());

@@ -14,6 +14,8 @@ import type { NatsConnection } from '@nats-io/nats-core';
 export interface NatsServer {
   readonly url: string;
   readonly port: number;
+  /** Whether it still runs, and if not how it ended and the end of its log: for a test's failure message. */
+  state(): string;
   /** Stops the server (SIGTERM, or SIGKILL: a crash) and starts it again on the same port with the same store. */
   restart(signal?: 'SIGTERM' | 'SIGKILL'): Promise<void>;
   /** Stops it; `restart` brings it back. */
@@ -23,6 +25,15 @@ export interface NatsServer {
 }
 
 const LISTENING = /Listening for client connections on [^:]+:(\d+)/;
+
+/** The last 4 KB each running server wrote after it was ready. */
+const tails = new WeakMap<ChildProcess, string>();
+
+/** Whether `child` still runs, else how it ended and the last of its log. */
+function stateOf(child: ChildProcess): string {
+  if (child.exitCode === null && child.signalCode === null) return `nats-server ${child.pid} running`;
+  return `nats-server ${child.pid} exited (code ${child.exitCode}, signal ${child.signalCode}); its last log:\n${tails.get(child) ?? ''}`;
+}
 
 /** Starts `nats-server` with `args` and resolves once it is ready, with the client port it listens on. */
 export function launchNatsServer(args: readonly string[]): Promise<{ child: ChildProcess; port: number }> {
@@ -44,7 +55,8 @@ export function launchNatsServer(args: readonly string[]): Promise<{ child: Chil
       if (match !== null && log.includes('Server is ready')) {
         clearTimeout(timer);
         child.stderr!.removeAllListeners('data');
-        child.stderr!.resume();
+        // Its last lines stay readable (`tailOf`): why it stopped, if it stops while a test needs it.
+        child.stderr!.on('data', (more: string) => tails.set(child, ((tails.get(child) ?? '') + more).slice(-4096)));
         resolve({ child, port: Number(match[1]) });
       }
     });
@@ -74,6 +86,7 @@ export async function startNatsServer({ jetstream = true } = {}): Promise<NatsSe
   return {
     url: `nats://127.0.0.1:${port}`,
     port,
+    state: () => stateOf(child),
     async restart(signal = 'SIGTERM') {
       await stopped(child, signal);
       ({ child } = await launch(port, storeDir, jetstream));
