@@ -6,7 +6,7 @@
  * holds at most `streams` generations at once; a request leaves the door's queue only when one
  * can start, so all waiting is there, in class order.
  */
-import { finalize } from 'rxjs';
+import { defer, finalize } from 'rxjs';
 import { StageStats } from '../flow/stats.js';
 import type { PriorityClass } from '../core/vocabulary.js';
 import type { ModelWorker } from '../ai/inference/worker.js';
@@ -56,15 +56,17 @@ export function servedPipelines(
       continue;
     }
     let streaming = 0;
-    const started = (job: PipelineJob) => {
-      streaming++;
-      return worker.generate(job.request, job.options).pipe(
+    // Counted from subscription to its end however it ends (a stream never subscribed holds no slot).
+    const started = (job: PipelineJob) =>
+      defer(() => {
+        streaming++;
+        return worker.generate(job.request, job.options);
+      }).pipe(
         finalize(() => {
           streaming--;
           intake.wake(name);
         }),
       );
-    };
     const piped = pipelineWorker({
       name,
       intake,

@@ -49,9 +49,10 @@ export const DEFAULT_ABSTAIN: Required<AbstainOptions> = {
 
 /**
  * Whether the evidence supports an answer: most of what the question asks about is in one passage,
- * or in one page with a good part of it in one passage, or a good part of it is in one passage and either the embedding agrees that passage stands out from the corpus or
- * the words it holds are rare enough together that chance would put them in under 1/√n of n passages
- * (specificity 1.5). Without a lexical index, the dense signal alone decides.
+ * or in one page with a good part of it in one passage, or a good part of it is in one passage and
+ * either the embedding agrees that passage stands out from the corpus or the words it holds are rare
+ * enough together that chance would put them in under 1/√n of n passages (specificity 1.5). Without
+ * a lexical index, the dense signal alone decides.
  */
 export function supportsAnswer(evidence: Evidence, options: AbstainOptions = {}): boolean {
   const thresholds = { ...DEFAULT_ABSTAIN, ...options };
