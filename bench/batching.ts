@@ -74,8 +74,8 @@ function stream(url: URL, agent: Agent, tokens: number, gaps: number[] = [], mod
   });
 }
 
-/** Tokens per second of `streams` closed-loop clients, and the p99 gap between one client's tokens (ms). */
-async function measure(url: URL, streams: number, seconds: number, tokens: number, model = 'charlm'): Promise<{ tokensPerSecond: number; gapP99: number }> {
+/** Tokens per second of `streams` closed-loop clients, and the p50 and p99 gaps between one client's tokens (ms). */
+async function measure(url: URL, streams: number, seconds: number, tokens: number, model = 'charlm'): Promise<{ tokensPerSecond: number; gapP50: number; gapP99: number }> {
   // The decoder's clients send prompts of different lengths, so their contexts differ as real ones do.
   const promptOf = (client: number) => (model === 'charlm' ? 'The stage' : `The stage${' x'.repeat(client % 8)}`);
   const agent = new Agent({ keepAlive: true, maxSockets: streams });
@@ -94,7 +94,8 @@ async function measure(url: URL, streams: number, seconds: number, tokens: numbe
   );
   agent.destroy();
   gaps.sort((a, b) => a - b);
-  return { tokensPerSecond: total / ((monotonicMs() - started) / 1000), gapP99: gaps[Math.floor(gaps.length * 0.99)] ?? 0 };
+  const gapAt = (q: number) => gaps[Math.floor(gaps.length * q)] ?? 0;
+  return { tokensPerSecond: total / ((monotonicMs() - started) / 1000), gapP50: gapAt(0.5), gapP99: gapAt(0.99) };
 }
 
 /** Opens `count` streams whose clients read nothing (paused), for as long as `during` runs. */
@@ -142,10 +143,10 @@ export async function measureBatching(onProgress: (message: string) => void = ()
         const perStreams: Record<number, number> = {};
         const gapP99: Record<number, number> = {};
         for (const n of STREAMS) {
-          const { tokensPerSecond, gapP99: gap } = await measure(base, n, seconds, tokens, model);
+          const { tokensPerSecond, gapP50, gapP99: gap } = await measure(base, n, seconds, tokens, model);
           perStreams[n] = tokensPerSecond;
           gapP99[n] = gap;
-          onProgress(`${id}: ${n} streams, ${tokensPerSecond.toFixed(0)} tokens/s, inter-token p99 ${gap.toFixed(2)} ms`);
+          onProgress(`${id}: ${n} streams, ${tokensPerSecond.toFixed(0)} tokens/s, inter-token p50 ${gapP50.toFixed(2)} ms, p99 ${gap.toFixed(2)} ms`);
         }
         results.push({ id, tokensPerSecond: perStreams, gapP99 });
         if (id === 'batching-charlm-batched') {
