@@ -75,7 +75,13 @@ function stream(url: URL, agent: Agent, tokens: number, gaps: number[] = [], mod
 }
 
 /** Tokens per second of `streams` closed-loop clients, and the p50 and p99 gaps between one client's tokens (ms). */
-async function measure(url: URL, streams: number, seconds: number, tokens: number, model = 'charlm'): Promise<{ tokensPerSecond: number; gapP50: number; gapP99: number }> {
+async function measure(
+  url: URL,
+  streams: number,
+  seconds: number,
+  tokens: number,
+  model = 'charlm',
+): Promise<{ tokensPerSecond: number; gapP50: number; gapP99: number }> {
   // The decoder's clients send prompts of different lengths, so their contexts differ as real ones do.
   const promptOf = (client: number) => (model === 'charlm' ? 'The stage' : `The stage${' x'.repeat(client % 8)}`);
   const agent = new Agent({ keepAlive: true, maxSockets: streams });
