@@ -178,6 +178,17 @@ describe('Intake', () => {
     assert.deepEqual(sink.received, [1]);
     assert.equal(intake.turnAway('a', 't'), undefined, 'the gate open and demand left: it may enter');
     assert.throws(() => intake.gate('nowhere', () => true), /no lane "nowhere"/);
+
+    // With no room at the door at all, a request enters only when its pipeline can start it.
+    const none = new Intake({ maxQueue: 0 });
+    const started = TestSink.subscribe(none.lane<number>('a'));
+    started.request(5);
+    let free = false;
+    none.gate('a', () => free);
+    assert.equal(offer(none, 'a', 1).refused?.code, 'ADMISSION_REJECTED');
+    free = true;
+    assert.equal(offer(none, 'a', 2).refused, undefined);
+    assert.deepEqual(started.received, [2]);
   });
 
   it('turns away without queueing exactly the requests offer would refuse, and counts them shed', () => {
