@@ -53,6 +53,23 @@ describe('extractive answer selection', () => {
     assert.equal(answer.text.split('\n\n')[0], 'Set redact to hide the secret keys. [1]');
   });
 
+  it('quotes the sentence before one that points back to it ("But they…", "Therefore…"), unless it is quoted anyway', () => {
+    const passages = [
+      passage('summary', 'Summaries track percentiles. The defaults are 0.01, 0.5 and 0.99 here. But they can be overridden by a percentiles array.'),
+    ];
+    const candidates = candidatesOf(passages);
+    const vectors = [v(0, 1), v(0, 1), v(1, 0)];
+    const answer = composeAnswer(v(1, 0), passages, candidates, vectors, { sentences: 1 }, terms({ overridden: 3, percentile: 1 }));
+    assert.equal(answer.text.split('\n\n')[0], 'The defaults are 0.01, 0.5 and 0.99 here. But they can be overridden by a percentiles array. [1]');
+    // The sentence before is quoted on its own merit: it is not repeated.
+    const both = composeAnswer(v(1, 0), passages, candidates, [v(0, 1), v(1, 0), v(1, 0)], { sentences: 2 }, terms({ overridden: 3, default: 3 }));
+    assert.equal(both.text.split('\n\n')[0], 'The defaults are 0.01, 0.5 and 0.99 here. [1] But they can be overridden by a percentiles array. [1]');
+    // A sentence that points nowhere back, or opens its passage, stands alone.
+    const alone = [passage('a', 'Summaries track percentiles. Arrays of percentiles override them.'), passage('b', 'They can be overridden by an array.')];
+    const quoted = composeAnswer(v(1, 0), alone, candidatesOf(alone), [v(0, 1), v(1, 0), v(1, 0)], { sentences: 2 }, terms({ overridden: 3, override: 3 }));
+    assert.doesNotMatch(quoted.text.split('\n\n')[0]!, /Summaries/);
+  });
+
   it('prefers the first passage, and quotes a second one for the query words the first lacks, under its own number', () => {
     const passages = [
       passage('server', 'Heartbeats detect a broken connection on the server. A broken connection is closed by the server.', 'Guide › Heartbeats', 0.9),

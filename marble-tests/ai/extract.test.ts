@@ -43,6 +43,30 @@ describe('extractive answers', () => {
     assert.ok(sentences.includes('**option11** `number` - the 11th option of the call.'), 'the items past the bound are quoted alone');
   });
 
+  it('a sentence ending in a colon takes the code lines after it in its fence, while it stays short', () => {
+    const text = [
+      'These settings keep the socket open for only 10ms:',
+      '```js',
+      "import { Agent } from 'undici'",
+      'const agent = new Agent({',
+      '  keepAliveTimeout: 10,',
+      '  keepAliveMaxTimeout: 10',
+      '})',
+      '```',
+      '```js',
+      'setGlobalDispatcher(agent)',
+      '```',
+    ].join('\n');
+    assert.deepEqual(sentencesOf(text), [
+      "These settings keep the socket open for only 10ms: `import { Agent } from 'undici'` `const agent = new Agent({` `keepAliveTimeout: 10,` `keepAliveMaxTimeout: 10`",
+      '`setGlobalDispatcher(agent)`',
+    ]);
+    const steps = Array.from({ length: 12 }, (_, i) => `npx tool step-${i} --verbose`).join('\n');
+    const sentences = sentencesOf(`The setup needs a few commands to run:\n\`\`\`sh\n${steps}\n\`\`\``);
+    assert.ok(sentences[0]!.startsWith('The setup needs a few commands to run: `npx tool step-0 --verbose`') && sentences[0]!.length <= 240, sentences[0]);
+    assert.ok(sentences.includes('`npx tool step-11 --verbose`'), 'the lines past the bound are quoted alone');
+  });
+
   it('quotes the comment lines of a code block with the line they describe, and no comment alone', () => {
     const text =
       '```bash\n# List every action\nnpx trace actions\n\n# failed actions only,\n# by default in one line\nnpx trace actions --errors-only\n# a trailing comment\n```';

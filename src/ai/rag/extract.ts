@@ -98,7 +98,21 @@ export function composeAnswer(
           .slice(0, limit)
       : pickByWords(passages, candidates, cosines, words, limit, minScore);
   if (picked.length === 0) return { text: NO_ANSWER, sources: [] };
-  return writeAnswer(passages, picked);
+  return writeAnswer(passages, withAntecedents(picked, candidates));
+}
+
+/** A sentence opening on a word that points back ("But they…", "Therefore…", "This option…"): alone, it leaves out what it is about. */
+const POINTS_BACK = /^(?:but|however|therefore|thus|hence|otherwise|instead|this|these|those|that|they|it|its|their|such|then)\b/i;
+
+/** Each picked prose sentence that points back, preceded by the sentence before it in its passage when that one is not quoted anyway. */
+function withAntecedents(picked: readonly Scored[], candidates: readonly Candidate[]): Scored[] {
+  const quoted = new Set(picked.map((p) => `${p.passage}:${p.position}`));
+  return picked.map((p) => {
+    if (p.position === 0 || !POINTS_BACK.test(p.text) || quoted.has(`${p.passage}:${p.position - 1}`)) return p;
+    const before = candidates.find((c) => c.passage === p.passage && c.position === p.position - 1);
+    if (before === undefined || isCode(before.text)) return p;
+    return { ...p, text: `${before.text} ${p.text}` };
+  });
 }
 
 /**

@@ -42,7 +42,7 @@ const COMMENT_LINES = 4;
 /** Prose words of a masked sentence, a code span counting as one: under `MIN_WORDS`, a piece is a fragment. */
 const MIN_WORDS = 4;
 
-/** A lead-in sentence ending in `:` takes the list items after it while it stays under this many characters. */
+/** A lead-in sentence ending in `:` takes the list items or code lines after it while it stays under this many characters. */
 const LEAD_IN_LIST = 240;
 
 /**
@@ -50,14 +50,16 @@ const LEAD_IN_LIST = 240;
  * joined to the sentence before it in its block, or dropped when it opens one; list markers and
  * headings left out), each line of a code fence as a code span (with the comment lines just above
  * it; a comment alone is not quoted), and each table row with its header's cells named, so a command
- * or a row can be the quoted answer; a sentence ending in `:` keeps the first code line or row it
- * introduces, or the list items after it while under 240 characters.
+ * or a row can be the quoted answer; a sentence ending in `:` keeps the first row it introduces, or
+ * the code lines or list items after it while under 240 characters.
  */
 export function sentencesOf(text: string): string[] {
   // Blocks: paragraphs and list items, so a sentence never runs from one into the next.
   const blocks: string[] = [];
   const items = new Set<number>(); // blocks that are list items
   const quotable: (string | number)[] = []; // a code line or table row as it is, or the index of a prose block
+  const fenceOf = new Map<number, number>(); // the fence a quotable code line is in, by its index in `quotable`
+  let fences = 0;
   let current: string[] = [];
   let item = false;
   let fenced = false;
@@ -76,6 +78,7 @@ export function sentencesOf(text: string): string[] {
   for (const [i, line] of lines.entries()) {
     if (/^\s*(```|~~~)/.test(line)) {
       fenced = !fenced;
+      if (fenced) fences++;
       comment = [];
       close();
       continue;
@@ -86,6 +89,7 @@ export function sentencesOf(text: string): string[] {
       // Comment lines in a row are one comment, quoted with the line it describes (it holds the words, the line the command), never alone.
       if (COMMENT_LINE.test(line)) comment = [...comment, code].slice(-COMMENT_LINES);
       else {
+        fenceOf.set(quotable.length, fences);
         quotable.push([...comment, code].join(' '));
         comment = [];
       }
@@ -117,14 +121,23 @@ export function sentencesOf(text: string): string[] {
   // The last sentence ends in `:`: the code line or row after it (or list items, `listed` of them so far) is what it introduces.
   let leadIn = false;
   let listed = 0;
-  for (const entry of quotable) {
+  // The fence whose first code line a lead-in took: its next lines join it too, while it stays short.
+  let leadFence: number | undefined;
+  for (const [at, entry] of quotable.entries()) {
     if (typeof entry === 'string') {
       if (entry.length === 0) continue;
+      const fence = fenceOf.get(at);
+      if (leadFence !== undefined && fence === leadFence && sentences.at(-1)!.length + entry.length < LEAD_IN_LIST) {
+        sentences.push(`${sentences.pop()!} ${entry}`);
+        continue;
+      }
+      leadFence = leadIn ? fence : undefined;
       if (leadIn) sentences.push(`${sentences.pop()!} ${entry}`);
       else sentences.push(entry);
       leadIn = false;
       continue;
     }
+    leadFence = undefined;
     if (leadIn && items.has(entry)) {
       const lead = sentences.at(-1)!;
       const joined = `${lead}${listed === 0 ? ' ' : '; '}${blocks[entry]!.replace(/\s+/g, ' ').trim()}`;
