@@ -58,13 +58,32 @@ describe('extractive answers', () => {
       '```',
     ].join('\n');
     assert.deepEqual(sentencesOf(text), [
-      "These settings keep the socket open for only 10ms: `import { Agent } from 'undici'` `const agent = new Agent({` `keepAliveTimeout: 10,` `keepAliveMaxTimeout: 10`",
+      "These settings keep the socket open for only 10ms: `import { Agent } from 'undici'` `const agent = new Agent({ keepAliveTimeout: 10, keepAliveMaxTimeout: 10 })`",
       '`setGlobalDispatcher(agent)`',
     ]);
     const steps = Array.from({ length: 12 }, (_, i) => `npx tool step-${i} --verbose`).join('\n');
     const sentences = sentencesOf(`The setup needs a few commands to run:\n\`\`\`sh\n${steps}\n\`\`\``);
     assert.ok(sentences[0]!.startsWith('The setup needs a few commands to run: `npx tool step-0 --verbose`') && sentences[0]!.length <= 240, sentences[0]);
     assert.ok(sentences.includes('`npx tool step-11 --verbose`'), 'the lines past the bound are quoted alone');
+  });
+
+  it('quotes a call or literal spread over lines as one statement while short, its comments before it', () => {
+    const text = [
+      '```js',
+      '// refresh five minutes early',
+      'const token = await getToken({',
+      '  bufferMs: 5 * 60 * 1000, // in ms, see (below)',
+      '});',
+      'const big = {',
+      ...Array.from({ length: 20 }, (_, i) => `  option${i}: 'a value of some length',`),
+      '};',
+      '```',
+    ].join('\n');
+    const sentences = sentencesOf(text);
+    assert.equal(sentences[0], '`// refresh five minutes early` `// in ms, see (below)` `const token = await getToken({ bufferMs: 5 * 60 * 1000, });`');
+    // Past the bound, each line is quoted alone as before.
+    assert.equal(sentences[1], '`const big = {`');
+    assert.equal(sentences[2], "`option0: 'a value of some length',`");
   });
 
   it('quotes the comment lines of a code block with the line they describe, and no comment alone', () => {

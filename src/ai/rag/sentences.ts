@@ -39,6 +39,60 @@ const COMMENT_LINE = /^\s*(#|\/\/)\s/;
 /** Comment lines quoted with a code line at most, the nearest: a longer block documents more than the line below it. */
 const COMMENT_LINES = 4;
 
+/** A statement spread over lines (`new Agent({` … `})`) is quoted whole, as one code span, while under this many characters. */
+const STATEMENT = 200;
+
+/** The bracket depth a line leaves open: its openers minus its closers, string literals aside. */
+function depthOf(line: string): number {
+  const bare = line.replace(/(['"`])(?:\\.|(?!\1).)*\1/g, '');
+  return (bare.match(/[({[]/g)?.length ?? 0) - (bare.match(/[)}\]]/g)?.length ?? 0);
+}
+
+/**
+ * The quotable code of one fence: each statement as a code span, with the comment lines just above
+ * it. A line that opens a call or a literal it does not close (`getToken({`) is one statement with the
+ * lines up to its close, while short: its arguments are what it says.
+ */
+function fenceSentences(lines: readonly string[]): string[] {
+  const out: string[] = [];
+  let comment: string[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i]!;
+    const code = codeSentence(line);
+    if (code === undefined) continue;
+    // Comment lines in a row are one comment, quoted with the line it describes (it holds the words, the line the command), never alone.
+    if (COMMENT_LINE.test(line)) {
+      comment = [...comment, code].slice(-COMMENT_LINES);
+      continue;
+    }
+    let statement = code;
+    let depth = depthOf(line);
+    if (depth > 0) {
+      const parts = [line.trim()];
+      const notes: string[] = []; // the comments inside it, quoted before it as comment lines are
+      let end = i;
+      while (depth > 0 && end + 1 < lines.length) {
+        const text = lines[++end]!.trim();
+        const note = /(?:^|\s)(\/\/.*)$/.exec(text);
+        const next = note === null ? text : text.slice(0, note.index).trim();
+        const quoted = note === null ? undefined : `\`${note[1]!.replace(/`/g, "'")}\``;
+        if (quoted !== undefined && !notes.includes(quoted)) notes.push(quoted);
+        depth += depthOf(next);
+        if (next !== '') parts.push(next);
+      }
+      const joined = parts.join(' ');
+      if (depth <= 0 && joined.length <= STATEMENT) {
+        statement = `\`${joined.replace(/`/g, "'")}\``;
+        comment = [...comment, ...notes].slice(-COMMENT_LINES);
+        i = end;
+      }
+    }
+    out.push([...comment, statement].join(' '));
+    comment = [];
+  }
+  return out;
+}
+
 /** Prose words of a masked sentence, a code span counting as one: under `MIN_WORDS`, a piece is a fragment. */
 const MIN_WORDS = 4;
 
@@ -62,8 +116,7 @@ export function sentencesOf(text: string): string[] {
   let fences = 0;
   let current: string[] = [];
   let item = false;
-  let fenced = false;
-  let comment: string[] = []; // comment lines in a fence, waiting for the code line they describe
+  let fenced: string[] | undefined; // the lines of the open code fence
   let header: string[] | undefined;
   const close = () => {
     if (current.length > 0) {
@@ -74,25 +127,24 @@ export function sentencesOf(text: string): string[] {
     current = [];
     item = false;
   };
+  const closeFence = () => {
+    fences++;
+    for (const code of fenceSentences(fenced ?? [])) {
+      fenceOf.set(quotable.length, fences);
+      quotable.push(code);
+    }
+    fenced = undefined;
+  };
   const lines = text.split('\n');
   for (const [i, line] of lines.entries()) {
     if (/^\s*(```|~~~)/.test(line)) {
-      fenced = !fenced;
-      if (fenced) fences++;
-      comment = [];
       close();
+      if (fenced === undefined) fenced = [];
+      else closeFence();
       continue;
     }
-    if (fenced) {
-      const code = codeSentence(line);
-      if (code === undefined) continue;
-      // Comment lines in a row are one comment, quoted with the line it describes (it holds the words, the line the command), never alone.
-      if (COMMENT_LINE.test(line)) comment = [...comment, code].slice(-COMMENT_LINES);
-      else {
-        fenceOf.set(quotable.length, fences);
-        quotable.push([...comment, code].join(' '));
-        comment = [];
-      }
+    if (fenced !== undefined) {
+      fenced.push(line);
       continue;
     }
     if (/^\s*\|/.test(line)) {
@@ -117,6 +169,7 @@ export function sentencesOf(text: string): string[] {
     current.push(marker === null ? line.trim() : line.slice(marker[0].length).trim());
   }
   close();
+  if (fenced !== undefined) closeFence();
   const sentences: string[] = [];
   // The last sentence ends in `:`: the code line or row after it (or list items, `listed` of them so far) is what it introduces.
   let leadIn = false;
