@@ -49,8 +49,31 @@ describe('extractive answer selection', () => {
     const passages = [passage('redaction', 'Paths are listed in an array of strings here. Set redact to hide the secret keys.', 'Guide › Redact')];
     const candidates = candidatesOf(passages);
     // By cosine alone the first sentence is closer.
-    const answer = composeAnswer(v(1, 0), passages, candidates, [v(1, 0), v(0.8, 0.6)], { sentences: 1 }, terms({ redact: 4, secret: 1 }));
+    const answer = composeAnswer(v(1, 0), passages, candidates, [v(1, 0), v(0.8, 0.6)], { sentences: 1, context: 0 }, terms({ redact: 4, secret: 1 }));
     assert.equal(answer.text.split('\n\n')[0], 'Set redact to hide the secret keys. [1]');
+  });
+
+  it('quotes the best sentence with the prose just before and after it in its passage (context), never its code', () => {
+    const passages = [
+      passage(
+        'pool',
+        'A pool opens sockets on demand. Each connection is kept alive after a response. The keep-alive timeout defaults to four seconds. Pipelining stays off by default.\n```js\nnew Pool(url, { keepAliveTimeout: 4000 })\n```',
+      ),
+    ];
+    const candidates = candidatesOf(passages);
+    const vectors = candidates.map(() => v(1, 0));
+    const words = terms({ connection: 2, kept: 3, alive: 3 });
+    const body = (context?: number) =>
+      composeAnswer(v(1, 0), passages, candidates, vectors, { sentences: 1, ...(context !== undefined && { context }) }, words).text.split('\n\n')[0];
+    assert.equal(
+      body(),
+      'A pool opens sockets on demand. [1] Each connection is kept alive after a response. [1] The keep-alive timeout defaults to four seconds. [1]',
+    );
+    assert.equal(body(0), 'Each connection is kept alive after a response. [1]');
+    assert.equal(
+      body(2),
+      'A pool opens sockets on demand. [1] Each connection is kept alive after a response. [1] The keep-alive timeout defaults to four seconds. [1] Pipelining stays off by default. [1]',
+    );
   });
 
   it('quotes the sentence before one that points back to it ("But they…", "Therefore…"), unless it is quoted anyway', () => {
@@ -59,14 +82,21 @@ describe('extractive answer selection', () => {
     ];
     const candidates = candidatesOf(passages);
     const vectors = [v(0, 1), v(0, 1), v(1, 0)];
-    const answer = composeAnswer(v(1, 0), passages, candidates, vectors, { sentences: 1 }, terms({ overridden: 3, percentile: 1 }));
+    const answer = composeAnswer(v(1, 0), passages, candidates, vectors, { sentences: 1, context: 0 }, terms({ overridden: 3, percentile: 1 }));
     assert.equal(answer.text.split('\n\n')[0], 'The defaults are 0.01, 0.5 and 0.99 here. But they can be overridden by a percentiles array. [1]');
     // The sentence before is quoted on its own merit: it is not repeated.
-    const both = composeAnswer(v(1, 0), passages, candidates, [v(0, 1), v(1, 0), v(1, 0)], { sentences: 2 }, terms({ overridden: 3, default: 3 }));
+    const both = composeAnswer(v(1, 0), passages, candidates, [v(0, 1), v(1, 0), v(1, 0)], { sentences: 2, context: 0 }, terms({ overridden: 3, default: 3 }));
     assert.equal(both.text.split('\n\n')[0], 'The defaults are 0.01, 0.5 and 0.99 here. [1] But they can be overridden by a percentiles array. [1]');
     // A sentence that points nowhere back, or opens its passage, stands alone.
     const alone = [passage('a', 'Summaries track percentiles. Arrays of percentiles override them.'), passage('b', 'They can be overridden by an array.')];
-    const quoted = composeAnswer(v(1, 0), alone, candidatesOf(alone), [v(0, 1), v(1, 0), v(1, 0)], { sentences: 2 }, terms({ overridden: 3, override: 3 }));
+    const quoted = composeAnswer(
+      v(1, 0),
+      alone,
+      candidatesOf(alone),
+      [v(0, 1), v(1, 0), v(1, 0)],
+      { sentences: 2, context: 0 },
+      terms({ overridden: 3, override: 3 }),
+    );
     assert.doesNotMatch(quoted.text.split('\n\n')[0]!, /Summaries/);
   });
 
@@ -78,7 +108,7 @@ describe('extractive answer selection', () => {
     const candidates = candidatesOf(passages);
     const words = terms({ broken: 3, connection: 2, server: 1, interval: 4 });
     const vectors = [v(1, 0), v(1, 0), v(1, 0)];
-    const answer = composeAnswer(v(1, 0), passages, candidates, vectors, { sentences: 2 }, words);
+    const answer = composeAnswer(v(1, 0), passages, candidates, vectors, { sentences: 2, context: 0 }, words);
     assert.equal(
       answer.text,
       'Heartbeats detect a broken connection on the server. [1] The heartbeat interval is thirty seconds by default. [2]\n\nSources:\n[1] server.md › Heartbeats\n[2] options.md › Options',

@@ -135,7 +135,11 @@ const optionsSchema = lazySchema((z) =>
         )
         .optional(),
       extract: z
-        .object({ sentences: z.number().int().min(1, { error: 'sentences must be ≥ 1' }).optional(), minScore: z.number().min(-1).max(1).optional() })
+        .object({
+          sentences: z.number().int().min(1, { error: 'sentences must be ≥ 1' }).optional(),
+          minScore: z.number().min(-1).max(1).optional(),
+          context: z.number().int({ error: 'context must be an integer' }).min(0, { error: 'context must be ≥ 0' }).optional(),
+        })
         .strict()
         .optional(),
       embedder: z.custom<Embedder>((v) => typeof v === 'function', { error: 'embedder must be a function' }),

@@ -17,6 +17,8 @@ export interface ExtractOptions {
   readonly sentences?: number;
   /** A sentence scoring below this is left out: its cosine to the question, or with query words its blend of sentence BM25 and cosine. Default 0.2. */
   readonly minScore?: number;
+  /** Sentences of its passage quoted on each side of the best one, as its context. Default 1; 0 quotes the picked sentences alone. */
+  readonly context?: number;
 }
 
 export interface ExtractedAnswer {
@@ -98,7 +100,24 @@ export function composeAnswer(
           .slice(0, limit)
       : pickByWords(passages, candidates, cosines, words, limit, minScore);
   if (picked.length === 0) return { text: NO_ANSWER, sources: [] };
-  return writeAnswer(passages, withAntecedents(picked, candidates));
+  return writeAnswer(passages, withAntecedents(withContext(picked, candidates, options.context ?? 1), candidates));
+}
+
+/**
+ * The picked sentences and, beside the anchor (the first), up to `width` sentences of its kind (prose,
+ * or code) before and after it in its passage: the sentence that best answers is quoted in its
+ * context, where a value or a condition it leaves out is often stated.
+ */
+function withContext(picked: readonly Scored[], candidates: readonly Candidate[], width: number): Scored[] {
+  const anchor = picked[0];
+  if (anchor === undefined || width === 0) return [...picked];
+  const quoted = new Set(picked.map((p) => `${p.passage}:${p.position}`));
+  const code = isCode(anchor.text);
+  const beside = candidates.filter(
+    (c) =>
+      c.passage === anchor.passage && Math.abs(c.position - anchor.position) <= width && !quoted.has(`${c.passage}:${c.position}`) && isCode(c.text) === code,
+  );
+  return [...picked, ...beside.map((c) => ({ ...c, score: 0, ranked: 0, held: new Set<string>() }))];
 }
 
 /** A sentence opening on a word that points back ("But they…", "Therefore…", "This option…"): alone, it leaves out what it is about. */
