@@ -11,6 +11,7 @@ import { VectorIndex } from '../../src/ai/rag/vector-index.js';
 import { retrievePassages } from '../../src/ai/rag/retriever.js';
 import { SECTION_WINDOW_CHARS } from '../../src/ai/rag/section-index.js';
 import { feedbackTerms } from '../../src/ai/rag/query-expansion.js';
+import { namesIn } from '../../src/ai/rag/names.js';
 import { retrieve } from '../../src/ai/stages/retrieve.js';
 import { fromIterable } from '../../src/flow/sources.js';
 import { untraced } from '../../src/index.js';
@@ -350,6 +351,43 @@ describe('supportsAnswer', () => {
     assert.equal(supportsAnswer({ lexical: 0.32, specificity: 1.2 }), false, 'words about as common as one passage in n');
     assert.equal(supportsAnswer({ lexical: 0.2, specificity: 4 }), false, 'too little of the question, however rare the rest');
     assert.equal(supportsAnswer({ lexical: 0.32, specificity: 1.2 }, { specificity: 1 }), true);
+  });
+});
+
+describe('names a question uses, and whether the corpus mentions them', () => {
+  it('finds words written as names: two capitals or more, or a capital in mid sentence; none in a shouted text', () => {
+    assert.deepEqual(namesIn('PDF text extraction'), ['PDF']);
+    assert.deepEqual(namesIn('What port does a PostgreSQL server use? Then ask in Kubernetes, or OK.'), ['PostgreSQL', 'Kubernetes']);
+    assert.deepEqual(namesIn('Can I use Node.js, Wi-Fi and C++ with useLayoutEffect and Node.js?'), ['Node.js', 'Wi-Fi', 'C++', 'useLayoutEffect']);
+    assert.deepEqual(namesIn('How do I install it? Where is the log?'), [], 'a capital opening a sentence names nothing');
+    assert.deepEqual(namesIn('HOW DO I INSTALL IT WITH NPM?'), []);
+    assert.equal(namesIn(Array.from({ length: 100 }, (_, i) => `Name${i}`).join(' and ')).length, 32, 'a long text is looked up for 32 names at most');
+  });
+
+  it('a corpus mentions a name as a word, as the start of a longer one, joined (coffee-script) or by all its parts', () => {
+    const index = LexicalIndex.of([
+      { id: 'a#1', text: 'Register coffee-script first, then connect to PostgreSQL.', source: 'a.md' },
+      { id: 'a#2', text: 'Send the Content header with a type.', source: 'a.md' },
+    ]);
+    for (const known of ['PostgreSQL', 'Postgres', 'CoffeeScript', 'Content-Type', 'Register']) assert.equal(index.mentions(known), true, known);
+    for (const unknown of ['Kubernetes', 'PDF', 'Pantone', 'Wi-Fi']) assert.equal(index.mentions(unknown), false, unknown);
+    index.remove('a#1');
+    assert.equal(index.mentions('CoffeeScript'), false, 'a removed passage mentions nothing');
+  });
+
+  it('retrieval names the first name no passage mentions, and the answer abstains on it unless names is false', () => {
+    const index = LexicalIndex.of([{ id: 'p#1', text: 'The server listens on port 8080 by default.', source: 'server.md' }]);
+    const plan = { index: new VectorIndex<PassageMetadata>(2), lexical: index, mode: 'lexical' as const, k: 3 };
+    plan.index.add('p#1', [1, 0], { text: 'The server listens on port 8080 by default.', source: 'server.md' });
+    const covered = retrievePassages(plan, 'Which port does the server listen on by default?', undefined).evidence;
+    assert.equal(covered.unknownName, undefined);
+    assert.equal(supportsAnswer(covered), true);
+    const other = retrievePassages(plan, 'Which port does a PostgreSQL server listen on by default?', undefined).evidence;
+    assert.equal(other.unknownName, 'PostgreSQL');
+    assert.equal(supportsAnswer(other), false);
+    // However much of the question a passage holds.
+    assert.equal(supportsAnswer({ lexical: 0.9, unknownName: 'PostgreSQL' }), false);
+    assert.equal(supportsAnswer({ lexical: 0.9, unknownName: 'PostgreSQL' }, { names: false }), true);
   });
 });
 

@@ -180,6 +180,7 @@ const optionsSchema = lazySchema((z) =>
                 .min(0, { error: 'specificCoverage must be in [0, 1]' })
                 .max(1, { error: 'specificCoverage must be in [0, 1]' })
                 .optional(),
+              names: z.boolean({ error: 'names must be a boolean' }).optional(),
             })
             .strict(),
         ])

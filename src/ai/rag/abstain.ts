@@ -19,6 +19,8 @@ export interface Evidence {
    * (where the best of n chance scores would stand): above 1, it stands out. Undefined without a query vector.
    */
   readonly dense?: number;
+  /** A name the question uses (`namesIn`) that no passage mentions: the corpus is not about what it asks. */
+  readonly unknownName?: string;
 }
 
 /** How much evidence an answer needs. */
@@ -35,6 +37,8 @@ export interface AbstainOptions {
   readonly specificity?: number;
   /** The share of the query's IDF mass a passage singled out by `specificity` must hold at least. Default 0.3. */
   readonly specificCoverage?: number;
+  /** Abstain when the question names something (`Evidence.unknownName`: `PostgreSQL`, `in Kubernetes`) no passage mentions. Default true. */
+  readonly names?: boolean;
 }
 
 /** The defaults of `AbstainOptions`. */
@@ -45,10 +49,12 @@ export const DEFAULT_ABSTAIN: Required<AbstainOptions> = {
   dense: 1,
   specificity: 1.5,
   specificCoverage: 0.3,
+  names: true,
 };
 
 /**
- * Whether the evidence supports an answer: most of what the question asks about is in one passage,
+ * Whether the evidence supports an answer: the question names nothing the documents never mention,
+ * and most of what it asks about is in one passage,
  * or in one page with a good part of it in one passage, or a good part of it is in one passage and
  * either the embedding agrees that passage stands out from the corpus or the words it holds are rare
  * enough together that chance would put them in under 1/√n of n passages (specificity 1.5). Without
@@ -58,6 +64,8 @@ export function supportsAnswer(evidence: Evidence, options: AbstainOptions = {})
   const thresholds = { ...DEFAULT_ABSTAIN, ...options };
   const { coverage, partialCoverage } = thresholds;
   const dense = evidence.dense !== undefined && evidence.dense >= thresholds.dense;
+  // A question about something the documents never name is not answered from them, whatever words it shares.
+  if (thresholds.names && evidence.unknownName !== undefined) return false;
   // Without a lexical index the embedding is all there is to go by.
   if (evidence.lexical === undefined) return dense;
   // Rare words held together in one passage are unlikely by chance, even when the question says more than they do.

@@ -8,6 +8,7 @@ import type { PassageMetadata } from './passage.js';
 import { SectionIndex } from './section-index.js';
 import { backgroundIdf, loadBackground } from './background.js';
 import { lexicalTerm, lexicalTerms, words } from './lexical-terms.js';
+import { foldName, joinedWords } from './names.js';
 
 export { lexicalTerm, lexicalTerms, lexicalTokens } from './lexical-terms.js';
 
@@ -70,6 +71,9 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
   private readonly frequency = new Map<string, number>();
   /** For each term, the documents holding it and how many of their passages do. */
   private readonly documents = new Map<string, Map<string, number>>();
+  /** Words joining parts (`coffee-script`, `node.js`), folded, and how many passages hold each: names written that way. */
+  private readonly joined = new Map<string, number>();
+  private readonly joinedOf = new Map<string, readonly string[]>();
   /** Terms summed over passages (each passage's distinct ones): the mean passage length background IDF is taken at. */
   private termCount = 0;
 
@@ -111,6 +115,9 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     }
     this.termCount += terms.size;
     this.termsOf.set(id, terms);
+    const joined = [...new Set(joinedWords(`${headings}\n${metadata.text}`))];
+    for (const word of joined) this.joined.set(word, (this.joined.get(word) ?? 0) + 1);
+    this.joinedOf.set(id, joined);
     this.metadata.set(id, metadata);
   }
 
@@ -132,6 +139,12 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
       if (m > 0) held.set(file, m);
       else if (held.delete(file) && held.size === 0) this.documents.delete(term);
     }
+    for (const word of this.joinedOf.get(id) ?? []) {
+      const n = (this.joined.get(word) ?? 1) - 1;
+      if (n === 0) this.joined.delete(word);
+      else this.joined.set(word, n);
+    }
+    this.joinedOf.delete(id);
     this.termsOf.delete(id);
     this.metadata.delete(id);
     return true;
@@ -181,6 +194,23 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     const n = this.metadata.size;
     const df = this.frequency.get(term) ?? 0;
     return Math.log(1 + (n - df + 0.5) / (df + 0.5));
+  }
+
+  /**
+   * Whether some passage mentions the name `word` (`namesIn`): as a word of its own, as the start of
+   * a longer one (`Postgres`, `PostgreSQL`), or written with joins (`CoffeeScript`, `coffee-script`);
+   * a name with joins of its own (`Content-Type`) also by all its parts.
+   */
+  mentions(word: string): boolean {
+    const folded = foldName(word);
+    if (folded === '' || this.joined.has(folded)) return true;
+    const parts = word.split(/[.+#-]+/).filter((part) => part !== '');
+    if (parts.length > 1 && parts.every((part) => this.mentions(part))) return true;
+    const term = lexicalTerm(folded);
+    if (term === null || this.frequency.has(term)) return true;
+    if (term.length < 4) return false;
+    for (const known of this.frequency.keys()) if (known.startsWith(term)) return true;
+    return false;
   }
 
   /** Whether a passage holds the term. */

@@ -7,6 +7,7 @@ import type { Evidence } from './abstain.js';
 import { scoreFusion } from './fusion.js';
 import type { LexicalIndex } from './lexical-index.js';
 import { lexicalTerms } from './lexical-index.js';
+import { namesIn } from './names.js';
 import { feedbackTerms, type FeedbackOptions } from './query-expansion.js';
 import type { PassageMetadata, RetrievedPassage } from './passage.js';
 import type { VectorIndex } from './vector-index.js';
@@ -115,7 +116,11 @@ function evidenceFor<M extends PassageMetadata>(
   const lexical = plan.lexical === undefined ? undefined : Math.max(0, ...passages.slice(0, EVIDENCE_DEPTH).map((p) => plan.lexical!.coverage(terms, p.id)));
   const specificity =
     plan.lexical === undefined ? undefined : Math.max(0, ...passages.slice(0, EVIDENCE_DEPTH).map((p) => plan.lexical!.specificity(terms, p.id)));
-  const known = lexical === undefined ? {} : { lexical, specificity, document: plan.lexical!.documentCoverage(terms) };
+  const unknown = plan.lexical === undefined ? undefined : namesIn(text).find((name) => !plan.lexical!.mentions(name));
+  const known =
+    lexical === undefined
+      ? {}
+      : { lexical, specificity, document: plan.lexical!.documentCoverage(terms), ...(unknown !== undefined && { unknownName: unknown }) };
   if (vector === undefined || plan.index.size < 2) return known;
   const top = best ?? plan.index.search(vector, { k: 1 })[0]?.score;
   const { mean, std } = plan.index.scoreMoments(vector);

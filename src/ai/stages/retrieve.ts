@@ -87,6 +87,7 @@ const retrieveOptionsSchema = lazySchema((z) =>
               dense: z.number().optional(),
               specificity: z.number().min(0).optional(),
               specificCoverage: z.number().min(0).max(1).optional(),
+              names: z.boolean().optional(),
             })
             .strict(),
         ])

@@ -1,0 +1,50 @@
+/**
+ * The names a question uses: words written as names (`PostgreSQL`, `PDF`, `Kubernetes` in mid
+ * sentence), which say what the question is about whatever its other words. A corpus that never
+ * mentions one does not cover the question, however many of its other words it holds.
+ */
+
+/** A word with its inner joins (`Node.js`, `Wi-Fi`, `C++`): what a name is written as. */
+const WORD = /[\p{L}\p{N}](?:[\p{L}\p{N}]|[.+#-](?=[\p{L}\p{N}+#]))*[+#]*/gu;
+
+/** Capitalised words that name nothing. */
+const NOT_NAMES = new Set(['I', 'OK']);
+
+/** Names looked up at most, per text: a long text names no more subjects than this that matter. */
+const MAX_NAMES = 32;
+
+/**
+ * The distinct words of `text` written as names: two capitals or more (`PDF`, `GitHub`,
+ * `useLayoutEffect`), or a capital first when the word does not open a sentence (`in Kubernetes`).
+ * A text written mostly in capitals names nothing this way.
+ */
+export function namesIn(text: string): string[] {
+  const all = [...text.matchAll(WORD)];
+  const shouted = all.filter(([word]) => /\p{L}/u.test(word) && word === word.toUpperCase()).length;
+  if (shouted * 2 > all.length) return [];
+  const names: string[] = [];
+  for (const match of all) {
+    const word = match[0];
+    const capitals = word.match(/\p{Lu}/gu)?.length ?? 0;
+    if (capitals === 0 || NOT_NAMES.has(word)) continue;
+    const opens = /(?:^|[.?!:;]\s*)$/u.test(text.slice(0, match.index));
+    if ((capitals >= 2 || (!opens && /^\p{Lu}/u.test(word))) && !names.includes(word)) names.push(word);
+    if (names.length === MAX_NAMES) break;
+  }
+  return names;
+}
+
+/** A name folded to compare with a corpus's words: lower case, its joins dropped (`coffee-script`, `CoffeeScript`: `coffeescript`). */
+export function foldName(word: string): string {
+  return word
+    .toLowerCase()
+    .normalize('NFKD')
+    .replace(/[^\p{L}\p{N}]/gu, '');
+}
+
+/** The words of a text that join parts (`coffee-script`, `Node.js`), folded: a name may be written either way. */
+export function joinedWords(text: string): string[] {
+  const found: string[] = [];
+  for (const [word] of text.matchAll(WORD)) if (/[.+#-]/.test(word)) found.push(foldName(word));
+  return found;
+}
