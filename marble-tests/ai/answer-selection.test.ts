@@ -70,6 +70,24 @@ describe('extractive answer selection', () => {
       'A pool opens sockets on demand. [1] Each connection is kept alive after a response. [1] The keep-alive timeout defaults to four seconds. [1]',
     );
     assert.equal(body(0), 'Each connection is kept alive after a response. [1]');
+    // A table row is a block of its own: the rows beside it are other options, not its context.
+    const table = [
+      passage(
+        'options',
+        '| option | default |\n| --- | --- |\n| capacity | 16 buffered elements |\n| sampleRate | 0 timed elements |\n| timeout | none at all |',
+      ),
+    ];
+    const rows = candidatesOf(table);
+    assert.deepEqual(new Set(rows.map((r) => r.block)).size, 3);
+    const row = composeAnswer(
+      v(1, 0),
+      table,
+      rows,
+      rows.map(() => v(1, 0)),
+      { sentences: 1 },
+      terms({ samplerate: 4 }),
+    );
+    assert.equal(row.text.split('\n\n')[0], 'option: sampleRate; default: 0 timed elements [1]');
     assert.equal(
       body(2),
       'A pool opens sockets on demand. [1] Each connection is kept alive after a response. [1] The keep-alive timeout defaults to four seconds. [1] Pipelining stays off by default. [1]',

@@ -23,7 +23,7 @@ import type { PassageMetadata } from '../rag/passage.js';
 import { stage } from '../../../operators/stage.js';
 import { embed, type Embedded, type Embedder } from '../stages/embed.js';
 import { feedbackSchema, granularitySchema, retrieve, type Citation, type Retrieved } from '../stages/retrieve.js';
-import { NO_ANSWER, answerPieces, candidatesOf, composeAnswer, sentencesOf, type ExtractOptions, type ExtractedAnswer } from '../rag/extract.js';
+import { NO_ANSWER, answerPieces, candidatesOf, composeAnswer, quotablesOf, type ExtractOptions, type ExtractedAnswer } from '../rag/extract.js';
 import { TextMemo } from '../rag/text-memo.js';
 import { LexicalIndex, lexicalTerms, lexicalTokens } from '../rag/lexical-index.js';
 import { Sections } from '../rag/sections.js';
@@ -284,7 +284,7 @@ export function ragPipeline(options: RagWorkerOptions): RagPipeline {
   const lexical = config.lexical ?? LexicalIndex.of(config.index.entries());
   const sections = Sections.of(config.index.entries());
   // What the answer reads of a passage is per corpus: each passage split, each sentence's terms found, each sentence embedded once.
-  const sentences = new TextMemo(sentencesOf, SPLIT_PASSAGES);
+  const sentences = new TextMemo(quotablesOf, SPLIT_PASSAGES);
   const tokens = new TextMemo(lexicalTokens, TOKENIZED_TEXTS);
   const sentenceVectors = new EmbeddingCache(config.sentenceCacheCapacity);
   const termsOf = (text: string) => tokens.get(text);

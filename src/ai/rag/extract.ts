@@ -6,9 +6,9 @@
  */
 import type { RetrievedPassage } from './passage.js';
 import { matchSentences, missingMass, type QueryTerms } from './sentence-scores.js';
-import { sentencesOf } from './sentences.js';
+import { quotablesOf, type Quotable } from './sentences.js';
 
-export { sentencesOf } from './sentences.js';
+export { quotablesOf, sentencesOf, type Quotable } from './sentences.js';
 export type { QueryTerms } from './sentence-scores.js';
 
 /** Options of the extractive answer a `ragWorker` gives without a generator. */
@@ -64,6 +64,8 @@ export interface Candidate {
   readonly rank?: number;
   /** Its passage's place beside the retrieved one it neighbours (0: retrieved itself). Default 0. */
   readonly offset?: number;
+  /** The paragraph, list item, code fence or table row it belongs to in its passage (`Quotable.block`). */
+  readonly block?: number;
 }
 
 interface Scored extends Candidate {
@@ -104,18 +106,17 @@ export function composeAnswer(
 }
 
 /**
- * The picked sentences and, beside the anchor (the first), up to `width` sentences of its kind (prose,
- * or code) before and after it in its passage: the sentence that best answers is quoted in its
- * context, where a value or a condition it leaves out is often stated.
+ * The picked sentences and, beside the anchor (the first), up to `width` sentences of its block (its
+ * paragraph, list item or code fence; a table row has none) before and after it: the sentence that
+ * best answers is quoted in its context, where a value or a condition it leaves out is often stated.
  */
 function withContext(picked: readonly Scored[], candidates: readonly Candidate[], width: number): Scored[] {
   const anchor = picked[0];
   if (anchor === undefined || width === 0) return [...picked];
   const quoted = new Set(picked.map((p) => `${p.passage}:${p.position}`));
-  const code = isCode(anchor.text);
   const beside = candidates.filter(
     (c) =>
-      c.passage === anchor.passage && Math.abs(c.position - anchor.position) <= width && !quoted.has(`${c.passage}:${c.position}`) && isCode(c.text) === code,
+      c.passage === anchor.passage && c.block === anchor.block && Math.abs(c.position - anchor.position) <= width && !quoted.has(`${c.passage}:${c.position}`),
   );
   return [...picked, ...beside.map((c) => ({ ...c, score: 0, ranked: 0, held: new Set<string>() }))];
 }
@@ -241,18 +242,18 @@ function writeAnswer(passages: readonly RetrievedPassage[], picked: readonly Sco
 
 /**
  * The sentences of `passages` to rank, each with where it came from (and, for neighbours of retrieved
- * passages, their `placement`). `split` cuts a passage's text into them: `sentencesOf`, or the same
+ * passages, their `placement`). `split` cuts a passage's text into them: `quotablesOf`, or the same
  * remembered per passage (a `TextMemo` of it).
  */
 export function candidatesOf(
   passages: readonly RetrievedPassage[],
   placement?: readonly { readonly rank: number; readonly offset: number }[],
-  split: (text: string) => readonly string[] = sentencesOf,
+  split: (text: string) => readonly Quotable[] = quotablesOf,
 ): Candidate[] {
   return passages.flatMap((p, passage) =>
-    split(p.text).map((text, position) => {
+    split(p.text).map(({ text, block }, position) => {
       const place = placement?.[passage];
-      return place === undefined ? { passage, position, text } : { passage, position, text, rank: place.rank, offset: place.offset };
+      return place === undefined ? { passage, position, text, block } : { passage, position, text, block, rank: place.rank, offset: place.offset };
     }),
   );
 }

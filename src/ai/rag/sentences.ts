@@ -99,20 +99,24 @@ const MIN_WORDS = 4;
 /** A lead-in sentence ending in `:` takes the list items or code lines after it while it stays under this many characters. */
 const LEAD_IN_LIST = 240;
 
-/**
- * A passage's sentences, trimmed: prose split into sentences (a fragment of fewer than 4 words
- * joined to the sentence before it in its block, or dropped when it opens one; list markers and
- * headings left out), each line of a code fence as a code span (with the comment lines just above
- * it; a comment alone is not quoted), and each table row with its header's cells named, so a command
- * or a row can be the quoted answer; a sentence ending in `:` keeps the first row it introduces, or
- * the code lines or list items after it while under 240 characters.
- */
-export function sentencesOf(text: string): string[] {
-  // Blocks: paragraphs and list items, so a sentence never runs from one into the next.
+/** What a passage holds to quote, in reading order, before prose is cut into sentences. */
+interface Scanned {
+  /** Prose blocks: paragraphs and list items, so a sentence never runs from one into the next. */
+  readonly blocks: readonly string[];
+  /** The blocks that are list items. */
+  readonly items: ReadonlySet<number>;
+  /** A code statement or table row as it is, or the index of a prose block. */
+  readonly quotable: readonly (string | number)[];
+  /** The fence a quotable code statement is in, by its index in `quotable`. */
+  readonly fenceOf: ReadonlyMap<number, number>;
+}
+
+/** A passage's blocks: prose, code fences cut into statements, table rows named by their header. */
+function scan(text: string): Scanned {
   const blocks: string[] = [];
-  const items = new Set<number>(); // blocks that are list items
-  const quotable: (string | number)[] = []; // a code line or table row as it is, or the index of a prose block
-  const fenceOf = new Map<number, number>(); // the fence a quotable code line is in, by its index in `quotable`
+  const items = new Set<number>();
+  const quotable: (string | number)[] = [];
+  const fenceOf = new Map<number, number>();
   let fences = 0;
   let current: string[] = [];
   let item = false;
@@ -170,7 +174,32 @@ export function sentencesOf(text: string): string[] {
   }
   close();
   if (fenced !== undefined) closeFence();
-  const sentences: string[] = [];
+  return { blocks, items, quotable, fenceOf };
+}
+
+/** A piece of a passage to quote, and the block it belongs to: a paragraph, a list item, a code fence or a table row. */
+export interface Quotable {
+  readonly text: string;
+  /** Pieces of one paragraph, list item or fence share it; each table row has its own. */
+  readonly block: number;
+}
+
+/**
+ * A passage's quotable pieces, trimmed: prose split into sentences (a fragment of fewer than 4 words
+ * joined to the sentence before it in its block, or dropped when it opens one; list markers and
+ * headings left out), each statement of a code fence as a code span (with the comment lines just
+ * above it; a comment alone is not quoted), and each table row with its header's cells named, so a
+ * command or a row can be the quoted answer; a sentence ending in `:` keeps the first row it
+ * introduces, or the code lines or list items after it while under 240 characters.
+ */
+export function quotablesOf(text: string): Quotable[] {
+  const { blocks, items, quotable, fenceOf } = scan(text);
+  const out: Quotable[] = [];
+  const add = (piece: string, block: number) => out.push({ text: piece, block });
+  const extend = (piece: string, separator = ' ') => {
+    const last = out.pop()!;
+    out.push({ text: `${last.text}${separator}${piece}`, block: last.block });
+  };
   // The last sentence ends in `:`: the code line or row after it (or list items, `listed` of them so far) is what it introduces.
   let leadIn = false;
   let listed = 0;
@@ -180,46 +209,51 @@ export function sentencesOf(text: string): string[] {
     if (typeof entry === 'string') {
       if (entry.length === 0) continue;
       const fence = fenceOf.get(at);
-      if (leadFence !== undefined && fence === leadFence && sentences.at(-1)!.length + entry.length < LEAD_IN_LIST) {
-        sentences.push(`${sentences.pop()!} ${entry}`);
+      if (leadFence !== undefined && fence === leadFence && out.at(-1)!.text.length + entry.length < LEAD_IN_LIST) {
+        extend(entry);
         continue;
       }
       leadFence = leadIn ? fence : undefined;
-      if (leadIn) sentences.push(`${sentences.pop()!} ${entry}`);
-      else sentences.push(entry);
+      if (leadIn) extend(entry);
+      // Statements of one fence are one block; each row is its own.
+      else add(entry, fence === undefined ? blocks.length + at : -fence);
       leadIn = false;
       continue;
     }
     leadFence = undefined;
     if (leadIn && items.has(entry)) {
-      const lead = sentences.at(-1)!;
-      const joined = `${lead}${listed === 0 ? ' ' : '; '}${blocks[entry]!.replace(/\s+/g, ' ').trim()}`;
-      if (joined.length <= LEAD_IN_LIST) {
-        sentences[sentences.length - 1] = joined;
+      const item = blocks[entry]!.replace(/\s+/g, ' ').trim();
+      if (out.at(-1)!.text.length + item.length + 2 <= LEAD_IN_LIST) {
+        extend(item, listed === 0 ? ' ' : '; ');
         listed++;
         continue;
       }
     }
     leadIn = false;
     listed = 0;
-    const first = sentences.length;
+    const first = out.length;
     // Code spans and abbreviations are masked while splitting, so `nak(millis?)` or "e.g. 30" never ends a sentence.
     const masked: string[] = [];
     const block = blocks[entry]!.replace(/`[^`]*`|\b(?:e\.g|i\.e|etc|vs|cf)\./g, (span) => `\u{E000}${masked.push(span) - 1}\u{E001}`);
-    const unmask = (text: string) => text.replace(/\u{E000}(\d+)\u{E001}/gu, (_, i: string) => masked[Number(i)]!);
+    const unmask = (piece: string) => piece.replace(/\u{E000}(\d+)\u{E001}/gu, (_, i: string) => masked[Number(i)]!);
     for (const { segment } of segmenter.segment(block)) {
       // The segmenter keeps "… `OverflowError`. `conflate` merges …" together: split before a code span too.
       for (const part of segment.split(/(?<=[.!?])\s+(?=[\u{E000}[(A-Z])/u)) {
         const sentence = unmask(part).replace(/\s+/g, ' ').trim();
         if (part.trim().split(/\s+/).length < MIN_WORDS) {
           // A fragment ("Default: `5`.") finishes the sentence before it in its block; alone it says nothing.
-          if (sentences.length > first && sentence !== '') sentences.push(`${sentences.pop()!} ${sentence}`);
+          if (out.length > first && sentence !== '') extend(sentence);
           continue;
         }
-        sentences.push(sentence);
+        add(sentence, entry);
         leadIn = sentence.endsWith(':');
       }
     }
   }
-  return sentences;
+  return out;
+}
+
+/** The text of each of a passage's quotable pieces (`quotablesOf`). */
+export function sentencesOf(text: string): string[] {
+  return quotablesOf(text).map((q) => q.text);
 }
