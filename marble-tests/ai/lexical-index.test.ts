@@ -417,7 +417,7 @@ describe('retrieve: hybrid fusion weighs the dense ranking by denseWeight', () =
     );
   });
 
-  it('checks granularity and feedback up front, naming the bad field', () => {
+  it('checks granularity, feedback and abstain up front, naming the bad field', () => {
     assert.throws(
       () => retrieve({ index: dense, lexical: LexicalIndex.of(passages), k: 2, granularity: 'chapter' as 'section' }),
       (err: unknown) => err instanceof InvalidOptionsError && err.issues[0]?.path === 'granularity',
@@ -425,6 +425,11 @@ describe('retrieve: hybrid fusion weighs the dense ranking by denseWeight', () =
     assert.throws(
       () => retrieve({ index: dense, lexical: LexicalIndex.of(passages), k: 2, feedback: { passages: 0, terms: 5, weight: 0.3 } }),
       (err: unknown) => err instanceof InvalidOptionsError && err.issues[0]?.path === 'feedback.passages',
+    );
+    // A field of the abstain thresholds is named, not just the boolean-or-thresholds option it sits in.
+    assert.throws(
+      () => retrieve({ index: dense, lexical: LexicalIndex.of(passages), k: 2, abstain: { names: 'yes' as unknown as boolean } }),
+      (err: unknown) => err instanceof InvalidOptionsError && err.issues[0]?.path === 'abstain.names',
     );
   });
 });

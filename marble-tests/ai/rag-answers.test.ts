@@ -139,6 +139,8 @@ describe('sluice-rag answers over the real embedder: hybrid retrieval, quotable 
     for (const [options, path] of [
       [{ retrieval: 'sparse' }, 'retrieval'],
       [{ abstain: { coverage: 2 } }, 'abstain.coverage'],
+      [{ abstain: { names: 'yes' } }, 'abstain.names'],
+      [{ extract: { context: -1 } }, 'extract.context'],
       [{ lexical: {} }, 'lexical'],
       [{ granularity: 'chapter' }, 'granularity'],
       [{ feedback: { passages: 3, terms: 10, weight: 0 } }, 'feedback.weight'],

@@ -35,6 +35,24 @@ export function lazySchema<S>(build: (z: ZodModule) => S): () => S {
   };
 }
 
+/**
+ * One of `literals`, or what `schema` accepts. A value that is neither is reported as `schema`
+ * reports it, so the bad field inside is named (`abstain.names`) where a union would name only
+ * itself ("Invalid input" at `abstain`).
+ */
+export function literalOr<const L extends boolean | string | number, S extends import('zod').ZodType>(literals: readonly L[], schema: S) {
+  const z = zod();
+  return z
+    .custom<L | import('zod').input<S>>(() => true)
+    .transform((value, ctx): L | import('zod').output<S> => {
+      if ((literals as readonly unknown[]).includes(value)) return value as L;
+      const parsed = schema.safeParse(value);
+      if (parsed.success) return parsed.data;
+      for (const issue of parsed.error.issues) ctx.addIssue(issue as Parameters<typeof ctx.addIssue>[0]);
+      return z.NEVER;
+    });
+}
+
 /** Whether `value` is a zod 4 schema, from any copy of zod (a user's ESM import is not our instance, so no `instanceof`). */
 export function isZodSchema(value: unknown): value is import('zod').ZodType {
   return typeof value === 'object' && value !== null && '_zod' in value && typeof (value as { safeParse?: unknown }).safeParse === 'function';

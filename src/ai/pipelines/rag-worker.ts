@@ -11,7 +11,7 @@
  */
 import { catchError, concat, defer, filter as filter_, map, of, throwError, type Observable } from 'rxjs';
 import { InvalidOptionsError } from '../../core/errors.js';
-import { lazySchema } from '../../core/zod.js';
+import { lazySchema, literalOr } from '../../core/zod.js';
 import { parseOptions, positiveInt } from '../../flow/options.js';
 import type { Flow } from '../../flow/demand.js';
 import type { StageStats } from '../../flow/stats.js';
@@ -157,34 +157,32 @@ const optionsSchema = lazySchema((z) =>
       lexical: z.instanceof(LexicalIndex, { error: 'lexical must be a LexicalIndex' }).optional(),
       granularity: granularitySchema().optional(),
       feedback: feedbackSchema().optional(),
-      abstain: z
-        .union([
-          z.literal(false),
-          z
-            .object({
-              coverage: z.number().min(0, { error: 'coverage must be in [0, 1]' }).max(1, { error: 'coverage must be in [0, 1]' }).optional(),
-              passageCoverage: z
-                .number()
-                .min(0, { error: 'passageCoverage must be in [0, 1]' })
-                .max(1, { error: 'passageCoverage must be in [0, 1]' })
-                .optional(),
-              partialCoverage: z
-                .number()
-                .min(0, { error: 'partialCoverage must be in [0, 1]' })
-                .max(1, { error: 'partialCoverage must be in [0, 1]' })
-                .optional(),
-              dense: z.number({ error: 'dense must be a number' }).optional(),
-              specificity: z.number({ error: 'specificity must be a number' }).min(0, { error: 'specificity must be ≥ 0' }).optional(),
-              specificCoverage: z
-                .number()
-                .min(0, { error: 'specificCoverage must be in [0, 1]' })
-                .max(1, { error: 'specificCoverage must be in [0, 1]' })
-                .optional(),
-              names: z.boolean({ error: 'names must be a boolean' }).optional(),
-            })
-            .strict(),
-        ])
-        .default({}),
+      abstain: literalOr(
+        [false],
+        z
+          .object({
+            coverage: z.number().min(0, { error: 'coverage must be in [0, 1]' }).max(1, { error: 'coverage must be in [0, 1]' }).optional(),
+            passageCoverage: z
+              .number()
+              .min(0, { error: 'passageCoverage must be in [0, 1]' })
+              .max(1, { error: 'passageCoverage must be in [0, 1]' })
+              .optional(),
+            partialCoverage: z
+              .number()
+              .min(0, { error: 'partialCoverage must be in [0, 1]' })
+              .max(1, { error: 'partialCoverage must be in [0, 1]' })
+              .optional(),
+            dense: z.number({ error: 'dense must be a number' }).optional(),
+            specificity: z.number({ error: 'specificity must be a number' }).min(0, { error: 'specificity must be ≥ 0' }).optional(),
+            specificCoverage: z
+              .number()
+              .min(0, { error: 'specificCoverage must be in [0, 1]' })
+              .max(1, { error: 'specificCoverage must be in [0, 1]' })
+              .optional(),
+            names: z.boolean({ error: 'names must be a boolean' }).optional(),
+          })
+          .strict(),
+      ).default({}),
       minScore: z.number().min(-1).max(1).optional(),
       budget: z.number().int({ error: 'budget must be an integer' }).min(16, { error: 'budget must be ≥ 16 tokens' }).default(300),
       tokenizer: z

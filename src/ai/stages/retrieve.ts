@@ -1,4 +1,4 @@
-import { lazySchema } from '../../core/zod.js';
+import { lazySchema, literalOr } from '../../core/zod.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
 import { VectorIndex } from '../rag/vector-index.js';
 import type { PassageMetadata, RetrievedPassage } from '../rag/passage.js';
@@ -76,22 +76,20 @@ const retrieveOptionsSchema = lazySchema((z) =>
       denseWeight: z.number({ error: 'denseWeight must be a number' }).positive({ error: 'denseWeight must be > 0' }).optional(),
       granularity: granularitySchema().optional(),
       feedback: feedbackSchema().optional(),
-      abstain: z
-        .union([
-          z.boolean(),
-          z
-            .object({
-              coverage: z.number().min(0).max(1).optional(),
-              passageCoverage: z.number().min(0).max(1).optional(),
-              partialCoverage: z.number().min(0).max(1).optional(),
-              dense: z.number().optional(),
-              specificity: z.number().min(0).optional(),
-              specificCoverage: z.number().min(0).max(1).optional(),
-              names: z.boolean().optional(),
-            })
-            .strict(),
-        ])
-        .optional(),
+      abstain: literalOr(
+        [true, false],
+        z
+          .object({
+            coverage: z.number().min(0).max(1).optional(),
+            passageCoverage: z.number().min(0).max(1).optional(),
+            partialCoverage: z.number().min(0).max(1).optional(),
+            dense: z.number().optional(),
+            specificity: z.number().min(0).optional(),
+            specificCoverage: z.number().min(0).max(1).optional(),
+            names: z.boolean().optional(),
+          })
+          .strict(),
+      ).optional(),
     })
     .strict()
     .refine((o) => o.lexical !== undefined || (o.retrieval ?? 'dense') === 'dense', {
