@@ -373,6 +373,9 @@ describe('names a question uses, and whether the corpus mentions them', () => {
     for (const unknown of ['Kubernetes', 'PDF', 'Pantone', 'Wi-Fi']) assert.equal(index.mentions(unknown), false, unknown);
     index.remove('a#1');
     assert.equal(index.mentions('CoffeeScript'), false, 'a removed passage mentions nothing');
+    assert.equal(index.mentions('Postgres'), false, 'nor does it start a longer word any more');
+    index.add('b#1', { text: 'PostgreSQLAdapter connects.', source: 'b.md' });
+    assert.equal(index.mentions('Postgres'), true);
   });
 
   it('retrieval names the first name no passage mentions, and the answer abstains on it unless names is false', () => {

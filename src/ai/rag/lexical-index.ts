@@ -74,6 +74,8 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
   /** Words joining parts (`coffee-script`, `node.js`), folded, and how many passages hold each: names written that way. */
   private readonly joined = new Map<string, number>();
   private readonly joinedOf = new Map<string, readonly string[]>();
+  /** Every term, sorted, to find one starting with a name; made again after the terms change. */
+  private sorted: string[] | undefined;
   /** Terms summed over passages (each passage's distinct ones): the mean passage length background IDF is taken at. */
   private termCount = 0;
 
@@ -115,6 +117,7 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     }
     this.termCount += terms.size;
     this.termsOf.set(id, terms);
+    this.sorted = undefined;
     const joined = [...new Set(joinedWords(`${headings}\n${metadata.text}`))];
     for (const word of joined) this.joined.set(word, (this.joined.get(word) ?? 0) + 1);
     this.joinedOf.set(id, joined);
@@ -145,6 +148,7 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
       else this.joined.set(word, n);
     }
     this.joinedOf.delete(id);
+    this.sorted = undefined;
     this.termsOf.delete(id);
     this.metadata.delete(id);
     return true;
@@ -209,8 +213,16 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     const term = lexicalTerm(folded);
     if (term === null || this.frequency.has(term)) return true;
     if (term.length < 4) return false;
-    for (const known of this.frequency.keys()) if (known.startsWith(term)) return true;
-    return false;
+    this.sorted ??= [...this.frequency.keys()].sort();
+    // The first term not below `term` starts with it if any does.
+    let low = 0;
+    let high = this.sorted.length;
+    while (low < high) {
+      const mid = (low + high) >>> 1;
+      if (this.sorted[mid]! < term) low = mid + 1;
+      else high = mid;
+    }
+    return this.sorted[low]?.startsWith(term) ?? false;
   }
 
   /** Whether a passage holds the term. */
