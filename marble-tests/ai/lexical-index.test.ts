@@ -374,7 +374,7 @@ describe('names a question uses, and whether the corpus mentions them', () => {
     index.remove('a#1');
     assert.equal(index.mentions('CoffeeScript'), false, 'a removed passage mentions nothing');
     assert.equal(index.mentions('Postgres'), false, 'nor does it start a longer word any more');
-    index.add('b#1', { text: 'PostgreSQLAdapter connects.', source: 'b.md' });
+    index.add('b#1', { id: 'b#1', text: 'PostgreSQLAdapter connects.', source: 'b.md' });
     assert.equal(index.mentions('Postgres'), true);
   });
 
