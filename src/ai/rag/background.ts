@@ -29,14 +29,18 @@ export function loadBackground(): void {
   termShares();
 }
 
+/** The chance that a passage of `length` terms of everyday English holds `term`: 0 for a term English does not use. */
+export function backgroundRate(term: string, length: number): number {
+  const share = termShares().get(term);
+  return share === undefined ? 0 : -Math.expm1(length * Math.log1p(-share));
+}
+
 /**
  * The IDF `term` would have over passages of `length` terms of everyday English: ln(1 + (1 − q)/q),
- * q the chance that such a passage holds it. Infinite for a term English does not use (a name,
- * an identifier, a word of another language), so that the corpus's own IDF decides it.
+ * q the chance that such a passage holds it (`backgroundRate`). Infinite for a term English does not
+ * use (a name, an identifier, a word of another language), so that the corpus's own IDF decides it.
  */
 export function backgroundIdf(term: string, length: number): number {
-  const share = termShares().get(term);
-  if (share === undefined) return Number.POSITIVE_INFINITY;
-  const q = -Math.expm1(length * Math.log1p(-share));
-  return Math.log(1 + (1 - q) / q);
+  const q = backgroundRate(term, length);
+  return q === 0 ? Number.POSITIVE_INFINITY : Math.log(1 + (1 - q) / q);
 }

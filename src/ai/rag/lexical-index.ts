@@ -6,7 +6,7 @@
 import MiniSearch from 'minisearch';
 import type { PassageMetadata } from './passage.js';
 import { SectionIndex } from './section-index.js';
-import { backgroundIdf, loadBackground } from './background.js';
+import { backgroundIdf, backgroundRate, loadBackground } from './background.js';
 import { lexicalTerm, lexicalTerms, words } from './lexical-terms.js';
 import { foldName, joinedWords } from './names.js';
 
@@ -46,6 +46,9 @@ function fileWords(source: string): string {
 export function fileOf(source: string): string {
   return source.split(' › ')[0] ?? '';
 }
+
+/** Passages of everyday English a term's weight counts beside the corpus's own: its prior, strong for a small corpus, faint for a large one. */
+const PRIOR_PASSAGES = 100;
 
 /**
  * BM25 over passages' text and heading paths with their file's name (these count three times), with the document
@@ -244,13 +247,17 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
   }
 
   /**
-   * How much a query term says about its subject: its IDF here, but no more than it would have over
-   * everyday English (`backgroundIdf`), so that a common word ("allowed", "going") weighs little
-   * wherever it is rare.
+   * How much a query term says about its subject: its IDF here with `PRIOR_PASSAGES` passages of
+   * everyday English added (`backgroundRate`: a few passages say little of how rare a word is, so
+   * "handle", absent from 18 passages, is not rarer than the corpus's own subject), and no more than
+   * its IDF over everyday English (`backgroundIdf`), so that a common word ("allowed", "going")
+   * weighs little wherever it is rare.
    */
   weight(term: string): number {
     const length = this.termCount / Math.max(1, this.metadata.size);
-    return Math.min(this.idf(term), backgroundIdf(term, length));
+    const n = this.metadata.size + PRIOR_PASSAGES;
+    const df = (this.frequency.get(term) ?? 0) + PRIOR_PASSAGES * backgroundRate(term, length);
+    return Math.min(Math.log(1 + (n - df + 0.5) / (df + 0.5)), backgroundIdf(term, length));
   }
 
   /**
