@@ -17,7 +17,7 @@ export interface ExtractOptions {
   readonly sentences?: number;
   /** A sentence scoring below this is left out: its cosine to the question, or with query words its blend of sentence BM25 and cosine. Default 0.2. */
   readonly minScore?: number;
-  /** Sentences of its passage quoted on each side of the best one, as its context. Default 1; 0 quotes the picked sentences alone. */
+  /** Sentences of its paragraph, list item or code fence quoted on each side of the best one, as its context. Default 1; 0 quotes the picked sentences alone. */
   readonly context?: number;
 }
 
