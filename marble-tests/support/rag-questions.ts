@@ -154,4 +154,10 @@ export const NETWORK_COVERED: readonly Covered[] = [
 ];
 
 /** Questions about the bundled corpus: off-topic for the networking one. */
-export const NETWORK_OFF_TOPIC: readonly string[] = [...OFF_TOPIC, 'Which policy evicts the oldest buffered element?', 'Why is per-stage timing sampled?'];
+export const NETWORK_OFF_TOPIC: readonly string[] = [
+  ...OFF_TOPIC,
+  'Which policy evicts the oldest buffered element?',
+  'Why is per-stage timing sampled?',
+  // In the corpus's own words, about a system it never names.
+  'How do I block incoming telnet on port 23 on OpenBSD?',
+];
