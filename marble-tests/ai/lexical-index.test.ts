@@ -319,6 +319,18 @@ describe('scoreFusion', () => {
     assert.deepEqual(fused.find((f) => f.id === 'r')!.ranks, [undefined, 0]);
   });
 
+  it('an entry a complete ranking lacks counts 0: one BM25 hit is not the floor of every other passage', () => {
+    const dense = ranking(['pause', 0.5], ['timing', 0.47], ['memory', 0.18]);
+    const lexical = ranking(['memory', 15.5]);
+    // Truncated, the lexical ranking's lowest score is its only one: every passage it lacks would tie its hit.
+    assert.equal(scoreFusion([dense, lexical], [0.5, 1])[0]!.id, 'pause');
+    assert.deepEqual(
+      scoreFusion([dense, lexical], [0.5, 1], [false, true]).map((f) => f.id),
+      ['memory', 'pause', 'timing'],
+    );
+    assert.equal(scoreFusion([dense, lexical], [0.5, 1], [false, true]).find((f) => f.id === 'pause')!.score, 0.5);
+  });
+
   it('is one list unchanged when fused alone, holds every id once, and ignores the scale of each ranking', () => {
     const scored = fc.uniqueArray(fc.record({ id: fc.string({ minLength: 1, maxLength: 3 }), score: fc.double({ min: 0.01, max: 100, noNaN: true }) }), {
       selector: (e) => e.id,
@@ -423,6 +435,13 @@ describe('retrieve: hybrid fusion weighs the dense ranking by denseWeight', () =
     );
     return out!.passages[0]!.id;
   };
+
+  it('a query only one passage holds a word of keeps that passage first, however the dense ranking orders the rest', () => {
+    // Only b#1 holds `rxjs`: the lexical search finds one passage, so the others score 0 there, not its best.
+    const found = retrievePassages({ index: dense, lexical: LexicalIndex.of(passages), mode: 'hybrid', k: 3 }, 'rxjs', [1, 0]);
+    assert.equal(found.passages[0]!.id, 'b#1');
+    assert.equal(found.evidence.lexical, 1);
+  });
 
   it('by default BM25 leads (the generated embedder hashes words); weighed enough, the dense ranking leads instead', async () => {
     assert.equal(await first(), 'p#1');

@@ -43,17 +43,18 @@ export interface RankedScore {
 /**
  * Fuses rankings by their scores, each divided by its ranking's best (a convex combination of
  * normalised scores, as compared by Bruch, Gai and Ingber, TOIS 2023), weighed (`weights`, default 1
- * each) and summed; an entry a ranking does not hold counts that ranking's lowest score, since it
- * stood below every one it holds. Unlike rank fusion, a clear winner of one ranking keeps its margin
- * over passages both rank fairly. Best first; ties keep the order of the first ranking that holds
- * them, then id order.
+ * each) and summed. An entry a ranking does not hold counts that ranking's lowest score, since it
+ * stood below every one it holds, or 0 when the ranking is `complete` (it holds every entry that
+ * scores at all, as a BM25 search that found fewer passages than it was asked for does). Unlike rank
+ * fusion, a clear winner of one ranking keeps its margin over passages both rank fairly. Best first;
+ * ties keep the order of the first ranking that holds them, then id order.
  */
-export function scoreFusion(rankings: readonly (readonly RankedScore[])[], weights?: readonly number[]): Fused[] {
-  const scales = rankings.map((ranking) => {
+export function scoreFusion(rankings: readonly (readonly RankedScore[])[], weights?: readonly number[], complete?: readonly boolean[]): Fused[] {
+  const scales = rankings.map((ranking, which) => {
     const scores = ranking.map((entry) => entry.score);
     const best = Math.max(0, ...scores);
     const normal = (score: number): number => (best > 0 ? Math.max(0, score) / best : 0);
-    return { normal, floor: ranking.length === 0 ? 0 : normal(Math.min(...scores)) };
+    return { normal, floor: ranking.length === 0 || complete?.[which] === true ? 0 : normal(Math.min(...scores)) };
   });
   const fused = new Map<string, { score: number; ranks: (number | undefined)[] }>();
   rankings.forEach((ranking, which) => {

@@ -93,7 +93,12 @@ export function retrievePassages<M extends PassageMetadata>(plan: RetrievalPlan<
       ? dense.map((h) => ({ id: h.id, score: h.score }))
       : mode === 'lexical' && granularity !== 'both'
         ? (granularity === 'passage' ? words : sections).slice(0, k).map((h) => ({ id: h.id, score: h.score }))
-        : scoreFusion([dense, words, sections], [plan.denseWeight ?? DENSE_WEIGHT, 1, 1]).slice(0, k);
+        : scoreFusion(
+            [dense, words, sections],
+            [plan.denseWeight ?? DENSE_WEIGHT, 1, 1],
+            // A search that found fewer than it was asked for holds every passage that scores at all.
+            [dense.length < depth(k), words.length < lexicalDepth, sections.length < depth(k)],
+          ).slice(0, k);
   const passages = ranked.map(({ id, score }) => {
     const m = metadata.get(id)!;
     return { id, score, text: m.text, source: m.source, ...(m.headings !== undefined && { headings: m.headings }) };
