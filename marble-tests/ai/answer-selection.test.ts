@@ -151,10 +151,24 @@ describe('extractive answer selection', () => {
       composeAnswer(v(1, 0), event, candidatesOf(event), [v(1, 0)], {}, terms({ publish: 2, request: 1 })).text.split('\n\n')[0],
       'undici:request:create: This message is published when a new outgoing request is created. [1]',
     );
-    const note = [passage('notes', 'This message is published when a new outgoing request is created.', 'Diagnostics › Note: requests')];
+    const note = [passage('notes', 'A message is published when a new outgoing request is created.', 'Diagnostics › Note: requests')];
     assert.equal(
       composeAnswer(v(1, 0), note, candidatesOf(note), [v(1, 0)], {}, terms({ publish: 2, request: 1 })).text.split('\n\n')[0],
-      'This message is published when a new outgoing request is created. [1]',
+      'A message is published when a new outgoing request is created. [1]',
+    );
+  });
+
+  it('leads a sentence that opens its passage and points back ("This is…") with the heading it is written under', () => {
+    const doc = '## AlwaysOn Sampler\n\nSamples every trace.\n\n> This is used as a default Sampler\n\n## AlwaysOff Sampler\n\nSamples no trace.';
+    const passages = chunkMarkdown(doc, 'sdk.md').map((p) => ({ ...p, score: 1 }));
+    const quote = passages.find((p) => p.text.includes('default'))!;
+    const answer = composeAnswer(v(1, 0), [quote], candidatesOf([quote]), [v(1, 0)], {}, terms({ default: 2, sampler: 1 }));
+    // The blockquote's `>` is markup, and "This" is the sampler the heading names.
+    assert.equal(answer.text.split('\n\n')[0], 'AlwaysOn Sampler: This is used as a default Sampler [1]');
+    const plain = [passage('plain', 'The default sampler samples every trace.', 'Samplers › AlwaysOn Sampler')];
+    assert.equal(
+      composeAnswer(v(1, 0), plain, candidatesOf(plain), [v(1, 0)], {}, terms({ default: 2, sampler: 1 })).text.split('\n\n')[0],
+      'The default sampler samples every trace. [1]',
     );
   });
 

@@ -149,6 +149,12 @@ describe('extractive answers', () => {
     ]);
   });
 
+  it("reads a blockquote's text without its markers or an alert's label, and a prompt in a plain fence as code", () => {
+    const quoted = '> [!CAUTION]\n> This includes every tokenizer, which grows the bundle.\n>\n> > ```shell\n> > npx build --lite\n> > ```';
+    assert.deepEqual(sentencesOf(quoted), ['This includes every tokenizer, which grows the bundle.', '`npx build --lite`']);
+    assert.deepEqual(sentencesOf('```\n> node --version\n```'), ['`> node --version`']);
+  });
+
   it('quotes a sentence once, and a lone code line only when it holds more than the prose around it', () => {
     const passages: RetrievedPassage[] = [
       { id: 'a', text: '```js\nimport { Server } from "ws";\n```\nCompression is disabled by default on the server.', source: 'a.md › Server', score: 1 },

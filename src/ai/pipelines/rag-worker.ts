@@ -26,6 +26,7 @@ import { feedbackSchema, granularitySchema, retrieve, type Citation, type Retrie
 import { NO_ANSWER, answerPieces, candidatesOf, composeAnswer, quotablesOf, type ExtractOptions, type ExtractedAnswer } from '../rag/extract.js';
 import { TextMemo } from '../rag/text-memo.js';
 import { LexicalIndex, lexicalTerms, lexicalTokens } from '../rag/lexical-index.js';
+import { expectedAnswer } from '../rag/answer-kind.js';
 import { Sections } from '../rag/sections.js';
 import { CitationFilter } from '../rag/citations.js';
 import { RETRIEVAL_MODES, type LexicalGranularity, type RetrievalMode } from '../rag/retriever.js';
@@ -286,7 +287,10 @@ export function ragPipeline(options: RagWorkerOptions): RagPipeline {
   const tokens = new TextMemo(lexicalTokens, TOKENIZED_TEXTS);
   const sentenceVectors = new EmbeddingCache(config.sentenceCacheCapacity);
   const termsOf = (text: string) => tokens.get(text);
-  const queryTerms = (text: string) => ({ terms: lexicalTerms(text), weight: (term: string) => lexical.idf(term), termsOf });
+  const queryTerms = (text: string) => {
+    const expects = expectedAnswer(text);
+    return { terms: lexicalTerms(text), weight: (term: string) => lexical.idf(term), termsOf, ...(expects !== undefined && { expects }) };
+  };
 
   const pipeline = (jobs: Flow<Traced<PipelineJob>>): Observable<unknown> => {
     const guarded: Observable<Traced<PipelineJob>> =

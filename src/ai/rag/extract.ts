@@ -4,6 +4,7 @@
  * over its words and by the embedding model, in reading order, each followed by the `[n]` of the
  * passage it came from, then the list of sources. It never says more than the sources say.
  */
+import { answerShare } from './answer-kind.js';
 import type { RetrievedPassage } from './passage.js';
 import { matchSentences, missingMass, type QueryTerms } from './sentence-scores.js';
 import { quotablesOf, type Quotable } from './sentences.js';
@@ -43,6 +44,8 @@ const KEEP = 0.5;
 const FILLS = 0.15;
 /** A sentence of a passage retrieval did not return itself (a neighbour) counts this much. */
 const NEIGHBOUR_WEIGHT = 0.8;
+/** What a sentence holding the kind of value the question asks for (a number for "how many") adds to its score, at most. */
+const ANSWER_BONUS = 0.15;
 
 const rankOf = (c: Candidate): number => c.rank ?? c.passage;
 /** What retrieval's order says of a sentence's passage, as a factor of its score. */
@@ -102,7 +105,7 @@ export function composeAnswer(
           .slice(0, limit)
       : pickByWords(passages, candidates, cosines, words, limit, minScore);
   if (picked.length === 0) return { text: NO_ANSWER, sources: [] };
-  return writeAnswer(passages, withAntecedents(withContext(picked, candidates, options.context ?? 1), candidates));
+  return writeAnswer(passages, withAntecedents(withContext(picked, candidates, options.context ?? 1), candidates, passages));
 }
 
 /**
@@ -124,11 +127,19 @@ function withContext(picked: readonly Scored[], candidates: readonly Candidate[]
 /** A sentence opening on a word that points back ("But they…", "Therefore…", "This option…"): alone, it leaves out what it is about. */
 const POINTS_BACK = /^(?:but|however|therefore|thus|hence|otherwise|instead|this|these|those|that|they|it|its|their|such|then)\b/i;
 
-/** Each picked prose sentence that points back, preceded by the sentence before it in its passage when that one is not quoted anyway. */
-function withAntecedents(picked: readonly Scored[], candidates: readonly Candidate[]): Scored[] {
+/**
+ * Each picked prose sentence that points back, preceded by the sentence before it in its passage when
+ * that one is not quoted anyway, or, opening its passage, by the heading it is written under.
+ */
+function withAntecedents(picked: readonly Scored[], candidates: readonly Candidate[], passages: readonly RetrievedPassage[]): Scored[] {
   const quoted = new Set(picked.map((p) => `${p.passage}:${p.position}`));
   return picked.map((p) => {
-    if (p.position === 0 || !POINTS_BACK.test(p.text) || quoted.has(`${p.passage}:${p.position - 1}`)) return p;
+    if (!POINTS_BACK.test(p.text) || quoted.has(`${p.passage}:${p.position - 1}`)) return p;
+    if (p.position === 0) {
+      const heading = passages[p.passage]?.headings?.split(' › ').at(-1)?.trim();
+      // An API heading is named before the passage's sentences anyway (`subjectOf`).
+      return heading === undefined || heading === '' || API_HEADING.test(heading) ? p : { ...p, text: `${heading}: ${p.text}` };
+    }
     const before = candidates.find((c) => c.passage === p.passage && c.position === p.position - 1);
     if (before === undefined || isCode(before.text)) return p;
     return { ...p, text: `${before.text} ${p.text}` };
@@ -177,7 +188,8 @@ function pickByWords(
   );
   const scored = dedupe(
     candidates.map((candidate, i) => {
-      const blended = LEXICAL_SHARE * matches[i]!.score + (1 - LEXICAL_SHARE) * cosines[i]!;
+      const bonus = words.expects === undefined || matches[i]!.held.size === 0 ? 0 : ANSWER_BONUS * answerShare(words.expects, candidate.text);
+      const blended = LEXICAL_SHARE * matches[i]!.score + (1 - LEXICAL_SHARE) * cosines[i]! + bonus;
       // A line of code alone shares the names of a whole section (imports, constructors): it must hold more to be quoted.
       const score = isCode(candidate.text) ? blended * CODE_WEIGHT : blended;
       return { ...candidate, score, ranked: score * prior(candidate), held: matches[i]!.held };

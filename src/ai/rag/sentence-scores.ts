@@ -5,6 +5,8 @@
  * word they hold counts for the sentences below them, at a part of its weight.
  */
 
+import type { Expectation } from './answer-kind.js';
+
 /** The query's words and how much each says (e.g. a `LexicalIndex`'s IDF), to rank sentences by the words they share with it. */
 export interface QueryTerms {
   /** The query's distinct indexed terms. */
@@ -13,6 +15,8 @@ export interface QueryTerms {
   readonly weight: (term: string) => number;
   /** The indexed terms of a text, as the query's were made, one per occurrence. */
   readonly termsOf: (text: string) => readonly string[];
+  /** What the question asks for beyond its words (`expectedAnswer`): a sentence holding it scores higher. Default: nothing in particular. */
+  readonly expects?: Expectation;
 }
 
 /** A sentence to score, and the headings of the passage it comes from. */

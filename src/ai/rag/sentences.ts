@@ -14,6 +14,11 @@ function cells(row: string): string[] {
     .map((cell) => cell.trim());
 }
 
+/** A blockquote's markers at the start of a line (`> `, `> > `). */
+const BLOCKQUOTE = /^\s{0,3}(?:>\s?)+/;
+/** A GitHub alert's label line inside a blockquote: `[!NOTE]`, `[!CAUTION]`. */
+const ALERT = /^\s*\[!\w+\]\s*$/;
+
 const TABLE_SEPARATOR = /^\s*\|?(\s*:?-+:?\s*\|)+\s*:?-*:?\s*$/;
 
 /** A table row as a sentence: each cell after its column's header (`Code: 429; Meaning: rate limited`). */
@@ -139,12 +144,18 @@ function scan(text: string): Scanned {
     }
     fenced = undefined;
   };
+  let quotedFence = false; // the open fence is inside a blockquote: its lines carry `>` too
   const lines = text.split('\n');
-  for (const [i, line] of lines.entries()) {
+  for (const [i, raw] of lines.entries()) {
+    // A blockquote's `>` markers are markup (a `> node` prompt inside a plain fence is code, kept).
+    const quoted = BLOCKQUOTE.exec(raw);
+    const line = quoted !== null && (fenced === undefined || quotedFence) ? raw.slice(quoted[0].length) : raw;
     if (/^\s*(```|~~~)/.test(line)) {
       close();
-      if (fenced === undefined) fenced = [];
-      else closeFence();
+      if (fenced === undefined) {
+        fenced = [];
+        quotedFence = quoted !== null;
+      } else closeFence();
       continue;
     }
     if (fenced !== undefined) {
@@ -160,8 +171,8 @@ function scan(text: string): Scanned {
       continue;
     }
     header = undefined;
-    // A heading, a blank, or a link reference definition (`[docs]: https://…`): nothing to quote.
-    if (/^\s*#{1,6}\s/.test(line) || line.trim() === '' || /^\s*\[[^\]]+\]:\s*\S+/.test(line)) {
+    // A heading, a blank, a link reference definition (`[docs]: https://…`) or an alert's label (`[!NOTE]`): nothing to quote.
+    if (/^\s*#{1,6}\s/.test(line) || line.trim() === '' || /^\s*\[[^\]]+\]:\s*\S+/.test(line) || ALERT.test(line)) {
       close();
       continue;
     }

@@ -1,0 +1,52 @@
+/** What kind of value a question asks for (src/ai/rag/answer-kind.ts), and the sentence holding one chosen for it. */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { answerShare, expectedAnswer } from '../../src/ai/rag/answer-kind.js';
+import { candidatesOf, composeAnswer } from '../../src/ai/rag/extract.js';
+import type { QueryTerms } from '../../src/ai/rag/sentence-scores.js';
+
+const v = (...xs: number[]) => Float32Array.from(xs);
+
+describe('the kind of answer a question asks for', () => {
+  it('reads numbers, durations, versions, variables and defaults from the question', () => {
+    assert.deepEqual(expectedAnswer('How many times does the client retry?'), { kinds: ['number'], defaults: false });
+    assert.deepEqual(expectedAnswer('How long does a request wait for a reply by default?'), { kinds: ['duration'], defaults: true });
+    assert.deepEqual(expectedAnswer('Which Node.js version does it need?'), { kinds: ['version'], defaults: false });
+    assert.deepEqual(expectedAnswer('Which environment variable picks the sampler?'), { kinds: ['variable'], defaults: false });
+    assert.deepEqual(expectedAnswer('Which sampler is used when I do not configure one?'), { kinds: [], defaults: true });
+    assert.deepEqual(expectedAnswer('What port does it listen on unless I change it?'), { kinds: ['number'], defaults: true });
+    assert.equal(expectedAnswer('How do I expand brace patterns?'), undefined);
+  });
+
+  it('finds the value asked for in a sentence, and only a value of that kind', () => {
+    const many = expectedAnswer('How many retries are there?')!;
+    assert.equal(answerShare(many, 'It retries up to `5` times.'), 1);
+    assert.equal(answerShare(many, 'It retries until it succeeds.'), 0);
+    const version = expectedAnswer('Which version of Node.js is required?')!;
+    assert.equal(answerShare(version, 'It needs Node.js 18 or later.'), 1);
+    assert.equal(answerShare(version, 'Install it with npm.'), 0);
+    const variable = expectedAnswer('Which environment variable sets the level?')!;
+    assert.equal(answerShare(variable, 'Set `LOG_LEVEL=debug` to see more.'), 1);
+    assert.equal(answerShare(variable, 'Pass `level` to the constructor.'), 0);
+    const both = expectedAnswer('How many sockets does it open by default?')!;
+    assert.equal(answerShare(both, 'It opens 10 sockets by default.'), 1);
+    assert.equal(answerShare(both, 'It opens 10 sockets.'), 0.5);
+    const duration = expectedAnswer('How long does it wait?')!;
+    assert.equal(answerShare(duration, 'It waits 300 ms.'), 1);
+    assert.equal(answerShare(duration, 'It waits for 300 requests.'), 0);
+  });
+
+  it('prefers the sentence holding the value asked for over a shorter one that only shares its words', () => {
+    const passages = [{ id: 'p', text: 'The retry delay grows each time. A retry runs at most 5 times.', source: 'retry.md', score: 1 }];
+    const words = (question?: string): QueryTerms => ({
+      terms: ['retry', 'time'],
+      weight: () => 1,
+      termsOf: (text) => (text.toLowerCase().match(/[a-z0-9]+/g) ?? []).map((w) => w.replace(/s$/, '')),
+      ...(question !== undefined && { expects: expectedAnswer(question)! }),
+    });
+    const pick = (terms: QueryTerms) =>
+      composeAnswer(v(1, 0), passages, candidatesOf(passages), [v(1, 0), v(1, 0)], { sentences: 1, context: 0 }, terms).text.split('\n\n')[0];
+    assert.equal(pick(words()), 'The retry delay grows each time. [1]');
+    assert.equal(pick(words('How many times does it retry?')), 'A retry runs at most 5 times. [1]');
+  });
+});

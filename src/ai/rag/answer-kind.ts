@@ -1,0 +1,53 @@
+/**
+ * What kind of answer a question asks for beyond its words: "how many" wants a number, "which
+ * version" a version, "how long" a duration, "which environment variable" a NAME_LIKE_THIS, and a
+ * question about what happens unless one sets something wants the default. A sentence holding such
+ * a value is likelier to be the answer than one that only repeats the question's words.
+ */
+
+/** A kind of value a question asks for. */
+export type AnswerKind = 'number' | 'duration' | 'version' | 'variable';
+
+/** What a question asks for: the kinds of value, and whether it asks what holds by default. */
+export interface Expectation {
+  readonly kinds: readonly AnswerKind[];
+  /** The question asks what holds when nothing is set ("by default", "unless I change it", "without configuring"). */
+  readonly defaults: boolean;
+}
+
+const ASKS: Readonly<Record<AnswerKind, RegExp>> = {
+  number:
+    /\bhow (?:many|much|big|large|high|low)\b|\bnumber of\b|\bnumeric\b|\b(?:what|which) (?:is |are )?(?:the )?(?:\w+ )?(?:port|count|limit|size)\b|\b(?:largest|smallest|maximum|minimum)\b/i,
+  duration: /\bhow (?:long|soon|often)\b|\bafter how\b/i,
+  version: /\b(?:which|what|from)\b[^?]{0,40}\b(?:version|release)s?\b/i,
+  variable: /\benv(?:ironment)? var(?:iable)?s?\b/i,
+};
+
+const DEFAULTS =
+  /\bdefaults?\b|\bunless (?:i|you|we)\b|\b(?:if|when) (?:i|you|we) (?:do not|don't|did not|didn't|never) (?:set|configure|give|pass|specify|provide|change|tell|choose|add)\b|\bwithout (?:configuring|setting|specifying|passing|giving|telling|changing|choosing)\b|\bon (?:its|their) own\b|\bout of the box\b/i;
+
+const HOLDS: Readonly<Record<AnswerKind, RegExp>> = {
+  number:
+    /(?:^|[^\w.])\d[\d_,]*(?:\.\d+)?(?:e\d+)?(?![\w.]*\.\d)|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|twice|once|unlimited|infinity|no limit)\b/i,
+  duration: /\d[\d_,.]*(?:e\d+)?\s*(?:ms|milliseconds?|millis|s|secs?|seconds?|min|minutes?|h|hours?|days?)\b|\b(?:an?|one) (?:second|minute|hour|day)\b/i,
+  version: /\bv?\d+\.\d+(?:\.\d+)?\b|\b(?:node(?:\.js)?|version|v)\s*\d+|\b\p{Lu}[\w.]*\s\d+\+?(?!\S*\d\.)/u,
+  variable: /\b\p{Lu}[\p{Lu}\d]*(?:_[\p{Lu}\d]+)+\b/u,
+};
+
+const SAYS_DEFAULT = /\bdefault(?:s|ed)?\b|\bunless\b|\bif (?:not|unset|omitted|none)\b/i;
+
+/** What `question` asks for beyond its words; undefined when nothing in particular. */
+export function expectedAnswer(question: string): Expectation | undefined {
+  const kinds = (Object.keys(ASKS) as AnswerKind[]).filter((kind) => ASKS[kind].test(question));
+  const defaults = DEFAULTS.test(question);
+  return kinds.length === 0 && !defaults ? undefined : { kinds, defaults };
+}
+
+/** How much of what `expected` asks for `text` holds: a share in [0, 1], kinds and the default weighing alike. */
+export function answerShare(expected: Expectation, text: string): number {
+  const parts = expected.kinds.length + (expected.defaults ? 1 : 0);
+  if (parts === 0) return 0;
+  let held = expected.kinds.filter((kind) => HOLDS[kind].test(text)).length;
+  if (expected.defaults && SAYS_DEFAULT.test(text)) held += 1;
+  return held / parts;
+}
