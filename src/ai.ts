@@ -50,6 +50,11 @@ export type { LexicalGranularity, RetrievalMode, Retrieval, RetrievalPlan } from
 export { feedbackTerms } from './ai/rag/query-expansion.js';
 export type { ExpansionTerm, FeedbackOptions, FeedbackSource } from './ai/rag/query-expansion.js';
 export { supportsAnswer, DEFAULT_ABSTAIN } from './ai/rag/abstain.js';
+export { WordVectors, WORD_VECTORS_PACKAGE, WORD_VECTORS_FILE } from './ai/rag/word-vectors.js';
+export { MeaningIndex } from './ai/rag/meaning-index.js';
+export type { MeaningPassage } from './ai/rag/meaning-index.js';
+export { expectedAnswer, answerShare } from './ai/rag/answer-kind.js';
+export type { AnswerKind, Expectation } from './ai/rag/answer-kind.js';
 export type { Evidence, AbstainOptions } from './ai/rag/abstain.js';
 export {
   InvalidVectorError,

@@ -380,6 +380,16 @@ describe('supportsAnswer', () => {
   });
 });
 
+describe('supportsAnswer with word meanings', () => {
+  it('answers on a fifth of the query’s words when a passage means what the question asks, never on the meaning alone', () => {
+    assert.equal(supportsAnswer({ lexical: 0.25, meaning: 0.65 }), true);
+    assert.equal(supportsAnswer({ lexical: 0.25, meaning: 0.5 }), false, 'a meaning as close as an off-topic question’s');
+    assert.equal(supportsAnswer({ lexical: 0.1, meaning: 0.9 }), false, 'word vectors alone never outvote no shared word');
+    assert.equal(supportsAnswer({ lexical: 0.25, meaning: 0.65, unknownName: 'Kubernetes' }), false, 'a name the corpus never mentions');
+    assert.equal(supportsAnswer({ lexical: 0.25, meaning: 0.5 }, { meaning: 0.45 }), true);
+  });
+});
+
 describe('names a question uses, and whether the corpus mentions them', () => {
   it('finds words written as names: two capitals or more, or a capital in mid sentence; none in a shouted text', () => {
     assert.deepEqual(namesIn('PDF text extraction'), ['PDF']);

@@ -21,6 +21,7 @@ import { BUNDLED_DATA } from '../ai/models/bundled.js';
 import { generateModels, MODEL_FILES } from '../ai/models/generate.js';
 import { loadTokenizer } from '../ai/models/load.js';
 import { loadEmbeddingDir } from '../ai/models/embedding-dir.js';
+import { WORD_VECTORS_PACKAGE, WordVectors } from '../ai/rag/word-vectors.js';
 import { BatchedClassifier } from '../ai/pipelines/batched-classifier.js';
 import { embedder } from '../ai/pool/embedder.js';
 import { InferencePool, type InferencePoolStats } from '../ai/pool/pool.js';
@@ -201,6 +202,9 @@ async function ragOver(
   const loaded = await loadCorpus(corpus, { onSkip: (skip) => skipped.add(skip) });
   const index = await indexPassages(loaded, (texts, signal) => local.embed(texts, signal), { onSkip: (skip) => skipped.add(skip), corpus });
   if (skipped.total > 0) log(`corpus ${corpus}: ${skipped.summary()}`);
+  // Word meanings stand in for a real embedding model when the optional package is installed (cached after the install's first read).
+  const wordVectors = local.ownEmbedding ? undefined : await WordVectors.load();
+  if (wordVectors !== undefined) log(`word vectors: ${wordVectors.size} words (${WORD_VECTORS_PACKAGE})`);
   const passages = loaded.filter((passage) => index.has(passage.id));
   const stages = Object.fromEntries(RAG_STAGES.map((name) => [name, new StageStats()])) as Record<RagStage, StageStats>;
   const cache = new CacheStats();
@@ -213,6 +217,7 @@ async function ragOver(
     capacity: shared.capacity,
     index,
     ...(local.ownEmbedding && { denseWeight: 1 }),
+    ...(wordVectors !== undefined && { wordVectors }),
     classify: local.classify,
     stats: stages,
     cacheStats: cache,

@@ -27,6 +27,8 @@ import { NO_ANSWER, answerPieces, candidatesOf, composeAnswer, quotablesOf, type
 import { TextMemo } from '../rag/text-memo.js';
 import { LexicalIndex, lexicalTerms, lexicalTokens } from '../rag/lexical-index.js';
 import { expectedAnswer } from '../rag/answer-kind.js';
+import { MeaningIndex } from '../rag/meaning-index.js';
+import { WordVectors } from '../rag/word-vectors.js';
 import { Sections } from '../rag/sections.js';
 import { CitationFilter } from '../rag/citations.js';
 import { RETRIEVAL_MODES, type LexicalGranularity, type RetrievalMode } from '../rag/retriever.js';
@@ -83,6 +85,12 @@ export interface RagWorkerOptions {
   readonly denseWeight?: number;
   /** BM25 over the index's passages. Default: built from `index.entries()` when the worker is made. */
   readonly lexical?: LexicalIndex;
+  /**
+   * Pre-trained word vectors (`WordVectors.load`), for a generated (word-hashing) embedder: the
+   * passages' meanings rank them beside the embedding, are evidence that a reworded question is
+   * answered (`Evidence.meaning`), and score the answer's sentences in the embedder's place. Default: none.
+   */
+  readonly wordVectors?: WordVectors;
   /** What BM25 ranks: `passage`s, heading `section`s or `both`, fused (see `retrieve`). Default `passage`. */
   readonly granularity?: LexicalGranularity;
   /** Pseudo-relevance feedback for the BM25 ranking (see `retrieve`). Default: none. */
@@ -156,6 +164,7 @@ const optionsSchema = lazySchema((z) =>
       retrieval: z.enum(RETRIEVAL_MODES, { error: `retrieval must be one of ${RETRIEVAL_MODES.join(', ')}` }).default('hybrid'),
       denseWeight: z.number({ error: 'denseWeight must be a number' }).positive({ error: 'denseWeight must be > 0' }).optional(),
       lexical: z.instanceof(LexicalIndex, { error: 'lexical must be a LexicalIndex' }).optional(),
+      wordVectors: z.custom<WordVectors>((v) => v instanceof WordVectors, { error: 'wordVectors must be WordVectors' }).optional(),
       granularity: granularitySchema().optional(),
       feedback: feedbackSchema().optional(),
       abstain: literalOr(
@@ -179,6 +188,12 @@ const optionsSchema = lazySchema((z) =>
               .number()
               .min(0, { error: 'specificCoverage must be in [0, 1]' })
               .max(1, { error: 'specificCoverage must be in [0, 1]' })
+              .optional(),
+            meaning: z.number().min(-1, { error: 'meaning must be in [-1, 1]' }).max(1, { error: 'meaning must be in [-1, 1]' }).optional(),
+            meaningCoverage: z
+              .number()
+              .min(0, { error: 'meaningCoverage must be in [0, 1]' })
+              .max(1, { error: 'meaningCoverage must be in [0, 1]' })
               .optional(),
             names: z.boolean({ error: 'names must be a boolean' }).optional(),
           })
@@ -282,6 +297,13 @@ export function ragPipeline(options: RagWorkerOptions): RagPipeline {
   const questionText = (job: PipelineJob) => questionOf(job.request);
   const lexical = config.lexical ?? LexicalIndex.of(config.index.entries());
   const sections = Sections.of(config.index.entries());
+  const meaning =
+    config.wordVectors === undefined
+      ? undefined
+      : MeaningIndex.of(
+          [...config.index.entries()].map((e) => ({ ...e.metadata, id: e.id })),
+          config.wordVectors,
+        );
   // What the answer reads of a passage is per corpus: each passage split, each sentence's terms found, each sentence embedded once.
   const sentences = new TextMemo(quotablesOf, SPLIT_PASSAGES);
   const tokens = new TextMemo(lexicalTokens, TOKENIZED_TEXTS);
@@ -314,6 +336,7 @@ export function ragPipeline(options: RagWorkerOptions): RagPipeline {
         index: config.index,
         k: config.k,
         lexical,
+        ...(meaning !== undefined && { meaning }),
         retrieval: config.retrieval,
         ...(config.denseWeight !== undefined && { denseWeight: config.denseWeight }),
         ...(config.granularity !== undefined && { granularity: config.granularity }),
@@ -334,6 +357,14 @@ export function ragPipeline(options: RagWorkerOptions): RagPipeline {
             const placed = sections.widen(r.passages, NEIGHBOURED, REACH);
             const passages = placed.map((p) => p.passage);
             const candidates = candidatesOf(passages, placed, (text) => sentences.get(text));
+            const words = queryTerms(r.input.text);
+            if (meaning !== undefined) {
+              // Word vectors read what a sentence means where the generated embedder hashes its words: they score the sentences.
+              const none = new Float32Array(config.wordVectors!.dim);
+              const vectors = candidates.map((c) => meaning.centred(c.text) ?? none);
+              const question = meaning.centred(r.input.text) ?? none;
+              return { job: r.input.input, answer: composeAnswer(question, passages, candidates, vectors, config.extract, words) };
+            }
             const vectors =
               candidates.length === 0
                 ? []
@@ -343,7 +374,6 @@ export function ragPipeline(options: RagWorkerOptions): RagPipeline {
                     context.signal,
                     'assemble',
                   );
-            const words = queryTerms(r.input.text);
             return { job: r.input.input, answer: composeAnswer(r.input.vector, passages, candidates, vectors, config.extract, words) };
           },
           { name: 'assemble', concurrency: batch, ...shared, onFailure: ({ value, error }) => value.input.input.fail(error), stats: stats.assemble },

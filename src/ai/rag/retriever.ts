@@ -1,11 +1,13 @@
 /**
- * Hybrid retrieval: the dense index (cosine) and the lexical one (BM25) each rank the passages,
- * their scores, each divided by its ranking's best, are weighed and summed (`scoreFusion`), and the
- * evidence for an answer is weighed. Either index can be used alone.
+ * Hybrid retrieval: the dense index (cosine) and the lexical one (BM25) each rank the passages, and
+ * word meanings too when there are word vectors; their scores, each divided by its ranking's best,
+ * are weighed and summed (`scoreFusion`), and the evidence for an answer is weighed. Either index
+ * can be used alone.
  */
 import type { Evidence } from './abstain.js';
 import { scoreFusion } from './fusion.js';
 import type { LexicalIndex } from './lexical-index.js';
+import type { MeaningIndex } from './meaning-index.js';
 import { lexicalTerms } from './lexical-index.js';
 import { namesIn } from './names.js';
 import { feedbackTerms, type FeedbackOptions } from './query-expansion.js';
@@ -36,6 +38,10 @@ export interface RetrievalPlan<M extends PassageMetadata> {
   readonly index: VectorIndex<M>;
   /** BM25 over the same passages; without it there is no lexical ranking nor lexical evidence. */
   readonly lexical?: LexicalIndex<M>;
+  /** The same passages' word-vector meanings: a further ranking in hybrid retrieval, and evidence (`Evidence.meaning`). */
+  readonly meaning?: MeaningIndex;
+  /** How much the meaning ranking's scores count in hybrid fusion, BM25's counting 1. Default 0.5. */
+  readonly meaningWeight?: number;
   readonly mode: RetrievalMode;
   /** Passages returned at most. */
   readonly k: number;
@@ -53,6 +59,9 @@ export interface RetrievalPlan<M extends PassageMetadata> {
 
 /** The generated embedding model hashes words: its ranking is a weaker witness than BM25's, and counts half. */
 const DENSE_WEIGHT = 0.5;
+
+/** Word vectors read meaning, if coarsely: their ranking counts as much as the generated embedder's. */
+const MEANING_WEIGHT = 0.5;
 
 /** Lexical evidence is the best coverage among this many top passages, whatever `k`. */
 const EVIDENCE_DEPTH = 3;
@@ -87,17 +96,28 @@ export function retrievePassages<M extends PassageMetadata>(plan: RetrievalPlan<
     words = lexical!.search(text, lexicalDepth, filter, feedbackTerms(lexicalTerms(text), found, lexical!, plan.feedback));
   }
   const sections = lexicalRanks && granularity !== 'passage' ? lexical.searchSections(text, depth(k), filter) : [];
-  const metadata = new Map<string, M>([...dense, ...words, ...sections].map((h) => [h.id, h.metadata] as const));
+  // Word meanings rank passages beside the embedding, in hybrid retrieval; a cosine below 0 is no evidence.
+  const meanings =
+    mode === 'hybrid' && plan.meaning !== undefined
+      ? plan.meaning
+          .search(text, depth(k), (id) => {
+            const m = index.get(id);
+            return m !== undefined && (filter === undefined || filter(m));
+          })
+          .filter((h) => h.score > 0)
+          .map((h) => ({ id: h.id, score: h.score, metadata: index.get(h.id)! }))
+      : [];
+  const metadata = new Map<string, M>([...dense, ...words, ...sections, ...meanings].map((h) => [h.id, h.metadata] as const));
   const ranked =
     mode === 'dense'
       ? dense.map((h) => ({ id: h.id, score: h.score }))
       : mode === 'lexical' && granularity !== 'both'
         ? (granularity === 'passage' ? words : sections).slice(0, k).map((h) => ({ id: h.id, score: h.score }))
         : scoreFusion(
-            [dense, words, sections],
-            [plan.denseWeight ?? DENSE_WEIGHT, 1, 1],
+            [dense, words, sections, meanings],
+            [plan.denseWeight ?? DENSE_WEIGHT, 1, 1, plan.meaningWeight ?? MEANING_WEIGHT],
             // A search that found fewer than it was asked for holds every passage that scores at all.
-            [dense.length < depth(k), words.length < lexicalDepth, sections.length < depth(k)],
+            [dense.length < depth(k), words.length < lexicalDepth, sections.length < depth(k), meanings.length < depth(k)],
           ).slice(0, k);
   const passages = ranked.map(({ id, score }) => {
     const m = metadata.get(id)!;
@@ -122,10 +142,15 @@ function evidenceFor<M extends PassageMetadata>(
   const specificity =
     plan.lexical === undefined ? undefined : Math.max(0, ...passages.slice(0, EVIDENCE_DEPTH).map((p) => plan.lexical!.specificity(terms, p.id)));
   const unknown = plan.lexical === undefined ? undefined : namesIn(text).find((name) => !plan.lexical!.mentions(name));
-  const known =
-    lexical === undefined
-      ? {}
-      : { lexical, specificity, document: plan.lexical!.documentCoverage(terms), ...(unknown !== undefined && { unknownName: unknown }) };
+  const known = {
+    ...(lexical !== undefined && {
+      lexical,
+      specificity,
+      document: plan.lexical!.documentCoverage(terms),
+      ...(unknown !== undefined && { unknownName: unknown }),
+    }),
+    ...(plan.meaning !== undefined && { meaning: plan.meaning.best(text) }),
+  };
   if (vector === undefined || plan.index.size < 2) return known;
   const top = best ?? plan.index.search(vector, { k: 1 })[0]?.score;
   const { mean, std } = plan.index.scoreMoments(vector);

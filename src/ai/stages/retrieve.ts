@@ -3,6 +3,7 @@ import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js
 import { VectorIndex } from '../rag/vector-index.js';
 import type { PassageMetadata, RetrievedPassage } from '../rag/passage.js';
 import { LexicalIndex } from '../rag/lexical-index.js';
+import { MeaningIndex } from '../rag/meaning-index.js';
 import { LEXICAL_GRANULARITIES, RETRIEVAL_MODES, retrievePassages, type LexicalGranularity, type RetrievalMode } from '../rag/retriever.js';
 import type { FeedbackOptions } from '../rag/query-expansion.js';
 import { supportsAnswer, type AbstainOptions, type Evidence } from '../rag/abstain.js';
@@ -33,6 +34,8 @@ export interface RetrieveOptions<I, M extends PassageMetadata = PassageMetadata>
   lexical?: LexicalIndex<M>;
   /** The rankings used: `hybrid` (both, fused), `dense` or `lexical`. Default `hybrid` with `lexical`, else `dense`. */
   retrieval?: RetrievalMode;
+  /** The passages' word-vector meanings (`MeaningIndex`): evidence that the corpus speaks of what a question asks in other words. Default: none. */
+  meaning?: MeaningIndex;
   /** Selects the query text the lexical index searches. Default: the value's `text` (what `embed` emits). */
   text?: (value: I) => string;
   /**
@@ -71,6 +74,7 @@ const retrieveOptionsSchema = lazySchema((z) =>
       filter: functionSchema<(metadata: unknown) => boolean>().optional(),
       query: functionSchema<(value: unknown) => ArrayLike<number>>().optional(),
       lexical: z.instanceof(LexicalIndex, { error: 'lexical must be a LexicalIndex' }).optional(),
+      meaning: z.custom<MeaningIndex>((v) => v instanceof MeaningIndex, { error: 'meaning must be a MeaningIndex' }).optional(),
       retrieval: z.enum(RETRIEVAL_MODES, { error: `retrieval must be one of ${RETRIEVAL_MODES.join(', ')}` }).optional(),
       text: functionSchema<(value: unknown) => string>().optional(),
       denseWeight: z.number({ error: 'denseWeight must be a number' }).positive({ error: 'denseWeight must be > 0' }).optional(),
@@ -86,6 +90,8 @@ const retrieveOptionsSchema = lazySchema((z) =>
             dense: z.number().optional(),
             specificity: z.number().min(0).optional(),
             specificCoverage: z.number().min(0).max(1).optional(),
+            meaning: z.number().min(-1).max(1).optional(),
+            meaningCoverage: z.number().min(0).max(1).optional(),
             names: z.boolean().optional(),
           })
           .strict(),
@@ -135,12 +141,12 @@ export function retrieve<I, M extends PassageMetadata = PassageMetadata>(
   options: RetrieveOptions<I, M> & { query: (value: I) => ArrayLike<number> },
 ): StageOperator<I, Retrieved<I>>;
 export function retrieve<I, M extends PassageMetadata>(options: RetrieveOptions<I, M>): StageOperator<I, Retrieved<I>> {
-  const { index, k, minScore, filter, query, lexical, retrieval, text, abstain, denseWeight, granularity, feedback, ...stageOptions } =
+  const { index, k, minScore, filter, query, lexical, meaning, retrieval, text, abstain, denseWeight, granularity, feedback, ...stageOptions } =
     options ?? ({} as RetrieveOptions<I, M>);
   const name = stageOptions.name ?? 'retrieve';
   parseOptions(
     retrieveOptionsSchema(),
-    { index, k, minScore, filter, query, lexical, retrieval, text, abstain, denseWeight, granularity, feedback },
+    { index, k, minScore, filter, query, lexical, meaning, retrieval, text, abstain, denseWeight, granularity, feedback },
     `retrieve "${name}" options`,
   );
   const select = query ?? ((value: I) => (value as unknown as { vector: ArrayLike<number> }).vector);
@@ -150,6 +156,7 @@ export function retrieve<I, M extends PassageMetadata>(options: RetrieveOptions<
     k,
     mode: retrieval ?? (lexical === undefined ? 'dense' : 'hybrid'),
     ...(lexical !== undefined && { lexical }),
+    ...(meaning !== undefined && { meaning }),
     ...(minScore !== undefined && { minScore }),
     ...(filter !== undefined && { filter }),
     ...(denseWeight !== undefined && { denseWeight }),
