@@ -155,6 +155,22 @@ describe('extractive answers', () => {
     assert.deepEqual(sentencesOf('```\n> node --version\n```'), ['`> node --version`']);
   });
 
+  it('reads prose and rows without their HTML tags (a code span keeps its own) or the `**` a sentence split left behind', () => {
+    assert.deepEqual(sentencesOf('<details>\n<summary>Older versions need the config flag.</summary>\nPass `<b>` to bold a word.\n</details>'), [
+      'Older versions need the config flag.',
+      'Pass `<b>` to bold a word.',
+    ]);
+    assert.deepEqual(sentencesOf('| version | node |\n| --- | --- |\n| **4.x** | ≥12.17.0<sup>(1)</sup> |'), ['version: **4.x**; node: ≥12.17.0 (1)']);
+    assert.deepEqual(sentencesOf('**Refusals.** Under overload most requests are refused at the door.'), [
+      'Under overload most requests are refused at the door.',
+    ]);
+    assert.deepEqual(sentencesOf('**Cancel reaches the upstream. A client that leaves aborts its request.** Each one is counted.'), [
+      'Cancel reaches the upstream.',
+      'A client that leaves aborts its request.',
+      'Each one is counted.',
+    ]);
+  });
+
   it('quotes a sentence once, and a lone code line only when it holds more than the prose around it', () => {
     const passages: RetrievedPassage[] = [
       { id: 'a', text: '```js\nimport { Server } from "ws";\n```\nCompression is disabled by default on the server.', source: 'a.md › Server', score: 1 },

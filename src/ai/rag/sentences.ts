@@ -21,9 +21,21 @@ const ALERT = /^\s*\[!\w+\]\s*$/;
 
 const TABLE_SEPARATOR = /^\s*\|?(\s*:?-+:?\s*\|)+\s*:?-*:?\s*$/;
 
+/** An HTML tag in prose (`<details>`, `<br/>`, `</summary>`): markup a reader never sees. Code spans are masked before it is applied. */
+const HTML_TAG = /<\/?[A-Za-z][\w-]*(?:\s[^<>]*)?\/?>/g;
+
+/** A piece without the `**` a sentence split left unpaired (`**Cancel reaches it. It aborts…**` cut after the first period). */
+function unpaired(piece: string): string {
+  const trimmed = piece.trim();
+  if ((trimmed.match(/\*\*/g) ?? []).length % 2 === 0) return piece;
+  if (trimmed.startsWith('**')) return trimmed.slice(2);
+  const last = trimmed.lastIndexOf('**');
+  return trimmed.slice(0, last) + trimmed.slice(last + 2);
+}
+
 /** A table row as a sentence: each cell after its column's header (`Code: 429; Meaning: rate limited`). */
 function rowSentence(header: readonly string[] | undefined, row: string): string {
-  const values = cells(row);
+  const values = cells(row).map((cell) => (cell.includes('`') ? cell : cell.replace(HTML_TAG, ' ').replace(/\s+/g, ' ').trim()));
   if (header === undefined) return values.filter((v) => v !== '').join('; ');
   return values
     .map((value, i) => (header[i] ? `${header[i]}: ${value}` : value))
@@ -245,12 +257,12 @@ export function quotablesOf(text: string): Quotable[] {
     const first = out.length;
     // Code spans and abbreviations are masked while splitting, so `nak(millis?)` or "e.g. 30" never ends a sentence.
     const masked: string[] = [];
-    const block = blocks[entry]!.replace(/`[^`]*`|\b(?:e\.g|i\.e|etc|vs|cf)\./g, (span) => `\u{E000}${masked.push(span) - 1}\u{E001}`);
+    const block = blocks[entry]!.replace(/`[^`]*`|\b(?:e\.g|i\.e|etc|vs|cf)\./g, (span) => `\u{E000}${masked.push(span) - 1}\u{E001}`).replace(HTML_TAG, ' ');
     const unmask = (piece: string) => piece.replace(/\u{E000}(\d+)\u{E001}/gu, (_, i: string) => masked[Number(i)]!);
     for (const { segment } of segmenter.segment(block)) {
       // The segmenter keeps "… `OverflowError`. `conflate` merges …" together: split before a code span too.
       for (const part of segment.split(/(?<=[.!?])\s+(?=[\u{E000}[(A-Z])/u)) {
-        const sentence = unmask(part).replace(/\s+/g, ' ').trim();
+        const sentence = unmask(unpaired(part)).replace(/\s+/g, ' ').trim();
         if (part.trim().split(/\s+/).length < MIN_WORDS) {
           // A fragment ("Default: `5`.") finishes the sentence before it in its block; alone it says nothing.
           if (out.length > first && sentence !== '') extend(sentence);
