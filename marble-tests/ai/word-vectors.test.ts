@@ -58,11 +58,15 @@ describe('word vectors', () => {
     assert.ok(cosine(rare, both) > 0.9, 'three “the” barely move “terminal”');
   });
 
-  it('says what is wrong with a damaged cache, and checks the table it is given', async () => {
+  it('reads a damaged cache again from the package, says what is wrong with bytes that are none, and checks a table', async () => {
     const bad = await mkdtemp(join(tmpdir(), 'sluice-words-bad-'));
     try {
       await writeFile(join(bad, WORD_VECTORS_FILE), 'not vectors');
-      await assert.rejects(WordVectors.load(bad), /not a word-vector file; delete it to rebuild it/);
+      const rebuilt = (await WordVectors.load(bad))!;
+      assert.equal(rebuilt.size, vectors.size);
+      assert.deepEqual(WordVectors.decode(await readFile(join(bad, WORD_VECTORS_FILE))).embed('erase'), vectors.embed('erase'));
+      const cut = (await readFile(join(bad, WORD_VECTORS_FILE))).subarray(0, 1000);
+      assert.throws(() => WordVectors.decode(cut), /not a word-vector file of this version/);
     } finally {
       await rm(bad, { recursive: true, force: true });
     }

@@ -6,7 +6,7 @@
  * "sleep" land near each other where BM25 sees no word in common.
  */
 import { createRequire } from 'node:module';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, stat, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { wordShare } from './background.js';
 
@@ -18,7 +18,7 @@ const WORDS = 100_000;
 const SIF = 1e-3;
 /** The file the kept vectors are cached in: reading it takes a tenth of a second, the package's JSON seconds. */
 export const WORD_VECTORS_FILE = 'word-vectors-100d.bin';
-const MAGIC = 0x57_56_31_30; // "WV10"
+const MAGIC = 0x57_56_31_31; // "WV11"
 
 /** A word as looked up: GloVe's words are lower case. */
 const WORD = /\p{L}[\p{L}\p{N}]*|\p{N}+/gu;
@@ -90,30 +90,31 @@ export class WordVectors {
     return this.rows.size;
   }
 
-  /** The cache file's bytes. @internal */
-  encode(): Buffer {
+  /** The cache file's bytes, naming the size of the package file they were read from. @internal */
+  encode(sourceBytes: number): Buffer {
     const words = Buffer.from([...this.rows.keys()].join('\n'), 'utf8');
-    const head = Buffer.alloc(16);
+    const head = Buffer.alloc(HEAD);
     head.writeUInt32LE(MAGIC, 0);
     head.writeUInt32LE(this.rows.size, 4);
     head.writeUInt32LE(this.dim, 8);
     head.writeUInt32LE(words.length, 12);
+    head.writeUInt32LE(sourceBytes >>> 0, 16);
     // The table starts on a 4-byte boundary, so it can be read in place.
-    const pad = Buffer.alloc((4 - ((16 + words.length) % 4)) % 4);
+    const pad = Buffer.alloc((4 - ((HEAD + words.length) % 4)) % 4);
     return Buffer.concat([head, words, pad, Buffer.from(this.table.buffer, this.table.byteOffset, this.table.byteLength)]);
   }
 
   /** Vectors from a cache file's bytes. @internal */
   static decode(bytes: Buffer): WordVectors {
-    if (bytes.length < 16 || bytes.readUInt32LE(0) !== MAGIC) throw new Error(`${WORD_VECTORS_FILE}: not a word-vector file; delete it to rebuild it`);
+    if (!isCache(bytes)) throw new Error(`${WORD_VECTORS_FILE}: not a word-vector file of this version`);
     const count = bytes.readUInt32LE(4);
     const dim = bytes.readUInt32LE(8);
     const length = bytes.readUInt32LE(12);
     const words = bytes
-      .subarray(16, 16 + length)
+      .subarray(HEAD, HEAD + length)
       .toString('utf8')
       .split('\n');
-    const start = 16 + length + ((4 - ((16 + length) % 4)) % 4);
+    const start = HEAD + length + ((4 - ((HEAD + length) % 4)) % 4);
     const table = new Float32Array(count * dim);
     new Uint8Array(table.buffer).set(bytes.subarray(start, start + count * dim * 4));
     return WordVectors.of(words, table, dim);
@@ -122,10 +123,24 @@ export class WordVectors {
 
 const loads = new Map<string, Promise<WordVectors>>();
 
+/** The cache file's header: magic, words, dimensions, bytes of words, bytes of the package file read. */
+const HEAD = 20;
+
+/** Whether `bytes` are a whole cache file of this format (`sourceBytes`: read from a package file of that size). */
+function isCache(bytes: Buffer, sourceBytes?: number): boolean {
+  if (bytes.length < HEAD || bytes.readUInt32LE(0) !== MAGIC) return false;
+  const length = bytes.readUInt32LE(12);
+  const table = bytes.readUInt32LE(4) * bytes.readUInt32LE(8) * 4;
+  const whole = bytes.length === HEAD + length + ((4 - ((HEAD + length) % 4)) % 4) + table;
+  return whole && (sourceBytes === undefined || bytes.readUInt32LE(16) === sourceBytes >>> 0);
+}
+
 /** The vectors in `file`, or those of the package's `source` written there first. */
 async function readOrBuild(file: string, source: string): Promise<WordVectors> {
+  const sourceBytes = (await stat(source)).size;
   const cached = await readFile(file).catch(() => undefined);
-  if (cached !== undefined) return WordVectors.decode(cached);
+  // A cache of another release of the package, or a damaged one, is read again from the package.
+  if (cached !== undefined && isCache(cached, sourceBytes)) return WordVectors.decode(cached);
   const json = JSON.parse(await readFile(source, 'utf8')) as {
     readonly dimensions: number;
     readonly words: readonly string[];
@@ -140,7 +155,7 @@ async function readOrBuild(file: string, source: string): Promise<WordVectors> {
   await mkdir(dirname(file), { recursive: true })
     .then(async () => {
       const partial = `${file}.${process.pid}.tmp`;
-      await writeFile(partial, vectors.encode());
+      await writeFile(partial, vectors.encode(sourceBytes));
       await rename(partial, file);
     })
     .catch(() => {});
