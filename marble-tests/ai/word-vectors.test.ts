@@ -4,6 +4,7 @@
  * question comes to a corpus's passages when it words them otherwise.
  */
 import { after, before, describe, it } from 'node:test';
+import fc from 'fast-check';
 import assert from 'node:assert/strict';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -113,6 +114,23 @@ describe('word vectors', () => {
     const kept = retrievePassages({ ...plan, meaning, filter: (m) => !m.source.endsWith('Erase') }, question, undefined).passages;
     assert.ok(!kept.some((p) => p.id === 'erase'), 'a filtered passage is not found by meaning either');
     assert.deepEqual(retrievePassages({ ...plan, mode: 'lexical', meaning }, question, undefined).passages, [], 'lexical mode ranks by BM25 alone');
+  });
+
+  it('gives a finite meaning and a cosine in [-1, 1] for any text, passages and question alike (property)', () => {
+    const text = fc.oneof(fc.string({ maxLength: 80 }), fc.string({ unit: 'grapheme', maxLength: 40 }), fc.lorem({ maxCount: 12 }));
+    fc.assert(
+      fc.property(fc.array(fc.record({ text }), { maxLength: 6 }), text, (passages, question) => {
+        assert.ok(vectors.embed(question).every(Number.isFinite));
+        const index = MeaningIndex.of(
+          passages.map((p, i) => ({ id: `p${i}`, text: p.text })),
+          vectors,
+        );
+        const best = index.best(question);
+        assert.ok(Number.isFinite(best) && best >= -1 - 1e-6 && best <= 1 + 1e-6, `${best}`);
+        for (const hit of index.search(question, 3)) assert.ok(Number.isFinite(hit.score) && hit.score <= best + 1e-6);
+      }),
+      { numRuns: 200 },
+    );
   });
 
   it('answers a question the corpus answers in other words with them, and abstains without them', async () => {
