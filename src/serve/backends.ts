@@ -205,6 +205,7 @@ async function ragOver(
   // Word meanings stand in for a real embedding model when the optional package is installed (cached after the install's first read).
   const wordVectors = local.ownEmbedding ? undefined : await WordVectors.load();
   if (wordVectors !== undefined) log(`word vectors: ${wordVectors.size} words (${WORD_VECTORS_PACKAGE})`);
+  else if (!local.ownEmbedding) log(`word vectors: none (npm install ${WORD_VECTORS_PACKAGE} to answer questions worded otherwise than the documents)`);
   const passages = loaded.filter((passage) => index.has(passage.id));
   const stages = Object.fromEntries(RAG_STAGES.map((name) => [name, new StageStats()])) as Record<RagStage, StageStats>;
   const cache = new CacheStats();
