@@ -11,7 +11,7 @@
  */
 import { catchError, concat, defer, filter as filter_, map, of, throwError, type Observable } from 'rxjs';
 import { InvalidOptionsError } from '../../core/errors.js';
-import { lazySchema, literalOr } from '../../core/zod.js';
+import { lazySchema, literalOr, type ZodModule } from '../../core/zod.js';
 import { parseOptions, positiveInt } from '../../flow/options.js';
 import type { Flow } from '../../flow/demand.js';
 import type { StageStats } from '../../flow/stats.js';
@@ -131,6 +131,14 @@ export interface RagWorkerOptions {
   readonly capacity?: number;
 }
 
+/** An optional number in [min, max], its error naming the field and the range. */
+const between = (z: ZodModule, name: string, min: number, max: number) =>
+  z
+    .number({ error: `${name} must be a number` })
+    .min(min, { error: `${name} must be in [${min}, ${max}]` })
+    .max(max, { error: `${name} must be in [${min}, ${max}]` })
+    .optional();
+
 const optionsSchema = lazySchema((z) =>
   z
     .object({
@@ -171,30 +179,14 @@ const optionsSchema = lazySchema((z) =>
         [false],
         z
           .object({
-            coverage: z.number().min(0, { error: 'coverage must be in [0, 1]' }).max(1, { error: 'coverage must be in [0, 1]' }).optional(),
-            passageCoverage: z
-              .number()
-              .min(0, { error: 'passageCoverage must be in [0, 1]' })
-              .max(1, { error: 'passageCoverage must be in [0, 1]' })
-              .optional(),
-            partialCoverage: z
-              .number()
-              .min(0, { error: 'partialCoverage must be in [0, 1]' })
-              .max(1, { error: 'partialCoverage must be in [0, 1]' })
-              .optional(),
+            coverage: between(z, 'coverage', 0, 1),
+            passageCoverage: between(z, 'passageCoverage', 0, 1),
+            partialCoverage: between(z, 'partialCoverage', 0, 1),
             dense: z.number({ error: 'dense must be a number' }).optional(),
             specificity: z.number({ error: 'specificity must be a number' }).min(0, { error: 'specificity must be ≥ 0' }).optional(),
-            specificCoverage: z
-              .number()
-              .min(0, { error: 'specificCoverage must be in [0, 1]' })
-              .max(1, { error: 'specificCoverage must be in [0, 1]' })
-              .optional(),
-            meaning: z.number().min(-1, { error: 'meaning must be in [-1, 1]' }).max(1, { error: 'meaning must be in [-1, 1]' }).optional(),
-            meaningCoverage: z
-              .number()
-              .min(0, { error: 'meaningCoverage must be in [0, 1]' })
-              .max(1, { error: 'meaningCoverage must be in [0, 1]' })
-              .optional(),
+            specificCoverage: between(z, 'specificCoverage', 0, 1),
+            meaning: between(z, 'meaning', -1, 1),
+            meaningCoverage: between(z, 'meaningCoverage', 0, 1),
             names: z.boolean({ error: 'names must be a boolean' }).optional(),
           })
           .strict(),
