@@ -41,6 +41,7 @@ describe('LexicalIndex', () => {
     assert.equal(lexicalTerm('paused'), lexicalTerm('pause'));
     assert.equal(lexicalTerm('shedding'), lexicalTerm('shed'));
     assert.equal(lexicalTerm('the'), null);
+    assert.equal(lexicalTerm('available'), null, 'a word that frames a question ("what X are available"), not its subject');
     // A quantifier says how many, not what about: "several" must not meet "severity" (both stem to `sever`).
     assert.deepEqual(lexicalTerms('several targets, every request, a few various levels'), lexicalTerms('targets request levels'));
     assert.notEqual(lexicalTerm('severity'), null);

@@ -16,6 +16,8 @@ export const BUNDLED_COVERED: readonly Covered[] = [
   { question: 'What happens with the pause policy when a source cannot be paused?', file: 'policies.md', fact: /UnpausableSourceError/ },
   { question: 'What does conflate do with the arriving element?', file: 'policies.md', fact: /merges the arriving element/ },
   { question: 'Which error does the fail policy raise?', file: 'policies.md', fact: /OverflowError/ },
+  // "available" frames a question ("what X are available") and names no subject.
+  { question: 'What policies are available?', file: 'policies.md', fact: /shed-incoming|shed-oldest|conflate/ },
   {
     question: 'How does a stage keep a fast source from flooding a slow model?',
     file: 'backpressure.md',

@@ -13,7 +13,7 @@ const STOP_WORDS = new Set(
     'me my no not of on or our should so than that the their them then there these they this those to too was we ' +
     'were what when where which while who whom why will with would you your yours about after before all any each ' +
     'more most other some such several every few various only own same just also very s t don get got use used using one many much long often ' +
-    'happen happens mean means work works need want tell explain example way possible'
+    'happen happens mean means work works need want tell explain example way possible available'
   ).split(' '),
 );
 
