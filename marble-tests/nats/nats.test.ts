@@ -183,6 +183,21 @@ describe('sluice/nats links, on a real nats-server', () => {
     }
   });
 
+  it('a receiver that leaves while its pull is still arriving gives those messages back too, not after ackWait', async () => {
+    const link = await openLink(fixture.nc, { name: 'leave-midway', capacity: 32, ackWait: 30_000 });
+    // Large messages arrive over many reads: the consumer below leaves while most of its pull is still on the wire.
+    const body = 'x'.repeat(60_000);
+    await toLink(fromIterable(Array.from({ length: 16 }, (_, i) => `${i}:${body}`)), link, { producerId: 'p1' });
+    const first = await lastValueFrom(fromLink<string>(link, { maxBatch: 16 }).pipe(untraced(), take(1), toArray()));
+    const started = Date.now();
+    const rest = await lastValueFrom(fromLink<string>(link, { maxBatch: 16 }).pipe(untraced(), take(15), toArray()));
+    assert.ok(Date.now() - started < 5_000, `the rest came back in ${Date.now() - started} ms`);
+    assert.deepEqual(
+      [...first, ...rest].map((value) => Number(value.split(':')[0])).sort((a, b) => a - b),
+      Array.from({ length: 16 }, (_, i) => i),
+    );
+  });
+
   it('a receiver that leaves gives its unhandled messages back at once, not after ackWait', async () => {
     const link = await openLink(fixture.nc, { name: 'leave', capacity: 32, ackWait: 30_000 });
     await toLink(fromIterable(Array.from({ length: 20 }, (_, i) => i)), link, { producerId: 'p1' });

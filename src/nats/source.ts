@@ -568,7 +568,9 @@ class LinkProducer<T> implements Producer, InspectedRun {
     // settled where it is: a stage torn down sheds what it held as `cancelled` (→ nak), and what
     // went past the consumer that left (`take`) goes on to be delivered.
     while (this.buffer.length > 0) this.giveBack(this.buffer.shift()!);
-    this.messages?.stop();
+    // A pull still owed messages keeps its subscription until it is filled or expires (`pullExpires`):
+    // what the server sends it after the consumer left is given back, not dropped to wait out `ackWait`.
+    if (this.asked <= 0) this.messages?.stop();
   }
 }
 
