@@ -180,6 +180,20 @@ async function ask(url: string, question: string): Promise<Pick<Answered, 'answe
 
 const rate = (count: number, of: number): number => (of === 0 ? Number.NaN : count / of);
 
+/** Every set's answers as one report (`all N sets`): the figures over all their questions together. */
+export function poolReports(reports: readonly CorpusReport[]): CorpusReport {
+  const answers = reports.flatMap((r) => r.answers);
+  return {
+    name: `all ${reports.length} sets`,
+    files: reports.reduce((sum, r) => sum + r.files, 0),
+    passages: reports.reduce((sum, r) => sum + r.passages, 0),
+    missing: reports.flatMap((r) => r.missing),
+    skippedQuestions: reports.reduce((sum, r) => sum + r.skippedQuestions, 0),
+    ...figuresOf(answers),
+    answers,
+  };
+}
+
 /** The figures of a set's answers. */
 export function figuresOf(answers: readonly Answered[]): { readonly sluice: Figures; readonly bm25: Bm25Figures } {
   const covered = answers.filter((a) => a.question.file !== undefined);

@@ -5,7 +5,7 @@
 import type { CorpusReport } from './harness.js';
 
 /** The goals of issue 37: each rate's floor, and sluice ahead of BM25 on the first two. */
-export const GOALS = { precisionAt1: 0.9, factHit: 0.8, abstain: 0.9 } as const;
+export const GOALS = { precisionAt1: 0.9, factHit: 0.8, abstain: 0.9, blocked: 1 / 50 } as const;
 
 const pct = (x: number): string => (Number.isNaN(x) ? '—' : `${(x * 100).toFixed(0)} %`);
 const counted = (x: number, of: number): string => (Number.isNaN(x) ? '—' : `${pct(x)} (${Math.round(x * of)}/${of})`);
@@ -49,6 +49,20 @@ export function formatReport(report: CorpusReport): string {
   ];
   return [head, line(rows[0]!), line(widths.map((w) => '-'.repeat(w))), ...rows.slice(1).map(line), ...notes.map((n) => `  ${n}`)].join('\n');
 }
+
+/** What the guard did to a run's questions, all of them ordinary ones: blocked ones beside the goal's share. */
+export function formatGuard(report: CorpusReport): string {
+  const asked = report.answers.length;
+  return `guard: ${report.sluice.blocked} of ${asked} ordinary questions blocked (${pct(rate(report.sluice.blocked, asked))}; goal at most 1 in ${Math.round(1 / GOALS.blocked)})`;
+}
+
+/** The guard's share of a run's questions blocked over the goal's, as a sentence; undefined within it. */
+export function missedGuard(report: CorpusReport): string | undefined {
+  const share = rate(report.sluice.blocked, report.answers.length);
+  return share > GOALS.blocked ? `${report.name}: ${pct(share)} of the questions blocked by the guard > ${pct(GOALS.blocked)}` : undefined;
+}
+
+const rate = (count: number, of: number): number => (of === 0 ? Number.NaN : count / of);
 
 /** The questions a corpus got wrong, one line each: what sluice cited and what BM25 ranked first. */
 export function formatMisses(report: CorpusReport): string {

@@ -15,9 +15,9 @@ import { readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { evaluateSet, type CorpusReport } from './harness.js';
+import { evaluateSet, poolReports, type CorpusReport } from './harness.js';
 import { readQuestionSet } from './question-set.js';
-import { formatMisses, formatReport, missedGoals } from './report.js';
+import { formatGuard, formatMisses, formatReport, missedGoals, missedGuard } from './report.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const { values } = parseArgs({
@@ -51,8 +51,15 @@ for (const file of files) {
   if (values.misses) console.log(`\n${formatMisses(report)}`);
 }
 
+// Every set together: the run's figures at a glance, and the guard's false alarms over every question asked.
+const all = reports.length > 1 ? poolReports(reports) : reports[0];
+if (all !== undefined) {
+  if (reports.length > 1) console.log(`\n${formatReport(all)}`);
+  console.log(`\n${formatGuard(all)}`);
+}
+
 if (values.json !== undefined) await writeFile(values.json, `${JSON.stringify({ at: new Date().toISOString(), reports }, null, 2)}\n`);
-const missed = reports.flatMap(missedGoals);
+const missed = [...reports.flatMap(missedGoals), ...(all === undefined ? [] : [missedGuard(all)].filter((m) => m !== undefined))];
 if (values.check) {
   for (const line of missed) console.log(`MISS ${line}`);
   if (missed.length > 0 || reports.length === 0) process.exitCode = 1;

@@ -6,10 +6,10 @@ import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { evaluateSet, isAbstention, splitAnswer, type CorpusReport } from '../../eval/harness.js';
+import { evaluateSet, figuresOf, isAbstention, poolReports, splitAnswer, type Answered, type CorpusReport } from '../../eval/harness.js';
 import { NO_ANSWER } from '../../src/ai/rag/extract.js';
 import { readQuestionSet, type QuestionSet } from '../../eval/question-set.js';
-import { formatReport, missedGoals } from '../../eval/report.js';
+import { formatGuard, formatReport, missedGoals, missedGuard } from '../../eval/report.js';
 import { generatedModels, type GeneratedModels } from '../support/models.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -126,16 +126,76 @@ describe('npm run eval', () => {
         encoding: 'utf8',
         timeout: 60_000,
       });
+    await writeFile(
+      join(sets, 'tiny2.json'),
+      JSON.stringify({ name: 'tiny2', corpus: { dir: 'data/corpus' }, questions: [{ question: 'What is the capital city of Australia?' }] }),
+    );
     const json = join(scratch, 'report.json');
     const checked = run('--check', '--json', json);
     assert.equal(checked.status, 1, checked.stderr);
     assert.match(checked.stdout, /tiny: 5 files/);
+    assert.match(checked.stdout, /all 2 sets: 10 files, \d+ passages; 1 covered and 1 uncovered questions/);
+    assert.match(checked.stdout, /guard: 0 of 2 ordinary questions blocked/);
     assert.match(checked.stdout, /MISS tiny: cited file right first 0 %/);
     const written = JSON.parse(await readFile(json, 'utf8')) as { reports: CorpusReport[] };
+    assert.equal(written.reports.length, 2);
     assert.equal(written.reports[0]!.answers.length, 1);
     const measured = run();
     assert.equal(measured.status, 0, measured.stderr);
     assert.doesNotMatch(measured.stdout, /MISS/);
+  });
+});
+
+describe('the figures of every set together', () => {
+  const answered = (file: string | undefined, got: Partial<Answered>): Answered => ({
+    question: { question: 'q', ...(file !== undefined && { file, fact: 'x' }) },
+    answer: '',
+    citedFile: undefined,
+    abstained: true,
+    blocked: false,
+    error: undefined,
+    factHit: false,
+    latencyMs: 1,
+    bm25: { file: undefined, factInTop3: false },
+    ...got,
+  });
+  const report = (name: string, answers: Answered[]): CorpusReport => ({
+    name,
+    files: 2,
+    passages: 10,
+    missing: [],
+    skippedQuestions: 0,
+    ...figuresOf(answers),
+    answers,
+  });
+
+  it('are counted over all the questions, not averaged over the sets', () => {
+    const a = report('a', [answered('a.md', { abstained: false, citedFile: 'a.md', factHit: true }), answered(undefined, {})]);
+    const b = report('b', [
+      answered('b.md', { abstained: false, citedFile: 'c.md' }),
+      answered('b.md', { abstained: false, citedFile: 'b.md' }),
+      answered('b.md', { blocked: true }),
+    ]);
+    const all = poolReports([a, b]);
+    assert.equal(all.name, 'all 2 sets');
+    assert.equal(all.files, 4);
+    assert.equal(all.sluice.covered, 4);
+    assert.equal(all.sluice.uncovered, 1);
+    assert.equal(all.sluice.precisionAt1, 2 / 4);
+    assert.equal(all.sluice.factHit, 1 / 4);
+    assert.equal(all.sluice.abstain, 1);
+    assert.equal(all.sluice.blocked, 1);
+    assert.match(formatGuard(all), /guard: 1 of 5 ordinary questions blocked \(20 %; goal at most 1 in 50\)/);
+    assert.match(missedGuard(all) ?? '', /20 % of the questions blocked by the guard > 2 %/);
+    // One in fifty is within the goal.
+    const once = poolReports([
+      report('d', [answered('d.md', { blocked: true })]),
+      report(
+        'c',
+        Array.from({ length: 49 }, () => answered(undefined, {})),
+      ),
+    ]);
+    assert.equal(missedGuard(once), undefined);
   });
 });
 
