@@ -158,6 +158,33 @@ describe('extractive answer selection', () => {
     );
   });
 
+  it('reads a constructor, a method, a return type or an assigned result as an API heading, named by its callee', () => {
+    const lead = (heading: string, text: string, words: Record<string, number>) => {
+      const passages = [passage('api', text, `API › ${heading}`)];
+      return composeAnswer(v(1, 0), passages, candidatesOf(passages), [v(1, 0)], {}, terms(words)).text.split('\n\n')[0];
+    };
+    const regex = { regex: 3, catastroph: 2 };
+    assert.equal(
+      lead('const ok = safe(re, opts={})', 'Whether the regex is not possibly catastrophic.', regex),
+      'const ok = safe(re, opts={}): Whether the regex is not possibly catastrophic. [1]',
+    );
+    // Its callee named by a sentence, the heading adds nothing.
+    assert.equal(
+      lead('const ok = safe(re, opts={})', 'Call safe on the regex: catastrophic ones fail.', regex),
+      'Call safe on the regex: catastrophic ones fail. [1]',
+    );
+    assert.equal(
+      lead('new Client(url[, options])', 'Keeps a pool of connections open to one origin.', { pool: 2, origin: 3 }),
+      'new Client(url[, options]): Keeps a pool of connections open to one origin. [1]',
+    );
+    assert.equal(
+      lead('.checkIgnore(target: string): TestResult', 'Equivalent to git check-ignore -v.', { git: 2, ignore: 3 }),
+      '.checkIgnore(target: string): TestResult: Equivalent to git check-ignore -v. [1]',
+    );
+    // Prose that opens like one is not an API.
+    assert.equal(lead('new features in 2.0', 'Streams keep their order now.', { stream: 2, order: 3 }), 'Streams keep their order now. [1]');
+  });
+
   it('leads a sentence that opens its passage and points back ("This is…") with the heading it is written under', () => {
     const doc = '## AlwaysOn Sampler\n\nSamples every trace.\n\n> This is used as a default Sampler\n\n## AlwaysOff Sampler\n\nSamples no trace.';
     const passages = chunkMarkdown(doc, 'sdk.md').map((p) => ({ ...p, score: 1 }));

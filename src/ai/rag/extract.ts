@@ -138,7 +138,7 @@ function withAntecedents(picked: readonly Scored[], candidates: readonly Candida
     if (p.position === 0) {
       const heading = passages[p.passage]?.headings?.split(' › ').at(-1)?.trim();
       // An API heading is named before the passage's sentences anyway (`subjectOf`).
-      return heading === undefined || heading === '' || API_HEADING.test(heading) ? p : { ...p, text: `${heading}: ${p.text}` };
+      return heading === undefined || heading === '' || apiOf(heading) !== undefined ? p : { ...p, text: `${heading}: ${p.text}` };
     }
     const before = candidates.find((c) => c.passage === p.passage && c.position === p.position - 1);
     if (before === undefined || isCode(before.text)) return p;
@@ -217,15 +217,27 @@ function pickByWords(
   return picked;
 }
 
-/** A heading that is an API's name (`logger.child(bindings)`, `exports.errWithCause(error)`, `SonicBoom#flush([cb])`, `level (String)`, `undici:request:create`). */
-const API_HEADING = /^[\p{L}_$][\w$]*(?:[.#:][\w$]+)*\s*(?:\(.*\))?\s*(?:=>.*)?$/u;
+/** What an API heading may open with before the API's name: its result's assignment (`const ok =`), `new`, `static`, `async`, `await`, or a method's `.`. */
+const API_LEAD = /^(?:(?:const|let|var)\s+[\w$]+\s*=\s*|(?:new|static|async|await)\s+|\.)/;
+
+/**
+ * A heading that is an API's name (`logger.child(bindings)`, `exports.errWithCause(error)`, `SonicBoom#flush([cb])`,
+ * `level (String)`, `undici:request:create`, `new Client(url[, options])`, `.checkIgnore(target): TestResult`,
+ * `const ok = safe(re, opts={})`): the name, or with `API_LEAD` stripped, and after its parameters perhaps a return type.
+ */
+const API_HEADING = /^[\p{L}_$][\w$]*(?:[.#:][\w$]+)*\s*(?:\(.*\)\s*(?:(?:->|→|:)\s*.*)?)?\s*(?:=>.*)?$/u;
+
+/** The API a heading names (`safe` for `const ok = safe(re)`), or undefined when it is not an API heading. */
+function apiOf(heading: string): string | undefined {
+  const bare = heading.replace(API_LEAD, '');
+  return API_HEADING.test(bare) ? /^[\p{L}_$][\w$.#:]*/u.exec(bare)![0] : undefined;
+}
 
 /** The innermost heading of a passage when it names an API none of its quoted sentences names: the subject they leave out. */
 function subjectOf(passage: RetrievedPassage, quoted: readonly Scored[]): string | undefined {
   const heading = passage.headings?.split(' › ').at(-1)?.trim();
-  if (heading === undefined || !API_HEADING.test(heading) || !/[.#(:]/.test(heading)) return undefined;
-  const name = /^[\p{L}_$][\w$.#:]*/u.exec(heading)![0];
-  return quoted.some((q) => q.text.includes(name)) ? undefined : heading;
+  const name = heading === undefined || !/[.#(:]/.test(heading) ? undefined : apiOf(heading);
+  return name === undefined || quoted.some((q) => q.text.includes(name)) ? undefined : heading;
 }
 
 /**
