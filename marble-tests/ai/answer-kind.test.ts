@@ -15,6 +15,15 @@ describe('the kind of answer a question asks for', () => {
     assert.deepEqual(expectedAnswer('Which environment variable picks the sampler?'), { kinds: ['variable'], defaults: false });
     assert.deepEqual(expectedAnswer('Which sampler is used when I do not configure one?'), { kinds: [], defaults: true });
     assert.deepEqual(expectedAnswer('What port does it listen on unless I change it?'), { kinds: ['number'], defaults: true });
+    for (const question of [
+      'Which address does the client connect to if I give it no servers?',
+      'What timeout applies when no timeout is given?',
+      'Which encoding is used if no encoding option is passed?',
+      'What happens if I omit the level?',
+      'What does it print if I leave the format out?',
+    ])
+      assert.equal(expectedAnswer(question)?.defaults, true, question);
+    assert.equal(expectedAnswer('How do I give it no more work once it is closed?'), undefined);
     assert.equal(expectedAnswer('How do I expand brace patterns?'), undefined);
   });
 

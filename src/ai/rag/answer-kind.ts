@@ -23,8 +23,19 @@ const ASKS: Readonly<Record<AnswerKind, RegExp>> = {
   variable: /\benv(?:ironment)? var(?:iable)?s?\b/i,
 };
 
-const DEFAULTS =
-  /\bdefaults?\b|\bunless (?:i|you|we)\b|\b(?:if|when) (?:i|you|we) (?:do not|don't|did not|didn't|never) (?:set|configure|give|pass|specify|provide|change|tell|choose|add)\b|\bwithout (?:configuring|setting|specifying|passing|giving|telling|changing|choosing)\b|\bon (?:its|their) own\b|\bout of the box\b/i;
+const DEFAULTS = new RegExp(
+  [
+    /\bdefaults?\b|\bunless (?:i|you|we)\b|\bon (?:its|their) own\b|\bout of the box\b/,
+    /\b(?:if|when) (?:i|you|we) (?:do not|don't|did not|didn't|never) (?:set|configure|give|pass|specify|provide|change|tell|choose|add)\b/,
+    /\bwithout (?:configuring|setting|specifying|passing|giving|telling|changing|choosing)\b/,
+    // "If I give it no servers", "when no timeout is given", "if I leave the option out".
+    /\b(?:if|when) (?:i|you|we) (?:give|pass|set) (?:it |them )?no\b|\b(?:if|when) no [\w-]+(?: [\w-]+)? (?:is|are) (?:given|passed|set|specified|provided|configured)\b/,
+    /\b(?:if|when) (?:i|you|we) (?:omit|leave out)\b|\bleave (?:it|them|(?:the |an? )?[\w-]+) (?:out|unset|empty|blank)\b/,
+  ]
+    .map((part) => part.source)
+    .join('|'),
+  'i',
+);
 
 const HOLDS: Readonly<Record<AnswerKind, RegExp>> = {
   number:
