@@ -149,6 +149,32 @@ describe('extractive answers', () => {
     ]);
   });
 
+  it('never ends a sentence at a question or exclamation mark quoted inside it', () => {
+    assert.deepEqual(
+      sentencesOf(
+        'A question worded otherwise ("How do I wipe the display?" for a page about erasing it) is answered. Each of its words is read for its meaning.',
+      ),
+      ['A question worded otherwise ("How do I wipe the display?" for a page about erasing it) is answered.', 'Each of its words is read for its meaning.'],
+    );
+    assert.deepEqual(sentencesOf('It logs "Done!" once the last file is written to disk. Then it exits with code 0.'), [
+      'It logs "Done!" once the last file is written to disk.',
+      'Then it exits with code 0.',
+    ]);
+    assert.deepEqual(sentencesOf('Set the [ranges](https://example.com/show_bug.cgi?id=745678) option to keep every range in the output.'), [
+      'Set the [ranges](https://example.com/show_bug.cgi?id=745678) option to keep every range in the output.',
+    ]);
+  });
+
+  it('leaves out images, badges and HTML comments: nothing a reader of the page is told', () => {
+    const badges =
+      '[![Build Status](https://ci.example.com/x.svg?branch=main)](https://ci.example.com/x) [![npm](https://img.example.com/v/x.svg?style=flat)][npm-url] ![logo](logo.png)';
+    assert.deepEqual(sentencesOf(badges), []);
+    assert.deepEqual(sentencesOf('It parses every file once. <!-- TODO: say why it is fast --> ![diagram](flow.png) Each result is cached by its path.'), [
+      'It parses every file once.',
+      'Each result is cached by its path.',
+    ]);
+  });
+
   it("reads a blockquote's text without its markers or an alert's label, and a prompt in a plain fence as code", () => {
     const quoted = '> [!CAUTION]\n> This includes every tokenizer, which grows the bundle.\n>\n> > ```shell\n> > npx build --lite\n> > ```';
     assert.deepEqual(sentencesOf(quoted), ['This includes every tokenizer, which grows the bundle.', '`npx build --lite`']);

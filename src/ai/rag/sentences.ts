@@ -24,6 +24,13 @@ const TABLE_SEPARATOR = /^\s*\|?(\s*:?-+:?\s*\|)+\s*:?-*:?\s*$/;
 /** An HTML tag in prose (`<details>`, `<br/>`, `</summary>`): markup a reader never sees. Code spans are masked before it is applied. */
 const HTML_TAG = /<\/?[A-Za-z][\w-]*(?:\s[^<>]*)?\/?>/g;
 
+/** An HTML comment in prose (`<!-- TODO -->`): written for the page's editors, not its readers. */
+const HTML_COMMENT = /<!--[\s\S]*?-->/g;
+/** An image (`![alt](src)`, `![alt][ref]`): a badge or a picture, nothing a reader is told. Applied with links masked. */
+const IMAGE = /!\[[^\]]*\](?:\([^)]*\)|\[[^\]]*\])/g;
+/** A link left with no text once its image is gone (`[![build](…)](…)`). */
+const EMPTY_LINK = /\[\s*\](?:\([^)]*\)|\[[^\]]*\])/g;
+
 /** A piece without the `**` a sentence split left unpaired (`**Cancel reaches it. It aborts…**` cut after the first period). */
 function unpaired(piece: string): string {
   const trimmed = piece.trim();
@@ -255,17 +262,35 @@ export function quotablesOf(text: string): Quotable[] {
     leadIn = false;
     listed = 0;
     const first = out.length;
-    // Code spans and abbreviations are masked while splitting, so `nak(millis?)` or "e.g. 30" never ends a sentence.
+    // Code spans, links and abbreviations are masked while splitting, so `nak(millis?)`, `show_bug.cgi?id=1` or "e.g. 30" never ends a sentence.
     const masked: string[] = [];
-    const block = blocks[entry]!.replace(/`[^`]*`|\b(?:e\.g|i\.e|etc|vs|cf)\./g, (span) => `\u{E000}${masked.push(span) - 1}\u{E001}`).replace(HTML_TAG, ' ');
+    const block = blocks[entry]!.replace(HTML_COMMENT, ' ')
+      .replace(/`[^`]*`|\bhttps?:\/\/[^\s)\]>]+|\b(?:e\.g|i\.e|etc|vs|cf)\./g, (span) => `\u{E000}${masked.push(span) - 1}\u{E001}`)
+      .replace(HTML_TAG, ' ')
+      .replace(IMAGE, ' ')
+      .replace(EMPTY_LINK, ' ');
     const unmask = (piece: string) => piece.replace(/\u{E000}(\d+)\u{E001}/gu, (_, i: string) => masked[Number(i)]!);
+    // A fragment opening the block, held in case the sentence goes on after it.
+    let opening = { text: '', words: 0 };
     for (const { segment } of segmenter.segment(block)) {
       // The segmenter keeps "… `OverflowError`. `conflate` merges …" together: split before a code span too.
       for (const part of segment.split(/(?<=[.!?])\s+(?=[\u{E000}[(A-Z])/u)) {
-        const sentence = unmask(unpaired(part)).replace(/\s+/g, ' ').trim();
-        if (part.trim().split(/\s+/).length < MIN_WORDS) {
+        let sentence = unmask(unpaired(part)).replace(/\s+/g, ' ').trim();
+        let words = part.trim().split(/\s+/).length;
+        // The segmenter ends a sentence at any `?` or `!`, even one quoted mid-sentence (`It logs "Done!" once…`): no sentence opens in lower case.
+        const goesOn = /^\p{Ll}/u.test(sentence);
+        if (opening.words > 0) {
+          if (goesOn) [sentence, words] = [`${opening.text} ${sentence}`, opening.words + words];
+          opening = { text: '', words: 0 };
+        } else if (goesOn && out.length > first) {
+          extend(sentence);
+          leadIn = sentence.endsWith(':');
+          continue;
+        }
+        if (words < MIN_WORDS) {
           // A fragment ("Default: `5`.") finishes the sentence before it in its block; alone it says nothing.
           if (out.length > first && sentence !== '') extend(sentence);
+          else if (sentence !== '') opening = { text: sentence, words };
           continue;
         }
         add(sentence, entry);
