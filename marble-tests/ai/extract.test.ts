@@ -169,7 +169,7 @@ describe('extractive answers', () => {
     const badges =
       '[![Build Status](https://ci.example.com/x.svg?branch=main)](https://ci.example.com/x) [![npm](https://img.example.com/v/x.svg?style=flat)][npm-url] ![logo](logo.png)';
     assert.deepEqual(sentencesOf(badges), []);
-    assert.deepEqual(sentencesOf('It parses every file once. <!-- TODO: say why it is fast --> ![diagram](flow.png) Each result is cached by its path.'), [
+    assert.deepEqual(sentencesOf('It parses every file once. <!-- say why it is fast --> ![diagram](flow.png) Each result is cached by its path.'), [
       'It parses every file once.',
       'Each result is cached by its path.',
     ]);

@@ -24,7 +24,7 @@ const TABLE_SEPARATOR = /^\s*\|?(\s*:?-+:?\s*\|)+\s*:?-*:?\s*$/;
 /** An HTML tag in prose (`<details>`, `<br/>`, `</summary>`): markup a reader never sees. Code spans are masked before it is applied. */
 const HTML_TAG = /<\/?[A-Za-z][\w-]*(?:\s[^<>]*)?\/?>/g;
 
-/** An HTML comment in prose (`<!-- TODO -->`): written for the page's editors, not its readers. */
+/** An HTML comment in prose (`<!-- hidden until released -->`): written for the page's editors, not its readers. */
 const HTML_COMMENT = /<!--[\s\S]*?-->/g;
 /** An image (`![alt](src)`, `![alt][ref]`): a badge or a picture, nothing a reader is told. Applied with links masked. */
 const IMAGE = /!\[[^\]]*\](?:\([^)]*\)|\[[^\]]*\])/g;
