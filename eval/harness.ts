@@ -9,6 +9,7 @@ import { startServer } from '../src/serve.js';
 import { loadCorpus } from '../src/ai/rag/corpus.js';
 import { NO_ANSWER } from '../src/ai/rag/extract.js';
 import { assembleCorpus, type Question, type QuestionSet } from './question-set.js';
+import { rate } from './report.js';
 
 /** What the served model did with one question, beside what BM25 ranked first. */
 export interface Answered {
@@ -177,8 +178,6 @@ async function ask(url: string, question: string): Promise<Pick<Answered, 'answe
   const blocked = code === 'content_policy_violation';
   return { answer: '', blocked, error: blocked ? undefined : `${status} ${code}`, latencyMs };
 }
-
-const rate = (count: number, of: number): number => (of === 0 ? Number.NaN : count / of);
 
 /** Every set's answers as one report (`all N sets`): the figures over all their questions together. */
 export function poolReports(reports: readonly CorpusReport[]): CorpusReport {

@@ -7,6 +7,9 @@ import type { CorpusReport } from './harness.js';
 /** The goals of issue 37: each rate's floor, and sluice ahead of BM25 on the first two. */
 export const GOALS = { precisionAt1: 0.9, factHit: 0.8, abstain: 0.9, blocked: 1 / 50 } as const;
 
+/** `count` of `of` as a share; `NaN` when there is nothing to count. */
+export const rate = (count: number, of: number): number => (of === 0 ? Number.NaN : count / of);
+
 const pct = (x: number): string => (Number.isNaN(x) ? '—' : `${(x * 100).toFixed(0)} %`);
 const counted = (x: number, of: number): string => (Number.isNaN(x) ? '—' : `${pct(x)} (${Math.round(x * of)}/${of})`);
 const ratio = (a: number, b: number): string => (Number.isNaN(a) || Number.isNaN(b) || b === 0 ? '—' : `${(a / b).toFixed(2)}×`);
@@ -61,8 +64,6 @@ export function missedGuard(report: CorpusReport): string | undefined {
   const share = rate(report.sluice.blocked, report.answers.length);
   return share > GOALS.blocked ? `${report.name}: ${pct(share)} of the questions blocked by the guard > ${pct(GOALS.blocked)}` : undefined;
 }
-
-const rate = (count: number, of: number): number => (of === 0 ? Number.NaN : count / of);
 
 /** The questions a corpus got wrong, one line each: what sluice cited and what BM25 ranked first. */
 export function formatMisses(report: CorpusReport): string {
