@@ -116,11 +116,64 @@ function counted(skips: readonly CorpusSkip[]): Map<CorpusSkipReason, number> {
 
 describe('loadCorpus and indexPassages options', () => {
   it('are checked before a file is read or a passage embedded, naming each bad field', async () => {
-    await assert.rejects(loadCorpus('no/such/dir', { maxFileBytes: 0, onskip: () => {} } as never), (error) => pathsOf(error).join() === 'maxFileBytes,onskip');
+    await assert.rejects(
+      loadCorpus('no/such/dir', { maxFileBytes: 0, onskip: () => {}, ignore: 'internals/' } as never),
+      (error) => pathsOf(error).join() === 'ignore,maxFileBytes,onskip',
+    );
     const embed = async () => assert.fail('nothing is embedded');
     await assert.rejects(
       indexPassages([], embed, { batchSize: 1.5, signal: 'stop', corpus: 7, batch: 2 } as never),
       (error) => pathsOf(error).join() === 'batch,batchSize,corpus,signal',
+    );
+  });
+});
+
+describe('documents left out by .sluiceignore and the ignore option', () => {
+  let root: string;
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), 'sluice-corpus-ignore-'));
+  });
+  after(() => rm(root, { recursive: true, force: true }));
+
+  const write = async (dir: string, files: Record<string, string>) => {
+    for (const [file, text] of Object.entries(files)) {
+      await mkdir(join(dir, file, '..'), { recursive: true });
+      await writeFile(join(dir, file), text);
+    }
+  };
+
+  it('leaves out what git would ignore, reports each file once as ignored, and loads the rest', async () => {
+    const dir = join(root, 'docs');
+    await write(dir, {
+      'guide.md': '# Guide\n\nA stage pauses its producer.\n',
+      'internals/diary.md': '# Diary\n\nFigures of a run.\n',
+      'internals/deep/more.md': 'More figures.\n',
+      'drafts/a.md': 'A draft.\n',
+      'drafts/keep.md': 'A draft worth keeping.\n',
+      'old-guide.md': 'Outdated.\n',
+      'api/internals.md': 'A page named internals, not in that folder.\n',
+      '.sluiceignore': '# maintainers only\n/internals/\n\ndrafts/*.md\n!drafts/keep.md\n',
+    });
+    const skips: CorpusSkip[] = [];
+    const passages = await loadCorpus(dir, { ignore: ['old-*.md'], onSkip: (skip) => skips.push(skip) });
+    assert.deepEqual([...new Set(passages.map((p) => p.source.split(' › ')[0]))], ['api/internals.md', 'drafts/keep.md', 'guide.md']);
+    assert.deepEqual(
+      skips.map((skip) => [skip.reason, skip.file]),
+      [
+        ['ignored', 'drafts/a.md'],
+        ['ignored', 'internals/deep/more.md'],
+        ['ignored', 'internals/diary.md'],
+        ['ignored', 'old-guide.md'],
+      ],
+    );
+  });
+
+  it('a folder whose every document is ignored fails with CorpusError, saying so', async () => {
+    const dir = join(root, 'all-ignored');
+    await write(dir, { 'a.md': 'Words.\n', 'b/c.txt': 'More words.\n' });
+    await assert.rejects(
+      loadCorpus(dir, { ignore: ['*.md', '*.txt'] }),
+      (err: unknown) => err instanceof CorpusError && err.reason === 'no-documents' && /all of its 2 Markdown and text files are ignored/.test(err.message),
     );
   });
 });
@@ -249,12 +302,17 @@ describe('a corpus folder with passages and files that cannot be indexed', () =>
     await mkdir(docs, { recursive: true });
     await writeFile(join(docs, 'guide.md'), '# Guide\n\nA stage pauses its producer when its queue is full.\n\n---\n\nQueues are bounded.\n\n---\n');
     await writeFile(join(docs, 'logo.md'), Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x00, 0x00]));
-    const server = CliProcess.start('serve', ['--port', '0', '--models', models.dir, '--corpus', docs, '--pool-size', '1', '--retrieval', 'lexical']);
+    await mkdir(join(docs, 'notes'), { recursive: true });
+    await writeFile(join(docs, 'notes', 'diary.md'), '# Diary\n\nA stage pauses its producer: figures of one run.\n');
+    const server = CliProcess.start('serve', [
+      ...['--port', '0', '--models', models.dir, '--corpus', docs, '--pool-size', '1', '--retrieval', 'lexical'],
+      ...['--corpus-ignore', 'notes/'],
+    ]);
     try {
       const url = await server.url();
       const lines = server.stderr.split('\n').filter((line) => line.includes('skipped'));
       assert.equal(lines.length, 1, server.output());
-      assert.match(lines[0]!, /skipped 1: 1 binary \(logo\.md\)/);
+      assert.match(lines[0]!, /skipped 2: 1 ignored \(notes\/diary\.md\), 1 binary \(logo\.md\)/);
       assert.match(server.stderr, /indexed 2 passages/);
       const res = await fetch(`${url}/v1/chat/completions`, {
         method: 'POST',

@@ -111,6 +111,7 @@ describe('the rules across serve options', () => {
     languageModel: { option: { name: 'lm', generate: () => undefined, infer: () => undefined }, flags: ['--nats', 'nats://127.0.0.1:4222'] },
     upstreams: { option: [{ baseUrl: 'http://127.0.0.1:9/v1', models: ['m'] }], flags: ['--upstream', 'http://127.0.0.1:9/v1#models=m'] },
     corpus: { option: 'docs', flags: ['--corpus', 'docs'] },
+    corpusIgnore: { option: ['internals/'], flags: ['--corpus-ignore', 'internals/'] },
   };
   /** Each way of breaking each rule: the fields set. */
   const breaking = SERVE_RULES.flatMap((rule) => [

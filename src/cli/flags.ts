@@ -75,6 +75,14 @@ export const FLAGS: readonly Flag[] = [
     to: 'corpus',
   },
   {
+    name: 'corpus-ignore',
+    type: 'list',
+    arg: '<pattern>',
+    env: ['SLUICE_CORPUS_IGNORE'],
+    help: { serve: "leave the corpus's documents matching this .gitignore-style pattern out, beside those its .sluiceignore names; repeatable {env}" },
+    to: 'corpusIgnore',
+  },
+  {
     name: 'retrieval',
     type: 'string',
     arg: '<mode>',

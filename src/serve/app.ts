@@ -110,7 +110,7 @@ export async function startServer(options: ServeOptions = {}): Promise<RunningSe
   const config = parseOptions(serveOptionsSchema(), options, 'serve options');
   const log = config.log ?? (() => {});
   // A missing or empty corpus folder fails the start before any model is generated.
-  if (options.corpus !== undefined) await documentsIn(options.corpus);
+  if (options.corpus !== undefined) await documentsIn(options.corpus, { ignore: config.corpusIgnore ?? [] });
   const intake = new Intake({
     maxQueue: config.maxQueue,
     ...(config.maxQueueWait !== undefined && { maxWait: config.maxQueueWait }),
@@ -232,7 +232,10 @@ function openBackend(options: ServeOptions, config: ServeConfig, intake: Intake,
     lengthBucket: config.lengthBucket,
     kvCacheBytes: config.kvCacheMb * 2 ** 20,
   };
-  const retrieval = config.retrieval !== undefined ? { retrieval: config.retrieval } : {};
+  const retrieval = {
+    ...(config.retrieval !== undefined && { retrieval: config.retrieval }),
+    ...(config.corpusIgnore !== undefined && { corpusIgnore: config.corpusIgnore }),
+  };
   if (options.upstreams !== undefined)
     return gatewayBackend(
       options.upstreams,

@@ -78,6 +78,8 @@ export interface EmbeddedOptions {
   /** The user's own exported decoders, served first (the first is the default model) and answering sluice-rag. */
   readonly localModels?: readonly LocalModelSpec[];
   readonly corpus: string;
+  /** Documents of the corpus left out, in `.gitignore` syntax, beside its `.sluiceignore`. */
+  readonly corpusIgnore?: readonly string[];
   readonly poolSize: number;
   /** The pool threads' `nice` value. */
   readonly poolNiceness: number;
@@ -196,10 +198,11 @@ async function ragOver(
   log: (line: string) => void,
   shared: SharedPipeline,
   tokenizer: PromptTokenizer | undefined,
-  retrieval: RetrievalMode | undefined,
+  how: { readonly retrieval?: RetrievalMode | undefined; readonly corpusIgnore?: readonly string[] | undefined },
 ) {
+  const { retrieval } = how;
   const skipped = new CorpusSkips();
-  const loaded = await loadCorpus(corpus, { onSkip: (skip) => skipped.add(skip) });
+  const loaded = await loadCorpus(corpus, { onSkip: (skip) => skipped.add(skip), ...(how.corpusIgnore !== undefined && { ignore: how.corpusIgnore }) });
   const index = await indexPassages(loaded, (texts, signal) => local.embed(texts, signal), { onSkip: (skip) => skipped.add(skip), corpus });
   if (skipped.total > 0) log(`corpus ${corpus}: ${skipped.summary()}`);
   // Word meanings stand in for a real embedding model when the optional package is installed (cached after the install's first read).
@@ -268,15 +271,7 @@ export async function embeddedBackend(options: EmbeddedOptions): Promise<Backend
   try {
     // sluice-rag answers with the retrieved sentences themselves (cited); the character LM is served on its own, as the toy it is.
     // With a model of the user's, sluice-rag answers with it, the prompt's budget counted by its tokenizer and template.
-    const { rag, stages, caches, passages } = await ragOver(
-      local,
-      options.corpus,
-      local.userWorkers[0],
-      options.log,
-      options.shared,
-      local.users[0],
-      options.retrieval,
-    );
+    const { rag, stages, caches, passages } = await ragOver(local, options.corpus, local.userWorkers[0], options.log, options.shared, local.users[0], options);
     const lm = options.languageModel ?? local.charLm!;
     return {
       workers: { ...Object.fromEntries(local.userWorkers.map((w) => [w.name, w])), [rag.name]: rag, [lm.name]: lm },
@@ -335,6 +330,8 @@ export interface GatewayLocal {
   readonly poolNiceness: number;
   /** Index this corpus and serve `sluice-rag` over it, written by an upstream model. */
   readonly corpus?: string | undefined;
+  /** Documents of the corpus left out, in `.gitignore` syntax, beside its `.sluiceignore`. */
+  readonly corpusIgnore?: readonly string[];
   /** The upstream model that writes `sluice-rag`'s answers. Default: the first model listed. */
   readonly ragModel?: string | undefined;
   /** Load the guard model (to classify every prompt). */
@@ -396,7 +393,7 @@ export async function gatewayBackend(
       };
     }
     if (gateway.models.includes(RAG_MODEL)) log(`gateway: the upstream's ${RAG_MODEL} is not served; this server's ${RAG_MODEL} answers from ${local.corpus}`);
-    const { rag, stages, caches, passages } = await ragOver(models, local.corpus, lm, log, local.shared, openAiCounter(lm.name, log), local.retrieval);
+    const { rag, stages, caches, passages } = await ragOver(models, local.corpus, lm, log, local.shared, openAiCounter(lm.name, log), local);
     const { [RAG_MODEL]: _shadowed, ...others } = upstreamWorkers;
     return {
       ...base,

@@ -35,6 +35,11 @@ export interface ServeOptions {
   /** Folder of markdown documents to answer from. Default: the bundled corpus, except in gateway mode (no retrieval without one). */
   readonly corpus?: string;
   /**
+   * Documents of `corpus` to leave out, in `.gitignore` syntax (`internals/`, `drafts/*.md`),
+   * beside the patterns of the folder's own `.sluiceignore`. Needs `corpus`.
+   */
+  readonly corpusIgnore?: readonly string[];
+  /**
    * Decoders the user exported (`model.onnx` or `onnx/model.onnx`, `tokenizer.json`,
    * `tokenizer_config.json`), each served under its directory's name (or `name`), the first
    * as the default model; sluice-rag then answers with the first. Checked before serving:
@@ -142,6 +147,7 @@ export const serveOptionsSchema = lazySchema((z) =>
       origins: z.array(z.string().url({ error: 'an origin must be a URL like https://app.example.com' })).optional(),
       models: z.string().min(1).default('models'),
       corpus: z.string().min(1).optional(),
+      corpusIgnore: z.array(z.string().min(1, { error: 'a corpus ignore pattern must not be empty' })).optional(),
       localModels: z
         .array(
           z.union([z.string().min(1), z.object({ dir: z.string().min(1), name: z.string().min(1).optional() }).strict()], {

@@ -11,6 +11,7 @@ import type { Passage, PassageMetadata } from './passage.js';
 import { VectorIndex } from './vector-index.js';
 import { chunkMarkdown } from './markdown-chunks.js';
 import { errorMessage } from '../../core/errors.js';
+import { corpusIgnore, IGNORE_FILE } from './corpus-ignore.js';
 
 /** The demo corpus shipped with the package: `data/corpus/` at the package root, from source or from `dist/`. */
 export const BUNDLED_CORPUS = findUp(import.meta.url, 'data/corpus') ?? fileURLToPath(new URL('../../../data/corpus/', import.meta.url));
@@ -23,33 +24,42 @@ const DOCUMENT = /\.(md|markdown|mdx|txt|text)$/i;
 /** Files larger than this are not read (`too-large`): a document set has no 8 MiB page of prose. */
 export const DEFAULT_MAX_FILE_BYTES = 8 * 2 ** 20;
 
-/** Options of `loadCorpus`: the file size limit and a report of skipped files. */
+/** Options of `loadCorpus`: the file size limit, documents to leave out and a report of skipped files. */
 export interface LoadCorpusOptions {
   /** Files larger than this many bytes are skipped as `too-large`. Default 8 MiB. */
   readonly maxFileBytes?: number;
+  /** Documents to leave out (`ignored`), in `.gitignore` syntax, beside those of the folder's `.sluiceignore`. */
+  readonly ignore?: readonly string[];
   /** Told of every file and passage left out, and why; the rest of the corpus loads. */
   readonly onSkip?: (skip: CorpusSkip) => void;
 }
 
 const onSkipSchema = () => functionSchema<(skip: CorpusSkip) => void>();
-const loadCorpusSchema = lazySchema((z) => z.strictObject({ maxFileBytes: positiveInt('maxFileBytes').optional(), onSkip: onSkipSchema().optional() }));
+const loadCorpusSchema = lazySchema((z) =>
+  z.strictObject({
+    maxFileBytes: positiveInt('maxFileBytes').optional(),
+    ignore: z.array(z.string({ error: 'ignore must be a list of patterns' }), { error: 'ignore must be a list of patterns' }).optional(),
+    onSkip: onSkipSchema().optional(),
+  }),
+);
 
 /**
  * Reads every Markdown and text file under `directory` (default: the bundled demo corpus),
  * subfolders included, in path order, as passages cited by their path relative to it.
  * Plain text is split like Markdown without headings: one passage per paragraph. Hidden
- * folders and `node_modules` are skipped.
+ * folders and `node_modules` are skipped, and so are documents matching a pattern of the
+ * folder's `.sluiceignore` or of `ignore` (`.gitignore` syntax: `internals/`, `drafts/*.md`).
  *
- * A file that is not text (binary, not UTF-8), too large or unreadable, and a passage with no
- * word in it (a `---` rule, an HTML comment), is left out and reported to `onSkip`. A folder
- * that is missing, holds no document, or nothing with a word in it fails with `CorpusError`.
+ * A file that is ignored, not text (binary, not UTF-8), too large or unreadable, and a passage
+ * with no word in it (a `---` rule, an HTML comment), is left out and reported to `onSkip`. A
+ * folder that is missing, holds no document, or nothing with a word in it fails with `CorpusError`.
  */
 export async function loadCorpus(directory: string = BUNDLED_CORPUS, options: LoadCorpusOptions = {}): Promise<Passage[]> {
   parseOptions(loadCorpusSchema(), options, 'corpus options');
   const maxFileBytes = options.maxFileBytes ?? DEFAULT_MAX_FILE_BYTES;
   const skip = (reason: CorpusSkipReason, file: string, detail?: string, id?: string): void =>
     options.onSkip?.({ reason, file, ...(id !== undefined && { id }), ...(detail !== undefined && { detail }) });
-  const files = await documentsIn(directory);
+  const files = await documentsIn(directory, { ignore: options.ignore ?? [], onIgnored: (file) => skip('ignored', file, `matches ${IGNORE_FILE} or ignore`) });
   const passages: Passage[] = [];
   let read = 0;
   for (const file of files) {
@@ -92,8 +102,17 @@ export async function loadCorpus(directory: string = BUNDLED_CORPUS, options: Lo
   return passages;
 }
 
-/** The documents under `directory`, relative to it, sorted; a `CorpusError` for a folder that cannot be listed or holds none. */
-export async function documentsIn(directory: string): Promise<string[]> {
+/** Which documents `documentsIn` leaves out: patterns beside the folder's `.sluiceignore`, and a report of each. */
+export interface DocumentsInOptions {
+  readonly ignore?: readonly string[];
+  readonly onIgnored?: (file: string) => void;
+}
+
+/**
+ * The documents under `directory`, relative to it, sorted, without those its `.sluiceignore` or
+ * `ignore` leaves out; a `CorpusError` for a folder that cannot be listed or holds none.
+ */
+export async function documentsIn(directory: string, options: DocumentsInOptions = {}): Promise<string[]> {
   let entries: Dirent[];
   try {
     entries = await readdir(directory, { recursive: true, withFileTypes: true });
@@ -112,8 +131,17 @@ export async function documentsIn(directory: string): Promise<string[]> {
     )
     .filter((file) => !file.split('/').some((part) => part.startsWith('.') || part === 'node_modules'))
     .sort();
-  if (files.length === 0) throw new CorpusError(directory, 'no-documents', 'no Markdown or text file (.md, .markdown, .mdx, .txt) in it');
-  return files;
+  const ignored = await corpusIgnore(directory, options.ignore);
+  const kept = ignored === undefined ? files : files.filter((file) => !ignored(file) || (options.onIgnored?.(file), false));
+  if (kept.length === 0)
+    throw new CorpusError(
+      directory,
+      'no-documents',
+      files.length === 0
+        ? 'no Markdown or text file (.md, .markdown, .mdx, .txt) in it'
+        : `all of its ${files.length} Markdown and text files are ignored (${IGNORE_FILE} or the ignore patterns)`,
+    );
+  return kept;
 }
 
 /** Options of `indexPassages`: the batch size, the abort signal and a report of skipped passages. */

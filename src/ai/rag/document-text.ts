@@ -6,6 +6,8 @@
 
 /** Why a file or a passage of a corpus was left out of the index. */
 export type CorpusSkipReason =
+  /** A pattern of the folder's `.sluiceignore` or of the `ignore` option matches the file. */
+  | 'ignored'
   /** The file could not be read (permissions, vanished while read). */
   | 'unreadable'
   /** Larger than `maxFileBytes`. */
