@@ -9,11 +9,15 @@ import { SectionIndex } from './section-index.js';
 import { backgroundIdf, backgroundRate, loadBackground } from './background.js';
 import { lexicalTerm, lexicalTerms, words } from './lexical-terms.js';
 import { foldName, joinedWords } from './names.js';
+import { FileNames } from './file-names.js';
 
 export { lexicalTerm, lexicalTerms, lexicalTokens } from './lexical-terms.js';
 
 /** How much a word of a passage's headings or file name counts against one of its text: a heading names what the passage is about. */
 const HEADING_BOOST = 3;
+
+/** A path word names its documents for a question only while at most this share of the documents' paths hold it. */
+const NAMING_SHARE = 0.1;
 
 /** Passages a section found stands for, those holding most of the query first: the answer may sit beside the best-covered one. */
 const PASSAGES_PER_SECTION = 2;
@@ -69,6 +73,7 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     searchOptions: { boost: { headings: HEADING_BOOST } },
   });
   private readonly sections = new SectionIndex(words, lexicalTerm, HEADING_BOOST);
+  private readonly files = new FileNames();
   private readonly metadata = new Map<string, M>();
   private readonly termsOf = new Map<string, ReadonlySet<string>>();
   private readonly frequency = new Map<string, number>();
@@ -104,6 +109,14 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     return this.metadata.size;
   }
 
+  /**
+   * The documents `question` names: a word of their path it says too (`stemmer/readme.md` for
+   * "Can I load stemmer with require()?") that at most a tenth of the documents' paths hold.
+   */
+  namedFiles(question: string): ReadonlySet<string> {
+    return this.files.named(question, NAMING_SHARE);
+  }
+
   /** Indexes a passage's text, headings and file name under `id` (replacing one already there). */
   add(id: string, metadata: M): void {
     if (this.metadata.has(id)) this.remove(id);
@@ -112,6 +125,7 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     this.sections.add(id, metadata, headings);
     const terms = new Set(lexicalTerms(`${headings}\n${metadata.text}`));
     const file = fileOf(metadata.source);
+    this.files.add(file);
     for (const term of terms) {
       this.frequency.set(term, (this.frequency.get(term) ?? 0) + 1);
       const held = this.documents.get(term) ?? new Map<string, number>();
@@ -134,6 +148,7 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
     this.engine.discard(id);
     this.sections.remove(id);
     const file = fileOf(metadata.source);
+    this.files.remove(file);
     const terms = this.termsOf.get(id) ?? new Set<string>();
     this.termCount -= terms.size;
     for (const term of terms) {

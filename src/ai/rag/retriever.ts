@@ -8,7 +8,7 @@ import type { Evidence } from './abstain.js';
 import { scoreFusion } from './fusion.js';
 import type { LexicalIndex } from './lexical-index.js';
 import type { MeaningIndex } from './meaning-index.js';
-import { lexicalTerms } from './lexical-index.js';
+import { fileOf, lexicalTerms } from './lexical-index.js';
 import { namesIn } from './names.js';
 import { feedbackTerms, type FeedbackOptions } from './query-expansion.js';
 import type { PassageMetadata, RetrievedPassage } from './passage.js';
@@ -62,6 +62,9 @@ const DENSE_WEIGHT = 0.5;
 
 /** Word vectors read meaning, if coarsely: their ranking counts as much as the generated embedder's. */
 const MEANING_WEIGHT = 0.5;
+
+/** What a passage of a document the question names (`LexicalIndex.namedFiles`) adds to its fused score, as a share of it. */
+const NAMED_FILE_WEIGHT = 0.15;
 
 /** Lexical evidence is the best coverage among this many top passages, whatever `k`. */
 const EVIDENCE_DEPTH = 3;
@@ -118,8 +121,11 @@ export function retrievePassages<M extends PassageMetadata>(plan: RetrievalPlan<
             [plan.denseWeight ?? DENSE_WEIGHT, 1, 1, plan.meaningWeight ?? MEANING_WEIGHT],
             // A search that found fewer than it was asked for holds every passage that scores at all.
             [dense.length < depth(k), words.length < lexicalDepth, sections.length < depth(k), meanings.length < depth(k)],
-          ).slice(0, k);
-  const passages = ranked.map(({ id, score }) => {
+          );
+  const named = mode === 'hybrid' && lexical !== undefined ? lexical.namedFiles(text) : undefined;
+  // Dense and meaning rankings do not read file names: a question naming a document's subject favours its passages.
+  const chosen = (named === undefined || named.size === 0 ? ranked : favour(ranked, (id) => named.has(fileOf(metadata.get(id)!.source)))).slice(0, k);
+  const passages = chosen.map(({ id, score }) => {
     const m = metadata.get(id)!;
     return { id, score, text: m.text, source: m.source, ...(m.headings !== undefined && { headings: m.headings }) };
   });
@@ -157,6 +163,11 @@ function evidenceFor<M extends PassageMetadata>(
   // The best of n scores drawn by chance stands about √(2 ln n) deviations above their mean: the unit the best is measured in.
   const chance = Math.sqrt(2 * Math.log(plan.index.size));
   return { ...known, dense: top === undefined || std === 0 ? 0 : (top - mean) / std / chance };
+}
+
+/** `ranked` again, best first, with the score of each passage `isNamed` says raised by `NAMED_FILE_WEIGHT`. */
+function favour<T extends { readonly id: string; readonly score: number }>(ranked: readonly T[], isNamed: (id: string) => boolean): T[] {
+  return ranked.map((r) => (isNamed(r.id) ? { ...r, score: r.score * (1 + NAMED_FILE_WEIGHT) } : r)).sort((a, b) => b.score - a.score);
 }
 
 function isZero(vector: ArrayLike<number>): boolean {
