@@ -104,7 +104,11 @@ export async function evaluateSet(set: QuestionSet, options: EvalOptions): Promi
   const log = options.log ?? (() => {});
   const corpus = await assembleCorpus(set, options.root);
   if (corpus === undefined) {
-    log(`${set.name}: skipped, none of its ${'npm' in set.corpus ? set.corpus.npm.length : 0} files is in node_modules/`);
+    log(
+      'npmCli' in set.corpus
+        ? `${set.name}: skipped, the npm CLI has no ${set.corpus.npmCli} folder here`
+        : `${set.name}: skipped, none of its ${'npm' in set.corpus ? set.corpus.npm.length : 0} files is in node_modules/`,
+    );
     return undefined;
   }
   try {

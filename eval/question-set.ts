@@ -1,6 +1,7 @@
 /**
- * Question sets of `npm run eval`: a corpus (the bundled one, a folder, or Markdown files shipped
- * inside installed npm packages, copied into a temporary folder) and its questions, each with the
+ * Question sets of `npm run eval`: a corpus (the bundled one, a folder, Markdown files shipped
+ * inside installed npm packages, copied into a temporary folder, or a folder of the npm CLI that
+ * runs the eval) and its questions, each with the
  * file that states the answer and a pattern the answer's fact matches, or none when the corpus
  * does not cover it.
  */
@@ -23,7 +24,9 @@ export type CorpusSpec =
   /** A folder, relative to the repository root (or absolute). */
   | { readonly dir: string }
   /** Files under `node_modules/`, copied at these same relative paths into a temporary corpus. */
-  | { readonly npm: readonly string[] };
+  | { readonly npm: readonly string[] }
+  /** A folder of the npm CLI package that runs the eval (`docs/content`: npm's own documentation, installed with Node). */
+  | { readonly npmCli: string };
 
 export interface QuestionSet {
   readonly name: string;
@@ -40,7 +43,11 @@ const questionSchema = z
 const setSchema = z.strictObject({
   name: z.string().min(1),
   description: z.string().optional(),
-  corpus: z.union([z.strictObject({ dir: z.string().min(1) }), z.strictObject({ npm: z.array(z.string().min(1)).min(1) })]),
+  corpus: z.union([
+    z.strictObject({ dir: z.string().min(1) }),
+    z.strictObject({ npm: z.array(z.string().min(1)).min(1) }),
+    z.strictObject({ npmCli: z.string().min(1) }),
+  ]),
   questions: z.array(questionSchema).min(1),
 });
 
@@ -61,7 +68,7 @@ export async function readQuestionSet(path: string): Promise<QuestionSet> {
     throw new Error(`question set ${path}: ${issues}`);
   }
   const set = parsed.data;
-  const corpus: CorpusSpec = 'dir' in set.corpus ? { dir: set.corpus.dir } : { npm: set.corpus.npm };
+  const corpus: CorpusSpec = 'dir' in set.corpus ? { dir: set.corpus.dir } : 'npm' in set.corpus ? { npm: set.corpus.npm } : { npmCli: set.corpus.npmCli };
   if ('npm' in corpus) {
     const listed = new Set(corpus.npm);
     const stray = set.questions.findIndex((q) => q.file !== undefined && !listed.has(q.file));
@@ -92,6 +99,7 @@ export async function assembleCorpus(set: QuestionSet, root: string): Promise<As
     const dir = isAbsolute(set.corpus.dir) ? set.corpus.dir : resolve(root, set.corpus.dir);
     return { dir, questions: set.questions, missing: [], skippedQuestions: 0, remove: async () => {} };
   }
+  if ('npmCli' in set.corpus) return npmCliCorpus(set, set.corpus.npmCli);
   const dir = await mkdtemp(join(tmpdir(), `sluice-eval-${set.name}-`));
   const missing: string[] = [];
   for (const file of set.corpus.npm) {
@@ -113,4 +121,32 @@ export async function assembleCorpus(set: QuestionSet, root: string): Promise<As
   const absent = new Set(missing);
   const questions = set.questions.filter((q) => q.file === undefined || !absent.has(q.file));
   return { dir, questions, missing, skippedQuestions: set.questions.length - questions.length, remove };
+}
+
+/** The npm CLI package running this process (`npm run eval` sets `npm_execpath`), else the one installed beside `node`. */
+export function npmCliRoot(env: NodeJS.ProcessEnv = process.env): string {
+  const execPath = env.npm_execpath;
+  if (execPath !== undefined && /npm-cli\.js$/.test(execPath)) return resolve(dirname(execPath), '..');
+  return resolve(dirname(process.execPath), '..', 'lib', 'node_modules', 'npm');
+}
+
+/** A folder of the npm CLI as the corpus; questions whose file this npm version lacks are left out, and a missing folder skips the set. */
+async function npmCliCorpus(set: QuestionSet, folder: string): Promise<AssembledCorpus | undefined> {
+  const dir = join(npmCliRoot(), folder);
+  if (!(await exists(dir))) return undefined;
+  const files = [...new Set(set.questions.flatMap((q) => (q.file === undefined ? [] : [q.file])))];
+  const missing: string[] = [];
+  for (const file of files) if (!(await exists(join(dir, file)))) missing.push(file);
+  const absent = new Set(missing);
+  const questions = set.questions.filter((q) => q.file === undefined || !absent.has(q.file));
+  return { dir, questions, missing, skippedQuestions: set.questions.length - questions.length, remove: async () => {} };
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await access(path);
+    return true;
+  } catch {
+    return false;
+  }
 }

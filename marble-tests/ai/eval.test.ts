@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { evaluateSet, figuresOf, isAbstention, poolReports, splitAnswer, type Answered, type CorpusReport } from '../../eval/harness.js';
 import { NO_ANSWER } from '../../src/ai/rag/extract.js';
-import { readQuestionSet, type QuestionSet } from '../../eval/question-set.js';
+import { assembleCorpus, npmCliRoot, readQuestionSet, type QuestionSet } from '../../eval/question-set.js';
 import { formatGuard, formatReport, missedGoals, missedGuard } from '../../eval/report.js';
 import { generatedModels, type GeneratedModels } from '../support/models.js';
 
@@ -217,12 +217,46 @@ describe('the shipped question sets', () => {
     assert.ok(files.length >= 2);
     for (const file of files) {
       const set = await readQuestionSet(join(dir, file));
-      const base = 'dir' in set.corpus ? join(root, set.corpus.dir) : join(root, 'node_modules');
+      const base = 'dir' in set.corpus ? join(root, set.corpus.dir) : 'npmCli' in set.corpus ? join(npmCliRoot(), set.corpus.npmCli) : join(root, 'node_modules');
       for (const q of set.questions) {
         if (q.file === undefined || !existsSync(join(base, q.file))) continue;
         const text = await readFile(join(base, q.file), 'utf8');
         assert.match(text, new RegExp(q.fact!, 'i'), `${file}: "${q.question}" — its fact is not in ${q.file}`);
       }
+    }
+  });
+
+  it("reads a folder of the npm CLI that runs it, leaving out the questions of files this npm lacks, and skips a set whose folder it lacks", async () => {
+    const fake = await mkdtemp(join(tmpdir(), 'sluice-eval-npm-cli-'));
+    const saved = process.env.npm_execpath;
+    try {
+      await mkdir(join(fake, 'npm', 'bin'), { recursive: true });
+      await writeFile(join(fake, 'npm', 'bin', 'npm-cli.js'), '');
+      await mkdir(join(fake, 'npm', 'docs', 'content', 'commands'), { recursive: true });
+      await writeFile(join(fake, 'npm', 'docs', 'content', 'commands', 'npm-ci.md'), '# npm ci\n\nIt deletes node_modules first.\n');
+      process.env.npm_execpath = join(fake, 'npm', 'bin', 'npm-cli.js');
+      assert.equal(npmCliRoot(), join(fake, 'npm'));
+      const set: QuestionSet = {
+        name: 'npm-cli',
+        corpus: { npmCli: 'docs/content' },
+        questions: [
+          { question: 'Does npm ci delete node_modules?', file: 'commands/npm-ci.md', fact: 'deletes node_modules' },
+          { question: 'What does npm gone do?', file: 'commands/npm-gone.md', fact: 'x' },
+          { question: 'Who won the 2014 World Cup?' },
+        ],
+      };
+      const corpus = (await assembleCorpus(set, root))!;
+      assert.equal(corpus.dir, join(fake, 'npm', 'docs', 'content'));
+      assert.deepEqual(corpus.missing, ['commands/npm-gone.md']);
+      assert.deepEqual(
+        corpus.questions.map((q) => q.question),
+        ['Does npm ci delete node_modules?', 'Who won the 2014 World Cup?'],
+      );
+      assert.equal(await assembleCorpus({ ...set, corpus: { npmCli: 'docs/none' } }, root), undefined);
+    } finally {
+      if (saved === undefined) delete process.env.npm_execpath;
+      else process.env.npm_execpath = saved;
+      await rm(fake, { recursive: true, force: true });
     }
   });
 
