@@ -137,6 +137,24 @@ describe('extractive answer selection', () => {
     );
   });
 
+  it('ranks a piece of a section next to the piece retrieval ranked first: a list cut in pieces is one section', () => {
+    const piece = (id: string, text: string, source: string): RetrievedPassage => ({ id, text, source, headings: source.split(' › ')[1]!, score: 1 });
+    const passages = [
+      piece('agent#1', 'The timeout factor is two.', 'agent.md › Options'),
+      piece('other#1', 'A retry happens on errors.', 'other.md › Errors'),
+      piece('misc#1', 'Nothing here.', 'misc.md › Misc'),
+      piece('agent#2', 'The maximum retry count is five.', 'agent.md › Options'),
+    ];
+    const vectors = [v(0, 1), v(0, 1), v(0, 1), v(1, 0)];
+    const best = (list: readonly RetrievedPassage[]) =>
+      composeAnswer(v(1, 0), list, candidatesOf(list), vectors, { sentences: 1, context: 0 }, terms({ retry: 5, maximum: 1 })).text.split('\n\n')[0];
+    // Fourth, under the first passage's heading: it counts as second, ahead of the other file's sentence it outscores.
+    assert.equal(best(passages), 'The maximum retry count is five. [1]');
+    // Under a heading of its own it keeps its fourth place, and the closer-ranked sentence wins.
+    const apart = passages.map((p) => (p.id === 'agent#2' ? { ...p, source: 'agent.md › Limits', headings: 'Limits' } : p));
+    assert.equal(best(apart), 'A retry happens on errors. [1]');
+  });
+
   it('leads with the API or event-name heading a quoted sentence leaves unnamed', () => {
     const passages = [passage('serializers', 'Serializes an error like object, including its cause.', 'API › exports.errWithCause(error)')];
     const answer = composeAnswer(v(1, 0), passages, candidatesOf(passages), [v(1, 0)], {}, terms({ serialize: 2, error: 1, cause: 3 }));

@@ -217,7 +217,8 @@ describe('the shipped question sets', () => {
     assert.ok(files.length >= 2);
     for (const file of files) {
       const set = await readQuestionSet(join(dir, file));
-      const base = 'dir' in set.corpus ? join(root, set.corpus.dir) : 'npmCli' in set.corpus ? join(npmCliRoot(), set.corpus.npmCli) : join(root, 'node_modules');
+      const base =
+        'dir' in set.corpus ? join(root, set.corpus.dir) : 'npmCli' in set.corpus ? join(npmCliRoot(), set.corpus.npmCli) : join(root, 'node_modules');
       for (const q of set.questions) {
         if (q.file === undefined || !existsSync(join(base, q.file))) continue;
         const text = await readFile(join(base, q.file), 'utf8');
@@ -226,7 +227,7 @@ describe('the shipped question sets', () => {
     }
   });
 
-  it("reads a folder of the npm CLI that runs it, leaving out the questions of files this npm lacks, and skips a set whose folder it lacks", async () => {
+  it('reads a folder of the npm CLI that runs it, leaving out the questions of files this npm lacks, and skips a set whose folder it lacks', async () => {
     const fake = await mkdtemp(join(tmpdir(), 'sluice-eval-npm-cli-'));
     const saved = process.env.npm_execpath;
     try {

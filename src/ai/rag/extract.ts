@@ -48,8 +48,22 @@ const NEIGHBOUR_WEIGHT = 0.8;
 const ANSWER_BONUS = 0.15;
 
 const rankOf = (c: Candidate): number => c.rank ?? c.passage;
-/** What retrieval's order says of a sentence's passage, as a factor of its score. */
-const prior = (c: Candidate): number => (c.offset ? NEIGHBOUR_WEIGHT : 1) / (1 + RANK_DECAY * rankOf(c));
+/**
+ * What retrieval's order says of a sentence's passage, as a factor of its score: its rank, or one
+ * below that of its section's best-ranked passage (`sectionBest`), whichever is better — a long
+ * list or table cut into pieces is one section, and the piece retrieval ranked first vouches for the rest.
+ */
+const prior = (c: Candidate, sectionBest: number): number => (c.offset ? NEIGHBOUR_WEIGHT : 1) / (1 + RANK_DECAY * Math.min(rankOf(c), sectionBest + 1));
+
+/** The best rank among the candidates of each section (a passage's `source`: its file and heading). */
+function sectionRanks(passages: readonly RetrievedPassage[], candidates: readonly Candidate[]): Map<string, number> {
+  const best = new Map<string, number>();
+  for (const c of candidates) {
+    const source = passages[c.passage]?.source ?? '';
+    best.set(source, Math.min(best.get(source) ?? Infinity, rankOf(c)));
+  }
+  return best;
+}
 
 /** Whether a candidate is code alone: a code line, or a comment line with its code (a lead-in sentence with its line is prose). */
 function isCode(text: string): boolean {
@@ -186,13 +200,15 @@ function pickByWords(
     candidates.map((c) => ({ text: c.text, headings: passages[c.passage]?.headings ?? '' })),
     words,
   );
+  const sections = sectionRanks(passages, candidates);
   const scored = dedupe(
     candidates.map((candidate, i) => {
       const bonus = words.expects === undefined || matches[i]!.held.size === 0 ? 0 : ANSWER_BONUS * answerShare(words.expects, candidate.text);
       const blended = LEXICAL_SHARE * matches[i]!.score + (1 - LEXICAL_SHARE) * cosines[i]! + bonus;
       // A line of code alone shares the names of a whole section (imports, constructors): it must hold more to be quoted.
       const score = isCode(candidate.text) ? blended * CODE_WEIGHT : blended;
-      return { ...candidate, score, ranked: score * prior(candidate), held: matches[i]!.held };
+      const sectionBest = sections.get(passages[candidate.passage]?.source ?? '') ?? rankOf(candidate);
+      return { ...candidate, score, ranked: score * prior(candidate, sectionBest), held: matches[i]!.held };
     }),
   ).filter((c) => c.score >= minScore);
   const anchor = scored[0];
