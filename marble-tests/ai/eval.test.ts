@@ -13,6 +13,11 @@ import { formatGuard, formatReport, missedGoals, missedGuard } from '../../eval/
 import { generatedModels, type GeneratedModels } from '../support/models.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
+
+/** The version of the npm CLI the eval reads npm's docs from. */
+async function npmVersion(): Promise<string> {
+  return (JSON.parse(await readFile(join(npmCliRoot(), 'package.json'), 'utf8')) as { version: string }).version;
+}
 const BUNDLED_FILES = ['backpressure.md', 'batching.md', 'policies.md', 'retrieval.md', 'traces.md'];
 
 describe('npm run eval', () => {
@@ -217,6 +222,8 @@ describe('the shipped question sets', () => {
     assert.ok(files.length >= 2);
     for (const file of files) {
       const set = await readQuestionSet(join(dir, file));
+      // npm's docs are those of whichever npm runs the tests: a set over them is checked when the npm it was written for runs.
+      if ('npmCli' in set.corpus && !set.description?.includes(`npm ${await npmVersion()}`)) continue;
       const base =
         'dir' in set.corpus ? join(root, set.corpus.dir) : 'npmCli' in set.corpus ? join(npmCliRoot(), set.corpus.npmCli) : join(root, 'node_modules');
       for (const q of set.questions) {
