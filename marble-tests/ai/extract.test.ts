@@ -30,6 +30,22 @@ describe('extractive answers', () => {
     ]);
   });
 
+  it("quotes an option's attribute list as one piece, under its heading: alone each item is a fragment", () => {
+    const text =
+      '* Default: 2\n* Type: Number\n\nThe retries config for fetching packages from the registry.\n\n* A list item that is long enough.\n* Too short\n\n- Note: a colon in a longer item is prose, not an attribute of anything.';
+    assert.deepEqual(sentencesOf(text), [
+      'Default: 2; Type: Number',
+      'The retries config for fetching packages from the registry.',
+      'A list item that is long enough.',
+      'Note: a colon in a longer item is prose, not an attribute of anything.',
+    ]);
+    const passages: RetrievedPassage[] = [
+      { id: 'c#1', text: '* Default: 2\n* Type: Number', source: 'config.md › fetch-retries', headings: 'Config › fetch-retries', score: 1 },
+    ];
+    const answer = composeAnswer(v(1, 0), passages, candidatesOf(passages), [v(1, 0)], { sentences: 1, context: 0 });
+    assert.equal(answer.text.split('\n\n')[0], 'fetch-retries: Default: 2; Type: Number [1]');
+  });
+
   it('a sentence ending in a colon takes the list items after it, while it stays short', () => {
     const text =
       '**Network log** - Complete network activity:\n- All HTTP requests and responses\n- Timing (DNS, TTFB)\n\nThe trace also holds the console log.';

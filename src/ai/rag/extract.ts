@@ -83,6 +83,8 @@ export interface Candidate {
   readonly offset?: number;
   /** The paragraph, list item, code fence or table row it belongs to in its passage (`Quotable.block`). */
   readonly block?: number;
+  /** It is an attribute list (`Quotable.attributes`): quoted after the heading it is written under. */
+  readonly attributes?: true;
 }
 
 interface Scored extends Candidate {
@@ -148,11 +150,14 @@ const POINTS_BACK = /^(?:but|however|therefore|thus|hence|otherwise|instead|this
 function withAntecedents(picked: readonly Scored[], candidates: readonly Candidate[], passages: readonly RetrievedPassage[]): Scored[] {
   const quoted = new Set(picked.map((p) => `${p.passage}:${p.position}`));
   return picked.map((p) => {
-    if (!POINTS_BACK.test(p.text) || quoted.has(`${p.passage}:${p.position - 1}`)) return p;
-    if (p.position === 0) {
+    const attributes = p.attributes === true;
+    if (!attributes && (!POINTS_BACK.test(p.text) || quoted.has(`${p.passage}:${p.position - 1}`))) return p;
+    // An attribute list (`Default: 2; Type: Number`) states values of what its heading names, wherever it stands.
+    if (p.position === 0 || attributes) {
       const heading = passages[p.passage]?.headings?.split(' › ').at(-1)?.trim();
       // An API heading is named before the passage's sentences anyway (`subjectOf`).
-      return heading === undefined || heading === '' || apiOf(heading) !== undefined ? p : { ...p, text: `${heading}: ${p.text}` };
+      const named = attributes ? /[.#(:]/.test(heading ?? '') && apiOf(heading!) !== undefined : apiOf(heading ?? '') !== undefined;
+      return heading === undefined || heading === '' || named ? p : { ...p, text: `${heading}: ${p.text}` };
     }
     const before = candidates.find((c) => c.passage === p.passage && c.position === p.position - 1);
     if (before === undefined || isCode(before.text)) return p;
@@ -291,9 +296,12 @@ export function candidatesOf(
   split: (text: string) => readonly Quotable[] = quotablesOf,
 ): Candidate[] {
   return passages.flatMap((p, passage) =>
-    split(p.text).map(({ text, block }, position) => {
+    split(p.text).map(({ text, block, attributes }, position) => {
       const place = placement?.[passage];
-      return place === undefined ? { passage, position, text, block } : { passage, position, text, block, rank: place.rank, offset: place.offset };
+      const kind = attributes === true ? { attributes } : {};
+      return place === undefined
+        ? { passage, position, text, block, ...kind }
+        : { passage, position, text, block, ...kind, rank: place.rank, offset: place.offset };
     }),
   );
 }

@@ -120,6 +120,11 @@ function fenceSentences(lines: readonly string[]): string[] {
 /** Prose words of a masked sentence, a code span counting as one: under `MIN_WORDS`, a piece is a fragment. */
 const MIN_WORDS = 4;
 
+/** A list item that is one attribute of what its heading names (`Default: 2`, `Type: Number`, `Required: yes`): a key, a colon, a short value. */
+const ATTRIBUTE = /^\p{L}[\p{L}\p{N} _-]{0,24}:\s+\S/u;
+/** An attribute item says its value in this many words at most; a longer item is prose. */
+const ATTRIBUTE_WORDS = 8;
+
 /** A lead-in sentence ending in `:` takes the list items or code lines after it while it stays under this many characters. */
 const LEAD_IN_LIST = 240;
 
@@ -212,6 +217,8 @@ export interface Quotable {
   readonly text: string;
   /** Pieces of one paragraph, list item or fence share it; each table row has its own. */
   readonly block: number;
+  /** An attribute list (`Default: 2; Type: Number`): values of what its heading names. */
+  readonly attributes?: true;
 }
 
 /**
@@ -228,13 +235,15 @@ export function quotablesOf(text: string): Quotable[] {
   const add = (piece: string, block: number) => out.push({ text: piece, block });
   const extend = (piece: string, separator = ' ') => {
     const last = out.pop()!;
-    out.push({ text: `${last.text}${separator}${piece}`, block: last.block });
+    out.push({ ...last, text: `${last.text}${separator}${piece}` });
   };
   // The last sentence ends in `:`: the code line or row after it (or list items, `listed` of them so far) is what it introduces.
   let leadIn = false;
   let listed = 0;
   // The fence whose first code line a lead-in took: its next lines join it too, while it stays short.
   let leadFence: number | undefined;
+  // The list item last quoted as an attribute: the next item, if one too, joins it (`Default: 2; Type: Number`).
+  let attributeAt: number | undefined;
   for (const [at, entry] of quotable.entries()) {
     if (typeof entry === 'string') {
       if (entry.length === 0) continue;
@@ -261,6 +270,15 @@ export function quotablesOf(text: string): Quotable[] {
     }
     leadIn = false;
     listed = 0;
+    const attribute = items.has(entry) ? blocks[entry]!.replace(/\s+/g, ' ').trim() : '';
+    if (ATTRIBUTE.test(attribute) && attribute.split(' ').length <= ATTRIBUTE_WORDS) {
+      // An option's attribute list ("* Default: 2" / "* Type: Number") is one piece, quoted: alone each item is a fragment, together they state the option.
+      if (attributeAt === entry - 1) extend(attribute, '; ');
+      else out.push({ text: attribute, block: entry, attributes: true });
+      attributeAt = entry;
+      continue;
+    }
+    attributeAt = undefined;
     const first = out.length;
     // Code spans, links and abbreviations are masked while splitting, so `nak(millis?)`, `show_bug.cgi?id=1` or "e.g. 30" never ends a sentence.
     const masked: string[] = [];
