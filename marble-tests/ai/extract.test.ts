@@ -32,12 +32,13 @@ describe('extractive answers', () => {
 
   it("quotes an option's attribute list as one piece, under its heading: alone each item is a fragment", () => {
     const text =
-      '* Default: 2\n* Type: Number\n\nThe retries config for fetching packages from the registry.\n\n* A list item that is long enough.\n* Too short\n\n- Note: a colon in a longer item is prose, not an attribute of anything.';
+      '* Default: 2\n* Type: Number\n\nThe retries config for fetching packages from the registry.\n\n* A list item that is long enough.\n* Too short\n\n- Note: a colon in a longer item is prose, not an attribute of anything.\n\nType: `boolean`\\\nDefault: `false`';
     assert.deepEqual(sentencesOf(text), [
       'Default: 2; Type: Number',
       'The retries config for fetching packages from the registry.',
       'A list item that is long enough.',
       'Note: a colon in a longer item is prose, not an attribute of anything.',
+      'Type: `boolean`; Default: `false`',
     ]);
     const passages: RetrievedPassage[] = [
       { id: 'c#1', text: '* Default: 2\n* Type: Number', source: 'config.md › fetch-retries', headings: 'Config › fetch-retries', score: 1 },

@@ -125,6 +125,16 @@ const ATTRIBUTE = /^\p{L}[\p{L}\p{N} _-]{0,24}:\s+\S/u;
 /** An attribute item says its value in this many words at most; a longer item is prose. */
 const ATTRIBUTE_WORDS = 8;
 
+/** A block's lines joined by `; ` when every one is an attribute (`Type: \`boolean\``, a hard break's `\\` dropped); else undefined. */
+function attributesOf(block: string): string | undefined {
+  const lines = block
+    .split(/\n|\\(?:\s+|$)/)
+    .map((line) => line.replace(/\s+/g, ' ').trim())
+    .filter((line) => line !== '');
+  if (lines.length === 0 || !lines.every((line) => ATTRIBUTE.test(line) && line.split(' ').length <= ATTRIBUTE_WORDS)) return undefined;
+  return lines.join('; ');
+}
+
 /** A lead-in sentence ending in `:` takes the list items or code lines after it while it stays under this many characters. */
 const LEAD_IN_LIST = 240;
 
@@ -270,12 +280,12 @@ export function quotablesOf(text: string): Quotable[] {
     }
     leadIn = false;
     listed = 0;
-    const attribute = items.has(entry) ? blocks[entry]!.replace(/\s+/g, ' ').trim() : '';
-    if (ATTRIBUTE.test(attribute) && attribute.split(' ').length <= ATTRIBUTE_WORDS) {
-      // An option's attribute list ("* Default: 2" / "* Type: Number") is one piece, quoted: alone each item is a fragment, together they state the option.
-      if (attributeAt === entry - 1) extend(attribute, '; ');
+    const attribute = attributesOf(blocks[entry]!);
+    if (attribute !== undefined) {
+      // An option's attributes ("* Default: 2" / "* Type: Number", or "Type: `boolean`\" / "Default: `false`") are one piece, quoted: alone each is a fragment, together they state the option.
+      if (items.has(entry) && attributeAt === entry - 1) extend(attribute, '; ');
       else out.push({ text: attribute, block: entry, attributes: true });
-      attributeAt = entry;
+      attributeAt = items.has(entry) ? entry : undefined;
       continue;
     }
     attributeAt = undefined;
