@@ -47,6 +47,25 @@ describe('extractive answers', () => {
     assert.equal(answer.text.split('\n\n')[0], 'fetch-retries: Default: 2; Type: Number [1]');
   });
 
+  it('quotes a list of short items as one piece, with a short lead-in ending in a colon; never a list of links alone', () => {
+    const sampler =
+      'Optional parameters:\n\n- `remoteParentSampled(Sampler)` (default: `AlwaysOn`)\n- `remoteParentNotSampled(Sampler)` (default: `AlwaysOff`)';
+    assert.deepEqual(sentencesOf(sampler), [
+      'Optional parameters: `remoteParentSampled(Sampler)` (default: `AlwaysOn`); `remoteParentNotSampled(Sampler)` (default: `AlwaysOff`)',
+    ]);
+    assert.deepEqual(sentencesOf('- `reset`\n- `bold`\n- `dim`\n\nStyles nest inside each other freely.'), [
+      '`reset`; `bold`; `dim`',
+      'Styles nest inside each other freely.',
+    ]);
+    const long = Array.from({ length: 40 }, (_, i) => `- \`colour${i}Bright\``).join('\n');
+    assert.ok(sentencesOf(long).every((piece) => piece.length <= 240) && sentencesOf(long).length > 1, 'a long list in pieces');
+    assert.deepEqual(
+      sentencesOf('* [API ⇗](/docs/api.md)\n* [Browser API ⇗](/docs/browser.md)\n* See [`logger.level`](#level)\n* See [`redact`](#redact)'),
+      [],
+    );
+    assert.deepEqual(sentencesOf('* Lonely\n\nA lead-in alone:\n\nA real sentence that is long enough.'), ['A real sentence that is long enough.']);
+  });
+
   it('a sentence ending in a colon takes the list items after it, while it stays short', () => {
     const text =
       '**Network log** - Complete network activity:\n- All HTTP requests and responses\n- Timing (DNS, TTFB)\n\nThe trace also holds the console log.';
@@ -131,7 +150,7 @@ describe('extractive answers', () => {
       'Then the prose goes on for a while.',
     ].join('\n');
     assert.deepEqual(sentencesOf(text), [
-      '`npm install rxjs`',
+      'Install it first: `npm install rxjs`',
       'Scheduler: asapScheduler; Runs work: on the microtask queue',
       'Scheduler: asyncScheduler; Runs work: with setTimeout',
       'Then the prose goes on for a while.',

@@ -128,7 +128,7 @@ describe('sluice-rag answers over the real embedder: hybrid retrieval, quotable 
     assert.equal(index.size, 1);
     const rag = ragWorker({ embedder: embed, index });
     workers.push(rag);
-    assert.equal(await ask(rag, 'How do I install rxjs?'), '`npm install rxjs` [1]\n\nSources:\n[1] one.md');
+    assert.equal(await ask(rag, 'How do I install rxjs?'), 'Install it with: `npm install rxjs` [1]\n\nSources:\n[1] one.md');
     assert.equal(await ask(rag, 'What is the capital city of Australia?'), NO_ANSWER);
     assert.equal(await ask(rag, '?'), NO_ANSWER);
     assert.equal(await ask(worker('bundled'), 'lorem ipsum '.repeat(834)), NO_ANSWER);

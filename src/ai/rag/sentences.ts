@@ -125,6 +125,9 @@ const ATTRIBUTE = /^\p{L}[\p{L}\p{N} _-]{0,24}:\s+\S/u;
 /** An attribute item says its value in this many words at most; a longer item is prose. */
 const ATTRIBUTE_WORDS = 8;
 
+/** A list item that is only links (a table of contents, "See [`logger.level`](#level)" aside): navigation, not content. */
+const LINKS_ONLY = /^(?:see(?: also)?:?\s+)?(?:\s*(?:[*_]{0,2}\[[^\]]*\]\([^)]*\)[*_]{0,2}|⇗|[,;|·-]))+\s*$/iu;
+
 /** A block's lines joined by `; ` when every one is an attribute (`Type: \`boolean\``, a hard break's `\\` dropped); else undefined. */
 function attributesOf(block: string): string | undefined {
   const lines = block
@@ -254,6 +257,14 @@ export function quotablesOf(text: string): Quotable[] {
   let leadFence: number | undefined;
   // The list item last quoted as an attribute: the next item, if one too, joins it (`Default: 2; Type: Number`).
   let attributeAt: number | undefined;
+  // The short list item last quoted: the next one joins it (`\`reset\`; \`bold\`; \`dim\``).
+  let shortAt: number | undefined;
+  // Pieces that say nothing unless something joins them (a lead-in fragment, a lone short item): dropped if nothing does.
+  const bare = new Set<Quotable>();
+  const addBare = (piece: Quotable) => {
+    out.push(piece);
+    bare.add(piece);
+  };
   for (const [at, entry] of quotable.entries()) {
     if (typeof entry === 'string') {
       if (entry.length === 0) continue;
@@ -289,6 +300,15 @@ export function quotablesOf(text: string): Quotable[] {
       continue;
     }
     attributeAt = undefined;
+    const item = items.has(entry) ? blocks[entry]!.replace(/\s+/g, ' ').trim() : '';
+    if (item !== '' && item.split(' ').length < MIN_WORDS && !LINKS_ONLY.test(item)) {
+      // A list of names (`reset`, `bold`…; NFD, NFKC…) is one piece: alone each item is a fragment, together they answer "which are there".
+      if (shortAt === entry - 1 && out.at(-1)!.text.length + item.length + 2 <= LEAD_IN_LIST) extend(item, '; ');
+      else addBare({ text: item, block: entry });
+      shortAt = entry;
+      continue;
+    }
+    shortAt = undefined;
     const first = out.length;
     // Code spans, links and abbreviations are masked while splitting, so `nak(millis?)`, `show_bug.cgi?id=1` or "e.g. 30" never ends a sentence.
     const masked: string[] = [];
@@ -325,8 +345,13 @@ export function quotablesOf(text: string): Quotable[] {
         leadIn = sentence.endsWith(':');
       }
     }
+    if (opening.words > 0 && opening.text.endsWith(':')) {
+      // A short lead-in ("Optional parameters:") is quoted with the items, code or row it introduces, not alone.
+      addBare({ text: opening.text, block: entry });
+      leadIn = true;
+    }
   }
-  return out;
+  return bare.size === 0 ? out : out.filter((piece) => !bare.has(piece));
 }
 
 /** The text of each of a passage's quotable pieces (`quotablesOf`). */
