@@ -5,6 +5,7 @@
  * file that states the answer and a pattern the answer's fact matches, or none when the corpus
  * does not cover it.
  */
+import { existsSync } from 'node:fs';
 import { access, copyFile, mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
@@ -133,20 +134,11 @@ export function npmCliRoot(env: NodeJS.ProcessEnv = process.env): string {
 /** A folder of the npm CLI as the corpus; questions whose file this npm version lacks are left out, and a missing folder skips the set. */
 async function npmCliCorpus(set: QuestionSet, folder: string): Promise<AssembledCorpus | undefined> {
   const dir = join(npmCliRoot(), folder);
-  if (!(await exists(dir))) return undefined;
+  if (!existsSync(dir)) return undefined;
   const files = [...new Set(set.questions.flatMap((q) => (q.file === undefined ? [] : [q.file])))];
   const missing: string[] = [];
-  for (const file of files) if (!(await exists(join(dir, file)))) missing.push(file);
+  for (const file of files) if (!existsSync(join(dir, file))) missing.push(file);
   const absent = new Set(missing);
   const questions = set.questions.filter((q) => q.file === undefined || !absent.has(q.file));
   return { dir, questions, missing, skippedQuestions: set.questions.length - questions.length, remove: async () => {} };
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await access(path);
-    return true;
-  } catch {
-    return false;
-  }
 }
