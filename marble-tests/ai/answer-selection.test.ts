@@ -155,6 +155,25 @@ describe('extractive answer selection', () => {
     assert.equal(best(apart), 'A retry happens on errors. [1]');
   });
 
+  it('leaves out a sentence that nearly repeats one already quoted, for one that says something else', () => {
+    const passages = [
+      passage(
+        'compat',
+        'Version 3 of the tool needs node 8 to run well. Version 2 of the tool needs node 6 to run well. Node 12 is required by the newest release.',
+      ),
+    ];
+    const candidates = candidatesOf(passages);
+    const answer = composeAnswer(
+      v(1, 0),
+      passages,
+      candidates,
+      candidates.map(() => v(1, 0)),
+      { sentences: 2, context: 0 },
+      terms({ version: 2, tool: 2, node: 1, required: 1 }),
+    );
+    assert.equal(answer.text.split('\n\n')[0], 'Version 3 of the tool needs node 8 to run well. [1] Node 12 is required by the newest release. [1]');
+  });
+
   it('leads with the API or event-name heading a quoted sentence leaves unnamed', () => {
     const passages = [passage('serializers', 'Serializes an error like object, including its cause.', 'API › exports.errWithCause(error)')];
     const answer = composeAnswer(v(1, 0), passages, candidatesOf(passages), [v(1, 0)], {}, terms({ serialize: 2, error: 1, cause: 3 }));

@@ -44,6 +44,8 @@ const KEEP = 0.5;
 const FILLS = 0.15;
 /** A sentence of a passage retrieval did not return itself (a neighbour) counts this much. */
 const NEIGHBOUR_WEIGHT = 0.8;
+/** Two sentences sharing more than this share of their words (Jaccard) say the same: the later one is not quoted. */
+const NEAR_DUPLICATE = 0.8;
 /** What a sentence holding the kind of value the question asks for (a number for "how many") adds to its score, at most. */
 const ANSWER_BONUS = 0.15;
 
@@ -224,6 +226,8 @@ function pickByWords(
   while (picked.length < limit) {
     let next: { readonly candidate: Scored; readonly value: number } | undefined;
     for (const candidate of rest) {
+      // Nearly the sentence already quoted (another row of the same table, a copy in another page): it would say nothing new.
+      if (picked.some((p) => overlap(p.text, candidate.text) > NEAR_DUPLICATE)) continue;
       const adds = missingMass(words, held, candidate.held);
       // A sentence well below the anchor joins only for a good part of the query the answer still lacks.
       if (candidate.score < KEEP * anchor.score && adds < FILLS) continue;
@@ -236,6 +240,16 @@ function pickByWords(
     rest = rest.filter((c) => c !== next.candidate);
   }
   return picked;
+}
+
+/** The words of three letters or more two texts share, over those either has (Jaccard). */
+function overlap(a: string, b: string): number {
+  const x = new Set(a.toLowerCase().match(/[a-z]{3,}/g));
+  const y = new Set(b.toLowerCase().match(/[a-z]{3,}/g));
+  if (x.size === 0 || y.size === 0) return 0;
+  let both = 0;
+  for (const word of x) if (y.has(word)) both++;
+  return both / (x.size + y.size - both);
 }
 
 /** What an API heading may open with before the API's name: its result's assignment (`const ok =`), `new`, `static`, `async`, `await`, or a method's `.`. */
