@@ -53,7 +53,7 @@ export { supportsAnswer, DEFAULT_ABSTAIN } from './ai/rag/abstain.js';
 export { WordVectors, WORD_VECTORS_PACKAGE, WORD_VECTORS_FILE } from './ai/rag/word-vectors.js';
 export { MeaningIndex } from './ai/rag/meaning-index.js';
 export type { MeaningPassage } from './ai/rag/meaning-index.js';
-export { expectedAnswer, answerShare } from './ai/rag/answer-kind.js';
+export { expectedAnswer, answerShare, asksHowTo } from './ai/rag/answer-kind.js';
 export type { AnswerKind, Expectation } from './ai/rag/answer-kind.js';
 export type { Evidence, AbstainOptions } from './ai/rag/abstain.js';
 export {

@@ -1,7 +1,7 @@
 /** What kind of value a question asks for (src/ai/rag/answer-kind.ts), and the sentence holding one chosen for it. */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { answerShare, expectedAnswer } from '../../src/ai/rag/answer-kind.js';
+import { answerShare, asksHowTo, expectedAnswer } from '../../src/ai/rag/answer-kind.js';
 import { candidatesOf, composeAnswer } from '../../src/ai/rag/extract.js';
 import type { QueryTerms } from '../../src/ai/rag/sentence-scores.js';
 
@@ -57,5 +57,39 @@ describe('the kind of answer a question asks for', () => {
       composeAnswer(v(1, 0), passages, candidatesOf(passages), [v(1, 0), v(1, 0)], { sentences: 1, context: 0 }, terms).text.split('\n\n')[0];
     assert.equal(pick(words()), 'The retry delay grows each time. [1]');
     assert.equal(pick(words('How many times does it retry?')), 'A retry runs at most 5 times. [1]');
+  });
+
+  it('reads a question asking how to do something, or which option or command does it', () => {
+    for (const question of [
+      'How do I enable HTTP/2?',
+      'While mocking, how can I stop real requests?',
+      'how to disable colours',
+      'Which option sets the depth?',
+      'What flags does it take?',
+    ])
+      assert.equal(asksHowTo(question), true, question);
+    for (const question of ['Why does the stream stall?', 'How many retries are there?', 'What does the name mean?', 'How does the pool work?'])
+      assert.equal(asksHowTo(question), false, question);
+  });
+
+  it('answers how to do something with the sentence naming the way in code, over one that only describes it', () => {
+    const passages = [
+      {
+        id: 'p',
+        text: 'Compression keeps the frames of a connection small. Set `perMessageDeflate` to turn on compression for a connection.',
+        source: 'ws.md',
+        score: 1,
+      },
+    ];
+    const words = (question: string): QueryTerms => ({
+      terms: ['compression', 'connection'],
+      weight: () => 1,
+      termsOf: (text) => (text.toLowerCase().match(/[a-z0-9]+/g) ?? []).map((w) => w.replace(/s$/, '')),
+      howTo: asksHowTo(question),
+    });
+    const pick = (question: string) =>
+      composeAnswer(v(1, 0), passages, candidatesOf(passages), [v(1, 0), v(1, 0)], { sentences: 1, context: 0 }, words(question)).text.split('\n\n')[0];
+    assert.equal(pick('Why is compression used on a connection?'), 'Compression keeps the frames of a connection small. [1]');
+    assert.equal(pick('How do I use compression on a connection?'), 'Set `perMessageDeflate` to turn on compression for a connection. [1]');
   });
 });

@@ -248,19 +248,23 @@ describe('extractive answers', () => {
     // The import line is as close by cosine and shares "server": weighed down, it falls under half the best.
     const answer = composeAnswer(v(1, 0), passages, candidates, [v(0.8, 0.6), v(0.8, 0.6), v(0.8, 0.6)], { sentences: 3 }, words);
     assert.equal(answer.text.split('\n\n')[0], 'Compression is disabled by default on the server. [1]');
-    // A comment quoted with its line is code all the same: holding every query word, it still yields to the prose.
-    const commented: RetrievedPassage[] = [
+    // A comment quoted with its line is code all the same: holding what the prose holds, it yields to the prose…
+    const commented = (prose: string): RetrievedPassage[] => [
       {
         id: 'a',
-        text: '```js\n// server compression default\nnew Server({ perMessageDeflate: false });\n```\nCompression is disabled by default here.',
+        text: `\`\`\`js\n// server compression default\nnew Server({ perMessageDeflate: false });\n\`\`\`\n${prose}`,
         source: 'a.md › Server',
         score: 1,
       },
     ];
-    const pieces = candidatesOf(commented);
-    assert.equal(pieces[0]!.text, '`// server compression default` `new Server({ perMessageDeflate: false });`');
-    const quoted = composeAnswer(v(1, 0), commented, pieces, [v(0.8, 0.6), v(0.8, 0.6)], { sentences: 1 }, words);
-    assert.equal(quoted.text.split('\n\n')[0], 'Compression is disabled by default here. [1]');
+    const first = (prose: string) => {
+      const pieces = candidatesOf(commented(prose));
+      assert.equal(pieces[0]!.text, '`// server compression default` `new Server({ perMessageDeflate: false });`');
+      return composeAnswer(v(1, 0), commented(prose), pieces, [v(0.8, 0.6), v(0.8, 0.6)], { sentences: 1 }, words).text.split('\n\n')[0];
+    };
+    assert.equal(first('The server disables compression by default.'), 'The server disables compression by default. [1]');
+    // …and holding a query word the prose lacks, it is the answer.
+    assert.equal(first('Compression is disabled by default here.'), '`// server compression default` `new Server({ perMessageDeflate: false });` [1]');
   });
 
   it('picks the closest sentences above the threshold, writes them in reading order with their source numbers, then the sources', () => {

@@ -26,7 +26,7 @@ import { feedbackSchema, granularitySchema, retrieve, type Citation, type Retrie
 import { NO_ANSWER, answerPieces, candidatesOf, composeAnswer, quotablesOf, type ExtractOptions, type ExtractedAnswer } from '../rag/extract.js';
 import { TextMemo } from '../rag/text-memo.js';
 import { LexicalIndex, lexicalTerms, lexicalTokens } from '../rag/lexical-index.js';
-import { expectedAnswer } from '../rag/answer-kind.js';
+import { asksHowTo, expectedAnswer } from '../rag/answer-kind.js';
 import { MeaningIndex } from '../rag/meaning-index.js';
 import { WordVectors } from '../rag/word-vectors.js';
 import { Sections } from '../rag/sections.js';
@@ -303,7 +303,13 @@ export function ragPipeline(options: RagWorkerOptions): RagPipeline {
   const termsOf = (text: string) => tokens.get(text);
   const queryTerms = (text: string) => {
     const expects = expectedAnswer(text);
-    return { terms: lexicalTerms(text), weight: (term: string) => lexical.idf(term), termsOf, ...(expects !== undefined && { expects }) };
+    return {
+      terms: lexicalTerms(text),
+      weight: (term: string) => lexical.idf(term),
+      termsOf,
+      howTo: asksHowTo(text),
+      ...(expects !== undefined && { expects }),
+    };
   };
 
   const pipeline = (jobs: Flow<Traced<PipelineJob>>): Observable<unknown> => {

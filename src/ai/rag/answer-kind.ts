@@ -62,3 +62,12 @@ export function answerShare(expected: Expectation, text: string): number {
   if (expected.defaults && SAYS_DEFAULT.test(text)) held += 1;
   return held / parts;
 }
+
+/** "How do I…", "how to…", "which option…": asked for a way to do something, which documentation answers by naming it. */
+const HOW_TO =
+  /\b(?:how (?:do|can|should|would) (?:i|you|we)|how to|(?:which|what) (?:option|flag|method|function|setting|api|property|field|command|middleware|hook|event|parameter)s?)\b/i;
+
+/** Whether `question` asks how to do something: its answer likely names an option, a function or a command (in code). */
+export function asksHowTo(question: string): boolean {
+  return HOW_TO.test(question);
+}

@@ -1,10 +1,12 @@
 /**
  * An answer made only of what was retrieved: the sentences, code lines and table rows of the top
- * passages (and their section neighbours) that best answer the question, ranked by sentence BM25
- * over its words and by the embedding model, in reading order, each followed by the `[n]` of the
- * passage it came from, then the list of sources. It never says more than the sources say.
+ * passages (and their section neighbours) that best answer the question, ranked by the odds that
+ * each answers (`answerOdds`: sentence BM25 over its words, the embedding model's cosine, retrieval's
+ * rank and more), in reading order, each followed by the `[n]` of the passage it came from, then
+ * the list of sources. It never says more than the sources say.
  */
 import { answerShare } from './answer-kind.js';
+import { answerOdds } from './sentence-odds.js';
 import type { RetrievedPassage } from './passage.js';
 import { matchSentences, missingMass, type QueryTerms } from './sentence-scores.js';
 import { quotablesOf, type Quotable } from './sentences.js';
@@ -36,26 +38,24 @@ export const NO_ANSWER = 'I found nothing about that in the documents I have.';
 const CODE_WEIGHT = 0.75;
 /** The share of a sentence's score its words give (sentence BM25); the rest is its cosine to the question. */
 const LEXICAL_SHARE = 0.7;
-/** A passage ranked r-th (from 0) counts 1 / (1 + RANK_DECAY·r): retrieval's order is evidence too. */
-const RANK_DECAY = 0.2;
 /** A sentence scoring under this part of the best one's is left out, unless it fills `FILLS`. */
 const KEEP = 0.5;
 /** The share of the query's IDF mass, missing from the answer so far, that admits a sentence below `KEEP`. */
 const FILLS = 0.15;
-/** A sentence of a passage retrieval did not return itself (a neighbour) counts this much. */
-const NEIGHBOUR_WEIGHT = 0.8;
 /** Two sentences sharing more than this share of their words (Jaccard) say the same: the later one is not quoted. */
 const NEAR_DUPLICATE = 0.8;
+/** What a further sentence's log-odds gain per share of the query's IDF mass it adds to the answer: a second source for the words the first lacks. */
+const COVERS = 8;
 /** What a sentence holding the kind of value the question asks for (a number for "how many") adds to its score, at most. */
 const ANSWER_BONUS = 0.15;
 
 const rankOf = (c: Candidate): number => c.rank ?? c.passage;
 /**
- * What retrieval's order says of a sentence's passage, as a factor of its score: its rank, or one
- * below that of its section's best-ranked passage (`sectionBest`), whichever is better — a long
- * list or table cut into pieces is one section, and the piece retrieval ranked first vouches for the rest.
+ * Retrieval's rank of a sentence's passage as the anchor is chosen by: its own, or one below that
+ * of its section's best-ranked passage (`sectionBest`), whichever is better — a long list or table
+ * cut into pieces is one section, and the piece retrieval ranked first vouches for the rest.
  */
-const prior = (c: Candidate, sectionBest: number): number => (c.offset ? NEIGHBOUR_WEIGHT : 1) / (1 + RANK_DECAY * Math.min(rankOf(c), sectionBest + 1));
+const placeOf = (c: Candidate, sectionBest: number): number => Math.min(rankOf(c), sectionBest + 1);
 
 /** The best rank among the candidates of each section (a passage's `source`: its file and heading). */
 function sectionRanks(passages: readonly RetrievedPassage[], candidates: readonly Candidate[]): Map<string, number> {
@@ -91,7 +91,7 @@ export interface Candidate {
 
 interface Scored extends Candidate {
   readonly score: number;
-  /** The score with retrieval's rank of its passage weighed in: what the anchor is chosen by. */
+  /** What the anchor is chosen by: the log-odds that it answers (`answerOdds`), or without query words its cosine. */
   readonly ranked: number;
   readonly held: ReadonlySet<string>;
 }
@@ -100,9 +100,9 @@ interface Scored extends Candidate {
  * Picks the sentences that answer `question` among the passages' candidates (vectors from the same
  * embedder) and writes the answer: in passage order, then sentence order, each followed by its
  * source's number. With `words`, a sentence is scored by BM25 over the query's words inside the
- * passages (IDF from the corpus, headings as context) beside its cosine; the best one, its passage's
- * rank weighed in, anchors the answer; further sentences scoring at least half as well join it, those
- * holding query words the answer still lacks first (from any passage). Without
+ * passages (IDF from the corpus, headings as context) beside its cosine; the one likeliest to answer
+ * (`answerOdds`, its passage's rank weighed in) anchors the answer; further sentences scoring at least
+ * half as well join it, those holding query words the answer still lacks first (from any passage). Without
  * `words`, the closest sentences by cosine.
  */
 export function composeAnswer(
@@ -208,14 +208,34 @@ function pickByWords(
     words,
   );
   const sections = sectionRanks(passages, candidates);
+  const odds = candidates.map((candidate, i) => {
+    const match = matches[i]!;
+    const share = words.expects === undefined || match.held.size === 0 ? 0 : answerShare(words.expects, candidate.text);
+    const code = isCode(candidate.text);
+    const sectionBest = sections.get(passages[candidate.passage]?.source ?? '') ?? rankOf(candidate);
+    const terms = Math.max(1, words.terms.length);
+    return answerOdds({
+      lexical: match.score,
+      cosine: cosines[i]!,
+      kind: share,
+      code,
+      place: placeOf(candidate, sectionBest),
+      neighbour: (candidate.offset ?? 0) !== 0,
+      held: match.held.size / terms,
+      own: match.own / terms,
+      length: match.length,
+      names: words.howTo === true && /`[^`]+`/.test(candidate.text),
+      howToCode: words.howTo === true && code,
+    });
+  });
   const scored = dedupe(
     candidates.map((candidate, i) => {
-      const bonus = words.expects === undefined || matches[i]!.held.size === 0 ? 0 : ANSWER_BONUS * answerShare(words.expects, candidate.text);
-      const blended = LEXICAL_SHARE * matches[i]!.score + (1 - LEXICAL_SHARE) * cosines[i]! + bonus;
+      const match = matches[i]!;
+      const bonus = words.expects === undefined || match.held.size === 0 ? 0 : ANSWER_BONUS * answerShare(words.expects, candidate.text);
+      const blended = LEXICAL_SHARE * match.score + (1 - LEXICAL_SHARE) * cosines[i]! + bonus;
       // A line of code alone shares the names of a whole section (imports, constructors): it must hold more to be quoted.
       const score = isCode(candidate.text) ? blended * CODE_WEIGHT : blended;
-      const sectionBest = sections.get(passages[candidate.passage]?.source ?? '') ?? rankOf(candidate);
-      return { ...candidate, score, ranked: score * prior(candidate, sectionBest), held: matches[i]!.held };
+      return { ...candidate, score, ranked: odds[i]!, held: match.held };
     }),
   ).filter((c) => c.score >= minScore);
   const anchor = scored[0];
@@ -231,7 +251,7 @@ function pickByWords(
       const adds = missingMass(words, held, candidate.held);
       // A sentence well below the anchor joins only for a good part of the query the answer still lacks.
       if (candidate.score < KEEP * anchor.score && adds < FILLS) continue;
-      const value = candidate.ranked + adds;
+      const value = candidate.ranked + COVERS * adds;
       if (next === undefined || value > next.value) next = { candidate, value };
     }
     if (next === undefined) break;

@@ -17,6 +17,8 @@ export interface QueryTerms {
   readonly termsOf: (text: string) => readonly string[];
   /** What the question asks for beyond its words (`expectedAnswer`): a sentence holding it scores higher. Default: nothing in particular. */
   readonly expects?: Expectation;
+  /** The question asks how to do something (`asksHowTo`): a sentence naming an option, a function or a command likelier answers it. Default false. */
+  readonly howTo?: boolean;
 }
 
 /** A sentence to score, and the headings of the passage it comes from. */
@@ -44,6 +46,10 @@ export interface SentenceMatch {
   readonly score: number;
   /** The query terms the sentence holds, in its text or its headings. */
   readonly held: ReadonlySet<string>;
+  /** How many of `held` its text holds itself (the rest only its headings). */
+  readonly own: number;
+  /** How many indexed terms its text has: its length as BM25 reads it. */
+  readonly length: number;
 }
 
 /** Scores `sentences` against the query, every one in the light of the others' lengths. */
@@ -74,7 +80,7 @@ export function matchSentences(sentences: readonly ScoredText[], words: QueryTer
         held.add(term);
       }
     }
-    return { score: mass === 0 ? 0 : score / mass, held };
+    return { score: mass === 0 ? 0 : score / mass, held, own: frequency.size, length };
   });
 }
 
