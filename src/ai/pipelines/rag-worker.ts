@@ -77,7 +77,7 @@ export interface RagWorkerOptions {
   readonly classify?: Classifier;
   /** Guard thresholds. Default `GUARD_THRESHOLDS` (flag 0.5, block 0.8), what the generated guard is calibrated for. */
   readonly thresholds?: { readonly flag: number; readonly block: number };
-  /** Passages retrieved per question. Default 5. */
+  /** Passages retrieved per question: the answer is chosen among their sentences and their section neighbours'. Default 6. */
   readonly k?: number;
   /** The rankings retrieval fuses: `hybrid` (dense and BM25, their scores fused), `dense` or `lexical`. Default `hybrid`. */
   readonly retrieval?: RetrievalMode;
@@ -168,7 +168,7 @@ const optionsSchema = lazySchema((z) =>
         .object({ flag: z.number().min(0).max(1), block: z.number().min(0).max(1) })
         .strict()
         .default(GUARD_THRESHOLDS),
-      k: z.number().int({ error: 'k must be an integer' }).min(1, { error: 'k must be ≥ 1' }).default(5),
+      k: z.number().int({ error: 'k must be an integer' }).min(1, { error: 'k must be ≥ 1' }).default(6),
       retrieval: z.enum(RETRIEVAL_MODES, { error: `retrieval must be one of ${RETRIEVAL_MODES.join(', ')}` }).default('hybrid'),
       denseWeight: z.number({ error: 'denseWeight must be a number' }).positive({ error: 'denseWeight must be > 0' }).optional(),
       lexical: z.instanceof(LexicalIndex, { error: 'lexical must be a LexicalIndex' }).optional(),
