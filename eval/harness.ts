@@ -8,7 +8,7 @@ import MiniSearch from 'minisearch';
 import { startServer } from '../src/serve.js';
 import { loadCorpus } from '../src/ai/rag/corpus.js';
 import { NO_ANSWER } from '../src/ai/rag/extract.js';
-import { assembleCorpus, type Question, type QuestionSet } from './question-set.js';
+import { assembleCorpus, nodeDocsRoot, type Question, type QuestionSet } from './question-set.js';
 import { rate } from './report.js';
 
 /** What the served model did with one question, beside what BM25 ranked first. */
@@ -107,7 +107,9 @@ export async function evaluateSet(set: QuestionSet, options: EvalOptions): Promi
     log(
       'npmCli' in set.corpus
         ? `${set.name}: skipped, the npm CLI has no ${set.corpus.npmCli} folder here`
-        : `${set.name}: skipped, none of its ${'npm' in set.corpus ? set.corpus.npm.length : 0} files is in node_modules/`,
+        : 'nodeDocs' in set.corpus
+          ? `${set.name}: skipped, none of its ${set.corpus.nodeDocs.length} files is in ${nodeDocsRoot()}`
+          : `${set.name}: skipped, none of its ${'npm' in set.corpus ? set.corpus.npm.length : 0} files is in node_modules/`,
     );
     return undefined;
   }

@@ -1,7 +1,7 @@
 /**
  * Question sets of `npm run eval`: a corpus (the bundled one, a folder, Markdown files shipped
- * inside installed npm packages, copied into a temporary folder, or a folder of the npm CLI that
- * runs the eval) and its questions, each with the
+ * inside installed npm packages or with Node.js itself, copied into a temporary folder, or a folder
+ * of the npm CLI that runs the eval) and its questions, each with the
  * file that states the answer and a pattern the answer's fact matches, or none when the corpus
  * does not cover it.
  */
@@ -27,7 +27,9 @@ export type CorpusSpec =
   /** Files under `node_modules/`, copied at these same relative paths into a temporary corpus. */
   | { readonly npm: readonly string[] }
   /** A folder of the npm CLI package that runs the eval (`docs/content`: npm's own documentation, installed with Node). */
-  | { readonly npmCli: string };
+  | { readonly npmCli: string }
+  /** Files of the Node.js API documentation installed beside the `node` that runs the eval (`nodeDocsRoot`), copied like `npm`'s. */
+  | { readonly nodeDocs: readonly string[] };
 
 export interface QuestionSet {
   readonly name: string;
@@ -48,6 +50,7 @@ const setSchema = z.strictObject({
     z.strictObject({ dir: z.string().min(1) }),
     z.strictObject({ npm: z.array(z.string().min(1)).min(1) }),
     z.strictObject({ npmCli: z.string().min(1) }),
+    z.strictObject({ nodeDocs: z.array(z.string().min(1)).min(1) }),
   ]),
   questions: z.array(questionSchema).min(1),
 });
@@ -69,11 +72,12 @@ export async function readQuestionSet(path: string): Promise<QuestionSet> {
     throw new Error(`question set ${path}: ${issues}`);
   }
   const set = parsed.data;
-  const corpus: CorpusSpec = 'dir' in set.corpus ? { dir: set.corpus.dir } : 'npm' in set.corpus ? { npm: set.corpus.npm } : { npmCli: set.corpus.npmCli };
-  if ('npm' in corpus) {
-    const listed = new Set(corpus.npm);
+  const corpus: CorpusSpec = set.corpus;
+  const copied = 'npm' in corpus ? { key: 'npm', files: corpus.npm } : 'nodeDocs' in corpus ? { key: 'nodeDocs', files: corpus.nodeDocs } : undefined;
+  if (copied !== undefined) {
+    const listed = new Set(copied.files);
     const stray = set.questions.findIndex((q) => q.file !== undefined && !listed.has(q.file));
-    if (stray >= 0) throw new Error(`question set ${path}: questions.${stray}.file: ${set.questions[stray]!.file} is not in corpus.npm`);
+    if (stray >= 0) throw new Error(`question set ${path}: questions.${stray}.file: ${set.questions[stray]!.file} is not in corpus.${copied.key}`);
   }
   return { ...set, corpus, questions: set.questions.map((q) => ({ ...q })) };
 }
@@ -91,9 +95,9 @@ export interface AssembledCorpus {
 }
 
 /**
- * The set's corpus: its folder as it is, or the listed `node_modules` files copied into a temporary
- * folder (nothing is downloaded). A missing file is reported and its questions left out; with no
- * file at all the corpus is `undefined`.
+ * The set's corpus: its folder as it is, or the listed `node_modules` (or Node.js docs) files copied
+ * into a temporary folder (nothing is downloaded). A missing file is reported and its questions left
+ * out; with no file at all the corpus is `undefined`.
  */
 export async function assembleCorpus(set: QuestionSet, root: string): Promise<AssembledCorpus | undefined> {
   if ('dir' in set.corpus) {
@@ -101,10 +105,21 @@ export async function assembleCorpus(set: QuestionSet, root: string): Promise<As
     return { dir, questions: set.questions, missing: [], skippedQuestions: 0, remove: async () => {} };
   }
   if ('npmCli' in set.corpus) return npmCliCorpus(set, set.corpus.npmCli);
+  if ('nodeDocs' in set.corpus) return copiedCorpus(set, nodeDocsRoot(), set.corpus.nodeDocs);
+  return copiedCorpus(set, join(root, 'node_modules'), set.corpus.npm);
+}
+
+/** The Node.js API documentation installed beside the running `node` (`<prefix>/share/doc/nodejs/api`, as Debian's and NodeSource's packages install it). */
+export function nodeDocsRoot(execPath: string = process.execPath): string {
+  return resolve(dirname(execPath), '..', 'share', 'doc', 'nodejs', 'api');
+}
+
+/** `files` of the folder `base` copied into a temporary corpus at the same relative paths. */
+async function copiedCorpus(set: QuestionSet, base: string, files: readonly string[]): Promise<AssembledCorpus | undefined> {
   const dir = await mkdtemp(join(tmpdir(), `sluice-eval-${set.name}-`));
   const missing: string[] = [];
-  for (const file of set.corpus.npm) {
-    const from = join(root, 'node_modules', file);
+  for (const file of files) {
+    const from = join(base, file);
     try {
       await access(from);
     } catch {
@@ -115,7 +130,7 @@ export async function assembleCorpus(set: QuestionSet, root: string): Promise<As
     await copyFile(from, join(dir, file));
   }
   const remove = () => rm(dir, { recursive: true, force: true });
-  if (missing.length === set.corpus.npm.length) {
+  if (missing.length === files.length) {
     await remove();
     return undefined;
   }

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { evaluateSet, figuresOf, isAbstention, poolReports, splitAnswer, type Answered, type CorpusReport } from '../../eval/harness.js';
 import { NO_ANSWER } from '../../src/ai/rag/extract.js';
-import { assembleCorpus, npmCliRoot, readQuestionSet, type QuestionSet } from '../../eval/question-set.js';
+import { assembleCorpus, nodeDocsRoot, npmCliRoot, readQuestionSet, type QuestionSet } from '../../eval/question-set.js';
 import { formatGuard, formatReport, missedGoals, missedGuard } from '../../eval/report.js';
 import { generatedModels, type GeneratedModels } from '../support/models.js';
 
@@ -224,8 +224,16 @@ describe('the shipped question sets', () => {
       const set = await readQuestionSet(join(dir, file));
       // npm's docs are those of whichever npm runs the tests: a set over them is checked when the npm it was written for runs.
       if ('npmCli' in set.corpus && !set.description?.includes(`npm ${await npmVersion()}`)) continue;
+      // Node's docs likewise are those installed with the node that runs the tests.
+      if ('nodeDocs' in set.corpus && !set.description?.includes(`Node.js ${process.version}`)) continue;
       const base =
-        'dir' in set.corpus ? join(root, set.corpus.dir) : 'npmCli' in set.corpus ? join(npmCliRoot(), set.corpus.npmCli) : join(root, 'node_modules');
+        'dir' in set.corpus
+          ? join(root, set.corpus.dir)
+          : 'npmCli' in set.corpus
+            ? join(npmCliRoot(), set.corpus.npmCli)
+            : 'nodeDocs' in set.corpus
+              ? nodeDocsRoot()
+              : join(root, 'node_modules');
       for (const q of set.questions) {
         if (q.file === undefined || !existsSync(join(base, q.file))) continue;
         const text = await readFile(join(base, q.file), 'utf8');
@@ -265,6 +273,31 @@ describe('the shipped question sets', () => {
       if (saved === undefined) delete process.env.npm_execpath;
       else process.env.npm_execpath = saved;
       await rm(fake, { recursive: true, force: true });
+    }
+  });
+
+  it("reads the Node.js docs installed beside the node that runs it, and a question's file must be one it lists", async () => {
+    assert.equal(nodeDocsRoot(join('/opt', 'node20', 'bin', 'node')), join('/opt', 'node20', 'share', 'doc', 'nodejs', 'api'));
+    const path = join(tmpdir(), `sluice-eval-node-docs-${process.pid}.json`);
+    const set = (file: string) => ({ name: 'node', corpus: { nodeDocs: ['path.md'] }, questions: [{ question: 'How do I join paths?', file, fact: 'join' }] });
+    try {
+      await writeFile(path, JSON.stringify(set('path.md')));
+      assert.deepEqual((await readQuestionSet(path)).corpus, { nodeDocs: ['path.md'] });
+      await writeFile(path, JSON.stringify(set('fs.md')));
+      await assert.rejects(readQuestionSet(path), /questions\.0\.file: fs\.md is not in corpus\.nodeDocs/);
+    } finally {
+      await rm(path, { force: true });
+    }
+    const corpus = await assembleCorpus(
+      { name: 'node', corpus: { nodeDocs: ['path.md', 'no-such-module.md'] }, questions: [{ question: 'Who won the 2014 World Cup?' }] },
+      root,
+    );
+    if (!existsSync(join(nodeDocsRoot(), 'path.md'))) return assert.equal(corpus, undefined);
+    try {
+      assert.deepEqual(corpus!.missing, ['no-such-module.md']);
+      assert.ok(existsSync(join(corpus!.dir, 'path.md')));
+    } finally {
+      await corpus!.remove();
     }
   });
 
