@@ -40,6 +40,10 @@ describe('the kind of answer a question asks for', () => {
     const both = expectedAnswer('How many sockets does it open by default?')!;
     assert.equal(answerShare(both, 'It opens 10 sockets by default.'), 1);
     assert.equal(answerShare(both, 'It opens 10 sockets.'), 0.5);
+    const reason = expectedAnswer('Why must the body always be consumed?')!;
+    assert.deepEqual(reason, { kinds: ['reason'], defaults: false });
+    assert.equal(answerShare(reason, 'Leaving it unread stalls the connection, because it is never released.'), 1);
+    assert.equal(answerShare(reason, 'Always consume the body.'), 0);
     const duration = expectedAnswer('How long does it wait?')!;
     assert.equal(answerShare(duration, 'It waits 300 ms.'), 1);
     assert.equal(answerShare(duration, 'It waits for 300 requests.'), 0);
