@@ -208,34 +208,30 @@ function pickByWords(
     words,
   );
   const sections = sectionRanks(passages, candidates);
-  const odds = candidates.map((candidate, i) => {
-    const match = matches[i]!;
-    const share = words.expects === undefined || match.held.size === 0 ? 0 : answerShare(words.expects, candidate.text);
-    const code = isCode(candidate.text);
-    const sectionBest = sections.get(passages[candidate.passage]?.source ?? '') ?? rankOf(candidate);
-    const terms = Math.max(1, words.terms.length);
-    return answerOdds({
-      lexical: match.score,
-      cosine: cosines[i]!,
-      kind: share,
-      code,
-      place: placeOf(candidate, sectionBest),
-      neighbour: (candidate.offset ?? 0) !== 0,
-      held: match.held.size / terms,
-      own: match.own / terms,
-      length: match.length,
-      names: words.howTo === true && /`[^`]+`/.test(candidate.text),
-      howToCode: words.howTo === true && code,
-    });
-  });
+  const terms = Math.max(1, words.terms.length);
   const scored = dedupe(
     candidates.map((candidate, i) => {
       const match = matches[i]!;
-      const bonus = words.expects === undefined || match.held.size === 0 ? 0 : ANSWER_BONUS * answerShare(words.expects, candidate.text);
-      const blended = LEXICAL_SHARE * match.score + (1 - LEXICAL_SHARE) * cosines[i]! + bonus;
+      const share = words.expects === undefined || match.held.size === 0 ? 0 : answerShare(words.expects, candidate.text);
+      const code = isCode(candidate.text);
+      const blended = LEXICAL_SHARE * match.score + (1 - LEXICAL_SHARE) * cosines[i]! + ANSWER_BONUS * share;
       // A line of code alone shares the names of a whole section (imports, constructors): it must hold more to be quoted.
-      const score = isCode(candidate.text) ? blended * CODE_WEIGHT : blended;
-      return { ...candidate, score, ranked: odds[i]!, held: match.held };
+      const score = code ? blended * CODE_WEIGHT : blended;
+      const sectionBest = sections.get(passages[candidate.passage]?.source ?? '') ?? rankOf(candidate);
+      const ranked = answerOdds({
+        lexical: match.score,
+        cosine: cosines[i]!,
+        kind: share,
+        code,
+        place: placeOf(candidate, sectionBest),
+        neighbour: (candidate.offset ?? 0) !== 0,
+        held: match.held.size / terms,
+        own: match.own / terms,
+        length: match.length,
+        names: words.howTo === true && /`[^`]+`/.test(candidate.text),
+        howToCode: words.howTo === true && code,
+      });
+      return { ...candidate, score, ranked, held: match.held };
     }),
   ).filter((c) => c.score >= minScore);
   const anchor = scored[0];
