@@ -398,6 +398,11 @@ describe('names a question uses, and whether the corpus mentions them', () => {
     assert.deepEqual(namesIn('Can I use Node.js, Wi-Fi and C++ with useLayoutEffect and Node.js?'), ['Node.js', 'Wi-Fi', 'C++', 'useLayoutEffect']);
     assert.deepEqual(namesIn('How do I install it? Where is the log?'), [], 'a capital opening a sentence names nothing');
     assert.deepEqual(namesIn('HOW DO I INSTALL IT WITH NPM?'), []);
+    assert.deepEqual(
+      namesIn('How do I debounce fs.watch() or logger.child, e.g. in package.json or cmd.exe?'),
+      ['fs.watch', 'logger.child'],
+      'a member in code is a name; an abbreviation or a file name is not',
+    );
     assert.equal(namesIn(Array.from({ length: 100 }, (_, i) => `Name${i}`).join(' and ')).length, 32, 'a long text is looked up for 32 names at most');
   });
 
@@ -408,6 +413,10 @@ describe('names a question uses, and whether the corpus mentions them', () => {
     ]);
     for (const known of ['PostgreSQL', 'Postgres', 'CoffeeScript', 'Content-Type', 'Register']) assert.equal(index.mentions(known), true, known);
     for (const unknown of ['Kubernetes', 'PDF', 'Pantone', 'Wi-Fi']) assert.equal(index.mentions(unknown), false, unknown);
+    // A member in code is mentioned as itself, never by its parts (`register` and `connect` are words here).
+    const code = LexicalIndex.of([{ id: 'c#1', text: 'Call `db.connect()` first; `register` a hook to connect.', source: 'c.md' }]);
+    assert.equal(code.mentions('db.connect'), true);
+    assert.equal(code.mentions('db.register'), false);
     index.remove('a#1');
     assert.equal(index.mentions('CoffeeScript'), false, 'a removed passage mentions nothing');
     assert.equal(index.mentions('Postgres'), false, 'nor does it start a longer word any more');

@@ -8,7 +8,7 @@ import type { PassageMetadata } from './passage.js';
 import { SectionIndex } from './section-index.js';
 import { backgroundIdf, backgroundRate, loadBackground } from './background.js';
 import { lexicalTerm, lexicalTerms, words } from './lexical-terms.js';
-import { foldName, joinedWords } from './names.js';
+import { foldName, isCodeMember, joinedWords } from './names.js';
 import { FileNames } from './file-names.js';
 
 export { lexicalTerm, lexicalTerms, lexicalTokens } from './lexical-terms.js';
@@ -226,6 +226,8 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
   mentions(word: string): boolean {
     const folded = foldName(word);
     if (folded === '' || this.joined.has(folded)) return true;
+    // A member in code (`fs.watch`) is mentioned as itself: `fs` and "watch" apart say nothing of it.
+    if (isCodeMember(word)) return false;
     const parts = word.split(/[.+#-]+/).filter((part) => part !== '');
     if (parts.length > 1 && parts.every((part) => this.mentions(part))) return true;
     const term = lexicalTerm(folded);

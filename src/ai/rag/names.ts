@@ -13,10 +13,20 @@ const NOT_NAMES = new Set(['I', 'OK']);
 /** Names looked up at most, per text: a long text names no more subjects than this that matter. */
 const MAX_NAMES = 32;
 
+/** A member of a module or object as code writes it (`fs.watch`, `dns.lookup`, `logger.child`): lower-case identifiers joined by dots. */
+const MEMBER = /^[a-z_$][\w$]*(?:\.[a-z_$][\w$]*)+$/;
+/** The last part of a file's name (`package.json`, `cmd.exe`), not a member. */
+const EXTENSION = /\.(?:[cm]?[jt]sx?|json5?|mdx?|markdown|ya?ml|toml|ini|txt|html?|css|exe|sh|lock|log|env)$/i;
+
+/** Whether `word` is a member of a module or object in code (`fs.watch`), not a file name (`package.json`) nor an abbreviation (`e.g`). */
+export function isCodeMember(word: string): boolean {
+  return MEMBER.test(word) && !EXTENSION.test(word) && word.split('.').every((part) => part.length >= 2);
+}
+
 /**
  * The distinct words of `text` written as names: two capitals or more (`PDF`, `GitHub`,
- * `useLayoutEffect`), or a capital first when the word does not open a sentence (`in Kubernetes`).
- * A text written mostly in capitals names nothing this way.
+ * `useLayoutEffect`), a capital first when the word does not open a sentence (`in Kubernetes`), or a
+ * member in code (`fs.watch`, `isCodeMember`). A text written mostly in capitals names nothing this way.
  */
 export function namesIn(text: string): string[] {
   const all = [...text.matchAll(WORD)];
@@ -26,9 +36,10 @@ export function namesIn(text: string): string[] {
   for (const match of all) {
     const word = match[0];
     const capitals = word.match(/\p{Lu}/gu)?.length ?? 0;
-    if (capitals === 0 || NOT_NAMES.has(word)) continue;
+    const member = isCodeMember(word);
+    if ((capitals === 0 && !member) || NOT_NAMES.has(word)) continue;
     const opens = /(?:^|[.?!:;]\s*)$/u.test(text.slice(0, match.index));
-    if ((capitals >= 2 || (!opens && /^\p{Lu}/u.test(word))) && !names.includes(word)) names.push(word);
+    if ((member || capitals >= 2 || (!opens && /^\p{Lu}/u.test(word))) && !names.includes(word)) names.push(word);
     if (names.length === MAX_NAMES) break;
   }
   return names;
