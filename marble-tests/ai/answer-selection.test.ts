@@ -219,8 +219,14 @@ describe('extractive answer selection', () => {
       lead('.checkIgnore(target: string): TestResult', 'Equivalent to git check-ignore -v.', { git: 2, ignore: 3 }),
       '.checkIgnore(target: string): TestResult: Equivalent to git check-ignore -v. [1]',
     );
+    // A label of what it is, as Node.js's docs write them, before the name.
+    assert.equal(
+      lead('Static method: AbortSignal.any(signals)', 'Returns a new `AbortSignal` aborted when any of the signals is.', { abort: 2, signal: 3 }),
+      'Static method: AbortSignal.any(signals): Returns a new `AbortSignal` aborted when any of the signals is. [1]',
+    );
     // Prose that opens like one is not an API.
     assert.equal(lead('new features in 2.0', 'Streams keep their order now.', { stream: 2, order: 3 }), 'Streams keep their order now. [1]');
+    assert.equal(lead('Class notes: read first', 'Streams keep their order now.', { stream: 2, order: 3 }), 'Streams keep their order now. [1]');
   });
 
   it('leads a sentence that opens its passage and points back ("This is…") with the heading it is written under', () => {

@@ -268,8 +268,13 @@ function overlap(a: string, b: string): number {
   return both / (x.size + y.size - both);
 }
 
-/** What an API heading may open with before the API's name: its result's assignment (`const ok =`), `new`, `static`, `async`, `await`, or a method's `.`. */
-const API_LEAD = /^(?:(?:const|let|var)\s+[\w$]+\s*=\s*|(?:new|static|async|await)\s+|\.)/;
+/**
+ * What an API heading may open with before the API's name: a label of what it is (`Static method:`,
+ * `Class:`, as Node.js's docs write them), its result's assignment (`const ok =`), `new`, `static`,
+ * `async`, `await`, or a method's `.`.
+ */
+const API_LEAD =
+  /^(?:(?:[Ss]tatic |[Ii]nstance )?(?:[Mm]ethod|[Pp]roperty|[Ff]unction|[Cc]lass|[Ii]nterface|[Cc]onstructor)\s*:\s*)?(?:(?:const|let|var)\s+[\w$]+\s*=\s*|(?:new|static|async|await)\s+|\.)?/;
 
 /**
  * A heading that is an API's name (`logger.child(bindings)`, `exports.errWithCause(error)`, `SonicBoom#flush([cb])`,
