@@ -47,6 +47,41 @@ describe('chunkMarkdown', () => {
     assert.equal(passage!.source, 'README.md › The pino API and Usage');
   });
 
+  it('a paragraph that only names what follows (a code name, bold words) heads it, until the next one or a heading', () => {
+    const doc = [
+      '## HTTP',
+      '',
+      '`http.client.request.start`',
+      '',
+      '* `request` {http.ClientRequest}',
+      '',
+      'Emitted when a client starts a request.',
+      '',
+      '`http.client.request.error`',
+      '',
+      'Emitted when a request fails.',
+      '',
+      '**Example**',
+      '',
+      'Subscribe to both.',
+      '',
+      '## Install',
+      '',
+      '`npm install rxjs`',
+      '',
+      '**Only valid for a client request.**',
+    ].join('\n');
+    assert.deepEqual(shape(doc), [
+      ['doc.md › http.client.request.start', 'HTTP › http.client.request.start', '* `request` {http.ClientRequest}'],
+      ['doc.md › http.client.request.start', 'HTTP › http.client.request.start', 'Emitted when a client starts a request.'],
+      ['doc.md › http.client.request.error', 'HTTP › http.client.request.error', 'Emitted when a request fails.'],
+      ['doc.md › Example', 'HTTP › Example', 'Subscribe to both.'],
+      // A command and a sentence in bold are what the section says, not names of what follows.
+      ['doc.md › Install', 'Install', '`npm install rxjs`'],
+      ['doc.md › Install', 'Install', '**Only valid for a client request.**'],
+    ]);
+  });
+
   it('a horizontal rule only separates; setext underlines are headings', () => {
     const doc = ['Guide', '=====', '', 'First part.', '', '---', '', 'Second part.', '***', 'Third part.', '', 'Install', '-------', '', 'Run it.'].join('\n');
     assert.deepEqual(shape(doc), [

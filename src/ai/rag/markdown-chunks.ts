@@ -12,6 +12,12 @@ const RULE = /^ {0,3}([-*_])(\s*\1){2,}\s*$/;
 const SETEXT = /^ {0,3}(=+|-+)\s*$/;
 const TABLE_ROW = /^\s*\|.*\|\s*$/;
 const LIST_ITEM = /^\s*([-*+]|\d+[.)])\s+/;
+/**
+ * A paragraph that only names what follows, as a heading would: one code span without spaces
+ * (`http.client.request.start`), or bold words not ending a sentence (`**Example**`, `**Params**`).
+ */
+const LABEL = /^(?:`[^`\s]+`|\*\*[^*\n]*[^*\n.!?:;,]\*\*)$/;
+
 /** Table rows per passage at most: a long table is cut, each piece keeping its header. */
 const TABLE_ROWS = 12;
 /** Characters of list items gathered in one passage at most (one long item may exceed it alone). */
@@ -60,7 +66,7 @@ function frontMatter(lines: readonly string[]): { readonly end: number; readonly
  * in pieces of 12 rows, each with its header; a paragraph ending in `:` stays with the block it
  * introduces; a long list in pieces of whole items), each cited by its file and nearest heading and
  * carrying its heading path (`headings`, e.g. `Guide › Install`) for retrieval. Headings (ATX `#` and
- * setext underlines) are structure, not passages; a horizontal rule (`---`, `***`, `___`) only
+ * setext underlines) and label paragraphs (`LABEL`) are structure, not passages; a horizontal rule (`---`, `***`, `___`) only
  * separates; front matter is skipped, its `title` standing above the document's headings. Plain text
  * is paragraphs. Ids are `file#heading-slug-n`, stable while the document's structure is.
  */
@@ -87,10 +93,17 @@ export function chunkMarkdown(markdown: string, file: string): Passage[] {
     });
   };
   let leadIn: string | undefined; // a paragraph ending in `:` waits for the block it introduces
+  let labelled = false; // the last of `path` is a label paragraph's (`LABEL`), below the headings
   const flush = (): void => {
     let text = block.join('\n').trim();
     block = [];
     if (text.length === 0) return;
+    if (leadIn === undefined && LABEL.test(text)) {
+      if (labelled) path.length -= 1;
+      path.push(plain(text));
+      labelled = true;
+      return;
+    }
     if (leadIn !== undefined) {
       text = `${leadIn}\n\n${text}`;
       leadIn = undefined;
@@ -108,6 +121,7 @@ export function chunkMarkdown(markdown: string, file: string): Passage[] {
     leadIn = undefined;
   };
   const setHeading = (level: number, text: string): void => {
+    labelled = false;
     path.length = level;
     path[level - 1] = plain(text);
   };
