@@ -224,7 +224,13 @@ describe('extractive answer selection', () => {
       lead('Static method: AbortSignal.any(signals)', 'Returns a new `AbortSignal` aborted when any of the signals is.', { abort: 2, signal: 3 }),
       'Static method: AbortSignal.any(signals): Returns a new `AbortSignal` aborted when any of the signals is. [1]',
     );
-    // Prose that opens like one is not an API.
+    // An option's name alone: one identifier with a capital inside.
+    assert.equal(
+      lead('caseSensitive', 'Files should be matched regardless of upper and lower case.', { upper: 2, lower: 2, case: 3 }),
+      'caseSensitive: Files should be matched regardless of upper and lower case. [1]',
+    );
+    // Prose that opens like one is not an API, nor is one word.
+    assert.equal(lead('Usage', 'Streams keep their order now.', { stream: 2, order: 3 }), 'Streams keep their order now. [1]');
     assert.equal(lead('new features in 2.0', 'Streams keep their order now.', { stream: 2, order: 3 }), 'Streams keep their order now. [1]');
     assert.equal(lead('Class notes: read first', 'Streams keep their order now.', { stream: 2, order: 3 }), 'Streams keep their order now. [1]');
   });

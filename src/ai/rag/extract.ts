@@ -158,7 +158,7 @@ function withAntecedents(picked: readonly Scored[], candidates: readonly Candida
     if (p.position === 0 || attributes) {
       const heading = passages[p.passage]?.headings?.split(' › ').at(-1)?.trim();
       // An API heading is named before the passage's sentences anyway (`subjectOf`).
-      const named = attributes ? /[.#(:]/.test(heading ?? '') && apiOf(heading!) !== undefined : apiOf(heading ?? '') !== undefined;
+      const named = attributes ? namesCode(heading ?? '') && apiOf(heading!) !== undefined : apiOf(heading ?? '') !== undefined;
       return heading === undefined || heading === '' || named ? p : { ...p, text: `${heading}: ${p.text}` };
     }
     const before = candidates.find((c) => c.passage === p.passage && c.position === p.position - 1);
@@ -283,6 +283,11 @@ const API_LEAD =
  */
 const API_HEADING = /^[\p{L}_$][\w$]*(?:[.#:][\w$]+)*\s*(?:\(.*\)\s*(?:(?:->|→|:)\s*.*)?)?\s*(?:=>.*)?$/u;
 
+/** Whether a heading is written as code: a call, a member or a label (`.`, `#`, `(`, `:`), or one identifier with a capital or `_` inside (`caseSensitive`, `max_depth`), not a word (`Usage`). */
+function namesCode(heading: string): boolean {
+  return /[.#(:]/.test(heading) || /^[a-z$][\w$]*(?:[A-Z_$])[\w$]*$/.test(heading);
+}
+
 /** The API a heading names (`safe` for `const ok = safe(re)`), or undefined when it is not an API heading. */
 function apiOf(heading: string): string | undefined {
   const bare = heading.replace(API_LEAD, '');
@@ -292,7 +297,7 @@ function apiOf(heading: string): string | undefined {
 /** The innermost heading of a passage when it names an API none of its quoted sentences names: the subject they leave out. */
 function subjectOf(passage: RetrievedPassage, quoted: readonly Scored[]): string | undefined {
   const heading = passage.headings?.split(' › ').at(-1)?.trim();
-  const name = heading === undefined || !/[.#(:]/.test(heading) ? undefined : apiOf(heading);
+  const name = heading === undefined || !namesCode(heading) ? undefined : apiOf(heading);
   return name === undefined || quoted.some((q) => q.text.includes(name)) ? undefined : heading;
 }
 
