@@ -44,6 +44,11 @@ describe('the kind of answer a question asks for', () => {
     assert.deepEqual(reason, { kinds: ['reason'], defaults: false });
     assert.equal(answerShare(reason, 'Leaving it unread stalls the connection, because it is never released.'), 1);
     assert.equal(answerShare(reason, 'Always consume the body.'), 0);
+    const list = expectedAnswer('Which log levels are there?')!;
+    assert.deepEqual(list, { kinds: ['list'], defaults: false });
+    assert.equal(answerShare(list, 'The levels are `trace`, `debug`, `info` and `error`.'), 1);
+    assert.equal(answerShare(list, 'The levels are trace, debug, info and error.'), 1);
+    assert.equal(answerShare(list, 'A level says how much is logged.'), 0);
     const duration = expectedAnswer('How long does it wait?')!;
     assert.equal(answerShare(duration, 'It waits 300 ms.'), 1);
     assert.equal(answerShare(duration, 'It waits for 300 requests.'), 0);
