@@ -79,6 +79,34 @@ describe('extractive answers', () => {
     assert.ok(sentences.includes('**option11** `number` - the 11th option of the call.'), 'the items past the bound are quoted alone');
   });
 
+  it('an item that only names a thing takes the items nested under it, or lends them its name past the bound', () => {
+    const text = [
+      '* `BROTLI_PARAM_QUALITY`',
+      '  * Ranges from `0` to `11`, with a default of `11`.',
+      '* `BROTLI_PARAM_MODE`',
+      '  * `BROTLI_MODE_GENERIC` (default)',
+      '  * `BROTLI_MODE_TEXT`, adjusted for UTF-8 text',
+      '',
+      'The flags are set at construction.',
+      '',
+      '* a plain item of several words',
+      '  * nested under prose, it stands alone',
+    ].join('\n');
+    assert.deepEqual(sentencesOf(text), [
+      '`BROTLI_PARAM_QUALITY`: Ranges from `0` to `11`, with a default of `11`.',
+      '`BROTLI_PARAM_MODE`: `BROTLI_MODE_GENERIC` (default); `BROTLI_MODE_TEXT`, adjusted for UTF-8 text',
+      'The flags are set at construction.',
+      'a plain item of several words',
+      'nested under prose, it stands alone',
+    ]);
+    const long = ['* `level`', ...Array.from({ length: 8 }, (_, i) => `  * Level ${i} writes every message of severity ${i} and above to the sink.`)].join(
+      '\n',
+    );
+    const pieces = sentencesOf(long);
+    assert.ok(pieces[0]!.startsWith('`level`: Level 0 writes') && pieces[0]!.length <= 240, pieces[0]);
+    assert.ok(pieces.includes('`level`: Level 7 writes every message of severity 7 and above to the sink.'), pieces.join('\n'));
+  });
+
   it('a sentence ending in a colon takes the code lines after it in its fence, while it stays short', () => {
     const text = [
       'These settings keep the socket open for only 10ms:',

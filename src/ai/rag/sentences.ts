@@ -138,6 +138,9 @@ function attributesOf(block: string): string | undefined {
   return lines.join('; ');
 }
 
+/** A list item that only names a thing: one code span (`` `BROTLI_PARAM_QUALITY` ``), its nested items describing it. */
+const NAME_ITEM = /^`[^`]+`$/;
+
 /** A lead-in sentence ending in `:` takes the list items or code lines after it while it stays under this many characters. */
 const LEAD_IN_LIST = 240;
 
@@ -162,14 +165,30 @@ function scan(text: string): Scanned {
   let fences = 0;
   let current: string[] = [];
   let item = false;
+  // The list items open around the line, by indent; one that only names a thing (`BROTLI_PARAM_QUALITY`) keeps its block and the items it took.
+  let open: { readonly indent: number; block?: number; took?: number }[] = [];
+  // The open item the current one is nested in, when that one only names a thing.
+  let named: { block?: number; took?: number } | undefined;
   let fenced: string[] | undefined; // the lines of the open code fence
   let header: string[] | undefined;
   const close = () => {
+    const text = current.join(' ');
+    if (named?.block !== undefined && text !== '') {
+      // An item under one that only names a thing describes that thing: the name's block takes it, or it is quoted with the name.
+      const took = named.took ?? 0;
+      if (blocks[named.block]!.length + text.length + 2 <= LEAD_IN_LIST) {
+        blocks[named.block] = `${blocks[named.block]}${took === 0 ? ': ' : '; '}${text}`;
+        named.took = took + 1;
+        current = [];
+      } else current = [`${blocks[named.block]!.split(': ')[0]}: ${text}`];
+    }
     if (current.length > 0) {
       quotable.push(blocks.length);
       if (item) items.add(blocks.length);
+      if (item && open.length > 0 && NAME_ITEM.test(current.join(' '))) open.at(-1)!.block = blocks.length;
       blocks.push(current.join(' '));
     }
+    named = undefined;
     current = [];
     item = false;
   };
@@ -213,11 +232,15 @@ function scan(text: string): Scanned {
       close();
       continue;
     }
-    const marker = /^\s*([-*+]|\d+\.)\s+/.exec(line);
+    const marker = /^(\s*)([-*+]|\d+\.)\s+/.exec(line);
     if (marker !== null) {
       close();
       item = true;
-    }
+      const indent = marker[1]!.length;
+      open = open.filter((o) => o.indent < indent);
+      named = open.at(-1)?.block === undefined ? undefined : open.at(-1);
+      open.push({ indent });
+    } else if (current.length === 0 && !/^\s/.test(line)) open = [];
     current.push(marker === null ? line.trim() : line.slice(marker[0].length).trim());
   }
   close();
@@ -240,7 +263,8 @@ export interface Quotable {
  * headings left out), each statement of a code fence as a code span (with the comment lines just
  * above it; a comment alone is not quoted), and each table row with its header's cells named, so a
  * command or a row can be the quoted answer; a sentence ending in `:` keeps the first row it
- * introduces, or the code lines or list items after it while under 240 characters.
+ * introduces, or the code lines or list items after it while under 240 characters, and a list item
+ * that only names a thing (`` `BROTLI_PARAM_MODE` ``) the items nested under it.
  */
 export function quotablesOf(text: string): Quotable[] {
   const { blocks, items, quotable, fenceOf } = scan(text);
