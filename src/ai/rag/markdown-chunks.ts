@@ -66,8 +66,9 @@ function frontMatter(lines: readonly string[]): { readonly end: number; readonly
  * in pieces of 12 rows, each with its header; a paragraph ending in `:` stays with the block it
  * introduces; a long list in pieces of whole items), each cited by its file and nearest heading and
  * carrying its heading path (`headings`, e.g. `Guide › Install`) for retrieval. Headings (ATX `#` and
- * setext underlines) and label paragraphs (`LABEL`) are structure, not passages; a horizontal rule (`---`, `***`, `___`) only
- * separates; front matter is skipped, its `title` standing above the document's headings. Plain text
+ * setext underlines) and label paragraphs (`LABEL`) are structure, not passages; a horizontal rule
+ * (`---`, `***`, `___`) only separates; front matter is skipped, its `title` standing above the
+ * document's headings. Plain text
  * is paragraphs. Ids are `file#heading-slug-n`, stable while the document's structure is.
  */
 export function chunkMarkdown(markdown: string, file: string): Passage[] {

@@ -166,27 +166,28 @@ function scan(text: string): Scanned {
   let current: string[] = [];
   let item = false;
   // The list items open around the line, by indent; one that only names a thing (`BROTLI_PARAM_QUALITY`) keeps its block and the items it took.
-  let open: { readonly indent: number; block?: number; took?: number }[] = [];
+  let open: { readonly indent: number; name?: string; block?: number; took?: number }[] = [];
   // The open item the current one is nested in, when that one only names a thing.
-  let named: { block?: number; took?: number } | undefined;
+  let named: { name?: string; block?: number; took?: number } | undefined;
   let fenced: string[] | undefined; // the lines of the open code fence
   let header: string[] | undefined;
   const close = () => {
     const text = current.join(' ');
-    if (named?.block !== undefined && text !== '') {
+    if (named?.name !== undefined && named.block !== undefined && text !== '') {
       // An item under one that only names a thing describes that thing: the name's block takes it, or it is quoted with the name.
       const took = named.took ?? 0;
       if (blocks[named.block]!.length + text.length + 2 <= LEAD_IN_LIST) {
         blocks[named.block] = `${blocks[named.block]}${took === 0 ? ': ' : '; '}${text}`;
         named.took = took + 1;
         current = [];
-      } else current = [`${blocks[named.block]!.split(': ')[0]}: ${text}`];
+      } else current = [`${named.name}: ${text}`];
     }
     if (current.length > 0) {
       quotable.push(blocks.length);
       if (item) items.add(blocks.length);
-      if (item && open.length > 0 && NAME_ITEM.test(current.join(' '))) open.at(-1)!.block = blocks.length;
-      blocks.push(current.join(' '));
+      const block = current.join(' ');
+      if (item && open.length > 0 && NAME_ITEM.test(block)) Object.assign(open.at(-1)!, { name: block, block: blocks.length });
+      blocks.push(block);
     }
     named = undefined;
     current = [];
@@ -238,7 +239,7 @@ function scan(text: string): Scanned {
       item = true;
       const indent = marker[1]!.length;
       open = open.filter((o) => o.indent < indent);
-      named = open.at(-1)?.block === undefined ? undefined : open.at(-1);
+      named = open.at(-1)?.name === undefined ? undefined : open.at(-1);
       open.push({ indent });
     } else if (current.length === 0 && !/^\s/.test(line)) open = [];
     current.push(marker === null ? line.trim() : line.slice(marker[0].length).trim());
