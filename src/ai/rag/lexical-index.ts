@@ -221,7 +221,8 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
   /**
    * Whether some passage mentions the name `word` (`namesIn`): as a word of its own, as the start of
    * a longer one (`Postgres`, `PostgreSQL`), or written with joins (`CoffeeScript`, `coffee-script`);
-   * a name with joins of its own (`Content-Type`) also by all its parts.
+   * a name with joins of its own (`Content-Type`) also by all its parts, a member in code (`fs.watch`)
+   * only as itself.
    */
   mentions(word: string): boolean {
     const folded = foldName(word);
