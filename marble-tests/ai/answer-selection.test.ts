@@ -118,6 +118,25 @@ describe('extractive answer selection', () => {
     assert.doesNotMatch(quoted.text.split('\n\n')[0]!, /Summaries/);
   });
 
+  it('quotes the code line just before a passage that opens on "This…", where the code is the passage before it', () => {
+    const prose = (text: string) => passage('cli', text, 'Guide › Setup');
+    const fence: RetrievedPassage = { id: 'cli#1', text: '```sh\nnpx tool --init\n```', source: 'cli.md › Setup', headings: 'Guide › Setup', score: 1 };
+    const best = (text: string) => {
+      const passages = [prose(text), fence];
+      // The prose was retrieved; the fence is its neighbour, one place before it.
+      const candidates = candidatesOf(passages, [
+        { rank: 0, offset: 0 },
+        { rank: 0, offset: -1 },
+      ]);
+      return composeAnswer(v(1, 0), passages, candidates, [v(1, 0), v(0, 1)], { sentences: 1, context: 0 }, terms({ config: 3, project: 2 })).text.split(
+        '\n\n',
+      )[0];
+    };
+    assert.equal(best('This will create a config file for your project.'), '`npx tool --init` This will create a config file for your project. [1]');
+    // "It is…" speaks of nothing before it.
+    assert.equal(best('It is possible to keep a config file per project.'), 'It is possible to keep a config file per project. [1]');
+  });
+
   it('prefers the first passage, and quotes a second one for the query words the first lacks, under its own number', () => {
     const passages = [
       passage('server', 'Heartbeats detect a broken connection on the server. A broken connection is closed by the server.', 'Guide › Heartbeats', 0.9),

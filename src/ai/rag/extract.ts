@@ -142,6 +142,21 @@ function withContext(picked: readonly Scored[], candidates: readonly Candidate[]
   return [...picked, ...beside.map((c) => ({ ...c, score: 0, ranked: 0, held: new Set<string>() }))];
 }
 
+/** A sentence opening on a demonstrative ("This will…", "These flags…"): after a code block, it speaks of that code. */
+const DEMONSTRATIVE = /^(?:this|these|that|those)\b/i;
+
+/**
+ * The last line of the code block just before `p`'s passage in its section, when that block is among
+ * the candidates as the passage before it (placed beside the same retrieved passage, one place up).
+ */
+function codeBefore(p: Candidate, candidates: readonly Candidate[], passages: readonly RetrievedPassage[]): Candidate | undefined {
+  if (p.rank === undefined) return undefined;
+  const source = passages[p.passage]?.source;
+  const before = candidates.filter((c) => c.rank === p.rank && (c.offset ?? 0) === (p.offset ?? 0) - 1 && passages[c.passage]?.source === source);
+  const last = before.at(-1);
+  return last !== undefined && isCode(last.text) ? last : undefined;
+}
+
 /** A sentence opening on a word that points back ("But they…", "Therefore…", "This option…"): alone, it leaves out what it is about. */
 const POINTS_BACK = /^(?:but|however|therefore|thus|hence|otherwise|instead|this|these|those|that|they|it|its|their|such|then)\b/i;
 
@@ -155,6 +170,9 @@ function withAntecedents(picked: readonly Scored[], candidates: readonly Candida
     const attributes = p.attributes === true;
     if (!attributes && (!POINTS_BACK.test(p.text) || quoted.has(`${p.passage}:${p.position - 1}`))) return p;
     // An attribute list (`Default: 2; Type: Number`) states values of what its heading names, wherever it stands.
+    const code = p.position === 0 && !attributes && DEMONSTRATIVE.test(p.text) ? codeBefore(p, candidates, passages) : undefined;
+    // "This will…" opening a passage right after a code block speaks of that code: its last line comes first.
+    if (code !== undefined && !quoted.has(`${code.passage}:${code.position}`)) return { ...p, text: `${code.text} ${p.text}` };
     if (p.position === 0 || attributes) {
       const heading = passages[p.passage]?.headings?.split(' › ').at(-1)?.trim();
       // An API heading is named before the passage's sentences anyway (`subjectOf`).
