@@ -53,7 +53,7 @@ describe('extractive answer selection', () => {
     assert.equal(answer.text.split('\n\n')[0], 'Set redact to hide the secret keys. [1]');
   });
 
-  it('quotes the best sentence with the prose just before and after it in its passage (context), never its code', () => {
+  it('quotes the best sentence with up to two sentences of prose before and after it in its passage (context), never its code', () => {
     const passages = [
       passage(
         'pool',
@@ -67,6 +67,10 @@ describe('extractive answer selection', () => {
       composeAnswer(v(1, 0), passages, candidates, vectors, { sentences: 1, ...(context !== undefined && { context }) }, words).text.split('\n\n')[0];
     assert.equal(
       body(),
+      'A pool opens sockets on demand. [1] Each connection is kept alive after a response. [1] The keep-alive timeout defaults to four seconds. [1] Pipelining stays off by default. [1]',
+    );
+    assert.equal(
+      body(1),
       'A pool opens sockets on demand. [1] Each connection is kept alive after a response. [1] The keep-alive timeout defaults to four seconds. [1]',
     );
     assert.equal(body(0), 'Each connection is kept alive after a response. [1]');

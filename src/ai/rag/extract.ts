@@ -20,7 +20,7 @@ export interface ExtractOptions {
   readonly sentences?: number;
   /** A sentence scoring below this is left out: its cosine to the question, or with query words its blend of sentence BM25 and cosine. Default 0.2. */
   readonly minScore?: number;
-  /** Sentences of its paragraph, list item or code fence quoted on each side of the best one, as its context. Default 1; 0 quotes the picked sentences alone. */
+  /** Sentences of its paragraph, list item or code fence quoted on each side of the best one, as its context. Default 2; 0 quotes the picked sentences alone. */
   readonly context?: number;
 }
 
@@ -123,7 +123,7 @@ export function composeAnswer(
           .slice(0, limit)
       : pickByWords(passages, candidates, cosines, words, limit, minScore);
   if (picked.length === 0) return { text: NO_ANSWER, sources: [] };
-  return writeAnswer(passages, withAntecedents(withContext(picked, candidates, options.context ?? 1), candidates, passages));
+  return writeAnswer(passages, withAntecedents(withContext(picked, candidates, options.context ?? 2), candidates, passages));
 }
 
 /**
