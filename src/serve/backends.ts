@@ -205,10 +205,11 @@ async function ragOver(
   const loaded = await loadCorpus(corpus, { onSkip: (skip) => skipped.add(skip), ...(how.corpusIgnore !== undefined && { ignore: how.corpusIgnore }) });
   const index = await indexPassages(loaded, (texts, signal) => local.embed(texts, signal), { onSkip: (skip) => skipped.add(skip), corpus });
   if (skipped.total > 0) log(`corpus ${corpus}: ${skipped.summary()}`);
-  // Word meanings stand in for a real embedding model when the optional package is installed (cached after the install's first read).
+  // Word meanings stand in for a real embedding model: shipped in the package, or read from the devDependency in a checkout.
   const wordVectors = local.ownEmbedding ? undefined : await WordVectors.load();
-  if (wordVectors !== undefined) log(`word vectors: ${wordVectors.size} words (${WORD_VECTORS_PACKAGE})`);
-  else if (!local.ownEmbedding) log(`word vectors: none (npm install ${WORD_VECTORS_PACKAGE} to answer questions worded otherwise than the documents)`);
+  if (wordVectors !== undefined) log(`word vectors: ${wordVectors.size} words`);
+  else if (!local.ownEmbedding)
+    log(`word vectors: none (in a checkout, npm ci installs ${WORD_VECTORS_PACKAGE}): questions worded otherwise than the documents are refused`);
   const passages = loaded.filter((passage) => index.has(passage.id));
   const stages = Object.fromEntries(RAG_STAGES.map((name) => [name, new StageStats()])) as Record<RagStage, StageStats>;
   const cache = new CacheStats();
