@@ -10,6 +10,7 @@ import { CorpusError } from './errors.js';
 import type { Passage, PassageMetadata } from './passage.js';
 import { VectorIndex } from './vector-index.js';
 import { chunkMarkdown } from './markdown-chunks.js';
+import { htmlToMarkdown, isHtmlFile } from './html-document.js';
 import { errorMessage } from '../../core/errors.js';
 import { corpusIgnore, IGNORE_FILE } from './corpus-ignore.js';
 
@@ -18,8 +19,8 @@ export const BUNDLED_CORPUS = findUp(import.meta.url, 'data/corpus') ?? fileURLT
 
 export { chunkMarkdown } from './markdown-chunks.js';
 
-/** What `loadCorpus` reads: Markdown and plain text. */
-const DOCUMENT = /\.(md|markdown|mdx|txt|text)$/i;
+/** What `loadCorpus` reads: Markdown, plain text and HTML. */
+const DOCUMENT = /\.(md|markdown|mdx|txt|text|html?)$/i;
 
 /** Files larger than this are not read (`too-large`): a document set has no 8 MiB page of prose. */
 export const DEFAULT_MAX_FILE_BYTES = 8 * 2 ** 20;
@@ -44,9 +45,10 @@ const loadCorpusSchema = lazySchema((z) =>
 );
 
 /**
- * Reads every Markdown and text file under `directory` (default: the bundled demo corpus),
+ * Reads every Markdown, text and HTML file under `directory` (default: the bundled demo corpus),
  * subfolders included, in path order, as passages cited by their path relative to it.
- * Plain text is split like Markdown without headings: one passage per paragraph. Hidden
+ * Plain text is split like Markdown without headings: one passage per paragraph; an HTML page's
+ * main content is read as the Markdown it translates to (`htmlToMarkdown`). Hidden
  * folders and `node_modules` are skipped, and so are documents matching a pattern of the
  * folder's `.sluiceignore` or of `ignore` (`.gitignore` syntax: `internals/`, `drafts/*.md`).
  *
@@ -85,8 +87,17 @@ export async function loadCorpus(directory: string = BUNDLED_CORPUS, options: Lo
       skip(decoded.skip, file);
       continue;
     }
+    let text = decoded.text;
+    if (isHtmlFile(file)) {
+      try {
+        text = await htmlToMarkdown(text);
+      } catch (err) {
+        skip('unreadable', file, errorMessage(err));
+        continue;
+      }
+    }
     read++;
-    for (const passage of chunkMarkdown(decoded.text, file)) {
+    for (const passage of chunkMarkdown(text, file)) {
       if (hasText(passage.text)) passages.push(passage);
       else skip('no-text', file, undefined, passage.id);
     }
@@ -138,8 +149,8 @@ export async function documentsIn(directory: string, options: DocumentsInOptions
       directory,
       'no-documents',
       files.length === 0
-        ? 'no Markdown or text file (.md, .markdown, .mdx, .txt) in it'
-        : `all of its ${files.length} Markdown and text files are ignored (${IGNORE_FILE} or the ignore patterns)`,
+        ? 'no Markdown, text or HTML file (.md, .markdown, .mdx, .txt, .html) in it'
+        : `all of its ${files.length} Markdown, text and HTML files are ignored (${IGNORE_FILE} or the ignore patterns)`,
     );
   return kept;
 }

@@ -1,0 +1,113 @@
+/**
+ * HTML pages in a corpus (src/ai/rag/html-document.ts, corpus.ts): the main content read as
+ * Markdown, page furniture left out, code blocks as their text, and any input, however broken,
+ * read without an error.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import fc from 'fast-check';
+import { loadCorpus } from '../../src/ai/rag/corpus.js';
+import type { CorpusSkip } from '../../src/ai/rag/document-text.js';
+import { htmlToMarkdown } from '../../src/ai/rag/html-document.js';
+
+/** A documentation page as generators write them: navigation around a main element, highlighted code in two variants, permalinks, a script. */
+const PAGE = `<!doctype html>
+<html><head><title>Timers | Docs</title><style>body { color: red }</style><script>track('visit')</script></head>
+<body>
+  <header><a href="/">Home</a> <nav><a href="/a.html">Sidebar link</a></nav></header>
+  <div id="content">
+    <div role="navigation"><ul><li><a href="/b.html">Another page</a></li></ul></div>
+    <div role="main">
+      <h2>setTimeout(callback, delay)<a class="mark" href="#settimeout">#</a></h2>
+      <p>When <code>delay</code> is larger than <code>2147483647</code>, it is set to <code>1</code>. See <a href="https://example.com/x_y">the ERR_OUT_OF_RANGE notes</a>.</p>
+      <pre><input type="checkbox"><code class="language-js mjs"><span class="hljs-keyword">import</span> { setTimeout } <span class="hljs-keyword">from</span> 'node:timers';</code><code class="language-js cjs"><span class="hljs-keyword">const</span> { setTimeout } = require('node:timers');</code><button>copy</button></pre>
+      <table><tr><th>Option</th><th>Default</th></tr><tr><td>delay</td><td>1</td></tr></table>
+      <span aria-hidden="true">decorative</span>
+    </div>
+  </div>
+  <footer>Copyright footer</footer>
+</body></html>`;
+
+describe('an HTML page in a corpus', () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'sluice-html-'));
+  });
+  after(() => rm(dir, { recursive: true, force: true }));
+
+  it('reads the main element as Markdown: headings, prose, one code block per variant set, a table; nothing around it', async () => {
+    const markdown = await htmlToMarkdown(PAGE);
+    assert.match(markdown, /^# Timers \| Docs\n/, 'the title heads a page without an h1');
+    assert.match(markdown, /^## setTimeout\(callback, delay\)$/m, 'the heading, without its permalink');
+    assert.match(markdown, /larger than `2147483647`, it is set to `1`\. See the ERR_OUT_OF_RANGE notes\./, 'prose, link text kept, its target and no escapes');
+    assert.match(
+      markdown,
+      /```\nimport \{ setTimeout \} from 'node:timers';\n\nconst \{ setTimeout \} = require\('node:timers'\);\n```/,
+      'the code variants as one block of text',
+    );
+    assert.match(markdown, /\| delay +\| 1 +\|/, 'the table');
+    for (const furniture of ['Sidebar link', 'Another page', 'Home', 'Copyright', 'track(', 'color: red', 'copy', 'decorative', 'example.com'])
+      assert.ok(!markdown.includes(furniture), `${furniture} is not the page's content`);
+  });
+
+  it('without a main element, reads the body without its navigation, header and footer; an h1 needs no title', async () => {
+    const markdown = await htmlToMarkdown(
+      '<title>T</title><body><nav>Menu</nav><header>Banner</header><h1>Guide</h1><p>Install it with <code>npm i x</code>.</p><aside>Ad</aside><footer>Foot</footer></body>',
+    );
+    assert.equal(markdown, '# Guide\n\nInstall it with `npm i x`.');
+  });
+
+  it('loadCorpus cites .html and .htm pages by path and chunks them under their headings', async () => {
+    await writeFile(join(dir, 'timers.html'), PAGE);
+    await writeFile(join(dir, 'old.HTM'), '<p>Plain old page about tides.</p>');
+    await writeFile(join(dir, 'notes.md'), '# Notes\n\nA Markdown page beside them.\n');
+    const skipped: CorpusSkip[] = [];
+    const passages = await loadCorpus(dir, { onSkip: (skip) => skipped.push(skip) });
+    assert.deepEqual(skipped, []);
+    assert.deepEqual([...new Set(passages.map((p) => p.source.split(' › ')[0]))].sort(), ['notes.md', 'old.HTM', 'timers.html']);
+    const prose = passages.find((p) => p.text.includes('2147483647'));
+    assert.ok(prose !== undefined, 'the prose is a passage');
+    assert.match(prose.source, /^timers\.html › setTimeout\(callback, delay\)$/);
+    assert.ok(
+      passages.some((p) => p.text.startsWith('```') && p.text.includes("require('node:timers')")),
+      'the code block is a passage',
+    );
+  });
+
+  it('reads any text as HTML without an error: broken markup, stray brackets, entities (property)', async () => {
+    const fragment = fc.constantFrom(
+      '<p>',
+      '</p>',
+      '<pre>',
+      '</pre>',
+      '<code>',
+      '<a href="#">',
+      '#',
+      '</a>',
+      '<main>',
+      '<h2>',
+      '</h2>',
+      '&amp;',
+      '&lt;',
+      '<',
+      '>',
+      '<!--',
+      '-->',
+      'text',
+      '\n',
+      '<script>',
+      '<table><tr><td>',
+      '`',
+    );
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.oneof(fragment, fc.string()), { maxLength: 30 }), async (parts) => {
+        const markdown = await htmlToMarkdown(parts.join(''));
+        assert.equal(typeof markdown, 'string');
+      }),
+      { numRuns: 200 },
+    );
+  });
+});

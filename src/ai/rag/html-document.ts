@@ -1,0 +1,66 @@
+/**
+ * An HTML page as the Markdown the corpus's chunker reads: its main content only (the `<main>`,
+ * the element whose role is main, or the one `<article>`; else the body without its navigation,
+ * header, footer and asides), without scripts, styles, forms and link targets, then translated by
+ * node-html-markdown, so that headings, code blocks, lists and tables are chunked as they are in a
+ * Markdown page.
+ */
+import type { HTMLElement } from 'node-html-parser';
+
+/** What no reader of the page's content reads: page furniture and controls. */
+const FURNITURE = 'script, style, noscript, template, svg, canvas, iframe, object, form, button, input, select, textarea, img, picture, video, audio';
+/** Around the content when no element says which is the main one. */
+const CHROME = 'nav, [role=navigation], header, footer, aside, [role=banner], [role=contentinfo], [role=complementary]';
+
+type Parse = (html: string) => HTMLElement;
+type Translate = (html: string) => string;
+let libraries: Promise<{ readonly parse: Parse; readonly translate: Translate }> | undefined;
+
+/** The two libraries, loaded at the first HTML page: a corpus of Markdown never reads them. */
+function load(): Promise<{ readonly parse: Parse; readonly translate: Translate }> {
+  libraries ??= Promise.all([import('node-html-parser'), import('node-html-markdown')]).then(([parser, markdown]) => {
+    // The Markdown is read by the chunker, never rendered: a backslash before `_` or `*` would only be quoted.
+    const translator = new markdown.NodeHtmlMarkdown({ maxConsecutiveNewlines: 2, globalEscape: [/(?!)/g, ''] });
+    return {
+      parse: (html: string) => parser.parse(html, { comment: false, blockTextElements: { script: true, noscript: true, style: true } }),
+      translate: (html: string) => translator.translate(html),
+    };
+  });
+  return libraries;
+}
+
+/** Whether a document's file name says it is HTML. */
+export function isHtmlFile(file: string): boolean {
+  return /\.html?$/i.test(file);
+}
+
+/** The main content of the HTML page `html` as Markdown; its `<title>` heads it when the content has no `<h1>`. */
+export async function htmlToMarkdown(html: string): Promise<string> {
+  const { parse, translate } = await load();
+  const page = parse(html);
+  const title = page.querySelector('title')?.text.trim() ?? '';
+  const articles = page.querySelectorAll('article');
+  const chosen = page.querySelector('main') ?? page.querySelector('[role=main]') ?? (articles.length === 1 ? articles[0] : undefined);
+  const content = chosen ?? page.querySelector('body') ?? page;
+  if (chosen === undefined) for (const element of content.querySelectorAll(CHROME)) element.remove();
+  for (const element of content.querySelectorAll(FURNITURE)) element.remove();
+  for (const element of content.querySelectorAll('[aria-hidden=true]')) element.remove();
+  for (const link of content.querySelectorAll('a')) {
+    // A permalink's "#" or "¶" says nothing; a link's target is an address, not what the page says: its text stays.
+    if (!/[\p{L}\p{N}]/u.test(link.text)) link.remove();
+    else link.removeAttribute('href');
+  }
+  // A block of code as its text alone: highlighting spans dropped, variants (ESM and CommonJS) a blank line apart.
+  for (const block of content.querySelectorAll('pre')) {
+    const variants = block.querySelectorAll('code');
+    const code = variants.length > 1 ? variants.map((variant) => variant.text).join('\n\n') : block.text;
+    block.set_content(`<code>${escapeHtml(code)}</code>`);
+  }
+  const markdown = translate(content.innerHTML).trim();
+  return title !== '' && content.querySelector('h1') === null ? `# ${title}\n\n${markdown}` : markdown;
+}
+
+/** `text` as HTML text: the three characters markup reads. */
+function escapeHtml(text: string): string {
+  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+}
