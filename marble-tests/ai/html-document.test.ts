@@ -77,6 +77,31 @@ describe('an HTML page in a corpus', () => {
     );
   });
 
+  it('reads a page that is not UTF-8 in the charset it declares; one declaring none, or one unknown, is skipped as not-utf8', async () => {
+    const latin = await mkdtemp(join(tmpdir(), 'sluice-html-latin1-'));
+    try {
+      const body = (meta: string) => Buffer.from(`<html><head>${meta}</head><body><p>Le caf\u00e9 ouvre \u00e0 midi.</p></body></html>`, 'latin1');
+      await writeFile(join(latin, 'declared.html'), body('<meta charset="iso-8859-1">'));
+      await writeFile(join(latin, 'http-equiv.htm'), body('<meta http-equiv="Content-Type" content="text/html; charset=windows-1252">'));
+      await writeFile(join(latin, 'undeclared.html'), body(''));
+      await writeFile(join(latin, 'unknown.html'), body('<meta charset="no-such-charset">'));
+      await writeFile(join(latin, 'notes.txt'), body('<meta charset="iso-8859-1">'));
+      const skipped: CorpusSkip[] = [];
+      const passages = await loadCorpus(latin, { onSkip: (skip) => skipped.push(skip) });
+      assert.deepEqual(passages.map((p) => [p.source, p.text]).sort(), [
+        ['declared.html', 'Le café ouvre à midi.'],
+        ['http-equiv.htm', 'Le café ouvre à midi.'],
+      ]);
+      assert.deepEqual(skipped.map((skip) => [skip.file, skip.reason]).sort(), [
+        ['notes.txt', 'not-utf8'],
+        ['undeclared.html', 'not-utf8'],
+        ['unknown.html', 'not-utf8'],
+      ]);
+    } finally {
+      await rm(latin, { recursive: true, force: true });
+    }
+  });
+
   it('reads any text as HTML without an error: broken markup, stray brackets, entities (property)', async () => {
     const fragment = fc.constantFrom(
       '<p>',

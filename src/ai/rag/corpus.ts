@@ -82,7 +82,7 @@ export async function loadCorpus(directory: string = BUNDLED_CORPUS, options: Lo
       skip('too-large', file, `more than ${maxFileBytes} bytes`);
       continue;
     }
-    const decoded = decodeDocument(bytes);
+    const decoded = decodeDocument(bytes, isHtmlFile(file));
     if ('skip' in decoded) {
       skip(decoded.skip, file);
       continue;

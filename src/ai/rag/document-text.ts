@@ -14,7 +14,7 @@ export type CorpusSkipReason =
   | 'too-large'
   /** A NUL byte in it: not a text document. */
   | 'binary'
-  /** Not valid UTF-8 (nor UTF-16 with a byte-order mark). */
+  /** Not valid UTF-8 (nor UTF-16 with a byte-order mark, nor for an HTML page the charset it declares). */
   | 'not-utf8'
   /** Only punctuation, markup or whitespace: a `---` rule, an HTML comment, an empty code fence. */
   | 'no-text'
@@ -34,8 +34,14 @@ export interface CorpusSkip {
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-/** The text of a document's bytes, or why it is not a text document. */
-export function decodeDocument(bytes: Uint8Array): { readonly text: string } | { readonly skip: 'binary' | 'not-utf8' } {
+/** A charset an HTML page declares in its first 1,024 bytes (`<meta charset>` or its http-equiv form), as HTML's prescan reads it. */
+const DECLARED_CHARSET = /<meta\b[^>]*?charset\s*=\s*["']?\s*([\w.:-]+)/i;
+
+/**
+ * The text of a document's bytes, or why it is not a text document. An HTML page (`html`) that is
+ * not UTF-8 is read in the charset it declares, when it declares one the platform knows.
+ */
+export function decodeDocument(bytes: Uint8Array, html = false): { readonly text: string } | { readonly skip: 'binary' | 'not-utf8' } {
   // A byte-order mark names UTF-16, whose text is full of NUL bytes.
   if (bytes.length >= 2 && ((bytes[0] === 0xff && bytes[1] === 0xfe) || (bytes[0] === 0xfe && bytes[1] === 0xff))) {
     try {
@@ -48,7 +54,14 @@ export function decodeDocument(bytes: Uint8Array): { readonly text: string } | {
   try {
     return { text: utf8.decode(bytes) };
   } catch {
-    return { skip: 'not-utf8' };
+    const charset = html ? DECLARED_CHARSET.exec(new TextDecoder('latin1').decode(bytes.subarray(0, 1024)))?.[1] : undefined;
+    if (charset === undefined) return { skip: 'not-utf8' };
+    try {
+      return { text: new TextDecoder(charset).decode(bytes) };
+    } catch {
+      // A label the platform does not know (RangeError).
+      return { skip: 'not-utf8' };
+    }
   }
 }
 
