@@ -93,6 +93,25 @@ export function splitAnswer(text: string): { readonly body: string; readonly sou
   return { body: text.slice(0, at), sources };
 }
 
+/**
+ * Whether `text` states `fact`: as written, or as read once Markdown's inline marks are gone (code
+ * spans' backticks, emphasis, link targets, escapes), since a fact is written from what a page says
+ * and an answer quotes its Markdown (`` the `--icu-data-dir` CLI parameter ``, `_is not closed_`).
+ */
+export function statesFact(fact: RegExp, text: string): boolean {
+  return fact.test(text) || fact.test(plainText(text));
+}
+
+/** `text` without Markdown's inline marks, its whitespace collapsed. */
+function plainText(text: string): string {
+  return text
+    .replace(/!?\[([^\]]*)\]\([^)]*\)/g, '$1')
+    .replace(/\\([\\`*_{}[\]()#+\-.!|<>])/g, '$1')
+    .replace(/`/g, '')
+    .replace(/(?<!\w)[*_]+|[*_]+(?!\w)/g, '')
+    .replace(/\s+/g, ' ');
+}
+
 /** The answer says it has none: the no-answer text, or an answer that cites no source. */
 export function isAbstention(text: string): boolean {
   const { body, sources } = splitAnswer(text);
@@ -133,10 +152,10 @@ export async function evaluateSet(set: QuestionSet, options: EvalOptions): Promi
           ...asked,
           citedFile: sources[0] === undefined ? undefined : fileOfSource(sources[0]),
           abstained,
-          factHit: fact !== undefined && !abstained && fact.test(body),
+          factHit: fact !== undefined && !abstained && statesFact(fact, body),
           bm25: {
             file: hits[0] === undefined ? undefined : fileOfSource(String(hits[0].source)),
-            factInTop3: fact !== undefined && hits.some((hit) => fact.test(String(hit.text))),
+            factInTop3: fact !== undefined && hits.some((hit) => statesFact(fact, String(hit.text))),
           },
         });
       }

@@ -6,7 +6,8 @@ import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { evaluateSet, figuresOf, isAbstention, poolReports, splitAnswer, type Answered, type CorpusReport } from '../../eval/harness.js';
+import { htmlToMarkdown, isHtmlFile } from '../../src/ai/rag/html-document.js';
+import { evaluateSet, figuresOf, isAbstention, poolReports, splitAnswer, statesFact, type Answered, type CorpusReport } from '../../eval/harness.js';
 import { NO_ANSWER } from '../../src/ai/rag/extract.js';
 import { assembleCorpus, nodeDocsRoot, npmCliRoot, readQuestionSet, type QuestionSet } from '../../eval/question-set.js';
 import { formatGuard, formatReport, missedGoals, missedGuard } from '../../eval/report.js';
@@ -213,6 +214,17 @@ describe('reading an answer', () => {
     assert.deepEqual(splitAnswer(cited).sources, ['policies.md › The vocabulary', 'backpressure.md › Demand']);
     assert.equal(splitAnswer(cited).body, 'A policy says what happens. [1] Demand flows upstream. [2]');
   });
+
+  it('finds a fact in what the answer says, whether or not its Markdown marks split the words', () => {
+    const says = (fact: string, text: string) => statesFact(new RegExp(fact, 'i'), text);
+    assert.equal(says('icu-data-dir\\s*CLI parameter has', 'the `--icu-data-dir` CLI parameter has the highest precedence'), true);
+    assert.equal(says("'deflate'\\s*,\\s*'gzip'", "One of `'deflate'`, `'gzip'`."), true);
+    assert.equal(says('is not closed automatically', 'the destination _is not closed_ automatically'), true);
+    assert.equal(says('see the manual', 'see [the manual](https://example.com/m) first'), true);
+    assert.equal(says('ERR_INVALID_ARG_TYPE', 'throws ERR\\_INVALID\\_ARG\\_TYPE'), true);
+    assert.equal(says('__dirname', 'use `__dirname` there'), true, 'as written still counts');
+    assert.equal(says('is closed automatically', 'the destination _is not closed_ automatically'), false);
+  });
 });
 
 describe('the shipped question sets', () => {
@@ -236,8 +248,10 @@ describe('the shipped question sets', () => {
               : join(root, 'node_modules');
       for (const q of set.questions) {
         if (q.file === undefined || !existsSync(join(base, q.file))) continue;
-        const text = await readFile(join(base, q.file), 'utf8');
-        assert.match(text, new RegExp(q.fact!, 'i'), `${file}: "${q.question}" — its fact is not in ${q.file}`);
+        const raw = await readFile(join(base, q.file), 'utf8');
+        // A page is checked as the corpus reads it: an HTML page as its Markdown.
+        const text = isHtmlFile(q.file) ? await htmlToMarkdown(raw) : raw;
+        assert.ok(statesFact(new RegExp(q.fact!, 'i'), text), `${file}: "${q.question}" — its fact is not in ${q.file}`);
       }
     }
   });

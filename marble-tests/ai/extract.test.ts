@@ -79,6 +79,19 @@ describe('extractive answers', () => {
     assert.ok(sentences.includes('**option11** `number` - the 11th option of the call.'), 'the items past the bound are quoted alone');
   });
 
+  it('an item that opens with a name in code is quoted whole, its default with its name; a long one or an unnamed one by sentence', () => {
+    const long = `\`maxmem\` ${'Memory upper bound of the derivation. '.repeat(6)}**Default:** \`33554432\`.`;
+    const text = [
+      '* `cost` {number} CPU/memory cost parameter. Must be a power of two greater than one. **Default:** `16384`.',
+      `* ${long}`,
+      '* The salt should be unique. Use random bytes for it.',
+    ].join('\n');
+    const pieces = sentencesOf(text);
+    assert.equal(pieces[0], '`cost` {number} CPU/memory cost parameter. Must be a power of two greater than one. **Default:** `16384`.');
+    assert.ok(pieces.length > 4 && !pieces.includes(long), 'past 240 characters, an item is quoted by sentence');
+    assert.deepEqual(pieces.slice(-2), ['The salt should be unique.', 'Use random bytes for it.']);
+  });
+
   it('an item that only names a thing takes the items nested under it, or lends them its name past the bound', () => {
     const text = [
       '* `BROTLI_PARAM_QUALITY`',

@@ -92,6 +92,31 @@ describe('chunkMarkdown', () => {
     ]);
   });
 
+  it('an HTML comment over several paragraphs is one block, none of its lines prose; an unclosed one is only its paragraph', () => {
+    const doc = [
+      '# API',
+      '',
+      '<!-- YAML',
+      'changes:',
+      '',
+      '  - version: v19.0.0',
+      '    description: Removed.',
+      '-->',
+      '',
+      'Reads a file.',
+      '',
+      '<!-- never closed',
+      '',
+      'Writes a file.',
+    ].join('\n');
+    assert.deepEqual(shape(doc), [
+      ['doc.md › API', 'API', '<!-- YAML\nchanges:\n\n  - version: v19.0.0\n    description: Removed.\n-->'],
+      ['doc.md › API', 'API', 'Reads a file.'],
+      ['doc.md › API', 'API', '<!-- never closed'],
+      ['doc.md › API', 'API', 'Writes a file.'],
+    ]);
+  });
+
   it('a code fence and a table are passages of their own; a lead-in ending in `:` stays with its block', () => {
     const doc = [
       '# Use',

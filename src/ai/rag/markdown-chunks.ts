@@ -7,6 +7,8 @@ import type { Passage } from './passage.js';
 
 const HEADING = /^ {0,3}(#{1,6})\s+(.+?)\s*#*\s*$/;
 const FENCE = /^ {0,3}(`{3,}|~{3,})/;
+/** A line opening an HTML comment block. */
+const COMMENT_OPEN = /^ {0,3}<!--/;
 /** A thematic break: three or more `-`, `*` or `_`, spaces allowed between. */
 const RULE = /^ {0,3}([-*_])(\s*\1){2,}\s*$/;
 const SETEXT = /^ {0,3}(=+|-+)\s*$/;
@@ -136,6 +138,17 @@ export function chunkMarkdown(markdown: string, file: string): Passage[] {
         flush();
       }
       continue;
+    }
+    // An HTML comment over several paragraphs (Node's `<!-- YAML` history) is one block, as CommonMark reads it: never prose.
+    if (COMMENT_OPEN.test(line) && !line.slice(line.indexOf('<!--') + 4).includes('-->')) {
+      const close = lines.findIndex((later, j) => j > i && later.includes('-->'));
+      if (close !== -1) {
+        flush();
+        block.push(...lines.slice(i, close + 1));
+        flush();
+        i = close;
+        continue;
+      }
     }
     const opens = FENCE.exec(line);
     if (opens !== null) {

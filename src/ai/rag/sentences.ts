@@ -141,6 +141,8 @@ function attributesOf(block: string): string | undefined {
 /** A list item that only names a thing: one code span (`` `BROTLI_PARAM_QUALITY` ``), its nested items describing it. */
 const NAME_ITEM = /^`[^`]+`$/;
 
+/** A list item that opens by naming something in code: an option, a property, a member. */
+const NAMED_ITEM = /^`[^`\s]+`/;
 /** A lead-in sentence ending in `:` takes the list items or code lines after it while it stays under this many characters. */
 const LEAD_IN_LIST = 240;
 
@@ -334,6 +336,12 @@ export function quotablesOf(text: string): Quotable[] {
       continue;
     }
     shortAt = undefined;
+    // An item naming an option or a member (`` `cost` {number} Cost. Must be a power of two. **Default:** `16384`. ``) says it whole: its later sentences lose the name alone.
+    if (item !== '' && NAMED_ITEM.test(item) && item.length <= LEAD_IN_LIST) {
+      add(item, entry);
+      leadIn = item.endsWith(':');
+      continue;
+    }
     const first = out.length;
     // Code spans, links and abbreviations are masked while splitting, so `nak(millis?)`, `show_bug.cgi?id=1` or "e.g. 30" never ends a sentence.
     const masked: string[] = [];
