@@ -53,6 +53,13 @@ describe('an HTML page in a corpus', () => {
       assert.ok(!markdown.includes(furniture), `${furniture} is not the page's content`);
   });
 
+  it('keeps a line break after inline code as a space: the words on either side stay apart', async () => {
+    const markdown = await htmlToMarkdown(
+      '<p>dynamic <a href="#x"><code>import()</code></a>\nexpressions load\n<em>modules</em>\n<code>lazily</code>.</p><pre><code>a\nb</code></pre>',
+    );
+    assert.equal(markdown, 'dynamic `import()` expressions load _modules_ `lazily`.\n\n```\na\nb\n```');
+  });
+
   it('without a main element, reads the body without its navigation, header and footer; an h1 needs no title', async () => {
     const markdown = await htmlToMarkdown(
       '<title>T</title><body><nav>Menu</nav><header>Banner</header><h1>Guide</h1><p>Install it with <code>npm i x</code>.</p><aside>Ad</aside><footer>Foot</footer></body>',

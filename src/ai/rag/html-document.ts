@@ -50,6 +50,8 @@ export async function htmlToMarkdown(html: string): Promise<string> {
     if (!/[\p{L}\p{N}]/u.test(link.text)) link.remove();
     else link.removeAttribute('href');
   }
+  // The translator drops a line break that follows inline code ("`import()`\nexpressions" → "`import()`expressions"): prose lines join with a space.
+  spaceLineBreaks(content);
   // A block of code as its text alone: highlighting spans dropped, variants (ESM and CommonJS) a blank line apart.
   for (const block of content.querySelectorAll('pre')) {
     const variants = block.querySelectorAll('code');
@@ -64,3 +66,17 @@ export async function htmlToMarkdown(html: string): Promise<string> {
 function escapeHtml(text: string): string {
   return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 }
+
+/** Line breaks in the text of `element` as spaces, outside `<pre>`, where they are the code's own. */
+function spaceLineBreaks(element: HTMLElement): void {
+  for (const child of element.childNodes) {
+    if (child.nodeType === TEXT_NODE) {
+      const text = child as unknown as { rawText: string };
+      if (text.rawText.includes('\n')) text.rawText = text.rawText.replace(/[ \t]*\r?\n[ \t]*/g, ' ');
+    } else if (child.nodeType === ELEMENT_NODE && (child as HTMLElement).tagName !== 'PRE') spaceLineBreaks(child as HTMLElement);
+  }
+}
+
+/** node-html-parser's node types (the DOM's numbers). */
+const ELEMENT_NODE = 1;
+const TEXT_NODE = 3;
