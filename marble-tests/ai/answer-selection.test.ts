@@ -53,11 +53,37 @@ describe('extractive answer selection', () => {
     assert.equal(answer.text.split('\n\n')[0], 'Set redact to hide the secret keys. [1]');
   });
 
+  it('quotes what stands before the best sentence only while it speaks of the question, or when the best one points back to it', () => {
+    const quote = (text: string) => {
+      const passages = [passage('agent', text)];
+      const candidates = candidatesOf(passages);
+      const words = terms({ agent: 1, retry: 4, attempt: 3 });
+      return composeAnswer(
+        v(1, 0),
+        passages,
+        candidates,
+        candidates.map(() => v(1, 0)),
+        { sentences: 1 },
+        words,
+      ).text.split('\n\n')[0];
+    };
+    assert.equal(
+      quote('Cancellation runs the other way. The agent drops the step. An agent can retry each attempt three times. It waits a second in between.'),
+      'The agent drops the step. [1] An agent can retry each attempt three times. [1] It waits a second in between. [1]',
+      'the sentence before holds "agent"; the one before that nothing of the question',
+    );
+    assert.equal(
+      quote('Cancellation runs the other way. Sockets are pooled per origin. They retry each attempt three times. Waits last a second.'),
+      'Cancellation runs the other way. [1] Sockets are pooled per origin. [1] They retry each attempt three times. [1] Waits last a second. [1]',
+      'the best sentence points back: what it points to is quoted',
+    );
+  });
+
   it('quotes the best sentence with up to two sentences of prose before and after it in its passage (context), never its code', () => {
     const passages = [
       passage(
         'pool',
-        'A pool opens sockets on demand. Each connection is kept alive after a response. The keep-alive timeout defaults to four seconds. Pipelining stays off by default.\n```js\nnew Pool(url, { keepAliveTimeout: 4000 })\n```',
+        'A pool opens connections on demand. Each connection is kept alive after a response. The keep-alive timeout defaults to four seconds. Pipelining stays off by default.\n```js\nnew Pool(url, { keepAliveTimeout: 4000 })\n```',
       ),
     ];
     const candidates = candidatesOf(passages);
@@ -67,11 +93,11 @@ describe('extractive answer selection', () => {
       composeAnswer(v(1, 0), passages, candidates, vectors, { sentences: 1, ...(context !== undefined && { context }) }, words).text.split('\n\n')[0];
     assert.equal(
       body(),
-      'A pool opens sockets on demand. [1] Each connection is kept alive after a response. [1] The keep-alive timeout defaults to four seconds. [1] Pipelining stays off by default. [1]',
+      'A pool opens connections on demand. [1] Each connection is kept alive after a response. [1] The keep-alive timeout defaults to four seconds. [1] Pipelining stays off by default. [1]',
     );
     assert.equal(
       body(1),
-      'A pool opens sockets on demand. [1] Each connection is kept alive after a response. [1] The keep-alive timeout defaults to four seconds. [1]',
+      'A pool opens connections on demand. [1] Each connection is kept alive after a response. [1] The keep-alive timeout defaults to four seconds. [1]',
     );
     assert.equal(body(0), 'Each connection is kept alive after a response. [1]');
     // A table row is a block of its own: the rows beside it are other options, not its context.
@@ -94,7 +120,7 @@ describe('extractive answer selection', () => {
     assert.equal(row.text.split('\n\n')[0], 'option: sampleRate; default: 0 timed elements [1]');
     assert.equal(
       body(2),
-      'A pool opens sockets on demand. [1] Each connection is kept alive after a response. [1] The keep-alive timeout defaults to four seconds. [1] Pipelining stays off by default. [1]',
+      'A pool opens connections on demand. [1] Each connection is kept alive after a response. [1] The keep-alive timeout defaults to four seconds. [1] Pipelining stays off by default. [1]',
     );
   });
 

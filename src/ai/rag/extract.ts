@@ -20,7 +20,7 @@ export interface ExtractOptions {
   readonly sentences?: number;
   /** A sentence scoring below this is left out: its cosine to the question, or with query words its blend of sentence BM25 and cosine. Default 0.2. */
   readonly minScore?: number;
-  /** Sentences of its paragraph, list item or code fence quoted on each side of the best one, as its context. Default 2; 0 quotes the picked sentences alone. */
+  /** Sentences of its paragraph, list item or code fence quoted on each side of the best one, as its context (those before it only while they hold a word of the question, unless it points back). Default 2; 0 quotes the picked sentences alone. */
   readonly context?: number;
 }
 
@@ -123,7 +123,7 @@ export function composeAnswer(
           .slice(0, limit)
       : pickByWords(passages, candidates, cosines, words, limit, minScore);
   if (picked.length === 0) return { text: NO_ANSWER, sources: [] };
-  return writeAnswer(passages, withAntecedents(withContext(picked, candidates, options.context ?? 2), candidates, passages));
+  return writeAnswer(passages, withAntecedents(withContext(picked, candidates, options.context ?? 2, words), candidates, passages));
 }
 
 /**
@@ -131,13 +131,25 @@ export function composeAnswer(
  * paragraph, list item or code fence; a table row has none) before and after it: the sentence that
  * best answers is quoted in its context, where a value or a condition it leaves out is often stated.
  */
-function withContext(picked: readonly Scored[], candidates: readonly Candidate[], width: number): Scored[] {
+function withContext(picked: readonly Scored[], candidates: readonly Candidate[], width: number, words?: QueryTerms): Scored[] {
   const anchor = picked[0];
   if (anchor === undefined || width === 0) return [...picked];
   const quoted = new Set(picked.map((p) => `${p.passage}:${p.position}`));
-  const beside = candidates.filter(
+  const block = candidates.filter((c) => c.passage === anchor.passage && c.block === anchor.block);
+  const asked = new Set(words?.terms ?? []);
+  const speaksOf = (c: Candidate) => words === undefined || words.termsOf(c.text).some((term) => asked.has(term));
+  // What comes before the best sentence is quoted only while it speaks of the question, unless the best one points back to it: the answer opens on the point.
+  let reach = width;
+  if (!POINTS_BACK.test(anchor.text)) {
+    reach = 0;
+    while (reach < width && block.some((c) => c.position === anchor.position - reach - 1 && speaksOf(c))) reach++;
+  }
+  const beside = block.filter(
     (c) =>
-      c.passage === anchor.passage && c.block === anchor.block && Math.abs(c.position - anchor.position) <= width && !quoted.has(`${c.passage}:${c.position}`),
+      c.position - anchor.position <= width &&
+      anchor.position - c.position <= reach &&
+      c.position !== anchor.position &&
+      !quoted.has(`${c.passage}:${c.position}`),
   );
   return [...picked, ...beside.map((c) => ({ ...c, score: 0, ranked: 0, held: new Set<string>() }))];
 }
