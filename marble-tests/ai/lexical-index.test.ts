@@ -36,6 +36,21 @@ describe('LexicalIndex', () => {
     assert.equal(named.search('child logger', 1)[0]!.id, 'c#1', 'by the words of its file name');
   });
 
+  it('compounds: two words of a question the corpus writes as one are found as one, and retrieval ranks by them', () => {
+    const docs = LexicalIndex.of<PassageMetadata>([
+      { id: 'cli#1', text: 'Set the size of the libuv threadpool with UV_THREADPOOL_SIZE.', source: 'cli.md › Environment' },
+      { id: 'w#1', text: 'A worker thread runs JavaScript in parallel with the main thread.', source: 'workers.md › Threads' },
+      { id: 'p#1', text: 'A connection pool keeps sockets open.', source: 'net.md › Pools' },
+      { id: 'f#1', text: 'Each filename is resolved against the current directory.', source: 'fs.md › Paths' },
+    ]);
+    assert.deepEqual(docs.compounds('How big is the thread pool of libuv by default?'), ['threadpool']);
+    assert.deepEqual(docs.compounds('Which file names are resolved, and is a to do list?'), ['filenam']);
+    assert.deepEqual(docs.compounds('boiling water pool'), []);
+    const vectors = new VectorIndex<PassageMetadata>(2);
+    const found = retrievePassages({ index: vectors, lexical: docs, k: 1, mode: 'lexical' }, 'how big is the thread pool', undefined);
+    assert.equal(found.passages[0]?.id, 'cli#1', 'the passage that writes it as one word');
+  });
+
   it('terms: case, plurals, -ed, -ing and stop words folded the same for queries and passages', () => {
     assert.deepEqual(lexicalTerms('What are the policies?'), lexicalTerms('policy'));
     assert.equal(lexicalTerm('paused'), lexicalTerm('pause'));

@@ -19,6 +19,9 @@ const HEADING_BOOST = 3;
 /** A path word names its documents for a question only while at most this share of the documents' paths hold it. */
 const NAMING_SHARE = 0.1;
 
+/** The shortest word that joins its neighbour into a compound (`compounds`). */
+const COMPOUND_PART = 3;
+
 /** Passages a section found stands for, those holding most of the query first: the answer may sit beside the best-covered one. */
 const PASSAGES_PER_SECTION = 2;
 
@@ -209,6 +212,22 @@ export class LexicalIndex<M extends PassageMetadata = PassageMetadata> {
       }
     }
     return hits;
+  }
+
+  /**
+   * The terms of this corpus that two adjacent words of `query` make written as one ("thread pool"
+   * → `threadpool`, "file name" → `filenam`): documentation writes many a compound both ways.
+   */
+  compounds(query: string): string[] {
+    const words = query.toLowerCase().match(/\p{L}+/gu) ?? [];
+    const found = new Set<string>();
+    for (let i = 0; i + 1 < words.length; i++) {
+      // Short words joined make chance terms ("to do", "a pi").
+      if (words[i]!.length < COMPOUND_PART || words[i + 1]!.length < COMPOUND_PART) continue;
+      const term = lexicalTerm(words[i]! + words[i + 1]!);
+      if (term !== null && this.frequency.has(term)) found.add(term);
+    }
+    return [...found];
   }
 
   /** How rare `term` is here (BM25's IDF): high for a term few passages hold, highest for one none holds. */

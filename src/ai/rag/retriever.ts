@@ -93,7 +93,9 @@ export function retrievePassages<M extends PassageMetadata>(plan: RetrievalPlan<
   const granularity = plan.granularity ?? 'passage';
   const lexicalRanks = mode !== 'dense' && lexical !== undefined;
   const lexicalDepth = mode === 'lexical' && granularity === 'passage' ? k : depth(k);
-  let words = lexicalRanks && granularity !== 'section' ? lexical.search(text, lexicalDepth, filter) : [];
+  // A compound the question writes as two words ("thread pool") is searched as the corpus writes it too (`threadpool`), as a word of its own.
+  const compounds = lexical === undefined ? [] : lexical.compounds(text).map((term) => ({ term, weight: 1 }));
+  let words = lexicalRanks && granularity !== 'section' ? lexical.search(text, lexicalDepth, filter, compounds) : [];
   if (plan.feedback !== undefined && words.length > 0) {
     const found = words.slice(0, plan.feedback.passages).map((h) => ({ text: h.metadata.text, score: h.score }));
     words = lexical!.search(text, lexicalDepth, filter, feedbackTerms(lexicalTerms(text), found, lexical!, plan.feedback));
