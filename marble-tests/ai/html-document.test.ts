@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import fc from 'fast-check';
 import { loadCorpus } from '../../src/ai/rag/corpus.js';
 import type { CorpusSkip } from '../../src/ai/rag/document-text.js';
+import { NodeHtmlMarkdown } from 'node-html-markdown';
 import { htmlToMarkdown } from '../../src/ai/rag/html-document.js';
 
 /** A documentation page as generators write them: navigation around a main element, highlighted code in two variants, permalinks, a script. */
@@ -58,6 +59,16 @@ describe('an HTML page in a corpus', () => {
       '<p>dynamic <a href="#x"><code>import()</code></a>\nexpressions load\n<em>modules</em>\n<code>lazily</code>.</p><pre><code>a\nb</code></pre>',
     );
     assert.equal(markdown, 'dynamic `import()` expressions load _modules_ `lazily`.\n\n```\na\nb\n```');
+  });
+
+  it('translates a long page in pieces of whole blocks, to the Markdown it translates to whole', async () => {
+    const sections = Array.from({ length: 1200 }, (_, i) => `<h2>Part ${i}</h2><p>Step ${i} sets <code>option${i}</code>\nto <em>on</em> and waits.</p>`);
+    const page = `<main><div>${sections.join('')}<div>Install it with <code>npm i x</code>\ntoday.</div></div></main>`;
+    assert.ok(page.length > 60_000, 'long enough to be cut');
+    const whole = new NodeHtmlMarkdown({ maxConsecutiveNewlines: 2, globalEscape: [/(?!)/g, ''] }).translate(page.replaceAll('\n', ' ')).trim();
+    const pieces = await htmlToMarkdown(page);
+    assert.equal(pieces, whole);
+    assert.match(pieces, /^## Part 1199\n\nStep 1199 sets `option1199` to _on_ and waits\.\n\nInstall it with `npm i x` today\.$/m);
   });
 
   it('without a main element, reads the body without its navigation, header and footer; an h1 needs no title', async () => {
