@@ -115,6 +115,12 @@ describe('chunkMarkdown', () => {
       ['doc.md › API', 'API', '<!-- never closed'],
       ['doc.md › API', 'API', 'Writes a file.'],
     ]);
+    const long = chunkMarkdown(`<!-- notes\n${'a line of notes\n'.repeat(200_000)}-->\n\nAfter the notes.`, 'long.md');
+    assert.deepEqual(
+      long.map((p) => (p.text.length > 100 ? 'the comment' : p.text)),
+      ['the comment', 'After the notes.'],
+      'a comment of 200,000 lines is one block',
+    );
   });
 
   it('a code fence and a table are passages of their own; a lead-in ending in `:` stays with its block', () => {

@@ -128,6 +128,8 @@ export function chunkMarkdown(markdown: string, file: string): Passage[] {
     path.length = level;
     path[level - 1] = plain(text);
   };
+  // The last line closing an HTML comment: an opener after it is no block, and none is looked for past it.
+  const lastClose = lines.findLastIndex((line) => line.includes('-->'));
   for (let i = front.end; i < lines.length; i++) {
     const line = lines[i]!;
     if (fence !== undefined) {
@@ -140,15 +142,14 @@ export function chunkMarkdown(markdown: string, file: string): Passage[] {
       continue;
     }
     // An HTML comment over several paragraphs (Node's `<!-- YAML` history) is one block, as CommonMark reads it: never prose.
-    if (COMMENT_OPEN.test(line) && !line.slice(line.indexOf('<!--') + 4).includes('-->')) {
-      const close = lines.findIndex((later, j) => j > i && later.includes('-->'));
-      if (close !== -1) {
-        flush();
-        block.push(...lines.slice(i, close + 1));
-        flush();
-        i = close;
-        continue;
-      }
+    if (COMMENT_OPEN.test(line) && i < lastClose && !line.slice(line.indexOf('<!--') + 4).includes('-->')) {
+      let close = i + 1;
+      while (!lines[close]!.includes('-->')) close++;
+      flush();
+      block = lines.slice(i, close + 1);
+      flush();
+      i = close;
+      continue;
     }
     const opens = FENCE.exec(line);
     if (opens !== null) {
