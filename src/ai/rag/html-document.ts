@@ -50,7 +50,7 @@ export async function htmlToMarkdown(html: string): Promise<string> {
     if (!/[\p{L}\p{N}]/u.test(link.text)) link.remove();
     else link.removeAttribute('href');
   }
-  // The translator drops a line break that follows inline code ("`import()`\nexpressions" → "`import()`expressions"): prose lines join with a space.
+  // The translator drops a line break after inline code, joining two words: prose lines join with a space.
   spaceLineBreaks(content);
   // A block of code as its text alone: highlighting spans dropped, variants (ESM and CommonJS) a blank line apart.
   for (const block of content.querySelectorAll('pre')) {
