@@ -29,7 +29,9 @@ export type CorpusSpec =
   /** A folder of the npm CLI package that runs the eval (`docs/content`: npm's own documentation, installed with Node). */
   | { readonly npmCli: string }
   /** Files of the Node.js API documentation installed beside the `node` that runs the eval (`nodeDocsRoot`), copied like `npm`'s. */
-  | { readonly nodeDocs: readonly string[] };
+  | { readonly nodeDocs: readonly string[] }
+  /** A folder of the Node.js documentation installed beside the `node` that runs the eval (`contributing`: Node's contributor guides), read as it is. */
+  | { readonly nodeDocsFolder: string };
 
 export interface QuestionSet {
   readonly name: string;
@@ -51,6 +53,7 @@ const setSchema = z.strictObject({
     z.strictObject({ npm: z.array(z.string().min(1)).min(1) }),
     z.strictObject({ npmCli: z.string().min(1) }),
     z.strictObject({ nodeDocs: z.array(z.string().min(1)).min(1) }),
+    z.strictObject({ nodeDocsFolder: z.string().min(1) }),
   ]),
   questions: z.array(questionSchema).min(1),
 });
@@ -104,7 +107,8 @@ export async function assembleCorpus(set: QuestionSet, root: string): Promise<As
     const dir = isAbsolute(set.corpus.dir) ? set.corpus.dir : resolve(root, set.corpus.dir);
     return { dir, questions: set.questions, missing: [], skippedQuestions: 0, remove: async () => {} };
   }
-  if ('npmCli' in set.corpus) return npmCliCorpus(set, set.corpus.npmCli);
+  if ('npmCli' in set.corpus) return folderCorpus(set, join(npmCliRoot(), set.corpus.npmCli));
+  if ('nodeDocsFolder' in set.corpus) return folderCorpus(set, join(nodeDocsRoot(), '..', set.corpus.nodeDocsFolder));
   if ('nodeDocs' in set.corpus) return copiedCorpus(set, nodeDocsRoot(), set.corpus.nodeDocs);
   return copiedCorpus(set, join(root, 'node_modules'), set.corpus.npm);
 }
@@ -146,9 +150,8 @@ export function npmCliRoot(env: NodeJS.ProcessEnv = process.env): string {
   return resolve(dirname(process.execPath), '..', 'lib', 'node_modules', 'npm');
 }
 
-/** A folder of the npm CLI as the corpus; questions whose file this npm version lacks are left out, and a missing folder skips the set. */
-async function npmCliCorpus(set: QuestionSet, folder: string): Promise<AssembledCorpus | undefined> {
-  const dir = join(npmCliRoot(), folder);
+/** An installed folder as the corpus (npm's or Node's docs); questions whose file this version lacks are left out, and a missing folder skips the set. */
+async function folderCorpus(set: QuestionSet, dir: string): Promise<AssembledCorpus | undefined> {
   if (!existsSync(dir)) return undefined;
   const files = [...new Set(set.questions.flatMap((q) => (q.file === undefined ? [] : [q.file])))];
   const missing: string[] = [];

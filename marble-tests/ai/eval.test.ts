@@ -237,7 +237,7 @@ describe('the shipped question sets', () => {
       // npm's docs are those of whichever npm runs the tests: a set over them is checked when the npm it was written for runs.
       if ('npmCli' in set.corpus && !set.description?.includes(`npm ${await npmVersion()}`)) continue;
       // Node's docs likewise are those installed with the node that runs the tests.
-      if ('nodeDocs' in set.corpus && !set.description?.includes(`Node.js ${process.version}`)) continue;
+      if (('nodeDocs' in set.corpus || 'nodeDocsFolder' in set.corpus) && !set.description?.includes(`Node.js ${process.version}`)) continue;
       const base =
         'dir' in set.corpus
           ? join(root, set.corpus.dir)
@@ -245,7 +245,9 @@ describe('the shipped question sets', () => {
             ? join(npmCliRoot(), set.corpus.npmCli)
             : 'nodeDocs' in set.corpus
               ? nodeDocsRoot()
-              : join(root, 'node_modules');
+              : 'nodeDocsFolder' in set.corpus
+                ? join(nodeDocsRoot(), '..', set.corpus.nodeDocsFolder)
+                : join(root, 'node_modules');
       for (const q of set.questions) {
         if (q.file === undefined || !existsSync(join(base, q.file))) continue;
         const raw = await readFile(join(base, q.file), 'utf8');
@@ -313,6 +315,19 @@ describe('the shipped question sets', () => {
     } finally {
       await corpus!.remove();
     }
+  });
+
+  it('reads a folder of the Node.js docs as it is, and skips a set whose folder is not installed', async () => {
+    const questions = [
+      { question: 'How do I land a pull request?', file: 'pull-requests.md', fact: 'pull request' },
+      { question: 'Who won the 2014 World Cup?' },
+    ];
+    assert.equal(await assembleCorpus({ name: 'guides', corpus: { nodeDocsFolder: 'no-such-folder' }, questions }, root), undefined);
+    const corpus = await assembleCorpus({ name: 'guides', corpus: { nodeDocsFolder: 'api' }, questions }, root);
+    if (!existsSync(nodeDocsRoot())) return assert.equal(corpus, undefined);
+    assert.equal(corpus!.dir, nodeDocsRoot());
+    assert.deepEqual(corpus!.missing, ['pull-requests.md']);
+    assert.deepEqual(corpus!.questions, [questions[1]]);
   });
 
   it('rejects a covered question without its fact, naming the field', async () => {
