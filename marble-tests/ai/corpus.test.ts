@@ -59,7 +59,7 @@ const paragraph = fc.oneof(
 /** A file of the corpus: a Markdown document of paragraphs, or one that is not text at all. */
 type CorpusFile =
   | { readonly kind: 'markdown'; readonly heading: boolean; readonly paragraphs: readonly Paragraph[]; readonly utf16: boolean }
-  | { readonly kind: 'binary' | 'not-utf8' | 'too-large' };
+  | { readonly kind: 'binary' | 'not-utf8' | 'too-large' | 'latin1' };
 const corpusFile: fc.Arbitrary<CorpusFile> = fc.oneof(
   {
     weight: 4,
@@ -70,17 +70,22 @@ const corpusFile: fc.Arbitrary<CorpusFile> = fc.oneof(
       utf16: fc.boolean(),
     }),
   },
-  { weight: 1, arbitrary: fc.constantFrom('binary' as const, 'not-utf8' as const, 'too-large' as const).map((kind) => ({ kind })) },
+  { weight: 1, arbitrary: fc.constantFrom('binary' as const, 'not-utf8' as const, 'too-large' as const, 'latin1' as const).map((kind) => ({ kind })) },
 );
 
 const MAX_FILE_BYTES = 4096;
+/** A paragraph of a file written in Latin-1, not UTF-8: read in the charset its bytes show. */
+const LATIN1_TEXT = 'Le café ouvre à midi, la crème brûlée est très bonne.';
 
 function bytesOf(file: CorpusFile): Buffer {
   switch (file.kind) {
     case 'binary':
       return Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d]);
     case 'not-utf8':
-      return Buffer.from('caf\xe9 cr\xe8me, written in Latin-1\n', 'latin1');
+      // Bytes of no charset at all, and no NUL among them.
+      return Buffer.from(Array.from({ length: 256 }, (_, i) => ((i * 97) % 255) + 1));
+    case 'latin1':
+      return Buffer.from(`${LATIN1_TEXT}\n`, 'latin1');
     case 'too-large':
       return Buffer.from(`${'stage queue demand '.repeat(MAX_FILE_BYTES / 8)}\n`);
     case 'markdown': {
@@ -98,7 +103,8 @@ async function writeCorpus(dir: string, files: readonly CorpusFile[]) {
     const folder = i % 3 === 0 ? dir : join(dir, `part-${i % 3}`);
     await mkdir(folder, { recursive: true });
     await writeFile(join(folder, `doc-${i}.md`), bytesOf(file));
-    if (file.kind !== 'markdown') expected.files.set(file.kind, (expected.files.get(file.kind) ?? 0) + 1);
+    if (file.kind === 'latin1') expected.words.push(LATIN1_TEXT);
+    else if (file.kind !== 'markdown') expected.files.set(file.kind, (expected.files.get(file.kind) ?? 0) + 1);
     else
       for (const p of file.paragraphs) {
         if (p.kind === 'words') expected.words.push(p.text);

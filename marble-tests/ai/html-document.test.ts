@@ -95,26 +95,34 @@ describe('an HTML page in a corpus', () => {
     );
   });
 
-  it('reads a page that is not UTF-8 in the charset it declares; one declaring none, or one unknown, is skipped as not-utf8', async () => {
+  it('reads a page that is not UTF-8 in the charset it declares, else in the one its bytes show', async () => {
     const latin = await mkdtemp(join(tmpdir(), 'sluice-html-latin1-'));
     try {
-      const body = (meta: string) => Buffer.from(`<html><head>${meta}</head><body><p>Le caf\u00e9 ouvre \u00e0 midi.</p></body></html>`, 'latin1');
+      const text = 'Le caf\u00e9 ouvre \u00e0 midi, la cr\u00e8me br\u00fbl\u00e9e est tr\u00e8s bonne.';
+      const body = (meta: string) => Buffer.from(`<html><head>${meta}</head><body><p>${text}</p></body></html>`, 'latin1');
       await writeFile(join(latin, 'declared.html'), body('<meta charset="iso-8859-1">'));
       await writeFile(join(latin, 'http-equiv.htm'), body('<meta http-equiv="Content-Type" content="text/html; charset=windows-1252">'));
       await writeFile(join(latin, 'undeclared.html'), body(''));
       await writeFile(join(latin, 'unknown.html'), body('<meta charset="no-such-charset">'));
-      await writeFile(join(latin, 'notes.txt'), body('<meta charset="iso-8859-1">'));
+      await writeFile(join(latin, 'notes.txt'), Buffer.from(`${text}\n`, 'latin1'));
+      // Shift_JIS: 日本語の文章です。 (a sentence of Japanese), several times.
+      const sentence = [0x93, 0xfa, 0x96, 0x7b, 0x8c, 0xea, 0x82, 0xcc, 0x95, 0xb6, 0x8f, 0xcd, 0x82, 0xc5, 0x82, 0xb7, 0x81, 0x42];
+      await writeFile(join(latin, 'japanese.txt'), Buffer.from([...sentence, ...sentence, ...sentence, ...sentence]));
+      await writeFile(join(latin, 'noise.txt'), Buffer.from(Array.from({ length: 256 }, (_, i) => ((i * 97) % 255) + 1)));
       const skipped: CorpusSkip[] = [];
       const passages = await loadCorpus(latin, { onSkip: (skip) => skipped.push(skip) });
       assert.deepEqual(passages.map((p) => [p.source, p.text]).sort(), [
-        ['declared.html', 'Le café ouvre à midi.'],
-        ['http-equiv.htm', 'Le café ouvre à midi.'],
+        ['declared.html', text],
+        ['http-equiv.htm', text],
+        ['japanese.txt', '日本語の文章です。'.repeat(4)],
+        ['notes.txt', text],
+        ['undeclared.html', text],
+        ['unknown.html', text],
       ]);
-      assert.deepEqual(skipped.map((skip) => [skip.file, skip.reason]).sort(), [
-        ['notes.txt', 'not-utf8'],
-        ['undeclared.html', 'not-utf8'],
-        ['unknown.html', 'not-utf8'],
-      ]);
+      assert.deepEqual(
+        skipped.map((skip) => [skip.file, skip.reason]),
+        [['noise.txt', 'not-utf8']],
+      );
     } finally {
       await rm(latin, { recursive: true, force: true });
     }
