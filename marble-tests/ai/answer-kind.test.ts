@@ -52,6 +52,8 @@ describe('the kind of answer a question asks for', () => {
     const duration = expectedAnswer('How long does it wait?')!;
     assert.equal(answerShare(duration, 'It waits 300 ms.'), 1);
     assert.equal(answerShare(duration, 'It waits for 300 requests.'), 0);
+    for (const text of ['It runs every five minutes.', 'It is closed 6 months after.', 'Keep it for two weeks.', 'a 30-day trial', 'It lasts a year.'])
+      assert.equal(answerShare(duration, text), 1, text);
   });
 
   it('prefers the sentence holding the value asked for over a shorter one that only shares its words', () => {

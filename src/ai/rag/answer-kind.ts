@@ -43,7 +43,8 @@ const DEFAULTS = new RegExp(
 const HOLDS: Readonly<Record<AnswerKind, RegExp>> = {
   number:
     /(?:^|[^\w.])\d[\d_,]*(?:\.\d+)?(?:e\d+)?(?![\w.]*\.\d)|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|twice|once|unlimited|infinity|no limit)\b/i,
-  duration: /\d[\d_,.]*(?:e\d+)?\s*(?:ms|milliseconds?|millis|s|secs?|seconds?|min|minutes?|h|hours?|days?)\b|\b(?:an?|one) (?:second|minute|hour|day)\b/i,
+  duration:
+    /(?:\d[\d_,.]*(?:e\d+)?|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty|sixty|a few|several))[\s-]*(?:ms|milliseconds?|millis|s|secs?|seconds?|min|minutes?|h|hours?|days?|weeks?|months?|years?)\b|\b(?:an?|one) (?:second|minute|hour|day|week|month|year)\b/i,
   version: /\bv?\d+\.\d+(?:\.\d+)?\b|\b(?:node(?:\.js)?|version|v)\s*\d+|\b\p{Lu}[\w.]*\s\d+\+?(?!\S*\d\.)/u,
   variable: /\b\p{Lu}[\p{Lu}\d]*(?:_[\p{Lu}\d]+)+\b/u,
   reason: /\b(?:because|due to|since|so that|in order to|otherwise|as a result|which means|to (?:prevent|avoid|ensure|allow|keep|make sure))\b/i,
