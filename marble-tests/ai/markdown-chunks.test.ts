@@ -47,6 +47,11 @@ describe('chunkMarkdown', () => {
     assert.equal(passage!.source, 'README.md › The pino API and Usage');
   });
 
+  it('a heading loses its emphasis marks, but never the underscores of a name', () => {
+    const doc = ['# add_custom_command', '## `NODE_DEBUG_NATIVE=module`', '### The *new* and __strong__ _way_ with `a_*b*_c`', 'Text.'].join('\n');
+    assert.equal(chunkMarkdown(doc, 'a.md')[0]!.headings, 'add_custom_command › NODE_DEBUG_NATIVE=module › The new and strong way with a_*b*_c');
+  });
+
   it('a paragraph that only names what follows (a code name, bold words) heads it, until the next one or a heading', () => {
     const doc = [
       '## HTTP',

@@ -71,7 +71,9 @@ export const FLAGS: readonly Flag[] = [
     arg: '<dir>',
     env: ['SLUICE_CORPUS'],
     default: 'bundled docs',
-    help: { serve: 'Markdown, text and HTML files to answer from, subfolders too; with --upstream, sluice-rag retrieves here for an upstream model' },
+    help: {
+      serve: 'Markdown, text, HTML and reStructuredText files to answer from, subfolders too; with --upstream, sluice-rag retrieves here for an upstream model',
+    },
     to: 'corpus',
   },
   {

@@ -36,14 +36,20 @@ function slug(text: string): string {
 
 /** A heading's text without inline markup: what a reader sees. Images (badges, logos) and HTML tags are left out, links keep their text. */
 function plain(heading: string): string {
-  return heading
-    .replace(/!\[[^\]]*\](\([^)]*\)|\[[^\]]*\])/g, '')
-    .replace(/<\/?[A-Za-z][^>]*>/g, '')
-    .replace(/\[\s*\]\([^)]*\)|\[\s*\]\[[^\]]*\]/g, '')
-    .replace(/`([^`]*)`/g, '$1')
-    .replace(/\[([^\]]*)\](\([^)]*\)|\[[^\]]*\])/g, '$1')
-    .replace(/[*_]{1,2}([^*_]+)[*_]{1,2}/g, '$1')
-    .trim();
+  return (
+    heading
+      .replace(/!\[[^\]]*\](\([^)]*\)|\[[^\]]*\])/g, '')
+      .replace(/<\/?[A-Za-z][^>]*>/g, '')
+      .replace(/\[\s*\]\([^)]*\)|\[\s*\]\[[^\]]*\]/g, '')
+      .replace(/\[([^\]]*)\](\([^)]*\)|\[[^\]]*\])/g, '$1')
+      .split(/(`[^`]*`)/)
+      // Emphasis outside code spans; an underscore inside a word (`max_depth`, NODE_DEBUG_NATIVE) is the word's own, as CommonMark reads it.
+      .map((part) =>
+        part.startsWith('`') ? part.slice(1, -1) : part.replace(/\*{1,2}([^*]+)\*{1,2}|(?<![\p{L}\p{N}])_{1,2}([^_]+)_{1,2}(?![\p{L}\p{N}])/gu, '$1$2'),
+      )
+      .join('')
+      .trim()
+  );
 }
 
 /** The front matter at the top of a document (`---` … `---`): the lines it spans and its `title`, if any. */

@@ -1,0 +1,122 @@
+import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import fc from 'fast-check';
+import { loadCorpus } from '../../src/ai/rag/corpus.js';
+import { isRstFile, rstToMarkdown } from '../../src/ai/rag/rst-document.js';
+
+const PAGE = [
+  '=========',
+  ' MyLib',
+  '=========',
+  '',
+  '.. _intro:',
+  '',
+  'Introduction',
+  '============',
+  '',
+  'MyLib reads :func:`mylib.load` files. See `the docs <https://x.org>`_ and :ref:`Install <install>`.',
+  '',
+  '.. note::',
+  '   The default timeout is 30 seconds.',
+  '',
+  'Usage',
+  '-----',
+  '',
+  'Call it like this::',
+  '',
+  '    import mylib',
+  '    mylib.load("x")',
+  '',
+  '.. code-block:: python',
+  '   :linenos:',
+  '',
+  '   x = 1',
+  '',
+  'Options',
+  '~~~~~~~',
+  '',
+  '- ``timeout``: seconds to wait.',
+  '  Defaults to 30.',
+  '',
+  '.. This is a comment',
+  '   spanning lines.',
+  '',
+  '.. toctree::',
+  '   :maxdepth: 2',
+  '',
+  '   install',
+  '',
+  '~~~~',
+  '',
+  'More',
+  '----',
+  '',
+  'Done.',
+].join('\n');
+
+describe('a reStructuredText page in a corpus', () => {
+  it('reads titles by their adornment, in the order the page first uses each', () => {
+    const headings = rstToMarkdown(PAGE)
+      .split('\n')
+      .filter((line) => line.startsWith('#'));
+    assert.deepEqual(headings, ['# MyLib', '## Introduction', '### Usage', '#### Options', '### More']);
+  });
+
+  it('quotes literal blocks and code directives as fences, admonitions with their label, roles and links as their text', () => {
+    const markdown = rstToMarkdown(PAGE);
+    assert.match(markdown, /MyLib reads `mylib\.load` files\. See the docs and Install\./);
+    assert.match(markdown, /Note: The default timeout is 30 seconds\./);
+    assert.match(markdown, /Call it like this:\n\n```\nimport mylib\nmylib\.load\("x"\)\n```/);
+    assert.match(markdown, /```python\nx = 1\n```/);
+    assert.match(markdown, /- `timeout`: seconds to wait\.\nDefaults to 30\./);
+    for (const gone of ['comment', '_intro', 'toctree', 'maxdepth', 'install\n', '~~~']) assert.ok(!markdown.includes(gone), gone);
+  });
+
+  it('is read by loadCorpus with its headings, beside Markdown', async () => {
+    assert.equal(isRstFile('docs/index.rst'), true);
+    assert.equal(isRstFile('notes.md'), false);
+    const dir = await mkdtemp(join(tmpdir(), 'sluice-rst-'));
+    try {
+      await writeFile(join(dir, 'guide.rst'), PAGE);
+      const passages = await loadCorpus(dir);
+      const timeout = passages.find((p) => p.text.includes('default timeout'));
+      assert.equal(timeout?.source, 'guide.rst › Introduction');
+      assert.ok(passages.some((p) => p.source === 'guide.rst › Usage' && p.text.includes('```python')));
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('turns any text into Markdown whose fences all close, without an error (property)', () => {
+    const line = fc.oneof(
+      fc.constantFrom(
+        '',
+        '====',
+        '----',
+        '~~~~',
+        '::',
+        'Title',
+        '.. note::',
+        '.. code-block:: js',
+        '.. _x:',
+        '..',
+        '   indented',
+        'text::',
+        '``a``',
+        ':ref:`x <y>`',
+      ),
+      fc.string({ maxLength: 12 }).map((s) => s.replace(/`{3,}/g, '``')),
+    );
+    fc.assert(
+      fc.property(fc.array(line, { maxLength: 30 }), (lines) => {
+        const markdown = rstToMarkdown(lines.join('\n'));
+        const fences = markdown.split('\n').filter((l) => l.startsWith('```')).length;
+        assert.equal(fences % 2, 0);
+      }),
+      { numRuns: 300 },
+    );
+  });
+});

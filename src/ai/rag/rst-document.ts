@@ -1,0 +1,146 @@
+/**
+ * A reStructuredText page (Sphinx and docutils documentation) as the Markdown the corpus's chunker
+ * reads: section titles by their adornment, literal blocks and code directives as fences,
+ * admonitions as labelled paragraphs, roles and links as their text. No well-kept JavaScript parser
+ * of reStructuredText exists; this reads what carries a page's structure and leaves the rest as text.
+ */
+
+/** A line of one punctuation character repeated: a title's adornment, or a transition. */
+const ADORNMENT = /^([!-/:-@[-`{-~])\1{2,}\s*$/;
+/** A directive (`.. note::`, `.. code-block:: python`): its name and argument. */
+const DIRECTIVE = /^\.\.\s+([\w:-]+)::\s*(.*)$/;
+/** Directives whose content is code: quoted as a fence in the language their argument names. */
+const CODE = new Set(['code-block', 'code', 'sourcecode', 'literalinclude', 'doctest', 'testcode', 'parsed-literal']);
+/** Directives with nothing a reader reads: navigation, images, raw output, indexes. */
+const SILENT = new Set([
+  'toctree',
+  'image',
+  'figure',
+  'raw',
+  'include',
+  'contents',
+  'index',
+  'meta',
+  'sectnum',
+  'autosummary',
+  'highlight',
+  'currentmodule',
+  'module',
+  'default-role',
+  'role',
+  'tabularcolumns',
+]);
+
+/** Whether a document's file name says it is reStructuredText. */
+export function isRstFile(file: string): boolean {
+  return /\.(rst|rest)$/i.test(file);
+}
+
+const indentOf = (line: string): number => line.length - line.trimStart().length;
+const blank = (line: string | undefined): boolean => line === undefined || line.trim() === '';
+
+/** The block indented under line `start` (its blank lines inside), dedented, and the index after it. */
+function indentedBlock(lines: readonly string[], start: number, base: number): { readonly block: string[]; readonly next: number } {
+  let end = start;
+  while (end < lines.length && (blank(lines[end]) || indentOf(lines[end]!) > base)) end++;
+  while (end > start && blank(lines[end - 1])) end--;
+  let begin = start;
+  while (begin < end && blank(lines[begin])) begin++;
+  const body = lines.slice(begin, end);
+  const margin = Math.min(...body.filter((l) => !blank(l)).map(indentOf));
+  return { block: body.map((l) => (blank(l) ? '' : l.slice(Number.isFinite(margin) ? margin : 0))), next: end };
+}
+
+/** Inline markup as its text: `` :func:`os.path.join` `` as code, `` `text <url>`_ `` and `` :ref:`Title <label>` `` as the title. */
+function inline(line: string): string {
+  return line
+    .replace(/``([^`]+)``/g, '`$1`')
+    .replace(/:(?:ref|doc|term|numref|download|any):`([^`<]*?)\s*(?:<[^`>]*>)?`/g, (_, text: string) => text)
+    .replace(/:[\w.+-]+(?::[\w.+-]+)?:`~?([^`]+)`/g, (_, text: string) => `\`${text.replace(/\s*<[^>]*>$/, '')}\``)
+    .replace(/`([^`<]+?)\s*<[^`>]+>`__?/g, '$1')
+    .replace(/`([^`]+)`__?(?=\W|$)/g, '$1');
+}
+
+/** The Markdown of reStructuredText `text`. */
+export function rstToMarkdown(text: string): string {
+  const lines = text.replace(/\r\n?/g, '\n').split('\n');
+  const levels = new Map<string, number>();
+  const heading = (style: string, title: string): string => {
+    if (!levels.has(style)) levels.set(style, Math.min(6, levels.size + 1));
+    return `${'#'.repeat(levels.get(style)!)} ${inline(title.trim())}`;
+  };
+  const fence = (code: readonly string[], language = ''): string[] => {
+    // Longer than any run of backticks opening a line of the code, so that none closes it.
+    const marker = '`'.repeat(Math.max(3, ...code.map((l) => (/^\s*(`+)/.exec(l)?.[1]?.length ?? 0) + 1)));
+    return ['', `${marker}${language}`, ...code, marker, ''];
+  };
+  const out: string[] = [];
+  let i = 0;
+  while (i < lines.length) {
+    const line = lines[i]!;
+    const next = lines[i + 1];
+    const over = ADORNMENT.exec(line);
+    // A title between an overline and an underline of the same character.
+    if (over !== null && next !== undefined && !blank(next) && lines[i + 2]?.trim() === line.trim()) {
+      out.push('', heading(`${over[1]}/over`, next), '');
+      i += 3;
+      continue;
+    }
+    // A title over its underline (at least as long as three characters: "Usage" over "=====").
+    const under = next === undefined ? null : ADORNMENT.exec(next);
+    if (under !== null && !blank(line) && indentOf(line) === 0 && over === null && blank(lines[i - 1])) {
+      out.push('', heading(under[1]!, line), '');
+      i += 2;
+      continue;
+    }
+    // A transition, or an adornment left alone: a fence opener to Markdown (`~~~`) if kept.
+    if (over !== null) {
+      out.push('');
+      i++;
+      continue;
+    }
+    const directive = DIRECTIVE.exec(line.trim());
+    if (line.trim().startsWith('..')) {
+      const base = indentOf(line);
+      let start = i + 1;
+      // A directive's options (`:linenos:`, `:caption: x`) come before its content.
+      while (start < lines.length && /^\s+:[\w-]+:/.test(lines[start]!) && indentOf(lines[start]!) > base) start++;
+      const { block, next: after } = indentedBlock(lines, start, base);
+      const name = directive?.[1]?.toLowerCase();
+      if (name !== undefined && CODE.has(name)) out.push(...fence(block, directive![2]!.trim().split(/\s/)[0]));
+      else if (name !== undefined && !SILENT.has(name) && !name.includes(':')) {
+        // An admonition or a versioned note: its label, its argument, then its content as the page's own lines.
+        const words = `${name.replace(/^version/, 'version ').replace(/-/g, ' ')} ${directive![2]!.trim()}`.trim();
+        const label = `${words[0]!.toUpperCase()}${words.slice(1)}:`;
+        if (block.length === 0) out.push('', inline(label));
+        else block[0] = `${label} ${block[0]}`;
+        lines.splice(after, 0, '', ...block, '');
+        i = after;
+        continue;
+      }
+      // Comments, link targets (`.. _label:`), substitutions and silent directives say nothing.
+      i = after;
+      continue;
+    }
+    // A paragraph ending in `::` introduces the literal block indented under it.
+    if (/::\s*$/.test(line) && blank(next)) {
+      let start = i + 1;
+      while (start < lines.length && blank(lines[start])) start++;
+      if (start < lines.length && indentOf(lines[start]!) > indentOf(line)) {
+        const lead = line.replace(/\s*::\s*$/, line.trim() === '::' ? '' : ':');
+        if (lead.trim() !== '') out.push(inline(lead.trimStart()));
+        const { block, next: after } = indentedBlock(lines, start, indentOf(line));
+        out.push(...fence(block));
+        i = after;
+        continue;
+      }
+    }
+    // Indentation is a block quote or a list's continuation in reStructuredText, never code as in Markdown.
+    out.push(inline(line.trimStart()));
+    i++;
+  }
+  return `${out
+    .join('\n')
+    .replace(/\n{3,}/g, '\n\n')
+    .trim()}\n`;
+}
