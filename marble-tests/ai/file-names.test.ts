@@ -6,7 +6,7 @@ import { FileNames, subjectWords } from '../../src/ai/rag/file-names.js';
 import { LexicalIndex } from '../../src/ai/rag/lexical-index.js';
 import { scoreFusion } from '../../src/ai/rag/fusion.js';
 import type { PassageMetadata } from '../../src/ai/rag/passage.js';
-import { retrievePassages } from '../../src/ai/rag/retriever.js';
+import { headsApi, retrievePassages } from '../../src/ai/rag/retriever.js';
 import { VectorIndex } from '../../src/ai/rag/vector-index.js';
 
 const files = [
@@ -88,5 +88,46 @@ describe('hybrid retrieval favours the documents a question names', () => {
     const lexicalOnly = retrievePassages({ ...plan, mode: 'lexical' }, question, undefined).passages;
     assert.deepEqual(lexicalOnly, retrievePassages({ ...plan, mode: 'lexical' }, question, undefined).passages);
     assert.ok(lexicalOnly.every((p, i) => i === 0 || p.score <= lexicalOnly[i - 1]!.score));
+  });
+});
+
+describe('hybrid retrieval favours the section headed by an API the question names', () => {
+  it('reads an API heading by its name, with its label or its parameters, never a longer name', () => {
+    const members = ['readable.pipe'];
+    for (const heading of ['stream › readable.pipe(destination[, options])', 'stream › `readable.pipe`', 'x › Method: readable.pipe (dest)'])
+      assert.equal(headsApi(heading, members), true, heading);
+    for (const heading of ['stream › readable.pipeline()', 'stream › readable.unpipe()', 'stream › Piping readable streams', undefined])
+      assert.equal(headsApi(heading, members), false, String(heading));
+  });
+
+  it("raises the API's section by 15 % of its fused score, and reranks by it", () => {
+    const passages: (PassageMetadata & { id: string; vector: number[] })[] = [
+      {
+        id: 'w#1',
+        text: 'When true, closing this readable does not close the writable it pipes to.',
+        source: 'webstreams.md › readableStream.pipeTo(destination)',
+        headings: 'Web streams › readableStream.pipeTo(destination)',
+        vector: [1, 0],
+      },
+      {
+        id: 's#1',
+        text: 'If the readable errors, the writable it pipes to is not closed automatically.',
+        source: 'stream.md › readable.pipe(destination[, options])',
+        headings: 'Stream › readable.pipe(destination[, options])',
+        vector: [0.6, 0.8],
+      },
+    ];
+    const index = new VectorIndex<PassageMetadata>(2);
+    for (const { id, vector, ...metadata } of passages) index.add(id, Float32Array.from(vector), metadata);
+    const lexical = LexicalIndex.of(passages.map(({ vector: _, ...p }) => p));
+    const plan = { index, lexical, mode: 'hybrid' as const, k: 2 };
+    const question = 'Does readable.pipe close the writable it pipes to?';
+    const fused = scoreFusion([index.search([1, 0], { k: 20 }), lexical.search(question, 20), [], []], [0.5, 1, 1, 0.5], [true, true, true, true]);
+    const fusedScore = (id: string) => fused.find((f) => f.id === id)!.score;
+    assert.ok(fusedScore('w#1') > fusedScore('s#1'), 'the web stream first when fused alone');
+    const found = retrievePassages(plan, question, [1, 0]).passages;
+    assert.equal(found[0]!.id, 's#1');
+    assert.equal(found[0]!.score, fusedScore('s#1') * 1.15);
+    assert.equal(retrievePassages(plan, 'Does the readable pipe close the writable it pipes to?', [1, 0]).passages[0]!.id, 'w#1');
   });
 });

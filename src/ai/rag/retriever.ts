@@ -9,7 +9,7 @@ import { scoreFusion } from './fusion.js';
 import type { LexicalIndex } from './lexical-index.js';
 import type { MeaningIndex } from './meaning-index.js';
 import { fileOf, lexicalTerms } from './lexical-index.js';
-import { namesIn } from './names.js';
+import { isCodeMember, namesIn } from './names.js';
 import { feedbackTerms, type FeedbackOptions } from './query-expansion.js';
 import type { PassageMetadata, RetrievedPassage } from './passage.js';
 import type { VectorIndex } from './vector-index.js';
@@ -65,6 +65,18 @@ const MEANING_WEIGHT = 0.5;
 
 /** What a passage of a document the question names (`LexicalIndex.namedFiles`) adds to its fused score, as a share of it. */
 const NAMED_FILE_WEIGHT = 0.15;
+
+/** What a passage headed by an API the question names (`readable.pipe` for `readable.pipe(destination[, options])`) adds to its fused score, as a share of it. */
+const NAMED_API_WEIGHT = 0.15;
+
+/** What a heading may say before the API it names: `Class: fs.Dir`, `Static method: Buffer.from(…)`, `Event: 'close'`. */
+const API_LABEL = /^(?:(?:static |instance )?(?:method|property|function|class|event)\s*:\s*)/i;
+
+/** Whether `headings`' innermost heading names one of `members` (lower case) as its API: the name alone or followed by its parameters. */
+export function headsApi(headings: string | undefined, members: readonly string[]): boolean {
+  const heading = headings?.split(' › ').at(-1)?.replace(/`/g, '').trim().toLowerCase().replace(API_LABEL, '');
+  return heading !== undefined && members.some((m) => heading === m || (heading.startsWith(m) && /^[([ ]/.test(heading.slice(m.length))));
+}
 
 /** Lexical evidence is the best coverage among this many top passages, whatever `k`. */
 const EVIDENCE_DEPTH = 3;
@@ -126,7 +138,15 @@ export function retrievePassages<M extends PassageMetadata>(plan: RetrievalPlan<
           );
   const named = mode === 'hybrid' && lexical !== undefined ? lexical.namedFiles(text) : undefined;
   // Dense and meaning rankings do not read file names: a question naming a document's subject favours its passages.
-  const chosen = (named === undefined || named.size === 0 ? ranked : favour(ranked, (id) => named.has(fileOf(metadata.get(id)!.source)))).slice(0, k);
+  const byFile = named === undefined || named.size === 0 ? ranked : favour(ranked, (id) => named.has(fileOf(metadata.get(id)!.source)), NAMED_FILE_WEIGHT);
+  // A question naming an API in code (`readable.pipe`) favours the section headed by it over others holding the same words.
+  const members =
+    mode === 'hybrid'
+      ? namesIn(text)
+          .filter(isCodeMember)
+          .map((m) => m.toLowerCase())
+      : [];
+  const chosen = (members.length === 0 ? byFile : favour(byFile, (id) => headsApi(metadata.get(id)!.headings, members), NAMED_API_WEIGHT)).slice(0, k);
   const passages = chosen.map(({ id, score }) => {
     const m = metadata.get(id)!;
     return { id, score, text: m.text, source: m.source, ...(m.headings !== undefined && { headings: m.headings }) };
@@ -167,9 +187,9 @@ function evidenceFor<M extends PassageMetadata>(
   return { ...known, dense: top === undefined || std === 0 ? 0 : (top - mean) / std / chance };
 }
 
-/** `ranked` again, best first, with the score of each passage `isNamed` says raised by `NAMED_FILE_WEIGHT`. */
-function favour<T extends { readonly id: string; readonly score: number }>(ranked: readonly T[], isNamed: (id: string) => boolean): T[] {
-  return ranked.map((r) => (isNamed(r.id) ? { ...r, score: r.score * (1 + NAMED_FILE_WEIGHT) } : r)).sort((a, b) => b.score - a.score);
+/** `ranked` again, best first, with the score of each passage `isNamed` says raised by the share `weight`. */
+function favour<T extends { readonly id: string; readonly score: number }>(ranked: readonly T[], isNamed: (id: string) => boolean, weight: number): T[] {
+  return ranked.map((r) => (isNamed(r.id) ? { ...r, score: r.score * (1 + weight) } : r)).sort((a, b) => b.score - a.score);
 }
 
 function isZero(vector: ArrayLike<number>): boolean {
