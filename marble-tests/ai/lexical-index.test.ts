@@ -64,6 +64,14 @@ describe('LexicalIndex', () => {
     assert.deepEqual(lexicalTerms('<div align="center"><img src="logo.png"></div> Logo <!-- note -->'), ['logo'], 'HTML tags and comments are no words');
   });
 
+  it('terms: C++, C# and F# are languages, not a lone letter', () => {
+    assert.deepEqual(lexicalTerms('the C++ standard'), lexicalTerms('c++ standard'));
+    assert.notDeepEqual(lexicalTerms('the C++ standard'), lexicalTerms('the C standard'));
+    assert.notDeepEqual(lexicalTerms('C# records'), lexicalTerms('F# records'));
+    assert.deepEqual(lexicalTerms('g++ -O2'), [lexicalTerm('gplusplus'), 'o2']);
+    assert.deepEqual(lexicalTerms('c#d i++; a+b'), [], 'inside code, letters as before');
+  });
+
   it('coverage: the share of the query’s IDF mass a passage holds, rare words weighing more', () => {
     assert.equal(index.coverage('evicts oldest', 'p#1'), 1);
     assert.equal(index.coverage('capital of Australia', 'p#1'), 0);

@@ -42,17 +42,25 @@ export function termOf(word: string): string | null {
 /** HTML comments and tags: their attributes (`<div align="center">`) say nothing about the subject. */
 const MARKUP = /<!--[\s\S]*?(?:-->|$)|<\/?[A-Za-z][^>]*>/g;
 
+/** A language named by a letter and its signs (`C++`, `C#`, `F#`, `g++`): without them it would be a lone letter, no term at all. */
+const LANGUAGE = /(?<![\p{L}\p{N}_])(?:([CcGg])\+\+|([CcFfJj])#)(?![\p{L}\p{N}_+#])/gu;
+const languageWord = (_: string, plus: string | undefined, sharp: string | undefined): string =>
+  plus !== undefined ? `${plus.toLowerCase()}plusplus` : `${sharp!.toLowerCase()}sharp`;
+
 /** A lower-case letter or digit followed by a capital: where a camel-case identifier's words meet. */
 const CASE_CHANGE = /([\p{Ll}\p{N}])(\p{Lu})/gu;
 
 /**
  * Words of a text: runs of letters and digits (so code identifiers split at `_`, `-` and `.`),
- * outside HTML tags. A run with case changes counts whole and as its parts: `OpenAI` is a name of
+ * outside HTML tags, with `C++` read as `cplusplus` and `C#` as `csharp`. A run with case changes counts whole and as its parts: `OpenAI` is a name of
  * its own, and `createOpenAICompatible` also says `create` and `compatible`.
  */
 export function words(text: string): string[] {
   const found: string[] = [];
-  for (const run of text.replace(MARKUP, ' ').match(/[\p{L}\p{N}]+/gu) ?? []) {
+  for (const run of text
+    .replace(MARKUP, ' ')
+    .replace(LANGUAGE, languageWord)
+    .match(/[\p{L}\p{N}]+/gu) ?? []) {
     const parts = run.replace(CASE_CHANGE, '$1 $2').split(' ');
     if (parts.length > 1) found.push(run);
     for (const part of parts) found.push(part);
