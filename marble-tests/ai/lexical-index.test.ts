@@ -64,7 +64,10 @@ describe('LexicalIndex', () => {
     assert.deepEqual(lexicalTerms('<div align="center"><img src="logo.png"></div> Logo <!-- note -->'), ['logo'], 'HTML tags and comments are no words');
   });
 
-  it('terms: C++, C# and F# are languages, not a lone letter', () => {
+  it('terms: C++, C# and F# are languages, I/O and A/B abbreviations, not lone letters', () => {
+    assert.deepEqual(lexicalTerms('non-blocking I/O'), lexicalTerms('non blocking io'));
+    assert.deepEqual(lexicalTerms('A/B tests'), lexicalTerms('ab tests'));
+    assert.deepEqual(lexicalTerms('a/b/c x/yz'), lexicalTerms('yz'), 'a path or a ratio of words, as before');
     assert.deepEqual(lexicalTerms('the C++ standard'), lexicalTerms('c++ standard'));
     assert.notDeepEqual(lexicalTerms('the C++ standard'), lexicalTerms('the C standard'));
     assert.notDeepEqual(lexicalTerms('C# records'), lexicalTerms('F# records'));

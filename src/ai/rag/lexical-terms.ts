@@ -44,6 +44,8 @@ const MARKUP = /<!--[\s\S]*?(?:-->|$)|<\/?[A-Za-z][^>]*>/g;
 
 /** A language named by a letter and its signs (`C++`, `C#`, `F#`, `g++`): without them it would be a lone letter, no term at all. */
 const LANGUAGE = /(?<![\p{L}\p{N}_])(?:([CcGg])\+\+|([CcFfJj])#)(?![\p{L}\p{N}_+#])/gu;
+/** Two lone letters around a slash are one abbreviation (`I/O`, `A/B`, `R/W`), not two letters that say nothing. */
+const SLASHED = /(?<![\p{L}\p{N}_/])(\p{L})\/(\p{L})(?![\p{L}\p{N}_/])/gu;
 const languageWord = (_: string, plus: string | undefined, sharp: string | undefined): string =>
   plus !== undefined ? `${plus.toLowerCase()}plusplus` : `${sharp!.toLowerCase()}sharp`;
 
@@ -52,7 +54,7 @@ const CASE_CHANGE = /([\p{Ll}\p{N}])(\p{Lu})/gu;
 
 /**
  * Words of a text: runs of letters and digits (so code identifiers split at `_`, `-` and `.`),
- * outside HTML tags, with `C++` read as `cplusplus` and `C#` as `csharp`. A run with case changes counts whole and as its parts: `OpenAI` is a name of
+ * outside HTML tags, with `C++` read as `cplusplus`, `C#` as `csharp` and `I/O` as `IO`. A run with case changes counts whole and as its parts: `OpenAI` is a name of
  * its own, and `createOpenAICompatible` also says `create` and `compatible`.
  */
 export function words(text: string): string[] {
@@ -60,6 +62,7 @@ export function words(text: string): string[] {
   for (const run of text
     .replace(MARKUP, ' ')
     .replace(LANGUAGE, languageWord)
+    .replace(SLASHED, '$1$2')
     .match(/[\p{L}\p{N}]+/gu) ?? []) {
     const parts = run.replace(CASE_CHANGE, '$1 $2').split(' ');
     if (parts.length > 1) found.push(run);
