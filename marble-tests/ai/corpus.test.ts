@@ -98,18 +98,25 @@ function bytesOf(file: CorpusFile): Buffer {
 /** Writes the files (in subfolders, with an empty folder beside them) and returns what each should become. */
 async function writeCorpus(dir: string, files: readonly CorpusFile[]) {
   await mkdir(join(dir, 'empty', 'deeper'), { recursive: true });
-  const expected = { words: [] as string[], junk: 0, files: new Map<CorpusSkipReason, number>() };
+  const expected = { words: [] as string[], junk: 0, empty: 0, files: new Map<CorpusSkipReason, number>() };
   for (const [i, file] of files.entries()) {
     const folder = i % 3 === 0 ? dir : join(dir, `part-${i % 3}`);
     await mkdir(folder, { recursive: true });
     await writeFile(join(folder, `doc-${i}.md`), bytesOf(file));
     if (file.kind === 'latin1') expected.words.push(LATIN1_TEXT);
     else if (file.kind !== 'markdown') expected.files.set(file.kind, (expected.files.get(file.kind) ?? 0) + 1);
-    else
-      for (const p of file.paragraphs) {
+    else {
+      // A first `---` that a later `---` or `...` closes, only YAML-like lines between, is front matter: read, never reported.
+      const close =
+        file.heading || file.paragraphs[0]?.text !== '---' ? -1 : file.paragraphs.findIndex((p, j) => j > 0 && (p.text === '---' || p.text === '...'));
+      const yaml = close > 0 && file.paragraphs.slice(1, close).every((p) => p.text === '- - -');
+      for (const p of yaml ? file.paragraphs.slice(close + 1) : file.paragraphs) {
         if (p.kind === 'words') expected.words.push(p.text);
         else if (p.kind === 'junk') expected.junk++;
       }
+      // Empty, or headings and rules only: read, and counted as giving nothing.
+      if ((yaml ? file.paragraphs.slice(close + 1) : file.paragraphs).every((p) => p.kind === 'rule')) expected.empty++;
+    }
   }
   return expected;
 }
@@ -241,7 +248,7 @@ describe('a corpus folder with passages and files that cannot be indexed', () =>
         const indexed = index.scoreAll(new Float32Array(index.dim).fill(1)).map(({ id }) => index.get(id)!.text);
         assert.deepEqual([...indexed].sort(), [...expected.words].sort(), 'every paragraph with words, and nothing else');
         const counts = counted(skips);
-        assert.equal(counts.get('no-text') ?? 0, expected.junk, 'each paragraph without a word once, a rule never');
+        assert.equal(counts.get('no-text') ?? 0, expected.junk + expected.empty, 'each paragraph without a word once, a rule never, an empty file once');
         for (const reason of ['binary', 'not-utf8', 'too-large'] as const) assert.equal(counts.get(reason) ?? 0, expected.files.get(reason) ?? 0, reason);
         assert.equal(counts.get('not-embeddable') ?? 0, 0);
         assert.equal(new Set(skips.map((s) => s.id ?? s.file)).size, skips.length, 'nothing reported twice');

@@ -99,7 +99,10 @@ export async function loadCorpus(directory: string = BUNDLED_CORPUS, options: Lo
       }
     }
     read++;
-    for (const passage of chunkMarkdown(text, file)) {
+    const chunks = chunkMarkdown(text, file);
+    // An empty file (or one of headings and rules only) is counted too: it was read, and gave nothing.
+    if (chunks.length === 0) skip('no-text', file, 'no paragraph in it');
+    for (const passage of chunks) {
       if (hasText(passage.text)) passages.push(passage);
       else skip('no-text', file, undefined, passage.id);
     }

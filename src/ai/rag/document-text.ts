@@ -18,7 +18,7 @@ export type CorpusSkipReason =
   | 'binary'
   /** Not valid UTF-8, nor UTF-16 with a byte-order mark, nor in a charset the page declares or its bytes show clearly enough to read. */
   | 'not-utf8'
-  /** Only punctuation, markup or whitespace: a `---` rule, an HTML comment, an empty code fence. */
+  /** Only punctuation, markup or whitespace: a `---` rule, an HTML comment, an empty code fence; for a file, an empty one. */
   | 'no-text'
   /** The embedder gave no usable vector for it (all zeros, not finite, the wrong size), or failed on it alone. */
   | 'not-embeddable';
