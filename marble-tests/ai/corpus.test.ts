@@ -310,22 +310,24 @@ describe('a corpus folder with passages and files that cannot be indexed', () =>
     }
   });
 
-  it('sluice serve --corpus --retrieval lexical starts over a folder with `---` rules (separators, never passages), logging what it left out once; a bad --corpus or --retrieval exits 2 naming it', async () => {
+  it('sluice serve --corpus --retrieval lexical starts over a folder with `---` rules (separators, never passages), an empty file and one over --corpus-max-file-bytes, logging what it left out once; a bad --corpus or --retrieval exits 2 naming it', async () => {
     const docs = join(root, 'docs-with-rules');
     await mkdir(docs, { recursive: true });
     await writeFile(join(docs, 'guide.md'), '# Guide\n\nA stage pauses its producer when its queue is full.\n\n---\n\nQueues are bounded.\n\n---\n');
     await writeFile(join(docs, 'logo.md'), Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x00, 0x00]));
     await mkdir(join(docs, 'notes'), { recursive: true });
     await writeFile(join(docs, 'notes', 'diary.md'), '# Diary\n\nA stage pauses its producer: figures of one run.\n');
+    await writeFile(join(docs, 'empty.md'), '');
+    await writeFile(join(docs, 'manual.md'), `# Manual\n\n${'A stage pauses its producer. '.repeat(100)}\n`);
     const server = CliProcess.start('serve', [
       ...['--port', '0', '--models', models.dir, '--corpus', docs, '--pool-size', '1', '--retrieval', 'lexical'],
-      ...['--corpus-ignore', 'notes/'],
+      ...['--corpus-ignore', 'notes/', '--corpus-max-file-bytes', '2048'],
     ]);
     try {
       const url = await server.url();
       const lines = server.stderr.split('\n').filter((line) => line.includes('skipped'));
       assert.equal(lines.length, 1, server.output());
-      assert.match(lines[0]!, /skipped 2: 1 ignored \(notes\/diary\.md\), 1 binary \(logo\.md\)/);
+      assert.match(lines[0]!, /skipped 4: 1 ignored \(notes\/diary\.md\), 1 no-text \(empty\.md\), 1 binary \(logo\.md\), 1 too-large \(manual\.md\)/);
       assert.match(server.stderr, /indexed 2 passages/);
       const res = await fetch(`${url}/v1/chat/completions`, {
         method: 'POST',

@@ -112,6 +112,7 @@ describe('the rules across serve options', () => {
     upstreams: { option: [{ baseUrl: 'http://127.0.0.1:9/v1', models: ['m'] }], flags: ['--upstream', 'http://127.0.0.1:9/v1#models=m'] },
     corpus: { option: 'docs', flags: ['--corpus', 'docs'] },
     corpusIgnore: { option: ['internals/'], flags: ['--corpus-ignore', 'internals/'] },
+    corpusMaxFileBytes: { option: 1024, flags: ['--corpus-max-file-bytes', '1024'] },
   };
   /** Each way of breaking each rule: the fields set. */
   const breaking = SERVE_RULES.flatMap((rule) => [

@@ -85,6 +85,16 @@ export const FLAGS: readonly Flag[] = [
     to: 'corpusIgnore',
   },
   {
+    name: 'corpus-max-file-bytes',
+    type: 'integer',
+    arg: '<n>',
+    env: ['SLUICE_CORPUS_MAX_FILE_BYTES'],
+    default: '8388608 (8 MiB)',
+    min: 1,
+    help: { serve: 'skip (and count) corpus files larger than this, so that memory while indexing stays bounded' },
+    to: 'corpusMaxFileBytes',
+  },
+  {
     name: 'retrieval',
     type: 'string',
     arg: '<mode>',

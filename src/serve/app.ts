@@ -235,6 +235,7 @@ function openBackend(options: ServeOptions, config: ServeConfig, intake: Intake,
   const retrieval = {
     ...(config.retrieval !== undefined && { retrieval: config.retrieval }),
     ...(config.corpusIgnore !== undefined && { corpusIgnore: config.corpusIgnore }),
+    ...(config.corpusMaxFileBytes !== undefined && { corpusMaxFileBytes: config.corpusMaxFileBytes }),
   };
   if (options.upstreams !== undefined)
     return gatewayBackend(

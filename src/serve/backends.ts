@@ -80,6 +80,8 @@ export interface EmbeddedOptions {
   readonly corpus: string;
   /** Documents of the corpus left out, in `.gitignore` syntax, beside its `.sluiceignore`. */
   readonly corpusIgnore?: readonly string[];
+  /** Corpus files larger than this many bytes are skipped (`too-large`). Default 8 MiB. */
+  readonly corpusMaxFileBytes?: number;
   readonly poolSize: number;
   /** The pool threads' `nice` value. */
   readonly poolNiceness: number;
@@ -198,11 +200,19 @@ async function ragOver(
   log: (line: string) => void,
   shared: SharedPipeline,
   tokenizer: PromptTokenizer | undefined,
-  how: { readonly retrieval?: RetrievalMode | undefined; readonly corpusIgnore?: readonly string[] | undefined },
+  how: {
+    readonly retrieval?: RetrievalMode | undefined;
+    readonly corpusIgnore?: readonly string[] | undefined;
+    readonly corpusMaxFileBytes?: number | undefined;
+  },
 ) {
   const { retrieval } = how;
   const skipped = new CorpusSkips();
-  const loaded = await loadCorpus(corpus, { onSkip: (skip) => skipped.add(skip), ...(how.corpusIgnore !== undefined && { ignore: how.corpusIgnore }) });
+  const loaded = await loadCorpus(corpus, {
+    onSkip: (skip) => skipped.add(skip),
+    ...(how.corpusIgnore !== undefined && { ignore: how.corpusIgnore }),
+    ...(how.corpusMaxFileBytes !== undefined && { maxFileBytes: how.corpusMaxFileBytes }),
+  });
   const index = await indexPassages(loaded, (texts, signal) => local.embed(texts, signal), { onSkip: (skip) => skipped.add(skip), corpus });
   if (skipped.total > 0) log(`corpus ${corpus}: ${skipped.summary()}`);
   // Word meanings stand in for a real embedding model: shipped in the package, or read from the devDependency in a checkout.
@@ -333,6 +343,8 @@ export interface GatewayLocal {
   readonly corpus?: string | undefined;
   /** Documents of the corpus left out, in `.gitignore` syntax, beside its `.sluiceignore`. */
   readonly corpusIgnore?: readonly string[];
+  /** Corpus files larger than this many bytes are skipped (`too-large`). Default 8 MiB. */
+  readonly corpusMaxFileBytes?: number;
   /** The upstream model that writes `sluice-rag`'s answers. Default: the first model listed. */
   readonly ragModel?: string | undefined;
   /** Load the guard model (to classify every prompt). */

@@ -39,6 +39,8 @@ export interface ServeOptions {
    * beside the patterns of the folder's own `.sluiceignore`. Needs `corpus`.
    */
   readonly corpusIgnore?: readonly string[];
+  /** Files of `corpus` larger than this many bytes are skipped and counted (`too-large`). Default 8 MiB. Needs `corpus`. */
+  readonly corpusMaxFileBytes?: number;
   /**
    * Decoders the user exported (`model.onnx` or `onnx/model.onnx`, `tokenizer.json`,
    * `tokenizer_config.json`), each served under its directory's name (or `name`), the first
@@ -148,6 +150,7 @@ export const serveOptionsSchema = lazySchema((z) =>
       models: z.string().min(1).default('models'),
       corpus: z.string().min(1).optional(),
       corpusIgnore: z.array(z.string().min(1, { error: 'a corpus ignore pattern must not be empty' })).optional(),
+      corpusMaxFileBytes: z.number().int().positive().optional(),
       localModels: z
         .array(
           z.union([z.string().min(1), z.object({ dir: z.string().min(1), name: z.string().min(1).optional() }).strict()], {

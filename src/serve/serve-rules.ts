@@ -18,6 +18,7 @@ export interface ServeRule {
 export const SERVE_RULES: readonly ServeRule[] = [
   { field: 'ragModel', needs: ['upstreams', 'corpus'], why: 'names an upstream model that answers from the corpus' },
   { field: 'corpusIgnore', needs: ['corpus'], why: 'leaves documents of the corpus out' },
+  { field: 'corpusMaxFileBytes', needs: ['corpus'], why: 'bounds the size of the corpus files read' },
   { field: 'gateway', needs: ['upstreams'], why: 'tunes gateway mode' },
   { field: 'localModels', excludes: 'upstreams', why: "gateway mode serves the upstreams' models" },
   { field: 'languageModel', excludes: 'upstreams', why: "gateway mode serves the upstreams' models" },
