@@ -64,7 +64,7 @@ describe('LexicalIndex', () => {
     assert.deepEqual(lexicalTerms('<div align="center"><img src="logo.png"></div> Logo <!-- note -->'), ['logo'], 'HTML tags and comments are no words');
   });
 
-  it('terms: C++, C# and F# are languages, I/O and A/B abbreviations, not lone letters', () => {
+  it('terms: C++, C# and F# are languages, I/O and A/B abbreviations, not lone letters; HTTP/2 is also http2', () => {
     assert.deepEqual(lexicalTerms('non-blocking I/O'), lexicalTerms('non blocking io'));
     assert.deepEqual(lexicalTerms('A/B tests'), lexicalTerms('ab tests'));
     assert.deepEqual(lexicalTerms('a/b/c x/yz'), lexicalTerms('yz'), 'a path or a ratio of words, as before');
@@ -72,6 +72,9 @@ describe('LexicalIndex', () => {
     assert.notDeepEqual(lexicalTerms('the C++ standard'), lexicalTerms('the C standard'));
     assert.notDeepEqual(lexicalTerms('C# records'), lexicalTerms('F# records'));
     assert.deepEqual(lexicalTerms('g++ -O2'), [lexicalTerm('gplusplus'), 'o2']);
+    assert.deepEqual(lexicalTerms('an HTTP/2 server'), ['http2', 'http', '2', lexicalTerm('server')], 'a protocol and its version: also as code names it');
+    assert.deepEqual(lexicalTerms('HTTP/1.1'), ['http1', 'http', '1']);
+    assert.deepEqual(lexicalTerms('10/20 TCP/IP'), ['10', '20', 'tcp', 'ip']);
     assert.deepEqual(lexicalTerms('c#d i++; a+b'), [], 'inside code, letters as before');
   });
 

@@ -46,6 +46,8 @@ const MARKUP = /<!--[\s\S]*?(?:-->|$)|<\/?[A-Za-z][^>]*>/g;
 const LANGUAGE = /(?<![\p{L}\p{N}_])(?:([CcGg])\+\+|([CcFfJj])#)(?![\p{L}\p{N}_+#])/gu;
 /** Two lone letters around a slash are one abbreviation (`I/O`, `A/B`, `R/W`), not two letters that say nothing. */
 const SLASHED = /(?<![\p{L}\p{N}_/])(\p{L})\/(\p{L})(?![\p{L}\p{N}_/])/gu;
+/** A protocol and its version (`HTTP/2`, `HTTP/1.1`): also one word, as code names it (`http2`), beside its parts. */
+const VERSIONED = /(?<![\p{L}\p{N}_/])(\p{L}{2,})\/(\d+)(?=[.\s,;:)!?]|$)/gu;
 const languageWord = (_: string, plus: string | undefined, sharp: string | undefined): string =>
   plus !== undefined ? `${plus.toLowerCase()}plusplus` : `${sharp!.toLowerCase()}sharp`;
 
@@ -54,8 +56,9 @@ const CASE_CHANGE = /([\p{Ll}\p{N}])(\p{Lu})/gu;
 
 /**
  * Words of a text: runs of letters and digits (so code identifiers split at `_`, `-` and `.`),
- * outside HTML tags, with `C++` read as `cplusplus`, `C#` as `csharp` and `I/O` as `IO`. A run with case changes counts whole and as its parts: `OpenAI` is a name of
- * its own, and `createOpenAICompatible` also says `create` and `compatible`.
+ * outside HTML tags, with `C++` read as `cplusplus`, `C#` as `csharp`, `I/O` as `IO` and `HTTP/2` also
+ * as `HTTP2`. A run with case changes counts whole and as its parts: `OpenAI` is a name of its own,
+ * and `createOpenAICompatible` also says `create` and `compatible`.
  */
 export function words(text: string): string[] {
   const found: string[] = [];
@@ -63,6 +66,7 @@ export function words(text: string): string[] {
     .replace(MARKUP, ' ')
     .replace(LANGUAGE, languageWord)
     .replace(SLASHED, '$1$2')
+    .replace(VERSIONED, '$1$2 $1/$2')
     .match(/[\p{L}\p{N}]+/gu) ?? []) {
     const parts = run.replace(CASE_CHANGE, '$1 $2').split(' ');
     if (parts.length > 1) found.push(run);
