@@ -72,7 +72,8 @@ export const FLAGS: readonly Flag[] = [
     env: ['SLUICE_CORPUS'],
     default: 'bundled docs',
     help: {
-      serve: 'Markdown, text, HTML and reStructuredText files to answer from, subfolders too; with --upstream, sluice-rag retrieves here for an upstream model',
+      serve:
+        'Markdown, text, HTML, reStructuredText and AsciiDoc files to answer from, subfolders too; with --upstream, sluice-rag retrieves here for an upstream model',
     },
     to: 'corpus',
   },

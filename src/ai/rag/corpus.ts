@@ -11,6 +11,7 @@ import type { Passage, PassageMetadata } from './passage.js';
 import { VectorIndex } from './vector-index.js';
 import { chunkMarkdown } from './markdown-chunks.js';
 import { htmlToMarkdown, isHtmlFile } from './html-document.js';
+import { adocToMarkdown, isAdocFile } from './adoc-document.js';
 import { isRstFile, rstToMarkdown } from './rst-document.js';
 import { errorMessage } from '../../core/errors.js';
 import { corpusIgnore, IGNORE_FILE } from './corpus-ignore.js';
@@ -20,8 +21,8 @@ export const BUNDLED_CORPUS = findUp(import.meta.url, 'data/corpus') ?? fileURLT
 
 export { chunkMarkdown } from './markdown-chunks.js';
 
-/** What `loadCorpus` reads: Markdown, plain text, HTML and reStructuredText. */
-const DOCUMENT = /\.(md|markdown|mdx|txt|text|html?|rst|rest)$/i;
+/** What `loadCorpus` reads: Markdown, plain text, HTML, reStructuredText and AsciiDoc. */
+const DOCUMENT = /\.(md|markdown|mdx|txt|text|html?|rst|rest|adoc|asciidoc)$/i;
 
 /** Files larger than this are not read (`too-large`): a document set has no 8 MiB page of prose. */
 export const DEFAULT_MAX_FILE_BYTES = 8 * 2 ** 20;
@@ -46,11 +47,11 @@ const loadCorpusSchema = lazySchema((z) =>
 );
 
 /**
- * Reads every Markdown, text, HTML and reStructuredText file under `directory` (default: the bundled
- * demo corpus), subfolders included, in path order, as passages cited by their path relative to it.
+ * Reads every Markdown, text, HTML, reStructuredText and AsciiDoc file under `directory` (default: the
+ * bundled demo corpus), subfolders included, in path order, as passages cited by their path relative to it.
  * Plain text is split like Markdown without headings: one passage per paragraph; an HTML page's
- * main content (`htmlToMarkdown`) and a reStructuredText page (`rstToMarkdown`) are read as the
- * Markdown they translate to. Hidden
+ * main content (`htmlToMarkdown`), a reStructuredText page (`rstToMarkdown`) and an AsciiDoc one
+ * (`adocToMarkdown`) are read as the Markdown they translate to. Hidden
  * folders and `node_modules` are skipped, and so are documents matching a pattern of the
  * folder's `.sluiceignore` or of `ignore` (`.gitignore` syntax: `internals/`, `drafts/*.md`).
  *
@@ -89,7 +90,7 @@ export async function loadCorpus(directory: string = BUNDLED_CORPUS, options: Lo
       skip(decoded.skip, file);
       continue;
     }
-    let text = isRstFile(file) ? rstToMarkdown(decoded.text) : decoded.text;
+    let text = isRstFile(file) ? rstToMarkdown(decoded.text) : isAdocFile(file) ? adocToMarkdown(decoded.text) : decoded.text;
     if (isHtmlFile(file)) {
       try {
         text = await htmlToMarkdown(text);
@@ -154,7 +155,7 @@ export async function documentsIn(directory: string, options: DocumentsInOptions
       directory,
       'no-documents',
       files.length === 0
-        ? 'no Markdown, text, HTML or reStructuredText file (.md, .markdown, .mdx, .txt, .html, .rst) in it'
+        ? 'no Markdown, text, HTML, reStructuredText or AsciiDoc file (.md, .markdown, .mdx, .txt, .html, .rst, .adoc) in it'
         : `all of its ${files.length} documents are ignored (${IGNORE_FILE} or the ignore patterns)`,
     );
   return kept;

@@ -4,6 +4,7 @@
  * admonitions as labelled paragraphs, roles and links as their text. No well-kept JavaScript parser
  * of reStructuredText exists; this reads what carries a page's structure and leaves the rest as text.
  */
+import { fenced } from './code-fence.js';
 
 /** A line of one punctuation character repeated: a title's adornment, or a transition. */
 const ADORNMENT = /^([!-/:-@[-`{-~])\1{2,}\s*$/;
@@ -69,11 +70,6 @@ export function rstToMarkdown(text: string): string {
     if (!levels.has(style)) levels.set(style, Math.min(6, levels.size + 1));
     return `${'#'.repeat(levels.get(style)!)} ${inline(title.trim())}`;
   };
-  const fence = (code: readonly string[], language = ''): string[] => {
-    // Longer than any run of backticks opening a line of the code, so that none closes it.
-    const marker = '`'.repeat(Math.max(3, ...code.map((l) => (/^\s*(`+)/.exec(l)?.[1]?.length ?? 0) + 1)));
-    return ['', `${marker}${language}`, ...code, marker, ''];
-  };
   const out: string[] = [];
   let i = 0;
   while (i < lines.length) {
@@ -107,7 +103,7 @@ export function rstToMarkdown(text: string): string {
       while (start < lines.length && /^\s+:[\w-]+:/.test(lines[start]!) && indentOf(lines[start]!) > base) start++;
       const { block, next: after } = indentedBlock(lines, start, base);
       const name = directive?.[1]?.toLowerCase();
-      if (name !== undefined && CODE.has(name)) out.push(...fence(block, directive![2]!.trim().split(/\s/)[0]));
+      if (name !== undefined && CODE.has(name)) out.push(...fenced(block, directive![2]!.trim().split(/\s/)[0]));
       else if (name !== undefined && !SILENT.has(name) && !name.includes(':')) {
         // An admonition or a versioned note: its label, its argument, then its content as the page's own lines.
         const words = `${name.replace(/^version/, 'version ').replace(/-/g, ' ')} ${directive![2]!.trim()}`.trim();
@@ -130,7 +126,7 @@ export function rstToMarkdown(text: string): string {
         const lead = line.replace(/\s*::\s*$/, line.trim() === '::' ? '' : ':');
         if (lead.trim() !== '') out.push(inline(lead.trimStart()));
         const { block, next: after } = indentedBlock(lines, start, indentOf(line));
-        out.push(...fence(block));
+        out.push(...fenced(block));
         i = after;
         continue;
       }
