@@ -75,6 +75,21 @@ describe('a reStructuredText page in a corpus', () => {
     for (const gone of ['comment', '_intro', 'toctree', 'maxdepth', 'install\n', '~~~']) assert.ok(!markdown.includes(gone), gone);
   });
 
+  it("heads an API directive's description with its signature, a level below its section", () => {
+    const page = [
+      'Files',
+      '=====',
+      '',
+      ".. py:function:: open(file, mode='r')",
+      '',
+      '   Open *file*; raises :exc:`OSError`.',
+      '',
+      '   :param file: the path.',
+      '',
+    ].join('\n');
+    assert.equal(rstToMarkdown(page), "# Files\n\n## open(file, mode='r')\n\nOpen *file*; raises `OSError`.\n\nparam file: the path.\n");
+  });
+
   it('is read by loadCorpus with its headings, beside Markdown', async () => {
     assert.equal(isRstFile('docs/index.rst'), true);
     assert.equal(isRstFile('notes.md'), false);

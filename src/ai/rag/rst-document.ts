@@ -32,6 +32,27 @@ const SILENT = new Set([
   'tabularcolumns',
 ]);
 
+/** Directives that document an API (`.. py:function:: open(file)`, `.. option:: --verbose`): headed by it, as Sphinx renders them. */
+const API = new Set([
+  'function',
+  'method',
+  'class',
+  'attribute',
+  'data',
+  'exception',
+  'decorator',
+  'property',
+  'envvar',
+  'option',
+  'describe',
+  'object',
+  'command',
+  'variable',
+  'member',
+  'macro',
+  'type',
+]);
+
 /** Whether a document's file name says it is reStructuredText. */
 export function isRstFile(file: string): boolean {
   return /\.(rst|rest)$/i.test(file);
@@ -66,9 +87,11 @@ function inline(line: string): string {
 export function rstToMarkdown(text: string): string {
   const lines = text.replace(/\r\n?/g, '\n').split('\n');
   const levels = new Map<string, number>();
+  let level = 0;
   const heading = (style: string, title: string): string => {
     if (!levels.has(style)) levels.set(style, Math.min(6, levels.size + 1));
-    return `${'#'.repeat(levels.get(style)!)} ${inline(title.trim())}`;
+    level = levels.get(style)!;
+    return `${'#'.repeat(level)} ${inline(title.trim())}`;
   };
   const out: string[] = [];
   let i = 0;
@@ -102,11 +125,19 @@ export function rstToMarkdown(text: string): string {
       // A directive's options (`:linenos:`, `:caption: x`) come before its content.
       while (start < lines.length && /^\s+:[\w-]+:/.test(lines[start]!) && indentOf(lines[start]!) > base) start++;
       const { block, next: after } = indentedBlock(lines, start, base);
-      const name = directive?.[1]?.toLowerCase();
-      if (name !== undefined && CODE.has(name)) out.push(...fenced(block, directive![2]!.trim().split(/\s/)[0]));
-      else if (name !== undefined && !SILENT.has(name) && !name.includes(':')) {
+      // A domain's directive (`py:function`, `c:macro`) is read by its kind.
+      const name = directive?.[1]?.toLowerCase().split(':').at(-1);
+      const argument = directive?.[2]?.trim() ?? '';
+      if (name !== undefined && CODE.has(name)) out.push(...fenced(block, argument.split(/\s/)[0]));
+      else if (name !== undefined && API.has(name) && argument !== '') {
+        // Its own section, a level below the one it is written in, so that its description is found under its name.
+        out.push('', `${'#'.repeat(Math.min(6, level + 1))} ${inline(argument)}`, '');
+        lines.splice(after, 0, '', ...block, '');
+        i = after;
+        continue;
+      } else if (name !== undefined && !SILENT.has(name)) {
         // An admonition or a versioned note: its label, its argument, then its content as the page's own lines.
-        const words = `${name.replace(/^version/, 'version ').replace(/-/g, ' ')} ${directive![2]!.trim()}`.trim();
+        const words = `${name.replace(/^version/, 'version ').replace(/-/g, ' ')} ${argument}`.trim();
         const label = `${words[0]!.toUpperCase()}${words.slice(1)}:`;
         if (block.length === 0) out.push('', inline(label));
         else block[0] = `${label} ${block[0]}`;
@@ -131,8 +162,9 @@ export function rstToMarkdown(text: string): string {
         continue;
       }
     }
-    // Indentation is a block quote or a list's continuation in reStructuredText, never code as in Markdown.
-    out.push(inline(line.trimStart()));
+    // Indentation is a block quote or a list's continuation in reStructuredText, never code as in Markdown;
+    // a field (`:param file: the path`) reads as its name and value.
+    out.push(inline(line.trimStart().replace(/^:([^:`]+):(?=\s|$)/, '$1:')));
     i++;
   }
   return `${out
