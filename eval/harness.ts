@@ -124,13 +124,15 @@ export async function evaluateSet(set: QuestionSet, options: EvalOptions): Promi
   const corpus = await assembleCorpus(set, options.root);
   if (corpus === undefined) {
     log(
-      'npmCli' in set.corpus
-        ? `${set.name}: skipped, the npm CLI has no ${set.corpus.npmCli} folder here`
-        : 'nodeDocsFolder' in set.corpus
-          ? `${set.name}: skipped, Node.js has no ${set.corpus.nodeDocsFolder} docs folder here`
-          : 'nodeDocs' in set.corpus
-            ? `${set.name}: skipped, none of its ${set.corpus.nodeDocs.length} files is in ${nodeDocsRoot()}`
-            : `${set.name}: skipped, none of its ${'npm' in set.corpus ? set.corpus.npm.length : 0} files is in node_modules/`,
+      'dir' in set.corpus
+        ? `${set.name}: skipped, no folder ${set.corpus.dir} here`
+        : 'npmCli' in set.corpus
+          ? `${set.name}: skipped, the npm CLI has no ${set.corpus.npmCli} folder here`
+          : 'nodeDocsFolder' in set.corpus
+            ? `${set.name}: skipped, Node.js has no ${set.corpus.nodeDocsFolder} docs folder here`
+            : 'nodeDocs' in set.corpus
+              ? `${set.name}: skipped, none of its ${set.corpus.nodeDocs.length} files is in ${nodeDocsRoot()}`
+              : `${set.name}: skipped, none of its ${'npm' in set.corpus ? set.corpus.npm.length : 0} files is in node_modules/`,
     );
     return undefined;
   }

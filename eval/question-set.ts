@@ -22,7 +22,7 @@ export interface Question {
 
 /** Where a set's documents come from. */
 export type CorpusSpec =
-  /** A folder, relative to the repository root (or absolute). */
+  /** A folder, relative to the repository root, or absolute (a set over it is skipped where it is missing). */
   | { readonly dir: string }
   /** Files under `node_modules/`, copied at these same relative paths into a temporary corpus. */
   | { readonly npm: readonly string[] }
@@ -105,6 +105,8 @@ export interface AssembledCorpus {
 export async function assembleCorpus(set: QuestionSet, root: string): Promise<AssembledCorpus | undefined> {
   if ('dir' in set.corpus) {
     const dir = isAbsolute(set.corpus.dir) ? set.corpus.dir : resolve(root, set.corpus.dir);
+    // A folder installed on some machines only (`/usr/share/cmake-3.25/Help`) skips the set where it is missing.
+    if (isAbsolute(set.corpus.dir) && !existsSync(dir)) return undefined;
     return { dir, questions: set.questions, missing: [], skippedQuestions: 0, remove: async () => {} };
   }
   if ('npmCli' in set.corpus) return folderCorpus(set, join(npmCliRoot(), set.corpus.npmCli));

@@ -4,7 +4,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdtemp, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { htmlToMarkdown, isHtmlFile } from '../../src/ai/rag/html-document.js';
 import { evaluateSet, figuresOf, isAbstention, poolReports, splitAnswer, statesFact, type Answered, type CorpusReport } from '../../eval/harness.js';
@@ -238,9 +238,10 @@ describe('the shipped question sets', () => {
       if ('npmCli' in set.corpus && !set.description?.includes(`npm ${await npmVersion()}`)) continue;
       // Node's docs likewise are those installed with the node that runs the tests.
       if (('nodeDocs' in set.corpus || 'nodeDocsFolder' in set.corpus) && !set.description?.includes(`Node.js ${process.version}`)) continue;
+      if ('dir' in set.corpus && isAbsolute(set.corpus.dir) && !existsSync(set.corpus.dir)) continue;
       const base =
         'dir' in set.corpus
-          ? join(root, set.corpus.dir)
+          ? resolve(root, set.corpus.dir)
           : 'npmCli' in set.corpus
             ? join(npmCliRoot(), set.corpus.npmCli)
             : 'nodeDocs' in set.corpus
@@ -315,6 +316,12 @@ describe('the shipped question sets', () => {
     } finally {
       await corpus!.remove();
     }
+  });
+
+  it('skips a set over an absolute folder this machine lacks', async () => {
+    const questions = [{ question: 'Who won the 2014 World Cup?' }];
+    assert.equal(await assembleCorpus({ name: 'gone', corpus: { dir: join(tmpdir(), `sluice-no-such-${process.pid}`) }, questions }, root), undefined);
+    assert.equal((await assembleCorpus({ name: 'here', corpus: { dir: tmpdir() }, questions }, root))!.dir, tmpdir());
   });
 
   it('reads a folder of the Node.js docs as it is, and skips a set whose folder is not installed', async () => {
