@@ -88,7 +88,7 @@ describe('sluice-rag in gateway mode: retrieval here, the answer written by an u
     assert.deepEqual([...sources].sort(), ['harbour/tides.md › Boats', 'harbour/tides.md › Tides', 'notes.txt']);
     const empty = await mkdtemp(join(tmpdir(), 'sluice-empty-'));
     try {
-      await assert.rejects(loadCorpus(empty), /no Markdown, text, HTML, reStructuredText or AsciiDoc file/);
+      await assert.rejects(loadCorpus(empty), /no Markdown, text, HTML, reStructuredText, AsciiDoc or PDF file/);
     } finally {
       await rm(empty, { recursive: true, force: true });
     }

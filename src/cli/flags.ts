@@ -73,7 +73,7 @@ export const FLAGS: readonly Flag[] = [
     default: 'bundled docs',
     help: {
       serve:
-        'Markdown, text, HTML, reStructuredText and AsciiDoc files to answer from, subfolders too; with --upstream, sluice-rag retrieves here for an upstream model',
+        'Markdown, text, HTML, reStructuredText, AsciiDoc and PDF files to answer from, subfolders too; with --upstream, sluice-rag retrieves here for an upstream model',
     },
     to: 'corpus',
   },

@@ -5,14 +5,12 @@ import { join, relative, sep } from 'node:path';
 import { findUp } from '../../core/package-files.js';
 import { lazySchema } from '../../core/zod.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
-import { type CorpusSkip, type CorpusSkipReason, decodeDocument, hasText, usableVector } from './document-text.js';
+import { DOCUMENT_KINDS, documentMarkdown, isDocument } from './document-markdown.js';
+import { type CorpusSkip, type CorpusSkipReason, hasText, usableVector } from './document-text.js';
 import { CorpusError } from './errors.js';
 import type { Passage, PassageMetadata } from './passage.js';
 import { VectorIndex } from './vector-index.js';
 import { chunkMarkdown } from './markdown-chunks.js';
-import { htmlToMarkdown, isHtmlFile } from './html-document.js';
-import { adocToMarkdown, isAdocFile } from './adoc-document.js';
-import { isRstFile, rstToMarkdown } from './rst-document.js';
 import { errorMessage } from '../../core/errors.js';
 import { corpusIgnore, IGNORE_FILE } from './corpus-ignore.js';
 
@@ -20,9 +18,6 @@ import { corpusIgnore, IGNORE_FILE } from './corpus-ignore.js';
 export const BUNDLED_CORPUS = findUp(import.meta.url, 'data/corpus') ?? fileURLToPath(new URL('../../../data/corpus/', import.meta.url));
 
 export { chunkMarkdown } from './markdown-chunks.js';
-
-/** What `loadCorpus` reads: Markdown, plain text, HTML, reStructuredText and AsciiDoc. */
-const DOCUMENT = /\.(md|markdown|mdx|txt|text|html?|rst|rest|adoc|asciidoc)$/i;
 
 /** Files larger than this are not read (`too-large`): a document set has no 8 MiB page of prose. */
 export const DEFAULT_MAX_FILE_BYTES = 8 * 2 ** 20;
@@ -47,11 +42,12 @@ const loadCorpusSchema = lazySchema((z) =>
 );
 
 /**
- * Reads every Markdown, text, HTML, reStructuredText and AsciiDoc file under `directory` (default: the
- * bundled demo corpus), subfolders included, in path order, as passages cited by their path relative to it.
+ * Reads every Markdown, text, HTML, reStructuredText, AsciiDoc and PDF file under `directory` (default:
+ * the bundled demo corpus), subfolders included, in path order, as passages cited by their path relative to it.
  * Plain text is split like Markdown without headings: one passage per paragraph; an HTML page's
- * main content (`htmlToMarkdown`), a reStructuredText page (`rstToMarkdown`) and an AsciiDoc one
- * (`adocToMarkdown`) are read as the Markdown they translate to. Hidden
+ * main content (`htmlToMarkdown`), a reStructuredText page (`rstToMarkdown`), an AsciiDoc one
+ * (`adocToMarkdown`) and a PDF's text (`pdfToMarkdown`) are read as the Markdown they translate to
+ * (`documentMarkdown`). Hidden
  * folders and `node_modules` are skipped, and so are documents matching a pattern of the
  * folder's `.sluiceignore` or of `ignore` (`.gitignore` syntax: `internals/`, `drafts/*.md`).
  *
@@ -85,22 +81,13 @@ export async function loadCorpus(directory: string = BUNDLED_CORPUS, options: Lo
       skip('too-large', file, `more than ${maxFileBytes} bytes`);
       continue;
     }
-    const decoded = decodeDocument(bytes, isHtmlFile(file));
-    if ('skip' in decoded) {
-      skip(decoded.skip, file);
+    const document = await documentMarkdown(file, bytes);
+    if ('skip' in document) {
+      skip(document.skip, file, document.detail);
       continue;
     }
-    let text = isRstFile(file) ? rstToMarkdown(decoded.text) : isAdocFile(file) ? adocToMarkdown(decoded.text) : decoded.text;
-    if (isHtmlFile(file)) {
-      try {
-        text = await htmlToMarkdown(text);
-      } catch (err) {
-        skip('unreadable', file, errorMessage(err));
-        continue;
-      }
-    }
     read++;
-    const chunks = chunkMarkdown(text, file);
+    const chunks = chunkMarkdown(document.text, file);
     // An empty file (or one of headings and rules only) is counted too: it was read, and gave nothing.
     if (chunks.length === 0) skip('no-text', file, 'no paragraph in it');
     for (const passage of chunks) {
@@ -140,7 +127,7 @@ export async function documentsIn(directory: string, options: DocumentsInOptions
     throw new CorpusError(directory, 'unreadable', `cannot be read (${code ?? errorMessage(err)})`, err);
   }
   const files = entries
-    .filter((e) => e.isFile() && DOCUMENT.test(e.name))
+    .filter((e) => e.isFile() && isDocument(e.name))
     .map((e) =>
       relative(directory, join(e.parentPath ?? e.path, e.name))
         .split(sep)
@@ -154,9 +141,7 @@ export async function documentsIn(directory: string, options: DocumentsInOptions
     throw new CorpusError(
       directory,
       'no-documents',
-      files.length === 0
-        ? 'no Markdown, text, HTML, reStructuredText or AsciiDoc file (.md, .markdown, .mdx, .txt, .html, .rst, .adoc) in it'
-        : `all of its ${files.length} documents are ignored (${IGNORE_FILE} or the ignore patterns)`,
+      files.length === 0 ? `no ${DOCUMENT_KINDS} in it` : `all of its ${files.length} documents are ignored (${IGNORE_FILE} or the ignore patterns)`,
     );
   return kept;
 }
