@@ -90,6 +90,12 @@ describe('a reStructuredText page in a corpus', () => {
     assert.equal(rstToMarkdown(page), "# Files\n\n## open(file, mode='r')\n\nOpen *file*; raises `OSError`.\n\nparam file: the path.\n");
   });
 
+  it('reads a definition list as list items of each term and its definition', () => {
+    const page = ['The formats are:', '', '``HEXADECIMAL``', '  Notation as in C.', '``DECIMAL``', '  The default,', '  when none is given.', ''].join('\n');
+    assert.equal(rstToMarkdown(page), 'The formats are:\n\n- `HEXADECIMAL`: Notation as in C.\n\n- `DECIMAL`: The default,\nwhen none is given.\n');
+    assert.equal(rstToMarkdown('* a bullet\n  continued\n'), '* a bullet\ncontinued\n', 'a list item continued is no term');
+  });
+
   it('is read by loadCorpus with its headings, beside Markdown', async () => {
     assert.equal(isRstFile('docs/index.rst'), true);
     assert.equal(isRstFile('notes.md'), false);

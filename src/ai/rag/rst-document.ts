@@ -162,6 +162,16 @@ export function rstToMarkdown(text: string): string {
         continue;
       }
     }
+    // A line over a more indented one is a definition list's term (`OUTPUT_FORMAT` over what it does): a list item of both.
+    if (!blank(line) && !blank(next) && indentOf(next!) > indentOf(line) && !/::\s*$/.test(line) && !/^\s*(?:[-*+•]\s|\d+[.)]\s|#\.\s|:|\.\.)/.test(line)) {
+      const { block, next: after } = indentedBlock(lines, i + 1, indentOf(line));
+      const term = `- ${line.trim()}:`;
+      if (block[0] !== undefined && !block[0].startsWith('..')) block[0] = `${term} ${block[0]}`;
+      else block.unshift(term);
+      lines.splice(after, 0, '', ...block, '');
+      i = after;
+      continue;
+    }
     // Indentation is a block quote or a list's continuation in reStructuredText, never code as in Markdown;
     // a field (`:param file: the path`) reads as its name and value.
     out.push(inline(line.trimStart().replace(/^:([^:`]+):(?=\s|$)/, '$1:')));
