@@ -23,6 +23,8 @@ describe('the kind of answer a question asks for', () => {
       'What does it print if I leave the format out?',
     ])
       assert.equal(expectedAnswer(question)?.defaults, true, question);
+    assert.deepEqual(expectedAnswer('What does parseMIMEType return when it cannot parse its input?'), { kinds: ['value'], defaults: false });
+    assert.deepEqual(expectedAnswer('what does try_run put in the run result'), { kinds: ['value'], defaults: false });
     assert.equal(expectedAnswer('How do I give it no more work once it is closed?'), undefined);
     assert.equal(expectedAnswer('How do I expand brace patterns?'), undefined);
   });
@@ -49,6 +51,10 @@ describe('the kind of answer a question asks for', () => {
     assert.equal(answerShare(list, 'The levels are `trace`, `debug`, `info` and `error`.'), 1);
     assert.equal(answerShare(list, 'The levels are trace, debug, info and error.'), 1);
     assert.equal(answerShare(list, 'A level says how much is logged.'), 0);
+    const value = expectedAnswer('What does it return on failure?')!;
+    assert.equal(answerShare(value, 'The result will be set to `FAILED_TO_RUN`.'), 1);
+    assert.equal(answerShare(value, 'It prints "[Circular]" in its place.'), 1);
+    assert.equal(answerShare(value, 'It returns once the input is parsed.'), 0);
     const duration = expectedAnswer('How long does it wait?')!;
     assert.equal(answerShare(duration, 'It waits 300 ms.'), 1);
     assert.equal(answerShare(duration, 'It waits for 300 requests.'), 0);

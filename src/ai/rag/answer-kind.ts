@@ -1,13 +1,14 @@
 /**
  * What kind of answer a question asks for beyond its words: "how many" wants a number, "which
  * version" a version, "how long" a duration, "which environment variable" a NAME_LIKE_THIS, "why" a
- * reason ("because", "due to"), "which … are there" a list, and a question about what happens unless
+ * reason ("because", "due to"), "which … are there" a list, "what does it return" a literal it is
+ * set to (`` `FAILED_TO_RUN` ``, `"[Circular]"`), and a question about what happens unless
  * one sets something wants the default. A sentence holding such a value is likelier to be the answer than one that only
  * repeats the question's words.
  */
 
 /** A kind of value a question asks for. */
-export type AnswerKind = 'number' | 'duration' | 'version' | 'variable' | 'reason' | 'list';
+export type AnswerKind = 'number' | 'duration' | 'version' | 'variable' | 'reason' | 'list' | 'value';
 
 /** What a question asks for: the kinds of value, and whether it asks what holds by default. */
 export interface Expectation {
@@ -24,6 +25,7 @@ const ASKS: Readonly<Record<AnswerKind, RegExp>> = {
   variable: /\benv(?:ironment)? var(?:iable)?s?\b/i,
   reason: /\bwhy\b|\bwhat for\b|\bfor what reason\b/i,
   list: /\b(?:which|what)\b[^?]{0,40}\b(?:are there|exist|are available|are supported)\b|\bwhat (?:kinds|types|sorts) of\b/i,
+  value: /\bwhat (?:does|do|will|would|did)\b[^?]{0,80}\b(?:return|put|set|give|yield|contain|print|output|emit|produce|resolve|evaluate)s?\b/i,
 };
 
 const DEFAULTS = new RegExp(
@@ -49,6 +51,8 @@ const HOLDS: Readonly<Record<AnswerKind, RegExp>> = {
   variable: /\b\p{Lu}[\p{Lu}\d]*(?:_[\p{Lu}\d]+)+\b/u,
   reason: /\b(?:because|due to|since|so that|in order to|otherwise|as a result|which means|to (?:prevent|avoid|ensure|allow|keep|make sure))\b/i,
   list: /(?:`[^`]+`[^`]*){3,}|[\w-]+, [\w-]+,? (?:and|or) [\w-]+/,
+  value:
+    /\b(?:set to|returns?|returned|gives?|yields?|prints?|outputs?|replaced (?:with|by)|becomes?|is|are|be)\s+(?:the (?:string|value) )?(?:`[^`]+`|"[^"]+"|'[^']+')/i,
 };
 
 const SAYS_DEFAULT = /\bdefault(?:s|ed)?\b|\bunless\b|\bif (?:not|unset|omitted|none)\b/i;
