@@ -90,6 +90,13 @@ describe('a reStructuredText page in a corpus', () => {
     assert.equal(rstToMarkdown(page), "# Files\n\n## open(file, mode='r')\n\nOpen *file*; raises `OSError`.\n\nparam file: the path.\n");
   });
 
+  it('dates the paragraph after a version note without content, and labels one with content', () => {
+    const page = ['.. versionadded:: 3.17', '', 'In this variant, lists are walked together.', '', '.. deprecated:: 3.20', '   Use ``block()``.', ''].join(
+      '\n',
+    );
+    assert.equal(rstToMarkdown(page), 'Version added 3.17: In this variant, lists are walked together.\n\nDeprecated 3.20: Use `block()`.\n');
+  });
+
   it('reads a definition list as list items of each term and its definition', () => {
     const page = ['The formats are:', '', '``HEXADECIMAL``', '  Notation as in C.', '``DECIMAL``', '  The default,', '  when none is given.', ''].join('\n');
     assert.equal(rstToMarkdown(page), 'The formats are:\n\n- `HEXADECIMAL`: Notation as in C.\n\n- `DECIMAL`: The default,\nwhen none is given.\n');

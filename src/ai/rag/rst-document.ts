@@ -61,6 +61,11 @@ export function isRstFile(file: string): boolean {
 const indentOf = (line: string): number => line.length - line.trimStart().length;
 const blank = (line: string | undefined): boolean => line === undefined || line.trim() === '';
 
+/** Whether `line` (with the one after it) opens a paragraph of prose: not markup, a title or a block's start. */
+function isProse(line: string, next: string | undefined): boolean {
+  return !/^\s*(?:\.\.|[-*+•]\s|\d+[.)]\s|:)/.test(line) && !ADORNMENT.test(line) && (next === undefined || !ADORNMENT.test(next)) && !/::\s*$/.test(line);
+}
+
 /** The block indented under line `start` (its blank lines inside), dedented, and the index after it. */
 function indentedBlock(lines: readonly string[], start: number, base: number): { readonly block: string[]; readonly next: number } {
   let end = start;
@@ -139,7 +144,13 @@ export function rstToMarkdown(text: string): string {
         // An admonition or a versioned note: its label, its argument, then its content as the page's own lines.
         const words = `${name.replace(/^version/, 'version ').replace(/-/g, ' ')} ${argument}`.trim();
         const label = `${words[0]!.toUpperCase()}${words.slice(1)}:`;
-        if (block.length === 0) out.push('', inline(label));
+        let following = after;
+        while (following < lines.length && blank(lines[following])) following++;
+        const paragraph = lines[following];
+        // A version note without content dates the paragraph after it (`.. versionadded:: 3.17` over the variant it added).
+        if (block.length === 0 && paragraph !== undefined && /^version|^deprecated/.test(name) && isProse(paragraph, lines[following + 1]))
+          lines[following] = `${label} ${paragraph.trimStart()}`;
+        else if (block.length === 0) out.push('', inline(label));
         else block[0] = `${label} ${block[0]}`;
         lines.splice(after, 0, '', ...block, '');
         i = after;
