@@ -21,11 +21,15 @@ describe('the kind of answer a question asks for', () => {
       'Which encoding is used if no encoding option is passed?',
       'What happens if I omit the level?',
       'What does it print if I leave the format out?',
+      'block() without SCOPE_FOR: which scopes does it create?',
+      'What does npm ci do without --omit?',
+      'How often does it retry without `maxRetries`?',
     ])
       assert.equal(expectedAnswer(question)?.defaults, true, question);
     assert.deepEqual(expectedAnswer('What does parseMIMEType return when it cannot parse its input?'), { kinds: ['value'], defaults: false });
     assert.deepEqual(expectedAnswer('what does try_run put in the run result'), { kinds: ['value'], defaults: false });
     assert.equal(expectedAnswer('How do I give it no more work once it is closed?'), undefined);
+    assert.equal(expectedAnswer('Can I run it without a network?'), undefined, 'without a word, not an option');
     assert.equal(expectedAnswer('How do I expand brace patterns?'), undefined);
   });
 
@@ -51,6 +55,9 @@ describe('the kind of answer a question asks for', () => {
     assert.equal(answerShare(list, 'The levels are `trace`, `debug`, `info` and `error`.'), 1);
     assert.equal(answerShare(list, 'The levels are trace, debug, info and error.'), 1);
     assert.equal(answerShare(list, 'A level says how much is logged.'), 0);
+    const unset = expectedAnswer('What does it use without SCOPE_FOR?')!;
+    for (const text of ['If `SCOPE_FOR` is not specified, this is equivalent to:', 'When omitted, both are created.', 'It defaults to both.'])
+      assert.equal(answerShare(unset, text), 1, text);
     const value = expectedAnswer('What does it return on failure?')!;
     assert.equal(answerShare(value, 'The result will be set to `FAILED_TO_RUN`.'), 1);
     assert.equal(answerShare(value, 'It prints "[Circular]" in its place.'), 1);

@@ -55,12 +55,16 @@ const HOLDS: Readonly<Record<AnswerKind, RegExp>> = {
     /\b(?:set to|returns?|returned|gives?|yields?|prints?|outputs?|replaced (?:with|by)|becomes?|is|are|be)\s+(?:the (?:string|value) )?(?:`[^`]+`|"[^"]+"|'[^']+')/i,
 };
 
-const SAYS_DEFAULT = /\bdefault(?:s|ed)?\b|\bunless\b|\bif (?:not|unset|omitted|none)\b/i;
+/** "without SCOPE_FOR", "without --force", "without `maxRetries`": an option left out, written as code (so case counts). */
+const LEFT_OUT = /\b[Ww]ithout (?:an? |the |any )?[`'"]?(?:--?[a-z][\w-]*|[A-Z][A-Z0-9]*_[A-Z0-9_]+|[a-z]+[A-Z]\w*)/;
+
+const SAYS_DEFAULT =
+  /\bdefault(?:s|ed)?\b|\bunless\b|\bif (?:not|unset|omitted|none)\b|\b(?:is|are|was|were) (?:not|never) (?:specified|given|set|passed|provided)\b|\bomitted\b/i;
 
 /** What `question` asks for beyond its words; undefined when nothing in particular. */
 export function expectedAnswer(question: string): Expectation | undefined {
   const kinds = (Object.keys(ASKS) as AnswerKind[]).filter((kind) => ASKS[kind].test(question));
-  const defaults = DEFAULTS.test(question);
+  const defaults = DEFAULTS.test(question) || LEFT_OUT.test(question);
   return kinds.length === 0 && !defaults ? undefined : { kinds, defaults };
 }
 
