@@ -52,76 +52,84 @@ function tableRows(lines: readonly string[]): string[] {
 
 /** The Markdown of AsciiDoc `text`. */
 export function adocToMarkdown(text: string): string {
-  const lines = text.replace(/\r\n?/g, '\n').split('\n');
   const out: string[] = [];
   let language = '';
-  let i = 0;
+  // A block read apart (an example's or a sidebar's paragraphs) is read as the page's own lines, where it stands.
+  const read = (lines: readonly string[], start: number): void => {
+    let i = start;
+    while (i < lines.length) {
+      const line = lines[i]!;
+      const trimmed = line.trim();
+      const delimiter = DELIMITER.exec(trimmed)?.[1];
+      if (delimiter !== undefined) {
+        let end = i + 1;
+        while (end < lines.length && lines[end]!.trim() !== trimmed) end++;
+        const body = lines.slice(i + 1, end);
+        const kind = delimiter[0]!;
+        if (kind === '-' && delimiter !== '--') out.push(...fenced(body, language));
+        else if (kind === '.') out.push(...fenced(body));
+        else if (kind === '|' || kind === ',' || kind === ':' || kind === '!') out.push('', ...tableRows(body), '');
+        else if (kind !== '/') {
+          // Example, sidebar, quote and open blocks hold the page's own paragraphs.
+          out.push('');
+          read(body, 0);
+          out.push('');
+        }
+        language = '';
+        i = end + 1;
+        continue;
+      }
+      const title = TITLE.exec(line);
+      if (title !== null) {
+        out.push('', `${'#'.repeat(Math.min(6, title[1]!.length))} ${inline(title[2]!)}`, '');
+        i++;
+        continue;
+      }
+      if (ATTRIBUTES.test(trimmed)) {
+        language = /^\[(?:source|listing)\s*,\s*([\w+#-]+)/.exec(trimmed)?.[1] ?? '';
+        i++;
+        continue;
+      }
+      // Line comments, and an attribute entry set mid-page.
+      if (/^\/\/(?!\/)/.test(line) || /^:[\w-]+!?:/.test(line)) {
+        i++;
+        continue;
+      }
+      // A block title (`.Configuration options`) introduces what follows, as a lead-in ending in `:` does in Markdown.
+      if (/^\.[^.\s]/.test(line)) {
+        out.push('', `${inline(line.slice(1).trim()).replace(/[.:]$/, '')}:`, LEAD);
+        i++;
+        continue;
+      }
+      // A list continuation (`+` alone) joins the next block to the item.
+      if (trimmed === '+') {
+        out.push('');
+        i++;
+        continue;
+      }
+      const item = /^(\*{1,5}|-|\.{1,5})\s+(.*)$/.exec(line);
+      if (item !== null) {
+        const depth = item[1] === '-' ? 0 : item[1]!.length - 1;
+        out.push(`${'  '.repeat(depth)}${item[1]![0] === '.' ? '1.' : '-'} ${inline(item[2]!)}`);
+        i++;
+        continue;
+      }
+      // A description list item (`term:: definition`) as the term and its definition.
+      const term = /^(\S.*?)(:{2,4}|;;)(?:\s+(.*))?$/.exec(line);
+      if (term !== null && !/^[a-z][\w+.-]*:\/\//i.test(line)) {
+        out.push(`${inline(term[1]!)}: ${inline(term[3] ?? '')}`.trimEnd());
+        i++;
+        continue;
+      }
+      out.push(inline(line));
+      i++;
+    }
+  };
+  const lines = text.replace(/\r\n?/g, '\n').split('\n');
+  let start = 0;
   // The header's attribute entries (`:toc:`, `:source-highlighter: rouge`) configure, they say nothing.
-  while (i < lines.length && (/^:[\w-]+!?:/.test(lines[i]!) || (out.length === 0 && lines[i]!.trim() === ''))) i++;
-  while (i < lines.length) {
-    const line = lines[i]!;
-    const trimmed = line.trim();
-    const delimiter = DELIMITER.exec(trimmed)?.[1];
-    if (delimiter !== undefined) {
-      let end = i + 1;
-      while (end < lines.length && lines[end]!.trim() !== trimmed) end++;
-      const body = lines.slice(i + 1, end);
-      const kind = delimiter[0]!;
-      if (kind === '-' && delimiter !== '--') out.push(...fenced(body, language));
-      else if (kind === '.') out.push(...fenced(body));
-      else if (kind === '|' || kind === ',' || kind === ':' || kind === '!') out.push('', ...tableRows(body), '');
-      else if (kind !== '/')
-        // Example, sidebar, quote and open blocks hold the page's own paragraphs.
-        lines.splice(end, 1, '', ...body, '');
-      language = '';
-      i = kind === '=' || kind === '*' || kind === '_' || delimiter === '--' ? end : end + 1;
-      continue;
-    }
-    const title = TITLE.exec(line);
-    if (title !== null) {
-      out.push('', `${'#'.repeat(Math.min(6, title[1]!.length))} ${inline(title[2]!)}`, '');
-      i++;
-      continue;
-    }
-    if (ATTRIBUTES.test(trimmed)) {
-      language = /^\[(?:source|listing)\s*,\s*([\w+#-]+)/.exec(trimmed)?.[1] ?? '';
-      i++;
-      continue;
-    }
-    // Line comments, and an attribute entry set mid-page.
-    if (/^\/\/(?!\/)/.test(line) || /^:[\w-]+!?:/.test(line)) {
-      i++;
-      continue;
-    }
-    // A block title (`.Configuration options`) introduces what follows, as a lead-in ending in `:` does in Markdown.
-    if (/^\.[^.\s]/.test(line)) {
-      out.push('', `${inline(line.slice(1).trim()).replace(/[.:]$/, '')}:`, LEAD);
-      i++;
-      continue;
-    }
-    // A list continuation (`+` alone) joins the next block to the item.
-    if (trimmed === '+') {
-      out.push('');
-      i++;
-      continue;
-    }
-    const item = /^(\*{1,5}|-|\.{1,5})\s+(.*)$/.exec(line);
-    if (item !== null) {
-      const depth = item[1] === '-' ? 0 : item[1]!.length - 1;
-      out.push(`${'  '.repeat(depth)}${item[1]![0] === '.' ? '1.' : '-'} ${inline(item[2]!)}`);
-      i++;
-      continue;
-    }
-    // A description list item (`term:: definition`) as the term and its definition.
-    const term = /^(\S.*?)(:{2,4}|;;)(?:\s+(.*))?$/.exec(line);
-    if (term !== null && !/^[a-z][\w+.-]*:\/\//i.test(line)) {
-      out.push(`${inline(term[1]!)}: ${inline(term[3] ?? '')}`.trimEnd());
-      i++;
-      continue;
-    }
-    out.push(inline(line));
-    i++;
-  }
+  while (start < lines.length && (/^:[\w-]+!?:/.test(lines[start]!) || lines[start]!.trim() === '')) start++;
+  read(lines, start);
   return `${out
     .join('\n')
     .replace(new RegExp(`\\n${LEAD}\\n+`, 'g'), '\n')

@@ -90,7 +90,6 @@ function inline(line: string): string {
 
 /** The Markdown of reStructuredText `text`. */
 export function rstToMarkdown(text: string): string {
-  const lines = text.replace(/\r\n?/g, '\n').split('\n');
   const levels = new Map<string, number>();
   let level = 0;
   const heading = (style: string, title: string): string => {
@@ -99,95 +98,105 @@ export function rstToMarkdown(text: string): string {
     return `${'#'.repeat(level)} ${inline(title.trim())}`;
   };
   const out: string[] = [];
-  let i = 0;
-  while (i < lines.length) {
-    const line = lines[i]!;
-    const next = lines[i + 1];
-    const over = ADORNMENT.exec(line);
-    // A title between an overline and an underline of the same character.
-    if (over !== null && next !== undefined && !blank(next) && lines[i + 2]?.trim() === line.trim()) {
-      out.push('', heading(`${over[1]}/over`, next), '');
-      i += 3;
-      continue;
-    }
-    // A title over its underline (at least as long as three characters: "Usage" over "=====").
-    const under = next === undefined ? null : ADORNMENT.exec(next);
-    if (under !== null && !blank(line) && indentOf(line) === 0 && over === null && blank(lines[i - 1])) {
-      out.push('', heading(under[1]!, line), '');
-      i += 2;
-      continue;
-    }
-    // A transition, or an adornment left alone: a fence opener to Markdown (`~~~`) if kept.
-    if (over !== null) {
-      out.push('');
+  // A block read apart (an admonition's content, a definition) is read as the page's own lines, where it stands.
+  const read = (lines: string[]): void => {
+    let i = 0;
+    while (i < lines.length) {
+      const line = lines[i]!;
+      const next = lines[i + 1];
+      const over = ADORNMENT.exec(line);
+      // A title between an overline and an underline of the same character.
+      if (over !== null && next !== undefined && !blank(next) && lines[i + 2]?.trim() === line.trim()) {
+        out.push('', heading(`${over[1]}/over`, next), '');
+        i += 3;
+        continue;
+      }
+      // A title over its underline (at least as long as three characters: "Usage" over "=====").
+      const under = next === undefined ? null : ADORNMENT.exec(next);
+      if (under !== null && !blank(line) && indentOf(line) === 0 && over === null && blank(lines[i - 1])) {
+        out.push('', heading(under[1]!, line), '');
+        i += 2;
+        continue;
+      }
+      // A transition, or an adornment left alone: a fence opener to Markdown (`~~~`) if kept.
+      if (over !== null) {
+        out.push('');
+        i++;
+        continue;
+      }
+      const directive = DIRECTIVE.exec(line.trim());
+      if (line.trim().startsWith('..')) {
+        const base = indentOf(line);
+        let start = i + 1;
+        // A directive's options (`:linenos:`, `:caption: x`) come before its content.
+        while (start < lines.length && /^\s+:[\w-]+:/.test(lines[start]!) && indentOf(lines[start]!) > base) start++;
+        const { block, next: after } = indentedBlock(lines, start, base);
+        // A domain's directive (`py:function`, `c:macro`) is read by its kind.
+        const name = directive?.[1]?.toLowerCase().split(':').at(-1);
+        const argument = directive?.[2]?.trim() ?? '';
+        if (name !== undefined && CODE.has(name)) out.push(...fenced(block, argument.split(/\s/)[0]));
+        else if (name !== undefined && API.has(name) && argument !== '') {
+          // Its own section, a level below the one it is written in, so that its description is found under its name.
+          out.push('', `${'#'.repeat(Math.min(6, level + 1))} ${inline(argument)}`, '');
+          out.push('');
+          read(block);
+          out.push('');
+          i = after;
+          continue;
+        } else if (name !== undefined && !SILENT.has(name)) {
+          // An admonition or a versioned note: its label, its argument, then its content as the page's own lines.
+          const words = `${name.replace(/^version/, 'version ').replace(/-/g, ' ')} ${argument}`.trim();
+          const label = `${words[0]!.toUpperCase()}${words.slice(1)}:`;
+          let following = after;
+          while (following < lines.length && blank(lines[following])) following++;
+          const paragraph = lines[following];
+          // A version note without content dates the paragraph after it (`.. versionadded:: 3.17` over the variant it added).
+          if (block.length === 0 && paragraph !== undefined && /^version|^deprecated/.test(name) && isProse(paragraph, lines[following + 1]))
+            lines[following] = `${label} ${paragraph.trimStart()}`;
+          else if (block.length === 0) out.push('', inline(label));
+          else block[0] = `${label} ${block[0]}`;
+          out.push('');
+          read(block);
+          out.push('');
+          i = after;
+          continue;
+        }
+        // Comments, link targets (`.. _label:`), substitutions and silent directives say nothing.
+        i = after;
+        continue;
+      }
+      // A paragraph ending in `::` introduces the literal block indented under it.
+      if (/::\s*$/.test(line) && blank(next)) {
+        let start = i + 1;
+        while (start < lines.length && blank(lines[start])) start++;
+        if (start < lines.length && indentOf(lines[start]!) > indentOf(line)) {
+          const lead = line.replace(/\s*::\s*$/, line.trim() === '::' ? '' : ':');
+          if (lead.trim() !== '') out.push(inline(lead.trimStart()));
+          const { block, next: after } = indentedBlock(lines, start, indentOf(line));
+          out.push(...fenced(block));
+          i = after;
+          continue;
+        }
+      }
+      // A line over a more indented one is a definition list's term (`OUTPUT_FORMAT` over what it does): a list item of both.
+      if (!blank(line) && !blank(next) && indentOf(next!) > indentOf(line) && !/::\s*$/.test(line) && !/^\s*(?:[-*+•]\s|\d+[.)]\s|#\.\s|:|\.\.)/.test(line)) {
+        const { block, next: after } = indentedBlock(lines, i + 1, indentOf(line));
+        const term = `- ${line.trim()}:`;
+        if (block[0] !== undefined && !block[0].startsWith('..')) block[0] = `${term} ${block[0]}`;
+        else block.unshift(term);
+        out.push('');
+        read(block);
+        out.push('');
+        i = after;
+        continue;
+      }
+      // Indentation is a block quote or a list's continuation in reStructuredText, never code as in Markdown;
+      // a field (`:param file: the path`) reads as its name and value.
+      out.push(inline(line.trimStart().replace(/^:([^:`]+):(?=\s|$)/, '$1:')));
       i++;
-      continue;
     }
-    const directive = DIRECTIVE.exec(line.trim());
-    if (line.trim().startsWith('..')) {
-      const base = indentOf(line);
-      let start = i + 1;
-      // A directive's options (`:linenos:`, `:caption: x`) come before its content.
-      while (start < lines.length && /^\s+:[\w-]+:/.test(lines[start]!) && indentOf(lines[start]!) > base) start++;
-      const { block, next: after } = indentedBlock(lines, start, base);
-      // A domain's directive (`py:function`, `c:macro`) is read by its kind.
-      const name = directive?.[1]?.toLowerCase().split(':').at(-1);
-      const argument = directive?.[2]?.trim() ?? '';
-      if (name !== undefined && CODE.has(name)) out.push(...fenced(block, argument.split(/\s/)[0]));
-      else if (name !== undefined && API.has(name) && argument !== '') {
-        // Its own section, a level below the one it is written in, so that its description is found under its name.
-        out.push('', `${'#'.repeat(Math.min(6, level + 1))} ${inline(argument)}`, '');
-        lines.splice(after, 0, '', ...block, '');
-        i = after;
-        continue;
-      } else if (name !== undefined && !SILENT.has(name)) {
-        // An admonition or a versioned note: its label, its argument, then its content as the page's own lines.
-        const words = `${name.replace(/^version/, 'version ').replace(/-/g, ' ')} ${argument}`.trim();
-        const label = `${words[0]!.toUpperCase()}${words.slice(1)}:`;
-        let following = after;
-        while (following < lines.length && blank(lines[following])) following++;
-        const paragraph = lines[following];
-        // A version note without content dates the paragraph after it (`.. versionadded:: 3.17` over the variant it added).
-        if (block.length === 0 && paragraph !== undefined && /^version|^deprecated/.test(name) && isProse(paragraph, lines[following + 1]))
-          lines[following] = `${label} ${paragraph.trimStart()}`;
-        else if (block.length === 0) out.push('', inline(label));
-        else block[0] = `${label} ${block[0]}`;
-        lines.splice(after, 0, '', ...block, '');
-        i = after;
-        continue;
-      }
-      // Comments, link targets (`.. _label:`), substitutions and silent directives say nothing.
-      i = after;
-      continue;
-    }
-    // A paragraph ending in `::` introduces the literal block indented under it.
-    if (/::\s*$/.test(line) && blank(next)) {
-      let start = i + 1;
-      while (start < lines.length && blank(lines[start])) start++;
-      if (start < lines.length && indentOf(lines[start]!) > indentOf(line)) {
-        const lead = line.replace(/\s*::\s*$/, line.trim() === '::' ? '' : ':');
-        if (lead.trim() !== '') out.push(inline(lead.trimStart()));
-        const { block, next: after } = indentedBlock(lines, start, indentOf(line));
-        out.push(...fenced(block));
-        i = after;
-        continue;
-      }
-    }
-    // A line over a more indented one is a definition list's term (`OUTPUT_FORMAT` over what it does): a list item of both.
-    if (!blank(line) && !blank(next) && indentOf(next!) > indentOf(line) && !/::\s*$/.test(line) && !/^\s*(?:[-*+•]\s|\d+[.)]\s|#\.\s|:|\.\.)/.test(line)) {
-      const { block, next: after } = indentedBlock(lines, i + 1, indentOf(line));
-      const term = `- ${line.trim()}:`;
-      if (block[0] !== undefined && !block[0].startsWith('..')) block[0] = `${term} ${block[0]}`;
-      else block.unshift(term);
-      lines.splice(after, 0, '', ...block, '');
-      i = after;
-      continue;
-    }
-    // Indentation is a block quote or a list's continuation in reStructuredText, never code as in Markdown;
-    // a field (`:param file: the path`) reads as its name and value.
-    out.push(inline(line.trimStart().replace(/^:([^:`]+):(?=\s|$)/, '$1:')));
-    i++;
-  }
+  };
+  read(text.replace(/\r\n?/g, '\n').split('\n'));
   return `${out
     .join('\n')
     .replace(/\n{3,}/g, '\n\n')
