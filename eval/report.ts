@@ -10,7 +10,8 @@ export const GOALS = { precisionAt1: 0.9, factHit: 0.8, abstain: 0.9, blocked: 1
 /** `count` of `of` as a share; `NaN` when there is nothing to count. */
 export const rate = (count: number, of: number): number => (of === 0 ? Number.NaN : count / of);
 
-const pct = (x: number): string => (Number.isNaN(x) ? '—' : `${(x * 100).toFixed(0)} %`);
+/** A share to one decimal, rounded down: a rate under its goal never prints as the goal (449 of 499 is 89.9 %, not 90 %). */
+const pct = (x: number): string => (Number.isNaN(x) ? '—' : `${(Math.floor(x * 1000 + 1e-9) / 10).toFixed(1)} %`);
 const counted = (x: number, of: number): string => (Number.isNaN(x) ? '—' : `${pct(x)} (${Math.round(x * of)}/${of})`);
 const ratio = (a: number, b: number): string => (Number.isNaN(a) || Number.isNaN(b) || b === 0 ? '—' : `${(a / b).toFixed(2)}×`);
 const ms = (x: number): string => (Number.isNaN(x) ? '—' : `${x.toFixed(1)} ms`);
