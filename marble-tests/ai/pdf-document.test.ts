@@ -53,6 +53,18 @@ describe('a PDF in a corpus', () => {
     );
   });
 
+  it("keeps a line Markdown would read as markup (a listing's `# comment`, a `---`) as text", async () => {
+    const listing = pdfOf([
+      [
+        [11, 72, 700, 'Install it:'],
+        [11, 72, 686, '# install the tools'],
+        [11, 72, 672, '---'],
+        [11, 72, 658, 'npm ci'],
+      ],
+    ]);
+    assert.equal(await pdfToMarkdown(listing), 'Install it:\n\\# install the tools\n\\---\nnpm ci\n');
+  });
+
   it('is read by loadCorpus under its headings; one pdf.js cannot read is skipped as unreadable, the rest loaded', async () => {
     assert.equal(isPdfFile('docs/Manual.PDF'), true);
     assert.equal(isPdfFile('pdf.md'), false);

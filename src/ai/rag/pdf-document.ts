@@ -81,14 +81,17 @@ function bodySize(pages: readonly Line[][]): number {
   return [...chars.entries()].sort((a, b) => b[1] - a[1])[0]?.[0] ?? 0;
 }
 
+/** A line that Markdown would read as markup (a `# comment` of a listing as a heading, a ```` ``` ```` as a fence, `---` as a rule): its first mark escaped. */
+const MARKUP_LINE = /^(\s{0,3})(#{1,6}(?=\s|$)|`{3,}|~{3,}|[-=*_](?:\s*[-=*_]){2,}\s*$)/;
+const literal = (text: string): string => text.replace(MARKUP_LINE, '$1\\$2');
+
 /** A line as running headers are compared: its numbers (the page's) as one mark, its spaces as one. */
 const runningKey = (text: string): string => text.replace(/\d+/g, '#').replace(/\s+/g, ' ').trim();
 
 /** Lines found on most pages (running headers and footers, numbers aside), as a key of their letters. */
 function runningLines(pages: readonly Line[][]): Set<string> {
-  const key = runningKey;
   const seen = new Map<string, number>();
-  for (const page of pages) for (const text of new Set(page.map((line) => key(line.text)))) seen.set(text, (seen.get(text) ?? 0) + 1);
+  for (const page of pages) for (const text of new Set(page.map((line) => runningKey(line.text)))) seen.set(text, (seen.get(text) ?? 0) + 1);
   const running = new Set<string>();
   if (pages.length >= 3) for (const [text, count] of seen) if (count >= pages.length / 2) running.add(text);
   return running;
@@ -131,7 +134,7 @@ export async function pdfToMarkdown(bytes: Uint8Array): Promise<string> {
         // A word broken over two lines (`produc-` / `er`) is one word again.
         const last = out.at(-1);
         if (last !== undefined && last !== '' && /\p{Ll}-$/u.test(last) && /^\p{Ll}/u.test(text)) out[out.length - 1] = `${last.slice(0, -1)}${text}`;
-        else out.push(text);
+        else out.push(literal(text));
         previous = line;
       }
       out.push('');
