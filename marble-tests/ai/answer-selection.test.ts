@@ -278,6 +278,15 @@ describe('extractive answer selection', () => {
       lead('caseSensitive', 'Files should be matched regardless of upper and lower case.', { upper: 2, lower: 2, case: 3 }),
       'caseSensitive: Files should be matched regardless of upper and lower case. [1]',
     );
+    // A command-line option, as CLI references head each one.
+    assert.equal(
+      lead('--fresh', 'Perform a fresh configuration of the build tree.', { fresh: 2, configur: 3 }),
+      '--fresh: Perform a fresh configuration of the build tree. [1]',
+    );
+    assert.equal(
+      lead('--max-old-space-size=SIZE (in MiB)', 'Sets the max memory size of the old memory section.', { memori: 2, size: 3 }),
+      '--max-old-space-size=SIZE (in MiB): Sets the max memory size of the old memory section. [1]',
+    );
     // Prose that opens like one is not an API, nor is one word.
     assert.equal(lead('Usage', 'Streams keep their order now.', { stream: 2, order: 3 }), 'Streams keep their order now. [1]');
     assert.equal(lead('new features in 2.0', 'Streams keep their order now.', { stream: 2, order: 3 }), 'Streams keep their order now. [1]');

@@ -97,6 +97,11 @@ describe('a reStructuredText page in a corpus', () => {
     assert.equal(rstToMarkdown(page), 'Version added 3.17: In this variant, lists are walked together.\n\nDeprecated 3.20: Use `block()`.\n');
   });
 
+  it('reads a table of contents as the list of links it shows', () => {
+    const page = ['.. toctree::', '   :maxdepth: 1', '', '   /generator/Ninja', '   Visual Studio <vs>', ''].join('\n');
+    assert.equal(rstToMarkdown(page), '- [Ninja](/generator/Ninja)\n- [Visual Studio](vs)\n');
+  });
+
   it('reads a definition list as list items of each term and its definition', () => {
     const page = ['The formats are:', '', '``HEXADECIMAL``', '  Notation as in C.', '``DECIMAL``', '  The default,', '  when none is given.', ''].join('\n');
     assert.equal(rstToMarkdown(page), 'The formats are:\n\n- `HEXADECIMAL`: Notation as in C.\n\n- `DECIMAL`: The default,\nwhen none is given.\n');

@@ -313,13 +313,18 @@ const API_LEAD =
  */
 const API_HEADING = /^[\p{L}_$][\w$]*(?:[.#:][\w$]+)*\s*(?:\(.*\)\s*(?:(?:->|→|:)\s*.*)?)?\s*(?:=>.*)?$/u;
 
-/** Whether a heading is written as code: a call, a member or a label (`.`, `#`, `(`, `:`), or one identifier with a capital or `_` inside (`caseSensitive`, `max_depth`), not a word (`Usage`). */
+/** A command-line option as a heading (`--fresh`, `-C <initial-cache>`, `--max-old-space-size=SIZE (in MiB)`): its flag first. */
+const OPTION_HEADING = /^(--?[A-Za-z][\w-]*)(?:[=\s[,].*)?$/;
+
+/** Whether a heading is written as code: a call, a member or a label (`.`, `#`, `(`, `:`), a command-line option, or one identifier with a capital or `_` inside (`caseSensitive`, `max_depth`), not a word (`Usage`). */
 function namesCode(heading: string): boolean {
-  return /[.#(:]/.test(heading) || /^[a-z$][\w$]*(?:[A-Z_$])[\w$]*$/.test(heading);
+  return /[.#(:]/.test(heading) || OPTION_HEADING.test(heading) || /^[a-z$][\w$]*(?:[A-Z_$])[\w$]*$/.test(heading);
 }
 
-/** The API a heading names (`safe` for `const ok = safe(re)`), or undefined when it is not an API heading. */
+/** The API a heading names (`safe` for `const ok = safe(re)`, `--fresh` for an option), or undefined when it is not an API heading. */
 function apiOf(heading: string): string | undefined {
+  const option = OPTION_HEADING.exec(heading);
+  if (option !== null) return option[1];
   const bare = heading.replace(API_LEAD, '');
   return API_HEADING.test(bare) ? /^[\p{L}_$][\w$.#:]*/u.exec(bare)![0] : undefined;
 }

@@ -12,9 +12,8 @@ const ADORNMENT = /^([!-/:-@[-`{-~])\1{2,}\s*$/;
 const DIRECTIVE = /^\.\.\s+([\w:-]+)::\s*(.*)$/;
 /** Directives whose content is code: quoted as a fence in the language their argument names. */
 const CODE = new Set(['code-block', 'code', 'sourcecode', 'literalinclude', 'doctest', 'testcode', 'parsed-literal']);
-/** Directives with nothing a reader reads: navigation, images, raw output, indexes. */
+/** Directives with nothing a reader reads: images, raw output, indexes. */
 const SILENT = new Set([
-  'toctree',
   'image',
   'figure',
   'raw',
@@ -135,7 +134,15 @@ export function rstToMarkdown(text: string): string {
         const name = directive?.[1]?.toLowerCase().split(':').at(-1);
         const argument = directive?.[2]?.trim() ?? '';
         if (name !== undefined && CODE.has(name)) out.push(...fenced(block, argument.split(/\s/)[0]));
-        else if (name !== undefined && API.has(name) && argument !== '') {
+        else if (name === 'toctree') {
+          // The pages a table of contents links to, as the list of links a reader sees (`/generator/Ninja` as Ninja): names a search finds, never quoted.
+          const entries = block.filter((entry) => !blank(entry) && !entry.trim().startsWith(':'));
+          const link = (entry: string) => {
+            const titled = /^(.*?)\s*<([^>]*)>$/.exec(entry);
+            return titled !== null ? `[${titled[1]}](${titled[2]})` : `[${entry.split('/').at(-1)}](${entry})`;
+          };
+          out.push('', ...entries.map((entry) => `- ${link(entry.trim())}`), '');
+        } else if (name !== undefined && API.has(name) && argument !== '') {
           // Its own section, a level below the one it is written in, so that its description is found under its name.
           out.push('', `${'#'.repeat(Math.min(6, level + 1))} ${inline(argument)}`, '');
           out.push('');
