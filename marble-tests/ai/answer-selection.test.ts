@@ -287,6 +287,11 @@ describe('extractive answer selection', () => {
       lead('--max-old-space-size=SIZE (in MiB)', 'Sets the max memory size of the old memory section.', { memori: 2, size: 3 }),
       '--max-old-space-size=SIZE (in MiB): Sets the max memory size of the old memory section. [1]',
     );
+    // A name in a notation of its own, one word of code.
+    assert.equal(
+      lead('$<TARGET_RUNTIME_DLLS:tgt>', 'Lists the DLLs that the target depends on at runtime.', { dll: 3, runtim: 2 }),
+      '$<TARGET_RUNTIME_DLLS:tgt>: Lists the DLLs that the target depends on at runtime. [1]',
+    );
     // Prose that opens like one is not an API, nor is one word.
     assert.equal(lead('Usage', 'Streams keep their order now.', { stream: 2, order: 3 }), 'Streams keep their order now. [1]');
     assert.equal(lead('new features in 2.0', 'Streams keep their order now.', { stream: 2, order: 3 }), 'Streams keep their order now. [1]');

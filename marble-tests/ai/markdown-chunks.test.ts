@@ -47,6 +47,11 @@ describe('chunkMarkdown', () => {
     assert.equal(passage!.source, 'README.md › The pino API and Usage');
   });
 
+  it('a heading keeps a code span as written: `<...>` in code is no HTML tag', () => {
+    const doc = ['# Expressions', '## `$<TARGET_FILE:tgt>` and <sup>note</sup>', 'Text.'].join('\n');
+    assert.equal(chunkMarkdown(doc, 'a.md')[0]!.headings, 'Expressions › $<TARGET_FILE:tgt> and note');
+  });
+
   it('a heading loses its emphasis marks, but never the underscores of a name', () => {
     const doc = ['# add_custom_command', '## `NODE_DEBUG_NATIVE=module`', '### The *new* and __strong__ _way_ with `a_*b*_c`', 'Text.'].join('\n');
     assert.equal(chunkMarkdown(doc, 'a.md')[0]!.headings, 'add_custom_command › NODE_DEBUG_NATIVE=module › The new and strong way with a_*b*_c');

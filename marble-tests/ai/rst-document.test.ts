@@ -87,7 +87,7 @@ describe('a reStructuredText page in a corpus', () => {
       '   :param file: the path.',
       '',
     ].join('\n');
-    assert.equal(rstToMarkdown(page), "# Files\n\n## open(file, mode='r')\n\nOpen *file*; raises `OSError`.\n\nparam file: the path.\n");
+    assert.equal(rstToMarkdown(page), "# Files\n\n## `open(file, mode='r')`\n\nOpen *file*; raises `OSError`.\n\nparam file: the path.\n");
   });
 
   it('dates the paragraph after a version note without content, and labels one with content', () => {
@@ -95,6 +95,11 @@ describe('a reStructuredText page in a corpus', () => {
       '\n',
     );
     assert.equal(rstToMarkdown(page), 'Version added 3.17: In this variant, lists are walked together.\n\nDeprecated 3.20: Use `block()`.\n');
+  });
+
+  it("heads a project's own object directive too, its signature in code; an admonition it labels", () => {
+    const page = ['.. genex:: $<CONFIG>', '', '   The build configuration.', '', '.. warning::', '   Mind it.', ''].join('\n');
+    assert.equal(rstToMarkdown(page), '# `$<CONFIG>`\n\nThe build configuration.\n\nWarning: Mind it.\n');
   });
 
   it('reads a table of contents as the list of links it shows', () => {

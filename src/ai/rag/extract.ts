@@ -326,7 +326,9 @@ function apiOf(heading: string): string | undefined {
   const option = OPTION_HEADING.exec(heading);
   if (option !== null) return option[1];
   const bare = heading.replace(API_LEAD, '');
-  return API_HEADING.test(bare) ? /^[\p{L}_$][\w$.#:]*/u.exec(bare)![0] : undefined;
+  if (API_HEADING.test(bare)) return /^[\p{L}_$][\w$.#:]*/u.exec(bare)![0];
+  // A name in a notation of its own, one word of code (`$<TARGET_RUNTIME_DLLS:tgt>`, `@scope:registry`): itself.
+  return /^[^\s\p{L}\p{N}]?[^\s]+$/u.test(bare) && /[:#.]/.test(bare) && /\p{L}/u.test(bare) ? bare : undefined;
 }
 
 /** The innermost heading of a passage when it names an API none of its quoted sentences names: the subject they leave out. */

@@ -38,17 +38,24 @@ function slug(text: string): string {
 function plain(heading: string): string {
   return (
     heading
+      .split(/(`[^`]*`)/)
+      // Markup outside code spans: a code span is read as it is written (`$<TARGET_FILE:tgt>` is no HTML tag).
+      .map((part) => (part.startsWith('`') && part.endsWith('`') && part.length > 1 ? part.slice(1, -1) : outsideCode(part)))
+      .join('')
+      .trim()
+  );
+}
+
+/** Inline markup of a heading's text outside code spans: images and tags left out, links as their text, emphasis marks dropped. */
+function outsideCode(text: string): string {
+  return (
+    text
       .replace(/!\[[^\]]*\](\([^)]*\)|\[[^\]]*\])/g, '')
       .replace(/<\/?[A-Za-z][^>]*>/g, '')
       .replace(/\[\s*\]\([^)]*\)|\[\s*\]\[[^\]]*\]/g, '')
       .replace(/\[([^\]]*)\](\([^)]*\)|\[[^\]]*\])/g, '$1')
-      .split(/(`[^`]*`)/)
-      // Emphasis outside code spans; an underscore inside a word (`max_depth`, NODE_DEBUG_NATIVE) is the word's own, as CommonMark reads it.
-      .map((part) =>
-        part.startsWith('`') ? part.slice(1, -1) : part.replace(/\*{1,2}([^*]+)\*{1,2}|(?<![\p{L}\p{N}])_{1,2}([^_]+)_{1,2}(?![\p{L}\p{N}])/gu, '$1$2'),
-      )
-      .join('')
-      .trim()
+      // An underscore inside a word (`max_depth`, NODE_DEBUG_NATIVE) is the word's own, as CommonMark reads it.
+      .replace(/\*{1,2}([^*]+)\*{1,2}|(?<![\p{L}\p{N}])_{1,2}([^_]+)_{1,2}(?![\p{L}\p{N}])/gu, '$1$2')
   );
 }
 

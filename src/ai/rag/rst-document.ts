@@ -31,25 +31,33 @@ const SILENT = new Set([
   'tabularcolumns',
 ]);
 
-/** Directives that document an API (`.. py:function:: open(file)`, `.. option:: --verbose`): headed by it, as Sphinx renders them. */
-const API = new Set([
-  'function',
-  'method',
-  'class',
-  'attribute',
-  'data',
-  'exception',
-  'decorator',
-  'property',
-  'envvar',
-  'option',
-  'describe',
-  'object',
-  'command',
-  'variable',
-  'member',
-  'macro',
-  'type',
+/**
+ * Directives that label their content rather than head it: admonitions and version notes. Any other
+ * directive with an argument and content documents an object (`.. py:function:: open(file)`,
+ * `.. option:: --verbose`, a project's own `.. genex:: $<CONFIG>`), as Sphinx's object descriptions do.
+ */
+const LABELS = new Set([
+  'note',
+  'warning',
+  'tip',
+  'important',
+  'caution',
+  'danger',
+  'error',
+  'hint',
+  'attention',
+  'admonition',
+  'seealso',
+  'todo',
+  'versionadded',
+  'versionchanged',
+  'deprecated',
+  'topic',
+  'sidebar',
+  'rubric',
+  'only',
+  'container',
+  'centered',
 ]);
 
 /** Whether a document's file name says it is reStructuredText. */
@@ -142,9 +150,10 @@ export function rstToMarkdown(text: string): string {
             return titled !== null ? `[${titled[1]}](${titled[2]})` : `[${entry.split('/').at(-1)}](${entry})`;
           };
           out.push('', ...entries.map((entry) => `- ${link(entry.trim())}`), '');
-        } else if (name !== undefined && API.has(name) && argument !== '') {
+        } else if (name !== undefined && !LABELS.has(name) && !SILENT.has(name) && argument !== '' && block.length > 0) {
           // Its own section, a level below the one it is written in, so that its description is found under its name.
-          out.push('', `${'#'.repeat(Math.min(6, level + 1))} ${inline(argument)}`, '');
+          // In a code span, so that a signature's `<...>` (`$<TARGET_FILE:tgt>`) is not read as an HTML tag.
+          out.push('', `${'#'.repeat(Math.min(6, level + 1))} ${argument.includes('`') ? inline(argument) : `\`${argument}\``}`, '');
           out.push('');
           read(block);
           out.push('');
