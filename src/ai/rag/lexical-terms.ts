@@ -35,7 +35,9 @@ export function termOf(word: string): string | null {
   // A lone digit is a version or a count (`fast-check 4`); a lone letter says nothing.
   if ((term.length < 2 && !/^\p{N}$/u.test(term)) || STOP_WORDS.has(term)) return null;
   if (!/^\p{L}+$/u.test(term)) return term; // numbers, identifiers with digits: as they are
-  const stem = stemmer(term);
+  let stem = stemmer(term);
+  // Porter leaves an adverb's -ly after a consonant (`quietly`, `explicitly`); Porter2 drops it after c d e g h k m n r t.
+  if (stem.length >= 6 && /[cdeghkmnrt]li$/.test(stem)) stem = stem.slice(0, -2);
   return stem.length > 5 && stem.endsWith('er') ? stem.slice(0, -2) : stem;
 }
 
