@@ -55,14 +55,8 @@ describe('LexicalIndex', () => {
     assert.deepEqual(lexicalTerms('What are the policies?'), lexicalTerms('policy'));
     assert.equal(lexicalTerm('paused'), lexicalTerm('pause'));
     assert.equal(lexicalTerm('shedding'), lexicalTerm('shed'));
-    for (const [adverb, word] of [
-      ['quietly', 'quiet'],
-      ['explicitly', 'explicit'],
-      ['exactly', 'exact'],
-      ['directly', 'direct'],
-      ['recursively', 'recursive'],
-    ])
-      assert.equal(lexicalTerm(adverb), lexicalTerm(word), adverb);
+    const adverbs = { quietly: 'quiet', explicitly: 'explicit', exactly: 'exact', directly: 'direct', recursively: 'recursive' };
+    for (const [adverb, word] of Object.entries(adverbs)) assert.equal(lexicalTerm(adverb), lexicalTerm(word), adverb);
     assert.notEqual(lexicalTerm('deli'), lexicalTerm('de'), 'a short word ending in -li keeps it');
     assert.equal(lexicalTerm('the'), null);
     assert.equal(lexicalTerm('available'), null, 'a word that frames a question ("what X are available"), not its subject');
