@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
 import fc from 'fast-check';
 import { MODEL_FILES } from '../../src/ai/models/generate.js';
 import { loadTokenizer } from '../../src/ai/models/load.js';
@@ -188,6 +189,46 @@ describe('documents left out by .sluiceignore and the ignore option', () => {
       loadCorpus(dir, { ignore: ['*.md', '*.txt'] }),
       (err: unknown) => err instanceof CorpusError && err.reason === 'no-documents' && /all of its 2 documents are ignored/.test(err.message),
     );
+  });
+});
+
+describe('gzip-compressed documents (Debian ships /usr/share/doc so)', () => {
+  let root: string;
+  before(async () => {
+    root = await mkdtemp(join(tmpdir(), 'sluice-corpus-gz-'));
+  });
+  after(() => rm(root, { recursive: true, force: true }));
+
+  it('reads each as the format it holds, cites it by its own name, and skips a broken or oversized one with its reason', async () => {
+    const dir = join(root, 'docs');
+    await mkdir(join(dir, 'dev'), { recursive: true });
+    await writeFile(join(dir, 'dev', 'ci.rst.gz'), gzipSync('Continuous integration\n======================\n\nEvery pull request runs the linters first.\n'));
+    await writeFile(join(dir, 'notes.md.GZ'), gzipSync('# Notes\n\nThe cache lives in a folder of its own.\n'));
+    await writeFile(join(dir, 'page.html.gz'), gzipSync('<html><body><main><h1>Install</h1><p>Run the installer once.</p></main></body></html>'));
+    await writeFile(join(dir, 'plain.md'), 'A file as it is.\n');
+    await writeFile(join(dir, 'broken.md.gz'), Buffer.from('not gzip at all'));
+    // Small compressed, huge uncompressed: stopped at the limit, never inflated whole.
+    await writeFile(join(dir, 'bomb.txt.gz'), gzipSync(Buffer.alloc(4 * 1024 * 1024, 'a word ')));
+    await writeFile(join(dir, 'archive.tar.gz'), gzipSync('not a document'));
+    const skips: CorpusSkip[] = [];
+    const passages = await loadCorpus(dir, { maxFileBytes: 1024 * 1024, onSkip: (skip) => skips.push(skip) });
+    assert.deepEqual(
+      passages.map((p) => [p.source, p.text]),
+      [
+        ['dev/ci.rst.gz › Continuous integration', 'Every pull request runs the linters first.'],
+        ['notes.md.GZ › Notes', 'The cache lives in a folder of its own.'],
+        ['page.html.gz › Install', 'Run the installer once.'],
+        ['plain.md', 'A file as it is.'],
+      ],
+    );
+    assert.deepEqual(
+      skips.map((skip) => [skip.reason, skip.file]),
+      [
+        ['too-large', 'bomb.txt.gz'],
+        ['unreadable', 'broken.md.gz'],
+      ],
+    );
+    assert.match(skips[0]!.detail ?? '', /more than 1048576 bytes uncompressed/);
   });
 });
 

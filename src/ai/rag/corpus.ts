@@ -43,7 +43,7 @@ const loadCorpusSchema = lazySchema((z) =>
 
 /**
  * Reads every Markdown, text, HTML, reStructuredText, AsciiDoc and PDF file under `directory` (default:
- * the bundled demo corpus), subfolders included, in path order, as passages cited by their path relative to it.
+ * the bundled demo corpus), gzip-compressed ones (`guide.rst.gz`) too, subfolders included, in path order, as passages cited by their path relative to it.
  * Plain text is split like Markdown without headings: one passage per paragraph; an HTML page's
  * main content (`htmlToMarkdown`), a reStructuredText page (`rstToMarkdown`), an AsciiDoc one
  * (`adocToMarkdown`) and a PDF's text (`pdfToMarkdown`) are read as the Markdown they translate to
@@ -81,7 +81,7 @@ export async function loadCorpus(directory: string = BUNDLED_CORPUS, options: Lo
       skip('too-large', file, `more than ${maxFileBytes} bytes`);
       continue;
     }
-    const document = await documentMarkdown(file, bytes);
+    const document = await documentMarkdown(file, bytes, maxFileBytes);
     if ('skip' in document) {
       skip(document.skip, file, document.detail);
       continue;

@@ -11,8 +11,8 @@ export function subjectWords(text: string): string[] {
   return (text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []).filter((word) => !/^\p{N}+$/u.test(word) && lexicalTerm(word) !== null);
 }
 
-/** The words of a document's path, without its extension. */
-const pathWords = (file: string): Set<string> => new Set(subjectWords(file.replace(/\.[A-Za-z]+$/, '')));
+/** The words of a document's path, without its extension (and `.gz`). */
+const pathWords = (file: string): Set<string> => new Set(subjectWords(file.replace(/\.gz$/i, '').replace(/\.[A-Za-z]+$/, '')));
 
 /** The documents of a corpus and the words of their paths, kept as passages come and go. */
 export class FileNames {
