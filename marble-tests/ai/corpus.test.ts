@@ -99,22 +99,35 @@ function bytesOf(file: CorpusFile): Buffer {
 /** Writes the files (in subfolders, with an empty folder beside them) and returns what each should become. */
 async function writeCorpus(dir: string, files: readonly CorpusFile[]) {
   await mkdir(join(dir, 'empty', 'deeper'), { recursive: true });
-  const expected = { words: [] as string[], junk: 0, empty: 0, files: new Map<CorpusSkipReason, number>() };
-  for (const [i, file] of files.entries()) {
+  const expected = { words: [] as string[], junk: 0, empty: 0, copies: 0, files: new Map<CorpusSkipReason, number>() };
+  // A document with the same passages as one read before it is a copy, read once (path order: `doc-0.md` < `part-1/…`).
+  const read = new Set<string>();
+  const words = (texts: string[]) => {
+    const key = texts.join('\u0000');
+    if (texts.length > 0 && read.has(key)) expected.copies++;
+    else expected.words.push(...texts);
+    read.add(key);
+  };
+  const order = files
+    .map((file, i) => ({ file, i, path: i % 3 === 0 ? `doc-${i}.md` : `part-${i % 3}/doc-${i}.md` }))
+    .sort((a, b) => (a.path < b.path ? -1 : 1));
+  for (const { file, i, path } of order) {
     const folder = i % 3 === 0 ? dir : join(dir, `part-${i % 3}`);
     await mkdir(folder, { recursive: true });
-    await writeFile(join(folder, `doc-${i}.md`), bytesOf(file));
-    if (file.kind === 'latin1') expected.words.push(LATIN1_TEXT);
+    await writeFile(join(dir, path), bytesOf(file));
+    if (file.kind === 'latin1') words([LATIN1_TEXT]);
     else if (file.kind !== 'markdown') expected.files.set(file.kind, (expected.files.get(file.kind) ?? 0) + 1);
     else {
       // A first `---` that a later `---` or `...` closes, only YAML-like lines between, is front matter: read, never reported.
       const close =
         file.heading || file.paragraphs[0]?.text !== '---' ? -1 : file.paragraphs.findIndex((p, j) => j > 0 && (p.text === '---' || p.text === '...'));
       const yaml = close > 0 && file.paragraphs.slice(1, close).every((p) => p.text === '- - -');
+      const texts: string[] = [];
       for (const p of yaml ? file.paragraphs.slice(close + 1) : file.paragraphs) {
-        if (p.kind === 'words') expected.words.push(p.text);
+        if (p.kind === 'words') texts.push(p.text);
         else if (p.kind === 'junk') expected.junk++;
       }
+      words(texts);
       // Empty, or headings and rules only: read, and counted as giving nothing.
       if ((yaml ? file.paragraphs.slice(close + 1) : file.paragraphs).every((p) => p.kind === 'rule')) expected.empty++;
     }
@@ -291,6 +304,7 @@ describe('a corpus folder with passages and files that cannot be indexed', () =>
         const counts = counted(skips);
         assert.equal(counts.get('no-text') ?? 0, expected.junk + expected.empty, 'each paragraph without a word once, a rule never, an empty file once');
         for (const reason of ['binary', 'not-utf8', 'too-large'] as const) assert.equal(counts.get(reason) ?? 0, expected.files.get(reason) ?? 0, reason);
+        assert.equal(counts.get('duplicate') ?? 0, expected.copies, 'a copy of a document read before, once');
         assert.equal(counts.get('not-embeddable') ?? 0, 0);
         assert.equal(new Set(skips.map((s) => s.id ?? s.file)).size, skips.length, 'nothing reported twice');
       }),

@@ -5,6 +5,7 @@ import { join, relative, sep } from 'node:path';
 import { findUp } from '../../core/package-files.js';
 import { lazySchema } from '../../core/zod.js';
 import { functionSchema, parseOptions, positiveInt } from '../../flow/options.js';
+import { type CorpusDocument, withoutCopies } from './copies.js';
 import { DOCUMENT_KINDS, documentMarkdown, isDocument } from './document-markdown.js';
 import { type CorpusSkip, type CorpusSkipReason, hasText, usableVector } from './document-text.js';
 import { CorpusError } from './errors.js';
@@ -61,7 +62,7 @@ export async function loadCorpus(directory: string = BUNDLED_CORPUS, options: Lo
   const skip = (reason: CorpusSkipReason, file: string, detail?: string, id?: string): void =>
     options.onSkip?.({ reason, file, ...(id !== undefined && { id }), ...(detail !== undefined && { detail }) });
   const files = await documentsIn(directory, { ignore: options.ignore ?? [], onIgnored: (file) => skip('ignored', file, `matches ${IGNORE_FILE} or ignore`) });
-  const passages: Passage[] = [];
+  const documents: CorpusDocument[] = [];
   let read = 0;
   for (const file of files) {
     const path = join(directory, file);
@@ -90,11 +91,12 @@ export async function loadCorpus(directory: string = BUNDLED_CORPUS, options: Lo
     const chunks = chunkMarkdown(document.text, file);
     // An empty file (or one of headings and rules only) is counted too: it was read, and gave nothing.
     if (chunks.length === 0) skip('no-text', file, 'no paragraph in it');
-    for (const passage of chunks) {
-      if (hasText(passage.text)) passages.push(passage);
-      else skip('no-text', file, undefined, passage.id);
-    }
+    documents.push({ file, passages: chunks.filter((passage) => hasText(passage.text) || (skip('no-text', file, undefined, passage.id), false)) });
   }
+  const kept = withoutCopies(documents, (copy) =>
+    skip('duplicate', copy.file, copy.id === undefined ? `the same as ${copy.original}` : `also in ${copy.original}`, copy.id),
+  );
+  const passages = kept.flatMap((document) => document.passages);
   if (passages.length === 0)
     throw new CorpusError(
       directory,

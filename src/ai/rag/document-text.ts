@@ -20,6 +20,8 @@ export type CorpusSkipReason =
   | 'not-utf8'
   /** Only punctuation, markup or whitespace: a `---` rule, an HTML comment, an empty code fence; for a file, an empty one. */
   | 'no-text'
+  /** A copy of another document (the same passages), or a passage of a page compiling others (`print.html`) that the page on its subject holds. */
+  | 'duplicate'
   /** The embedder gave no usable vector for it (all zeros, not finite, the wrong size), or failed on it alone. */
   | 'not-embeddable';
 
