@@ -436,6 +436,11 @@ describe('names a question uses, and whether the corpus mentions them', () => {
       'a member in code is a name; an abbreviation or a file name is not',
     );
     assert.equal(namesIn(Array.from({ length: 100 }, (_, i) => `Name${i}`).join(' and ')).length, 32, 'a long text is looked up for 32 names at most');
+    assert.deepEqual(
+      namesIn('Why does Cargo fail on git = "git@github.com:me/MyLib.git" and https://Example.com/Docs, or ./src/Main.rs in GitHub and TCP/IP'),
+      ['Cargo', 'GitHub', 'TCP', 'IP'],
+      "a URL, an address or a path is the asker's own value: no name in it is looked up",
+    );
   });
 
   it('a corpus mentions a name as a word, as the start of a longer one, joined (coffee-script) or by all its parts', () => {

@@ -38,11 +38,19 @@ export function namesIn(text: string): string[] {
     const capitals = word.match(/\p{Lu}/gu)?.length ?? 0;
     const member = isCodeMember(word);
     if ((capitals === 0 && !member) || NOT_NAMES.has(word)) continue;
+    // A URL, an address or a path (`git@github.com:me/mylib.git`) is the asker's own value, not a subject the documents name.
+    if (inLocation(text, match.index)) continue;
     const opens = /(?:^|[.?!:;]\s*)$/u.test(text.slice(0, match.index));
     if ((member || capitals >= 2 || (!opens && /^\p{Lu}/u.test(word))) && !names.includes(word)) names.push(word);
     if (names.length === MAX_NAMES) break;
   }
   return names;
+}
+
+/** Whether the run of text without spaces around `at` is a URL (`https://…`), an address (`git@host:…`, `me@mail.org`) or a path from a root (`/usr/…`, `./src/…`, `~/…`). */
+function inLocation(text: string, at: number): boolean {
+  const run = (/\S*$/u.exec(text.slice(0, at))![0] + /^\S*/u.exec(text.slice(at))![0]).replace(/^[("'`<[]+/, '');
+  return /:\/\/|\p{L}@[\p{L}\p{N}]/u.test(run) || /^(?:\.{0,2}|~)\/[\p{L}\p{N}._-]/u.test(run);
 }
 
 /** A name folded to compare with a corpus's words: lower case, its joins dropped (`coffee-script`, `CoffeeScript`: `coffeescript`). */
