@@ -308,6 +308,26 @@ describe('extractive answers', () => {
     assert.equal(first('Compression is disabled by default here.'), '`// server compression default` `new Server({ perMessageDeflate: false });` [1]');
   });
 
+  it('never quotes a code line that says only what the question says: the pasted error, the import it asks about', () => {
+    const passages: RetrievedPassage[] = [
+      { id: 'a', text: '```rust\nuse std::sync::mpsc;\n```\nThe name stands for multiple producer, single consumer.', source: 'a.md › Channels', score: 1 },
+    ];
+    const weights: Record<string, number> = { mpsc: 4, std: 1, sync: 1, mean: 1 };
+    // Stop words (`use`) are no terms, as `lexicalTerms` reads them.
+    const termsOf = (t: string) => (t.toLowerCase().match(/[a-z]+/g) ?? []).filter((w) => !['use', 'the', 'for'].includes(w));
+    const words = { terms: ['mean', 'std', 'sync', 'mpsc'], weight: (t: string) => weights[t] ?? 0, termsOf };
+    const candidates = candidatesOf(passages);
+    assert.deepEqual(
+      candidates.map((c) => c.text),
+      ['`use std::sync::mpsc;`', 'The name stands for multiple producer, single consumer.'],
+    );
+    const answer = composeAnswer(v(1, 0), passages, candidates, [v(1, 0), v(0.6, 0.8)], { sentences: 2, minScore: 0 }, words);
+    assert.equal(answer.text.split('\n\n')[0], 'The name stands for multiple producer, single consumer. [1]');
+    // A code line with a word of its own (`channel`) is no echo.
+    const more: RetrievedPassage[] = [{ ...passages[0]!, text: passages[0]!.text.replace('use std::sync::mpsc;', 'let (tx, rx) = mpsc::channel();') }];
+    assert.match(composeAnswer(v(1, 0), more, candidatesOf(more), [v(1, 0), v(0.6, 0.8)], { sentences: 2, minScore: 0 }, words).text, /mpsc::channel/);
+  });
+
   it('picks the closest sentences above the threshold, writes them in reading order with their source numbers, then the sources', () => {
     const passages: RetrievedPassage[] = [
       { id: 'a', text: 'First one here now. Second one here now.', source: 'a.md › A', score: 0.9 },

@@ -240,7 +240,7 @@ function pickByWords(
   const sections = sectionRanks(passages, candidates);
   const terms = Math.max(1, words.terms.length);
   const scored = dedupe(
-    candidates.map((candidate, i) => {
+    candidates.flatMap((candidate, i) => {
       const match = matches[i]!;
       const share = words.expects === undefined || match.held.size === 0 ? 0 : answerShare(words.expects, candidate.text);
       const code = isCode(candidate.text);
@@ -261,7 +261,8 @@ function pickByWords(
         names: words.howTo === true && /`[^`]+`/.test(candidate.text),
         howToCode: words.howTo === true && code,
       });
-      return { ...candidate, score, ranked, held: match.held };
+      // A line of code saying only what the question says is never quoted.
+      return code && echoes(candidate.text, words) ? [] : [{ ...candidate, score, ranked, held: match.held }];
     }),
   ).filter((c) => c.score >= minScore);
   const anchor = scored[0];
@@ -286,6 +287,16 @@ function pickByWords(
     rest = rest.filter((c) => c !== next.candidate);
   }
   return picked;
+}
+
+/**
+ * Whether a line of code says nothing but the question's own words (`use std::sync::mpsc;` for
+ * "what does mpsc mean in std::sync::mpsc", the error message a question pastes): quoting it would
+ * answer the question with itself.
+ */
+function echoes(text: string, words: QueryTerms): boolean {
+  const terms = words.termsOf(text);
+  return terms.length > 0 && terms.every((term) => words.terms.includes(term));
 }
 
 /** The words of three letters or more two texts share, over those either has (Jaccard). */
