@@ -102,6 +102,11 @@ describe('a reStructuredText page in a corpus', () => {
     assert.equal(rstToMarkdown(page), '# `$<CONFIG>`\n\nThe build configuration.\n\nWarning: Mind it.\n');
   });
 
+  it("reads nothing of a project's own directive without content: its text is written at build time", () => {
+    const page = ['Usage', '=====', '', '.. pip-command-usage:: cache "python -m pip"', '', '.. pip-command-options:: cache', '', 'Run it.', ''].join('\n');
+    assert.equal(rstToMarkdown(page), '# Usage\n\nRun it.\n');
+  });
+
   it('reads a table of contents as the list of links it shows', () => {
     const page = ['.. toctree::', '   :maxdepth: 1', '', '   /generator/Ninja', '   Visual Studio <vs>', ''].join('\n');
     assert.equal(rstToMarkdown(page), '- [Ninja](/generator/Ninja)\n- [Visual Studio](vs)\n');

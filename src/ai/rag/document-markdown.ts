@@ -1,6 +1,6 @@
 /**
  * A corpus document as the Markdown the chunker reads, by its format: Markdown and plain text as
- * they are, HTML, reStructuredText, AsciiDoc and PDF translated, each also gzip-compressed (`guide.rst.gz`,
+ * they are (MyST's directives and roles read), HTML, reStructuredText, AsciiDoc and PDF translated, each also gzip-compressed (`guide.rst.gz`,
  * as Debian ships documentation). Which files are documents at all is decided here too.
  */
 import { gunzipSync } from 'node:zlib';
@@ -8,6 +8,7 @@ import { adocToMarkdown, isAdocFile } from './adoc-document.js';
 import { type CorpusSkipReason, decodeDocument } from './document-text.js';
 import { errorMessage } from '../../core/errors.js';
 import { htmlToMarkdown, isHtmlFile } from './html-document.js';
+import { isMyst, mystToMarkdown } from './myst-document.js';
 import { isPdfFile, pdfToMarkdown } from './pdf-document.js';
 import { isRstFile, rstToMarkdown } from './rst-document.js';
 
@@ -54,6 +55,8 @@ export async function documentMarkdown(
     if (isHtmlFile(file)) return { text: await htmlToMarkdown(decoded.text) };
     if (isRstFile(file)) return { text: rstToMarkdown(decoded.text) };
     if (isAdocFile(file)) return { text: adocToMarkdown(decoded.text) };
+    // Sphinx's Markdown (MyST) carries directives and roles CommonMark would read as code and text.
+    if (/\.(md|markdown|mdx)$/i.test(file) && isMyst(decoded.text)) return { text: mystToMarkdown(decoded.text) };
     return decoded;
   } catch (err) {
     return { skip: 'unreadable', detail: errorMessage(err) };

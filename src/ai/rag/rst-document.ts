@@ -11,9 +11,9 @@ const ADORNMENT = /^([!-/:-@[-`{-~])\1{2,}\s*$/;
 /** A directive (`.. note::`, `.. code-block:: python`): its name and argument. */
 const DIRECTIVE = /^\.\.\s+([\w:-]+)::\s*(.*)$/;
 /** Directives whose content is code: quoted as a fence in the language their argument names. */
-const CODE = new Set(['code-block', 'code', 'sourcecode', 'literalinclude', 'doctest', 'testcode', 'parsed-literal']);
+export const CODE_DIRECTIVES = new Set(['code-block', 'code', 'sourcecode', 'literalinclude', 'doctest', 'testcode', 'parsed-literal']);
 /** Directives with nothing a reader reads: images, raw output, indexes. */
-const SILENT = new Set([
+export const SILENT_DIRECTIVES = new Set([
   'image',
   'figure',
   'raw',
@@ -36,7 +36,7 @@ const SILENT = new Set([
  * directive with an argument and content documents an object (`.. py:function:: open(file)`,
  * `.. option:: --verbose`, a project's own `.. genex:: $<CONFIG>`), as Sphinx's object descriptions do.
  */
-const LABELS = new Set([
+export const LABEL_DIRECTIVES = new Set([
   'note',
   'warning',
   'tip',
@@ -141,7 +141,7 @@ export function rstToMarkdown(text: string): string {
         // A domain's directive (`py:function`, `c:macro`) is read by its kind.
         const name = directive?.[1]?.toLowerCase().split(':').at(-1);
         const argument = directive?.[2]?.trim() ?? '';
-        if (name !== undefined && CODE.has(name)) out.push(...fenced(block, argument.split(/\s/)[0]));
+        if (name !== undefined && CODE_DIRECTIVES.has(name)) out.push(...fenced(block, argument.split(/\s/)[0]));
         else if (name === 'toctree') {
           // The pages a table of contents links to, as the list of links a reader sees (`/generator/Ninja` as Ninja): names a search finds, never quoted.
           const entries = block.filter((entry) => !blank(entry) && !entry.trim().startsWith(':'));
@@ -150,7 +150,7 @@ export function rstToMarkdown(text: string): string {
             return titled !== null ? `[${titled[1]}](${titled[2]})` : `[${entry.split('/').at(-1)}](${entry})`;
           };
           out.push('', ...entries.map((entry) => `- ${link(entry.trim())}`), '');
-        } else if (name !== undefined && !LABELS.has(name) && !SILENT.has(name) && argument !== '' && block.length > 0) {
+        } else if (name !== undefined && !LABEL_DIRECTIVES.has(name) && !SILENT_DIRECTIVES.has(name) && argument !== '' && block.length > 0) {
           // Its own section, a level below the one it is written in, so that its description is found under its name.
           // In a code span, so that a signature's `<...>` (`$<TARGET_FILE:tgt>`) is not read as an HTML tag.
           out.push('', `${'#'.repeat(Math.min(6, level + 1))} ${argument.includes('`') ? inline(argument) : `\`${argument}\``}`, '');
@@ -159,8 +159,9 @@ export function rstToMarkdown(text: string): string {
           out.push('');
           i = after;
           continue;
-        } else if (name !== undefined && !SILENT.has(name)) {
+        } else if (name !== undefined && !SILENT_DIRECTIVES.has(name) && (LABEL_DIRECTIVES.has(name) || block.length > 0)) {
           // An admonition or a versioned note: its label, its argument, then its content as the page's own lines.
+          // A project's own directive without content (`.. pip-command-usage:: cache`) writes its text at build time: nothing to read here.
           const words = `${name.replace(/^version/, 'version ').replace(/-/g, ' ')} ${argument}`.trim();
           const label = `${words[0]!.toUpperCase()}${words.slice(1)}:`;
           let following = after;
