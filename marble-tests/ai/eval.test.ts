@@ -6,6 +6,7 @@ import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { gunzipSync } from 'node:zlib';
 import { htmlToMarkdown, isHtmlFile } from '../../src/ai/rag/html-document.js';
 import { evaluateSet, figuresOf, isAbstention, poolReports, splitAnswer, statesFact, type Answered, type CorpusReport } from '../../eval/harness.js';
 import { NO_ANSWER } from '../../src/ai/rag/extract.js';
@@ -255,9 +256,10 @@ describe('the shipped question sets', () => {
                 : join(root, 'node_modules');
       for (const q of set.questions) {
         if (q.file === undefined || !existsSync(join(base, q.file))) continue;
-        const raw = await readFile(join(base, q.file), 'utf8');
-        // A page is checked as the corpus reads it: an HTML page as its Markdown.
-        const text = isHtmlFile(q.file) ? await htmlToMarkdown(raw) : raw;
+        const bytes = await readFile(join(base, q.file));
+        // A page is checked as the corpus reads it: a compressed one as what it holds, an HTML page as its Markdown.
+        const raw = (q.file.endsWith('.gz') ? gunzipSync(bytes) : bytes).toString('utf8');
+        const text = isHtmlFile(q.file.replace(/\.gz$/, '')) ? await htmlToMarkdown(raw) : raw;
         assert.ok(statesFact(new RegExp(q.fact!, 'i'), text), `${file}: "${q.question}" — its fact is not in ${q.file}`);
       }
     }

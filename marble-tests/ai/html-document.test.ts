@@ -99,12 +99,14 @@ describe('an HTML page in a corpus', () => {
     const latin = await mkdtemp(join(tmpdir(), 'sluice-html-latin1-'));
     try {
       const text = 'Le caf\u00e9 ouvre \u00e0 midi, la cr\u00e8me br\u00fbl\u00e9e est tr\u00e8s bonne.';
-      const body = (meta: string) => Buffer.from(`<html><head>${meta}</head><body><p>${text}</p></body></html>`, 'latin1');
-      await writeFile(join(latin, 'declared.html'), body('<meta charset="iso-8859-1">'));
-      await writeFile(join(latin, 'http-equiv.htm'), body('<meta http-equiv="Content-Type" content="text/html; charset=windows-1252">'));
-      await writeFile(join(latin, 'undeclared.html'), body(''));
-      await writeFile(join(latin, 'unknown.html'), body('<meta charset="no-such-charset">'));
-      await writeFile(join(latin, 'notes.txt'), Buffer.from(`${text}\n`, 'latin1'));
+      // Each page says it once more (its name), so that none is a copy of another, read once.
+      const said = (page: string) => `${text} ${page}.`;
+      const body = (meta: string, page: string) => Buffer.from(`<html><head>${meta}</head><body><p>${said(page)}</p></body></html>`, 'latin1');
+      await writeFile(join(latin, 'declared.html'), body('<meta charset="iso-8859-1">', 'Un'));
+      await writeFile(join(latin, 'http-equiv.htm'), body('<meta http-equiv="Content-Type" content="text/html; charset=windows-1252">', 'Deux'));
+      await writeFile(join(latin, 'undeclared.html'), body('', 'Trois'));
+      await writeFile(join(latin, 'unknown.html'), body('<meta charset="no-such-charset">', 'Quatre'));
+      await writeFile(join(latin, 'notes.txt'), Buffer.from(`${said('Cinq')}\n`, 'latin1'));
       // Shift_JIS: 日本語の文章です。 (a sentence of Japanese), several times.
       const sentence = [0x93, 0xfa, 0x96, 0x7b, 0x8c, 0xea, 0x82, 0xcc, 0x95, 0xb6, 0x8f, 0xcd, 0x82, 0xc5, 0x82, 0xb7, 0x81, 0x42];
       await writeFile(join(latin, 'japanese.txt'), Buffer.from([...sentence, ...sentence, ...sentence, ...sentence]));
@@ -112,12 +114,12 @@ describe('an HTML page in a corpus', () => {
       const skipped: CorpusSkip[] = [];
       const passages = await loadCorpus(latin, { onSkip: (skip) => skipped.push(skip) });
       assert.deepEqual(passages.map((p) => [p.source, p.text]).sort(), [
-        ['declared.html', text],
-        ['http-equiv.htm', text],
+        ['declared.html', said('Un')],
+        ['http-equiv.htm', said('Deux')],
         ['japanese.txt', '日本語の文章です。'.repeat(4)],
-        ['notes.txt', text],
-        ['undeclared.html', text],
-        ['unknown.html', text],
+        ['notes.txt', said('Cinq')],
+        ['undeclared.html', said('Trois')],
+        ['unknown.html', said('Quatre')],
       ]);
       assert.deepEqual(
         skipped.map((skip) => [skip.file, skip.reason]),
